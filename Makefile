@@ -1,0 +1,88 @@
+# nanoZeRO — build, run, test.
+#   make          build everything into build/ (trainers in build/bin/)
+#   make run      the main job: the tour of the stages on 4 MPI ranks (installs what is missing)
+#   make test     every test suite, ending with one line "N passed, N failed" (installs what is missing)
+#   make diff A=stage1 B=stage2    the lesson between two stages
+# The CPU backend is always built. When nvcc is on PATH the CUDA backend is compiled into the same
+# binaries (no GPU is needed to build); `make CUDA=0` leaves it out.
+
+CXX        := mpicxx
+NVCC       ?= nvcc
+BUILD      := build
+CUDA_ARCH  ?= 80 90
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+CUDA       ?= $(if $(CUDA_HOME),1,0)
+
+# -ffp-contract=off: no fused multiply-add unless written, so a kernel gives the same bits
+# wherever it is called from (the stages are compared bit for bit).
+CXXFLAGS   := -std=c++17 -O3 -march=native -ffp-contract=off -fopenmp -Wall -Wextra \
+              -Wno-unused-parameter -Icommon -MMD -MP
+LDFLAGS    := -fopenmp
+LDLIBS     := -lpthread
+
+COMMON_SRC := $(wildcard common/*.cpp)
+COMMON_OBJ := $(COMMON_SRC:%.cpp=$(BUILD)/obj/%.o)
+
+ifeq ($(CUDA),1)
+  CXXFLAGS   += -DNZ_HAVE_CUDA -I$(CUDA_HOME)/include
+  NVCCFLAGS  := -std=c++17 -O3 -ccbin $(CXX) -DNZ_HAVE_CUDA -Icommon -MMD -MP \
+                -Xcompiler -fopenmp,-ffp-contract=off --expt-relaxed-constexpr \
+                $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+  CUDA_SRC   := $(wildcard common/cuda/*.cu)
+  CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+  LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lcublas
+endif
+
+LIB        := $(BUILD)/libnanozero.a
+STAGES     := stage0_ddp stage1 stage2 stage3 offload
+STAGE_BINS := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin/$(s)))
+TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
+TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
+
+.PHONY: all deps run test diff clean bench-adam plots
+all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS)
+
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(COMMON_OBJ) $(CUDA_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/%: $(BUILD)/obj/%/train.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/gtest_mpi_main.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -lgtest $(LDLIBS) -o $@
+
+# ---- the two commands of the README ----
+deps:
+	@bash scripts/install_deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@bash scripts/tour.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/run_all.sh
+
+diff:
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make diff A=stage1 B=stage2"; exit 2; }
+	@diff -ru $(A) $(B); true
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,16 @@
+// check.h — fatal checks that name the file and line, and one-line user errors.
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+
+namespace nz {
+// Internal invariant broken: print where, and abort the whole job.
+[[noreturn]] void fatal(const char* file, int line, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+// Bad input from the user: one line (what, expected what, what to do), exit code 2.
+[[noreturn]] void user_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+}  // namespace nz
+
+#define NZ_CHECK(cond, ...)                                        \
+  do {                                                             \
+    if (!(cond)) ::nz::fatal(__FILE__, __LINE__, __VA_ARGS__);     \
+  } while (0)

@@ -1,0 +1,29 @@
+// checkpoint.h — the model file: one self-describing file, written atomically.
+//
+// Format (little-endian), documented in the README ("Model file"):
+//   bytes 0..7    magic: the ASCII bytes "NZGPTMDL"
+//   uint32        version (1)
+//   int32 x 5     vocab, ctx, layers, dim, heads
+//   uint64        Ψ, the number of parameters
+//   float32 x Ψ   every tensor, unpadded, in layout order: wte, wpe, then per block ln1_w, ln1_b,
+//                 qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
+//                 fcproj_b, then lnf_w, lnf_b (row-major, shapes as in model.h)
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model.h"
+
+namespace nz {
+
+constexpr char kModelMagic[8] = {'N', 'Z', 'G', 'P', 'T', 'M', 'D', 'L'};
+constexpr uint32_t kModelVersion = 1;
+
+// Writes PATH.tmp then renames it over PATH: a crash never leaves a half-written model file.
+// params: Ψ floats in layout order. Exits with code 2 and one line if PATH cannot be written.
+void save_model(const std::string& path, const GPTConfig& cfg, const std::vector<float>& params);
+// Reads and checks a model file; exits with code 2 and one line (with a hint) if it is not one,
+// is from another version, or is truncated.
+void load_model(const std::string& path, GPTConfig* cfg, std::vector<float>* params);
+
+}  // namespace nz

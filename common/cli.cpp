@@ -1,0 +1,193 @@
+// cli.cpp — flag parsing and validation.
+#include "cli.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "check.h"
+
+namespace nz {
+
+namespace {
+
+struct Flag {
+  const char* name;
+  const char* meta;
+  const char* help;
+  std::function<void(const std::string& flag, const std::string& value)> set;
+};
+
+long parse_int(const std::string& flag, const std::string& v, long lo, long hi, const char* what) {
+  errno = 0;
+  char* end = nullptr;
+  long x = strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+    user_error("%s %s: expected %s; e.g. %s %ld", flag.c_str(), v.c_str(), what, flag.c_str(), lo > 0 ? lo : 1);
+  return x;
+}
+
+float parse_float(const std::string& flag, const std::string& v, double lo, double hi, const char* what) {
+  char* end = nullptr;
+  double x = strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi)
+    user_error("%s %s: expected %s", flag.c_str(), v.c_str(), what);
+  return float(x);
+}
+
+}  // namespace
+
+std::string fmt_bytes(double b) {
+  char buf[32];
+  if (b >= 1e9) snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6) snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
+  else if (b >= 1e3) snprintf(buf, sizeof buf, "%.1f kB", b / 1e3);
+  else snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+std::string default_data_path() {
+  const char* rel = "data/corpus.txt";
+  if (access(rel, R_OK) == 0) return rel;
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {  // <repo>/build/bin/<program> -> <repo>/data/corpus.txt
+    exe[n] = '\0';
+    std::string p(exe);
+    for (int up = 0; up < 3 && p.find('/') != std::string::npos; up++) p = p.substr(0, p.rfind('/'));
+    std::string cand = p + "/" + rel;
+    if (access(cand.c_str(), R_OK) == 0) return cand;
+  }
+  return rel;
+}
+
+Args parse_args(int argc, char** argv, const char* program) {
+  Args a;
+  auto pos_int = [](int* dst, long hi) {
+    return [dst, hi](const std::string& f, const std::string& v) {
+      *dst = int(parse_int(f, v, 1, hi, "a positive whole number"));
+    };
+  };
+  std::vector<Flag> flags = {
+      {"--preset", "NAME", "model preset: tiny, small (default), gpt2",
+       [&](auto&, auto& v) { a.preset = v; }},
+      {"--layers", "N", "override the preset's number of transformer blocks", pos_int(&a.layers, 1000)},
+      {"--dim", "N", "override the preset's width (channels)", pos_int(&a.dim, 1 << 16)},
+      {"--heads", "N", "override the preset's attention heads (must divide --dim)", pos_int(&a.heads, 1 << 12)},
+      {"--batch", "B", "micro-batch per rank, in sequences (default 4)", pos_int(&a.batch, 1 << 16)},
+      {"--seq", "T", "sequence length (at most the model's context; default 64)", pos_int(&a.seq, 1 << 20)},
+      {"--accum", "K", "gradient accumulation steps per optimizer step (default 1)", pos_int(&a.accum, 1 << 16)},
+      {"--steps", "N", "optimizer steps (default 200)", pos_int(&a.steps, 1 << 30)},
+      {"--lr", "X", "peak learning rate (default 3e-3)",
+       [&](auto& f, auto& v) { a.lr = parse_float(f, v, 1e-12, 10, "a learning rate in (0, 10]"); }},
+      {"--warmup", "N", "linear warm-up steps before cosine decay (default 20; 0 for none)",
+       [&](auto& f, auto& v) { a.warmup = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
+      {"--weight-decay", "X", "AdamW decoupled weight decay (default 0.1; none on biases and layernorms)",
+       [&](auto& f, auto& v) { a.weight_decay = parse_float(f, v, 0, 10, "a number in [0, 10]"); }},
+      {"--clip", "X", "clip the global gradient norm to X (default 1.0; 0 turns it off)",
+       [&](auto& f, auto& v) { a.clip = parse_float(f, v, 0, 1e9, "a number >= 0"); }},
+      {"--seed", "N", "random seed for initialisation and data order (default 1337)",
+       [&](auto& f, auto& v) { a.seed = uint64_t(parse_int(f, v, 0, LONG_MAX, "a whole number >= 0")); }},
+      {"--precision", "P", "storage type of params, grads, activations: fp32 (default) or bf16",
+       [&](auto&, auto& v) { a.precision = v; }},
+      {"--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
+       [&](auto&, auto& v) { a.data = v; }},
+      {"--log-json", "PATH", "write rank 0's report: every step's loss, and every rank's ledger",
+       [&](auto&, auto& v) { a.log_json = v; }},
+      {"--eval-every", "N", "validation loss every N steps (default 50; 0: only at the end)",
+       [&](auto& f, auto& v) { a.eval_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
+      {"--eval-windows", "N", "validation windows of --seq tokens (default 32)", pos_int(&a.eval_windows, 1 << 24)},
+      {"--save-model", "PATH", "write the trained model (format: README, 'Model file')",
+       [&](auto&, auto& v) { a.save_model = v; }},
+      {"--device", "D", "auto (default: CUDA if a GPU is visible), cpu, or cuda",
+       [&](auto&, auto& v) { a.device = v; }},
+      {"--matmul", "M", "CUDA matmul: cublas (default) or tiled (the hand-written kernel)",
+       [&](auto&, auto& v) { a.matmul = v; }},
+      {"--prefetch", "0|1", "stage3: gather the next unit while this one computes (default 1)",
+       [&](auto& f, auto& v) { a.prefetch = int(parse_int(f, v, 0, 1, "0 or 1")); }},
+      {"--offload-to", "WHERE", "offload: keep the optimizer state in cpu memory (default) or on disk",
+       [&](auto&, auto& v) { a.offload_to = v; }},
+      {"--offload-dir", "DIR", "offload --offload-to disk: directory for the optimizer files",
+       [&](auto&, auto& v) { a.offload_dir = v; }},
+      {"--offload-chunk", "N", "offload --offload-to disk: elements streamed through host memory at a time",
+       [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
+      {"--quiet", "", "no per-step lines", nullptr},
+  };
+
+  for (int i = 1; i < argc; i++) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      printf("usage: mpirun -np N %s [flags]\n\n", program);
+      for (const Flag& f : flags) printf("  %-15s %-6s %s\n", f.name, f.meta, f.help);
+      printf("  %-15s %-6s %s\n", "--help", "", "this list");
+      exit(0);
+    }
+    if (arg == "--quiet") {
+      a.quiet = true;
+      continue;
+    }
+    std::string value;
+    size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    const Flag* found = nullptr;
+    for (const Flag& f : flags)
+      if (arg == f.name) found = &f;
+    if (!found) user_error("unknown flag %s; see %s --help for the list", arg.c_str(), program);
+    if (eq == std::string::npos) {
+      if (i + 1 >= argc) user_error("%s needs a value (%s); see --help", arg.c_str(), found->meta);
+      value = argv[++i];
+    }
+    found->set(arg, value);
+  }
+
+  // ---- cross-field validation ----
+  if (!preset_config(a.preset, &a.cfg))
+    user_error("--preset %s: unknown preset; valid: %s", a.preset.c_str(), preset_names());
+  if (a.layers > 0) a.cfg.layers = a.layers;
+  if (a.dim > 0) a.cfg.dim = a.dim;
+  if (a.heads > 0) a.cfg.heads = a.heads;
+  if (a.cfg.dim % a.cfg.heads != 0)
+    user_error("--heads %d: must divide the width %d (--dim); e.g. --heads %d", a.cfg.heads,
+               a.cfg.dim, a.cfg.dim % 4 == 0 ? 4 : 1);
+  if (a.seq > a.cfg.ctx)
+    user_error("--seq %d: longer than the model's context %d (preset %s); use --seq %d or less",
+               a.seq, a.cfg.ctx, a.preset.c_str(), a.cfg.ctx);
+  if (a.precision == "fp32") a.dtype = DType::F32;
+  else if (a.precision == "bf16") a.dtype = DType::BF16;
+  else user_error("--precision %s: unknown precision; valid: fp32, bf16", a.precision.c_str());
+  if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
+    user_error("--device %s: unknown device; valid: auto, cpu, cuda", a.device.c_str());
+  if (a.matmul != "cublas" && a.matmul != "tiled")
+    user_error("--matmul %s: unknown matmul; valid: cublas, tiled", a.matmul.c_str());
+  if (a.offload_to != "cpu" && a.offload_to != "disk")
+    user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
+  if (a.offload_to == "disk" && a.offload_dir.empty())
+    user_error("--offload-to disk needs --offload-dir DIR (an existing, writable directory)");
+  // Outputs are checked now, not after an hour of training.
+  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--save-model", a.save_model},
+                                   {"--log-json", a.log_json}}) {
+    if (path.empty()) continue;
+    std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+    if (dir.empty()) dir = "/";
+    if (access(dir.c_str(), W_OK) != 0)
+      user_error("%s %s: cannot write to directory %s (%s); choose a writable path", flag, path.c_str(),
+                 dir.c_str(), strerror(errno));
+  }
+  if (a.data.empty()) a.data = default_data_path();
+  if (access(a.data.c_str(), R_OK) != 0)
+    user_error("--data %s: cannot read it (%s); give a readable text file", a.data.c_str(), strerror(errno));
+  return a;
+}
+
+}  // namespace nz

@@ -1,0 +1,97 @@
+// comm.h — collectives over MPI (and NCCL on GPUs), each one counted in the comm ledger.
+//
+// Determinism: every reduction adds the contributions in rank order 0, 1, ..., N-1, for every
+// element, whatever the collective. So all_reduce == reduce_scatter + all_gather bit for bit, and
+// every ZeRO stage computes the same numbers as plain data parallelism (DESIGN.md).
+//
+// How reduce_scatter does it on MPI: one in-place all-to-all moves every rank's contribution to
+// slice r onto rank r (each rank sends (N-1)/N of the buffer, the same volume as a ring), then
+// rank r adds the N contributions itself, left to right. No extra buffer: the caller's bucket is
+// the receive buffer.
+//
+// Buffer sizes are in elements of the given dtype. A "full" buffer is N * shard_elems elements;
+// slice r is elements [r * shard_elems, (r + 1) * shard_elems).
+#pragma once
+#include <mpi.h>  // MPI_Request
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+
+namespace nz {
+
+enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, kCount };
+constexpr int kNumCommOps = int(CommOp::kCount);
+const char* comm_op_name(CommOp op);
+
+struct CommCounts {
+  uint64_t calls = 0;
+  uint64_t elems_sent = 0;  // elements this rank sent (what the ZeRO formulas count)
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_recv = 0;
+};
+
+// What crossed the host<->device link (offload), counted by whoever copies.
+struct LinkCounts {
+  uint64_t to_host_bytes = 0, to_device_bytes = 0;
+  uint64_t to_host_elems = 0, to_device_elems = 0;
+};
+
+struct CommStats {
+  CommCounts op[kNumCommOps];
+  LinkCounts link;
+  // Model-state traffic: everything except the small scalar all-reduces (loss, norm, timings).
+  uint64_t model_elems_sent() const;
+  uint64_t model_bytes_sent() const;
+  CommStats operator-(const CommStats& o) const;
+  std::string to_json() const;
+};
+
+// A non-blocking collective in flight (stage3's prefetch).
+struct CommRequest {
+  MPI_Request req = MPI_REQUEST_NULL;
+  bool active() const { return req != MPI_REQUEST_NULL; }
+};
+
+class Comm {
+ public:
+  // MPI_Init once per process, then learn rank, size and the node-local rank.
+  Comm(int* argc, char*** argv);
+  ~Comm();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+
+  // Sum over ranks of `full` (N * shard_elems elements); this rank's slice of the sum lands in
+  // `out_shard`. `full` is used as the receive buffer and left overwritten. out_shard may be
+  // this rank's own slice of `full`.
+  void reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType dt);
+  // out_full = concatenation of every rank's shard. `shard` may be this rank's slice of out_full.
+  void all_gather(const void* shard, void* out_full, size_t shard_elems, DType dt);
+  CommRequest all_gather_start(const void* shard, void* out_full, size_t shard_elems, DType dt);
+  void wait(CommRequest& r);
+  // Sum over ranks, in place. elems must be a multiple of size() (units are padded to it).
+  void all_reduce(void* buf, size_t elems, DType dt);
+  void broadcast(void* buf, size_t bytes, int root);
+  void barrier();
+  // Sum n doubles over ranks, in rank order, in place (loss, squared norm). Counted as Scalars.
+  void sum_scalars(double* v, int n);
+  // Every rank's value, on every rank (per-rank peaks for the log line). Counted as Scalars.
+  std::vector<double> gather_scalar(double x);
+  // Every rank's string, concatenated on rank 0 (reports). Not counted.
+  std::string gather_strings(const std::string& mine, const char* separator);
+
+  const CommStats& stats() const { return stats_; }
+  void count_link(bool to_host, size_t elems, size_t bytes);
+
+ private:
+  void count(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv);
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  CommStats stats_;
+};
+
+}  // namespace nz

@@ -1,0 +1,239 @@
+// kernels_attention.cu — causal multi-head self-attention, forward and backward, as simple correct
+// kernels (no flash attention): the full (T,T) probability matrix is materialized, as the CPU
+// reference does, and one warp handles one row (or one column) of it.
+//
+// Layouts: qkv (B,T,3C) = [q | k | v] along the last axis, head h of each at channels
+// h*hs .. h*hs+hs-1 (hs = C/NH); att (B,NH,T,T); out (B,T,C) with head h at channels h*hs...
+//   scores[t][t2] = q[t]·k[t2] / sqrt(hs)   for t2 <= t (causal)
+//   att[t][t2]    = softmax over t2 of scores[t]      (0 above the diagonal)
+//   out[t]        = sum_t2 att[t][t2] v[t2]
+#include "cuda_common.cuh"  // load/store, warp_sum, warp_max, scratch_buffer, NZ_CUDA_CHECK_LAUNCH
+
+namespace nz {
+namespace cuda {
+namespace {
+
+constexpr int kMaxHeadSize = 256;                              // hs limit of the backward kernel
+constexpr int kHeadChunks = kMaxHeadSize / kWarpSize;          // per-lane accumulators there
+constexpr size_t kMaxRowSmemBytes = 48 * 1024;                 // default dynamic shared memory limit
+
+// Pointers to head h of position t of batch b in qkv (B,T,3C): which = 0 (q), 1 (k), 2 (v).
+template <class T>
+__device__ inline const T* qkv_head(const T* qkv, int b, int t, int h, int which, int Tn, int C, int hs) {
+  return qkv + (size_t(b) * Tn + t) * 3 * C + size_t(which) * C + size_t(h) * hs;
+}
+
+// x·y over n elements by a whole warp: lanes stride over the elements, then the butterfly.
+// Every lane gets the same value, and the same call always gives the same bits.
+template <class T>
+__device__ inline float warp_dot(const T* x, const T* y, int n) {
+  const int lane = threadIdx.x % kWarpSize;
+  float sum = 0.0f;
+  for (int i = lane; i < n; i += kWarpSize) sum += load(x[i]) * load(y[i]);
+  return warp_sum(sum);
+}
+
+// One warp per row (b,h,t) of att. The row's scores live in shared memory (Tn floats per warp).
+template <class T>
+__global__ void attention_forward_kernel(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
+  extern __shared__ float row_buffers[];  // (warps per block, Tn)
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps_per_block = blockDim.x / kWarpSize;
+  const size_t row = size_t(blockIdx.x) * warps_per_block + warp;  // ((b*NH + h)*Tn + t)
+  if (row >= size_t(B) * NH * Tn) return;  // whole warps only: the shuffles stay complete
+  const int t = int(row % Tn), h = int(row / Tn % NH), b = int(row / (size_t(Tn) * NH));
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf(float(hs));
+  float* p = row_buffers + size_t(warp) * Tn;
+  const T* q = qkv_head(qkv, b, t, h, 0, Tn, C, hs);
+
+  // 1. scores for t2 = 0..t, and their maximum (every lane holds the same values)
+  float max_score = -INFINITY;
+  for (int t2 = 0; t2 <= t; t2++) {
+    const float s = warp_dot(q, qkv_head(qkv, b, t2, h, 1, Tn, C, hs), hs) * scale;
+    if (lane == 0) p[t2] = s;
+    max_score = fmaxf(max_score, s);
+  }
+  __syncwarp();  // p[] written by lane 0 is read by all lanes below
+
+  // 2. exponentials (shifted by the maximum so none overflows) and their sum
+  float sum = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += kWarpSize) {
+    const float e = expf(p[t2] - max_score);
+    p[t2] = e;
+    sum += e;
+  }
+  const float inv_sum = 1.0f / warp_sum(sum);
+
+  // 3. probabilities, saved in att. p keeps them in fp32 (not rounded to bf16) for the weighted
+  //    sum below, as the CPU reference does.
+  T* att_row = att + row * Tn;
+  for (int t2 = lane; t2 < Tn; t2 += kWarpSize) {
+    if (t2 <= t) {
+      p[t2] *= inv_sum;
+      att_row[t2] = store<T>(p[t2]);
+    } else {
+      att_row[t2] = store<T>(0.0f);  // the future is masked
+    }
+  }
+  __syncwarp();
+
+  // 4. out[t] = sum_t2 att[t][t2] v[t2]: lanes over the head's channels, t2 in order
+  T* o = out + (size_t(b) * Tn + t) * C + size_t(h) * hs;
+  for (int i = lane; i < hs; i += kWarpSize) {
+    float acc = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) acc += p[t2] * load(qkv_head(qkv, b, t2, h, 2, Tn, C, hs)[i]);
+    o[i] = store<T>(acc);
+  }
+}
+
+// Backward. With datt[t][t2] = dout[t]·v[t2] and the softmax backward
+//   dscore[t][t2] = att[t][t2] * (datt[t][t2] - rowsum[t]),   rowsum[t] = sum_j att[t][j] datt[t][j]
+// the gradients are
+//   dq[t]  = scale * sum_{t2 <= t} dscore[t][t2] k[t2]      (a sum along row t)
+//   dk[t2] = scale * sum_{t >= t2} dscore[t][t2] q[t]       (a sum down column t2)
+//   dv[t2] =         sum_{t >= t2} att[t][t2]    dout[t]    (a sum down column t2)
+// Adding into dk, dv from every row would need atomics (order-dependent bits). Instead two kernels:
+// one warp per ROW computes rowsum[t] and dq[t]; then one warp per COLUMN recomputes
+// datt[t][t2] (the same warp_dot, so the same bits) and sums dk[t2], dv[t2] over t in order.
+
+// Kernel 1: one warp per row (b,h,t). Writes dq (overwrite) and rowsum (B,NH,T) to scratch.
+template <class T>
+__global__ void attention_backward_rows_kernel(T* dqkv, float* rowsums, const T* dout, const T* qkv,
+                                               const T* att, int B, int Tn, int C, int NH) {
+  extern __shared__ float row_buffers[];  // (warps per block, Tn): datt, then dscore
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps_per_block = blockDim.x / kWarpSize;
+  const size_t row = size_t(blockIdx.x) * warps_per_block + warp;
+  if (row >= size_t(B) * NH * Tn) return;
+  const int t = int(row % Tn), h = int(row / Tn % NH), b = int(row / (size_t(Tn) * NH));
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf(float(hs));
+  float* d = row_buffers + size_t(warp) * Tn;
+  const T* dout_t = dout + (size_t(b) * Tn + t) * C + size_t(h) * hs;
+  const T* att_row = att + row * Tn;
+
+  for (int t2 = 0; t2 <= t; t2++) {  // datt[t][t2]
+    const float datt = warp_dot(dout_t, qkv_head(qkv, b, t2, h, 2, Tn, C, hs), hs);
+    if (lane == 0) d[t2] = datt;
+  }
+  __syncwarp();
+  float partial = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += kWarpSize) partial += load(att_row[t2]) * d[t2];
+  const float rowsum = warp_sum(partial);
+  if (lane == 0) rowsums[row] = rowsum;
+  for (int t2 = lane; t2 <= t; t2 += kWarpSize) d[t2] = load(att_row[t2]) * (d[t2] - rowsum);
+  __syncwarp();
+
+  T* dq = dqkv + (size_t(b) * Tn + t) * 3 * C + size_t(h) * hs;
+  for (int i = lane; i < hs; i += kWarpSize) {
+    float acc = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) acc += d[t2] * load(qkv_head(qkv, b, t2, h, 1, Tn, C, hs)[i]);
+    dq[i] = store<T>(acc * scale);
+  }
+}
+
+// Kernel 2: one warp per column (b,h,t2). Writes dk[t2] and dv[t2] (overwrite). Lane l keeps the
+// accumulators of channels l, l+32, ... in registers (hs <= kMaxHeadSize).
+template <class T>
+__global__ void attention_backward_columns_kernel(T* dqkv, const float* rowsums, const T* dout,
+                                                  const T* qkv, const T* att, int B, int Tn, int C,
+                                                  int NH) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps_per_block = blockDim.x / kWarpSize;
+  const size_t col = size_t(blockIdx.x) * warps_per_block + warp;  // ((b*NH + h)*Tn + t2)
+  if (col >= size_t(B) * NH * Tn) return;
+  const int t2 = int(col % Tn), h = int(col / Tn % NH), b = int(col / (size_t(Tn) * NH));
+  const size_t bh = col / Tn;  // b*NH + h
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf(float(hs));
+  const T* v_t2 = qkv_head(qkv, b, t2, h, 2, Tn, C, hs);
+
+  float dk[kHeadChunks] = {}, dv[kHeadChunks] = {};
+  for (int t = t2; t < Tn; t++) {
+    const size_t row = bh * Tn + t;
+    const float a = load(att[row * Tn + t2]);
+    const T* dout_t = dout + (size_t(b) * Tn + t) * C + size_t(h) * hs;
+    const float datt = warp_dot(dout_t, v_t2, hs);  // bit-identical to kernel 1's value
+    const float dscore = a * (datt - rowsums[row]);
+    const T* q_t = qkv_head(qkv, b, t, h, 0, Tn, C, hs);
+#pragma unroll
+    for (int j = 0; j < kHeadChunks; j++) {
+      const int i = lane + j * kWarpSize;
+      if (i < hs) {
+        dk[j] += dscore * load(q_t[i]);
+        dv[j] += a * load(dout_t[i]);
+      }
+    }
+  }
+  T* dk_out = dqkv + (size_t(b) * Tn + t2) * 3 * C + C + size_t(h) * hs;
+  T* dv_out = dk_out + C;
+#pragma unroll
+  for (int j = 0; j < kHeadChunks; j++) {
+    const int i = lane + j * kWarpSize;
+    if (i < hs) {
+      dk_out[i] = store<T>(dk[j] * scale);
+      dv_out[i] = store<T>(dv[j]);
+    }
+  }
+}
+
+// Warps per block for the row kernels: up to 4, fewer when a row buffer is large.
+int row_kernel_warps(int Tn) {
+  const size_t row_bytes = size_t(Tn) * sizeof(float);
+  NZ_CHECK(row_bytes <= kMaxRowSmemBytes,
+           "attention: T = %d needs %zu bytes of shared memory per row, at most %zu are available",
+           Tn, row_bytes, kMaxRowSmemBytes);
+  size_t warps = kMaxRowSmemBytes / row_bytes;
+  return int(warps < 4 ? warps : 4);
+}
+
+void check_heads(int C, int NH) {
+  NZ_CHECK(NH > 0 && C % NH == 0, "attention: C = %d is not divisible by NH = %d", C, NH);
+  NZ_CHECK(C / NH <= kMaxHeadSize, "attention: head size %d exceeds the CUDA kernel's limit %d",
+           C / NH, kMaxHeadSize);
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
+  check_heads(C, NH);
+  const size_t rows = size_t(B) * NH * Tn;
+  if (rows == 0) return;
+  const int warps = row_kernel_warps(Tn);
+  const unsigned blocks = unsigned(ceil_div(rows, warps));
+  const size_t smem = size_t(warps) * Tn * sizeof(float);
+  attention_forward_kernel<T><<<blocks, warps * kWarpSize, smem>>>(out, att, qkv, B, Tn, C, NH);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
+                        int NH) {
+  check_heads(C, NH);
+  const size_t rows = size_t(B) * NH * Tn;
+  if (rows == 0) return;
+  float* rowsums = static_cast<float*>(scratch_buffer(rows * sizeof(float)));  // (B,NH,T)
+
+  const int warps = row_kernel_warps(Tn);
+  const size_t smem = size_t(warps) * Tn * sizeof(float);
+  attention_backward_rows_kernel<T><<<unsigned(ceil_div(rows, warps)), warps * kWarpSize, smem>>>(
+      dqkv, rowsums, dout, qkv, att, B, Tn, C, NH);
+  NZ_CUDA_CHECK_LAUNCH();
+
+  const int column_warps = 4;
+  attention_backward_columns_kernel<T><<<unsigned(ceil_div(rows, column_warps)), column_warps * kWarpSize>>>(
+      dqkv, rowsums, dout, qkv, att, B, Tn, C, NH);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+#define NZ_INSTANTIATE(T)                                                                       \
+  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                     \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);
+NZ_INSTANTIATE(float)
+NZ_INSTANTIATE(bf16)
+#undef NZ_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace nz

@@ -1,0 +1,220 @@
+// kernels_elementwise.cu — the ops where each output element depends on a few inputs: embedding
+// (forward and its gather-style backward), GELU, residual, cast, gradient accumulation, AdamW.
+// Most are one grid-stride loop: thread i handles elements i, i + (all threads), ...
+#include "cuda_common.cuh"  // load/store, grid_for, NZ_CUDA_CHECK_LAUNCH
+
+namespace nz {
+namespace cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+// The grid-stride loop: for (i = this thread; i < n; i += threads in the grid)
+#define NZ_GRID_STRIDE_LOOP(i, n)                                                    \
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n);            \
+       i += size_t(gridDim.x) * blockDim.x)
+
+// ---- embedding ----
+// out (B,T,C) = wte[tokens[b,t]] + wpe[t]
+template <class T>
+__global__ void embedding_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe,
+                                         int Tn, int C, size_t total) {
+  NZ_GRID_STRIDE_LOOP(i, total) {
+    const size_t bt = i / C;
+    const int c = int(i % C), t = int(bt % Tn);
+    out[i] = store<T>(load(wte[size_t(tokens[bt]) * C + c]) + load(wpe[size_t(t) * C + c]));
+  }
+}
+
+// dwte[tokens[b,t]] += dout[b,t]. The same token can appear many times, so threads that add
+// into the same row would race. Instead of atomics (order-dependent bits), each thread owns a set
+// of wte elements outright: thread (c, bucket) owns channel c of every token id with
+// id % num_buckets == bucket, and walks all (b,t) positions in order, adding the ones it owns.
+// So each dwte element gets its contributions in (b,t) order — the CPU reference's serial order.
+constexpr int kTokenBuckets = 32;  // gridDim.y: more buckets, more parallelism, more re-reads of tokens
+template <class T>
+__global__ void embedding_backward_wte_kernel(T* dwte, const T* dout, const int* tokens, int BT, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int bucket = blockIdx.y;
+  if (c >= C) return;
+  for (int bt = 0; bt < BT; bt++) {
+    const int token = tokens[bt];  // the same address for the whole warp: one broadcast read
+    if (token % kTokenBuckets != bucket) continue;
+    T* dst = dwte + size_t(token) * C + c;
+    *dst = store<T>(load(*dst) + load(dout[size_t(bt) * C + c]));
+  }
+}
+
+// dwpe[t] += sum_b dout[b,t]: one thread per (t,c) sums b = 0, 1, ... in order, then adds the sum
+// to the gradient once (one rounding in bf16), like the CPU reference.
+template <class T>
+__global__ void embedding_backward_wpe_kernel(T* dwpe, const T* dout, int B, int Tn, int C) {
+  const size_t total = size_t(Tn) * C;
+  NZ_GRID_STRIDE_LOOP(i, total) {  // i = t*C + c
+    float sum = 0.0f;
+    for (int b = 0; b < B; b++) sum += load(dout[size_t(b) * total + i]);
+    dwpe[i] = store<T>(load(dwpe[i]) + sum);
+  }
+}
+
+// ---- GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ----
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+template <class T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, size_t n) {
+  NZ_GRID_STRIDE_LOOP(i, n) {
+    const float x = load(inp[i]);
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    out[i] = store<T>(0.5f * x * (1.0f + tanhf(u)));
+  }
+}
+
+// d gelu / dx = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx,   du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+template <class T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
+  NZ_GRID_STRIDE_LOOP(i, n) {
+    const float x = load(inp[i]);
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float th = tanhf(u);
+    const float sech2 = 1.0f - th * th;
+    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
+    dinp[i] = store<T>(grad * load(dout[i]));
+  }
+}
+
+// ---- residual: out = a + b (out may alias a or b: each element is read, then written, by one thread)
+template <class T>
+__global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t n) {
+  NZ_GRID_STRIDE_LOOP(i, n) out[i] = store<T>(load(a[i]) + load(b[i]));
+}
+
+// ---- cast: dst = src converted; float -> bf16 rounds to nearest even (nz::store) ----
+template <class D, class S>
+__global__ void cast_kernel(D* dst, const S* src, size_t n) {
+  NZ_GRID_STRIDE_LOOP(i, n) dst[i] = store<D>(load(src[i]));
+}
+
+// ---- accumulate: dst = (first ? 0 : dst) + src * scale ----
+template <class T>
+__global__ void accumulate_kernel(T* dst, const T* src, size_t n, float scale, bool first) {
+  NZ_GRID_STRIDE_LOOP(i, n) {
+    const float add = load(src[i]) * scale;
+    dst[i] = store<T>(first ? add : load(dst[i]) + add);
+  }
+}
+
+// ---- AdamW on fp32 master weights; the gradient may be bf16 ----
+// bias_correction1 = 1 - beta1^t and bias_correction2 = 1 - beta2^t are computed once on the host.
+template <class T>
+__global__ void adamw_kernel(float* p, float* m, float* v, const T* g, size_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float bias_correction1, float bias_correction2) {
+  NZ_GRID_STRIDE_LOOP(i, n) {
+    const float grad = load(g[i]) * grad_scale;  // grad_scale: global-norm clipping
+    const float mi = beta1 * m[i] + (1.0f - beta1) * grad;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    const float m_hat = mi / bias_correction1, v_hat = vi / bias_correction2;
+    // Decoupled weight decay: the decay term uses the parameter, not the gradient.
+    p[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[i]);
+  }
+}
+
+}  // namespace
+
+// ---- the launchers (declared in kernel_decls.inc) ----
+
+template <class T>
+void embedding_forward(T* out, const int* tokens, const T* wte, const T* wpe, int B, int Tn, int C) {
+  const size_t total = size_t(B) * Tn * C;
+  if (total == 0) return;
+  embedding_forward_kernel<T><<<grid_for(total, kBlock), kBlock>>>(out, tokens, wte, wpe, Tn, C, total);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int B, int Tn, int C) {
+  if (size_t(B) * Tn * C == 0) return;
+  if (dwte) {
+    const int block = 128;
+    const dim3 grid(unsigned(ceil_div(C, block)), kTokenBuckets);
+    embedding_backward_wte_kernel<T><<<grid, block>>>(dwte, dout, tokens, B * Tn, C);
+    NZ_CUDA_CHECK_LAUNCH();
+  }
+  if (dwpe) {
+    embedding_backward_wpe_kernel<T><<<grid_for(size_t(Tn) * C, kBlock), kBlock>>>(dwpe, dout, B, Tn, C);
+    NZ_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <class T>
+void gelu_forward(T* out, const T* inp, size_t n) {
+  if (n == 0) return;
+  gelu_forward_kernel<T><<<grid_for(n, kBlock), kBlock>>>(out, inp, n);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
+  if (n == 0) return;
+  gelu_backward_kernel<T><<<grid_for(n, kBlock), kBlock>>>(dinp, inp, dout, n);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, size_t n) {
+  if (n == 0) return;
+  residual_forward_kernel<T><<<grid_for(n, kBlock), kBlock>>>(out, a, b, n);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class D, class S>
+void cast(D* dst, const S* src, size_t n) {
+  if (n == 0) return;
+  cast_kernel<D, S><<<grid_for(n, kBlock), kBlock>>>(dst, src, n);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
+  if (n == 0) return;
+  accumulate_kernel<T><<<grid_for(n, kBlock), kBlock>>>(dst, src, n, scale, first);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void adamw_update(float* p, float* m, float* v, const T* g, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, float grad_scale, int t) {
+  if (n == 0) return;
+  const float bias_correction1 = 1.0f - powf(beta1, float(t));
+  const float bias_correction2 = 1.0f - powf(beta2, float(t));
+  adamw_kernel<T><<<grid_for(n, kBlock), kBlock>>>(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay,
+                                                  grad_scale, bias_correction1, bias_correction2);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+#define NZ_INSTANTIATE(T)                                                                          \
+  template void embedding_forward<T>(T*, const int*, const T*, const T*, int, int, int);           \
+  template void embedding_backward<T>(T*, T*, const T*, const int*, int, int, int);                \
+  template void gelu_forward<T>(T*, const T*, size_t);                                             \
+  template void gelu_backward<T>(T*, const T*, const T*, size_t);                                  \
+  template void residual_forward<T>(T*, const T*, const T*, size_t);                               \
+  template void accumulate<T>(T*, const T*, size_t, float, bool);                                  \
+  template void adamw_update<T>(float*, float*, float*, const T*, size_t, float, float, float,     \
+                                float, float, float, int);
+NZ_INSTANTIATE(float)
+NZ_INSTANTIATE(bf16)
+#undef NZ_INSTANTIATE
+
+template void cast<float, bf16>(float*, const bf16*, size_t);
+template void cast<bf16, float>(bf16*, const float*, size_t);
+template void cast<float, float>(float*, const float*, size_t);
+template void cast<bf16, bf16>(bf16*, const bf16*, size_t);
+
+#undef NZ_GRID_STRIDE_LOOP
+
+}  // namespace cuda
+}  // namespace nz

@@ -1,0 +1,153 @@
+// kernels_layernorm.cu — layer normalization over the last axis, forward and backward.
+//   norm = (x - mean) * rstd,   rstd = 1 / sqrt(var + 1e-5),   out = norm * w + b
+// Rows are independent, so one warp handles one row: its 32 lanes stride over the C channels and
+// combine their partial sums with the warp butterfly (warp_sum), a fixed order.
+#include "cuda_common.cuh"  // load/store, warp_sum, NZ_CUDA_CHECK_LAUNCH
+
+namespace nz {
+namespace cuda {
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr int kWarpsPerBlock = 8;  // rows per block of the row kernels
+
+// inp, out (N,C); mean, rstd (N) saved for the backward; b may be null.
+template <class T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w,
+                                         const T* b, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;  // the same for the whole warp, so the shuffles below stay complete
+  const T* x = inp + size_t(row) * C;
+
+  // Two passes (mean, then the mean of squared deviations): no cancellation, unlike E[x^2]-E[x]^2.
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) sum += load(x[c]);
+  const float m = warp_sum(sum) / C;
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float d = load(x[c]) - m;
+    sq += d * d;
+  }
+  const float var = warp_sum(sq) / C;
+  const float s = 1.0f / sqrtf(var + kLayerNormEps);
+
+  T* y = out + size_t(row) * C;
+  for (int c = lane; c < C; c += kWarpSize) {
+    float v = (load(x[c]) - m) * s * load(w[c]);
+    if (b) v += load(b[c]);
+    y[c] = store<T>(v);
+  }
+  if (lane == 0) {  // (null mean/rstd: nothing saved, e.g. for inference)
+    if (mean) mean[row] = m;
+    if (rstd) rstd[row] = s;
+  }
+}
+
+// dinp (N,C), overwritten:   with g = w * dout,
+//   dinp = (g - mean_c(g) - norm * mean_c(g * norm)) * rstd
+// (the two means are the gradient flowing through the row's mean and variance).
+template <class T>
+__global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp, const T* w,
+                                                const float* mean, const float* rstd, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const T* x = inp + size_t(row) * C;
+  const T* dy = dout + size_t(row) * C;
+  const float m = mean[row], s = rstd[row];
+
+  float g_sum = 0.0f, g_norm_sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float norm = (load(x[c]) - m) * s;
+    const float g = load(w[c]) * load(dy[c]);
+    g_sum += g;
+    g_norm_sum += g * norm;
+  }
+  const float g_mean = warp_sum(g_sum) / C;
+  const float g_norm_mean = warp_sum(g_norm_sum) / C;
+
+  T* dx = dinp + size_t(row) * C;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float norm = (load(x[c]) - m) * s;
+    const float g = load(w[c]) * load(dy[c]);
+    dx[c] = store<T>((g - g_mean - norm * g_norm_mean) * s);
+  }
+}
+
+// dw (C) += sum_n dout * norm,   db (C) += sum_n dout   (either may be null).
+// Sums over rows, so the work is split by column instead: block (32,32), threadIdx.x picks the
+// column (a warp reads 32 neighbouring channels), threadIdx.y one of 32 row groups; each thread
+// sums rows y, y+32, ... in order, then the 32 partials are added in a fixed tree. No atomics.
+template <class T>
+__global__ void layernorm_backward_params_kernel(T* dw, T* db, const T* dout, const T* inp,
+                                                 const float* mean, const float* rstd, int N, int C) {
+  __shared__ float dw_part[kWarpSize][kWarpSize + 1];
+  __shared__ float db_part[kWarpSize][kWarpSize + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * kWarpSize + tx;
+  float dw_sum = 0.0f, db_sum = 0.0f;
+  if (c < C) {
+    for (int n = ty; n < N; n += kWarpSize) {
+      const float dy = load(dout[size_t(n) * C + c]);
+      const float norm = (load(inp[size_t(n) * C + c]) - mean[n]) * rstd[n];
+      dw_sum += dy * norm;
+      db_sum += dy;
+    }
+  }
+  dw_part[ty][tx] = dw_sum;
+  db_part[ty][tx] = db_sum;
+  __syncthreads();
+  for (int half = kWarpSize / 2; half > 0; half /= 2) {
+    if (ty < half) {
+      dw_part[ty][tx] += dw_part[ty + half][tx];
+      db_part[ty][tx] += db_part[ty + half][tx];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && c < C) {
+    if (dw) dw[c] = store<T>(load(dw[c]) + dw_part[0][tx]);
+    if (db) db[c] = store<T>(load(db[c]) + db_part[0][tx]);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void layernorm_forward(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* inp, const T* w, const T* b,
+                       int N, int C) {
+  if (N == 0) return;
+  const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
+  layernorm_forward_kernel<T><<<blocks, kWarpsPerBlock * kWarpSize>>>(out, mean, rstd, inp, w, b, N, C);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                        const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C) {
+  if (N == 0 || C == 0) return;
+  if (dinp) {
+    const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
+    layernorm_backward_input_kernel<T><<<blocks, kWarpsPerBlock * kWarpSize>>>(dinp, dout, inp, w, mean,
+                                                                              rstd, N, C);
+    NZ_CUDA_CHECK_LAUNCH();
+  }
+  if (dw || db) {
+    const unsigned blocks = unsigned(ceil_div(C, kWarpSize));
+    layernorm_backward_params_kernel<T><<<blocks, dim3(kWarpSize, kWarpSize)>>>(dw, db, dout, inp, mean,
+                                                                              rstd, N, C);
+    NZ_CUDA_CHECK_LAUNCH();
+  }
+}
+
+#define NZ_INSTANTIATE(T)                                                                        \
+  template void layernorm_forward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, \
+                                     int);                                                       \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,  \
+                                      const acc_t<T>*, int, int);
+NZ_INSTANTIATE(float)
+NZ_INSTANTIATE(bf16)
+#undef NZ_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace nz

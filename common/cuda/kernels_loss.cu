@@ -1,0 +1,117 @@
+// kernels_loss.cu — the fused softmax + cross-entropy at the end of the model, and the sum of
+// squares that the global gradient norm (clipping) is built from.
+#include "cuda_common.cuh"  // load/store, block_sum, block_max, scratch_buffer, NZ_CUDA_CHECK
+
+namespace nz {
+namespace cuda {
+namespace {
+
+// ---- softmax + cross-entropy ----
+// One block per row of logits (BT,V): V is large (50257 for GPT-2), so 512 threads share a row.
+// Three passes over the row: maximum, sum of exp(x - max), then probabilities.
+//   loss = -log softmax(x)[target] = log(sum) - (x[target] - max)   (no log of a tiny probability)
+constexpr int kSoftmaxBlock = 512;
+
+template <class T>
+__global__ void softmax_xent_forward_kernel(float* losses, T* probs, const T* logits,
+                                            const int* targets, int V) {
+  const size_t row = blockIdx.x;
+  const T* x = logits + row * V;
+  T* p = probs + row * V;
+  // Read the target's logit first: when probs aliases logits, pass 3 overwrites it.
+  const int target = targets[row];
+  const float x_target = load(x[target]);
+
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, load(x[i]));
+  const float row_max = block_max(m);
+
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(load(x[i]) - row_max);
+  const float sum = block_sum(s);  // its __syncthreads: every thread has read all of x by now
+
+  const float inv_sum = 1.0f / sum;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = store<T>(expf(load(x[i]) - row_max) * inv_sum);
+  if (threadIdx.x == 0) losses[row] = logf(sum) - (x_target - row_max);
+}
+
+// dlogits (BT,V) = (probs - onehot(target)) * dloss; dlogits may alias probs (same element, same thread)
+template <class T>
+__global__ void softmax_xent_backward_kernel(T* dlogits, const T* probs, const int* targets,
+                                             float dloss, int V, size_t total) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const size_t row = i / V;
+    const int v = int(i % V);
+    const float indicator = v == targets[row] ? 1.0f : 0.0f;
+    dlogits[i] = store<T>((load(probs[i]) - indicator) * dloss);
+  }
+}
+
+// ---- sum of squares, in double, deterministically ----
+// Pass 1: a FIXED grid (kSumBlocks x kSumThreads, whatever n is) — thread j adds x[j],
+// x[j + 65536], ... in order, then each block sums its threads in a fixed tree.
+// Pass 2: one block adds the kSumBlocks partial sums in a fixed tree.
+// The order of every addition depends only on n, so the result has the same bits every run.
+constexpr int kSumBlocks = 256;
+constexpr int kSumThreads = 256;
+
+template <class T>
+__global__ void sum_squares_partial_kernel(double* partials, const T* x, size_t n) {
+  double acc = 0.0;
+  for (size_t i = blockIdx.x * size_t(kSumThreads) + threadIdx.x; i < n; i += size_t(kSumBlocks) * kSumThreads) {
+    const double v = load(x[i]);
+    acc += v * v;
+  }
+  const double block_total = block_sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = block_total;
+}
+
+__global__ void sum_partials_kernel(double* result, const double* partials) {
+  const double total = block_sum(partials[threadIdx.x]);  // blockDim.x == kSumBlocks
+  if (threadIdx.x == 0) *result = total;
+}
+
+}  // namespace
+
+template <class T>
+void softmax_xent_forward(acc_t<T>* losses, T* probs, const T* logits, const int* targets, int BT,
+                          int V) {
+  if (BT == 0) return;
+  softmax_xent_forward_kernel<T><<<BT, kSoftmaxBlock>>>(losses, probs, logits, targets, V);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void softmax_xent_backward(T* dlogits, const T* probs, const int* targets, float dloss, int BT, int V) {
+  const size_t total = size_t(BT) * V;
+  if (total == 0) return;
+  softmax_xent_backward_kernel<T><<<grid_for(total, 256), 256>>>(dlogits, probs, targets, dloss, V, total);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+double sum_squares(const T* x, size_t n) {
+  if (n == 0) return 0.0;
+  // (kSumBlocks partial sums, then the result) in the kernels' scratch buffer
+  double* partials = static_cast<double*>(scratch_buffer((kSumBlocks + 1) * sizeof(double)));
+  double* result = partials + kSumBlocks;
+  sum_squares_partial_kernel<T><<<kSumBlocks, kSumThreads>>>(partials, x, n);
+  NZ_CUDA_CHECK_LAUNCH();
+  sum_partials_kernel<<<1, kSumBlocks>>>(result, partials);
+  NZ_CUDA_CHECK_LAUNCH();
+  double host_result = 0.0;
+  NZ_CUDA_CHECK(cudaMemcpy(&host_result, result, sizeof(double), cudaMemcpyDeviceToHost));  // waits
+  return host_result;
+}
+
+#define NZ_INSTANTIATE(T)                                                                         \
+  template void softmax_xent_forward<T>(acc_t<T>*, T*, const T*, const int*, int, int);           \
+  template void softmax_xent_backward<T>(T*, const T*, const int*, float, int, int);              \
+  template double sum_squares<T>(const T*, size_t);
+NZ_INSTANTIATE(float)
+NZ_INSTANTIATE(bf16)
+#undef NZ_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace nz

@@ -1,0 +1,168 @@
+// kernels_matmul.cu — the linear layer on the GPU: matmul_forward and matmul_backward, dispatching
+// to either the tiled shared-memory kernel below or cuBLAS (matmul_cublas.cu); the bias kernels
+// are shared by both.
+#include "cuda_backend.h"   // MatmulImpl, set_matmul_impl
+#include "cuda_common.cuh"  // load/store, NZ_CUDA_CHECK_LAUNCH
+#include "matmul_cublas.h"  // cublas_matmul_forward, cublas_matmul_dinp, cublas_matmul_dweight
+
+namespace nz {
+namespace cuda {
+
+static MatmulImpl g_matmul_impl = MatmulImpl::Cublas;
+void set_matmul_impl(MatmulImpl impl) { g_matmul_impl = impl; }
+MatmulImpl matmul_impl() { return g_matmul_impl; }
+
+namespace {
+
+// ---- begin tiled matmul ----
+// Y (M,N) = X (M,K) · Z (K,N), one 32x32 tile of Y per block.
+//
+// A plain kernel would read every element of X and Z from global memory N and M times. Here a
+// block stages a 32x32 tile of X and a 32x32 tile of Z in shared memory, and every thread reads
+// them from there 32 times: global traffic drops by the tile size. The block walks along K one tile
+// pair at a time. A block has 32 x 8 threads; thread (tx,ty) computes the 4 outputs of column tx in
+// rows ty, ty+8, ty+16, ty+24 of the tile, so each value read from the Z tile is used 4 times.
+//
+// X and Z are read through (row, column) strides, so one kernel serves all three products of a
+// linear layer without transposing anything in memory:
+//   forward  out  (N,OC)  = inp (N,C)   · w^T   X(m,k) = inp[m*C + k]    Z(k,n) = w[n*C + k]
+//   backward dinp (N,C)   = dout (N,OC) · w     X(m,k) = dout[m*OC + k]  Z(k,n) = w[k*C + n]
+//   backward dw   (OC,C) += dout^T      · inp   X(m,k) = dout[k*OC + m]  Z(k,n) = inp[k*C + n]
+// Edges: tiles that hang over M, N or K are padded with zeros, so any size works.
+// Each output is one thread's sum over k in increasing order: the same bits every run.
+constexpr int kTile = 32;
+constexpr int kTileRowsPerPass = 8;                         // blockDim.y
+constexpr int kRowsPerThread = kTile / kTileRowsPerPass;    // 4
+
+struct Strided {  // element (r, c) of a matrix lives at ptr[r * row_stride + c * col_stride]
+  long row_stride, col_stride;
+};
+
+template <class T>
+__global__ void matmul_tiled_kernel(T* Y, const T* X, Strided xs, const T* Z, Strided zs,
+                                    const T* bias, int M, int N, int K, bool accumulate) {
+  // +1 column: threads of a warp that write down a column of the tile hit different memory banks.
+  __shared__ float Xt[kTile][kTile + 1];  // Xt[m][k] = X(m0 + m, k0 + k)
+  __shared__ float Zt[kTile][kTile + 1];  // Zt[k][n] = Z(k0 + k, n0 + n)
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
+
+  float acc[kRowsPerThread] = {};
+  for (int k0 = 0; k0 < K; k0 += kTile) {
+    // Stage the two tiles (each thread loads 4 elements of each). Consecutive threads (tx) should
+    // read consecutive addresses, so tx runs along whichever index is contiguous in memory.
+    for (int r = ty; r < kTile; r += kTileRowsPerPass) {
+      const bool x_k_contiguous = xs.col_stride == 1;
+      const int xm = x_k_contiguous ? r : tx, xk = x_k_contiguous ? tx : r;
+      const int m = m0 + xm, kx = k0 + xk;
+      Xt[xm][xk] = (m < M && kx < K) ? load(X[m * xs.row_stride + kx * xs.col_stride]) : 0.0f;
+
+      const bool z_n_contiguous = zs.col_stride == 1;
+      const int zk = z_n_contiguous ? r : tx, zn = z_n_contiguous ? tx : r;
+      const int kz = k0 + zk, n = n0 + zn;
+      Zt[zk][zn] = (kz < K && n < N) ? load(Z[kz * zs.row_stride + n * zs.col_stride]) : 0.0f;
+    }
+    __syncthreads();  // the tiles are complete
+    for (int k = 0; k < kTile; k++) {
+      const float z = Zt[k][tx];
+      for (int i = 0; i < kRowsPerThread; i++) acc[i] += Xt[ty + i * kTileRowsPerPass][k] * z;
+    }
+    __syncthreads();  // everyone is done with the tiles before they are overwritten
+  }
+
+  const int n = n0 + tx;
+  for (int i = 0; i < kRowsPerThread; i++) {
+    const int m = m0 + ty + i * kTileRowsPerPass;
+    if (m >= M || n >= N) continue;
+    float y = acc[i];
+    if (bias) y += load(bias[n]);
+    T* dst = Y + long(m) * N + n;
+    if (accumulate) y += load(*dst);
+    *dst = store<T>(y);
+  }
+}
+
+template <class T>
+void matmul_tiled(T* Y, const T* X, Strided xs, const T* Z, Strided zs, const T* bias, int M, int N,
+                  int K, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  const dim3 block(kTile, kTileRowsPerPass);
+  const dim3 grid(unsigned(ceil_div(N, kTile)), unsigned(ceil_div(M, kTile)));
+  matmul_tiled_kernel<T><<<grid, block>>>(Y, X, xs, Z, zs, bias, M, N, K, accumulate);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+// ---- end tiled matmul ----
+
+// out (N,OC) = bias broadcast over the rows; cuBLAS then adds inp·w^T to it (beta = 1), so the sum
+// is rounded once, as in the tiled kernel.
+template <class T>
+__global__ void broadcast_bias_kernel(T* out, const T* bias, int N, int OC) {
+  const size_t total = size_t(N) * OC;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total;
+       i += size_t(gridDim.x) * blockDim.x)
+    out[i] = bias[i % OC];
+}
+
+// dbias (OC) += sum over rows of dout (N,OC). Block (32,32): threadIdx.x picks a column (reads of a
+// warp are contiguous), threadIdx.y one of 32 row groups; each thread sums rows y, y+32, ... in
+// order, then the 32 partial sums are added in a fixed tree. No atomics: the same bits every run.
+template <class T>
+__global__ void bias_grad_kernel(T* dbias, const T* dout, int N, int OC) {
+  __shared__ float partial[kWarpSize][kWarpSize + 1];
+  const int col = blockIdx.x * kWarpSize + threadIdx.x;
+  float sum = 0.0f;
+  if (col < OC)
+    for (int n = threadIdx.y; n < N; n += kWarpSize) sum += load(dout[long(n) * OC + col]);
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = kWarpSize / 2; half > 0; half /= 2) {
+    if (threadIdx.y < half) partial[threadIdx.y][threadIdx.x] += partial[threadIdx.y + half][threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && col < OC) dbias[col] = store<T>(load(dbias[col]) + partial[0][threadIdx.x]);
+}
+
+}  // namespace
+
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
+  if (N == 0 || OC == 0) return;
+  if (g_matmul_impl == MatmulImpl::Tiled) {
+    matmul_tiled(out, inp, Strided{C, 1}, w, Strided{1, C}, bias, N, OC, C, false);
+    return;
+  }
+  if (bias) {
+    broadcast_bias_kernel<T><<<grid_for(size_t(N) * OC, 256), 256>>>(out, bias, N, OC);
+    NZ_CUDA_CHECK_LAUNCH();
+  }
+  cublas_matmul_forward(out, inp, w, N, C, OC, /*accumulate=*/bias != nullptr);
+}
+
+template <class T>
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N, int C,
+                     int OC) {
+  if (N == 0) return;  // nothing flows back; weight gradients are unchanged
+  const bool tiled = g_matmul_impl == MatmulImpl::Tiled;
+  if (dinp) {  // dinp (N,C) = dout (N,OC) · w (OC,C)
+    if (tiled) matmul_tiled(dinp, dout, Strided{OC, 1}, w, Strided{C, 1}, (const T*)nullptr, N, C, OC, false);
+    else cublas_matmul_dinp(dinp, dout, w, N, C, OC);
+  }
+  if (dw) {  // dw (OC,C) += dout^T (OC,N) · inp (N,C)
+    if (tiled) matmul_tiled(dw, dout, Strided{1, OC}, inp, Strided{C, 1}, (const T*)nullptr, OC, C, N, true);
+    else cublas_matmul_dweight(dw, dout, inp, N, C, OC);
+  }
+  if (dbias && OC > 0) {
+    bias_grad_kernel<T><<<unsigned(ceil_div(OC, kWarpSize)), dim3(kWarpSize, kWarpSize)>>>(dbias, dout, N, OC);
+    NZ_CUDA_CHECK_LAUNCH();
+  }
+}
+
+#define NZ_INSTANTIATE(T)                                                                         \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);               \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);
+NZ_INSTANTIATE(float)
+NZ_INSTANTIATE(bf16)
+#undef NZ_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace nz

@@ -1,0 +1,40 @@
+// data.h — a byte-level loader over any text file: deterministic, each rank reads its part of the
+// global batch, and a train/validation split (the last 10% of the file is validation).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nz {
+
+class DataLoader {
+ public:
+  // Reads the whole file. Exits with code 2 and one line when it is unreadable or shorter than
+  // one batch (B*T+1 training bytes and T+1 validation bytes).
+  DataLoader(const std::string& path, int B, int T, uint64_t seed);
+
+  // Micro-batch k of optimizer step `step` for `rank` of `world`: B windows of T tokens, targets
+  // shifted by one. Window i of the global batch starts at a pseudo-random offset drawn from i
+  // alone, with i = ((step * accum + k) * world + rank) * B + b. So N ranks with batch B see
+  // exactly the windows 1 rank with batch N*B sees, and accum K with batch B those of batch K*B.
+  void train_batch(long step, int k, int accum, int world, int rank, int* tokens, int* targets) const;
+
+  // Validation: consecutive non-overlapping windows of T tokens from the validation split.
+  int num_val_windows() const;
+  void val_window(int j, int* tokens, int* targets) const;
+
+  // Cross-entropy (nats/byte) of the validation split under the training split's byte frequencies
+  // (add-one smoothing): the loss a model that ignores context would reach.
+  double unigram_baseline() const;
+
+  size_t train_bytes() const { return train_end_; }
+  size_t val_bytes() const { return bytes_.size() - train_end_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+  size_t train_end_ = 0;
+  int B_, T_;
+  uint64_t seed_;
+};
+
+}  // namespace nz

@@ -1,0 +1,108 @@
+// device.cpp — CPU/CUDA selection and raw memory. Without CUDA compiled in, the cuda_rt hooks are
+// stubs that report "no GPU".
+#include "device.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "check.h"
+
+namespace nz {
+
+static Device g_device = Device::CPU;
+
+const char* location_name(Location l) {
+  switch (l) {
+    case Location::Device: return "device";
+    case Location::Host: return "host";
+    case Location::Disk: return "disk";
+  }
+  return "?";
+}
+
+Device current_device() { return g_device; }
+
+Device select_device(const char* choice, int local_rank, bool verbose) {
+  std::string c = choice ? choice : "auto";
+  int gpus = cuda_rt::compiled() ? cuda_rt::device_count() : 0;
+  if (c == "cpu") {
+    g_device = Device::CPU;
+  } else if (c == "cuda") {
+    if (!cuda_rt::compiled())
+      user_error("--device cuda: this build has no CUDA backend (nvcc was not on PATH when it was "
+                 "built); rebuild with nvcc available, or use --device cpu");
+    if (gpus == 0)
+      user_error("--device cuda: no CUDA GPU is visible (no device or no driver); use --device cpu "
+                 "or --device auto");
+    g_device = Device::CUDA;
+  } else {  // auto
+    g_device = gpus > 0 ? Device::CUDA : Device::CPU;
+    if (gpus == 0 && verbose)
+      printf("device: no CUDA GPU visible%s, running on the CPU backend\n",
+             cuda_rt::compiled() ? "" : " (CUDA backend not compiled in)");
+  }
+  if (g_device == Device::CUDA) cuda_rt::set_device(local_rank % gpus);
+  return g_device;
+}
+
+// Memory at Location::Device lives on the GPU when the run uses CUDA, else in host memory (the
+// ledger still counts it as device memory). Host memory is pinned on CUDA so copies are fast.
+void* raw_alloc(size_t bytes, Location loc) {
+  NZ_CHECK(loc != Location::Disk, "raw_alloc: disk storage is files, not memory");
+  if (g_device == Device::CUDA) {
+    return loc == Location::Device ? cuda_rt::malloc_device(bytes) : cuda_rt::malloc_pinned(bytes);
+  }
+  void* p = nullptr;
+  size_t rounded = (bytes + 63) / 64 * 64;
+  if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0 || p == nullptr)
+    fatal(__FILE__, __LINE__, "out of host memory allocating %zu bytes", bytes);
+  return p;
+}
+
+void raw_free(void* p, Location loc) {
+  if (g_device == Device::CUDA) {
+    if (loc == Location::Device) cuda_rt::free_device(p);
+    else cuda_rt::free_pinned(p);
+    return;
+  }
+  free(p);
+}
+
+void fill_zero(void* p, size_t bytes, Location loc) {
+  if (g_device == Device::CUDA && loc == Location::Device) cuda_rt::memset_zero(p, bytes);
+  else memset(p, 0, bytes);
+}
+
+void copy_bytes(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes) {
+  if (bytes == 0) return;
+  bool on_gpu = g_device == Device::CUDA && (dst_loc == Location::Device || src_loc == Location::Device);
+  if (on_gpu) cuda_rt::memcpy_any(dst, src, bytes);
+  else memcpy(dst, src, bytes);
+}
+
+void device_sync() {
+  if (g_device == Device::CUDA) cuda_rt::synchronize();
+}
+
+#ifndef NZ_HAVE_CUDA
+// ---- stubs: this build has no CUDA backend ----
+namespace cuda_rt {
+[[noreturn]] static void no_cuda() { fatal(__FILE__, __LINE__, "CUDA backend not compiled in"); }
+bool compiled() { return false; }
+int device_count() { return 0; }
+void set_device(int) { no_cuda(); }
+void* malloc_device(size_t) { no_cuda(); }
+void free_device(void*) { no_cuda(); }
+void* malloc_pinned(size_t) { no_cuda(); }
+void free_pinned(void*) { no_cuda(); }
+void memset_zero(void*, size_t) { no_cuda(); }
+void memcpy_any(void*, const void*, size_t) { no_cuda(); }
+void synchronize() { no_cuda(); }
+void mem_get_info(size_t*, size_t*) { no_cuda(); }
+const char* device_name() { return "none"; }
+}  // namespace cuda_rt
+#endif
+
+}  // namespace nz

@@ -1,0 +1,48 @@
+// device.h — where compute runs (CPU or CUDA) and the few raw memory operations the rest needs.
+// Allocation of model state does NOT happen here directly: it goes through the ledger (ledger.h),
+// which calls raw_alloc/raw_free and records every byte.
+#pragma once
+#include <cstddef>
+
+namespace nz {
+
+enum class Device { CPU, CUDA };
+
+// Where bytes live, for the ledger. On the CPU backend "device" memory is ordinary host memory
+// that is accounted as device memory, so a CPU run's ledger is identical to a GPU run's.
+enum class Location { Device, Host, Disk };
+const char* location_name(Location l);
+
+// Set once at start-up by select_device(); read everywhere.
+Device current_device();
+// "auto" picks CUDA when a GPU is visible, else the CPU. Prints one line when it falls back.
+// Returns the device chosen. local_rank picks the GPU (local_rank % visible GPUs).
+Device select_device(const char* choice, int local_rank, bool verbose);
+
+// Raw memory on the current device (CPU: 64-byte aligned host memory; CUDA: cudaMalloc).
+void* raw_alloc(size_t bytes, Location loc);
+void raw_free(void* p, Location loc);
+void fill_zero(void* p, size_t bytes, Location loc);
+// Copies between locations (device<->host); host<->host is memcpy.
+void copy_bytes(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes);
+// Wait for all queued device work (no-op on the CPU).
+void device_sync();
+
+// ---- CUDA runtime hooks, implemented in common/cuda/runtime.cu when nvcc is available, and by
+// stubs in device.cpp otherwise. Nothing outside device.cpp and common/cuda/ calls these. ----
+namespace cuda_rt {
+bool compiled();                 // true when the CUDA backend is compiled in
+int device_count();              // 0 without a GPU or driver
+void set_device(int ordinal);
+void* malloc_device(size_t bytes);
+void free_device(void* p);
+void* malloc_pinned(size_t bytes);  // page-locked host memory (offload, MPI staging)
+void free_pinned(void* p);
+void memset_zero(void* p, size_t bytes);
+void memcpy_any(void* dst, const void* src, size_t bytes);  // cudaMemcpyDefault
+void synchronize();
+void mem_get_info(size_t* free_bytes, size_t* total_bytes);
+const char* device_name();
+}  // namespace cuda_rt
+
+}  // namespace nz

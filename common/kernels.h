@@ -1,0 +1,27 @@
+// kernels.h — every op of the GPT model, forward and backward, as plain functions over raw arrays.
+//
+// The same declarations (kernel_decls.inc) exist twice:
+//   nz::cpu  — kernels_cpu.cpp: the readable reference, the oracle for the tests, and what runs on
+//              machines without a GPU. Instantiated for float, bf16 and double (double is for the
+//              finite-difference tests).
+//   nz::cuda — common/cuda/*.cu: hand-written CUDA kernels, float and bf16, on device pointers.
+// T is the storage type; arithmetic is done in acc_t<T> (fp32, or double).
+//
+// Conventions (identical for both backends):
+//  - weight and bias gradients ACCUMULATE (+=): a unit's backward zeroes its gradient first, and
+//    the tied embedding collects two contributions (LM head and token lookup) in one buffer;
+//  - input gradients (dinp) are OVERWRITTEN (=);
+//  - a null bias / dbias / dinp pointer means "none";
+//  - every reduction runs in a fixed order, so results are bitwise reproducible run to run.
+#pragma once
+#include <cstddef>
+#include "dtype.h"
+
+namespace nz {
+namespace cpu {
+#include "kernel_decls.inc"
+}  // namespace cpu
+namespace cuda {
+#include "kernel_decls.inc"
+}  // namespace cuda
+}  // namespace nz

@@ -1,0 +1,148 @@
+// ledger.cpp — counting bytes, keeping the timeline, writing the JSON report.
+#include "ledger.h"
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "check.h"
+#include "json.h"
+
+namespace nz {
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::Params: return "params";
+    case Category::Grads: return "grads";
+    case Category::Master: return "master";
+    case Category::AdamM: return "adam_m";
+    case Category::AdamV: return "adam_v";
+    case Category::Activations: return "activations";
+    case Category::CommBuffers: return "comm_buffers";
+    case Category::Gathered: return "gathered";
+    case Category::Scratch: return "scratch";
+    default: return "?";
+  }
+}
+
+static double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+Ledger::Ledger() : t0_(now_ms()) {}
+
+Ledger& Ledger::get() {
+  static Ledger ledger;
+  return ledger;
+}
+
+void Ledger::reset() {
+  Ledger fresh;
+  *this = fresh;
+}
+
+uint64_t Ledger::current(Category c) const {
+  uint64_t s = 0;
+  for (int l = 0; l < kNumLocations; l++) s += cur_[l][int(c)];
+  return s;
+}
+
+uint64_t Ledger::peak(Category c) const {
+  uint64_t s = 0;
+  for (int l = 0; l < kNumLocations; l++) s += peak_[l][int(c)];
+  return s;
+}
+
+void Ledger::record(Category c, Location l, int64_t delta, const std::string& name) {
+  int li = int(l), ci = int(c);
+  NZ_CHECK(delta >= 0 || cur_[li][ci] >= uint64_t(-delta), "ledger: freeing more %s than allocated",
+           category_name(c));
+  cur_[li][ci] += delta;
+  cur_total_[li] += delta;
+  if (cur_[li][ci] > peak_[li][ci]) peak_[li][ci] = cur_[li][ci];
+  if (cur_total_[li] > peak_total_[li]) peak_total_[li] = cur_total_[li];
+  if (step_ <= timeline_last_step_)
+    events_.push_back({now_ms() - t0_, step_, phase_, name, c, l, delta, cur_total_[li]});
+}
+
+void Ledger::on_alloc(Category c, Location l, size_t bytes, const std::string& name) {
+  record(c, l, int64_t(bytes), name);
+}
+
+void Ledger::on_free(Category c, Location l, size_t bytes, const std::string& name) {
+  record(c, l, -int64_t(bytes), name);
+}
+
+std::string Ledger::to_json() const {
+  JsonWriter j;
+  j.begin_object();
+  for (int l = 0; l < kNumLocations; l++) {
+    j.key(location_name(Location(l)));
+    j.begin_object();
+    j.key("current");
+    j.begin_object();
+    for (int c = 0; c < kNumCategories; c++) j.kv(category_name(Category(c)), cur_[l][c]);
+    j.kv("total", cur_total_[l]);
+    j.end_object();
+    j.key("peak");
+    j.begin_object();
+    for (int c = 0; c < kNumCategories; c++) j.kv(category_name(Category(c)), peak_[l][c]);
+    j.kv("total", peak_total_[l]);
+    j.end_object();
+    j.end_object();
+  }
+  j.key("timeline");
+  j.begin_array();
+  for (const LedgerEvent& e : events_) {
+    j.begin_object();
+    j.kv("t_ms", e.t_ms);
+    j.kv("step", e.step);
+    j.kv("phase", e.phase);
+    j.kv("name", e.name);
+    j.kv("category", category_name(e.cat));
+    j.kv("location", location_name(e.loc));
+    j.kv("delta", e.delta);
+    j.kv("location_total", e.loc_total);
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  return j.str();
+}
+
+// ---- Buffer ----
+
+Buffer::Buffer(Category c, Location l, size_t bytes, std::string name)
+    : bytes_(bytes), cat_(c), loc_(l), name_(std::move(name)) {
+  ptr_ = bytes ? raw_alloc(bytes, l) : nullptr;
+  Ledger::get().on_alloc(cat_, loc_, bytes_, name_);
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    cat_ = o.cat_;
+    loc_ = o.loc_;
+    name_ = std::move(o.name_);
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void Buffer::release() {
+  if (ptr_ == nullptr && bytes_ == 0) return;
+  if (ptr_) raw_free(ptr_, loc_);
+  Ledger::get().on_free(cat_, loc_, bytes_, name_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+void Buffer::zero() {
+  if (ptr_) fill_zero(ptr_, bytes_, loc_);
+}
+
+}  // namespace nz

@@ -1,0 +1,111 @@
+// ledger.h — the memory ledger: every byte of model state, tagged, counted, and timed.
+//
+// All model-state memory is allocated through nz::Buffer, which tells the process's Ledger what it
+// holds (category) and where (location). The ledger keeps current and peak bytes per (category,
+// location), a timeline of allocation events through the first steps, and writes a JSON report.
+// The tests compare these numbers with the ZeRO formulas to the byte (zero_formulas.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device.h"  // Location, raw_alloc
+
+namespace nz {
+
+enum class Category {
+  Params,       // model parameters in the storage type (full or this rank's shard)
+  Grads,        // gradients in the storage type (full or this rank's shard)
+  Master,       // fp32 master copy of the parameters (bf16 mode only)
+  AdamM,        // Adam first moment, fp32
+  AdamV,        // Adam second moment, fp32
+  Activations,  // what the forward saves for the backward, plus the backward's activation grads
+  CommBuffers,  // gradient buckets in flight
+  Gathered,     // stage3: parameters of units gathered for use, released right after
+  Scratch,      // anything else (staging copies, temporary buffers)
+  kCount
+};
+constexpr int kNumCategories = int(Category::kCount);
+constexpr int kNumLocations = 3;
+const char* category_name(Category c);
+
+struct LedgerEvent {
+  double t_ms;        // since the ledger started
+  int step;           // training step (-1: set-up)
+  std::string phase;  // what the trainer was doing ("forward", "backward", "optimizer", ...)
+  std::string name;   // the buffer
+  Category cat;
+  Location loc;
+  int64_t delta;      // + allocated, - freed
+  uint64_t loc_total; // bytes in use at this location after the event
+};
+
+class Ledger {
+ public:
+  static Ledger& get();  // one per process (one process per rank)
+
+  void on_alloc(Category c, Location l, size_t bytes, const std::string& name);
+  void on_free(Category c, Location l, size_t bytes, const std::string& name);
+
+  uint64_t current(Category c, Location l) const { return cur_[int(l)][int(c)]; }
+  uint64_t peak(Category c, Location l) const { return peak_[int(l)][int(c)]; }
+  uint64_t current_total(Location l) const { return cur_total_[int(l)]; }
+  uint64_t peak_total(Location l) const { return peak_total_[int(l)]; }
+  // Sum over locations (the model-state formulas do not care where a byte lives).
+  uint64_t current(Category c) const;
+  uint64_t peak(Category c) const;
+
+  // Timeline labels: the trainer says which step and phase it is in.
+  void set_step(int step) { step_ = step; }
+  void set_phase(const char* phase) { phase_ = phase; }
+  // Events are kept for steps <= timeline_last_step (set-up included), to keep the report small.
+  void set_timeline_last_step(int s) { timeline_last_step_ = s; }
+  const std::vector<LedgerEvent>& timeline() const { return events_; }
+
+  // Forget everything (tests that build several models in one process).
+  void reset();
+  std::string to_json() const;
+
+ private:
+  Ledger();
+  void record(Category c, Location l, int64_t delta, const std::string& name);
+  uint64_t cur_[kNumLocations][kNumCategories] = {};
+  uint64_t peak_[kNumLocations][kNumCategories] = {};
+  uint64_t cur_total_[kNumLocations] = {};
+  uint64_t peak_total_[kNumLocations] = {};
+  int step_ = -1;
+  int timeline_last_step_ = 1;
+  std::string phase_ = "setup";
+  std::vector<LedgerEvent> events_;
+  double t0_;
+};
+
+// A tracked allocation: the only way model state gets memory. Move-only; frees on destruction.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Category c, Location l, size_t bytes, std::string name);
+  ~Buffer() { release(); }
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void release();  // give the bytes back now (stage3's release_unit)
+  void* data() const { return ptr_; }
+  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  bool empty() const { return ptr_ == nullptr; }
+  Location location() const { return loc_; }
+  void zero();
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  Category cat_ = Category::Scratch;
+  Location loc_ = Location::Device;
+  std::string name_;
+};
+
+}  // namespace nz

@@ -1,0 +1,328 @@
+// model.cpp — GPT-2 forward and backward, one unit at a time.
+#include "model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <cstring>
+
+#include "check.h"
+#include "ops.h"
+#include "rng.h"
+
+namespace nz {
+
+// ---------------------------------------------------------------- presets and layout
+
+bool preset_config(const std::string& name, GPTConfig* c) {
+  if (name == "tiny") *c = GPTConfig{256, 32, 2, 32, 4};
+  else if (name == "small") *c = GPTConfig{256, 128, 5, 128, 4};
+  else if (name == "gpt2") *c = GPTConfig{256, 1024, 12, 768, 12};
+  else return false;
+  return true;
+}
+
+const char* preset_names() { return "tiny, small, gpt2"; }
+
+// Tensor order inside a block unit.
+enum BlockTensor { LN1W, LN1B, QKVW, QKVB, ATTPW, ATTPB, LN2W, LN2B, FCW, FCB, FCPW, FCPB };
+
+Layout make_layout(const GPTConfig& cfg, int world) {
+  NZ_CHECK(world >= 1, "world size %d", world);
+  Layout L;
+  L.cfg = cfg;
+  L.world = world;
+  const size_t C = cfg.dim, V = cfg.vocab, Tm = cfg.ctx;
+  auto add_unit = [&](const std::string& name,
+                      const std::vector<std::tuple<const char*, size_t, bool>>& tensors) {
+    Unit u;
+    u.name = name;
+    u.offset = L.padded_total;
+    u.shard_offset = L.shard_total;
+    size_t off = 0;
+    for (const auto& [tname, n, decay] : tensors) {
+      u.tensors.push_back({tname, off, n, decay});
+      off += n;
+    }
+    u.numel = off;
+    u.padded = (off + world - 1) / world * world;  // zeros at the end, so N divides the unit
+    L.num_params += u.numel;
+    L.padded_total += u.padded;
+    L.shard_total += u.padded / world;
+    L.max_unit_padded = std::max(L.max_unit_padded, u.padded);
+    L.units.push_back(u);
+  };
+  add_unit("embed", {{"wte", V * C, true}, {"wpe", Tm * C, true}});
+  for (int l = 0; l < cfg.layers; l++) {
+    add_unit("block" + std::to_string(l),
+             {{"ln1_w", C, false}, {"ln1_b", C, false},
+              {"qkv_w", 3 * C * C, true}, {"qkv_b", 3 * C, false},
+              {"attproj_w", C * C, true}, {"attproj_b", C, false},
+              {"ln2_w", C, false}, {"ln2_b", C, false},
+              {"fc_w", 4 * C * C, true}, {"fc_b", 4 * C, false},
+              {"fcproj_w", 4 * C * C, true}, {"fcproj_b", C, false}});
+  }
+  add_unit("lnf", {{"lnf_w", C, false}, {"lnf_b", C, false}});
+  return L;
+}
+
+size_t param_count_formula(const GPTConfig& c) {
+  const size_t C = c.dim;
+  return size_t(c.vocab) * C + size_t(c.ctx) * C + size_t(c.layers) * (12 * C * C + 13 * C) + 2 * C;
+}
+
+void init_unit(const Layout& L, int u, uint64_t seed, float* out) {
+  const Unit& unit = L.units[u];
+  memset(out, 0, unit.padded * sizeof(float));
+  Rng rng(seed, uint64_t(u) + 1);  // one stream per unit
+  const float std_resid = 0.02f / std::sqrt(2.0f * L.cfg.layers);
+  for (const TensorSpec& t : unit.tensors) {
+    float* p = out + t.offset;
+    bool is_ln_w = t.name == "ln1_w" || t.name == "ln2_w" || t.name == "lnf_w";
+    bool is_resid = t.name == "attproj_w" || t.name == "fcproj_w";
+    if (is_ln_w) {
+      for (size_t i = 0; i < t.numel; i++) p[i] = 1.0f;
+    } else if (t.decay) {  // weight matrices and embeddings
+      float s = is_resid ? std_resid : 0.02f;
+      for (size_t i = 0; i < t.numel; i++) p[i] = s * rng.normal();
+    }  // biases, layernorm biases: 0
+  }
+}
+
+// ---------------------------------------------------------------- activations
+
+namespace {
+// Byte offsets of every saved activation inside one allocation. The same function sizes the
+// allocation (activation_bytes) and hands out the pointers, so the two cannot disagree.
+struct ActLayout {
+  struct Layer {
+    size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res_att, ln2, ln2_mean, ln2_rstd, fch, fchg, res_out;
+  };
+  size_t x0, lnf, lnf_mean, lnf_rstd, logits, losses;
+  std::vector<Layer> layer;
+  size_t total = 0;
+  // activation grads of one block, reused by every block
+  size_t dx, dres, dtmp, dln, d4c, dqkv, grad_total = 0;
+
+  ActLayout(const GPTConfig& c, int B, int T, DType dt) {
+    const size_t BT = size_t(B) * T, C = c.dim, e = dtype_bytes(dt);
+    const size_t a = dt == DType::F64 ? 8 : 4;  // mean/rstd/losses are fp32 (fp64 in tests)
+    auto take = [](size_t& total, size_t bytes) {
+      size_t off = total;
+      total += (bytes + 63) / 64 * 64;  // 64-byte aligned
+      return off;
+    };
+    x0 = take(total, BT * C * e);
+    layer.resize(c.layers);
+    for (Layer& l : layer) {
+      l.ln1 = take(total, BT * C * e);
+      l.ln1_mean = take(total, BT * a);
+      l.ln1_rstd = take(total, BT * a);
+      l.qkv = take(total, BT * 3 * C * e);
+      l.att = take(total, size_t(B) * c.heads * T * T * e);
+      l.atty = take(total, BT * C * e);
+      l.res_att = take(total, BT * C * e);
+      l.ln2 = take(total, BT * C * e);
+      l.ln2_mean = take(total, BT * a);
+      l.ln2_rstd = take(total, BT * a);
+      l.fch = take(total, BT * 4 * C * e);
+      l.fchg = take(total, BT * 4 * C * e);
+      l.res_out = take(total, BT * C * e);
+    }
+    lnf = take(total, BT * C * e);
+    lnf_mean = take(total, BT * a);
+    lnf_rstd = take(total, BT * a);
+    logits = take(total, BT * c.vocab * e);
+    losses = take(total, BT * a);
+    dx = take(grad_total, BT * C * e);
+    dres = take(grad_total, BT * C * e);
+    dtmp = take(grad_total, BT * C * e);
+    dln = take(grad_total, BT * C * e);
+    d4c = take(grad_total, BT * 4 * C * e);
+    dqkv = take(grad_total, BT * 3 * C * e);
+  }
+};
+}  // namespace
+
+size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt) {
+  ActLayout a(cfg, B, T, dt);
+  size_t tokens = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
+  return a.total + a.grad_total + 2 * tokens;
+}
+
+GPT::GPT(const Layout& layout, DType dt, int B, int T) : L_(layout), dt_(dt), B_(B), T_(T) {
+  NZ_CHECK(T <= layout.cfg.ctx, "sequence %d longer than the context %d", T, layout.cfg.ctx);
+  ActLayout a(layout.cfg, B, T, dt);
+  acts_ = Buffer(Category::Activations, Location::Device, a.total, "activations");
+  grad_acts_ = Buffer(Category::Activations, Location::Device, a.grad_total, "activation grads");
+  size_t tok_bytes = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
+  tokens_ = Buffer(Category::Activations, Location::Device, tok_bytes, "tokens");
+  targets_ = Buffer(Category::Activations, Location::Device, tok_bytes, "targets");
+  losses_host_.resize(size_t(B) * T);
+}
+
+void GPT::set_batch(const int* tokens, const int* targets, int b) {
+  NZ_CHECK(b >= 1 && b <= B_, "batch of %d rows, model allocated for %d", b, B_);
+  b_ = b;
+  size_t bytes = size_t(b) * T_ * sizeof(int);
+  copy_bytes(tokens_.data(), Location::Device, tokens, Location::Host, bytes);
+  copy_bytes(targets_.data(), Location::Device, targets, Location::Host, bytes);
+}
+
+#define NZ_DISPATCH_DTYPE(dt, ...)          \
+  switch (dt) {                             \
+    case DType::F32: { using T = float; __VA_ARGS__; break; }  \
+    case DType::BF16: { using T = bf16; __VA_ARGS__; break; }  \
+    case DType::F64: { using T = double; __VA_ARGS__; break; } \
+  }
+
+void GPT::forward(int u, const void* p) { NZ_DISPATCH_DTYPE(dt_, forward_t<T>(u, (const T*)p)); }
+double GPT::head_forward(const void* p) {
+  double s = 0;
+  NZ_DISPATCH_DTYPE(dt_, s = head_forward_t<T>((const T*)p));
+  return s;
+}
+void GPT::head_backward(const void* p) { NZ_DISPATCH_DTYPE(dt_, head_backward_t<T>((const T*)p)); }
+void GPT::backward(int u, const void* p, void* g) {
+  NZ_DISPATCH_DTYPE(dt_, backward_t<T>(u, (const T*)p, (T*)g));
+}
+
+void GPT::probs_row(int row, float* out) const {
+  const ActLayout a(L_.cfg, B_, T_, dt_);
+  const int V = L_.cfg.vocab;
+  const size_t e = dtype_bytes(dt_);
+  std::vector<char> raw(V * e);
+  copy_bytes(raw.data(), Location::Host, static_cast<const char*>(acts_.data()) + a.logits + size_t(row) * V * e,
+             Location::Device, V * e);
+  for (int i = 0; i < V; i++) {
+    if (dt_ == DType::F32) out[i] = reinterpret_cast<const float*>(raw.data())[i];
+    else if (dt_ == DType::BF16) out[i] = bf16_to_f32(reinterpret_cast<const bf16*>(raw.data())[i]);
+    else out[i] = float(reinterpret_cast<const double*>(raw.data())[i]);
+  }
+}
+
+// Pointer helpers: a typed view of the activation arena.
+#define ACT(T, off) reinterpret_cast<T*>(static_cast<char*>(acts_.data()) + (off))
+#define GACT(T, off) reinterpret_cast<T*>(static_cast<char*>(grad_acts_.data()) + (off))
+
+template <class T>
+void GPT::forward_t(int u, const T* p) {
+  using A = acc_t<T>;
+  const GPTConfig& c = L_.cfg;
+  const int C = c.dim, NH = c.heads, BT = b_ * T_;
+  const ActLayout a(c, B_, T_, dt_);
+  const int* tokens = tokens_.as<int>();
+  if (u == L_.embed_unit()) {
+    // x0 (B,T,C) = wte[token] + wpe[position]
+    const T* wte = p;
+    const T* wpe = p + L_.units[u].tensors[1].offset;
+    ops::embedding_forward<T>(ACT(T, a.x0), tokens, wte, wpe, b_, T_, C);
+    return;
+  }
+  if (u == L_.lnf_unit()) {
+    const T* x = c.layers ? ACT(T, a.layer[c.layers - 1].res_out) : ACT(T, a.x0);
+    ops::layernorm_forward<T>(ACT(T, a.lnf), ACT(A, a.lnf_mean), ACT(A, a.lnf_rstd), x, p, p + C, BT, C);
+    return;
+  }
+  // transformer block l (pre-LN): x -> x + attn(ln1(x)) -> that + mlp(ln2(that))
+  const int l = u - 1;
+  const ActLayout::Layer& s = a.layer[l];
+  const std::vector<TensorSpec>& t = L_.units[u].tensors;
+  auto W = [&](int i) { return p + t[i].offset; };
+  const T* x = l == 0 ? ACT(T, a.x0) : ACT(T, a.layer[l - 1].res_out);
+  T* res_att = ACT(T, s.res_att);
+  T* res_out = ACT(T, s.res_out);
+  ops::layernorm_forward<T>(ACT(T, s.ln1), ACT(A, s.ln1_mean), ACT(A, s.ln1_rstd), x, W(LN1W), W(LN1B), BT, C);
+  ops::matmul_forward<T>(ACT(T, s.qkv), ACT(T, s.ln1), W(QKVW), W(QKVB), BT, C, 3 * C);
+  ops::attention_forward<T>(ACT(T, s.atty), ACT(T, s.att), ACT(T, s.qkv), b_, T_, C, NH);
+  ops::matmul_forward<T>(res_att, ACT(T, s.atty), W(ATTPW), W(ATTPB), BT, C, C);
+  ops::residual_forward<T>(res_att, x, res_att, size_t(BT) * C);
+  ops::layernorm_forward<T>(ACT(T, s.ln2), ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), res_att, W(LN2W), W(LN2B), BT, C);
+  ops::matmul_forward<T>(ACT(T, s.fch), ACT(T, s.ln2), W(FCW), W(FCB), BT, C, 4 * C);
+  ops::gelu_forward<T>(ACT(T, s.fchg), ACT(T, s.fch), size_t(BT) * 4 * C);
+  ops::matmul_forward<T>(res_out, ACT(T, s.fchg), W(FCPW), W(FCPB), BT, 4 * C, C);
+  ops::residual_forward<T>(res_out, res_att, res_out, size_t(BT) * C);
+}
+
+template <class T>
+double GPT::head_forward_t(const T* wte) {
+  using A = acc_t<T>;
+  const GPTConfig& c = L_.cfg;
+  const int BT = b_ * T_;
+  const ActLayout a(c, B_, T_, dt_);
+  // logits (BT,V) = lnf (BT,C) @ wte^T: the LM head is the token embedding, transposed (tied)
+  T* logits = ACT(T, a.logits);
+  ops::matmul_forward<T>(logits, ACT(T, a.lnf), wte, nullptr, BT, c.dim, c.vocab);
+  // probabilities overwrite the logits; the backward turns them into dlogits in place
+  ops::softmax_xent_forward<T>(ACT(A, a.losses), logits, logits, targets_.as<int>(), BT, c.vocab);
+  std::vector<A> losses(BT);
+  copy_bytes(losses.data(), Location::Host, ACT(A, a.losses), Location::Device, BT * sizeof(A));
+  double sum = 0;  // in token order, so every run and every stage adds the same way
+  for (int i = 0; i < BT; i++) sum += double(losses[i]);
+  return sum;
+}
+
+template <class T>
+void GPT::head_backward_t(const T* wte) {
+  const GPTConfig& c = L_.cfg;
+  const int BT = b_ * T_;
+  const ActLayout a(c, B_, T_, dt_);
+  T* dlogits = ACT(T, a.logits);  // in place over the probabilities
+  ops::softmax_xent_backward<T>(dlogits, dlogits, targets_.as<int>(), 1.0f / BT, BT, c.vocab);
+  // d lnf_out (BT,C) = dlogits @ wte; the weight gradient waits for backward(embed)
+  ops::matmul_backward<T>(GACT(T, a.dx), nullptr, nullptr, dlogits, ACT(T, a.lnf), wte, BT, c.dim, c.vocab);
+}
+
+template <class T>
+void GPT::backward_t(int u, const T* p, T* g) {
+  const GPTConfig& c = L_.cfg;
+  const int C = c.dim, NH = c.heads, BT = b_ * T_;
+  const size_t n = size_t(BT) * C;
+  const ActLayout a(c, B_, T_, dt_);
+  fill_zero(g, L_.units[u].padded * sizeof(T), Location::Device);  // weight grads accumulate
+  T* dx = GACT(T, a.dx);  // in: d loss / d (this unit's output); out: d loss / d (its input)
+  T* dtmp = GACT(T, a.dtmp);
+  using A = acc_t<T>;
+
+  if (u == L_.embed_unit()) {
+    // The tied embedding's two contributions, summed in one buffer:
+    // 1. the LM head: d wte (V,C) += dlogits^T (V,BT) @ lnf (BT,C)
+    ops::matmul_backward<T>(nullptr, g, nullptr, ACT(T, a.logits), ACT(T, a.lnf), nullptr, BT, C, c.vocab);
+    // 2. the lookup: d wte[token] += dx0, d wpe[t] += dx0
+    T* dwpe = g + L_.units[u].tensors[1].offset;
+    ops::embedding_backward<T>(g, dwpe, dx, tokens_.as<int>(), b_, T_, C);
+    return;
+  }
+  if (u == L_.lnf_unit()) {
+    const T* x = c.layers ? ACT(T, a.layer[c.layers - 1].res_out) : ACT(T, a.x0);
+    ops::layernorm_backward<T>(dtmp, g, g + C, dx, x, p, ACT(A, a.lnf_mean), ACT(A, a.lnf_rstd), BT, C);
+    ops::cast<T, T>(dx, dtmp, n);
+    return;
+  }
+  const int l = u - 1;
+  const ActLayout::Layer& s = a.layer[l];
+  const std::vector<TensorSpec>& t = L_.units[u].tensors;
+  auto W = [&](int i) { return p + t[i].offset; };
+  auto G = [&](int i) { return g + t[i].offset; };
+  const T* x = l == 0 ? ACT(T, a.x0) : ACT(T, a.layer[l - 1].res_out);
+  T* dres = GACT(T, a.dres);
+  T* dln = GACT(T, a.dln);
+  T* d4c = GACT(T, a.d4c);
+  T* dqkv = GACT(T, a.dqkv);
+  // MLP: out = res_att + fcproj(gelu(fc(ln2(res_att))))
+  ops::matmul_backward<T>(d4c, G(FCPW), G(FCPB), dx, ACT(T, s.fchg), W(FCPW), BT, 4 * C, C);
+  ops::gelu_backward<T>(d4c, ACT(T, s.fch), d4c, size_t(BT) * 4 * C);
+  ops::matmul_backward<T>(dln, G(FCW), G(FCB), d4c, ACT(T, s.ln2), W(FCW), BT, C, 4 * C);
+  ops::layernorm_backward<T>(dtmp, G(LN2W), G(LN2B), dln, ACT(T, s.res_att), W(LN2W),
+                             ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), BT, C);
+  ops::residual_forward<T>(dres, dx, dtmp, n);  // d res_att: the skip path plus the MLP path
+  // attention: res_att = x + attproj(attn(qkv(ln1(x))))
+  ops::matmul_backward<T>(dln, G(ATTPW), G(ATTPB), dres, ACT(T, s.atty), W(ATTPW), BT, C, C);
+  ops::attention_backward<T>(dqkv, dln, ACT(T, s.qkv), ACT(T, s.att), b_, T_, C, NH);
+  ops::matmul_backward<T>(dln, G(QKVW), G(QKVB), dqkv, ACT(T, s.ln1), W(QKVW), BT, C, 3 * C);
+  ops::layernorm_backward<T>(dtmp, G(LN1W), G(LN1B), dln, x, W(LN1W), ACT(A, s.ln1_mean),
+                             ACT(A, s.ln1_rstd), BT, C);
+  ops::residual_forward<T>(dx, dres, dtmp, n);  // d x: the skip path plus the attention path
+}
+
+}  // namespace nz

@@ -1,0 +1,89 @@
+// trainer.h — everything a training run needs that is NOT the ZeRO idea of its stage: MPI and the
+// command line, the model and its data, the schedule, the per-step log line, validation, the
+// model file, the memory table and the JSON report. Each stage's train.cpp owns only its model
+// state (what is sharded, what is gathered, which collective runs where).
+#pragma once
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "comm.h"
+#include "data.h"
+#include "ledger.h"
+#include "model.h"
+#include "optim.h"
+#include "zero_formulas.h"
+
+namespace nz {
+
+// How a stage makes a unit's full parameters available: stages 0-2 point into their full buffer;
+// stage3 gathers the unit and releases it afterwards.
+struct UnitAccess {
+  std::function<const void*(int u)> acquire;
+  std::function<void(int u)> release = [](int) {};
+};
+
+class Trainer {
+ public:
+  Trainer(int argc, char** argv, Stage stage);
+  ~Trainer();
+
+  Comm comm;
+  Args args;
+  Stage stage;
+  Layout layout;
+  DType dtype;
+  size_t elem_bytes;  // of the storage type
+  std::unique_ptr<DataLoader> data;
+  std::unique_ptr<GPT> model;
+  UnitAccess params;  // set by the stage once its parameters exist (validation, model file)
+
+  int world() const { return comm.size(); }
+  int rank() const { return comm.rank(); }
+  // The scale that turns a sum over ranks and micro-steps into their mean: 1 / (N * accum).
+  float grad_average_scale() const { return 1.0f / float(world() * args.accum); }
+
+  // The initial parameters of unit u (identical on every rank and stage), in the storage type,
+  // slice `part` of it copied to dst (device memory).
+  void init_params(int u, Slice part, void* dst);
+  // Micro-batch k of `step` for this rank, loaded into the model.
+  void load_micro_batch(int step, int k);
+  float lr(int step) const { return lr_at(args, step); }
+
+  // Step bookkeeping: labels the ledger timeline, times the step, counts its communication.
+  void begin_step(int step);
+  void phase(const char* name) { Ledger::get().set_phase(name); }
+  // loss_sum: this rank's summed token losses over its micro-batches. Prints the step line,
+  // records it, and runs validation when due.
+  void end_step(int step, double loss_sum, double grad_norm);
+  // Mean validation loss over args.eval_windows windows, split over the ranks.
+  double evaluate();
+  // Final validation, the model file, the memory table and the JSON report.
+  void finish();
+
+ private:
+  void print_memory_table();
+  void write_report();
+  std::vector<int> tokens_, targets_;
+  std::chrono::steady_clock::time_point t_step_, t_start_;
+  CommStats comm_at_step_start_;
+  double last_val_loss_ = -1;
+  struct StepRecord {
+    int step;
+    double loss, lr, grad_norm, ms, tokens_per_s;
+    CommStats comm;
+  };
+  std::vector<StepRecord> steps_;
+  std::vector<std::pair<int, double>> evals_;
+  std::vector<double> peak_device_mb_;  // per rank, at the last step
+};
+
+// Typed pointer to element `index` of a buffer of storage-type elements.
+inline void* elem_ptr(const Buffer& b, size_t index, size_t elem_bytes) {
+  return static_cast<char*>(b.data()) + index * elem_bytes;
+}
+
+}  // namespace nz

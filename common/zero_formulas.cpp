@@ -1,0 +1,113 @@
+// zero_formulas.cpp — the per-rank bytes of each ZeRO stage, written the way the paper writes them.
+#include "zero_formulas.h"
+
+#include "check.h"
+
+namespace nz {
+
+const char* stage_name(Stage s) {
+  switch (s) {
+    case Stage::DDP: return "stage0_ddp";
+    case Stage::Z1: return "stage1";
+    case Stage::Z2: return "stage2";
+    case Stage::Z3: return "stage3";
+    case Stage::Offload: return "offload";
+  }
+  return "?";
+}
+
+bool parse_stage(const std::string& s, Stage* out) {
+  for (Stage st : {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::Offload})
+    if (s == stage_name(st) || (s == "0" && st == Stage::DDP) || (s == "1" && st == Stage::Z1) ||
+        (s == "2" && st == Stage::Z2) || (s == "3" && st == Stage::Z3)) {
+      *out = st;
+      return true;
+    }
+  return false;
+}
+
+uint64_t StateBytes::of(Category c) const {
+  switch (c) {
+    case Category::Params: return params;
+    case Category::Grads: return grads;
+    case Category::Master: return master;
+    case Category::AdamM: return adam_m;
+    case Category::AdamV: return adam_v;
+    case Category::CommBuffers: return comm_buffers;
+    case Category::Gathered: return gathered_peak;
+    default: return 0;
+  }
+}
+
+StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
+  const uint64_t P = L.padded_total, S = L.shard_total, U = L.max_unit_padded;
+  const uint64_t e = dtype_bytes(dt);
+  const bool mixed = dt != DType::F32;  // bf16: an fp32 master copy (the paper's K = 12)
+  StateBytes b;
+  switch (stage) {
+    case Stage::DDP:  // everything, everywhere
+      b.params = e * P;
+      b.grads = e * P;
+      b.master = mixed ? 4 * P : 0;
+      b.adam_m = 4 * P;
+      b.adam_v = 4 * P;
+      b.comm_buffers = e * U;  // one unit's gradient bucket
+      break;
+    case Stage::Z1:  // P_os: optimizer state sharded
+      b.params = e * P;
+      b.grads = e * P;
+      b.master = mixed ? 4 * S : 0;
+      b.adam_m = 4 * S;
+      b.adam_v = 4 * S;
+      b.comm_buffers = e * U;
+      break;
+    case Stage::Z2:  // P_os+g: gradients sharded too
+      b.params = e * P;
+      b.grads = e * S;
+      b.master = mixed ? 4 * S : 0;
+      b.adam_m = 4 * S;
+      b.adam_v = 4 * S;
+      b.comm_buffers = e * U;
+      break;
+    case Stage::Z3: {  // P_os+g+p: parameters sharded too; at most two units gathered at once,
+                       // plus the tied embedding while the LM head uses it
+      b.params = e * S;
+      b.grads = e * S;
+      b.master = mixed ? 4 * S : 0;
+      b.adam_m = 4 * S;
+      b.adam_v = 4 * S;
+      b.comm_buffers = e * U;
+      b.gathered_peak = 2 * e * U;
+      break;
+    }
+    case Stage::Offload:  // stage2 on the device; grads shard, master, moments on the host
+      b.params = e * P;
+      b.grads = e * S;
+      b.master = 4 * S;  // the host updates an fp32 copy of the slice, in fp32 mode too
+      b.adam_m = 4 * S;
+      b.adam_v = 4 * S;
+      b.comm_buffers = e * U;
+      b.host = b.grads + b.master + b.adam_m + b.adam_v;
+      break;
+  }
+  return b;
+}
+
+uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum) {
+  const uint64_t N = L.world, S = L.shard_total, K = accum;
+  switch (stage) {
+    case Stage::DDP: return K * 2 * (N - 1) * S;
+    case Stage::Z1:
+    case Stage::Z2:
+    case Stage::Offload: return K * (N - 1) * S + (N - 1) * S;
+    case Stage::Z3: return K * 3 * (N - 1) * S;
+  }
+  return 0;
+}
+
+uint64_t expected_link_elems(Stage stage, const Layout& L, int accum) {
+  if (stage != Stage::Offload) return 0;
+  return uint64_t(accum) * L.shard_total + L.shard_total;
+}
+
+}  // namespace nz

@@ -1,0 +1,45 @@
+// zero_formulas.h — what the ZeRO paper says each rank holds and sends, for this project's exact
+// layout (padding included). The trainers print these beside the ledger, the tests assert
+// ledger == formula to the byte, and zero_estimate prints them without allocating anything.
+//
+// Notation (DESIGN.md): P = padded parameter count (Ψ plus the zeros that pad each unit to a
+// multiple of N), S = P / N (the elements each rank owns), U = the largest unit (padded),
+// e = bytes per element of the storage type (4 for fp32, 2 for bf16).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "dtype.h"
+#include "ledger.h"
+#include "model.h"
+
+namespace nz {
+
+enum class Stage { DDP, Z1, Z2, Z3, Offload };
+const char* stage_name(Stage s);
+bool parse_stage(const std::string& s, Stage* out);
+
+struct StateBytes {
+  // by category, summed over locations
+  uint64_t params = 0, grads = 0, master = 0, adam_m = 0, adam_v = 0, comm_buffers = 0;
+  uint64_t gathered_peak = 0;  // stage3: the most gathered-parameter bytes alive at once
+  // offload: what lives on the host (grads shard, master, moments); the rest is on the device
+  uint64_t host = 0;
+  uint64_t total() const { return params + grads + master + adam_m + adam_v + comm_buffers + gathered_peak; }
+  uint64_t of(Category c) const;
+};
+
+// Per-rank model-state bytes of `stage` for layout L (its world size is N) in storage type dt.
+StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt);
+
+// Elements this rank sends per optimizer step in the model-state collectives, with `accum`
+// micro-steps (gradients are reduced once per micro-step, parameters gathered once per step):
+//   stage0:        accum * 2 (N-1) S          (all-reduce = reduce-scatter + all-gather)
+//   stage1, 2:     accum * (N-1) S + (N-1) S  (reduce-scatter per micro-step, one all-gather)
+//   stage3:        accum * 3 (N-1) S          (gather in forward and backward, reduce-scatter)
+//   offload:       as stage2, plus host<->device: accum * S down (grad slices) + S up (params)
+// With accum = 1 these are the paper's 2Ψ(N-1)/N and 3Ψ(N-1)/N per rank.
+uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum);
+uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offload only, else 0
+
+}  // namespace nz

@@ -1,0 +1,73 @@
+// harness.h — run a trainer or tool as a subprocess (under mpirun) and read its report.
+// Used by the integration tests: they compare whole training runs, as a learner would.
+#pragma once
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "json_read.h"
+
+namespace nzt {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+  Json report;         // --log-json, when the run succeeded
+  std::string model_path;
+};
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+inline std::string temp_dir() {
+  static std::string dir;
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/nanozero-test.XXXXXX";
+    dir = mkdtemp(tmpl);
+  }
+  return dir;
+}
+
+// Runs a shell command, capturing stdout and stderr.
+inline int run_command(const std::string& cmd, std::string* out) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  out->clear();
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// build/bin/<stage> with `np` ranks and extra flags; always writes a report and a model file.
+inline RunResult run_trainer(const std::string& stage, int np, const std::string& flags,
+                             const std::string& tag) {
+  static int counter = 0;
+  RunResult r;
+  std::string base = temp_dir() + "/" + stage + "_" + tag + "_" + std::to_string(counter++);
+  std::string json = base + ".json";
+  r.model_path = base + ".model";
+  std::string cmd = "mpirun -np " + std::to_string(np) + " build/bin/" + stage + " --quiet --log-json " +
+                    json + " --save-model " + r.model_path + " " + flags;
+  r.exit_code = run_command(cmd, &r.output);
+  if (r.exit_code == 0) r.report = Json::parse(read_file(json));
+  return r;
+}
+
+// Every step's loss and grad norm, as written (full precision).
+inline std::vector<double> step_values(const Json& report, const char* key) {
+  std::vector<double> v;
+  for (const Json& s : report["steps_log"].arr) v.push_back(s[key].d());
+  return v;
+}
+
+}  // namespace nzt

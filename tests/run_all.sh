@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Runs every test suite and ends with one line "N passed, N failed, N skipped".
+#   build/tests/test_mpi_*   multi-rank: under mpirun with 1, 2, 3 and 4 ranks
+#   build/tests/test_*       single-process
+#   tests/*_check.sh         shell-level checks (command-line errors, tools, notebooks), each
+#                            printing NZRESULT lines like the GoogleTest binaries do
+# No test can hang: every run has a timeout; a timeout is a failure naming the test each rank
+# was in. A run that crashes without reporting is a failure too.
+set -u
+cd "$(dirname "$0")/.."
+export NZ_TIMEOUT=${NZ_TIMEOUT:-600}
+pass=0 fail=0 skip=0
+failures=()
+log_dir=$(mktemp -d /tmp/nanozero-tests.XXXXXX)
+
+# Count the NZRESULT lines of one run; remember failures.
+tally() {  # $1 = label, $2 = output file
+  local label=$1 out=$2 p f s
+  p=$(grep -c '^NZRESULT PASS' "$out")
+  f=$(grep -c '^NZRESULT FAIL' "$out")
+  s=$(grep -c '^NZRESULT SKIP' "$out")
+  pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
+  while read -r line; do failures+=("$label: ${line#NZRESULT FAIL }"); done < <(grep '^NZRESULT FAIL' "$out")
+  printf '  %-40s %4d passed %4d failed %4d skipped\n' "$label" "$p" "$f" "$s"
+}
+
+run_one() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
+  local label=$1 np=$2
+  shift 2
+  local out="$log_dir/$(echo "$label" | tr ' /=' '___').log"
+  local prog="$log_dir/progress.$RANDOM"
+  mkdir -p "$prog"
+  local rc=0
+  if [ "$np" -gt 0 ]; then
+    NZ_PROGRESS_DIR=$prog timeout -k 10 "$NZ_TIMEOUT" mpirun -np "$np" "$@" >"$out" 2>&1 || rc=$?
+  else
+    NZ_PROGRESS_DIR=$prog timeout -k 10 "$NZ_TIMEOUT" "$@" >"$out" 2>&1 || rc=$?
+  fi
+  if [ $rc = 124 ] || [ $rc = 137 ]; then
+    local where=""
+    for f in "$prog"/rank.*; do [ -f "$f" ] && where+=" ${f##*/}=$(cat "$f")"; done
+    echo "NZRESULT FAIL (timeout after ${NZ_TIMEOUT}s) ranks in:${where:- (no test started)}" >>"$out"
+  elif [ $rc != 0 ] && ! grep -q '^NZRESULT FAIL' "$out"; then
+    echo "NZRESULT FAIL (exited with code $rc without reporting a failed test; see $out)" >>"$out"
+  fi
+  tally "$label" "$out"
+  rm -rf "$prog"
+}
+
+echo "== single-process suites"
+for t in build/tests/test_*; do
+  case "$(basename "$t")" in test_mpi_*) continue ;; esac
+  [ -x "$t" ] && run_one "$(basename "$t")" 0 "$t"
+done
+echo "== multi-rank suites (mpirun -np 1..4)"
+for t in build/tests/test_mpi_*; do
+  [ -x "$t" ] || continue
+  for np in 1 2 3 4; do run_one "$(basename "$t") np=$np" "$np" "$t"; done
+done
+echo "== shell-level checks"
+for s in tests/*_check.sh; do
+  [ -f "$s" ] && run_one "$(basename "$s")" 0 bash "$s"
+done
+
+if [ ${#failures[@]} -gt 0 ]; then
+  echo
+  echo "failures (logs in $log_dir):"
+  printf '  %s\n' "${failures[@]}"
+fi
+echo
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" = 0 ]

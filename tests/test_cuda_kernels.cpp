@@ -1,0 +1,573 @@
+// test_cuda_kernels.cpp — every CUDA kernel (common/cuda/) against the CPU reference (nz::cpu::*,
+// common/kernels_cpu.cpp), which test_kernels.cpp checks against finite differences.
+//
+//  - CudaKernels/fp32, CudaKernels/bf16: each op on fresh random inputs of awkward sizes (none a
+//    multiple of a block, a tile or a warp), identical inputs on both backends, every GPU output
+//    poisoned with NaN bytes (0xFF) first so an element a kernel forgets to write fails; weight
+//    gradients start from random values so "+=" is checked too; both matmul implementations.
+//  - CudaCast: the four casts, bit for bit (special values included).
+//  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics).
+//
+// Tolerances (|gpu - cpu| <= rel * |cpu| + floor * max|cpu| over the tensor): the two backends do
+// the same fp32 arithmetic in a different order (warp-strided sums, fused multiply-adds), so
+//   fp32: rel 1e-4, floor 2e-5   — a few hundred fp32 roundings of headroom;
+//   bf16: rel 2e-2, floor 2e-3   — ~2.5 bf16 ulps (2^-7 relative): the fp32 results agree, but the
+//         final rounding to bf16 can fall on either side of a rounding boundary;
+//   sum_squares (double): rel 1e-10.
+//
+// Without the CUDA backend (no NZ_HAVE_CUDA), or without a visible GPU at run time, every test
+// skips in the fixture's SetUp with one line saying so.
+#include <gtest/gtest.h>  // TEST_F, TYPED_TEST, GTEST_SKIP, EXPECT_*
+
+#include <cmath>        // std::fabs, std::isnan, INFINITY, NAN
+#include <cstdint>      // uint32_t
+#include <cstdio>       // printf
+#include <cstring>      // std::memcmp, std::memcpy, std::memset
+#include <string>       // std::string (test names)
+#include <type_traits>  // std::is_same_v
+#include <vector>
+
+#include "cuda/cuda_backend.h"  // nz::cuda::MatmulImpl, set_matmul_impl (plain C++ header)
+#include "device.h"             // nz::cuda_rt: device memory, device_count
+#include "dtype.h"              // nz::bf16, nz::load, nz::store
+#include "kernels.h"            // nz::cpu::*, nz::cuda::*
+#include "rng.h"                // nz::Rng
+
+namespace {
+
+using nz::bf16;
+namespace cpu = nz::cpu;
+#ifdef NZ_HAVE_CUDA
+namespace gpu = nz::cuda;
+#else
+// Without the CUDA backend there are no nz::cuda kernels to link against. Every test skips in
+// SetUp before its body runs; pointing `gpu` at the CPU kernels just keeps the bodies compiling.
+namespace gpu = nz::cpu;
+#endif
+using nz::cuda::MatmulImpl;
+
+const MatmulImpl kMatmulImpls[] = {MatmulImpl::Tiled, MatmulImpl::Cublas};
+
+void select_matmul_impl(MatmulImpl impl) {
+#ifdef NZ_HAVE_CUDA
+  nz::cuda::set_matmul_impl(impl);
+#else
+  (void)impl;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// fixtures: skip without a GPU
+
+#ifdef NZ_HAVE_CUDA
+bool gpu_visible() {
+  static const bool visible = nz::cuda_rt::device_count() > 0;
+  return visible;
+}
+#endif
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef NZ_HAVE_CUDA
+    GTEST_SKIP() << "no CUDA GPU visible: skipping CUDA kernel tests (CUDA backend not compiled in)";
+#else
+    if (!gpu_visible()) GTEST_SKIP() << "no CUDA GPU visible: skipping CUDA kernel tests";
+#endif
+  }
+};
+
+// The per-dtype tests: CudaKernels/fp32.* and CudaKernels/bf16.*
+template <class T>
+class CudaKernels : public CudaTest {};
+using StorageTypes = ::testing::Types<float, bf16>;
+struct StorageTypeNames {
+  template <class T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, float> ? "fp32" : "bf16";
+  }
+};
+TYPED_TEST_SUITE(CudaKernels, StorageTypes, StorageTypeNames);
+
+using CudaCast = CudaTest;
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+// A device array of n elements that frees itself. Copies are synchronous (cudaMemcpy on the
+// default stream), so a download sees the results of every kernel launched before it.
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n)
+      : n_(n), p_(static_cast<T*>(nz::cuda_rt::malloc_device(n * sizeof(T)))) {}
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  DeviceArray(DeviceArray&& o) noexcept : n_(o.n_), p_(o.p_) { o.p_ = nullptr; }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (p_) nz::cuda_rt::free_device(p_);
+  }
+
+  // All bytes 0xFF: NaN in fp32 and in bf16, so an element a kernel does not write is caught.
+  static DeviceArray poisoned(size_t n) {
+    DeviceArray a(n);
+    a.poison();
+    return a;
+  }
+
+  T* ptr() { return p_; }
+  const T* ptr() const { return p_; }
+  size_t size() const { return n_; }
+  void upload(const std::vector<T>& host) {
+    ASSERT_EQ(host.size(), n_);
+    nz::cuda_rt::memcpy_any(p_, host.data(), n_ * sizeof(T));
+  }
+  void poison() {
+    std::vector<unsigned char> ff(n_ * sizeof(T), 0xFF);
+    nz::cuda_rt::memcpy_any(p_, ff.data(), ff.size());
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    nz::cuda_rt::memcpy_any(host.data(), p_, n_ * sizeof(T));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* p_;
+};
+
+// A host array of n poisoned elements (the CPU reference's outputs start the same way).
+template <class T>
+std::vector<T> poisoned(size_t n) {
+  std::vector<T> v(n);
+  std::memset(v.data(), 0xFF, n * sizeof(T));
+  return v;
+}
+
+// n values uniform in [lo, hi), rounded to T: both backends then read exactly the same inputs.
+template <class T>
+std::vector<T> random_array(nz::Rng& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::vector<T> v(n);
+  for (T& x : v) x = nz::store<T>(lo + (hi - lo) * rng.uniform());
+  return v;
+}
+
+std::vector<int> random_ints(nz::Rng& rng, size_t n, int below) {
+  std::vector<int> v(n);
+  for (int& x : v) x = int(rng.next() % uint64_t(below));
+  return v;
+}
+
+struct Tol {
+  double rel;    // relative to the element
+  double floor;  // relative to the largest |reference| element (for elements near zero)
+};
+template <class T>
+Tol tol() {
+  return std::is_same_v<T, bf16> ? Tol{2e-2, 2e-3} : Tol{1e-4, 2e-5};
+}
+
+template <class T>
+double as_double(T x) {
+  return double(nz::load(x));
+}
+
+// got (GPU) against want (CPU), element by element; reports the first offender and the worst error.
+template <class T>
+void expect_close(const std::string& what, const std::vector<T>& got, const std::vector<T>& want,
+                  Tol t) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double max_abs = 0.0;
+  for (const T& w : want) max_abs = std::max(max_abs, std::fabs(as_double(w)));
+  size_t bad = 0, first_bad = 0;
+  double worst = 0.0;  // the largest |error| / allowed
+  for (size_t i = 0; i < got.size(); i++) {
+    const double g = as_double(got[i]), w = as_double(want[i]);
+    const double allowed = t.rel * std::fabs(w) + t.floor * max_abs;
+    const bool ok = std::isnan(w) ? std::isnan(g) : (!std::isnan(g) && std::fabs(g - w) <= allowed);
+    if (!std::isnan(g) && !std::isnan(w) && allowed > 0) worst = std::max(worst, std::fabs(g - w) / allowed);
+    if (!ok && bad++ == 0) first_bad = i;
+  }
+  printf("[   cuda   ] %-34s worst error %.3f of tolerance (%zu elements)\n", what.c_str(), worst,
+         got.size());
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements differ; first at ["
+                     << first_bad << "]: gpu " << as_double(got[first_bad]) << ", cpu "
+                     << as_double(want[first_bad]) << " (rel " << t.rel << ", floor " << t.floor
+                     << " x max " << max_abs << ")";
+}
+
+template <class T>
+void expect_bitwise(const std::string& what, const std::vector<T>& a, const std::vector<T>& b) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)), 0) << what << ": not bit-identical";
+}
+
+// The awkward sizes: nothing is a multiple of 32 (warp, tile) or of a block size.
+constexpr int kB = 3, kT = 37, kC = 72, kNH = 6, kV = 257, kOC = 200, kMaxT = 40;
+
+// ---------------------------------------------------------------------------------------------
+// embedding
+
+TYPED_TEST(CudaKernels, Embedding) {
+  using T = TypeParam;
+  nz::Rng rng(101);
+  const int BT = kB * kT;
+  std::vector<int> tokens = random_ints(rng, BT, kV);
+  tokens[5] = tokens[0];  // repeated tokens: their gradients must add up, in order
+  tokens[BT - 1] = tokens[0];
+  const auto wte = random_array<T>(rng, size_t(kV) * kC), wpe = random_array<T>(rng, size_t(kMaxT) * kC);
+  const auto dout = random_array<T>(rng, size_t(BT) * kC);
+  const auto dwte0 = random_array<T>(rng, size_t(kV) * kC), dwpe0 = random_array<T>(rng, size_t(kMaxT) * kC);
+
+  auto out = poisoned<T>(size_t(BT) * kC);
+  auto dwte = dwte0, dwpe = dwpe0;
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), kB, kT, kC);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), kB, kT, kC);
+
+  DeviceArray<int> d_tokens(tokens);
+  DeviceArray<T> d_wte(wte), d_wpe(wpe), d_dout(dout), d_dwte(dwte0), d_dwpe(dwpe0);
+  auto d_out = DeviceArray<T>::poisoned(out.size());
+  gpu::embedding_forward(d_out.ptr(), d_tokens.ptr(), d_wte.ptr(), d_wpe.ptr(), kB, kT, kC);
+  gpu::embedding_backward(d_dwte.ptr(), d_dwpe.ptr(), d_dout.ptr(), d_tokens.ptr(), kB, kT, kC);
+
+  expect_close("embedding out", d_out.download(), out, tol<T>());
+  expect_close("embedding dwte (+=)", d_dwte.download(), dwte, tol<T>());
+  expect_close("embedding dwpe (+=)", d_dwpe.download(), dwpe, tol<T>());
+}
+
+// ---------------------------------------------------------------------------------------------
+// layer norm
+
+TYPED_TEST(CudaKernels, LayerNorm) {
+  using T = TypeParam;
+  nz::Rng rng(102);
+  const int N = kB * kT, C = kC;
+  const auto inp = random_array<T>(rng, size_t(N) * C, -2.0f, 3.0f);  // a non-zero mean
+  const auto w = random_array<T>(rng, C, 0.5f, 1.5f), b = random_array<T>(rng, C);
+  const auto dout = random_array<T>(rng, size_t(N) * C);
+  const auto dw0 = random_array<T>(rng, C), db0 = random_array<T>(rng, C);
+
+  auto out = poisoned<T>(size_t(N) * C);
+  std::vector<float> mean(N), rstd(N);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+  auto dinp = poisoned<T>(size_t(N) * C);
+  auto dw = dw0, db = db0;
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+
+  DeviceArray<T> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_dw(dw0), d_db(db0);
+  auto d_out = DeviceArray<T>::poisoned(out.size()), d_dinp = DeviceArray<T>::poisoned(dinp.size());
+  auto d_mean = DeviceArray<float>::poisoned(N), d_rstd = DeviceArray<float>::poisoned(N);
+  gpu::layernorm_forward(d_out.ptr(), d_mean.ptr(), d_rstd.ptr(), d_inp.ptr(), d_w.ptr(), d_b.ptr(), N, C);
+  expect_close("layernorm out", d_out.download(), out, tol<T>());
+  expect_close("layernorm mean", d_mean.download(), mean, tol<float>());
+  expect_close("layernorm rstd", d_rstd.download(), rstd, tol<float>());
+
+  // The backward reads the CPU's mean and rstd, so it is checked on exactly the same inputs.
+  d_mean.upload(mean);
+  d_rstd.upload(rstd);
+  gpu::layernorm_backward(d_dinp.ptr(), d_dw.ptr(), d_db.ptr(), d_dout.ptr(), d_inp.ptr(), d_w.ptr(),
+                          d_mean.ptr(), d_rstd.ptr(), N, C);
+  expect_close("layernorm dinp", d_dinp.download(), dinp, tol<T>());
+  expect_close("layernorm dw (+=)", d_dw.download(), dw, tol<T>());
+  expect_close("layernorm db (+=)", d_db.download(), db, tol<T>());
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul: both implementations, with and without bias, two shapes
+
+template <class T>
+void check_matmul(int N, int C, int OC, bool with_bias, MatmulImpl impl, uint64_t seed) {
+  const std::string tag = std::string(nz::cuda::matmul_impl_name(impl)) + " N=" + std::to_string(N) +
+                          " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
+                          (with_bias ? " bias" : " no bias");
+  SCOPED_TRACE(tag);
+  nz::Rng rng(seed);
+  const auto inp = random_array<T>(rng, size_t(N) * C), w = random_array<T>(rng, size_t(OC) * C);
+  const auto bias = random_array<T>(rng, OC), dout = random_array<T>(rng, size_t(N) * OC);
+  const auto dw0 = random_array<T>(rng, size_t(OC) * C), dbias0 = random_array<T>(rng, OC);
+  const T* bias_cpu = with_bias ? bias.data() : nullptr;
+
+  auto out = poisoned<T>(size_t(N) * OC), dinp = poisoned<T>(size_t(N) * C);
+  auto dw = dw0, dbias = dbias0;
+  cpu::matmul_forward(out.data(), inp.data(), w.data(), bias_cpu, N, C, OC);
+  cpu::matmul_backward(dinp.data(), dw.data(), with_bias ? dbias.data() : nullptr, dout.data(),
+                       inp.data(), w.data(), N, C, OC);
+
+  select_matmul_impl(impl);
+  DeviceArray<T> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout), d_dw(dw0), d_dbias(dbias0);
+  auto d_out = DeviceArray<T>::poisoned(out.size()), d_dinp = DeviceArray<T>::poisoned(dinp.size());
+  gpu::matmul_forward(d_out.ptr(), d_inp.ptr(), d_w.ptr(), with_bias ? d_bias.ptr() : nullptr, N, C, OC);
+  gpu::matmul_backward(d_dinp.ptr(), d_dw.ptr(), with_bias ? d_dbias.ptr() : nullptr, d_dout.ptr(),
+                       d_inp.ptr(), d_w.ptr(), N, C, OC);
+  expect_close("matmul out " + tag, d_out.download(), out, tol<T>());
+  expect_close("matmul dinp " + tag, d_dinp.download(), dinp, tol<T>());
+  expect_close("matmul dw (+=) " + tag, d_dw.download(), dw, tol<T>());
+  if (with_bias) expect_close("matmul dbias (+=) " + tag, d_dbias.download(), dbias, tol<T>());
+  else expect_bitwise("matmul dbias untouched " + tag, d_dbias.download(), dbias0);
+
+  // dinp == null means "no input gradient": dw still accumulates, from where it is now.
+  auto dw_twice = dw;
+  cpu::matmul_backward((T*)nullptr, dw_twice.data(), (T*)nullptr, dout.data(), inp.data(), w.data(),
+                       N, C, OC);
+  gpu::matmul_backward((T*)nullptr, d_dw.ptr(), (T*)nullptr, d_dout.ptr(), d_inp.ptr(), d_w.ptr(), N,
+                       C, OC);
+  expect_close("matmul dw, 2nd call, no dinp " + tag, d_dw.download(), dw_twice, tol<T>());
+  select_matmul_impl(MatmulImpl::Cublas);  // back to the default
+}
+
+TYPED_TEST(CudaKernels, Matmul) {
+  using T = TypeParam;
+  for (MatmulImpl impl : kMatmulImpls) {
+    check_matmul<T>(kB * kT, kC, kOC, true, impl, 103);
+    check_matmul<T>(kB * kT, kC, kOC, false, impl, 104);
+    check_matmul<T>(kT, kOC, kV, true, impl, 105);  // K = 200 and 257: several partial tiles
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+template <class T>
+void check_attention(int B, int Tn, int C, int NH, uint64_t seed) {
+  const std::string tag = "B=" + std::to_string(B) + " T=" + std::to_string(Tn) + " C=" +
+                          std::to_string(C) + " NH=" + std::to_string(NH);
+  SCOPED_TRACE(tag);
+  nz::Rng rng(seed);
+  const size_t n_qkv = size_t(B) * Tn * 3 * C, n_out = size_t(B) * Tn * C;
+  const size_t n_att = size_t(B) * NH * Tn * Tn;
+  const auto qkv = random_array<T>(rng, n_qkv, -2.0f, 2.0f), dout = random_array<T>(rng, n_out);
+
+  auto out = poisoned<T>(n_out), att = poisoned<T>(n_att), dqkv = poisoned<T>(n_qkv);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
+
+  DeviceArray<T> d_qkv(qkv), d_dout(dout);
+  auto d_out = DeviceArray<T>::poisoned(n_out), d_att = DeviceArray<T>::poisoned(n_att);
+  auto d_dqkv = DeviceArray<T>::poisoned(n_qkv);
+  gpu::attention_forward(d_out.ptr(), d_att.ptr(), d_qkv.ptr(), B, Tn, C, NH);
+  expect_close("attention out " + tag, d_out.download(), out, tol<T>());
+  expect_close("attention att " + tag, d_att.download(), att, tol<T>());
+
+  d_att.upload(att);  // the backward on exactly the CPU's saved probabilities
+  gpu::attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att.ptr(), B, Tn, C, NH);
+  expect_close("attention dqkv " + tag, d_dqkv.download(), dqkv, tol<T>());
+}
+
+TYPED_TEST(CudaKernels, Attention) {
+  check_attention<TypeParam>(kB, kT, kC, kNH, 106);  // head size 12: most lanes idle
+  check_attention<TypeParam>(2, 33, 128, 2, 107);    // head size 64: two channels per lane
+}
+
+// ---------------------------------------------------------------------------------------------
+// elementwise: GELU, residual, accumulate
+
+TYPED_TEST(CudaKernels, Gelu) {
+  using T = TypeParam;
+  nz::Rng rng(108);
+  const size_t n = 31973;
+  const auto inp = random_array<T>(rng, n, -5.0f, 5.0f), dout = random_array<T>(rng, n);
+  auto out = poisoned<T>(n), dinp = poisoned<T>(n);
+  cpu::gelu_forward(out.data(), inp.data(), n);
+  cpu::gelu_backward(dinp.data(), inp.data(), dout.data(), n);
+
+  DeviceArray<T> d_inp(inp), d_dout(dout);
+  auto d_out = DeviceArray<T>::poisoned(n), d_dinp = DeviceArray<T>::poisoned(n);
+  gpu::gelu_forward(d_out.ptr(), d_inp.ptr(), n);
+  gpu::gelu_backward(d_dinp.ptr(), d_inp.ptr(), d_dout.ptr(), n);
+  expect_close("gelu out", d_out.download(), out, tol<T>());
+  expect_close("gelu dinp", d_dinp.download(), dinp, tol<T>());
+}
+
+TYPED_TEST(CudaKernels, Residual) {
+  using T = TypeParam;
+  nz::Rng rng(109);
+  const size_t n = 7993;
+  const auto a = random_array<T>(rng, n), b = random_array<T>(rng, n);
+  auto out = poisoned<T>(n);
+  cpu::residual_forward(out.data(), a.data(), b.data(), n);
+
+  DeviceArray<T> d_a(a), d_b(b);
+  auto d_out = DeviceArray<T>::poisoned(n);
+  gpu::residual_forward(d_out.ptr(), d_a.ptr(), d_b.ptr(), n);
+  expect_close("residual out", d_out.download(), out, tol<T>());
+  gpu::residual_forward(d_a.ptr(), d_a.ptr(), d_b.ptr(), n);  // in place: out aliases a
+  expect_bitwise("residual in place", d_a.download(), d_out.download());
+}
+
+TYPED_TEST(CudaKernels, Accumulate) {
+  using T = TypeParam;
+  nz::Rng rng(110);
+  const size_t n = 12345;
+  const auto src1 = random_array<T>(rng, n), src2 = random_array<T>(rng, n);
+  auto dst = poisoned<T>(n);  // first = true must not read dst (it holds NaN)
+  cpu::accumulate(dst.data(), src1.data(), n, 0.25f, true);
+  const auto after_first = dst;
+  cpu::accumulate(dst.data(), src2.data(), n, 0.25f, false);
+
+  DeviceArray<T> d_src1(src1), d_src2(src2);
+  auto d_dst = DeviceArray<T>::poisoned(n);
+  gpu::accumulate(d_dst.ptr(), d_src1.ptr(), n, 0.25f, true);
+  expect_close("accumulate first", d_dst.download(), after_first, tol<T>());
+  gpu::accumulate(d_dst.ptr(), d_src2.ptr(), n, 0.25f, false);
+  expect_close("accumulate second", d_dst.download(), dst, tol<T>());
+}
+
+// ---------------------------------------------------------------------------------------------
+// softmax + cross-entropy
+
+TYPED_TEST(CudaKernels, SoftmaxXent) {
+  using T = TypeParam;
+  nz::Rng rng(111);
+  const int BT = kB * kT, V = kV;
+  const auto logits = random_array<T>(rng, size_t(BT) * V, -4.0f, 4.0f);
+  const std::vector<int> targets = random_ints(rng, BT, V);
+  const float dloss = 1.0f / BT;
+
+  std::vector<float> losses(BT);
+  auto probs = poisoned<T>(logits.size()), dlogits = poisoned<T>(logits.size());
+  cpu::softmax_xent_forward(losses.data(), probs.data(), logits.data(), targets.data(), BT, V);
+  cpu::softmax_xent_backward(dlogits.data(), probs.data(), targets.data(), dloss, BT, V);
+
+  DeviceArray<T> d_logits(logits), d_probs(probs);  // (the backward reads the CPU's probs)
+  DeviceArray<int> d_targets(targets);
+  auto d_losses = DeviceArray<float>::poisoned(BT), d_out = DeviceArray<T>::poisoned(logits.size());
+  gpu::softmax_xent_forward(d_losses.ptr(), d_out.ptr(), d_logits.ptr(), d_targets.ptr(), BT, V);
+  expect_close("softmax_xent losses", d_losses.download(), losses, tol<float>());
+  const auto gpu_probs = d_out.download();
+  expect_close("softmax_xent probs", gpu_probs, probs, tol<T>());
+
+  d_out.poison();
+  gpu::softmax_xent_backward(d_out.ptr(), d_probs.ptr(), d_targets.ptr(), dloss, BT, V);
+  expect_close("softmax_xent dlogits", d_out.download(), dlogits, tol<T>());
+
+  // In place, as the trainer runs it: probs over the logits, then dlogits over the probs.
+  const auto gpu_losses = d_losses.download();
+  gpu::softmax_xent_forward(d_losses.ptr(), d_logits.ptr(), d_logits.ptr(), d_targets.ptr(), BT, V);
+  expect_bitwise("softmax_xent probs in place", d_logits.download(), gpu_probs);
+  expect_bitwise("softmax_xent losses in place", d_losses.download(), gpu_losses);
+  gpu::softmax_xent_backward(d_probs.ptr(), d_probs.ptr(), d_targets.ptr(), dloss, BT, V);
+  expect_bitwise("softmax_xent dlogits in place", d_probs.download(), d_out.download());
+}
+
+// ---------------------------------------------------------------------------------------------
+// optimizer and gradient norm
+
+TYPED_TEST(CudaKernels, AdamW) {
+  using T = TypeParam;
+  nz::Rng rng(112);
+  const size_t n = 10007;
+  auto p = random_array<float>(rng, n), m = random_array<float>(rng, n, -0.1f, 0.1f);
+  auto v = random_array<float>(rng, n, 0.0f, 0.01f);
+  const auto g = random_array<T>(rng, n);
+  DeviceArray<float> d_p(p), d_m(m), d_v(v);
+  DeviceArray<T> d_g(g);
+  // step t = 3 (bias corrections matter), decay on, clipping scale on
+  cpu::adamw_update(p.data(), m.data(), v.data(), g.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
+  gpu::adamw_update(d_p.ptr(), d_m.ptr(), d_v.ptr(), d_g.ptr(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
+  expect_close("adamw p", d_p.download(), p, tol<float>());
+  expect_close("adamw m", d_m.download(), m, tol<float>());
+  expect_close("adamw v", d_v.download(), v, tol<float>());
+}
+
+TYPED_TEST(CudaKernels, SumSquares) {
+  using T = TypeParam;
+  nz::Rng rng(113);
+  for (size_t n : {size_t(1), size_t(1000), size_t(100003)}) {  // 100003 > the fixed grid's 65536 threads
+    const auto x = random_array<T>(rng, n, -3.0f, 3.0f);
+    const double want = cpu::sum_squares(x.data(), n);
+    DeviceArray<T> d_x(x);
+    const double got = gpu::sum_squares(d_x.ptr(), n);
+    EXPECT_NEAR(got, want, 1e-10 * want) << "sum_squares n=" << n;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// determinism: the same inputs give the same bits, run after run
+
+TYPED_TEST(CudaKernels, RunToRunBitwise) {
+  using T = TypeParam;
+  nz::Rng rng(114);
+  const int N = kB * kT, C = kC, OC = kOC;
+  const auto inp = random_array<T>(rng, size_t(N) * C), w = random_array<T>(rng, size_t(OC) * C);
+  const auto dout = random_array<T>(rng, size_t(N) * OC), dw0 = random_array<T>(rng, size_t(OC) * C);
+  const auto qkv = random_array<T>(rng, size_t(N) * 3 * C), datt_out = random_array<T>(rng, size_t(N) * C);
+  const std::vector<int> tokens = random_ints(rng, N, 5);  // few distinct tokens: many repeats
+  DeviceArray<T> d_inp(inp), d_w(w), d_dout(dout), d_qkv(qkv), d_datt_out(datt_out);
+  DeviceArray<int> d_tokens(tokens);
+
+  // Runs every kernel with a reduction once, and returns all results as raw bytes.
+  auto run_all = [&]() {
+    std::vector<std::vector<T>> results;
+    for (MatmulImpl impl : kMatmulImpls) {
+      select_matmul_impl(impl);
+      DeviceArray<T> d_dw(dw0), d_dbias(std::vector<T>(OC, nz::store<T>(0.5f)));
+      auto d_dinp = DeviceArray<T>::poisoned(size_t(N) * C);
+      gpu::matmul_backward(d_dinp.ptr(), d_dw.ptr(), d_dbias.ptr(), d_dout.ptr(), d_inp.ptr(), d_w.ptr(),
+                           N, C, OC);
+      results.push_back(d_dinp.download());
+      results.push_back(d_dw.download());
+      results.push_back(d_dbias.download());
+    }
+    select_matmul_impl(MatmulImpl::Cublas);
+    auto d_out = DeviceArray<T>::poisoned(size_t(N) * C);
+    auto d_att = DeviceArray<T>::poisoned(size_t(kB) * kNH * kT * kT);
+    auto d_dqkv = DeviceArray<T>::poisoned(size_t(N) * 3 * C);
+    gpu::attention_forward(d_out.ptr(), d_att.ptr(), d_qkv.ptr(), kB, kT, C, kNH);
+    gpu::attention_backward(d_dqkv.ptr(), d_datt_out.ptr(), d_qkv.ptr(), d_att.ptr(), kB, kT, C, kNH);
+    results.push_back(d_out.download());
+    results.push_back(d_att.download());
+    results.push_back(d_dqkv.download());
+    DeviceArray<T> d_dwte(std::vector<T>(size_t(5) * C, nz::store<T>(0.0f)));
+    DeviceArray<T> d_dwpe(std::vector<T>(size_t(kT) * C, nz::store<T>(0.0f)));
+    gpu::embedding_backward(d_dwte.ptr(), d_dwpe.ptr(), d_inp.ptr(), d_tokens.ptr(), kB, kT, C);
+    results.push_back(d_dwte.download());
+    results.push_back(d_dwpe.download());
+    const double ss = gpu::sum_squares(d_dout.ptr(), d_dout.size());
+    std::vector<T> ss_bytes(sizeof(double) / sizeof(T) + 1);
+    std::memcpy(ss_bytes.data(), &ss, sizeof(double));
+    results.push_back(ss_bytes);
+    return results;
+  };
+  const auto first = run_all(), second = run_all();
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t i = 0; i < first.size(); i++)
+    expect_bitwise("result " + std::to_string(i) + " of the second run", second[i], first[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// casts, bit for bit
+
+std::vector<float> cast_test_values(nz::Rng& rng) {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN, 3.0e38f, -3.0e38f,
+                          1e-40f /* subnormal */, 1.0f + 1.0f / 256 /* a tie: rounds to even */,
+                          1.0f + 3.0f / 256 /* a tie: rounds up to even */};
+  for (int i = 0; i < 4999; i++) v.push_back((rng.uniform() - 0.5f) * 1000.0f);
+  return v;
+}
+
+TEST_F(CudaCast, AllFourCastsBitwise) {
+  nz::Rng rng(115);
+  const std::vector<float> f = cast_test_values(rng);
+  const size_t n = f.size();
+  std::vector<bf16> b = poisoned<bf16>(n);
+  cpu::cast(b.data(), f.data(), n);
+  std::vector<float> f_back = poisoned<float>(n);
+  cpu::cast(f_back.data(), b.data(), n);
+
+  DeviceArray<float> d_f(f);
+  auto d_b = DeviceArray<bf16>::poisoned(n), d_b2 = DeviceArray<bf16>::poisoned(n);
+  auto d_f_back = DeviceArray<float>::poisoned(n), d_f2 = DeviceArray<float>::poisoned(n);
+  gpu::cast(d_b.ptr(), d_f.ptr(), n);
+  expect_bitwise("cast fp32 -> bf16", d_b.download(), b);
+  gpu::cast(d_f_back.ptr(), d_b.ptr(), n);
+  expect_bitwise("cast bf16 -> fp32", d_f_back.download(), f_back);
+  gpu::cast(d_f2.ptr(), d_f.ptr(), n);
+  expect_bitwise("cast fp32 -> fp32", d_f2.download(), f);
+  gpu::cast(d_b2.ptr(), d_b.ptr(), n);
+  expect_bitwise("cast bf16 -> bf16", d_b2.download(), b);
+}
+
+}  // namespace

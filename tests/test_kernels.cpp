@@ -1,0 +1,800 @@
+// test_kernels.cpp — the CPU reference kernels (common/kernels_cpu.cpp) against the math.
+//
+//  - KernelGrad:        every backward against central finite differences, in double precision
+//  - KernelForward:     forward properties a gradient check cannot see (causal mask, known values)
+//  - KernelConventions: weight grads accumulate (+=), input grads are overwritten (=), null = none
+//  - AdamW:             one and two steps against the formula, decoupled decay, grad_scale
+//  - Bf16:              round to nearest even bit patterns; bf16 kernels = fp32 kernels rounded once
+//  - Determinism:       bitwise identical results with 1, 2 and 3 OpenMP threads
+#include <gtest/gtest.h>  // TEST, EXPECT_*
+#include <omp.h>          // omp_set_num_threads, omp_get_max_threads
+
+#include <cmath>       // std::fabs, std::isnan, std::sqrt, std::log
+#include <cstdint>     // uint16_t, uint32_t, uint64_t
+#include <cstdio>      // printf
+#include <cstring>     // std::memcpy, std::memcmp
+#include <functional>  // std::function
+#include <vector>
+
+#include "dtype.h"    // bf16, f32_to_bf16, bf16_to_f32, acc_t
+#include "kernels.h"  // nz::cpu::*
+
+namespace {
+
+using nz::bf16;
+namespace cpu = nz::cpu;
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+// Small deterministic generator (splitmix64): the same numbers on every platform and library.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * double(next() >> 11) * 0x1.0p-53; }
+  int below(int n) { return int(next() % uint64_t(n)); }
+};
+
+std::vector<double> random_vec(Rng& rng, size_t n, double lo = -1.0, double hi = 1.0) {
+  std::vector<double> v(n);
+  for (double& x : v) x = rng.uniform(lo, hi);
+  return v;
+}
+
+std::vector<int> random_tokens(Rng& rng, size_t n, int V) {
+  std::vector<int> t(n);
+  for (int& x : t) x = rng.below(V);
+  return t;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
+  return s;
+}
+
+// Finite-difference check, in double. With step h the central difference has a truncation error
+// ~h^2 |f'''| / 6 and a rounding error ~eps |L| / h (eps = 1.1e-16). h = 3e-5 balances the two for
+// these shapes: over 40 random seeds the worst element of any kernel agreed to 1.3e-7 (softmax_xent,
+// rounding-limited; at h = 1e-5 it reached 6.5e-7), so kFdTol = 1e-6 leaves a margin of ~8x, while
+// a wrong gradient (a missing term, a factor off by 1%) misses by orders of magnitude.
+// Each element is judged relative to itself, except that elements far below the tensor's largest
+// gradient are judged relative to 1e-3 of that largest one: the central difference has an
+// absolute error floor that would otherwise dominate a gradient of, say, 1e-9.
+constexpr double kFdStep = 3e-5;
+constexpr double kFdTol = 1e-6;
+
+struct FdResult {
+  double max_rel_err = 0.0;  // the worst element's relative error
+  size_t worst = 0;          // its index
+  double analytic = 0.0, numeric = 0.0;
+};
+
+// Compares analytic = dL/dx with central differences of loss(), perturbing x in place (loss() must
+// read x). x is restored exactly.
+FdResult fd_compare(std::vector<double>& x, const std::vector<double>& analytic,
+                    const std::function<double()>& loss) {
+  std::vector<double> numeric(x.size());
+  double max_numeric = 0.0;
+  for (size_t i = 0; i < x.size(); i++) {
+    const double x0 = x[i];
+    const double xp = x0 + kFdStep, xm = x0 - kFdStep;
+    x[i] = xp;
+    const double lp = loss();
+    x[i] = xm;
+    const double lm = loss();
+    x[i] = x0;
+    numeric[i] = (lp - lm) / (xp - xm);  // the step actually taken, not the nominal 2h
+    max_numeric = std::max(max_numeric, std::fabs(numeric[i]));
+  }
+  const double floor = std::max(1e-3 * max_numeric, 1e-300);
+  FdResult r;
+  for (size_t i = 0; i < x.size(); i++) {
+    const double scale = std::max({std::fabs(analytic[i]), std::fabs(numeric[i]), floor});
+    const double err = std::fabs(analytic[i] - numeric[i]) / scale;
+    if (err > r.max_rel_err || i == 0) r = FdResult{err, i, analytic[i], numeric[i]};
+  }
+  return r;
+}
+
+// The assertion every gradient test makes; prints the worst error so regressions are visible.
+void expect_grad(const char* what, std::vector<double>& x, const std::vector<double>& analytic,
+                 const std::function<double()>& loss) {
+  ASSERT_EQ(x.size(), analytic.size()) << what;
+  const FdResult r = fd_compare(x, analytic, loss);
+  printf("[   fd     ] %-26s max rel err %.2e  (%zu elements)\n", what, r.max_rel_err, x.size());
+  EXPECT_LT(r.max_rel_err, kFdTol) << what << ": element " << r.worst << " analytic " << r.analytic
+                                   << " vs finite difference " << r.numeric;
+}
+
+// Runs fn with exactly n OpenMP threads, then restores the previous setting.
+void with_threads(int n, const std::function<void()>& fn) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(n);
+  fn();
+  omp_set_num_threads(before);
+}
+
+template <class T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+uint16_t bf16_bits_of(uint32_t f32_bits) {
+  float f;
+  std::memcpy(&f, &f32_bits, 4);
+  return nz::f32_to_bf16(f).bits;
+}
+
+std::vector<bf16> to_bf16(const std::vector<float>& x) {
+  std::vector<bf16> y(x.size());
+  for (size_t i = 0; i < x.size(); i++) y[i] = nz::f32_to_bf16(x[i]);
+  return y;
+}
+
+std::vector<float> to_f32(const std::vector<bf16>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); i++) y[i] = nz::bf16_to_f32(x[i]);
+  return y;
+}
+
+std::vector<float> random_f32(Rng& rng, size_t n, double lo = -1.0, double hi = 1.0) {
+  std::vector<float> v(n);
+  for (float& x : v) x = float(rng.uniform(lo, hi));
+  return v;
+}
+
+// Small, awkward shapes: nothing a multiple of anything, so every tail path is exercised.
+constexpr int B = 2, Tn = 5, C = 12, NH = 3, OC = 7, V = 11;
+constexpr int N = B * Tn;
+
+// ---------------------------------------------------------------------------------------------
+// KernelGrad: backward against finite differences, L = sum(out * R) for a fixed random R
+
+TEST(KernelGrad, Embedding) {
+  Rng rng(1);
+  std::vector<int> tokens = random_tokens(rng, N, V);
+  tokens[7] = tokens[2];  // a repeated token: its row of dwte must collect both contributions
+  std::vector<double> wte = random_vec(rng, size_t(V) * C), wpe = random_vec(rng, size_t(Tn) * C);
+  const std::vector<double> R = random_vec(rng, size_t(N) * C);
+  std::vector<double> out(size_t(N) * C);
+  auto loss = [&] {
+    cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C);
+    return dot(out, R);
+  };
+  std::vector<double> dwte(wte.size(), 0.0), dwpe(wpe.size(), 0.0);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), R.data(), tokens.data(), B, Tn, C);
+  expect_grad("embedding dwte", wte, dwte, loss);
+  expect_grad("embedding dwpe", wpe, dwpe, loss);
+}
+
+TEST(KernelGrad, LayerNorm) {
+  Rng rng(2);
+  // rows with different offsets and spreads, so mean and rstd matter
+  std::vector<double> inp(size_t(N) * C);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) inp[size_t(n) * C + c] = 0.3 * n - 1.0 + (0.5 + 0.2 * n) * rng.uniform(-1, 1);
+  std::vector<double> w = random_vec(rng, C, 0.5, 1.5), b = random_vec(rng, C);
+  const std::vector<double> R = random_vec(rng, size_t(N) * C);
+  std::vector<double> out(size_t(N) * C), mean(N), rstd(N);
+  auto loss = [&] {
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    return dot(out, R);
+  };
+  loss();  // saves mean and rstd for the backward
+  std::vector<double> dinp(inp.size(), 123.0), dw(C, 0.0), db(C, 0.0);
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), R.data(), inp.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  expect_grad("layernorm dinp", inp, dinp, loss);
+  expect_grad("layernorm dw", w, dw, loss);
+  expect_grad("layernorm db", b, db, loss);
+}
+
+TEST(KernelGrad, Matmul) {
+  Rng rng(3);
+  std::vector<double> inp = random_vec(rng, size_t(N) * C), w = random_vec(rng, size_t(OC) * C);
+  std::vector<double> bias = random_vec(rng, OC);
+  const std::vector<double> R = random_vec(rng, size_t(N) * OC);
+  std::vector<double> out(size_t(N) * OC);
+  auto loss = [&] {
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    return dot(out, R);
+  };
+  std::vector<double> dinp(inp.size(), 123.0), dw(w.size(), 0.0), dbias(OC, 0.0);
+  cpu::matmul_backward(dinp.data(), dw.data(), dbias.data(), R.data(), inp.data(), w.data(), N, C, OC);
+  expect_grad("matmul dinp", inp, dinp, loss);
+  expect_grad("matmul dw", w, dw, loss);
+  expect_grad("matmul dbias", bias, dbias, loss);
+}
+
+TEST(KernelGrad, Attention) {
+  Rng rng(4);
+  // scores of a few units, so the softmax is far from uniform
+  std::vector<double> qkv = random_vec(rng, size_t(N) * 3 * C, -1.5, 1.5);
+  const std::vector<double> R = random_vec(rng, size_t(N) * C);
+  std::vector<double> out(size_t(N) * C), att(size_t(B) * NH * Tn * Tn);
+  auto loss = [&] {
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+    return dot(out, R);
+  };
+  loss();  // saves att
+  std::vector<double> dqkv(qkv.size(), 123.0);
+  cpu::attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, Tn, C, NH);
+  expect_grad("attention dqkv", qkv, dqkv, loss);
+}
+
+TEST(KernelGrad, Gelu) {
+  Rng rng(5);
+  const size_t n = 37;
+  std::vector<double> inp = random_vec(rng, n, -4.0, 4.0);
+  const std::vector<double> R = random_vec(rng, n);
+  std::vector<double> out(n);
+  auto loss = [&] {
+    cpu::gelu_forward(out.data(), inp.data(), n);
+    return dot(out, R);
+  };
+  std::vector<double> dinp(n, 123.0);
+  cpu::gelu_backward(dinp.data(), inp.data(), R.data(), n);
+  expect_grad("gelu dinp", inp, dinp, loss);
+}
+
+TEST(KernelGrad, Residual) {
+  // The residual has no backward kernel: its gradient is dout, unchanged, to both branches.
+  Rng rng(6);
+  const size_t n = 29;
+  std::vector<double> a = random_vec(rng, n), b = random_vec(rng, n);
+  const std::vector<double> R = random_vec(rng, n);
+  std::vector<double> out(n);
+  auto loss = [&] {
+    cpu::residual_forward(out.data(), a.data(), b.data(), n);
+    return dot(out, R);
+  };
+  expect_grad("residual da", a, R, loss);
+  expect_grad("residual db", b, R, loss);
+}
+
+TEST(KernelGrad, SoftmaxXent) {
+  // The mean loss over the B*T rows, as the trainer computes it: dloss = 1/(B*T) per row.
+  Rng rng(7);
+  std::vector<double> logits = random_vec(rng, size_t(N) * V, -3.0, 3.0);
+  const std::vector<int> targets = random_tokens(rng, N, V);
+  const float dloss = 1.0f / float(N);  // a float, as the interface takes it
+  std::vector<double> probs(logits.size()), losses(N);
+  auto loss = [&] {
+    cpu::softmax_xent_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
+    double sum = 0.0;
+    for (double l : losses) sum += l;
+    return double(dloss) * sum;  // the same (float) factor as the backward, so that it cancels
+  };
+  loss();
+  std::vector<double> dlogits(logits.size(), 123.0);
+  cpu::softmax_xent_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+  expect_grad("softmax_xent dlogits", logits, dlogits, loss);
+}
+
+// The test of the test: a gradient that is wrong by 1% (or in one element by 1e-4) must fail.
+TEST(KernelGrad, FdCheckCatchesWrongGradient) {
+  Rng rng(8);
+  std::vector<double> inp = random_vec(rng, size_t(N) * C), w = random_vec(rng, size_t(OC) * C);
+  const std::vector<double> R = random_vec(rng, size_t(N) * OC);
+  std::vector<double> out(size_t(N) * OC);
+  auto loss = [&] {
+    cpu::matmul_forward<double>(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+    return dot(out, R);
+  };
+  std::vector<double> dinp(inp.size()), dw(w.size(), 0.0);
+  cpu::matmul_backward<double>(dinp.data(), dw.data(), nullptr, R.data(), inp.data(), w.data(), N, C, OC);
+  EXPECT_LT(fd_compare(w, dw, loss).max_rel_err, kFdTol);  // the right gradient passes
+
+  std::vector<double> scaled = dw;
+  for (double& g : scaled) g *= 1.01;
+  EXPECT_GT(fd_compare(w, scaled, loss).max_rel_err, 100 * kFdTol);
+
+  std::vector<double> one_off = dw;
+  one_off[17] *= 1.0 + 1e-4;
+  const FdResult r = fd_compare(w, one_off, loss);
+  EXPECT_GT(r.max_rel_err, 10 * kFdTol);
+  EXPECT_EQ(r.worst, 17u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// KernelForward: what a gradient check cannot see
+
+TEST(KernelForward, AttentionIsCausalSoftmax) {
+  Rng rng(9);
+  std::vector<double> qkv = random_vec(rng, size_t(N) * 3 * C, -2.0, 2.0);
+  std::vector<double> out(size_t(N) * C), att(size_t(B) * NH * Tn * Tn, 123.0);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+  for (int bh = 0; bh < B * NH; bh++) {
+    for (int t = 0; t < Tn; t++) {
+      const double* row = &att[(size_t(bh) * Tn + t) * Tn];
+      double sum = 0.0;
+      for (int t2 = 0; t2 <= t; t2++) {
+        EXPECT_GT(row[t2], 0.0);
+        sum += row[t2];
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-14) << "row " << t << " of head " << bh;
+      for (int t2 = t + 1; t2 < Tn; t2++) EXPECT_EQ(row[t2], 0.0) << "future position " << t2 << " visible from " << t;
+    }
+  }
+  // position 0 sees only itself: its output is its own value vector
+  const int hs = C / NH;
+  for (int h = 0; h < NH; h++)
+    for (int i = 0; i < hs; i++) EXPECT_NEAR(out[h * hs + i], qkv[2 * C + h * hs + i], 1e-15);
+}
+
+TEST(KernelForward, GeluKnownValues) {
+  // GPT-2's tanh approximation (PyTorch: gelu(x, approximate='tanh')), in double
+  const std::vector<double> x = {1.0, -2.0, 0.5, 3.0, 0.0};
+  const std::vector<double> want = {0.8411919906082768, -0.04540230591222494, 0.34571400982514394,
+                                    2.996362607918227, 0.0};
+  std::vector<double> y(x.size());
+  cpu::gelu_forward(y.data(), x.data(), x.size());
+  for (size_t i = 0; i < x.size(); i++) EXPECT_NEAR(y[i], want[i], 1e-15) << "gelu(" << x[i] << ")";
+}
+
+TEST(KernelForward, LayerNormKnownValues) {
+  // row 0: x = 1, 2, 3, 4 (mean 2.5, biased variance 1.25); row 1: constant (variance 0, so
+  // rstd = 1/sqrt(eps), eps = 1e-5, and the output is the bias)
+  const std::vector<double> x = {1, 2, 3, 4, 7, 7, 7, 7}, w = {1, 2, 1, 0.5}, b = {0, 0, 1, -1};
+  std::vector<double> out(8), mean(2), rstd(2);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), 2, 4);
+  const double s = 1.0 / std::sqrt(1.25 + 1e-5);
+  EXPECT_DOUBLE_EQ(mean[0], 2.5);
+  EXPECT_NEAR(rstd[0], s, 1e-15);
+  EXPECT_NEAR(rstd[1], 1.0 / std::sqrt(1e-5), 1e-12);
+  const std::vector<double> want = {-1.5 * s, -0.5 * s * 2, 0.5 * s + 1, 1.5 * s * 0.5 - 1, 0, 0, 1, -1};
+  for (int i = 0; i < 8; i++) EXPECT_NEAR(out[i], want[i], 1e-14) << i;
+}
+
+TEST(KernelForward, SoftmaxXentLossAndInPlace) {
+  Rng rng(10);
+  const std::vector<float> logits = random_f32(rng, size_t(N) * V, -20.0, 20.0);
+  const std::vector<int> targets = random_tokens(rng, N, V);
+  const float dloss = 1.0f / float(N);
+  // out of place
+  std::vector<float> probs(logits.size()), dlogits(logits.size()), losses(N);
+  cpu::softmax_xent_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
+  cpu::softmax_xent_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+  for (int i = 0; i < N; i++) {
+    double sum = 0.0;
+    for (int j = 0; j < V; j++) sum += probs[size_t(i) * V + j];
+    EXPECT_NEAR(sum, 1.0, 1e-6);
+    EXPECT_NEAR(losses[i], -std::log(double(probs[size_t(i) * V + targets[i]])), 1e-5);
+  }
+  // in place: probs over the logits, then dlogits over the probs; must give the same bits
+  std::vector<float> buf = logits, losses2(N);
+  cpu::softmax_xent_forward(losses2.data(), buf.data(), buf.data(), targets.data(), N, V);
+  EXPECT_TRUE(bitwise_equal(buf, probs));
+  EXPECT_TRUE(bitwise_equal(losses2, losses));
+  cpu::softmax_xent_backward(buf.data(), buf.data(), targets.data(), dloss, N, V);
+  EXPECT_TRUE(bitwise_equal(buf, dlogits));
+  // huge logits: subtracting the row max keeps everything finite
+  std::vector<float> big(V, 1e30f), big_losses(1);
+  big[3] = 1e30f + 1e25f;
+  const int target = 3;
+  cpu::softmax_xent_forward(big_losses.data(), big.data(), big.data(), &target, 1, V);
+  EXPECT_TRUE(std::isfinite(big_losses[0]));
+  for (float p : big) EXPECT_TRUE(std::isfinite(p));
+}
+
+// ---------------------------------------------------------------------------------------------
+// KernelConventions: weight/bias grads accumulate (+=), input grads are overwritten (=)
+
+TEST(KernelConventions, MatmulAccumulatesWeightGradsOverwritesDinp) {
+  Rng rng(11);
+  const std::vector<double> inp = random_vec(rng, size_t(N) * C), w = random_vec(rng, size_t(OC) * C);
+  const std::vector<double> dout = random_vec(rng, size_t(N) * OC);
+  std::vector<double> dinp1(inp.size(), 5.0), dw1(w.size(), 0.0), db1(OC, 0.0);
+  cpu::matmul_backward(dinp1.data(), dw1.data(), db1.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  std::vector<double> dinp2 = dinp1, dw2 = dw1, db2 = db1;
+  cpu::matmul_backward(dinp2.data(), dw2.data(), db2.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  EXPECT_TRUE(bitwise_equal(dinp2, dinp1));  // overwritten, not doubled
+  // The kernel sums over rows first and adds once, so the second call adds exactly the same
+  // amount: 2x, to the bit.
+  for (size_t i = 0; i < dw1.size(); i++) EXPECT_EQ(dw2[i], 2.0 * dw1[i]);
+  for (int o = 0; o < OC; o++) EXPECT_EQ(db2[o], 2.0 * db1[o]);
+  // null dinp / dbias mean "none", and do not change dw
+  std::vector<double> dw3(w.size(), 0.0);
+  cpu::matmul_backward<double>(nullptr, dw3.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+  EXPECT_TRUE(bitwise_equal(dw3, dw1));
+  // null bias in the forward means "no bias"
+  std::vector<double> out_nobias(size_t(N) * OC), out_zero(size_t(N) * OC), zeros(OC, 0.0);
+  cpu::matmul_forward<double>(out_nobias.data(), inp.data(), w.data(), nullptr, N, C, OC);
+  cpu::matmul_forward(out_zero.data(), inp.data(), w.data(), zeros.data(), N, C, OC);
+  EXPECT_TRUE(bitwise_equal(out_nobias, out_zero));
+}
+
+TEST(KernelConventions, LayerNormAccumulatesWeightGradsOverwritesDinp) {
+  Rng rng(12);
+  const std::vector<double> inp = random_vec(rng, size_t(N) * C), w = random_vec(rng, C), b = random_vec(rng, C);
+  const std::vector<double> dout = random_vec(rng, size_t(N) * C);
+  std::vector<double> out(inp.size()), mean(N), rstd(N);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+  std::vector<double> dinp1(inp.size(), 5.0), dw1(C, 0.0), db1(C, 0.0);
+  cpu::layernorm_backward(dinp1.data(), dw1.data(), db1.data(), dout.data(), inp.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  std::vector<double> dinp2 = dinp1, dw2 = dw1, db2 = db1;
+  cpu::layernorm_backward(dinp2.data(), dw2.data(), db2.data(), dout.data(), inp.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  EXPECT_TRUE(bitwise_equal(dinp2, dinp1));
+  for (int c = 0; c < C; c++) {
+    EXPECT_EQ(dw2[c], 2.0 * dw1[c]);
+    EXPECT_EQ(db2[c], 2.0 * db1[c]);
+  }
+}
+
+TEST(KernelConventions, EmbeddingAccumulates) {
+  Rng rng(13);
+  std::vector<int> tokens = random_tokens(rng, N, V);
+  tokens[1] = tokens[8];
+  const std::vector<double> dout = random_vec(rng, size_t(N) * C);
+  std::vector<double> dwte1(size_t(V) * C, 0.0), dwpe1(size_t(Tn) * C, 0.0);
+  cpu::embedding_backward(dwte1.data(), dwpe1.data(), dout.data(), tokens.data(), B, Tn, C);
+  std::vector<double> dwte2 = dwte1, dwpe2 = dwpe1;
+  cpu::embedding_backward(dwte2.data(), dwpe2.data(), dout.data(), tokens.data(), B, Tn, C);
+  // dwpe: summed over b first, added once: exactly 2x. dwte: one += per occurrence, so a repeated
+  // token's row is 2x only up to rounding.
+  for (size_t i = 0; i < dwpe1.size(); i++) EXPECT_EQ(dwpe2[i], 2.0 * dwpe1[i]);
+  for (size_t i = 0; i < dwte1.size(); i++) EXPECT_NEAR(dwte2[i], 2.0 * dwte1[i], 1e-14);
+  // the tied embedding: a second, different contribution (the LM head's) lands in the same buffer
+  std::vector<double> head_grad(dwte1.size(), 0.25), dwte3 = head_grad, dwpe3(dwpe1.size(), 0.0);
+  cpu::embedding_backward(dwte3.data(), dwpe3.data(), dout.data(), tokens.data(), B, Tn, C);
+  for (size_t i = 0; i < dwte1.size(); i++) EXPECT_NEAR(dwte3[i], 0.25 + dwte1[i], 1e-14);
+}
+
+TEST(KernelConventions, InputGradsOverwrite) {
+  // attention, gelu and softmax_xent write their input gradient whatever was there before
+  Rng rng(14);
+  const std::vector<double> qkv = random_vec(rng, size_t(N) * 3 * C), dout = random_vec(rng, size_t(N) * C);
+  std::vector<double> out(dout.size()), att(size_t(B) * NH * Tn * Tn);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+  std::vector<double> d1(qkv.size(), 0.0), d2(qkv.size(), 7.0);
+  cpu::attention_backward(d1.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
+  cpu::attention_backward(d2.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
+  EXPECT_TRUE(bitwise_equal(d1, d2));
+
+  std::vector<double> g1(dout.size(), 0.0), g2(dout.size(), -3.0);
+  cpu::gelu_backward(g1.data(), qkv.data(), dout.data(), dout.size());
+  cpu::gelu_backward(g2.data(), qkv.data(), dout.data(), dout.size());
+  EXPECT_TRUE(bitwise_equal(g1, g2));
+}
+
+TEST(KernelConventions, SumSquaresAndAccumulate) {
+  const std::vector<float> x = {1.0f, -2.0f, 0.5f, 3.0f};
+  EXPECT_EQ(cpu::sum_squares(x.data(), x.size()), 14.25);
+  const std::vector<bf16> xb = to_bf16(x);
+  EXPECT_EQ(cpu::sum_squares(xb.data(), xb.size()), 14.25);
+  // first micro-step: dst is not read (NaN stays out); later ones add
+  std::vector<float> dst(4, NAN);
+  cpu::accumulate(dst.data(), x.data(), x.size(), 0.5f, true);
+  for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(dst[i], 0.5f * x[i]);
+  cpu::accumulate(dst.data(), x.data(), x.size(), 0.5f, false);
+  for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(dst[i], x[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// AdamW, against the formula in double (p, m, v are fp32, so agreement is to fp32 rounding)
+
+constexpr float kLr = 1e-2f, kB1 = 0.9f, kB2 = 0.999f, kEps = 1e-8f;
+
+TEST(AdamW, FirstStepMovesByLrTimesSign) {
+  // Step 1 with bias correction: mhat = g, vhat = g^2, so the update is lr * g / (|g| + eps),
+  // about lr * sign(g) whatever the gradient's size.
+  std::vector<float> p = {0.5f, -0.3f, 0.1f, 2.0f}, m(4, 0.0f), v(4, 0.0f);
+  const std::vector<double> g = {0.2, -1e-3, 3.0, -0.5};
+  const std::vector<float> p0 = p;
+  cpu::adamw_update(p.data(), m.data(), v.data(), g.data(), g.size(), kLr, kB1, kB2, kEps, 0.0f, 1.0f, 1);
+  for (size_t i = 0; i < g.size(); i++) {
+    const double want = p0[i] - double(kLr) * g[i] / (std::fabs(g[i]) + double(kEps));
+    EXPECT_NEAR(p[i], want, 1e-6 * std::fabs(want) + 1e-9) << i;
+    EXPECT_NEAR(std::fabs(p0[i] - p[i]), kLr, 1e-5 * kLr) << i;  // ~lr * sign(g)
+    EXPECT_NEAR(m[i], (1.0 - double(kB1)) * g[i], 1e-6 * std::fabs(g[i]));
+    EXPECT_NEAR(v[i], (1.0 - double(kB2)) * g[i] * g[i], 1e-6 * g[i] * g[i]);
+  }
+}
+
+TEST(AdamW, SecondStepMatchesFormula) {
+  std::vector<float> p = {0.5f, -0.3f, 0.1f}, m = {0.02f, -0.01f, 0.3f}, v = {4e-5f, 1e-6f, 9e-3f};
+  const std::vector<double> g = {0.1, 0.05, -2.0};
+  const float wd = 0.1f;
+  const std::vector<float> p0 = p, m0 = m, v0 = v;
+  cpu::adamw_update(p.data(), m.data(), v.data(), g.data(), g.size(), kLr, kB1, kB2, kEps, wd, 1.0f, 2);
+  for (size_t i = 0; i < g.size(); i++) {
+    const double b1 = kB1, b2 = kB2;
+    const double mi = b1 * m0[i] + (1 - b1) * g[i], vi = b2 * v0[i] + (1 - b2) * g[i] * g[i];
+    // the interface computes the bias corrections once, in float, with powf (as the CUDA kernel does)
+    const double bc1 = 1.0f - powf(kB1, 2.0f), bc2 = 1.0f - powf(kB2, 2.0f);
+    const double mhat = mi / bc1, vhat = vi / bc2;
+    const double want = p0[i] - double(kLr) * (mhat / (std::sqrt(vhat) + double(kEps)) + double(wd) * p0[i]);
+    EXPECT_NEAR(p[i], want, 1e-6 * std::fabs(p0[i])) << i;
+    EXPECT_NEAR(m[i], mi, 1e-6 * std::fabs(mi)) << i;
+    EXPECT_NEAR(v[i], vi, 1e-6 * vi) << i;
+  }
+}
+
+TEST(AdamW, WeightDecayIsDecoupled) {
+  // g = 0 keeps m = v = 0, so Adam's term is 0/(0 + eps) = 0 and only the decay acts:
+  // p -= lr * wd * p exactly, NOT the ~lr * sign(p) an L2 term folded into g would give.
+  std::vector<float> p = {1.0f, -2.0f, 0.25f}, m(3, 0.0f), v(3, 0.0f);
+  const std::vector<double> g(3, 0.0);
+  const float wd = 0.1f;
+  const std::vector<float> p0 = p;
+  cpu::adamw_update(p.data(), m.data(), v.data(), g.data(), g.size(), kLr, kB1, kB2, kEps, wd, 1.0f, 1);
+  for (size_t i = 0; i < p.size(); i++) {
+    EXPECT_NEAR(p[i], double(p0[i]) * (1.0 - double(kLr) * double(wd)), 1e-7 * std::fabs(p0[i]));
+    EXPECT_EQ(m[i], 0.0f);
+    EXPECT_EQ(v[i], 0.0f);
+  }
+}
+
+TEST(AdamW, GradScaleIsApplied) {
+  // g * 0.5 with grad_scale 2 is the same step as g with grad_scale 1 (exactly: powers of two)
+  const std::vector<double> g = {0.3, -0.02, 1.5};
+  std::vector<double> g_half(g.size());
+  for (size_t i = 0; i < g.size(); i++) g_half[i] = 0.5 * g[i];
+  std::vector<float> p1 = {0.5f, -0.3f, 0.1f}, m1 = {0.01f, 0.0f, -0.1f}, v1 = {1e-4f, 1e-6f, 1e-2f};
+  std::vector<float> p2 = p1, m2 = m1, v2 = v1;
+  cpu::adamw_update(p1.data(), m1.data(), v1.data(), g.data(), g.size(), kLr, kB1, kB2, kEps, 0.0f, 1.0f, 3);
+  cpu::adamw_update(p2.data(), m2.data(), v2.data(), g_half.data(), g.size(), kLr, kB1, kB2, kEps, 0.0f, 2.0f, 3);
+  EXPECT_TRUE(bitwise_equal(p1, p2));
+  EXPECT_TRUE(bitwise_equal(m1, m2));
+  EXPECT_TRUE(bitwise_equal(v1, v2));
+  // and it really scales: grad_scale 0 leaves m decaying towards 0 only
+  std::vector<float> p3 = {0.5f}, m3 = {0.01f}, v3 = {1e-4f};
+  cpu::adamw_update(p3.data(), m3.data(), v3.data(), g.data(), 1, kLr, kB1, kB2, kEps, 0.0f, 0.0f, 3);
+  EXPECT_FLOAT_EQ(m3[0], kB1 * 0.01f);
+}
+
+TEST(AdamW, Bf16AndFloatGradsAgree) {
+  // the storage type of g only changes how g is loaded: bf16-representable grads give the same bits
+  Rng rng(15);
+  const size_t n = 101;
+  const std::vector<float> gf = to_f32(to_bf16(random_f32(rng, n)));
+  const std::vector<bf16> gb = to_bf16(gf);
+  std::vector<float> p1 = random_f32(rng, n), m1 = random_f32(rng, n, -0.1, 0.1), v1 = random_f32(rng, n, 0.0, 0.01);
+  std::vector<float> p2 = p1, m2 = m1, v2 = v1;
+  cpu::adamw_update(p1.data(), m1.data(), v1.data(), gf.data(), n, kLr, kB1, kB2, kEps, 0.1f, 0.7f, 5);
+  cpu::adamw_update(p2.data(), m2.data(), v2.data(), gb.data(), n, kLr, kB1, kB2, kEps, 0.1f, 0.7f, 5);
+  EXPECT_TRUE(bitwise_equal(p1, p2));
+  EXPECT_TRUE(bitwise_equal(m1, m2));
+  EXPECT_TRUE(bitwise_equal(v1, v2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bf16
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(bf16_bits_of(0x3F800000u), 0x3F80u);  // 1.0: exact
+  EXPECT_EQ(bf16_bits_of(0x3F807FFFu), 0x3F80u);  // just below halfway: down
+  EXPECT_EQ(bf16_bits_of(0x3F808001u), 0x3F81u);  // just above halfway: up
+  EXPECT_EQ(bf16_bits_of(0x3F808000u), 0x3F80u);  // halfway, 0x3F80 even: down
+  EXPECT_EQ(bf16_bits_of(0x3F818000u), 0x3F82u);  // halfway, 0x3F81 odd: up to even
+  EXPECT_EQ(bf16_bits_of(0xBF808000u), 0xBF80u);  // the same for negatives (magnitude rounds)
+  EXPECT_EQ(bf16_bits_of(0xBF818000u), 0xBF82u);
+  EXPECT_EQ(bf16_bits_of(0x00008000u), 0x0000u);  // subnormals too
+  EXPECT_EQ(bf16_bits_of(0x00018000u), 0x0002u);
+  EXPECT_EQ(bf16_bits_of(0x3FFF8000u), 0x4000u);  // the carry ripples into the exponent
+  EXPECT_EQ(bf16_bits_of(0x7F7F8000u), 0x7F80u);  // halfway above the largest bf16: to infinity
+  EXPECT_EQ(bf16_bits_of(0x7F7FFFFFu), 0x7F80u);  // FLT_MAX is past it as well
+  EXPECT_EQ(bf16_bits_of(0x7F7F7FFFu), 0x7F7Fu);  // just below halfway stays finite
+}
+
+TEST(Bf16, NanAndInf) {
+  EXPECT_EQ(bf16_bits_of(0x7F800000u), 0x7F80u);  // +inf
+  EXPECT_EQ(bf16_bits_of(0xFF800000u), 0xFF80u);  // -inf
+  auto is_nan = [](uint16_t b) { return (b & 0x7F80u) == 0x7F80u && (b & 0x007Fu) != 0; };
+  EXPECT_TRUE(is_nan(bf16_bits_of(0x7FC00000u)));  // quiet NaN
+  EXPECT_TRUE(is_nan(bf16_bits_of(0x7F800001u)));  // payload only in the dropped bits: still NaN,
+  EXPECT_TRUE(is_nan(bf16_bits_of(0xFFFFFFFFu)));  // not inf, and no carry into the sign
+  EXPECT_TRUE(std::isnan(nz::bf16_to_f32(nz::f32_to_bf16(NAN))));
+}
+
+TEST(Bf16, RoundTripAndCast) {
+  // every bf16 value survives bf16 -> f32 -> bf16 unchanged (NaNs stay NaN)
+  std::vector<bf16> all(65536);
+  for (uint32_t i = 0; i < 65536; i++) all[i].bits = uint16_t(i);
+  std::vector<float> f(all.size());
+  cpu::cast(f.data(), all.data(), all.size());
+  std::vector<bf16> back(all.size());
+  cpu::cast(back.data(), f.data(), f.size());
+  int mismatches = 0;
+  for (uint32_t i = 0; i < 65536; i++) {
+    if (std::isnan(f[i])) {
+      EXPECT_TRUE(std::isnan(nz::bf16_to_f32(back[i])));
+      continue;
+    }
+    EXPECT_EQ(f[i], nz::bf16_to_f32(all[i]));
+    mismatches += back[i].bits != all[i].bits;
+  }
+  EXPECT_EQ(mismatches, 0);
+  // cast<bf16, float> is the scalar conversion, element by element
+  Rng rng(16);
+  const std::vector<float> x = random_f32(rng, 1000, -1e3, 1e3);
+  std::vector<bf16> xb(x.size());
+  cpu::cast(xb.data(), x.data(), x.size());
+  for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(xb[i].bits, nz::f32_to_bf16(x[i]).bits);
+  // same-type casts copy
+  std::vector<bf16> copy(xb.size());
+  cpu::cast(copy.data(), xb.data(), xb.size());
+  EXPECT_EQ(std::memcmp(copy.data(), xb.data(), xb.size() * sizeof(bf16)), 0);
+}
+
+// With bf16-representable inputs, the bf16 kernels do exactly the fp32 arithmetic and round once,
+// on the store: every output is the fp32 kernel's output rounded, to the bit. Were anything summed
+// in bf16 (or rounded twice) this would fail at once; C = 200 makes sure of it.
+void expect_rounded_once(const std::vector<bf16>& got, const std::vector<float>& fp32, const char* what) {
+  ASSERT_EQ(got.size(), fp32.size()) << what;
+  size_t mismatches = 0, first = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    if (got[i].bits != nz::f32_to_bf16(fp32[i]).bits && mismatches++ == 0) first = i;
+  }
+  EXPECT_EQ(mismatches, 0u) << what << ": first at " << first << ", bf16 " << nz::bf16_to_f32(got[first])
+                            << " vs fp32 " << fp32[first];
+}
+
+TEST(Bf16, KernelsRoundOnceFromFp32) {
+  Rng rng(17);
+  const int b = 2, t = 7, c = 200, nh = 5, oc = 13, n = b * t, v = 50;
+  auto representable = [&](size_t count, double lo, double hi) { return to_f32(to_bf16(random_f32(rng, count, lo, hi))); };
+  const std::vector<float> inp = representable(size_t(n) * c, -2, 2), w = representable(size_t(oc) * c, -1, 1);
+  const std::vector<float> bias = representable(oc, -1, 1), dout = representable(size_t(n) * oc, -1, 1);
+  const std::vector<float> lw = representable(c, 0.5, 1.5), lb = representable(c, -1, 1);
+  const std::vector<float> dln = representable(size_t(n) * c, -1, 1), qkv = representable(size_t(n) * 3 * c, -2, 2);
+  const std::vector<float> logits = representable(size_t(n) * v, -5, 5);
+  const std::vector<int> targets = random_tokens(rng, n, v);
+  const std::vector<bf16> inp_b = to_bf16(inp), w_b = to_bf16(w), bias_b = to_bf16(bias), dout_b = to_bf16(dout);
+  const std::vector<bf16> lw_b = to_bf16(lw), lb_b = to_bf16(lb), dln_b = to_bf16(dln), qkv_b = to_bf16(qkv);
+  const std::vector<bf16> logits_b = to_bf16(logits);
+
+  {  // matmul forward and backward (the weight grads start from 0, so "+=" is one rounding too)
+    std::vector<float> out(size_t(n) * oc), dinp(inp.size()), dw(w.size(), 0.0f), db(oc, 0.0f);
+    std::vector<bf16> out_b(out.size()), dinp_b(dinp.size()), dw_b(dw.size(), bf16{0}), db_b(oc, bf16{0});
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), n, c, oc);
+    cpu::matmul_forward(out_b.data(), inp_b.data(), w_b.data(), bias_b.data(), n, c, oc);
+    expect_rounded_once(out_b, out, "matmul_forward");
+    cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), n, c, oc);
+    cpu::matmul_backward(dinp_b.data(), dw_b.data(), db_b.data(), dout_b.data(), inp_b.data(), w_b.data(), n, c, oc);
+    expect_rounded_once(dinp_b, dinp, "matmul_backward dinp");
+    expect_rounded_once(dw_b, dw, "matmul_backward dw");
+    expect_rounded_once(db_b, db, "matmul_backward dbias");
+  }
+  {  // layernorm forward and backward (mean and rstd are fp32 in both)
+    std::vector<float> out(inp.size()), mean(n), rstd(n), mean_b(n), rstd_b(n), dinp(inp.size()), dw(c, 0.0f), db(c, 0.0f);
+    std::vector<bf16> out_b(out.size()), dinp_b(dinp.size()), dw_b(c, bf16{0}), db_b(c, bf16{0});
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), lw.data(), lb.data(), n, c);
+    cpu::layernorm_forward(out_b.data(), mean_b.data(), rstd_b.data(), inp_b.data(), lw_b.data(), lb_b.data(), n, c);
+    EXPECT_TRUE(bitwise_equal(mean_b, mean));
+    EXPECT_TRUE(bitwise_equal(rstd_b, rstd));
+    expect_rounded_once(out_b, out, "layernorm_forward");
+    cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dln.data(), inp.data(), lw.data(), mean.data(), rstd.data(), n, c);
+    cpu::layernorm_backward(dinp_b.data(), dw_b.data(), db_b.data(), dln_b.data(), inp_b.data(), lw_b.data(), mean.data(), rstd.data(), n, c);
+    expect_rounded_once(dinp_b, dinp, "layernorm_backward dinp");
+    expect_rounded_once(dw_b, dw, "layernorm_backward dw");
+    expect_rounded_once(db_b, db, "layernorm_backward db");
+  }
+  {  // attention forward: att and out both come from the fp32 probabilities
+    std::vector<float> out(size_t(n) * c), att(size_t(b) * nh * t * t);
+    std::vector<bf16> out_b(out.size()), att_b(att.size());
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), b, t, c, nh);
+    cpu::attention_forward(out_b.data(), att_b.data(), qkv_b.data(), b, t, c, nh);
+    expect_rounded_once(att_b, att, "attention_forward att");
+    expect_rounded_once(out_b, out, "attention_forward out");
+  }
+  {  // gelu, and softmax + cross-entropy (the losses are fp32 in both)
+    std::vector<float> g(inp.size()), probs(logits.size()), losses(n), losses_b(n);
+    std::vector<bf16> g_b(g.size()), probs_b(probs.size());
+    cpu::gelu_forward(g.data(), inp.data(), inp.size());
+    cpu::gelu_forward(g_b.data(), inp_b.data(), inp.size());
+    expect_rounded_once(g_b, g, "gelu_forward");
+    cpu::softmax_xent_forward(losses.data(), probs.data(), logits.data(), targets.data(), n, v);
+    cpu::softmax_xent_forward(losses_b.data(), probs_b.data(), logits_b.data(), targets.data(), n, v);
+    expect_rounded_once(probs_b, probs, "softmax_xent_forward probs");
+    EXPECT_TRUE(bitwise_equal(losses_b, losses));
+  }
+}
+
+// With arbitrary fp32 inputs the bf16 kernels see inputs rounded to 8 significant bits (relative
+// error <= 2^-9 each), so a product is off by <= ~2^-8 of its size. Bounds: matmul, per element,
+// |bf16 - fp32| <= 1e-2 * sum_c |x_c w_c| (+ the output's own rounding); layernorm (outputs of
+// order 1, inputs centred) |bf16 - fp32| <= 1e-2 * max |out|.
+TEST(Bf16, CloseToFp32) {
+  Rng rng(18);
+  const int n = 9, c = 200, oc = 13;
+  const std::vector<float> inp = random_f32(rng, size_t(n) * c, -2, 2), w = random_f32(rng, size_t(oc) * c);
+  std::vector<float> out_f(size_t(n) * oc);
+  std::vector<bf16> out_b(out_f.size());
+  cpu::matmul_forward<float>(out_f.data(), inp.data(), w.data(), nullptr, n, c, oc);
+  const std::vector<bf16> inp_b = to_bf16(inp), w_b = to_bf16(w);
+  cpu::matmul_forward<bf16>(out_b.data(), inp_b.data(), w_b.data(), nullptr, n, c, oc);
+  for (int i = 0; i < n; i++) {
+    for (int o = 0; o < oc; o++) {
+      double abs_sum = 0.0;
+      for (int k = 0; k < c; k++) abs_sum += std::fabs(double(inp[size_t(i) * c + k]) * w[size_t(o) * c + k]);
+      const float yf = out_f[size_t(i) * oc + o], yb = nz::bf16_to_f32(out_b[size_t(i) * oc + o]);
+      EXPECT_LE(std::fabs(yb - yf), 1e-2 * abs_sum + std::fabs(yf) * 0x1p-8) << i << "," << o;
+    }
+  }
+  const std::vector<float> lw = random_f32(rng, c, 0.5, 1.5), lb = random_f32(rng, c);
+  std::vector<float> ln_f(size_t(n) * c), mean(n), rstd(n);
+  std::vector<bf16> ln_b(ln_f.size());
+  cpu::layernorm_forward(ln_f.data(), mean.data(), rstd.data(), inp.data(), lw.data(), lb.data(), n, c);
+  const std::vector<bf16> lw_b = to_bf16(lw), lb_b = to_bf16(lb);
+  cpu::layernorm_forward(ln_b.data(), mean.data(), rstd.data(), inp_b.data(), lw_b.data(), lb_b.data(), n, c);
+  double max_out = 0.0, max_diff = 0.0;
+  for (size_t i = 0; i < ln_f.size(); i++) {
+    max_out = std::max(max_out, std::fabs(double(ln_f[i])));
+    max_diff = std::max(max_diff, std::fabs(double(nz::bf16_to_f32(ln_b[i])) - ln_f[i]));
+  }
+  EXPECT_LE(max_diff, 1e-2 * max_out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Determinism: the same bits with 1, 2 and 3 threads (each element has one owner and one order)
+
+TEST(Determinism, BitwiseAcrossThreadCounts) {
+  Rng rng(19);
+  const int b = 3, t = 23, c = 96, nh = 4, oc = 80, n = b * t, vocab = 37;
+  const std::vector<float> inp = random_f32(rng, size_t(n) * c), w = random_f32(rng, size_t(oc) * c);
+  const std::vector<float> dout = random_f32(rng, size_t(n) * oc), bias = random_f32(rng, oc);
+  const std::vector<float> qkv = random_f32(rng, size_t(n) * 3 * c, -2, 2), datt_out = random_f32(rng, size_t(n) * c);
+  const std::vector<float> lw = random_f32(rng, c), lb = random_f32(rng, c), dln = random_f32(rng, size_t(n) * c);
+  const std::vector<int> tokens = random_tokens(rng, n, vocab);
+
+  struct Results {
+    std::vector<float> out, dinp, dw, dbias, att, aout, dqkv, ln, dln_inp, dlw, dlb, dwte, dwpe;
+  };
+  auto run = [&](int threads) {
+    Results r;
+    with_threads(threads, [&] {
+      r.out.resize(size_t(n) * oc);
+      cpu::matmul_forward(r.out.data(), inp.data(), w.data(), bias.data(), n, c, oc);
+      r.dinp.resize(inp.size());
+      r.dw.assign(w.size(), 0.5f);
+      r.dbias.assign(oc, 0.5f);
+      cpu::matmul_backward(r.dinp.data(), r.dw.data(), r.dbias.data(), dout.data(), inp.data(), w.data(), n, c, oc);
+      r.att.resize(size_t(b) * nh * t * t);
+      r.aout.resize(size_t(n) * c);
+      r.dqkv.resize(qkv.size());
+      cpu::attention_forward(r.aout.data(), r.att.data(), qkv.data(), b, t, c, nh);
+      cpu::attention_backward(r.dqkv.data(), datt_out.data(), qkv.data(), r.att.data(), b, t, c, nh);
+      std::vector<float> mean(n), rstd(n);
+      r.ln.resize(inp.size());
+      cpu::layernorm_forward(r.ln.data(), mean.data(), rstd.data(), inp.data(), lw.data(), lb.data(), n, c);
+      r.dln_inp.resize(inp.size());
+      r.dlw.assign(c, 0.0f);
+      r.dlb.assign(c, 0.0f);
+      cpu::layernorm_backward(r.dln_inp.data(), r.dlw.data(), r.dlb.data(), dln.data(), inp.data(),
+                              lw.data(), mean.data(), rstd.data(), n, c);
+      r.dwte.assign(size_t(vocab) * c, 0.0f);
+      r.dwpe.assign(size_t(t) * c, 0.0f);
+      cpu::embedding_backward(r.dwte.data(), r.dwpe.data(), dln.data(), tokens.data(), b, t, c);
+    });
+    return r;
+  };
+  const Results r1 = run(1);
+  for (int threads : {2, 3}) {
+    const Results r = run(threads);
+    EXPECT_TRUE(bitwise_equal(r.out, r1.out)) << threads << " threads: matmul_forward";
+    EXPECT_TRUE(bitwise_equal(r.dinp, r1.dinp)) << threads << " threads: matmul_backward dinp";
+    EXPECT_TRUE(bitwise_equal(r.dw, r1.dw)) << threads << " threads: matmul_backward dw";
+    EXPECT_TRUE(bitwise_equal(r.dbias, r1.dbias)) << threads << " threads: matmul_backward dbias";
+    EXPECT_TRUE(bitwise_equal(r.att, r1.att)) << threads << " threads: attention_forward att";
+    EXPECT_TRUE(bitwise_equal(r.aout, r1.aout)) << threads << " threads: attention_forward out";
+    EXPECT_TRUE(bitwise_equal(r.dqkv, r1.dqkv)) << threads << " threads: attention_backward";
+    EXPECT_TRUE(bitwise_equal(r.ln, r1.ln)) << threads << " threads: layernorm_forward";
+    EXPECT_TRUE(bitwise_equal(r.dln_inp, r1.dln_inp)) << threads << " threads: layernorm_backward dinp";
+    EXPECT_TRUE(bitwise_equal(r.dlw, r1.dlw)) << threads << " threads: layernorm_backward dw";
+    EXPECT_TRUE(bitwise_equal(r.dlb, r1.dlb)) << threads << " threads: layernorm_backward db";
+    EXPECT_TRUE(bitwise_equal(r.dwte, r1.dwte)) << threads << " threads: embedding_backward dwte";
+    EXPECT_TRUE(bitwise_equal(r.dwpe, r1.dwpe)) << threads << " threads: embedding_backward dwpe";
+  }
+}
+
+}  // namespace

@@ -1,0 +1,117 @@
+// gpt_eval — mean cross-entropy of a saved model over a text file.
+//
+//   build/bin/gpt_eval --model PATH --data FILE [--seq T] [--split all|val] [--windows N]
+//
+// Cuts the text (or its validation split, the last 10% as the trainers use it) into consecutive
+// windows of T bytes, predicts every next byte, and prints the mean loss in nats per byte.
+// With --split val --seq T --windows N it reproduces a trainer's validation loss.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "checkpoint.h"
+#include "comm.h"
+#include "data.h"
+#include "device.h"
+#include "model.h"
+
+using namespace nz;
+
+int main(int argc, char** argv) {
+  Comm comm(&argc, &argv);
+  std::string model_path, data_path, split = "all";
+  int seq = 0, windows = 0, batch = 8;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) user_error("%s needs a value; see gpt_eval --help", a.c_str());
+      return argv[++i];
+    };
+    auto pos = [&](const std::string& v) {
+      char* end;
+      long x = strtol(v.c_str(), &end, 10);
+      if (*end || x <= 0 || x > (1 << 24)) user_error("%s %s: expected a positive whole number", a.c_str(), v.c_str());
+      return int(x);
+    };
+    if (a == "--help" || a == "-h") {
+      printf("usage: gpt_eval --model PATH --data FILE [--seq T] [--split all|val] [--windows N]\n"
+             "  --model    a model file written by a trainer's --save-model\n"
+             "  --data     the text to score\n"
+             "  --seq      window length in bytes (default: the model's context)\n"
+             "  --split    all (default): the whole file; val: its last 10%%, as the trainers split it\n"
+             "  --windows  score only the first N windows (default: all)\n");
+      return 0;
+    }
+    if (a == "--model") model_path = next();
+    else if (a == "--data") data_path = next();
+    else if (a == "--seq") seq = pos(next());
+    else if (a == "--windows") windows = pos(next());
+    else if (a == "--split") split = next();
+    else user_error("unknown flag %s; see gpt_eval --help", a.c_str());
+  }
+  if (model_path.empty()) user_error("--model PATH is required; see gpt_eval --help");
+  if (data_path.empty()) user_error("--data FILE is required; see gpt_eval --help");
+  if (split != "all" && split != "val") user_error("--split %s: valid: all, val", split.c_str());
+  GPTConfig cfg;
+  std::vector<float> weights;
+  load_model(model_path, &cfg, &weights);
+  if (seq == 0) seq = cfg.ctx;
+  if (seq > cfg.ctx) user_error("--seq %d: longer than the model's context %d", seq, cfg.ctx);
+  select_device("cpu", 0, false);
+
+  // The text as windows: reuse the trainers' loader for the validation split, or the whole file.
+  std::vector<int> toks, tgts;  // all windows, concatenated
+  if (split == "val") {
+    DataLoader d(data_path, 1, seq, 0);
+    int n = d.num_val_windows();
+    if (windows) n = std::min(n, windows);
+    toks.resize(size_t(n) * seq);
+    tgts.resize(toks.size());
+    for (int j = 0; j < n; j++) d.val_window(j, toks.data() + size_t(j) * seq, tgts.data() + size_t(j) * seq);
+  } else {
+    FILE* f = fopen(data_path.c_str(), "rb");
+    if (!f) user_error("--data %s: cannot open it; give a readable text file", data_path.c_str());
+    std::vector<unsigned char> bytes;
+    int c;
+    while ((c = fgetc(f)) != EOF) bytes.push_back((unsigned char)c);
+    fclose(f);
+    if (bytes.size() < size_t(seq) + 1)
+      user_error("--data %s: %zu bytes, shorter than one window of --seq %d + 1", data_path.c_str(), bytes.size(), seq);
+    size_t n = (bytes.size() - 1) / seq;
+    if (windows) n = std::min(n, size_t(windows));
+    for (size_t j = 0; j < n; j++)
+      for (int t = 0; t < seq; t++) {
+        toks.push_back(bytes[j * seq + t]);
+        tgts.push_back(bytes[j * seq + t + 1]);
+      }
+  }
+  const int n_windows = int(toks.size() / seq);
+  if (n_windows == 0) user_error("--data %s: no complete window of %d bytes to score", data_path.c_str(), seq);
+
+  // The model in fp32, on the CPU.
+  Layout L = make_layout(cfg, 1);
+  std::vector<float> params(L.padded_total, 0.0f);
+  size_t at = 0;
+  for (const Unit& u : L.units) {
+    memcpy(params.data() + u.offset, weights.data() + at, u.numel * sizeof(float));
+    at += u.numel;
+  }
+  batch = std::min(batch, n_windows);
+  GPT model(L, DType::F32, batch, seq);
+  double sum = 0;
+  for (int w = 0; w < n_windows; w += batch) {
+    int b = std::min(batch, n_windows - w);
+    model.set_batch(toks.data() + size_t(w) * seq, tgts.data() + size_t(w) * seq, b);
+    for (int u = 0; u < L.num_units(); u++) model.forward(u, params.data() + L.units[u].offset);
+    sum += model.head_forward(params.data());
+    if (n_windows > 64 && (w / batch) % 32 == 0) fprintf(stderr, "\r%d/%d windows", w + b, n_windows);
+  }
+  if (n_windows > 64) fprintf(stderr, "\n");
+  double mean = sum / (double(n_windows) * seq);
+  printf("mean cross-entropy: %.6f nats/byte (%.4f bits/byte) over %d windows of %d bytes\n", mean,
+         mean / std::log(2.0), n_windows, seq);
+  return 0;
+}

@@ -1,0 +1,108 @@
+// gpt_sample — generate text from a saved model.
+//
+//   build/bin/gpt_sample --model PATH --prompt TEXT [--length N] [--temperature X] [--seed N]
+//
+// Feeds the prompt, then samples one byte at a time from the model's softmax (scaled by the
+// temperature), feeding each byte back in. The window slides once the context is full.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "checkpoint.h"
+#include "comm.h"
+#include "device.h"
+#include "model.h"
+#include "rng.h"
+
+using namespace nz;
+
+int main(int argc, char** argv) {
+  Comm comm(&argc, &argv);
+  std::string model_path, prompt = "\n";
+  int length = 200;
+  float temperature = 0.8f;
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) user_error("%s needs a value; see gpt_sample --help", a.c_str());
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      printf("usage: gpt_sample --model PATH [--prompt TEXT] [--length N] [--temperature X] [--seed N]\n"
+             "  --model        a model file written by a trainer's --save-model\n"
+             "  --prompt       text to continue (default: a newline)\n"
+             "  --length       bytes to generate (default 200)\n"
+             "  --temperature  > 0; lower is more predictable (default 0.8)\n"
+             "  --seed         random seed (default 1)\n");
+      return 0;
+    }
+    if (a == "--model") model_path = next();
+    else if (a == "--prompt") prompt = next();
+    else if (a == "--length") {
+      std::string v = next();
+      char* end;
+      long x = strtol(v.c_str(), &end, 10);
+      if (*end || x <= 0 || x > 1000000) user_error("--length %s: expected a whole number in 1..1000000", v.c_str());
+      length = int(x);
+    } else if (a == "--temperature") {
+      std::string v = next();
+      char* end;
+      double x = strtod(v.c_str(), &end);
+      if (*end || !(x > 0) || x > 100) user_error("--temperature %s: expected a number in (0, 100]", v.c_str());
+      temperature = float(x);
+    } else if (a == "--seed") {
+      seed = strtoull(next().c_str(), nullptr, 10);
+    } else {
+      user_error("unknown flag %s; see gpt_sample --help", a.c_str());
+    }
+  }
+  if (model_path.empty()) user_error("--model PATH is required; see gpt_sample --help");
+  if (prompt.empty()) user_error("--prompt: give at least one character");
+  GPTConfig cfg;
+  std::vector<float> weights;
+  load_model(model_path, &cfg, &weights);
+  select_device("cpu", 0, false);
+  Layout L = make_layout(cfg, 1);
+  std::vector<float> params(L.padded_total, 0.0f);
+  size_t at = 0;
+  for (const Unit& u : L.units) {
+    memcpy(params.data() + u.offset, weights.data() + at, u.numel * sizeof(float));
+    at += u.numel;
+  }
+  const int T = cfg.ctx;
+  GPT model(L, DType::F32, 1, T);
+  std::vector<int> ctx(prompt.begin(), prompt.end());
+  for (int& c : ctx) c &= 0xff;
+  std::vector<int> window(T, 0), targets(T, 0);
+  std::vector<float> probs(cfg.vocab);
+  Rng rng(seed);
+  fputs(prompt.c_str(), stdout);
+  for (int i = 0; i < length; i++) {
+    // the last T bytes; positions after the text are padding the causal mask never lets it see
+    int n = std::min<int>(T, int(ctx.size()));
+    std::copy(ctx.end() - n, ctx.end(), window.begin());
+    model.set_batch(window.data(), targets.data(), 1);
+    for (int u = 0; u < L.num_units(); u++) model.forward(u, params.data() + L.units[u].offset);
+    model.head_forward(params.data());
+    model.probs_row(n - 1, probs.data());
+    // sample from p^(1/temperature), renormalised
+    double total = 0;
+    for (float& p : probs) total += (p = std::pow(std::max(p, 1e-30f), 1.0f / temperature));
+    double r = rng.uniform() * total, acc = 0;
+    int next = cfg.vocab - 1;
+    for (int v = 0; v < cfg.vocab; v++)
+      if ((acc += probs[v]) >= r) {
+        next = v;
+        break;
+      }
+    ctx.push_back(next);
+    fputc(next, stdout);
+    fflush(stdout);
+  }
+  fputc('\n', stdout);
+  return 0;
+}
