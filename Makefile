@@ -15,7 +15,7 @@ CUDA       ?= $(if $(CUDA_HOME),1,0)
 
 # -ffp-contract=off: no fused multiply-add unless written, so a kernel gives the same bits
 # wherever it is called from (the stages are compared bit for bit).
-CXXFLAGS   := -std=c++17 -O3 -march=native -ffp-contract=off -fopenmp -Wall -Wextra \
+CXXFLAGS   := -std=c++17 -O3 -march=native -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
               -Wno-unused-parameter -Icommon -MMD -MP
 LDFLAGS    := -fopenmp
 LDLIBS     := -lpthread

@@ -3,6 +3,8 @@
 
 #include <omp.h>
 
+#include <ctime>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -94,6 +96,7 @@ Comm::Comm(int* argc, char*** argv) {
   MPI_Comm_rank(node, &local_rank_);
   MPI_Comm_size(node, &local_size_);
   MPI_Comm_free(&node);
+  oversubscribed_ = local_size_ > int(std::thread::hardware_concurrency());
 }
 
 Comm::~Comm() {
@@ -154,9 +157,12 @@ void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType
     copy_bytes(host_full, Location::Host, full, Location::Device, full_bytes);
   }
   // 1. all-to-all, in place: afterwards slice r of host_full holds rank r's contribution to MY slice.
-  if (size_ > 1)
-    MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host_full, int(shard_elems), mpi_type(dt),
-                 MPI_COMM_WORLD);
+  if (size_ > 1) {
+    CommRequest r;
+    MPI_Ialltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host_full, int(shard_elems), mpi_type(dt),
+                  MPI_COMM_WORLD, &r.req);
+    wait(r);
+  }
   // 2. add the N contributions in rank order.
   void* host_out = on_gpu() ? host_full : out_shard;  // on the GPU path sum into slice 0, copy out
   switch (dt) {
@@ -183,9 +189,11 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
   if (on_gpu()) {  // staged and blocking: the copy back needs the data
     char* host_full = static_cast<char*>(g_staging.get(shard_bytes * size_));
     copy_bytes(host_full + size_t(rank_) * shard_bytes, Location::Host, shard, Location::Device, shard_bytes);
-    if (size_ > 1)
-      MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host_full, int(shard_elems), mpi_type(dt),
-                    MPI_COMM_WORLD);
+    if (size_ > 1) {
+      MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host_full, int(shard_elems), mpi_type(dt),
+                     MPI_COMM_WORLD, &r.req);
+      wait(r);
+    }
     copy_bytes(out_full, Location::Device, host_full, Location::Host, shard_bytes * size_);
     return r;
   }
@@ -196,8 +204,20 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
   return r;
 }
 
+// Waiting politely: when there are more ranks than cores on this machine (4 ranks on a 2-core
+// laptop), a rank spinning inside MPI steals the core another rank needs to finish its compute,
+// and every collective waits for that rank. So after a short spin the waiter sleeps between polls.
 void Comm::wait(CommRequest& r) {
-  if (r.active()) MPI_Wait(&r.req, MPI_STATUS_IGNORE);
+  if (!r.active()) return;
+  int done = 0;
+  for (int spin = 0; spin < 64 && !done; spin++) MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
+  while (!done) {
+    if (oversubscribed_) {
+      struct timespec ts = {0, 20000};  // 20 us
+      nanosleep(&ts, nullptr);
+    }
+    MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
+  }
   r.req = MPI_REQUEST_NULL;
 }
 
@@ -225,11 +245,17 @@ void Comm::broadcast(void* buf, size_t bytes, int root) {
         rank_ == root ? uint64_t(size_ - 1) * bytes : 0, rank_ == root ? 0 : bytes);
 }
 
-void Comm::barrier() { MPI_Barrier(MPI_COMM_WORLD); }
+void Comm::barrier() {
+  CommRequest r;
+  MPI_Ibarrier(MPI_COMM_WORLD, &r.req);
+  wait(r);
+}
 
 void Comm::sum_scalars(double* v, int n) {
   std::vector<double> all(size_t(n) * size_);
-  MPI_Allgather(v, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD);
+  CommRequest req;
+  MPI_Iallgather(v, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD, &req.req);
+  wait(req);
   for (int i = 0; i < n; i++) {
     double acc = all[i];
     for (int r = 1; r < size_; r++) acc += all[size_t(r) * n + i];
@@ -240,7 +266,9 @@ void Comm::sum_scalars(double* v, int n) {
 
 std::vector<double> Comm::gather_scalar(double x) {
   std::vector<double> all(size_);
-  MPI_Allgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  CommRequest req;
+  MPI_Iallgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD, &req.req);
+  wait(req);
   count(CommOp::Scalars, uint64_t(size_ - 1), uint64_t(size_ - 1) * 8, uint64_t(size_ - 1) * 8);
   return all;
 }

@@ -91,6 +91,7 @@ class Comm {
  private:
   void count(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv);
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  bool oversubscribed_ = false;  // more ranks than cores on this machine: sleep while waiting
   CommStats stats_;
 };
 

@@ -84,7 +84,7 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int 
 #pragma omp parallel for schedule(static)
   for (int c0 = 0; c0 < C; c0 += kChannelBlock) {
     const int c1 = std::min(c0 + kChannelBlock, C);
-    // token embedding: one += per occurrence, in (b,t) order
+    // token embedding: one += per occurrence, in (b,t) order (in bf16, one rounding per occurrence)
     for (size_t bt = 0; bt < size_t(B) * Tn; bt++) {
       T* dw = dwte + size_t(tokens[bt]) * C;
       const T* d = dout + bt * C;

@@ -3,7 +3,10 @@
 #pragma once
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -68,6 +71,39 @@ inline std::vector<double> step_values(const Json& report, const char* key) {
   std::vector<double> v;
   for (const Json& s : report["steps_log"].arr) v.push_back(s[key].d());
   return v;
+}
+
+// Largest |a_i - b_i| over two series (step losses, grad norms).
+inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (size_t i = 0; i < a.size(); i++) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// The parameters stored in a model file (fp32, layout order).
+inline std::vector<float> model_params(const std::string& path) {
+  std::string raw = read_file(path);
+  const size_t header = 8 + 4 + 20 + 8;
+  if (raw.size() < header) return {};
+  std::vector<float> p((raw.size() - header) / 4);
+  memcpy(p.data(), raw.data() + header, p.size() * 4);
+  return p;
+}
+
+// Largest |difference| between the parameters of two model files (INFINITY if shapes differ).
+inline double max_param_diff(const std::string& a, const std::string& b) {
+  std::vector<float> x = model_params(a), y = model_params(b);
+  if (x.size() != y.size() || x.empty()) return INFINITY;
+  double m = 0;
+  for (size_t i = 0; i < x.size(); i++) m = std::max(m, double(std::fabs(x[i] - y[i])));
+  return m;
+}
+
+// Two model files are the same bytes: the same model to the last bit.
+inline bool same_model_bits(const std::string& a, const std::string& b) {
+  std::string x = read_file(a), y = read_file(b);
+  return !x.empty() && x == y;
 }
 
 }  // namespace nzt

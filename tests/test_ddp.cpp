@@ -14,30 +14,6 @@ namespace {
 
 const std::string kTiny = "--preset tiny --seq 32 --steps 8 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 8 ";
 
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); i++) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-
-std::vector<float> model_params(const std::string& path) {
-  std::string raw = read_file(path);
-  const size_t header = 8 + 4 + 20 + 8;
-  EXPECT_GT(raw.size(), header);
-  std::vector<float> p((raw.size() - header) / 4);
-  memcpy(p.data(), raw.data() + header, p.size() * 4);
-  return p;
-}
-
-double max_param_diff(const std::string& a, const std::string& b) {
-  std::vector<float> x = model_params(a), y = model_params(b);
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); i++) m = std::max(m, double(std::fabs(x[i] - y[i])));
-  return m;
-}
-
 }  // namespace
 
 // N ranks with micro-batch B == 1 rank with micro-batch N*B, up to fp32 summation order.

@@ -1,0 +1,78 @@
+// stage2 — ZeRO stage 2 (P_os+g): shard the gradients too.
+//
+// As in stage1, rank r owns slice r of every unit and keeps optimizer state only for it. Now the
+// gradient is sharded as well: the full-size gradient of a unit exists only in the one reusable
+// bucket, for the moment between its backward and its reduce-scatter. Each rank keeps just its
+// owned slice, accumulated over micro-steps (with --accum K every micro-step reduce-scatters and
+// adds: a stage 2 that overwrote instead would silently train on the last micro-batch only).
+//
+// Communication is stage1's. Per rank: params eP, grads eS + one bucket eU, Adam 8S (+ master 4S).
+#include <cmath>      // std::sqrt
+
+#include "ops.h"      // kernels on the run's backend
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (everything but the ZeRO idea)
+
+using namespace nz;
+
+int main(int argc, char** argv) {
+  Trainer run(argc, argv, Stage::Z2);
+  const Layout& L = run.layout;
+  const DType dt = run.dtype;
+  const size_t e = run.elem_bytes;
+  const int EMBED = L.embed_unit();
+  const int rank = run.rank();
+  GPT& model = *run.model;
+  Comm& comm = run.comm;
+
+  // ---- model state: full params; gradients and optimizer state only for my slices ----
+  Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
+  Buffer grads(Category::Grads, Location::Device, L.shard_total * e, "grads (my slices)");  // P_g
+  Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
+  params.zero();
+  auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
+  auto shard = [&](int u) { return L.units[u].padded / L.world; };         // elements I own of unit u
+  // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer
+  auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e); };
+  auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
+  AdamW adam(L, owned_shards(L, rank), dt, Location::Device, run.args);  // P_os: m, v for my slices only
+  for (int u = 0; u < L.num_units(); u++) {
+    run.init_params(u, L.full(u), P(u));
+    adam.init_master(u, my_P(u));
+  }
+  run.params = UnitAccess{[&](int u) -> const void* { return P(u); }};
+
+  for (int step = 0; step < run.args.steps; step++) {
+    run.begin_step(step);
+    double loss_sum = 0;
+    for (int k = 0; k < run.args.accum; k++) {
+      run.load_micro_batch(step, k);
+      run.phase("forward");
+      for (int u = 0; u < L.num_units(); u++) model.forward(u, P(u));
+      loss_sum += model.head_forward(P(EMBED));
+      run.phase("backward");
+      model.head_backward(P(EMBED));
+      for (int u = L.num_units() - 1; u >= 0; u--) {
+        model.backward(u, P(u), bucket.data());
+        // reduce-scatter: each rank receives only the summed gradient of the slice it owns;
+        // the rest of the unit's gradient dies with the bucket's next use (P_g)
+        void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
+        comm.reduce_scatter(bucket.data(), mine, shard(u), dt);
+        accumulate_grads(dt, my_G(u), mine, shard(u), run.grad_average_scale(), k == 0);
+      }
+    }
+    run.phase("optimizer");
+    // global gradient norm: each rank sums its slices, then one rank-ordered sum of the partials
+    double sq = sq_sum_of_shard(L, dt, grads.data());
+    comm.sum_scalars(&sq, 1);
+    const double norm = std::sqrt(sq);
+    const float scale = clip_scale(norm, run.args.clip);
+    for (int u = 0; u < L.num_units(); u++) {
+      adam.step(u, my_P(u), my_G(u), run.lr(step), scale, step + 1);  // P_os: update my slice only
+      // all-gather: every rank receives every rank's updated slice, so all hold the full model
+      comm.all_gather(my_P(u), P(u), shard(u), dt);
+    }
+    run.end_step(step, loss_sum, norm);
+  }
+  run.finish();
+  return 0;
+}
