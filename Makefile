@@ -39,8 +39,14 @@ STAGE_BINS := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin
 TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
-.PHONY: all deps run test diff clean bench-adam plots
-all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS)
+.PHONY: all extra deps run test diff clean bench-adam plots
+all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
+
+# Fragments tests/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
+# the tests) to EXTRA_BINS; `make all` builds them too.
+EXTRA_BINS :=
+-include $(sort $(wildcard tests/*.mk))
+extra: $(EXTRA_BINS)
 
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -77,6 +83,13 @@ run: deps
 test: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/run_all.sh
+
+bench-adam: all
+	@$(BUILD)/bin/bench_adam
+
+plots: deps
+	@$(MAKE) --no-print-directory all
+	@.venv/bin/python scripts/plots.py --out runs/plots
 
 diff:
 	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make diff A=stage1 B=stage2"; exit 2; }

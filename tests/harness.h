@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -39,6 +40,12 @@ inline std::string temp_dir() {
   return dir;
 }
 
+// Where the binaries are: build/bin, or $NZ_BIN_DIR (a private build directory).
+inline std::string bin_dir() {
+  const char* d = getenv("NZ_BIN_DIR");
+  return d && *d ? d : "build/bin";
+}
+
 // Runs a shell command, capturing stdout and stderr.
 inline int run_command(const std::string& cmd, std::string* out) {
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
@@ -59,7 +66,7 @@ inline RunResult run_trainer(const std::string& stage, int np, const std::string
   std::string base = temp_dir() + "/" + stage + "_" + tag + "_" + std::to_string(counter++);
   std::string json = base + ".json";
   r.model_path = base + ".model";
-  std::string cmd = "mpirun -np " + std::to_string(np) + " build/bin/" + stage + " --quiet --log-json " +
+  std::string cmd = "mpirun -np " + std::to_string(np) + " " + bin_dir() + "/" + stage + " --quiet --log-json " +
                     json + " --save-model " + r.model_path + " " + flags;
   r.exit_code = run_command(cmd, &r.output);
   if (r.exit_code == 0) r.report = Json::parse(read_file(json));

@@ -102,7 +102,7 @@ TEST(DDP, SavedModelReproducesTheValidationLoss) {
   RunResult r = run_trainer("stage0_ddp", 2, kTiny + "--batch 2 --eval-windows 12", "save");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string out;
-  int rc = run_command("build/bin/gpt_eval --model " + r.model_path + " --data data/corpus.txt --split val --seq 32 --windows 12", &out);
+  int rc = run_command(bin_dir() + "/gpt_eval --model " + r.model_path + " --data data/corpus.txt --split val --seq 32 --windows 12", &out);
   ASSERT_EQ(rc, 0) << out;
   double v = 0;
   ASSERT_EQ(sscanf(out.c_str(), "mean cross-entropy: %lf", &v), 1) << out;
