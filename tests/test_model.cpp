@@ -78,7 +78,7 @@ TEST(Model, WholeModelGradientMatchesFiniteDifferencesInDouble) {
 
   // finite differences on a sample of every tensor of every unit
   double worst = 0;
-  const double h = 1e-5;
+  const double h = 3e-5;
   for (int u = 0; u < L.num_units(); u++) {
     for (const TensorSpec& t : L.units[u].tensors) {
       for (int s = 0; s < 4; s++) {
@@ -91,7 +91,8 @@ TEST(Model, WholeModelGradientMatchesFiniteDifferencesInDouble) {
         double lm = model_loss(m, L, p);
         p[i] = keep;
         double fd = (lp - lm) / (2 * h);
-        double err = std::fabs(fd - g[i]) / std::max(1e-6, std::fabs(fd) + std::fabs(g[i]));
+        // relative error, with a floor so round-off on a near-zero gradient is not "relative"
+        double err = std::fabs(fd - g[i]) / std::max(1e-4, std::fabs(fd) + std::fabs(g[i]));
         worst = std::max(worst, err);
         EXPECT_LT(err, 1e-6) << L.units[u].name << "." << t.name << " fd " << fd << " analytic " << g[i];
       }
