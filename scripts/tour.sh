@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The main job (`make run`): every stage trains the same `small` model on the same data with 4 MPI
+# ranks, then one table compares them side by side: per-rank memory by category (measured by the
+# ledger, and the formula), final loss (identical in fp32), ms per step, and elements sent per step.
+# Override with environment variables, e.g.  NP=2 STEPS=50 make run
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NP=${NP:-4}
+STEPS=${STEPS:-150}
+FLAGS=${FLAGS:-"--preset small --batch 2 --seq 64 --lr 3e-3 --warmup 15 --eval-every 50"}
+out=runs/tour
+mkdir -p "$out"
+stages=()
+for s in stage0_ddp stage1 stage2 stage3 offload; do
+  [ -x "build/bin/$s" ] && stages+=("$s")
+done
+echo "nanoZeRO tour: ${stages[*]} | $NP ranks | $FLAGS --steps $STEPS"
+for s in "${stages[@]}"; do
+  echo
+  echo "=== $s"
+  # stage0_ddp prints every 10th step; the others only their summary (the numbers are the same)
+  if [ "$s" = stage0_ddp ]; then
+    mpirun -np "$NP" "build/bin/$s" $FLAGS --steps "$STEPS" --log-json "$out/$s.json" --save-model "$out/$s.model" |
+      awk '/^step/ { n++; if (n % 10 != 0 && !/validation/) next } { print; fflush() }'
+  else
+    mpirun -np "$NP" "build/bin/$s" $FLAGS --steps "$STEPS" --log-json "$out/$s.json" --save-model "$out/$s.model" --quiet
+  fi
+done
+echo
+python3 scripts/tour_table.py "${stages[@]/#/$out/}"
+echo
+echo "sample from the trained model (build/bin/gpt_sample --model $out/stage0_ddp.model --prompt 'One morning'):"
+build/bin/gpt_sample --model "$out/stage0_ddp.model" --prompt "One morning" --length 200 --seed 7
