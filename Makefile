@@ -9,7 +9,7 @@
 CXX        := mpicxx
 NVCC       ?= nvcc
 BUILD      := build
-CUDA_ARCH  ?= 80 90
+CUDA_ARCH  ?= 80 90   # plus PTX for the last one, so newer GPUs can run it
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDA       ?= $(if $(CUDA_HOME),1,0)
 
@@ -27,7 +27,8 @@ ifeq ($(CUDA),1)
   CXXFLAGS   += -DNZ_HAVE_CUDA -I$(CUDA_HOME)/include
   NVCCFLAGS  := -std=c++17 -O3 -ccbin $(CXX) -DNZ_HAVE_CUDA -Icommon -MMD -MP \
                 -Xcompiler -fopenmp,-ffp-contract=off --expt-relaxed-constexpr \
-                $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+                $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
   CUDA_SRC   := $(wildcard common/cuda/*.cu)
   CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
   LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lcublas
@@ -97,5 +98,8 @@ diff:
 
 clean:
 	rm -rf $(BUILD)
+
+# keep intermediate objects (train.o) between builds
+.SECONDARY:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

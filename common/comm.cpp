@@ -1,13 +1,17 @@
-// comm.cpp — the MPI collectives, with rank-ordered sums and the comm ledger.
+// comm.cpp — the MPI collectives, with rank-ordered sums and the comm ledger; on GPUs with one
+// GPU per rank, the model-state collectives are handed to NCCL (cuda/comm_nccl.cu).
 #include "comm.h"
 
 #include <omp.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <thread>
 #include <vector>
 
 #include "check.h"
+#include "cuda/comm_nccl.h"  // nz::nccl (stubs below in a build without CUDA)
 #include "device.h"
 #include "json.h"
 #include "ledger.h"
@@ -89,6 +93,7 @@ Comm::Comm(int* argc, char*** argv) {
   int init = 0;
   MPI_Initialized(&init);
   if (!init) MPI_Init(argc, argv);
+  Ledger::get();  // exists before this Comm, so it outlives the staging buffer
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   MPI_Comm node;  // the ranks on this machine: picks the GPU and the threads per rank
@@ -100,9 +105,52 @@ Comm::Comm(int* argc, char*** argv) {
 }
 
 Comm::~Comm() {
+  staging_.release();
+  if (nccl_) nccl::finalize();
   int fin = 0;
   MPI_Finalized(&fin);
+  if (gpu_comm_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&gpu_comm_);
   if (!fin) MPI_Finalize();
+}
+
+void Comm::use_device_backend() {
+  if (current_device() != Device::CUDA) return;
+  // Which ranks on this machine share my GPU? Compare the GPUs' bus ids rather than trusting
+  // local_rank % GPUs: a scheduler that gives each rank its own CUDA_VISIBLE_DEVICES shows every
+  // rank "GPU 0", and yet no two share one.
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  char mine[nccl::kBusIdBytes] = {};
+  nccl::gpu_bus_id(mine);
+  std::vector<char> ids(size_t(local_size_) * sizeof mine);
+  MPI_Allgather(mine, int(sizeof mine), MPI_CHAR, ids.data(), int(sizeof mine), MPI_CHAR, node);
+  int first = local_rank_;  // the lowest local rank on my GPU
+  for (int r = local_size_ - 1; r >= 0; r--)
+    if (memcmp(&ids[size_t(r) * sizeof mine], mine, sizeof mine) == 0) first = r;
+  MPI_Comm_split(node, first, rank_, &gpu_comm_);  // the ranks on my GPU
+  MPI_Comm_free(&node);
+  MPI_Comm_size(gpu_comm_, &ranks_on_my_gpu_);
+  int first_on_gpu = first == local_rank_, own_gpu = ranks_on_my_gpu_ == 1, all_own = 0;
+  MPI_Allreduce(&first_on_gpu, &gpus_in_use_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&own_gpu, &all_own, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const char* force = getenv("NZ_COMM");
+  if (force && *force && strcmp(force, "mpi") != 0)
+    user_error("NZ_COMM=%s: unknown collectives backend; valid: mpi (forces the MPI path on GPUs), "
+               "or leave it unset", force);
+  // NCCL needs one GPU per rank (it refuses two ranks on one GPU); sharing ranks take the MPI path.
+  nccl_ = all_own && nccl::compiled() && !(force && *force);
+  if (!nccl_) return;
+  char id[nccl::kUniqueIdBytes] = {};
+  if (rank_ == 0) nccl::unique_id(id);
+  MPI_Bcast(id, int(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD);  // NCCL is bootstrapped over MPI
+  nccl::init(id, size_, rank_);
+}
+
+double Comm::sum_on_my_gpu(double x) {
+  if (gpu_comm_ == MPI_COMM_NULL) return x;
+  double sum = 0;
+  MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, gpu_comm_);
+  return sum;
 }
 
 void Comm::count(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv) {
@@ -123,19 +171,35 @@ void Comm::count_link(bool to_host, size_t elems, size_t bytes) {
   }
 }
 
-// ---- staging: MPI works on host memory; on the CUDA backend (ranks sharing a GPU) device data is
-// copied through a host buffer. Tracked in the ledger as host scratch. ----
-namespace {
-struct Staging {
-  Buffer buf;
-  void* get(size_t bytes) {
-    if (buf.bytes() < bytes) buf = Buffer(Category::Scratch, Location::Host, bytes, "mpi staging");
-    return buf.data();
+// ---- staging: MPI works on host memory; on the CUDA backend without NCCL (ranks sharing a GPU)
+// device data is copied through one host buffer, pinned (raw_alloc on CUDA), grown to the largest
+// unit. Tracked in the ledger as host scratch, not model state. cudaMemcpy to and from pinned
+// memory returns only when the copy is done, so the buffer is free again when a call returns. ----
+void* Comm::staging(size_t bytes) {
+  if (staging_.bytes() < bytes) {
+    staging_.release();  // the old one first: never both at once
+    staging_ = Buffer(Category::Scratch, Location::Host, bytes, "mpi staging (pinned)");
   }
-};
-Staging g_staging;
-bool on_gpu() { return current_device() == Device::CUDA; }
-}  // namespace
+  return staging_.data();
+}
+
+static bool on_gpu() { return current_device() == Device::CUDA; }
+
+#ifndef NZ_HAVE_CUDA
+// ---- stubs: a build without CUDA never chooses NCCL ----
+namespace nccl {
+[[noreturn]] static void no_nccl() { fatal(__FILE__, __LINE__, "NCCL backend not compiled in"); }
+bool compiled() { return false; }
+void gpu_bus_id(char*) { no_nccl(); }
+void unique_id(char*) { no_nccl(); }
+void init(const char*, int, int) { no_nccl(); }
+void finalize() {}
+void reduce_scatter(const void*, void*, size_t, DType) { no_nccl(); }
+void all_gather(const void*, void*, size_t, DType) { no_nccl(); }
+void all_reduce(void*, size_t, DType) { no_nccl(); }
+void join() {}
+}  // namespace nccl
+#endif
 
 // out[i] = c_0[i] + c_1[i] + ... + c_{N-1}[i], left to right, where c_r is slice r of `full`.
 template <class T>
@@ -151,9 +215,16 @@ static void sum_slices_in_rank_order(const T* full, T* out, size_t shard, int n_
 void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType dt) {
   const size_t esz = dtype_bytes(dt), shard_bytes = shard_elems * esz;
   const size_t full_bytes = shard_bytes * size_;
+  count(CommOp::ReduceScatter, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
+        uint64_t(size_ - 1) * shard_bytes);
+  if (nccl_) {  // one GPU per rank: NCCL sums on the GPUs, in its own order
+    nccl::reduce_scatter(full, out_shard, shard_elems, dt);
+    nccl::join();
+    return;
+  }
   void* host_full = full;
   if (on_gpu()) {
-    host_full = g_staging.get(full_bytes);
+    host_full = staging(full_bytes);
     copy_bytes(host_full, Location::Host, full, Location::Device, full_bytes);
   }
   // 1. all-to-all, in place: afterwards slice r of host_full holds rank r's contribution to MY slice.
@@ -171,8 +242,6 @@ void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType
     case DType::F64: sum_slices_in_rank_order((const double*)host_full, (double*)host_out, shard_elems, size_); break;
   }
   if (on_gpu()) copy_bytes(out_shard, Location::Device, host_out, Location::Host, shard_bytes);
-  count(CommOp::ReduceScatter, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
-        uint64_t(size_ - 1) * shard_bytes);
 }
 
 void Comm::all_gather(const void* shard, void* out_full, size_t shard_elems, DType dt) {
@@ -186,8 +255,13 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
   CommRequest r;
   count(CommOp::AllGather, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
         uint64_t(size_ - 1) * shard_bytes);
+  if (nccl_) {  // queued on the comm stream; wait() makes the compute stream wait for it
+    nccl::all_gather(shard, out_full, shard_elems, dt);
+    r.on_comm_stream = true;
+    return r;
+  }
   if (on_gpu()) {  // staged and blocking: the copy back needs the data
-    char* host_full = static_cast<char*>(g_staging.get(shard_bytes * size_));
+    char* host_full = static_cast<char*>(staging(shard_bytes * size_));
     copy_bytes(host_full + size_t(rank_) * shard_bytes, Location::Host, shard, Location::Device, shard_bytes);
     if (size_ > 1) {
       MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host_full, int(shard_elems), mpi_type(dt),
@@ -208,6 +282,11 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
 // laptop), a rank spinning inside MPI steals the core another rank needs to finish its compute,
 // and every collective waits for that rank. So after a short spin the waiter sleeps between polls.
 void Comm::wait(CommRequest& r) {
+  if (r.on_comm_stream) {  // NCCL: kernels queued after this see the gathered data
+    nccl::join();
+    r.on_comm_stream = false;
+    return;
+  }
   if (!r.active()) return;
   int done = 0;
   for (int spin = 0; spin < 64 && !done; spin++) MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
@@ -227,6 +306,13 @@ void Comm::all_reduce(void* buf, size_t elems, DType dt) {
   const size_t shard = elems / size_;
   const size_t shard_bytes = shard * dtype_bytes(dt);
   void* own_slice = static_cast<char*>(buf) + size_t(rank_) * shard_bytes;
+  if (nccl_) {  // NCCL's own all-reduce; booked as the two halves would be
+    count(CommOp::AllReduce, 2 * uint64_t(size_ - 1) * shard, 2 * uint64_t(size_ - 1) * shard_bytes,
+          2 * uint64_t(size_ - 1) * shard_bytes);
+    nccl::all_reduce(buf, elems, dt);
+    nccl::join();
+    return;
+  }
   // reduce-scatter then all-gather: the same bits as the two collectives called separately.
   const CommStats before = stats_;
   reduce_scatter(buf, own_slice, shard, dt);

@@ -9,6 +9,12 @@
 // rank r adds the N contributions itself, left to right. No extra buffer: the caller's bucket is
 // the receive buffer.
 //
+// On the CUDA backend (use_device_backend): when every rank has its own GPU the buffers stay on
+// the GPU and NCCL moves them (cuda/comm_nccl.h) — NCCL does not add in rank order, so there the
+// stages agree with stage0_ddp within a tolerance, not bit for bit. When ranks share a GPU (4 ranks
+// on one GPU) the MPI path above runs unchanged on copies in pinned host memory, and stays bitwise.
+// The comm ledger counts the same elements on either path.
+//
 // Buffer sizes are in elements of the given dtype. A "full" buffer is N * shard_elems elements;
 // slice r is elements [r * shard_elems, (r + 1) * shard_elems).
 #pragma once
@@ -20,6 +26,7 @@
 #include <vector>
 
 #include "dtype.h"
+#include "ledger.h"  // Buffer (the pinned staging copy of the MPI path on GPUs)
 
 namespace nz {
 
@@ -50,10 +57,12 @@ struct CommStats {
   std::string to_json() const;
 };
 
-// A non-blocking collective in flight (stage3's prefetch).
+// A non-blocking collective in flight (stage3's prefetch): an MPI request, or an NCCL call queued
+// on the comm stream.
 struct CommRequest {
   MPI_Request req = MPI_REQUEST_NULL;
-  bool active() const { return req != MPI_REQUEST_NULL; }
+  bool on_comm_stream = false;
+  bool active() const { return req != MPI_REQUEST_NULL || on_comm_stream; }
 };
 
 class Comm {
@@ -65,6 +74,16 @@ class Comm {
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
+  // Call once the device is chosen (select_device). On CUDA, when no two ranks share a GPU,
+  // switches the model-state collectives to NCCL (rank 0's unique id broadcast over MPI);
+  // otherwise they stay on MPI, staged through pinned host memory. NZ_COMM=mpi forces the MPI
+  // path. A no-op on the CPU. Collective: every rank calls it.
+  void use_device_backend();
+  bool uses_nccl() const { return nccl_; }
+  int gpus_in_use() const { return gpus_in_use_; }           // distinct GPUs over all ranks (0: CPU)
+  int ranks_on_my_gpu() const { return ranks_on_my_gpu_; }  // 1 unless ranks share a GPU
+  // Sum of x over the ranks that share this rank's GPU (memory reconciliation). Not counted.
+  double sum_on_my_gpu(double x);
 
   // Sum over ranks of `full` (N * shard_elems elements); this rank's slice of the sum lands in
   // `out_shard`. `full` is used as the receive buffer and left overwritten. out_shard may be
@@ -76,7 +95,7 @@ class Comm {
   void wait(CommRequest& r);
   // Sum over ranks, in place. elems must be a multiple of size() (units are padded to it).
   void all_reduce(void* buf, size_t elems, DType dt);
-  void broadcast(void* buf, size_t bytes, int root);
+  void broadcast(void* buf, size_t bytes, int root);  // host memory, always over MPI
   void barrier();
   // Sum n doubles over ranks, in rank order, in place (loss, squared norm). Counted as Scalars.
   void sum_scalars(double* v, int n);
@@ -92,6 +111,11 @@ class Comm {
   void count(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv);
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool oversubscribed_ = false;  // more ranks than cores on this machine: sleep while waiting
+  void* staging(size_t bytes);   // MPI path on GPUs: pinned host copy of a device buffer
+  Buffer staging_;
+  bool nccl_ = false;
+  int gpus_in_use_ = 0, ranks_on_my_gpu_ = 1;
+  MPI_Comm gpu_comm_ = MPI_COMM_NULL;  // the ranks sharing this rank's GPU
   CommStats stats_;
 };
 

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +20,46 @@
 
 namespace nz {
 
+// ---- throughput on GPUs: model FLOPs utilisation (MFU) = model FLOP/s achieved / peak FLOP/s ----
+// FLOPs per token of one training step (forward + backward), as counted in the PaLM paper:
+//  - each weight multiplies each token once in the forward (2 FLOPs: multiply, add) and twice in
+//    the backward (input gradient, weight gradient): 6 FLOPs per parameter, 6Ψ. The LM head
+//    reuses wte, so 6Ψ covers it; biases, norms and wpe are counted too (under 2% of Ψ).
+//  - attention has no weights but two products per layer and token: scores q·K^T (C channels
+//    against T keys: 2TC) and att·V (2TC); 4TC forward, twice that backward: 12TC per layer,
+//    12LTC in all, counting the whole T x T (the causal half that is skipped too, by convention).
+static double flops_per_token(const Args& a, size_t num_params) {
+  return 6.0 * double(num_params) + 12.0 * a.cfg.layers * double(a.seq) * a.cfg.dim;
+}
+
+// Dense peak FLOP/s of the GPU for the run's precision, or 0 when unknown. bf16 runs its
+// matmuls on tensor cores (bf16 in, fp32 accumulate); fp32 runs on the fp32 units (cuBLAS with
+// CUBLAS_COMPUTE_32F, no TF32). NZ_PEAK_TFLOPS=<number> overrides (another GPU, clocks, sparsity).
+static double peak_flops(DType dt) {
+  if (const char* env = getenv("NZ_PEAK_TFLOPS")) {
+    char* end = nullptr;
+    double t = strtod(env, &end);
+    if (end == env || *end != '\0' || !(t > 0))
+      user_error("NZ_PEAK_TFLOPS=%s: not a positive number; set it to the GPU's peak in TFLOP/s "
+                 "(e.g. 989 for an H100 in bf16) or unset it", env);
+    return t * 1e12;
+  }
+  struct Peak { const char* name; double bf16, fp32; };  // TFLOP/s, dense, from the data sheets
+  static const Peak peaks[] = {{"H100 PCIe", 756, 51}, {"H100 NVL", 835, 60}, {"H200 NVL", 835, 60},
+                               {"H100", 989, 67},       {"H200", 989, 67},     {"A100", 312, 19.5}};
+  const char* name = cuda_rt::device_name();
+  for (const Peak& p : peaks)
+    if (strstr(name, p.name)) return (dt == DType::BF16 ? p.bf16 : p.fp32) * 1e12;
+  return 0;
+}
+
+// MFU at this many tokens per second (over all ranks): 0 on the CPU or when the peak is unknown.
+static double mfu(const Trainer& t, double tokens_per_s) {
+  if (current_device() != Device::CUDA) return 0;
+  const double peak = peak_flops(t.dtype) * t.comm.gpus_in_use();  // ranks sharing a GPU share its peak
+  return peak > 0 ? flops_per_token(t.args, t.layout.num_params) * tokens_per_s / peak : 0;
+}
+
 Trainer::Trainer(int argc, char** argv, Stage st)
     : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st) {
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
@@ -28,6 +70,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   if (current_device() == Device::CUDA)
     cuda::set_matmul_impl(args.matmul == "tiled" ? cuda::MatmulImpl::Tiled : cuda::MatmulImpl::Cublas);
 #endif
+  comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
+  if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
   dtype = args.dtype;
   elem_bytes = dtype_bytes(dtype);
   layout = make_layout(args.cfg, world());
@@ -45,6 +89,15 @@ Trainer::Trainer(int argc, char** argv, Stage st)
            dtype_name(dtype), current_device() == Device::CUDA ? "cuda" : "cpu", args.batch, args.seq,
            args.accum, args.steps, omp_get_max_threads(), args.data.c_str(),
            data->train_bytes() + data->val_bytes());
+    if (current_device() == Device::CUDA) {
+      char peak[64] = "an unknown peak (set NZ_PEAK_TFLOPS)";
+      if (peak_flops(dtype) > 0) snprintf(peak, sizeof peak, "%.0f TFLOP/s per GPU", peak_flops(dtype) / 1e12);
+      printf("cuda: %s, %d GPU%s for %d rank%s | collectives: %s | matmul: %s | MFU against %s\n",
+             cuda_rt::device_name(), comm.gpus_in_use(), comm.gpus_in_use() == 1 ? "" : "s", world(),
+             world() == 1 ? "" : "s",
+             comm.uses_nccl() ? "NCCL (sums not rank-ordered)" : "MPI through pinned host memory (rank-ordered)",
+             args.matmul.c_str(), peak);
+    }
     fflush(stdout);
   }
   t_start_ = std::chrono::steady_clock::now();
@@ -99,8 +152,10 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
     } else {
       peak_str = "max " + fmt_bytes(max_peak);
     }
-    printf("step %5d/%d | loss %.6f | lr %.2e | norm %8.4f | %7.1f ms | %8.0f tok/s | peak device mem %s\n",
+    printf("step %5d/%d | loss %.6f | lr %.2e | norm %8.4f | %7.1f ms | %8.0f tok/s | peak device mem %s",
            step + 1, args.steps, loss, rec.lr, grad_norm, worst_ms, rec.tokens_per_s, peak_str.c_str());
+    if (mfu(*this, rec.tokens_per_s) > 0) printf(" | MFU %.1f%%", 100 * mfu(*this, rec.tokens_per_s));  // GPUs only
+    printf("\n");
     fflush(stdout);
   }
   if (args.eval_every > 0 && (step + 1) % args.eval_every == 0 && step + 1 < args.steps) {
@@ -157,6 +212,30 @@ void Trainer::finish() {
            "%.1f ms/step\n",
            args.steps, total_s, steps_.empty() ? 0.0 : steps_.back().loss, v, data->unigram_baseline(),
            n ? ms / n : 0.0);
+    if (current_device() == Device::CUDA && n > 0) {
+      const double tokens = double(world()) * args.accum * args.batch * args.seq, tok_s = tokens / (ms / n / 1000);
+      char mfu_str[48] = "MFU ? (unknown GPU: set NZ_PEAK_TFLOPS)";
+      if (mfu(*this, tok_s) > 0) snprintf(mfu_str, sizeof mfu_str, "MFU %.1f%%", 100 * mfu(*this, tok_s));
+      printf("throughput: %.0f tokens/s | %s (%.3g FLOPs per token = 6 x %zu params + 12 x %d layers x %d seq x "
+             "%d dim; %d GPU%s)\n",
+             tok_s, mfu_str, flops_per_token(args, layout.num_params), layout.num_params, args.cfg.layers,
+             args.seq, args.cfg.dim, comm.gpus_in_use(), comm.gpus_in_use() == 1 ? "" : "s");
+    }
+  }
+  if (current_device() == Device::CUDA) {
+    // The ledger against the GPU's own count: what cudaMemGetInfo says is in use, minus what the
+    // ledger holds now, is what the ledger does not track (CUDA context, cuBLAS and NCCL
+    // workspaces, the kernels' scratch, allocation rounding). Ranks sharing a GPU are summed.
+    size_t free_bytes = 0, total_bytes = 0;
+    cuda_rt::mem_get_info(&free_bytes, &total_bytes);
+    const double used = double(total_bytes - free_bytes);
+    const double now = comm.sum_on_my_gpu(double(Ledger::get().current_total(Location::Device)));
+    const double peak = comm.sum_on_my_gpu(double(Ledger::get().peak_total(Location::Device)));
+    if (rank() == 0)
+      printf("GPU memory (rank 0's GPU, %d rank%s): ledger peak %s, now %s | in use %s (cudaMemGetInfo "
+             "total - free) | not in the ledger %s (CUDA context, library workspaces, scratch, rounding)\n",
+             comm.ranks_on_my_gpu(), comm.ranks_on_my_gpu() == 1 ? "" : "s", fmt_bytes(peak).c_str(),
+             fmt_bytes(now).c_str(), fmt_bytes(used).c_str(), fmt_bytes(used - now).c_str());
   }
   if (!args.save_model.empty()) {
     phase("save");
@@ -251,6 +330,14 @@ void Trainer::write_report() {
   j.end_object();
   j.kv("precision", dtype_name(dtype));
   j.kv("device", current_device() == Device::CUDA ? "cuda" : "cpu");
+  j.kv("collectives", comm.uses_nccl() ? "nccl" : "mpi");
+  if (current_device() == Device::CUDA) {
+    j.kv("gpu", std::string(cuda_rt::device_name()));
+    j.kv("gpus", comm.gpus_in_use());
+    j.kv("matmul", args.matmul);
+    j.kv("flops_per_token", flops_per_token(args, layout.num_params));
+    j.kv("peak_flops_per_gpu", peak_flops(dtype));
+  }
   j.kv("batch", args.batch);
   j.kv("seq", args.seq);
   j.kv("accum", args.accum);
@@ -290,6 +377,7 @@ void Trainer::write_report() {
     j.kv("grad_norm", s.grad_norm);
     j.kv("ms", s.ms);
     j.kv("tokens_per_s", s.tokens_per_s);
+    if (mfu(*this, s.tokens_per_s) > 0) j.kv("mfu", mfu(*this, s.tokens_per_s));  // GPUs only
     j.kv("comm_elems", s.comm.model_elems_sent());
     j.kv("comm_bytes", s.comm.model_bytes_sent());
     j.kv("to_host_elems", s.comm.link.to_host_elems);

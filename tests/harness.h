@@ -31,13 +31,20 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// One scratch directory per test process, removed when the process ends.
 inline std::string temp_dir() {
-  static std::string dir;
-  if (dir.empty()) {
-    char tmpl[] = "/tmp/nanozero-test.XXXXXX";
-    dir = mkdtemp(tmpl);
-  }
-  return dir;
+  struct Dir {
+    std::string path;
+    Dir() {
+      char tmpl[] = "/tmp/nanozero-test.XXXXXX";
+      path = mkdtemp(tmpl);
+    }
+    ~Dir() {
+      if (!path.empty() && !getenv("NZ_KEEP_TEST_FILES")) (void)!system(("rm -rf '" + path + "'").c_str());
+    }
+  };
+  static Dir dir;
+  return dir.path;
 }
 
 // Where the binaries are: build/bin, or $NZ_BIN_DIR (a private build directory).
@@ -66,7 +73,8 @@ inline RunResult run_trainer(const std::string& stage, int np, const std::string
   std::string base = temp_dir() + "/" + stage + "_" + tag + "_" + std::to_string(counter++);
   std::string json = base + ".json";
   r.model_path = base + ".model";
-  std::string cmd = "mpirun -np " + std::to_string(np) + " " + bin_dir() + "/" + stage + " --quiet --log-json " +
+  // a hung run fails on its own after 5 minutes instead of waiting for the suite's timeout
+  std::string cmd = "timeout -k 5 300 mpirun -np " + std::to_string(np) + " " + bin_dir() + "/" + stage + " --quiet --log-json " +
                     json + " --save-model " + r.model_path + " " + flags;
   r.exit_code = run_command(cmd, &r.output);
   if (r.exit_code == 0) r.report = Json::parse(read_file(json));

@@ -73,6 +73,26 @@ void memcpy_any(void* dst, const void* src, size_t bytes) {
   NZ_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }
 
+// Offload's copies run on a stream of their own, so the host can keep working while they move.
+// Each copy first waits (on the GPU, not the host) for the work already queued on the default
+// (compute) stream, whose results it may read; copy_stream_sync() is where the host waits.
+static cudaStream_t copy_stream() {
+  static cudaStream_t s = nullptr;
+  if (!s) NZ_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void memcpy_async(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  static cudaEvent_t compute_done = nullptr;
+  if (!compute_done) NZ_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming));
+  NZ_CUDA_CHECK(cudaEventRecord(compute_done, 0));
+  NZ_CUDA_CHECK(cudaStreamWaitEvent(copy_stream(), compute_done, 0));
+  NZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copy_stream()));
+}
+
+void copy_stream_sync() { NZ_CUDA_CHECK(cudaStreamSynchronize(copy_stream())); }
+
 void synchronize() { NZ_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void mem_get_info(size_t* free_bytes, size_t* total_bytes) {

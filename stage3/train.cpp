@@ -1,0 +1,112 @@
+// stage3 — ZeRO stage 3 (P_os+g+p): shard the parameters too.
+//
+// As in stage2, rank r owns slice r of every unit; now it stores only that slice of the parameters
+// too. A unit's full parameters exist only while it runs: all-gathered into a fresh buffer just
+// before, released just after, and gathered again for its backward. The tied embedding is gathered
+// for the input and again for the LM head; its own backward needs no parameters. With --prefetch 1
+// the next unit's all-gather starts before the current unit computes, so the two can overlap: at
+// most two units are alive at once. Gather order per micro-step: embed, blocks 1..L, lnf, embed
+// (LM head), lnf, blocks L..1.
+//
+// Communication per micro-step: 2P elements gathered, P reduce-scattered: 3(N-1)S sent per rank,
+// 1.5x stage2. Per rank: params eS, grads eS + one bucket eU, Adam 8S (+ master 4S), plus the
+// gathered units (zero_formulas.cpp, Z3: the largest two neighbours in the gather order).
+#include <cmath>      // std::sqrt
+
+#include "ops.h"      // kernels on the run's backend
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (everything but the ZeRO idea)
+
+using namespace nz;
+
+int main(int argc, char** argv) {
+  Trainer run(argc, argv, Stage::Z3);
+  const Layout& L = run.layout;
+  const DType dt = run.dtype;
+  const size_t e = run.elem_bytes;
+  const int EMBED = L.embed_unit();
+  const int LNF = L.lnf_unit();
+  const int rank = run.rank();
+  GPT& model = *run.model;
+  Comm& comm = run.comm;
+
+  // ---- model state: params, gradients and optimizer state only for my slices ----
+  Buffer params(Category::Params, Location::Device, L.shard_total * e, "params (my slices)");  // P_p
+  Buffer grads(Category::Grads, Location::Device, L.shard_total * e, "grads (my slices)");  // P_g
+  Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
+  params.zero();
+  auto shard = [&](int u) { return L.units[u].padded / L.world; };         // elements I own of unit u
+  // my slice of unit u, packed in the sharded parameter and gradient buffers
+  auto my_P = [&](int u) { return elem_ptr(params, L.units[u].shard_offset, e); };
+  auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
+  AdamW adam(L, owned_shards(L, rank), dt, Location::Device, run.args);  // P_os: m, v for my slices only
+  for (int u = 0; u < L.num_units(); u++) {
+    run.init_params(u, L.shard(u, rank), my_P(u));  // P_p: only my slice is ever initialised
+    adam.init_master(u, my_P(u));
+  }
+
+  // ---- gather and release: a unit's full parameters exist only while it is in use ----
+  std::vector<Buffer> gathered(L.num_units());        // unit u's full parameters (ledger: gathered)
+  std::vector<CommRequest> in_flight(L.num_units());  // unit u's all-gather, until waited for
+  // all-gather, started: every rank's slice of unit u, into a fresh buffer of the unit's size
+  auto gather_start = [&](int u) {
+    const Unit& unit = L.units[u];
+    gathered[u] = Buffer(Category::Gathered, Location::Device, unit.padded * e, "gathered " + unit.name);
+    in_flight[u] = comm.all_gather_start(my_P(u), gathered[u].data(), shard(u), dt);
+  };
+  // unit u's full parameters: gathered now, or the prefetch already started is waited for
+  auto gather_unit = [&](int u) -> const void* {
+    if (gathered[u].empty()) gather_start(u);
+    comm.wait(in_flight[u]);
+    return gathered[u].data();
+  };
+  // prefetch: start the next unit's all-gather before this unit computes, so the two overlap
+  auto prefetch = [&](int u) { if (run.args.prefetch) gather_start(u); };
+  auto release_unit = [&](int u) { gathered[u].release(); };  // release: only my slice stays
+  run.params = UnitAccess{gather_unit, release_unit};  // validation and the model file, unit by unit
+
+  for (int step = 0; step < run.args.steps; step++) {
+    run.begin_step(step);
+    double loss_sum = 0;
+    for (int k = 0; k < run.args.accum; k++) {
+      run.load_micro_batch(step, k);
+      run.phase("forward");
+      for (int u = 0; u < L.num_units(); u++) {
+        const void* p = gather_unit(u);       // all-gather: unit u, just before it runs
+        prefetch(u < LNF ? u + 1 : EMBED);    // prefetch: the next unit (after lnf, the LM head's)
+        model.forward(u, p);
+        release_unit(u);                      // release: unit u, until it is needed again
+      }
+      const void* wte = gather_unit(EMBED);   // all-gather: the tied embedding again, for the LM head
+      prefetch(LNF);                          // prefetch: the first unit of the backward
+      loss_sum += model.head_forward(wte);
+      run.phase("backward");
+      model.head_backward(wte);
+      release_unit(EMBED);                    // release: the LM head is done with the embedding
+      for (int u = L.num_units() - 1; u >= 0; u--) {
+        // all-gather: unit u again for its backward; the embedding's backward needs no parameters
+        const void* p = u == EMBED ? nullptr : gather_unit(u);
+        if (u - 1 > EMBED) prefetch(u - 1);   // prefetch: the next unit of the backward
+        model.backward(u, p, bucket.data());
+        release_unit(u);                      // release: unit u, until the next forward
+        // reduce-scatter: each rank receives only the summed gradient of the slice it owns; the
+        // embedding's comes last, once, holding both the LM head's and the lookups' contributions
+        void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
+        comm.reduce_scatter(bucket.data(), mine, shard(u), dt);
+        accumulate_grads(dt, my_G(u), mine, shard(u), run.grad_average_scale(), k == 0);
+      }
+    }
+    run.phase("optimizer");
+    // global gradient norm: each rank sums its slices, then one rank-ordered sum of the partials
+    double sq = sq_sum_of_shard(L, dt, grads.data());
+    comm.sum_scalars(&sq, 1);
+    const double norm = std::sqrt(sq);
+    const float scale = clip_scale(norm, run.args.clip);
+    for (int u = 0; u < L.num_units(); u++) {
+      adam.step(u, my_P(u), my_G(u), run.lr(step), scale, step + 1);  // P_os: update my slice only
+      // no all-gather here: the next forward gathers each unit just before it needs it (P_p)
+    }
+    run.end_step(step, loss_sum, norm);
+  }
+  run.finish();
+  return 0;
+}

@@ -1,0 +1,388 @@
+// test_stage3.cpp — ZeRO stage 3 against plain data parallelism, run under mpirun as a learner
+// runs it. What must hold:
+//   - every step's loss and grad norm, and the saved model, are bit for bit stage0_ddp's, for
+//     N = 1..4 ranks (3 pads the units), accum 1 and 3, clipping active, prefetch on and off;
+//     bf16 over 20 steps within the stated bound;
+//   - each rank's ledger holds its shards only (formulas written out below, to the byte), the
+//     gathered-parameter peak is the bound derived below, and nothing is full-model-sized;
+//   - each rank sends 3K(N-1)S elements per step: 1.5x stage0_ddp;
+//   - the ledger timeline shows the gather/release saw-tooth and no gathered unit outlives a step;
+//   - deliberately broken copies of stage3 (tests/stage3_mutants.mk) fail these same checks.
+// Every check returns the problems it finds, so the mutants can be asked which checks see them.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <map>
+
+#include "harness.h"
+
+using namespace nzt;
+
+namespace {
+
+// The tiny model's grad norm is 1.2 .. 2.6 over these runs: a clip of 0.5 acts on every step.
+const std::string kClipText = "0.5";
+const double kClip = std::stod(kClipText);
+const std::string kFlags =
+    "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --clip " + kClipText + " ";
+const int kSteps = 6, kBf16Steps = 20;  // kSteps >= 2: the ledger timeline records steps 0 and 1
+
+// One run per (trainer, ranks, accum, precision, extra flags), shared by the tests below.
+const RunResult& run(const std::string& trainer, int N, int accum, const std::string& prec = "fp32",
+                     const std::string& extra = "") {
+  static std::map<std::string, RunResult> done;
+  const int steps = prec == "fp32" ? kSteps : kBf16Steps;
+  std::string flags = kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) +
+                      " --precision " + prec + " " + extra;
+  std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
+  auto it = done.find(key);
+  if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec)).first;
+  return it->second;
+}
+
+using Problems = std::vector<std::string>;
+std::string join(const Problems& p) {
+  std::string s;
+  for (const std::string& x : p) s += "\n  " + x;
+  return s;
+}
+template <class... A>
+std::string fmt(const char* f, A... a) {
+  char s[400];
+  snprintf(s, sizeof s, f, a...);
+  return s;
+}
+
+// Units, padded to the next multiple of N, recomputed from the report's unit list.
+struct Sizes {
+  std::vector<uint64_t> padded;  // per unit, in forward order: embed, blocks, lnf
+  uint64_t P = 0, S = 0, U = 0;
+  int units() const { return int(padded.size()); }
+};
+Sizes sizes_from_units(const Json& report, int N) {
+  Sizes z;
+  for (const Json& u : report["units"].arr) {
+    z.padded.push_back((u["numel"].u() + N - 1) / N * N);
+    z.P += z.padded.back();
+    z.S += z.padded.back() / N;
+    z.U = std::max(z.U, z.padded.back());
+  }
+  return z;
+}
+
+// The most gathered-parameter bytes alive at once. Every unit is gathered into a buffer of its own
+// padded size. Per micro-step the gathers come in the order
+//     embed, block 1, ..., block L, lnf, embed (LM head), lnf, block L, ..., block 1
+// (the embedding's backward needs no parameters). With prefetch, the next unit of that order is
+// gathered while the current one computes, and the current one is released after: two neighbours
+// of the order are alive at once, never more, and nothing is prefetched across micro-steps. The
+// neighbours are the pairs (u, u+1) and (lnf, embed): the units adjacent on the cycle embed ->
+// block 1 -> ... -> lnf -> embed. So the peak is e * max over that cycle of (unit + next unit),
+// which is 2eU when two equal blocks are the largest units, less otherwise (one layer).
+// Without prefetch one unit is alive at a time: eU.
+uint64_t gathered_peak_bound(const Sizes& z, uint64_t e, bool prefetch) {
+  if (!prefetch) return e * z.U;
+  uint64_t m = 0;
+  for (int u = 0; u < z.units(); u++) m = std::max(m, z.padded[u] + z.padded[(u + 1) % z.units()]);
+  return e * m;
+}
+
+// ---- the checks ----
+
+// Bit for bit stage0_ddp: every step's loss and grad norm (== on doubles: the report keeps %.17g)
+// and the model file's bytes. *diff: the largest |difference| seen (0 when bitwise equal).
+Problems check_equal_to_ddp(const RunResult& ref, const RunResult& r, double* diff = nullptr) {
+  Problems p;
+  std::vector<double> la = step_values(ref.report, "loss"), lb = step_values(r.report, "loss");
+  std::vector<double> na = step_values(ref.report, "grad_norm"), nb = step_values(r.report, "grad_norm");
+  const double dl = max_abs_diff(la, lb), dn = max_abs_diff(na, nb);
+  const double dp = max_param_diff(ref.model_path, r.model_path);
+  if (la.empty() || la != lb) p.push_back(fmt("step losses differ from stage0_ddp (max |diff| %.3g)", dl));
+  if (na.empty() || na != nb) p.push_back(fmt("grad norms differ from stage0_ddp (max |diff| %.3g)", dn));
+  if (!same_model_bits(ref.model_path, r.model_path))
+    p.push_back(fmt("model file differs from stage0_ddp's (max |param diff| %.3g)", dp));
+  if (diff) *diff = std::max({dl, dn, dp});
+  return p;
+}
+
+// Per rank, to the byte. e = bytes per stored element, S = padded shard (P / N), U = largest unit:
+//   params eS, grads eS, master 4S (bf16 only), adam_m 4S, adam_v 4S: 16S in all either way
+//   (fp32: 4S + 4S + 8S; bf16: 2S + 2S + 4S + 8S); one gradient bucket eU; gathered: the bound
+//   above. For N >= 2 no model-state category reaches a full model's worth of itself (eP for
+//   params, grads, gathered units, buckets, scratch; 4P for master and moments): in fp32, < eP.
+//   (Activations are not model state: they are the same in every stage.)
+Problems check_ledger(const RunResult& r, int N, const std::string& prec, bool prefetch) {
+  Problems p;
+  const Sizes z = sizes_from_units(r.report, N);
+  const uint64_t e = prec == "fp32" ? 4 : 2, P = z.P, S = z.S;
+  const std::map<std::string, uint64_t> want = {
+      {"params", e * S},  {"grads", e * S},        {"master", e == 2 ? 4 * S : 0},
+      {"adam_m", 4 * S},  {"adam_v", 4 * S},       {"comm_buffers", e * z.U},
+      {"gathered", gathered_peak_bound(z, e, prefetch)}};
+  if (want.at("params") + want.at("grads") + want.at("master") + want.at("adam_m") + want.at("adam_v") != 16 * S)
+    p.push_back("the written-out formulas do not add up to 16S");
+  const std::map<std::string, uint64_t> full = {{"params", e * P}, {"grads", e * P},       {"master", 4 * P},
+                                                {"adam_m", 4 * P}, {"adam_v", 4 * P},      {"comm_buffers", e * P},
+                                                {"gathered", e * P}, {"scratch", e * P}};
+  if (r.report["ranks"].size() != size_t(N)) p.push_back("report has the wrong number of ranks");
+  for (const Json& rank : r.report["ranks"].arr) {
+    const Json& led = rank["ledger"];
+    const unsigned long long rk = rank["rank"].u();
+    for (auto& [cat, bytes] : want) {
+      const uint64_t peak = led["device"]["peak"][cat].u() + led["host"]["peak"][cat].u();
+      if (peak != bytes) p.push_back(fmt("rank %llu: %s peak %llu bytes, formula %llu", rk, cat.c_str(),
+                                         (unsigned long long)peak, (unsigned long long)bytes));
+    }
+    for (auto& [cat, bytes] : full) {
+      const uint64_t peak = led["device"]["peak"][cat].u() + led["host"]["peak"][cat].u();
+      if (N >= 2 && peak >= bytes)
+        p.push_back(fmt("rank %llu: %s peak %llu bytes is a full model's worth (%llu)", rk, cat.c_str(),
+                        (unsigned long long)peak, (unsigned long long)bytes));
+    }
+  }
+  // With prefetch the trainer's own formula (zero_formulas.cpp) must be the bound derived here.
+  for (auto& [cat, bytes] : want)
+    if ((prefetch || cat != "gathered") && r.report["formula"][cat].u() != bytes)
+      p.push_back(fmt("zero_formulas.cpp says %s = %llu, the test derives %llu", cat.c_str(),
+                      (unsigned long long)r.report["formula"][cat].u(), (unsigned long long)bytes));
+  return p;
+}
+
+// Elements each rank sends per step with K micro-steps: all-gathers of 2P per micro-step (forward
+// P + embed, backward P - embed) and reduce-scatters of P, each sending (N-1)/N of it: 3K(N-1)S.
+// The reduce-scatters alone are K(N-1)S per step in M calls per micro-step (the run's totals hold
+// nothing else: validation and the model file only gather).
+Problems check_comm(const RunResult& r, int N, int K) {
+  Problems p;
+  const Sizes z = sizes_from_units(r.report, N);
+  const uint64_t n1 = N - 1, S = z.S, per_step = 3 * K * n1 * S;
+  if (r.report["formula"]["comm_elems_per_step"].u() != per_step)
+    p.push_back(fmt("zero_formulas.cpp says %llu elements per step, the test %llu",
+                    (unsigned long long)r.report["formula"]["comm_elems_per_step"].u(), (unsigned long long)per_step));
+  for (const Json& s : r.report["steps_log"].arr)
+    if (s["comm_elems"].u() != per_step)
+      p.push_back(fmt("step %llu sent %llu elements, formula 3K(N-1)S = %llu", s["step"].u(), s["comm_elems"].u(),
+                      (unsigned long long)per_step));
+  for (const Json& rank : r.report["ranks"].arr) {
+    const Json& c = rank["comm"];
+    const unsigned long long rk = rank["rank"].u();
+    if (c["reduce_scatter"]["elems_sent"].u() != kSteps * K * n1 * S ||
+        c["reduce_scatter"]["calls"].u() != uint64_t(kSteps * K * z.units()))
+      p.push_back(fmt("rank %llu: reduce-scatters sent %llu elements in %llu calls, formula %llu in %d", rk,
+                      c["reduce_scatter"]["elems_sent"].u(), c["reduce_scatter"]["calls"].u(),
+                      (unsigned long long)(kSteps * K * n1 * S), kSteps * K * z.units()));
+    if (c["all_reduce"]["elems_sent"].u() != 0) p.push_back(fmt("rank %llu: all-reduce used", rk));
+  }
+  return p;
+}
+
+// The gather/release saw-tooth, from each rank's ledger timeline (recorded for steps 0 and 1):
+//   - at most two gathered units alive at any moment (one without prefetch), and with prefetch
+//     two really are alive at some moment;
+//   - the gathered bytes are back to 0 at the end of each recorded step, and at the end of the run;
+//   - step 1 allocates M + 1 (forward, the embedding twice) + M - 1 (backward) = 2M gather buffers
+//     per micro-step, M units;
+//   - the bytes go up and down: local maxima (an allocation followed by a release) number 2M per
+//     micro-step without prefetch; with prefetch 2M - 1, since the forward's first gather is
+//     followed by the prefetch of block 1 before any release.
+Problems check_timeline(const RunResult& r, int N, int K, bool prefetch) {
+  Problems p;
+  const int M = sizes_from_units(r.report, N).units();
+  for (const Json& rank : r.report["ranks"].arr) {
+    const unsigned long long rk = rank["rank"].u();
+    const Json& led = rank["ledger"];
+    const uint64_t left = led["device"]["current"]["gathered"].u() + led["host"]["current"]["gathered"].u();
+    if (left != 0) p.push_back(fmt("rank %llu: %llu gathered bytes still alive at the end of the run", rk,
+                                   (unsigned long long)left));
+    std::vector<const Json*> ev;  // the gathered-parameter events, in order
+    for (const Json& e : led["timeline"].arr)
+      if (e["category"].str == "gathered") ev.push_back(&e);
+    int64_t bytes = 0;
+    int alive = 0, max_alive = 0;
+    std::map<int, int64_t> at_end;  // step -> gathered bytes after its last event
+    for (const Json* e : ev) {
+      bytes += int64_t(std::llround((*e)["delta"].d()));
+      alive += (*e)["delta"].d() > 0 ? 1 : -1;
+      max_alive = std::max(max_alive, alive);
+      at_end[int(std::llround((*e)["step"].d()))] = bytes;
+    }
+    const int max_allowed = prefetch ? 2 : 1;
+    if (max_alive > max_allowed || (prefetch && max_alive < 2))
+      p.push_back(fmt("rank %llu: %d gathered units alive at once, expected %d", rk, max_alive, max_allowed));
+    for (int s : {0, 1}) {
+      if (!at_end.count(s)) p.push_back(fmt("rank %llu: no gathers recorded in step %d", rk, s));
+      else if (at_end[s] != 0)
+        p.push_back(fmt("rank %llu: %lld gathered bytes alive at the end of step %d", rk, (long long)at_end[s], s));
+    }
+    std::vector<double> d;  // step 1's deltas
+    for (const Json* e : ev)
+      if (std::llround((*e)["step"].d()) == 1) d.push_back((*e)["delta"].d());
+    int allocs = 0, maxima = 0;
+    for (size_t i = 0; i < d.size(); i++) {
+      allocs += d[i] > 0;
+      maxima += d[i] > 0 && i + 1 < d.size() && d[i + 1] < 0;
+    }
+    if (allocs != K * 2 * M)
+      p.push_back(fmt("rank %llu: step 1 allocated %d gather buffers, expected K * 2M = %d", rk, allocs, K * 2 * M));
+    const int want_maxima = K * (prefetch ? 2 * M - 1 : 2 * M);
+    if (maxima != want_maxima)
+      p.push_back(fmt("rank %llu: step 1's gathered bytes have %d local maxima, expected %d", rk, maxima, want_maxima));
+  }
+  return p;
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+// The headline: sharding the parameters changes where they live, not what they are.
+TEST(Stage3, Fp32BitwiseEqualToDDPForOneToFourRanksPrefetchOnAndOff) {
+  for (int N : {1, 2, 3, 4}) {
+    for (int K : {1, 3}) {
+      SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K));
+      const RunResult& ref = run("stage0_ddp", N, K);
+      ASSERT_EQ(ref.exit_code, 0) << ref.output;
+      std::vector<double> norms = step_values(ref.report, "grad_norm");
+      ASSERT_EQ(norms.size(), size_t(kSteps));
+      int clipped = 0;
+      for (double g : norms) clipped += g > kClip;
+      ASSERT_GE(4 * clipped, 3 * kSteps) << "--clip " << kClip << " must act on most steps";
+      for (int prefetch : {1, 0}) {
+        const RunResult& r = run("stage3", N, K, "fp32", "--prefetch " + std::to_string(prefetch));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        Problems pr = check_equal_to_ddp(ref, r);
+        printf("fp32 stage3 N=%d accum=%d prefetch=%d (clipped %d/%d steps): %s\n", N, K, prefetch, clipped, kSteps,
+               pr.empty() ? "bitwise equal to stage0_ddp" : "DIFFERS");
+        EXPECT_TRUE(pr.empty()) << join(pr);
+      }
+      // prefetch only moves the gathers earlier: the same bits
+      EXPECT_TRUE(same_model_bits(run("stage3", N, K, "fp32", "--prefetch 1").model_path,
+                                  run("stage3", N, K, "fp32", "--prefetch 0").model_path));
+    }
+  }
+}
+
+// bf16: the stated bound is 0. On the MPI path every reduction still adds in rank order and rounds
+// to bf16 once per collective, exactly as stage0_ddp's all-reduce (= reduce-scatter + all-gather)
+// does, and gathering a bf16 slice copies it bit for bit, so stage3 trains the same bf16 model.
+TEST(Stage3, Bf16WithinTheStatedBoundOverTwentySteps) {
+  const double kBound = 0.0;
+  for (auto [N, K] : {std::pair{2, 1}, std::pair{3, 2}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K));
+    const RunResult& ref = run("stage0_ddp", N, K, "bf16");
+    const RunResult& r = run("stage3", N, K, "bf16");
+    ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(step_values(r.report, "loss").size(), size_t(kBf16Steps));
+    double diff = -1;
+    Problems pr = check_equal_to_ddp(ref, r, &diff);
+    printf("bf16 stage3 N=%d accum=%d, %d steps: largest difference to stage0_ddp (losses, norms, params) %.3g, "
+           "bound %.3g\n", N, K, kBf16Steps, diff, kBound);
+    EXPECT_LE(diff, kBound) << join(pr);
+  }
+}
+
+TEST(Stage3, LedgerHoldsOnlyShardsAndTheDerivedGatheredPeak) {
+  struct Case { int N, K; const char* prec; int prefetch; };
+  for (Case c : {Case{1, 1, "fp32", 1}, Case{2, 1, "fp32", 1}, Case{3, 1, "fp32", 1}, Case{4, 1, "fp32", 1},
+                 Case{4, 3, "fp32", 0}, Case{2, 1, "bf16", 1}, Case{3, 2, "bf16", 1}}) {
+    SCOPED_TRACE(std::string(c.prec) + " N=" + std::to_string(c.N) + " prefetch=" + std::to_string(c.prefetch));
+    const RunResult& r =
+        c.prec == std::string("fp32") ? run("stage3", c.N, c.K, "fp32", "--prefetch " + std::to_string(c.prefetch))
+                                      : run("stage3", c.N, c.K, c.prec);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Problems pr = check_ledger(r, c.N, c.prec, c.prefetch);
+    EXPECT_TRUE(pr.empty()) << join(pr);
+    const Sizes z = sizes_from_units(r.report, c.N);
+    const uint64_t e = c.prec == std::string("fp32") ? 4 : 2;
+    printf("%s N=%d prefetch=%d: model state %llu bytes per rank = 16S (stage0_ddp: 16P = %llu); gathered peak "
+           "%llu = %s\n", c.prec, c.N, c.prefetch, (unsigned long long)(16 * z.S), (unsigned long long)(16 * z.P),
+           (unsigned long long)gathered_peak_bound(z, e, c.prefetch), c.prefetch ? "2eU (two blocks)" : "eU");
+  }
+  // One layer: the largest neighbours are the embedding and the block, so the peak is below 2eU.
+  const RunResult& one = run("stage3", 3, 1, "fp32", "--layers 1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const Sizes z = sizes_from_units(one.report, 3);
+  ASSERT_EQ(z.units(), 3);
+  EXPECT_EQ(gathered_peak_bound(z, 4, true), 4 * (z.padded[0] + z.padded[1]));
+  EXPECT_LT(gathered_peak_bound(z, 4, true), 2 * 4 * z.U);
+  Problems pr = check_ledger(one, 3, "fp32", true);
+  EXPECT_TRUE(pr.empty()) << join(pr);
+}
+
+TEST(Stage3, SendsThreeKTimesNMinusOneTimesSPerStep) {
+  for (int N : {1, 2, 3, 4}) {
+    for (int K : {1, 3}) {
+      SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K));
+      const RunResult& ref = run("stage0_ddp", N, K);
+      ASSERT_EQ(ref.exit_code, 0) << ref.output;
+      for (int prefetch : {1, 0}) {
+        const RunResult& r = run("stage3", N, K, "fp32", "--prefetch " + std::to_string(prefetch));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        Problems pr = check_comm(r, N, K);
+        EXPECT_TRUE(pr.empty()) << join(pr);
+      }
+      // 1.5x stage0_ddp's 2K(N-1)S, step by step
+      const RunResult& r = run("stage3", N, K, "fp32", "--prefetch 1");
+      const uint64_t S = sizes_from_units(r.report, N).S;
+      ASSERT_EQ(r.report["steps_log"].size(), ref.report["steps_log"].size());
+      for (size_t s = 0; s < r.report["steps_log"].size(); s++) {
+        const uint64_t ddp = ref.report["steps_log"][s]["comm_elems"].u(), z3 = r.report["steps_log"][s]["comm_elems"].u();
+        EXPECT_EQ(ddp, 2 * K * (N - 1) * S);
+        EXPECT_EQ(2 * z3, 3 * ddp) << "stage3 sends 1.5x stage0_ddp";
+      }
+      if (N == 4)
+        printf("4 ranks, accum %d: stage0_ddp sends %llu elements per rank per step, stage3 %llu\n", K,
+               ref.report["steps_log"][0]["comm_elems"].u(), r.report["steps_log"][0]["comm_elems"].u());
+    }
+  }
+}
+
+TEST(Stage3, TimelineShowsTheGatherReleaseSawTooth) {
+  for (int N : {1, 2, 3, 4}) {
+    for (int K : {1, 3}) {
+      for (int prefetch : {1, 0}) {
+        SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K) + " prefetch=" + std::to_string(prefetch));
+        const RunResult& r = run("stage3", N, K, "fp32", "--prefetch " + std::to_string(prefetch));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        Problems pr = check_timeline(r, N, K, prefetch);
+        EXPECT_TRUE(pr.empty()) << join(pr);
+      }
+    }
+  }
+}
+
+// The tests of the tests: each mutant (tests/stage3_mutants.mk) still trains, and the checks
+// above must see its bug. N = 3 (padding) and accum 3.
+TEST(Stage3, BrokenStage3VariantsAreCaught) {
+  const int N = 3, K = 3;
+  const RunResult& ref = run("stage0_ddp", N, K);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  struct Mutant {
+    const char* name;
+    bool equal, ledger, comm, timeline;  // which checks must report it (the others must not)
+  };
+  // keep_gathered and reuse_embedding train the right model: only the memory checks can see them.
+  for (Mutant m : {Mutant{"keep_gathered", false, true, false, true},
+                   Mutant{"reuse_embedding", false, true, true, true},
+                   Mutant{"prefetch_across_steps", true, false, true, true}}) {
+    const std::string mutant = std::string("mutant_stage3_") + m.name;
+    SCOPED_TRACE(mutant);
+    ASSERT_TRUE(exists(bin_dir() + "/" + mutant))
+        << bin_dir() << "/" << mutant << " is missing: build it with `make all` (tests/stage3_mutants.mk)";
+    const RunResult& r = run(mutant, N, K);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Problems eq = check_equal_to_ddp(ref, r), led = check_ledger(r, N, "fp32", true),
+                   comm = check_comm(r, N, K), tl = check_timeline(r, N, K, true);
+    printf("%s:\n", mutant.c_str());
+    for (auto [what, pr] : {std::pair{"equality", &eq}, {"ledger", &led}, {"comm", &comm}, {"timeline", &tl}})
+      printf("  %-8s %s%s\n", what, pr->empty() ? "passes" : "FAILS: ", pr->empty() ? "" : (*pr)[0].c_str());
+    EXPECT_EQ(eq.empty(), !m.equal) << "equality check:" << join(eq);
+    EXPECT_EQ(led.empty(), !m.ledger) << "ledger check:" << join(led);
+    EXPECT_EQ(comm.empty(), !m.comm) << "comm check:" << join(comm);
+    EXPECT_EQ(tl.empty(), !m.timeline) << "timeline check:" << join(tl);
+  }
+}

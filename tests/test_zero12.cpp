@@ -1,0 +1,238 @@
+// test_zero12.cpp — ZeRO stages 1 and 2 against plain data parallelism, run under mpirun as a
+// learner runs them. What must hold (DESIGN.md "Tests are the proof"):
+//   - every step's loss and grad norm, and the saved model, are bit for bit stage0_ddp's, for
+//     N = 1..4 ranks (3 pads the units), with and without accumulation, with clipping active;
+//     in bf16 too;
+//   - each rank's memory ledger equals the formulas written out below, to the byte;
+//   - each rank sends exactly the elements the formulas say, op by op, step by step;
+//   - deliberately broken copies of stage2 (tests/mutants.mk) fail those same checks.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sys/stat.h>
+
+#include "harness.h"
+
+using namespace nzt;
+
+namespace {
+
+// The tiny model's grad norm is 1.2 .. 2.6 over these runs: a clip of 0.5 acts on every step.
+const std::string kClipText = "0.5";
+const double kClip = std::stod(kClipText);
+const std::string kFlags =
+    "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --clip " + kClipText + " ";
+const int kSteps = 6, kBf16Steps = 20;
+const char* kStages[] = {"stage1", "stage2"};
+
+// One run per (trainer, ranks, accum, precision), shared by the tests below.
+const RunResult& run(const std::string& trainer, int N, int accum, const std::string& prec = "fp32") {
+  static std::map<std::string, RunResult> done;
+  const int steps = prec == "fp32" ? kSteps : kBf16Steps;
+  std::string flags = kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) +
+                      " --precision " + prec;
+  std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
+  auto it = done.find(key);
+  if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec)).first;
+  return it->second;
+}
+
+// What the equality checks see between a run and its stage0_ddp reference.
+struct Verdict {
+  bool losses_equal, norms_equal, model_equal;
+  double loss_diff, norm_diff, param_diff;  // largest |difference| (0 when bitwise equal)
+  bool identical() const { return losses_equal && norms_equal && model_equal; }
+  std::string str() const {
+    char s[200];
+    snprintf(s, sizeof s, "losses %s (max |diff| %.3g), grad norms %s (%.3g), model file %s (max |param diff| %.3g)",
+             losses_equal ? "equal" : "DIFFER", loss_diff, norms_equal ? "equal" : "DIFFER", norm_diff,
+             model_equal ? "equal" : "DIFFERS", param_diff);
+    return s;
+  }
+};
+
+Verdict compare(const RunResult& ref, const RunResult& x) {
+  std::vector<double> la = step_values(ref.report, "loss"), lb = step_values(x.report, "loss");
+  std::vector<double> na = step_values(ref.report, "grad_norm"), nb = step_values(x.report, "grad_norm");
+  Verdict v;
+  v.losses_equal = !la.empty() && la == lb;  // == on doubles: bit for bit (the report keeps %.17g)
+  v.norms_equal = !na.empty() && na == nb;
+  v.model_equal = same_model_bits(ref.model_path, x.model_path);
+  v.loss_diff = max_abs_diff(la, lb);
+  v.norm_diff = max_abs_diff(na, nb);
+  v.param_diff = max_param_diff(ref.model_path, x.model_path);
+  return v;
+}
+
+// P, S, U recomputed from the report's unit list: each unit padded to the next multiple of N.
+struct Sizes {
+  uint64_t P = 0, S = 0, U = 0, units = 0;
+};
+Sizes sizes_from_units(const Json& report, int N) {
+  Sizes z;
+  for (const Json& u : report["units"].arr) {
+    const uint64_t numel = u["numel"].u(), padded = (numel + N - 1) / N * N;
+    EXPECT_EQ(u["padded"].u(), padded) << u["name"].str;
+    z.P += padded;
+    z.S += padded / N;
+    z.U = std::max(z.U, padded);
+    z.units++;
+  }
+  return z;
+}
+
+}  // namespace
+
+// The headline: sharding changes where the numbers live, not what they are.
+TEST(Zero12, Fp32BitwiseEqualToDDPForOneToFourRanks) {
+  for (int N : {1, 2, 3, 4}) {
+    for (int accum : {1, 3}) {
+      SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(accum));
+      const RunResult& ref = run("stage0_ddp", N, accum);
+      ASSERT_EQ(ref.exit_code, 0) << ref.output;
+      std::vector<double> norms = step_values(ref.report, "grad_norm");
+      ASSERT_EQ(norms.size(), size_t(kSteps));
+      int clipped = 0;
+      for (double g : norms) clipped += g > kClip;
+      ASSERT_GE(4 * clipped, 3 * kSteps) << "--clip " << kClip << " must act on most steps";
+      for (const char* stage : kStages) {
+        const RunResult& r = run(stage, N, accum);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        Verdict v = compare(ref, r);
+        printf("fp32 %s N=%d accum=%d (clipped %d/%d steps): %s\n", stage, N, accum, clipped, kSteps,
+               v.str().c_str());
+        EXPECT_TRUE(v.identical()) << stage << ": " << v.str();
+      }
+    }
+  }
+}
+
+// In bf16 the reductions still add in rank order and round once per collective, the same in every
+// stage, and the master weights update elementwise: so bf16 is bitwise equal too, and asserted so.
+TEST(Zero12, Bf16BitwiseEqualToDDPOverTwentySteps) {
+  for (auto [N, accum] : {std::pair{2, 1}, std::pair{3, 2}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(accum));
+    const RunResult& ref = run("stage0_ddp", N, accum, "bf16");
+    ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    ASSERT_EQ(step_values(ref.report, "loss").size(), size_t(kBf16Steps));
+    for (const char* stage : kStages) {
+      const RunResult& r = run(stage, N, accum, "bf16");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      Verdict v = compare(ref, r);
+      printf("bf16 %s N=%d accum=%d, %d steps: largest difference to stage0_ddp: %s\n", stage, N, accum,
+             kBf16Steps, v.str().c_str());
+      EXPECT_EQ(v.loss_diff, 0.0);
+      EXPECT_EQ(v.param_diff, 0.0);
+      EXPECT_TRUE(v.identical()) << stage << ": " << v.str();
+    }
+  }
+}
+
+// Per rank, to the byte. e = bytes per stored element (4 fp32, 2 bf16), P = padded parameters,
+// S = this rank's padded shard (P / N), U = the largest padded unit:
+//   stage1 (P_os):   params eP, grads eP, adam_m 4S, adam_v 4S, master 4S (bf16 only), bucket eU
+//   stage2 (P_os+g): grads eS (only the owned slices survive the reduce-scatter); the rest as stage1
+TEST(Zero12, LedgerMatchesTheFormulasOnEveryRank) {
+  struct Case { int N, accum; const char* prec; };
+  for (Case c : {Case{1, 1, "fp32"}, Case{2, 1, "fp32"}, Case{3, 1, "fp32"}, Case{4, 1, "fp32"},
+                 Case{2, 1, "bf16"}, Case{3, 2, "bf16"}}) {
+    for (const char* stage : kStages) {
+      SCOPED_TRACE(std::string(stage) + " " + c.prec + " N=" + std::to_string(c.N));
+      const RunResult& r = run(stage, c.N, c.accum, c.prec);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const Sizes z = sizes_from_units(r.report, c.N);
+      EXPECT_EQ(r.report["padded_params"].u(), z.P);
+      EXPECT_EQ(r.report["shard_params"].u(), z.S);
+      EXPECT_EQ(r.report["max_unit_padded"].u(), z.U);
+      EXPECT_EQ(z.S * c.N, z.P);
+      const uint64_t e = std::string(c.prec) == "fp32" ? 4 : 2, P = z.P, S = z.S, U = z.U;
+      const bool stage2 = std::string(stage) == "stage2";
+      const std::map<std::string, uint64_t> want = {
+          {"params", e * P},        {"grads", stage2 ? e * S : e * P}, {"master", e == 2 ? 4 * S : 0},
+          {"adam_m", 4 * S},        {"adam_v", 4 * S},                 {"comm_buffers", e * U},
+          {"gathered", 0}};
+      ASSERT_EQ(r.report["ranks"].size(), size_t(c.N));
+      for (const Json& rank : r.report["ranks"].arr) {
+        const Json& peak = rank["ledger"]["device"]["peak"];
+        const Json& host = rank["ledger"]["host"]["peak"];
+        for (auto& [cat, bytes] : want) {
+          EXPECT_EQ(peak[cat].u(), bytes) << "rank " << rank["rank"].u() << " " << cat;
+          EXPECT_EQ(host[cat].u(), 0u) << "rank " << rank["rank"].u() << " " << cat << " on the host";
+        }
+      }
+      // The trainer's own formulas (zero_formulas.cpp) must agree with the ones written out here.
+      for (auto& [cat, bytes] : want) EXPECT_EQ(r.report["formula"][cat].u(), bytes) << "formula " << cat;
+    }
+  }
+  for (const char* stage : kStages) {
+    const RunResult& r = run(stage, 4, 1);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Json& peak = r.report["ranks"][0]["ledger"]["device"]["peak"];
+    const uint64_t total = peak["params"].u() + peak["grads"].u() + peak["adam_m"].u() + peak["adam_v"].u();
+    printf("fp32, 4 ranks: %s holds %llu bytes of model state per rank (stage0_ddp: 16P = %llu)\n", stage,
+           (unsigned long long)total, (unsigned long long)(16 * r.report["padded_params"].u()));
+  }
+}
+
+// Elements each rank sends per step, N ranks, K micro-steps, S = shard, over the units:
+//   stage0_ddp:     all-reduce K * 2(N-1)S                   (K * units calls)
+//   stage1, 2:      reduce-scatter K * (N-1)S (K * units calls) + all-gather (N-1)S (units calls)
+// With K = 1 the ZeRO stages move exactly what stage0 moves: reduce-scatter + all-gather = all-reduce.
+TEST(Zero12, CommLedgerMatchesTheFormulasPerRankPerStep) {
+  for (int N : {1, 2, 3, 4}) {
+    for (int K : {1, 3}) {
+      SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K));
+      for (const char* stage : {"stage0_ddp", "stage1", "stage2"}) {
+        const RunResult& r = run(stage, N, K);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        const Sizes z = sizes_from_units(r.report, N);
+        const uint64_t S = z.S, n1 = N - 1, units = z.units;
+        const bool ddp = std::string(stage) == "stage0_ddp";
+        // per step: {all_reduce, reduce_scatter, all_gather} elements sent and calls made
+        const uint64_t ar = ddp ? K * 2 * n1 * S : 0, rs = ddp ? 0 : K * n1 * S, ag = ddp ? 0 : n1 * S;
+        const uint64_t ar_calls = ddp ? K * units : 0, rs_calls = ddp ? 0 : K * units, ag_calls = ddp ? 0 : units;
+        const uint64_t per_step = ar + rs + ag;
+        if (K == 1) {
+          EXPECT_EQ(per_step, 2 * n1 * S) << "one all-reduce's worth";
+        }
+        EXPECT_EQ(r.report["formula"]["comm_elems_per_step"].u(), per_step);
+        for (const Json& s : r.report["steps_log"].arr) EXPECT_EQ(s["comm_elems"].u(), per_step) << stage;
+        ASSERT_EQ(r.report["ranks"].size(), size_t(N));
+        for (const Json& rank : r.report["ranks"].arr) {
+          const Json& c = rank["comm"];
+          const std::string who = std::string(stage) + " rank " + std::to_string(rank["rank"].u());
+          EXPECT_EQ(c["all_reduce"]["elems_sent"].u(), kSteps * ar) << who;
+          EXPECT_EQ(c["reduce_scatter"]["elems_sent"].u(), kSteps * rs) << who;
+          EXPECT_EQ(c["all_gather"]["elems_sent"].u(), kSteps * ag) << who;
+          EXPECT_EQ(c["broadcast"]["elems_sent"].u(), 0u) << who;
+          EXPECT_EQ(c["all_reduce"]["calls"].u(), kSteps * ar_calls) << who;
+          EXPECT_EQ(c["reduce_scatter"]["calls"].u(), kSteps * rs_calls) << who;
+          EXPECT_EQ(c["all_gather"]["calls"].u(), kSteps * ag_calls) << who;
+        }
+        if (N == 4)
+          printf("%s, 4 ranks, accum %d: %llu elements sent per rank per step\n", stage, K,
+                 (unsigned long long)per_step);
+      }
+    }
+  }
+}
+
+// The tests of the tests: each mutant (tests/mutants.mk) is stage2 with one line broken. It still
+// trains, but the checks above must tell it from stage0_ddp. N = 3 and accum 3, so that slices,
+// averaging over ranks and accumulation over micro-steps all matter.
+TEST(Zero12, BrokenStage2VariantsAreCaught) {
+  const int N = 3, accum = 3;
+  const RunResult& ref = run("stage0_ddp", N, accum);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  for (const char* m : {"no_average", "wrong_slice", "last_microbatch_only"}) {
+    const std::string mutant = std::string("mutant_stage2_") + m;
+    struct stat st;
+    ASSERT_EQ(stat((bin_dir() + "/" + mutant).c_str(), &st), 0)
+        << bin_dir() << "/" << mutant << " is missing: build it with `make all` (tests/mutants.mk)";
+    const RunResult& r = run(mutant, N, accum);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Verdict v = compare(ref, r);
+    printf("%s vs stage0_ddp: %s\n", mutant.c_str(), v.str().c_str());
+    EXPECT_FALSE(v.identical()) << mutant << " passed the equality checks: they cannot see this bug";
+  }
+}
