@@ -1,0 +1,56 @@
+"""plots.py — the memory and communication figures as PNG files, without Jupyter (`make plots`).
+
+    .venv/bin/python scripts/plots.py --out runs/plots [--params 7.5B] [--capacity-gb 80]
+
+Runs every built trainer on the tiny preset at N = 1..4 (a few seconds each; reports cached in
+runs/reports), asks zero_estimate for the formulas, and writes:
+    memory_by_category.png   per-rank bytes by category, ledger beside formula (N = 4)
+    memory_vs_ranks.png      model-state memory per rank against N, formula and measured
+    memory_timeline.png      the ledger's timeline through set-up and two steps (N = 4)
+    comm_per_step.png        elements sent per step against 2Ψ(N-1)/N and 3Ψ(N-1)/N
+The notebooks in notebooks/ draw the same figures with the same code (scripts/nzplots.py).
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display needed
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nzplots as nz  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="runs/plots", help="directory for the PNG files (default runs/plots)")
+    ap.add_argument("--params", default="7.5B", help="parameter count of the big model in memory_vs_ranks (7.5B)")
+    ap.add_argument("--capacity-gb", type=float, default=80, help="device capacity line in GB (default 80)")
+    ap.add_argument("--worlds", default="1,2,3,4", help="rank counts of the measured runs (default 1,2,3,4)")
+    a = ap.parse_args()
+    try:
+        worlds = [int(w) for w in a.worlds.split(",")]
+        assert worlds and min(worlds) >= 1
+    except (ValueError, AssertionError):
+        sys.exit(f"error: --worlds {a.worlds}: expected rank counts like 1,2,3,4")
+    if not (nz.bin_dir() / "zero_estimate").is_file():
+        sys.exit(f"error: {nz.bin_dir()}/zero_estimate not found; run `make` first")
+    if not nz.built_stages()[0]:
+        sys.exit(f"error: no trainer in {nz.bin_dir()}; run `make` first")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    reports = nz.run_stages(worlds=worlds)
+    figures = {
+        "memory_by_category.png": nz.fig_categories(reports, world=max(worlds)),
+        "memory_vs_ranks.png": nz.fig_scaling(reports, params=a.params, capacity_gb=a.capacity_gb),
+        "memory_timeline.png": nz.fig_timeline(reports, world=max(worlds)),
+        "comm_per_step.png": nz.fig_comm(reports),
+    }
+    for name, fig in figures.items():
+        fig.savefig(out / name)
+        print(f"wrote {out / name}")
+
+
+if __name__ == "__main__":
+    main()

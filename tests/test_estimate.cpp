@@ -1,0 +1,202 @@
+// test_estimate.cpp — zero_estimate against three independent truths: the ZeRO paper's Table 1,
+// the per-stage formulas written out here by hand, and the memory ledger of real training runs
+// (every stage whose trainer is built, N = 1..4, to the byte).
+#include <gtest/gtest.h>
+#include <unistd.h>  // access
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "harness.h"
+
+using namespace nzt;
+
+namespace {
+
+const char* kStages[] = {"stage0_ddp", "stage1", "stage2", "stage3", "offload"};
+const char* kStateCats[] = {"params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "gathered"};
+
+Json estimate_json(const std::string& flags) {
+  std::string out;
+  int rc = run_command(bin_dir() + "/zero_estimate --json " + flags, &out);
+  if (rc != 0) throw std::runtime_error("zero_estimate " + flags + " failed: " + out);
+  return Json::parse(out);
+}
+
+bool have_binary(const std::string& name) { return access((bin_dir() + "/" + name).c_str(), X_OK) == 0; }
+
+}  // namespace
+
+// The paper's 7.5B, N = 64 row: 120 GB baseline, 31.4 GB P_os, 16.6 GB P_os+g, 1.88 GB P_os+g+p.
+// Every other cell: the paper's closed forms (2+2+K)Ψ, 4Ψ + KΨ/N, 2Ψ + (2+K)Ψ/N, (2+2+K)Ψ/N, K = 12,
+// within the 3 significant digits printed.
+TEST(Estimate, PrintsThePaperTable) {
+  std::string out;
+  ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --paper-table", &out), 0) << out;
+  printf("%s", out.c_str());
+  const double psis[] = {7.5e9, 128e9, 1e12};
+  int rows = 0;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream ls(line);
+    int N;
+    if (!(ls >> N)) continue;  // headers
+    rows++;
+    std::vector<std::string> cells;
+    for (std::string tok; ls >> tok;)
+      if (tok != "|") cells.push_back(tok);
+    ASSERT_EQ(cells.size(), 12u) << line;
+    if (N == 64) {
+      EXPECT_EQ(std::vector<std::string>(cells.begin(), cells.begin() + 4),
+                (std::vector<std::string>{"120", "31.4", "16.6", "1.88"}));
+    }
+    for (int m = 0; m < 3; m++) {
+      const double P = psis[m], K = 12;
+      const double want[4] = {(2 + 2 + K) * P, 4 * P + K * P / N, 2 * P + (2 + K) * P / N, (2 + 2 + K) * P / N};
+      for (int s = 0; s < 4; s++)
+        EXPECT_NEAR(std::stod(cells[m * 4 + s]), want[s] / 1e9, 0.005 * want[s] / 1e9) << line;
+    }
+  }
+  EXPECT_EQ(rows, 6);  // N = 1, 4, 16, 64, 256, 1024
+}
+
+// GPT-2's shape: the layout counted by hand (units padded to N), then DESIGN.md's table of bytes
+// per parameter per stage, and the collective volumes 2(N-1)S and 3(N-1)S per rank.
+TEST(Estimate, AgreesWithTheFormulasWrittenOut) {
+  const uint64_t V = 256, T = 1024, C = 768, layers = 12;
+  for (const char* prec : {"fp32", "bf16"}) {
+    for (uint64_t N : {1, 3, 8, 1000}) {
+      auto pad = [&](uint64_t n) { return (n + N - 1) / N * N; };
+      const uint64_t embed = pad(V * C + T * C), block = pad(12 * C * C + 13 * C), lnf = pad(2 * C);
+      const uint64_t P = embed + layers * block + lnf, S = P / N, U = std::max(embed, block);
+      // stage3 gathers a unit while its neighbour on the cycle embed, blocks, lnf computes: at most
+      // two neighbours at once
+      const uint64_t two = std::max({embed + block, 2 * block, block + lnf, lnf + embed});
+      const uint64_t e = std::string(prec) == "fp32" ? 4 : 2, master = e == 2 ? 4 : 0;
+      Json j = estimate_json("--preset gpt2 --stage all --precision " + std::string(prec) + " --world " +
+                             std::to_string(N));
+      EXPECT_EQ(j["num_params"].u(), V * C + T * C + layers * (12 * C * C + 13 * C) + 2 * C);
+      // stage -> bytes of {params, grads, master, adam_m, adam_v, comm_buffers, gathered}
+      std::map<std::string, std::vector<uint64_t>> want = {
+          {"stage0_ddp", {e * P, e * P, master * P, 4 * P, 4 * P, e * U, 0}},
+          {"stage1", {e * P, e * P, master * S, 4 * S, 4 * S, e * U, 0}},
+          {"stage2", {e * P, e * S, master * S, 4 * S, 4 * S, e * U, 0}},
+          {"stage3", {e * S, e * S, master * S, 4 * S, 4 * S, e * U, e * two}},
+          {"offload", {e * P, e * S, 4 * S, 4 * S, 4 * S, e * U, 0}},  // fp32 master on the host always
+      };
+      ASSERT_EQ(j["estimates"].size(), 5u);
+      for (const Json& r : j["estimates"].arr) {
+        const std::string st = r["stage"].str;
+        SCOPED_TRACE(st + " " + prec + " N=" + std::to_string(N));
+        EXPECT_EQ(r["padded_params"].u(), P);
+        uint64_t sum = 0;
+        for (int c = 0; c < 7; c++) {
+          EXPECT_EQ(r["bytes"][kStateCats[c]].u(), want[st][c]) << kStateCats[c];
+          sum += want[st][c];
+        }
+        EXPECT_EQ(r["model_state"].u(), sum);
+        EXPECT_EQ(r["host"].u(), st == "offload" ? e * S + 12 * S : 0);
+        EXPECT_EQ(r["device"].u() + r["host"].u(), sum + r["bytes"]["activations"].u());
+        EXPECT_EQ(r["comm_elems_per_step"].u(), (st == "stage3" ? 3 : 2) * (N - 1) * S);
+        EXPECT_EQ(r["link_elems_per_step"].u(), st == "offload" ? 2 * S : 0);
+      }
+    }
+  }
+}
+
+// A raw count: Ψ itself, the paper's (2 + 2 + 12)Ψ split by stage, nothing else.
+TEST(Estimate, RawParameterCountIsThePapersModelStates) {
+  const uint64_t psi = 7500000000ull, N = 64, S = psi / N;
+  Json j = estimate_json("--params 7.5B --world 64 --precision bf16");
+  EXPECT_EQ(j["num_params"].u(), psi);
+  std::map<std::string, uint64_t> total = {{"stage0_ddp", 16 * psi}, {"stage1", 4 * psi + 12 * S},
+                                           {"stage2", 2 * psi + 14 * S}, {"stage3", 16 * S},
+                                           {"offload", 2 * psi + 14 * S}};
+  for (const Json& r : j["estimates"].arr) {
+    const std::string st = r["stage"].str;
+    EXPECT_EQ(r["model_state"].u(), total[st]) << st;
+    EXPECT_EQ(r["bytes"]["comm_buffers"].u() + r["bytes"]["gathered"].u() + r["bytes"]["activations"].u(), 0u);
+    EXPECT_EQ(r["device"].u(), st == "offload" ? 2 * psi : total[st]) << st;
+  }
+}
+
+// The estimate is what the ledger measures: every stage that is built, N = 1..4 in fp32 (N = 3
+// pads the units) and N = 3 in bf16, on every rank, each category at the location it claims.
+TEST(Estimate, MatchesTheLedgerOfRealRunsForEveryBuiltStage) {
+  const std::string shape = "--preset tiny --seq 32 --batch 2";
+  std::string skipped;
+  int checked = 0;
+  for (const char* stage : kStages) {
+    if (!have_binary(stage)) {
+      skipped += std::string(" ") + stage;
+      continue;
+    }
+    std::vector<std::pair<int, std::string>> runs = {{1, "fp32"}, {2, "fp32"}, {3, "fp32"}, {4, "fp32"}, {3, "bf16"}};
+    for (auto [N, prec] : runs) {
+      SCOPED_TRACE(std::string(stage) + " N=" + std::to_string(N) + " " + prec);
+      RunResult run = run_trainer(stage, N,
+                                  shape + " --steps 1 --eval-every 0 --eval-windows 4 --device cpu --precision " + prec,
+                                  "est");
+      ASSERT_EQ(run.exit_code, 0) << run.output;
+      const Json all = estimate_json(shape + " --stage " + stage + " --precision " + prec + " --world " +
+                                     std::to_string(N));
+      const Json& est = all["estimates"][0];
+      ASSERT_EQ(run.report["ranks"].size(), size_t(N));
+      for (const Json& rank : run.report["ranks"].arr) {
+        const Json& led = rank["ledger"];
+        std::vector<std::string> cats(std::begin(kStateCats), std::end(kStateCats));
+        cats.push_back("activations");
+        for (const std::string& c : cats) {
+          const std::string where = est["location"][c].str;
+          const uint64_t want = est["bytes"][c].u(), got = led[where]["peak"][c].u();
+          // stage3's gathered units: the formula is the most alive at once, a bound
+          if (c == "gathered") {
+            EXPECT_LE(got, want) << c;
+            EXPECT_EQ(got > 0, want > 0) << c;
+          } else {
+            EXPECT_EQ(got, want) << c << " on the " << where << ", rank " << rank["rank"].u();
+          }
+          for (const std::string other : {"device", "host", "disk"}) {
+            if (other != where) {
+              EXPECT_EQ(led[other]["peak"][c].u(), 0u) << c << " on the " << other;
+            }
+          }
+        }
+      }
+      checked++;
+    }
+  }
+  printf("checked %d runs against zero_estimate; stages skipped (no binary in %s):%s\n", checked, bin_dir().c_str(),
+         skipped.empty() ? " none" : skipped.c_str());
+  EXPECT_GT(checked, 0) << "no trainer binary in " << bin_dir();
+}
+
+// Bad input: one line naming the problem, exit code 2.
+TEST(Estimate, BadInputIsOneLineAndExitCodeTwo) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--stage stage4", "unknown stage"},
+      {"--preset huge", "unknown preset"},
+      {"--world 0", "--world 0"},
+      {"--world 1,x", "--world 1,x"},
+      {"--params -5", "--params -5"},
+      {"--params 7.5Q", "--params 7.5Q"},
+      {"--params 1B --preset tiny", "raw count"},
+      {"--precision fp8", "unknown precision"},
+      {"--preset tiny --seq 64", "longer than the model's context"},
+      {"--dim 30", "must divide"},
+      {"--bogus 1", "unknown flag --bogus"},
+      {"--world", "needs a value"},
+  };
+  for (const auto& [flags, want] : cases) {
+    std::string out;
+    int rc = run_command(bin_dir() + "/zero_estimate " + flags, &out);
+    int lines = 0;
+    for (char ch : out) lines += ch == '\n';
+    EXPECT_EQ(rc, 2) << flags << ": " << out;
+    EXPECT_EQ(lines, 1) << flags << ": " << out;
+    EXPECT_NE(out.find(want), std::string::npos) << flags << ": " << out;
+  }
+}

@@ -1,0 +1,350 @@
+// zero_estimate — the per-rank memory of every ZeRO stage, from the formulas, allocating nothing.
+//
+//   build/bin/zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision P]
+//                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--json]
+//   build/bin/zero_estimate --paper-table
+//
+// The numbers come from common/zero_formulas.h and model.h (make_layout, activation_bytes): the
+// same functions the trainers print beside their memory ledger and the tests assert against it,
+// so `zero_estimate --preset tiny --world 4 --stage stage2` predicts, to the byte, the ledger of
+// `mpirun -np 4 build/bin/stage2 --preset tiny` (defaults are the trainers' defaults).
+//
+// --params PSI (e.g. 7.5B, 125M, 1e12) takes a raw parameter count instead of a model shape. There
+// is no unit layout then: Ψ is one block padded to a multiple of N (fewer than N zeros), and
+// buckets, gathered units and activations are not counted — only the paper's model states,
+// (2 + 2 + K)Ψ with K = 12 in bf16 mixed precision (fp32 master, Adam m and v), 16Ψ in fp32.
+// --paper-table prints the ZeRO paper's Table 1 that way.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "check.h"          // user_error
+#include "cli.h"            // fmt_bytes
+#include "json.h"           // JsonWriter
+#include "model.h"          // presets, make_layout, activation_bytes
+#include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
+
+using namespace nz;
+
+namespace {
+
+const Stage kAllStages[] = {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::Offload};
+// The model-state categories, in the order the trainers' memory table prints them.
+const Category kStateCats[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
+                               Category::AdamV, Category::CommBuffers, Category::Gathered};
+
+// A raw parameter count: one unit of Ψ elements padded to a multiple of N (no model shape).
+Layout raw_layout(uint64_t psi, int world) {
+  Layout L;
+  L.world = world;
+  Unit u;
+  u.name = "psi";
+  u.offset = u.shard_offset = 0;
+  u.numel = psi;
+  u.padded = (psi + world - 1) / world * world;
+  L.units.push_back(u);
+  L.num_params = psi;
+  L.padded_total = L.max_unit_padded = u.padded;
+  L.shard_total = u.padded / world;
+  return L;
+}
+
+// Where a category lives: offload keeps the gradient shard and the optimizer on the host.
+Location location_of(Stage s, Category c) {
+  bool on_host = s == Stage::Offload && (c == Category::Grads || c == Category::Master ||
+                                         c == Category::AdamM || c == Category::AdamV);
+  return on_host ? Location::Host : Location::Device;
+}
+
+struct Estimate {
+  Stage stage;
+  Layout L;
+  StateBytes b;
+  uint64_t activations = 0;
+  uint64_t device = 0, host = 0;  // everything above (activations included), split by location
+  uint64_t comm_elems = 0, link_elems = 0;
+};
+
+// raw: a parameter count, not a model (no buckets, gathered units or activations).
+Estimate estimate(Stage s, const Layout& L, DType dt, bool raw, uint64_t activations) {
+  Estimate e{s, L, expected_state_bytes(s, L, dt)};
+  if (raw) e.b.comm_buffers = e.b.gathered_peak = 0;
+  e.activations = raw ? 0 : activations;
+  e.device = e.activations;
+  for (Category c : kStateCats) (location_of(s, c) == Location::Host ? e.host : e.device) += e.b.of(c);
+  NZ_CHECK(e.host == e.b.host, "host bytes %llu, formula %llu", (unsigned long long)e.host,
+           (unsigned long long)e.b.host);
+  e.comm_elems = expected_comm_elems(s, L, 1);
+  e.link_elems = expected_link_elems(s, L, 1);
+  return e;
+}
+
+// "7.5B", "125M", "1T", "3e9", "85900000" -> a whole number of parameters.
+uint64_t parse_count(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double x = strtod(v.c_str(), &end);
+  std::string suffix = end ? end : "";
+  double mult = suffix == "" ? 1 : suffix == "K" || suffix == "k" ? 1e3 : suffix == "M" ? 1e6
+              : suffix == "B" || suffix == "G" ? 1e9 : suffix == "T" ? 1e12 : -1;
+  x *= mult;
+  if (v.empty() || mult < 0 || !std::isfinite(x) || x < 1 || x > 1e16)
+    user_error("%s %s: expected a parameter count from 1 to 1e16, e.g. 7.5B, 125M, 1T or 3e9", flag.c_str(), v.c_str());
+  return uint64_t(std::llround(x));
+}
+
+int parse_pos(const std::string& flag, const std::string& v, long hi) {
+  char* end = nullptr;
+  long x = strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end || x < 1 || x > hi)
+    user_error("%s %s: expected a whole number from 1 to %ld; e.g. %s 4", flag.c_str(), v.c_str(), hi, flag.c_str());
+  return int(x);
+}
+
+// "1,2,4,1024" -> {1, 2, 4, 1024}
+std::vector<int> parse_worlds(const std::string& flag, const std::string& v) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= v.size()) {
+    size_t comma = v.find(',', at);
+    if (comma == std::string::npos) comma = v.size();
+    std::string item = v.substr(at, comma - at);
+    char* end = nullptr;
+    long x = strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || x < 1 || x > (1 << 24))
+      user_error("%s %s: expected world sizes N >= 1 (up to 16777216), e.g. %s 4 or %s 1,2,4,8", flag.c_str(),
+                 v.c_str(), flag.c_str(), flag.c_str());
+    out.push_back(int(x));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// The paper prints 3 significant digits, halves rounded up (41.25 -> 41.3, 1.875 -> 1.88), and
+// whole GB from 1000 up (printf would round 41.25 to the even 41.2).
+std::string paper_gb(double bytes) {
+  double gb = bytes / 1e9;
+  int decimals = gb >= 1000 ? 0 : std::max(0, 2 - int(std::floor(std::log10(gb))));
+  double scale = std::pow(10.0, decimals);
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.*f", decimals, std::floor(gb * scale + 0.5) / scale);
+  std::string s = buf;  // 30.0 -> 30, 7.50 -> 7.5
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  return s;
+}
+
+// ZeRO paper, Table 1: model-state GB per device for 7.5B, 128B and 1T parameters.
+void print_paper_table() {
+  const double models[] = {7.5e9, 128e9, 1e12};
+  const char* names[] = {"7.5B", "128B", "1T"};
+  printf("ZeRO paper, Table 1: per-device memory of model states, in GB (1e9 bytes)\n");
+  printf("mixed precision with Adam: (2 + 2 + K)Ψ bytes, K = 12 (fp32 master, m, v); raw parameter counts\n");
+  printf("(no unit layout: no buckets, gathered units or activations). Columns: baseline = stage0_ddp,\n");
+  printf("P_os = stage1, P_os+g = stage2, P_os+g+p = stage3. From common/zero_formulas.h.\n\n");
+  printf("%6s", "");
+  for (const char* n : names) printf(" | %-37s", (std::string(n) + " model").c_str());
+  printf("\n%6s", "N");
+  for (int m = 0; m < 3; m++) printf(" | %8s %8s %8s %9s", "baseline", "P_os", "P_os+g", "P_os+g+p");
+  printf("\n");
+  for (int N : {1, 4, 16, 64, 256, 1024}) {
+    printf("%6d", N);
+    for (double psi : models) {
+      Layout L = raw_layout(uint64_t(psi), N);
+      printf(" |");
+      for (Stage s : {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3}) {
+        Estimate e = estimate(s, L, DType::BF16, true, 0);
+        printf(s == Stage::Z3 ? " %9s" : " %8s", paper_gb(double(e.b.total())).c_str());
+      }
+    }
+    printf("\n");
+  }
+}
+
+void print_usage() {
+  printf("usage: zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision fp32|bf16]\n"
+         "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--json]\n"
+         "       zero_estimate --paper-table\n"
+         "Per-rank bytes of every ZeRO stage from the formulas (common/zero_formulas.h), allocating nothing.\n"
+         "  --preset       model preset: %s (default small, like the trainers)\n"
+         "  --layers, --dim, --heads   override the preset's shape, as the trainers do\n"
+         "  --params PSI   a raw parameter count instead (7.5B, 125M, 1T, 3e9): model states only\n"
+         "  --world        number of ranks N, or a list: 1,2,4,1024 (default 1)\n"
+         "  --precision    fp32 (default) or bf16 (mixed: bf16 params and grads, fp32 master and Adam)\n"
+         "  --stage        stage0_ddp, stage1, stage2, stage3, offload (or 0..3), or all (default)\n"
+         "  --offload      short for --stage offload: stage2 with grads shard, master, Adam on the host\n"
+         "  --batch, --seq micro-batch per rank and sequence length, for the activations\n"
+         "                 (default 4 and 64, or the context if shorter)\n"
+         "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
+         "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n",
+         preset_names());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preset = "small", precision = "fp32", stage_arg = "all";
+  uint64_t raw_psi = 0;
+  int layers = -1, dim = -1, heads = -1, batch = 4, seq = -1;  // seq: 64, or the context if shorter
+  std::vector<int> worlds = {1};
+  bool json = false, paper = false, have_preset = false;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i], v;
+    if (a == "--help" || a == "-h") {
+      print_usage();
+      return 0;
+    }
+    if (a == "--json") { json = true; continue; }
+    if (a == "--paper-table") { paper = true; continue; }
+    if (a == "--offload") { stage_arg = "offload"; continue; }
+    if (i + 1 >= argc) user_error("%s needs a value, or is unknown; see zero_estimate --help", a.c_str());
+    v = argv[++i];
+    if (a == "--preset") preset = v, have_preset = true;
+    else if (a == "--params") raw_psi = parse_count(a, v);
+    else if (a == "--layers") layers = parse_pos(a, v, 1000);
+    else if (a == "--dim") dim = parse_pos(a, v, 1 << 16);
+    else if (a == "--heads") heads = parse_pos(a, v, 1 << 12);
+    else if (a == "--world") worlds = parse_worlds(a, v);
+    else if (a == "--precision") precision = v;
+    else if (a == "--stage") stage_arg = v;
+    else if (a == "--batch") batch = parse_pos(a, v, 1 << 16);
+    else if (a == "--seq") seq = parse_pos(a, v, 1 << 20);
+    else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
+  }
+  if (paper) {
+    print_paper_table();
+    return 0;
+  }
+
+  // ---- what to estimate ----
+  const bool raw = raw_psi > 0;
+  if (raw && (have_preset || layers > 0 || dim > 0 || heads > 0))
+    user_error("--params gives a raw count; drop --preset/--layers/--dim/--heads, or drop --params");
+  GPTConfig cfg;
+  if (!raw) {
+    if (!preset_config(preset, &cfg))
+      user_error("--preset %s: unknown preset; valid: %s", preset.c_str(), preset_names());
+    if (layers > 0) cfg.layers = layers;
+    if (dim > 0) cfg.dim = dim;
+    if (heads > 0) cfg.heads = heads;
+    if (cfg.dim % cfg.heads != 0)
+      user_error("--heads %d: must divide the width %d (--dim); e.g. --heads %d", cfg.heads, cfg.dim,
+                 cfg.dim % 4 == 0 ? 4 : 1);
+    if (seq < 0) seq = std::min(64, cfg.ctx);
+    if (seq > cfg.ctx)
+      user_error("--seq %d: longer than the model's context %d (preset %s); use --seq %d or less", seq, cfg.ctx,
+                 preset.c_str(), cfg.ctx);
+  }
+  DType dt;
+  if (precision == "fp32") dt = DType::F32;
+  else if (precision == "bf16") dt = DType::BF16;
+  else user_error("--precision %s: unknown precision; valid: fp32, bf16", precision.c_str());
+  std::vector<Stage> stages;
+  Stage one;
+  if (stage_arg == "all") stages.assign(std::begin(kAllStages), std::end(kAllStages));
+  else if (parse_stage(stage_arg, &one)) stages = {one};
+  else user_error("--stage %s: unknown stage; valid: stage0_ddp, stage1, stage2, stage3, offload (or 0..3), all",
+                  stage_arg.c_str());
+  const uint64_t acts = raw ? 0 : activation_bytes(cfg, batch, seq, dt);
+
+  std::vector<Estimate> out;
+  for (int N : worlds) {
+    Layout L = raw ? raw_layout(raw_psi, N) : make_layout(cfg, N);
+    for (Stage s : stages) out.push_back(estimate(s, L, dt, raw, acts));
+  }
+
+  // ---- JSON: exact bytes, one record per (world, stage) ----
+  if (json) {
+    JsonWriter j;
+    j.begin_object();
+    j.kv("model", raw ? std::string("raw") : preset);
+    j.kv("raw_params", raw);
+    if (!raw) {
+      j.key("config");
+      j.begin_object();
+      j.kv("vocab", cfg.vocab), j.kv("ctx", cfg.ctx), j.kv("layers", cfg.layers);
+      j.kv("dim", cfg.dim), j.kv("heads", cfg.heads);
+      j.end_object();
+      j.kv("batch", batch), j.kv("seq", seq);  // of the activations
+    }
+    j.kv("num_params", uint64_t(out.front().L.num_params));
+    j.kv("precision", dtype_name(dt));
+    j.key("estimates");
+    j.begin_array();
+    for (const Estimate& e : out) {
+      j.begin_object();
+      j.kv("stage", stage_name(e.stage));
+      j.kv("world", e.L.world);
+      j.kv("padded_params", uint64_t(e.L.padded_total));
+      j.kv("shard_params", uint64_t(e.L.shard_total));
+      j.kv("max_unit_padded", uint64_t(e.L.max_unit_padded));
+      j.key("bytes");
+      j.begin_object();
+      for (Category c : kStateCats) j.kv(category_name(c), e.b.of(c));
+      j.kv("activations", e.activations);
+      j.end_object();
+      j.key("location");
+      j.begin_object();
+      for (Category c : kStateCats) j.kv(category_name(c), location_name(location_of(e.stage, c)));
+      j.kv("activations", "device");
+      j.end_object();
+      j.kv("model_state", e.b.total());
+      j.kv("device", e.device);
+      j.kv("host", e.host);
+      j.kv("total", e.device + e.host);
+      j.kv("comm_elems_per_step", e.comm_elems);
+      j.kv("link_elems_per_step", e.link_elems);
+      j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+    return 0;
+  }
+
+  // ---- the table a person reads ----
+  if (raw)
+    printf("raw parameter count Ψ = %llu, %s: model states only (no unit layout: no buckets, gathered units\n"
+           "or activations); %s\n",
+           (unsigned long long)raw_psi, dtype_name(dt),
+           dt == DType::F32 ? "fp32: 4 + 4 + 8 = 16 bytes per parameter at stage0"
+                            : "bf16 mixed: (2 + 2 + K)Ψ with K = 12 (fp32 master, Adam m, v)");
+  else
+    printf("%s: %d layers, width %d, %d heads, context %d | Ψ = %zu parameters | %s | activations for batch %d x "
+           "seq %d\n",
+           preset.c_str(), cfg.layers, cfg.dim, cfg.heads, cfg.ctx, out.front().L.num_params, dtype_name(dt), batch,
+           seq);
+  // One block per world size: a row per category, a column per stage.
+  printf("per-rank bytes from common/zero_formulas.h (kB, MB, GB = 1e3, 1e6, 1e9 bytes)\n");
+  const size_t per_world = stages.size();
+  for (size_t w = 0; w < out.size(); w += per_world) {
+    const Estimate* row = &out[w];
+    const Layout& L = row[0].L;
+    printf("\nN = %d rank%s: padded %zu, shard S = %zu per rank, largest unit %zu\n", L.world,
+           L.world == 1 ? "" : "s", L.padded_total, L.shard_total, L.max_unit_padded);
+    auto line = [&](const char* name, auto value_of) {
+      printf("%-14s", name);
+      for (size_t k = 0; k < per_world; k++) printf(" %11s", value_of(row[k]).c_str());
+      printf("\n");
+    };
+    auto bytes = [](uint64_t b) { return fmt_bytes(double(b)); };
+    line("", [](const Estimate& e) { return std::string(stage_name(e.stage)); });
+    for (Category c : kStateCats) line(category_name(c), [&](const Estimate& e) { return bytes(e.b.of(c)); });
+    line("= model state", [&](const Estimate& e) { return bytes(e.b.total()); });
+    line("activations", [&](const Estimate& e) { return bytes(e.activations); });
+    line("on the device", [&](const Estimate& e) { return bytes(e.device); });
+    line("on the host", [&](const Estimate& e) { return bytes(e.host); });
+    line("sent/step", [](const Estimate& e) {
+      char buf[32];
+      snprintf(buf, sizeof buf, "%.4g Ψ", double(e.comm_elems) / double(e.L.num_params));
+      return std::string(buf);
+    });
+  }
+  printf("\nsent/step: elements each rank sends per optimizer step (accum 1), in units of Ψ: 2(N-1)/N for\n"
+         "stages 0-2 and offload (which also moves 2S over the host link), 3(N-1)/N for stage3.\n");
+  return 0;
+}
