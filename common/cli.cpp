@@ -1,6 +1,7 @@
 // cli.cpp — flag parsing and validation.
 #include "cli.h"
 
+#include <sys/stat.h>  // stat (--offload-dir)
 #include <unistd.h>
 
 #include <cerrno>
@@ -174,6 +175,17 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
   if (a.offload_to == "disk" && a.offload_dir.empty())
     user_error("--offload-to disk needs --offload-dir DIR (an existing, writable directory)");
+  if (a.offload_to == "disk") {  // whether it has room is checked when the files are made (offload_store.h)
+    struct stat st;
+    const char* dir = a.offload_dir.c_str();
+    std::string why;
+    if (stat(dir, &st) != 0) why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode)) why = "not a directory";
+    else if (access(dir, W_OK | X_OK) != 0) why = std::string("not writable: ") + strerror(errno);
+    if (!why.empty())
+      user_error("--offload-dir %s: %s; expected an existing, writable directory: create it or pass another", dir,
+                 why.c_str());
+  }
   // Outputs are checked now, not after an hour of training.
   for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--save-model", a.save_model},
                                    {"--log-json", a.log_json}}) {

@@ -86,6 +86,17 @@ void device_sync() {
   if (g_device == Device::CUDA) cuda_rt::synchronize();
 }
 
+void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes) {
+  if (bytes == 0) return;
+  bool on_gpu = g_device == Device::CUDA && (dst_loc == Location::Device || src_loc == Location::Device);
+  if (on_gpu) cuda_rt::memcpy_async(dst, src, bytes);
+  else memcpy(dst, src, bytes);
+}
+
+void copy_wait() {
+  if (g_device == Device::CUDA) cuda_rt::copy_stream_sync();
+}
+
 #ifndef NZ_HAVE_CUDA
 // ---- stubs: this build has no CUDA backend ----
 namespace cuda_rt {
@@ -99,6 +110,8 @@ void* malloc_pinned(size_t) { no_cuda(); }
 void free_pinned(void*) { no_cuda(); }
 void memset_zero(void*, size_t) { no_cuda(); }
 void memcpy_any(void*, const void*, size_t) { no_cuda(); }
+void memcpy_async(void*, const void*, size_t) { no_cuda(); }
+void copy_stream_sync() { no_cuda(); }
 void synchronize() { no_cuda(); }
 void mem_get_info(size_t*, size_t*) { no_cuda(); }
 const char* device_name() { return "none"; }

@@ -27,6 +27,11 @@ void fill_zero(void* p, size_t bytes, Location loc);
 void copy_bytes(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes);
 // Wait for all queued device work (no-op on the CPU).
 void device_sync();
+// Offload's host<->device copies: on CUDA queued on a copy stream of their own, after the device
+// work already queued, and asynchronous for the host (Location::Host memory is pinned), so the CPU
+// can work while they run; copy_wait() waits for all of them. On the CPU backend: memcpy, no wait.
+void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes);
+void copy_wait();
 
 // ---- CUDA runtime hooks, implemented in common/cuda/runtime.cu when nvcc is available, and by
 // stubs in device.cpp otherwise. Nothing outside device.cpp and common/cuda/ calls these. ----
@@ -40,6 +45,8 @@ void* malloc_pinned(size_t bytes);  // page-locked host memory (offload, MPI sta
 void free_pinned(void* p);
 void memset_zero(void* p, size_t bytes);
 void memcpy_any(void* dst, const void* src, size_t bytes);  // cudaMemcpyDefault
+void memcpy_async(void* dst, const void* src, size_t bytes);  // on the copy stream (copy_bytes_async)
+void copy_stream_sync();                                       // wait for the copy stream
 void synchronize();
 void mem_get_info(size_t* free_bytes, size_t* total_bytes);
 const char* device_name();

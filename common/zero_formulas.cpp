@@ -1,6 +1,8 @@
 // zero_formulas.cpp — the per-rank bytes of each ZeRO stage, written the way the paper writes them.
 #include "zero_formulas.h"
 
+#include <algorithm>  // std::max
+
 #include "check.h"
 
 namespace nz {
@@ -69,15 +71,26 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
       b.adam_v = 4 * S;
       b.comm_buffers = e * U;
       break;
-    case Stage::Z3: {  // P_os+g+p: parameters sharded too; at most two units gathered at once,
-                       // plus the tied embedding while the LM head uses it
+    case Stage::Z3: {  // P_os+g+p: parameters sharded too; units gathered only while in use
       b.params = e * S;
       b.grads = e * S;
       b.master = mixed ? 4 * S : 0;
       b.adam_m = 4 * S;
       b.adam_v = 4 * S;
       b.comm_buffers = e * U;
-      b.gathered_peak = 2 * e * U;
+      // Gathered: each unit is gathered into a buffer of its own padded size. The gather order of
+      // a micro-step is embed, block 1..L, lnf, embed (LM head), lnf, block L..1, and with prefetch
+      // a unit's successor in that order is gathered while it computes, then the unit is released:
+      // two neighbours alive at once, never more. The neighbours are the units next to each other
+      // on the cycle embed, block 1, ..., block L, lnf (lnf -> embed at the LM head); nothing is
+      // prefetched across micro-steps or steps (the optimizer changes the parameters in between).
+      // So the peak is the largest sum of two cyclic neighbours: 2eU when two equal blocks are the
+      // largest units (every preset), less when they are not (one layer: embed + block).
+      // With --prefetch 0 one unit at a time is alive: eU, under this bound.
+      for (int u = 0; u < L.num_units(); u++) {
+        const Unit &a = L.units[u], &next = L.units[(u + 1) % L.num_units()];
+        b.gathered_peak = std::max(b.gathered_peak, e * (a.padded + next.padded));
+      }
       break;
     }
     case Stage::Offload:  // stage2 on the device; grads shard, master, moments on the host
@@ -87,6 +100,8 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
       b.adam_m = 4 * S;
       b.adam_v = 4 * S;
       b.comm_buffers = e * U;
+      // (the host also stages one unit's reduced slice, eU/N, as scratch; with --offload-to disk
+      // master, m, v are on disk and the host holds three chunk buffers, scratch too)
       b.host = b.grads + b.master + b.adam_m + b.adam_v;
       break;
   }

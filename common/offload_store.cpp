@@ -1,0 +1,163 @@
+// offload_store.cpp — the optimizer state files of offload's disk tier (offload_store.h).
+#include "offload_store.h"
+
+#include <fcntl.h>     // posix_fallocate
+#include <mpi.h>       // MPI_Allreduce: every rank agrees before anyone exits
+#include <signal.h>    // signal, raise
+#include <unistd.h>    // pread, pwrite, unlink, close
+
+#include <cerrno>
+#include <climits>  // PATH_MAX, INT_MAX
+#include <cstring>
+#include <vector>
+
+#include "check.h"
+#include "cli.h"  // fmt_bytes
+
+namespace nz {
+namespace {
+
+// The files alive in this process, removed at exit() and on a signal. Plain char arrays because a
+// signal handler may call only async-signal-safe functions (unlink), and must not allocate.
+constexpr int kMaxFiles = 12;
+char g_paths[kMaxFiles][PATH_MAX];
+
+void remove_tracked() {
+  for (char* p : g_paths)
+    if (p[0]) unlink(p), p[0] = 0;
+}
+
+void on_signal(int sig) {
+  remove_tracked();
+  signal(sig, SIG_DFL);
+  raise(sig);  // delivered when the handler returns: the process ends as it would have
+}
+
+void track(const std::string& path) {
+  static bool hooked = false;
+  if (!hooked) {
+    atexit(remove_tracked);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction old;
+      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(sig, on_signal);
+    }
+    signal(SIGXFSZ, SIG_IGN);  // a file-size limit (ulimit -f) becomes an error (EFBIG), not a kill
+    hooked = true;
+  }
+  for (char* p : g_paths)
+    if (!p[0]) {
+      snprintf(p, PATH_MAX, "%s", path.c_str());
+      return;
+    }
+  fatal(__FILE__, __LINE__, "more than %d offload files in one process", kMaxFiles);
+}
+
+void untrack(const std::string& path) {
+  for (char* p : g_paths)
+    if (path == p) p[0] = 0;
+}
+
+int world_rank() {
+  int init = 0, rank = 0;
+  MPI_Initialized(&init);
+  if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+// pread / pwrite of all `bytes`, resuming after short transfers and signals.
+bool transfer_all(bool write, int fd, char* p, size_t bytes, off_t at) {
+  while (bytes > 0) {
+    ssize_t k = write ? pwrite(fd, p, bytes, at) : pread(fd, p, bytes, at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      if (k == 0) errno = EIO;  // the file is shorter than it was made
+      return false;
+    }
+    p += k, bytes -= size_t(k), at += k;
+  }
+  return true;
+}
+
+}  // namespace
+
+DiskState::DiskState(const std::string& dir, size_t elems, size_t chunk_elems)
+    : dir_(dir), elems_(elems), chunk_(chunk_elems) {
+  NZ_CHECK(elems > 0 && chunk_elems > 0, "DiskState: empty state or chunk");
+  const size_t bytes = elems * sizeof(float);
+  const int rank = world_rank();
+  // What is wrong, if anything, with the directory on this rank (one line for the user).
+  // (The command line has checked that it exists and is a writable directory; this is what is left.)
+  std::string error;
+  for (File& f : files_) {
+    if (!error.empty()) break;
+    std::string name = dir + "/nanozero-offload-r" + std::to_string(rank) + "-" + f.what + ".XXXXXX";
+    std::vector<char> path(name.begin(), name.end());
+    path.push_back('\0');
+    f.fd = mkstemp(path.data());  // O_CREAT | O_EXCL with a unique name: a fresh file, never an old one
+    if (f.fd < 0) {
+      error = std::string("cannot create files there (") + strerror(errno) +
+              "); expected a writable directory: fix its permissions or pass another";
+      break;
+    }
+    f.path = path.data();
+    track(f.path);
+    // Reserve the whole file now (zeros: m and v start at 0), so a full disk shows here.
+    int err = posix_fallocate(f.fd, 0, off_t(bytes));
+    if (err != 0)
+      error = "cannot reserve " + fmt_bytes(3.0 * double(bytes)) + " per rank for the optimizer state (master, m, v): " +
+              strerror(err) + "; free some space or pass another directory";
+  }
+  // Collective: every rank learns whether any rank failed; the first one that did says why.
+  int mine = error.empty() ? INT_MAX : rank, first = mine, init = 0;
+  MPI_Initialized(&init);
+  if (init) MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first != INT_MAX) {
+    remove_files();
+    if (rank == first) user_error("--offload-dir %s: %s", dir.c_str(), error.c_str());
+    if (init) MPI_Finalize();  // the others exit with the same code, silently
+    exit(2);
+  }
+  for (File& f : files_) Ledger::get().on_alloc(f.cat, Location::Disk, bytes, std::string(f.what) + " file");
+  for (int i = 0; i < 3; i++)
+    buf_[i] = Buffer(Category::Scratch, Location::Host, chunk_ * sizeof(float),
+                     std::string("offload chunk: ") + files_[i].what);
+}
+
+DiskState::~DiskState() {
+  if (files_[0].fd >= 0)
+    for (File& f : files_) Ledger::get().on_free(f.cat, Location::Disk, elems_ * sizeof(float), std::string(f.what) + " file");
+  remove_files();
+}
+
+void DiskState::remove_files() {
+  for (File& f : files_) {
+    if (f.fd >= 0) close(f.fd);
+    if (!f.path.empty()) unlink(f.path.c_str()), untrack(f.path);
+    f.fd = -1;
+    f.path.clear();
+  }
+}
+
+void DiskState::read(size_t at, size_t n) { transfer(false, at, n); }
+void DiskState::write(size_t at, size_t n) { transfer(true, at, n); }
+
+void DiskState::transfer(bool write, size_t at, size_t n) {
+  NZ_CHECK(n <= chunk_ && at + n <= elems_, "DiskState: elements [%zu, %zu) outside the file or the chunk", at, at + n);
+  for (int i = 0; i < 3; i++) {
+    if (transfer_all(write, files_[i].fd, (char*)buf_[i].data(), n * sizeof(float), off_t(at * sizeof(float))))
+      continue;
+    // A failed read or write in the middle of a step (the space was reserved, so this is rare: an
+    // I/O error, a file removed underneath). One line, the files removed, the whole job stopped.
+    fprintf(stderr, "error: --offload-dir %s: cannot %s %s (%s); the run stops and its offload files are removed\n",
+            dir_.c_str(), write ? "write" : "read", files_[i].path.c_str(), strerror(errno));
+    fflush(stderr);
+    remove_files();
+    int init = 0, size = 1;
+    MPI_Initialized(&init);
+    if (init) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+    exit(2);
+  }
+}
+
+}  // namespace nz

@@ -1,0 +1,103 @@
+// offload — ZeRO-Offload: stage2 on the device, the optimizer's memory and work on the host.
+//
+// As in stage2, rank r owns slice r of every unit, reduce-scattered from one bucket per unit. The
+// device keeps only what forward and backward need: the full params (eP) and the bucket (eU). My
+// gradient slices (eS), an fp32 master of my slices (4S, in fp32 mode too: the host cannot update
+// the device's params in place) and Adam's m, v (8S) live in host memory; with --offload-to disk,
+// master, m, v live in files streamed through host chunks (offload_store.h). Per micro-step my
+// reduced slice goes down and is accumulated on the host; per step AdamW runs on the CPU
+// (cpu_adam.h, bitwise equal to the device's) and my updated slice goes up before the all-gather.
+// Host<->device traffic per step: accum * S down + S up, the paper's 2S with accum 1.
+#include <cmath>      // std::sqrt
+
+#include "ops.h"      // kernels on the run's backend
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (everything but the ZeRO idea)
+
+using namespace nz;
+
+int main(int argc, char** argv) {
+  Trainer run(argc, argv, Stage::Offload);
+  const Layout& L = run.layout;
+  const DType dt = run.dtype;
+  const size_t e = run.elem_bytes;
+  const int EMBED = L.embed_unit();
+  const int rank = run.rank();
+  GPT& model = *run.model;
+  Comm& comm = run.comm;
+
+  // ---- model state: full params; gradients and optimizer state only for my slices ----
+  Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
+  Buffer grads(Category::Grads, Location::Host, L.shard_total * e, "grads (my slices)");  // offload: host
+  Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
+  // offload: where one unit's reduced slice lands on the host before it is accumulated (staging)
+  Buffer landing(Category::Scratch, Location::Host, L.max_unit_padded / L.world * e, "grad slice landing");
+  params.zero();
+  auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
+  auto shard = [&](int u) { return L.units[u].padded / L.world; };         // elements I own of unit u
+  // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer
+  auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e); };
+  auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
+  // offload: host<->device copies of my slices, counted in the comm ledger's link counters. The
+  // host waits for what comes down (it reads it next); what goes up travels while the CPU works.
+  auto to_host = [&](void* dst, const void* src, size_t elems) {
+    copy_bytes_async(dst, Location::Host, src, Location::Device, elems * e);
+    copy_wait();
+    comm.count_link(true, elems, elems * e);
+  };
+  auto to_device = [&](void* dst, const void* src, size_t elems) {
+    copy_bytes_async(dst, Location::Device, src, Location::Host, elems * e);
+    comm.count_link(false, elems, elems * e);
+  };
+  // offload: master, m, v for my slices on the host (or on disk); AdamW runs on the CPU
+  const Location state_at = run.args.offload_to == "disk" ? Location::Disk : Location::Host;
+  AdamW adam(L, owned_shards(L, rank), dt, state_at, run.args);
+  for (int u = 0; u < L.num_units(); u++) {
+    run.init_params(u, L.full(u), P(u));
+    to_host(my_G(u), my_P(u), shard(u));  // offload: the master starts from my slice, copied down
+    adam.init_master(u, my_G(u));
+  }
+  run.params = UnitAccess{[&](int u) -> const void* { return P(u); }};
+
+  for (int step = 0; step < run.args.steps; step++) {
+    run.begin_step(step);
+    double loss_sum = 0;
+    for (int k = 0; k < run.args.accum; k++) {
+      run.load_micro_batch(step, k);
+      run.phase("forward");
+      for (int u = 0; u < L.num_units(); u++) model.forward(u, P(u));
+      loss_sum += model.head_forward(P(EMBED));
+      run.phase("backward");
+      model.head_backward(P(EMBED));
+      for (int u = L.num_units() - 1; u >= 0; u--) {
+        model.backward(u, P(u), bucket.data());
+        // reduce-scatter: each rank receives only the summed gradient of the slice it owns;
+        // the rest of the unit's gradient dies with the bucket's next use (P_g)
+        void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
+        comm.reduce_scatter(bucket.data(), mine, shard(u), dt);
+        // offload: my reduced slice goes down to the host and is accumulated there
+        to_host(landing.data(), mine, shard(u));
+        accumulate_grads(dt, my_G(u), landing.data(), shard(u), run.grad_average_scale(), k == 0, Location::Host);
+      }
+    }
+    run.phase("optimizer");
+    // global gradient norm: each rank sums its slices, then one rank-ordered sum of the partials
+    double sq = sq_sum_of_shard(L, dt, grads.data(), Location::Host);  // (offload: on the host)
+    comm.sum_scalars(&sq, 1);
+    const double norm = std::sqrt(sq);
+    const float scale = clip_scale(norm, run.args.clip);
+    for (int u = 0; u < L.num_units(); u++) {
+      // offload: AdamW on the CPU writes my updated slice, in the storage type, over my spent
+      // gradient slice; it is copied up while the CPU updates the next unit
+      adam.step(u, my_G(u), my_G(u), run.lr(step), scale, step + 1);
+      to_device(my_P(u), my_G(u), shard(u));
+    }
+    copy_wait();  // offload: every updated slice is on the device
+    for (int u = 0; u < L.num_units(); u++) {
+      // all-gather: every rank receives every rank's updated slice, so all hold the full model
+      comm.all_gather(my_P(u), P(u), shard(u), dt);
+    }
+    run.end_step(step, loss_sum, norm);
+  }
+  run.finish();
+  return 0;
+}
