@@ -30,7 +30,7 @@ expect_error unknown_preset "unknown preset" $bin --preset huge
 expect_error unknown_precision "unknown precision" $bin --precision fp8
 expect_error unknown_flag "unknown flag --bogus" $bin --bogus 1
 expect_error missing_data "cannot read" $bin --data /nonexistent/file.txt
-expect_error short_data "shorter than one batch" $bin --preset tiny --data "$tmp/short.txt"
+expect_error short_data "shorter than one batch" $bin --preset tiny --seq 16 --data "$tmp/short.txt"
 expect_error missing_value "needs a value" $bin --steps
 expect_error unknown_device "unknown device" $bin --device tpu
 expect_error eval_bad_model "not a nanoZeRO model file" build/bin/gpt_eval --model "$tmp/bad.model" --data data/corpus.txt
