@@ -65,6 +65,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
   int cores = int(std::thread::hardware_concurrency());
   omp_set_num_threads(std::max(1, cores / comm.local_size()));
+  // the data is read (and checked) before anything else happens, so bad data is one line
+  data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
 #ifdef NZ_HAVE_CUDA
   if (current_device() == Device::CUDA)
@@ -75,7 +77,6 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   dtype = args.dtype;
   elem_bytes = dtype_bytes(dtype);
   layout = make_layout(args.cfg, world());
-  data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
   Ledger::get().set_timeline_last_step(1);
   model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq);
   tokens_.resize(size_t(args.batch) * args.seq);
