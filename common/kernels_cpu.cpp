@@ -11,13 +11,18 @@
 // Reductions over rows (weight and bias gradients) are therefore parallelized over the OUTPUT
 // (channels), each thread walking all rows in order.
 //
+// Speed, without giving that up: the matrix products (most of the time of a step) run on one
+// register-tiled loop, gemm() below; softmax and GELU use exp_vec(), an exp the compiler can
+// vectorize; sum_squares keeps 8 running sums in fixed lanes. tools/bench_kernels times them all.
+//
 // Conventions (kernels.h): weight/bias gradients accumulate (+=), input gradients are overwritten
 // (=), a null bias / dbias / dinp pointer means "none".
-#include <algorithm>    // std::min, std::fill
-#include <cmath>        // std::exp, std::log, std::sqrt, std::tanh, powf
-#include <cstring>      // std::memmove
+#include <algorithm>    // std::min, std::max
+#include <cmath>        // std::exp, std::log, std::sqrt, std::nearbyint, powf
+#include <cstdint>      // uint32_t, int32_t (exp_vec builds 2^n from its bits)
+#include <cstring>      // std::memmove, std::memcpy
 #include <type_traits>  // std::is_same_v
-#include <vector>       // per-thread scratch rows
+#include <vector>       // the per-thread scratch buffer
 
 #include "check.h"    // NZ_CHECK
 #include "kernels.h"  // the declarations (kernel_decls.inc inside nz::cpu)
@@ -31,28 +36,134 @@ namespace {
 // contiguous (vectorizable) inner loops, short enough to keep the partial sums on the stack.
 constexpr int kChannelBlock = 64;
 
-// Dot product of n elements in a fixed order that the compiler can still vectorize. With
-// -ffp-contract=off and strict IEEE semantics a single running sum is one long chain of dependent
-// scalar adds; instead lane l sums elements l, l+16, l+32, ... and the lanes are added together in
-// a fixed order at the end. Same bits on every call, whichever thread makes it.
-template <class T>
-inline acc_t<T> dot(const T* a, const T* b, int n) {
-  using A = acc_t<T>;
-  constexpr int L = 16;
-  A lane[L] = {};
-  int i = 0;
-  for (; i + L <= n; i += L)
-    for (int l = 0; l < L; l++) lane[l] += load(a[i + l]) * load(b[i + l]);
-  A s = A(0);
-  for (; i < n; i++) s += load(a[i]) * load(b[i]);  // the tail that does not fill the lanes
-  for (int l = 0; l < L; l++) s += lane[l];
-  return s;
+// A scratch buffer of n elements, kept from one call to the next, so that the training loop does
+// not allocate. One buffer per thread (and element type): inside a parallel region each thread
+// gets its own. A kernel asks for it once and carves it up; it only grows.
+template <class A>
+A* scratch(size_t n) {
+  static thread_local std::vector<A> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
 }
 
-// acc[0..n) += alpha * x[0..n): the inner loop of every "weighted sum of rows" below.
-template <class T>
-inline void axpy(acc_t<T>* acc, acc_t<T> alpha, const T* x, int n) {
-  for (int i = 0; i < n; i++) acc[i] += alpha * load(x[i]);
+// cond ? a : b, written with an integer bit mask. The compiler vectorizes this form; a plain ?: on
+// floats it leaves as a branch under strict IEEE flags (-ftrapping-math), and the loop unvectorized.
+inline float select(bool cond, float a, float b) {
+  uint32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  const uint32_t mask = 0u - uint32_t(cond);  // all ones if cond, else zero
+  const uint32_t bits = (ia & mask) | (ib & ~mask);
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return r;
+}
+
+// exp(x) for the softmax and GELU loops. std::exp is a library call, one element at a time, and
+// was the largest cost after the matmuls; this one is plain arithmetic that the loops vectorize.
+//   exp(x) = 2^n * exp(r),  n = round(x / ln 2),  r = x - n ln 2 in [-ln2/2, ln2/2],
+// exp(r) by its Taylor series up to r^7/7! (within 2 ulp of the true value), and 2^n made from
+// its bits. Outside [-87, 88] a float exp is (nearly) 0 or inf: n is computed from x clamped to
+// that range (so that 2^n is a normal float) and the 0 or inf is put back at the end. r is
+// computed from x itself, so a NaN stays NaN.
+inline float exp_vec(float x) {
+  const float xc = select(x >= -87.0f, select(x <= 88.0f, x, 88.0f), -87.0f);  // NaN -> -87
+  const float n = std::nearbyint(xc * 1.44269504f);
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  // ln 2 in two parts; n * 0.693359375 is exact
+  float p = 1.0f / 5040;  // Horner's rule for sum_k r^k / k!, k = 7 down to 0
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 1.0f / 2;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const uint32_t bits = uint32_t(int32_t(n) + 127) << 23;  // 2^n: exponent field n + 127, mantissa 0
+  float two_n;
+  std::memcpy(&two_n, &bits, 4);
+  return select(x < -87.0f, 0.0f, select(x > 88.0f, INFINITY, p * two_n));
+}
+// The double-precision build (finite-difference tests) keeps the library exp.
+inline double exp_vec(double x) { return std::exp(x); }
+
+// ---------------------------------------------------------------------------------------------
+// Matrix products: the matmul and attention kernels are built on this one pattern.
+//   out[i][j] = sum_k a(i,k) * b[k][j]       summed in the plain order k = k0, k0+1, ..., k1-1,
+// where b is row-major with contiguous rows (b[k][j] = b[k * ldb + j]) and a(i,k) =
+// a[i * a_row + k * a_col], so that a can be read as a matrix or as its transpose without a copy.
+// Every element is one running sum in the textbook order, whatever the tiling or the thread count
+// (the same bits as a naive triple loop). The finished sum is handed to finish(i, j, sum), which
+// adds a bias, or accumulates into a gradient, and stores.
+//
+// Why tiles. A naive loop loads two numbers for every multiply-add, so it runs at the speed of
+// the loads, not of the arithmetic. A tile of kRows x kCols outputs keeps its kRows * kCols sums
+// in registers while k advances: each step loads kRows numbers of a and kCols of b and does
+// kRows * kCols multiply-adds with them. The kCols sums of one row are independent of each other,
+// so the compiler does them as a few vector instructions (kCols = 16 floats = four SSE or two AVX
+// registers). 4 x 16 measured best here; 8 x 8 is as good, larger tiles run out of registers.
+
+constexpr int kRows = 4;   // rows of a tile (rows of a, broadcast one at a time)
+constexpr int kCols = 16;  // columns of a tile (one contiguous piece of a row of b)
+
+// One full tile: rows i0 .. i0+kRows-1, columns j0 .. j0+kCols-1.
+template <class Ta, class Tb, class Finish>
+inline void gemm_tile(int i0, int j0, int k0, int k1, const Ta* a, size_t a_row, size_t a_col,
+                      const Tb* b, size_t ldb, Finish finish) {
+  using A = decltype(load(*b));
+  A acc[kRows][kCols] = {};
+  for (int k = k0; k < k1; k++) {
+    const Tb* bk = b + size_t(k) * ldb + j0;
+    for (int r = 0; r < kRows; r++) {
+      const A ark = load(a[size_t(i0 + r) * a_row + size_t(k) * a_col]);
+      // "simd": the kCols sums are independent, do them side by side in vector registers (left
+      // to itself the compiler picks a worse way, across r); each sum keeps its own order in k
+#pragma omp simd
+      for (int j = 0; j < kCols; j++) acc[r][j] += ark * load(bk[j]);
+    }
+  }
+  for (int r = 0; r < kRows; r++)
+    for (int j = 0; j < kCols; j++) finish(i0 + r, j0 + j, acc[r][j]);
+}
+
+// The tile at (i0, j0) of an (I,J) result. Tiles cut by the edge of the result (when I or J is
+// not a multiple of the tile) are done one element at a time: the same sums in the same order,
+// hence the same bits as a full tile would give.
+template <class Ta, class Tb, class Finish>
+inline void gemm_block(int i0, int j0, int I, int J, int k0, int k1, const Ta* a, size_t a_row,
+                       size_t a_col, const Tb* b, size_t ldb, Finish finish) {
+  using A = decltype(load(*b));
+  if (i0 + kRows <= I && j0 + kCols <= J) return gemm_tile(i0, j0, k0, k1, a, a_row, a_col, b, ldb, finish);
+  for (int i = i0; i < std::min(i0 + kRows, I); i++) {
+    for (int j = j0; j < std::min(j0 + kCols, J); j++) {
+      A sum = A(0);
+      for (int k = k0; k < k1; k++)
+        sum += load(a[size_t(i) * a_row + size_t(k) * a_col]) * load(b[size_t(k) * ldb + j]);
+      finish(i, j, sum);
+    }
+  }
+}
+
+// out (I,J) = a (I,K) @ b (K,J), the tiles shared out among the threads of the enclosing parallel
+// region, with no wait at the end (so a kernel can run several products in one region and wait
+// once): each output belongs to exactly one tile, hence to one thread. Tiles are numbered down a
+// column of tiles first, so that consecutive tiles reuse the same kCols-wide strip of b while it
+// is still in the L1 cache.
+template <class Ta, class Tb, class Finish>
+void gemm(int I, int J, int K, const Ta* a, size_t a_row, size_t a_col, const Tb* b, size_t ldb,
+          Finish finish) {
+  const int row_tiles = (I + kRows - 1) / kRows, col_tiles = (J + kCols - 1) / kCols;
+#pragma omp for schedule(static) nowait
+  for (int tile = 0; tile < row_tiles * col_tiles; tile++)
+    gemm_block((tile % row_tiles) * kRows, (tile / row_tiles) * kCols, I, J, 0, K, a, a_row, a_col, b, ldb,
+               finish);
+}
+
+// dst (cols,rows) = src (rows,cols)^T converted to A, for columns c0 .. c1-1 of src (whose rows
+// are ld apart). The (few) rows of dst being written stay in cache while r runs down src.
+template <class A, class T>
+inline void transpose(A* dst, const T* src, int rows, int c0, int c1, size_t ld) {
+  for (int r = 0; r < rows; r++)
+    for (int c = c0; c < c1; c++) dst[size_t(c) * rows + r] = load(src[size_t(r) * ld + c]);
 }
 
 }  // namespace
@@ -189,76 +300,72 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
 }
 
 // ---------------------------------------------------------------------------------------------
-// matmul (a linear layer)
+// matmul (a linear layer): the three products of gemm() above
 
 // out (N,OC) = inp (N,C) @ w^T + bias;   w (OC,C) (PyTorch's layout: one row per output), bias (OC)
-// For each row n and output o: a dot product of two contiguous rows of length C.
+// gemm() wants the right-hand matrix with the outputs along its rows, i.e. w^T (C,OC): w is
+// transposed once per call into scratch (OC*C elements, against N*OC*C multiply-adds), kCols
+// columns of w at a time.
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
   using A = acc_t<T>;
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const T* x = inp + size_t(n) * C;
-    T* o = out + size_t(n) * OC;
-    for (int oc = 0; oc < OC; oc++) {
-      A y = dot(x, w + size_t(oc) * C, C);
-      o[oc] = store<T>(bias ? y + load(bias[oc]) : y);
-    }
+  A* wt = scratch<A>(size_t(C) * OC);  // in A: a bf16 w is converted once, here
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)  // (and all wait here: the product needs all of wt)
+    for (int c0 = 0; c0 < C; c0 += kCols) transpose(wt, w, OC, c0, std::min(c0 + kCols, C), size_t(C));
+    gemm(N, OC, C, inp, size_t(C), 1, wt, size_t(OC), [&](int n, int o, A y) {
+      out[size_t(n) * OC + o] = store<T>(bias ? y + load(bias[o]) : y);
+    });
   }
 }
 
 // dinp (N,C) = dout (N,OC) @ w (OC,C)        (overwrite; skipped if dinp is null)
-// dw (OC,C)  += dout^T (OC,N) @ inp (N,C)    (accumulate)
+// dw (OC,C)  += dout^T (OC,N) @ inp (N,C)    (accumulate; skipped if null)
 // dbias (OC) += sum_n dout[n,:]              (accumulate; skipped if null)
-// Both are written as "weighted sums of contiguous rows" (axpy), so the inner loops vectorize
-// and every element's sum runs in a fixed order (over o for dinp, over n for dw).
+// Every sum runs in a fixed order (over o for dinp, over n for dw and dbias), and each finished
+// sum is added to the gradient once: a second call adds exactly the same amount again. The three
+// are independent, so the threads go from one to the next without waiting.
 template <class T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N, int C,
                      int OC) {
   using A = acc_t<T>;
-  if (dinp) {
-    // row n of dinp = sum_o dout[n,o] * w[o,:]; rows are independent
-#pragma omp parallel
-    {
-      std::vector<A> acc(C);  // the row being summed, in A (bf16 must not accumulate in bf16)
-#pragma omp for schedule(static)
-      for (int n = 0; n < N; n++) {
-        std::fill(acc.begin(), acc.end(), A(0));
-        const T* d = dout + size_t(n) * OC;
-        for (int o = 0; o < OC; o++) axpy(acc.data(), load(d[o]), w + size_t(o) * C, C);
-        T* di = dinp + size_t(n) * C;
-        for (int c = 0; c < C; c++) di[c] = store<T>(acc[c]);
-      }
-    }
-  }
-  if (!dw) return;  // the LM head's backward wants only dinp (its weight gradient comes later)
-  // row o of dw = sum_n dout[n,o] * inp[n,:]; each thread owns whole rows o, and walks n in order
 #pragma omp parallel
   {
-    std::vector<A> acc(C);
-#pragma omp for schedule(static)
-    for (int o = 0; o < OC; o++) {
-      std::fill(acc.begin(), acc.end(), A(0));
-      A dbias_sum = A(0);
-      for (int n = 0; n < N; n++) {
-        const A d = load(dout[size_t(n) * OC + o]);
-        dbias_sum += d;
-        axpy(acc.data(), d, inp + size_t(n) * C, C);
+    if (dinp)  // a = dout (N,OC) read by rows, b = w (OC,C)
+      gemm(N, C, OC, dout, size_t(OC), 1, w, size_t(C),
+           [&](int n, int c, A s) { dinp[size_t(n) * C + c] = store<T>(s); });
+    if (dw)  // a = dout^T (OC,N), i.e. a(o, n) = dout[n * OC + o];  b = inp (N,C)
+      gemm(OC, C, N, dout, 1, size_t(OC), inp, size_t(C), [&](int o, int c, A s) {
+        T& g = dw[size_t(o) * C + c];
+        g = store<T>(load(g) + s);
+      });
+    if (dbias) {  // each thread owns a block of outputs and walks the rows in order
+#pragma omp for schedule(static) nowait
+      for (int o0 = 0; o0 < OC; o0 += kChannelBlock) {
+        const int o1 = std::min(o0 + kChannelBlock, OC);
+        A sum[kChannelBlock] = {};
+        for (int n = 0; n < N; n++)
+          for (int o = o0; o < o1; o++) sum[o - o0] += load(dout[size_t(n) * OC + o]);
+        for (int o = o0; o < o1; o++) dbias[o] = store<T>(load(dbias[o]) + sum[o - o0]);
       }
-      // add the finished sum once: a second call adds exactly the same amount again
-      T* dwo = dw + size_t(o) * C;
-      for (int c = 0; c < C; c++) dwo[c] = store<T>(load(dwo[c]) + acc[c]);
-      if (dbias) dbias[o] = store<T>(load(dbias[o]) + dbias_sum);
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // causal multi-head self-attention
+//
+// qkv (B,T,3C) = [q | k | v], head h is columns h*hs .. h*hs+hs-1 of each, hs = C/NH. Per (b, h),
+// with Q, K, V the (T,hs) slices of this head (rows 3C apart in qkv):
+//   S = Q K^T * scale (T,T),  scale = 1/sqrt(hs)
+//   P = softmax of each row t of S over t2 <= t, 0 above the diagonal (causal)
+//   out = P V (T,hs)
+// Each (b, h) is one task, done by one thread from start to end, so nothing is shared. The two
+// products are tiled like the matmuls (gemm_block); tiles wholly above the diagonal are skipped,
+// and a row tile of P V stops at its last nonzero column.
 
-// qkv (B,T,3C) = [q | k | v], head h is columns h*hs .. h*hs+hs-1 of each, hs = C/NH.
-// att (B,NH,T,T): att[b,h,t,t2] = softmax_t2(q_t . k_t2 / sqrt(hs)) for t2 <= t, 0 above the diagonal.
-// out (B,T,C): out[b,t,h] = sum_t2 att[b,h,t,t2] * v_t2.
+// att (B,NH,T,T): the probabilities P, saved for the backward; out (B,T,C): this head's columns.
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
   using A = acc_t<T>;
@@ -268,52 +375,53 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
   const size_t C3 = size_t(3) * C;
 #pragma omp parallel
   {
-    // probabilities in A (not rounded to T before they are used) and one output row
-    std::vector<A> p(Tn), y(hs);
-#pragma omp for collapse(3) schedule(static)
+    // per thread: K^T (hs,T), and S then P (T,T), in A (P is used before it is rounded to T)
+    A* kt = scratch<A>(size_t(hs) * Tn + size_t(Tn) * Tn);
+    A* p = kt + size_t(hs) * Tn;
+#pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
-      for (int t = 0; t < Tn; t++) {
-        for (int h = 0; h < NH; h++) {
-          const T* q = qkv + (size_t(b) * Tn + t) * C3 + size_t(h) * hs;
-          // scores, and their max (subtracted before exp so that exp cannot overflow)
-          A maxval = A(-INFINITY);
-          for (int t2 = 0; t2 <= t; t2++) {
-            const T* k = qkv + (size_t(b) * Tn + t2) * C3 + C + size_t(h) * hs;
-            p[t2] = dot(q, k, hs) * scale;
-            maxval = std::max(maxval, p[t2]);
-          }
+      for (int h = 0; h < NH; h++) {
+        const T* q = qkv + size_t(b) * Tn * C3 + size_t(h) * hs;  // row t of Q at q + t * C3
+        const T* k = q + C;
+        const T* v = q + 2 * size_t(C);
+        transpose(kt, k, Tn, 0, hs, C3);
+        // S, the tiles on or below the diagonal
+        for (int t0 = 0; t0 < Tn; t0 += kRows)
+          for (int j0 = 0; j0 < std::min(t0 + kRows, Tn); j0 += kCols)
+            gemm_block(t0, j0, Tn, Tn, 0, hs, q, C3, 1, kt, size_t(Tn),
+                       [&](int t, int t2, A s) { p[size_t(t) * Tn + t2] = s * scale; });
+        // P, row by row
+        for (int t = 0; t < Tn; t++) {
+          A* row = p + size_t(t) * Tn;
+          A maxval = A(-INFINITY);  // subtracted before exp so that exp cannot overflow
+          for (int t2 = 0; t2 <= t; t2++) maxval = std::max(maxval, row[t2]);
+          for (int t2 = 0; t2 <= t; t2++) row[t2] = exp_vec(row[t2] - maxval);  // (vectorized)
           A sum = A(0);
-          for (int t2 = 0; t2 <= t; t2++) {
-            p[t2] = std::exp(p[t2] - maxval);
-            sum += p[t2];
-          }
+          for (int t2 = 0; t2 <= t; t2++) sum += row[t2];  // (in order)
           const A inv_sum = A(1) / sum;
+          for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv_sum;
+          for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = A(0);  // masked (causal)
           T* att_row = att + ((size_t(b) * NH + h) * Tn + t) * Tn;
-          for (int t2 = 0; t2 <= t; t2++) {
-            p[t2] *= inv_sum;
-            att_row[t2] = store<T>(p[t2]);
-          }
-          for (int t2 = t + 1; t2 < Tn; t2++) att_row[t2] = store<T>(A(0));  // masked (causal)
-          // out = weighted sum of the value rows
-          std::fill(y.begin(), y.end(), A(0));
-          for (int t2 = 0; t2 <= t; t2++) {
-            const T* v = qkv + (size_t(b) * Tn + t2) * C3 + 2 * size_t(C) + size_t(h) * hs;
-            axpy(y.data(), p[t2], v, hs);
-          }
-          T* o = out + (size_t(b) * Tn + t) * C + size_t(h) * hs;
-          for (int i = 0; i < hs; i++) o[i] = store<T>(y[i]);
+          for (int t2 = 0; t2 < Tn; t2++) att_row[t2] = store<T>(row[t2]);
         }
+        // out = P V: rows t0 .. t0+kRows-1 of P are 0 from column t0+kRows on
+        T* o = out + size_t(b) * Tn * C + size_t(h) * hs;
+        for (int t0 = 0; t0 < Tn; t0 += kRows)
+          for (int j0 = 0; j0 < hs; j0 += kCols)
+            gemm_block(t0, j0, Tn, hs, 0, std::min(t0 + kRows, Tn), p, size_t(Tn), 1, v, C3,
+                       [&](int t, int i, A y) { o[size_t(t) * C + i] = store<T>(y); });
       }
     }
   }
 }
 
-// dqkv (B,T,3C) (overwrite), from dout (B,T,C) and the saved att. Per (b, h, t), with a = att row:
-//   datt[t2] = dout_t . v_t2                      dv_t2 += a[t2] * dout_t
-//   dpre[t2] = a[t2] * (datt[t2] - sum_t3 a[t3] * datt[t3])      (softmax backward)
-//   dq_t += sum_t2 dpre[t2] * scale * k_t2        dk_t2 += dpre[t2] * scale * q_t
-// dk and dv of position t2 collect contributions from every later t, so the work is split by
-// (b, h): each thread owns whole heads, sums over t in order, and writes each element once.
+// dqkv (B,T,3C) (overwrite), from dout (B,T,C) and the saved att. Per (b, h), with P = att and
+// dO = this head's columns of dout (T,hs), backwards through out = P V, the softmax, and S:
+//   dV = P^T dO
+//   dP = dO V^T
+//   dS[t,t2] = P[t,t2] * (dP[t,t2] - sum_t3 P[t,t3] dP[t,t3]) * scale      (0 above the diagonal)
+//   dQ = dS K,   dK = dS^T Q
+// One thread per (b, h) again: each writes only its own head's slices of dqkv.
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
                         int NH) {
@@ -324,43 +432,48 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   const size_t C3 = size_t(3) * C;
 #pragma omp parallel
   {
-    // this head's gradients (T,hs) each, summed in A and stored at the end; plus one datt row
-    std::vector<A> dq(size_t(Tn) * hs), dk(size_t(Tn) * hs), dv(size_t(Tn) * hs), datt(Tn);
+    // per thread: V^T (hs,T), and dP then dS (T,T), in A
+    A* vt = scratch<A>(size_t(hs) * Tn + size_t(Tn) * Tn);
+    A* ds = vt + size_t(hs) * Tn;
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
-        std::fill(dq.begin(), dq.end(), A(0));
-        std::fill(dk.begin(), dk.end(), A(0));
-        std::fill(dv.begin(), dv.end(), A(0));
-        auto q_of = [&](int t) { return qkv + (size_t(b) * Tn + t) * C3 + size_t(h) * hs; };
-        auto k_of = [&](int t) { return q_of(t) + C; };
-        auto v_of = [&](int t) { return q_of(t) + 2 * size_t(C); };
+        const T* q = qkv + size_t(b) * Tn * C3 + size_t(h) * hs;  // rows 3C apart
+        const T* k = q + C;
+        const T* v = q + 2 * size_t(C);
+        const T* d = dout + size_t(b) * Tn * C + size_t(h) * hs;  // rows C apart
+        const T* p = att + (size_t(b) * NH + h) * Tn * Tn;
+        T* dq = dqkv + size_t(b) * Tn * C3 + size_t(h) * hs;
+        T* dk = dq + C;
+        T* dv = dq + 2 * size_t(C);
+        transpose(vt, v, Tn, 0, hs, C3);
+        // dP, the tiles on or below the diagonal
+        for (int t0 = 0; t0 < Tn; t0 += kRows)
+          for (int j0 = 0; j0 < std::min(t0 + kRows, Tn); j0 += kCols)
+            gemm_block(t0, j0, Tn, Tn, 0, hs, d, size_t(C), 1, vt, size_t(Tn),
+                       [&](int t, int t2, A s) { ds[size_t(t) * Tn + t2] = s; });
+        // dS, row by row (the softmax backward)
         for (int t = 0; t < Tn; t++) {
-          const T* a = att + ((size_t(b) * NH + h) * Tn + t) * Tn;
-          const T* d = dout + (size_t(b) * Tn + t) * C + size_t(h) * hs;
-          // through out = sum_t2 a[t2] * v_t2
-          for (int t2 = 0; t2 <= t; t2++) {
-            datt[t2] = dot(d, v_of(t2), hs);
-            axpy(&dv[size_t(t2) * hs], load(a[t2]), d, hs);
-          }
-          // through the softmax
-          A a_dot_datt = A(0);
-          for (int t2 = 0; t2 <= t; t2++) a_dot_datt += load(a[t2]) * datt[t2];
-          // through the scores q_t . k_t2 * scale
-          for (int t2 = 0; t2 <= t; t2++) {
-            const A dpre = load(a[t2]) * (datt[t2] - a_dot_datt) * scale;
-            axpy(&dq[size_t(t) * hs], dpre, k_of(t2), hs);
-            axpy(&dk[size_t(t2) * hs], dpre, q_of(t), hs);
-          }
+          const T* p_row = p + size_t(t) * Tn;
+          A* row = ds + size_t(t) * Tn;
+          A p_dot_dp = A(0);
+          for (int t2 = 0; t2 <= t; t2++) p_dot_dp += load(p_row[t2]) * row[t2];
+          for (int t2 = 0; t2 <= t; t2++) row[t2] = load(p_row[t2]) * (row[t2] - p_dot_dp) * scale;
+          for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = A(0);  // masked (causal)
         }
-        for (int t = 0; t < Tn; t++) {
-          T* dq_t = dqkv + (size_t(b) * Tn + t) * C3 + size_t(h) * hs;
-          T* dk_t = dq_t + C;
-          T* dv_t = dq_t + 2 * size_t(C);
-          for (int i = 0; i < hs; i++) {
-            dq_t[i] = store<T>(dq[size_t(t) * hs + i]);
-            dk_t[i] = store<T>(dk[size_t(t) * hs + i]);
-            dv_t[i] = store<T>(dv[size_t(t) * hs + i]);
+        // dQ = dS K: rows t0 .. t0+kRows-1 of dS are 0 from column t0+kRows on
+        for (int t0 = 0; t0 < Tn; t0 += kRows)
+          for (int j0 = 0; j0 < hs; j0 += kCols)
+            gemm_block(t0, j0, Tn, hs, 0, std::min(t0 + kRows, Tn), ds, size_t(Tn), 1, k, C3,
+                       [&](int t, int i, A s) { dq[size_t(t) * C3 + i] = store<T>(s); });
+        // dK = dS^T Q and dV = P^T dO: column t2 of dS and P is 0 above row t2, so the row tile
+        // t2 = t0 .. t0+kRows-1 of the result sums over t from t0 on
+        for (int t0 = 0; t0 < Tn; t0 += kRows) {
+          for (int j0 = 0; j0 < hs; j0 += kCols) {
+            gemm_block(t0, j0, Tn, hs, t0, Tn, ds, 1, size_t(Tn), q, C3,
+                       [&](int t2, int i, A s) { dk[size_t(t2) * C3 + i] = store<T>(s); });
+            gemm_block(t0, j0, Tn, hs, t0, Tn, p, 1, size_t(Tn), d, size_t(C),
+                       [&](int t2, int i, A s) { dv[size_t(t2) * C3 + i] = store<T>(s); });
           }
         }
       }
@@ -371,7 +484,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
 // ---------------------------------------------------------------------------------------------
 // GELU (GPT-2's tanh approximation) and the residual connection
 
-// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// out = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+// computed as x * sigmoid(2u), since 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)) exactly: the same
+// function with one exp instead of a tanh (a library tanh costs several times an exp).
+// For very negative x, exp(-2u) overflows to inf and the sigmoid is 0, as it should be.
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n) {
   using A = acc_t<T>;
@@ -381,12 +497,14 @@ void gelu_forward(T* out, const T* inp, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const A x = load(inp[i]);
     const A u = s * (x + k * x * x * x);
-    out[i] = store<T>(A(0.5) * x * (A(1) + std::tanh(u)));
+    const A sig = A(1) / (A(1) + exp_vec(A(-2) * u));
+    out[i] = store<T>(x * sig);
   }
 }
 
-// dinp = dout * d/dx [0.5 x (1 + tanh u)],  u = s (x + k x^3)
-//      = dout * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) s (1 + 3 k x^2))      (overwrite)
+// dinp = dout * d/dx [x sig],  sig = sigmoid(2u)
+//      = dout * (sig + x * 2 sig (1 - sig) * du/dx),  du/dx = s (1 + 3 k x^2)      (overwrite)
+// (the same as 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, with tanh u = 2 sig - 1)
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
   using A = acc_t<T>;
@@ -395,9 +513,9 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
     const A x = load(inp[i]);
-    const A th = std::tanh(s * (x + k * x * x * x));
-    const A sech2 = A(1) - th * th;
-    const A grad = A(0.5) * (A(1) + th) + A(0.5) * x * sech2 * s * (A(1) + A(3) * k * x * x);
+    const A u = s * (x + k * x * x * x);
+    const A sig = A(1) / (A(1) + exp_vec(A(-2) * u));
+    const A grad = sig + x * A(2) * sig * (A(1) - sig) * s * (A(1) + A(3) * k * x * x);
     dinp[i] = store<T>(grad * load(dout[i]));
   }
 }
@@ -422,7 +540,7 @@ void softmax_xent_forward(acc_t<T>* losses, T* probs, const T* logits, const int
   using A = acc_t<T>;
 #pragma omp parallel
   {
-    std::vector<A> e(V);  // exp(logit - max), kept in A so bf16 is rounded only once
+    A* e = scratch<A>(V);  // exp(logit - max), kept in A so bf16 is rounded only once
 #pragma omp for schedule(static)
     for (int i = 0; i < BT; i++) {
       const T* x = logits + size_t(i) * V;
@@ -431,11 +549,9 @@ void softmax_xent_forward(acc_t<T>* losses, T* probs, const T* logits, const int
       // subtract the row max so that exp cannot overflow
       A maxval = A(-INFINITY);
       for (int j = 0; j < V; j++) maxval = std::max(maxval, load(x[j]));
+      for (int j = 0; j < V; j++) e[j] = exp_vec(load(x[j]) - maxval);  // (vectorized)
       A sum = A(0);
-      for (int j = 0; j < V; j++) {
-        e[j] = std::exp(load(x[j]) - maxval);
-        sum += e[j];
-      }
+      for (int j = 0; j < V; j++) sum += e[j];  // (in order)
       // read the target logit before probs (which may be the same memory) is written
       losses[i] = std::log(sum) - (load(x[target]) - maxval);
       const A inv_sum = A(1) / sum;
@@ -497,11 +613,26 @@ void adamw_update(float* p, float* m, float* v, const T* g, size_t n, float lr, 
   }
 }
 
-// sum of x[i]^2 in double, one thread, index order: the gradient norm must not depend on threads.
+// sum of x[i]^2 in double, one thread, a fixed order: the gradient norm must not depend on threads.
+// One running sum would be one long chain of dependent adds (each waits for the last); instead
+// lane l sums elements l, l+L, l+2L, ... (L independent chains, vectorized) and the lanes are
+// added as a tree at the end: lane l += lane l+4, then l+2, then l+1. Still one fixed order.
 template <class T>
 double sum_squares(const T* x, size_t n) {
-  double s = 0.0;
-  for (size_t i = 0; i < n; i++) {
+  constexpr int L = 8;
+  double lane[L] = {};
+  size_t i = 0;
+  for (; i + L <= n; i += L)
+#pragma omp simd
+    for (int l = 0; l < L; l++) {
+      const double xi = double(load(x[i + l]));
+      lane[l] += xi * xi;
+    }
+  for (int w = L / 2; w > 0; w /= 2)
+#pragma omp simd
+    for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+  double s = lane[0];
+  for (; i < n; i++) {  // the tail that does not fill the lanes
     const double xi = double(load(x[i]));
     s += xi * xi;
   }

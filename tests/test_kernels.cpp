@@ -1,11 +1,13 @@
 // test_kernels.cpp — the CPU reference kernels (common/kernels_cpu.cpp) against the math.
 //
 //  - KernelGrad:        every backward against central finite differences, in double precision
-//  - KernelForward:     forward properties a gradient check cannot see (causal mask, known values)
+//  - KernelForward:     forward properties a gradient check cannot see (causal mask, known values,
+//                       the float kernels' own exp against the double ones' std::exp)
 //  - KernelConventions: weight grads accumulate (+=), input grads are overwritten (=), null = none
 //  - AdamW:             one and two steps against the formula, decoupled decay, grad_scale
 //  - Bf16:              round to nearest even bit patterns; bf16 kernels = fp32 kernels rounded once
-//  - Determinism:       bitwise identical results with 1, 2 and 3 OpenMP threads
+//  - Determinism:       bitwise identical results with 1, 2 and 3 OpenMP threads; the tiled
+//                       matmul gives the textbook loop's bits
 #include <gtest/gtest.h>  // TEST, EXPECT_*
 #include <omp.h>          // omp_set_num_threads, omp_get_max_threads
 
@@ -337,6 +339,78 @@ TEST(KernelForward, GeluKnownValues) {
   std::vector<double> y(x.size());
   cpu::gelu_forward(y.data(), x.data(), x.size());
   for (size_t i = 0; i < x.size(); i++) EXPECT_NEAR(y[i], want[i], 1e-15) << "gelu(" << x[i] << ")";
+}
+
+// The float kernels use their own vectorizable exp (kernels_cpu.cpp, exp_vec); the double ones use
+// std::exp. So float against double on the same inputs, over exp's whole range and beyond it.
+// An exp's relative error is at least that of its argument times |argument| (and the argument is
+// computed in float), so each output is allowed kExpTol * (1 + |argument|) relative to its size:
+// over 200 seeds the worst was 3.3e-7 (softmax), and an exp with one wrong Taylor coefficient
+// (1/25 for 1/24) is off by 2e-5. Where exp under/overflows in float the limits must be exact.
+TEST(KernelForward, Fp32ExpKernelsAgreeWithDouble) {
+  constexpr double kExpTol = 3e-6;
+  constexpr double kTiny = 1e-37;  // below float's normal numbers (from 1.2e-38) no relative bound holds
+  const double s = 0.7978845608028654, k = 0.044715;  // gelu's constants, as in the kernel
+  Rng rng(20);
+  // gelu: x in [-12, 12] takes exp's argument -2u beyond -88 and 88; then some extremes
+  std::vector<float> x = random_f32(rng, 4000, -12.0, 12.0);
+  for (float e : {-1e4f, -200.0f, -30.0f, -0.0f, 0.0f, 30.0f, 200.0f, 1e4f}) x.push_back(e);
+  const std::vector<float> dy = random_f32(rng, x.size());
+  const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
+  std::vector<float> y(x.size()), dx(x.size());
+  std::vector<double> yd(x.size()), dxd(x.size());
+  cpu::gelu_forward(y.data(), x.data(), x.size());
+  cpu::gelu_forward(yd.data(), xd.data(), x.size());
+  cpu::gelu_backward(dx.data(), x.data(), dy.data(), x.size());
+  cpu::gelu_backward(dxd.data(), xd.data(), dyd.data(), x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const double xi = xd[i], arg = 2 * s * (xi + k * xi * xi * xi);  // exp's argument is -2u
+    const double cond = 1 + std::fabs(arg), du = s * (1 + 3 * k * xi * xi);
+    EXPECT_LE(std::fabs(y[i] - yd[i]), kExpTol * cond * std::fabs(yd[i]) + kTiny) << "gelu(" << x[i] << ")";
+    // gelu' = sig (1 + 2x (1 - sig) du): relative to the size of its terms, not of their sum
+    EXPECT_LE(std::fabs(dx[i] - dxd[i]), kExpTol * cond * std::fabs(dyd[i]) * (1 + std::fabs(xi) * du))
+        << "gelu'(" << x[i] << ")";
+  }
+  EXPECT_EQ(y[x.size() - 8], 0.0f);  // gelu(-1e4): exp(-2u) is inf in float, the sigmoid 0
+  EXPECT_EQ(y[x.size() - 1], 1e4f);  // gelu(1e4): exp(-2u) is 0, the sigmoid 1
+  const float nan = std::nanf("");
+  cpu::gelu_forward(y.data(), &nan, 1);
+  EXPECT_TRUE(std::isnan(y[0])) << "a NaN must come out as NaN";
+
+  // softmax + cross-entropy: rows of logits in [-60, 60] (exp's arguments down to -120), and a
+  // row with extremes whose exps are 0 in float
+  const int rows = 40, v = 50;
+  std::vector<float> logits = random_f32(rng, size_t(rows) * v, -60.0, 60.0);
+  for (int j = 0; j < v; j++) logits[j] = j < 3 ? float(j) : (j % 2 ? -1e30f : -200.0f);
+  const std::vector<int> targets = random_tokens(rng, rows, v);
+  const std::vector<double> logits_d(logits.begin(), logits.end());
+  std::vector<float> probs(logits.size()), losses(rows);
+  std::vector<double> probs_d(logits.size()), losses_d(rows);
+  cpu::softmax_xent_forward(losses.data(), probs.data(), logits.data(), targets.data(), rows, v);
+  cpu::softmax_xent_forward(losses_d.data(), probs_d.data(), logits_d.data(), targets.data(), rows, v);
+  for (int i = 0; i < rows; i++) {
+    double maxval = -INFINITY;
+    for (int j = 0; j < v; j++) maxval = std::max(maxval, logits_d[size_t(i) * v + j]);
+    for (int j = 0; j < v; j++) {
+      const size_t ij = size_t(i) * v + j;
+      const double cond = 1 + std::fabs(logits_d[ij] - maxval);
+      EXPECT_LE(std::fabs(probs[ij] - probs_d[ij]), kExpTol * cond * probs_d[ij] + kTiny) << "prob " << ij;
+    }
+    EXPECT_LE(std::fabs(losses[i] - losses_d[i]), kExpTol * (1 + std::fabs(losses_d[i]))) << "loss " << i;
+  }
+  for (int j = 3; j < v; j++) EXPECT_EQ(probs[j], 0.0f) << "exp(-202) and exp(-1e30) are 0 in float";
+
+  // attention: scores of tens of units, so that the softmax is nearly one-hot in places. The
+  // scores themselves are float sums of 16 products, hence the looser bound.
+  const int b = 2, t = 19, c = 48, nh = 3;
+  const std::vector<float> qkv = random_f32(rng, size_t(b) * t * 3 * c, -3.0, 3.0);
+  const std::vector<double> qkv_d(qkv.begin(), qkv.end());
+  std::vector<float> out(size_t(b) * t * c), att(size_t(b) * nh * t * t);
+  std::vector<double> out_d(out.size()), att_d(att.size());
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), b, t, c, nh);
+  cpu::attention_forward(out_d.data(), att_d.data(), qkv_d.data(), b, t, c, nh);
+  for (size_t i = 0; i < att.size(); i++) EXPECT_LE(std::fabs(att[i] - att_d[i]), 1e-4 * att_d[i] + kTiny) << "att " << i;
+  for (size_t i = 0; i < out.size(); i++) EXPECT_NEAR(out[i], out_d[i], 1e-5) << "out " << i;  // |v| <= 3
 }
 
 TEST(KernelForward, LayerNormKnownValues) {
@@ -749,6 +823,7 @@ TEST(Determinism, BitwiseAcrossThreadCounts) {
 
   struct Results {
     std::vector<float> out, dinp, dw, dbias, att, aout, dqkv, ln, dln_inp, dlw, dlb, dwte, dwpe;
+    std::vector<float> gelu, dgelu, probs, losses;
   };
   auto run = [&](int threads) {
     Results r;
@@ -775,6 +850,13 @@ TEST(Determinism, BitwiseAcrossThreadCounts) {
       r.dwte.assign(size_t(vocab) * c, 0.0f);
       r.dwpe.assign(size_t(t) * c, 0.0f);
       cpu::embedding_backward(r.dwte.data(), r.dwpe.data(), dln.data(), tokens.data(), b, t, c);
+      r.gelu.resize(qkv.size());
+      r.dgelu.resize(qkv.size());
+      cpu::gelu_forward(r.gelu.data(), qkv.data(), qkv.size());
+      cpu::gelu_backward(r.dgelu.data(), qkv.data(), qkv.data(), qkv.size());
+      r.probs.resize(size_t(n) * oc);
+      r.losses.resize(n);
+      cpu::softmax_xent_forward(r.losses.data(), r.probs.data(), dout.data(), tokens.data(), n, oc);
     });
     return r;
   };
@@ -794,6 +876,56 @@ TEST(Determinism, BitwiseAcrossThreadCounts) {
     EXPECT_TRUE(bitwise_equal(r.dlb, r1.dlb)) << threads << " threads: layernorm_backward db";
     EXPECT_TRUE(bitwise_equal(r.dwte, r1.dwte)) << threads << " threads: embedding_backward dwte";
     EXPECT_TRUE(bitwise_equal(r.dwpe, r1.dwpe)) << threads << " threads: embedding_backward dwpe";
+    EXPECT_TRUE(bitwise_equal(r.gelu, r1.gelu)) << threads << " threads: gelu_forward";
+    EXPECT_TRUE(bitwise_equal(r.dgelu, r1.dgelu)) << threads << " threads: gelu_backward";
+    EXPECT_TRUE(bitwise_equal(r.probs, r1.probs)) << threads << " threads: softmax_xent_forward probs";
+    EXPECT_TRUE(bitwise_equal(r.losses, r1.losses)) << threads << " threads: softmax_xent_forward losses";
+  }
+}
+
+// The matmul kernels tile their loops (kernels_cpu.cpp, gemm) yet promise that each element is one
+// running sum in the textbook order. Then full tiles, the partial tiles at the edges, and any
+// number of threads all give the same bits. Checked against the naive loops, bitwise, on shapes
+// that leave partial tiles in both directions, with 1 and 3 threads.
+TEST(Determinism, MatmulIsTheTextbookLoopBitwise) {
+  Rng rng(21);
+  const int n = 19, c = 37, oc = 21;
+  const std::vector<float> inp = random_f32(rng, size_t(n) * c), w = random_f32(rng, size_t(oc) * c);
+  const std::vector<float> bias = random_f32(rng, oc), dout = random_f32(rng, size_t(n) * oc);
+  const std::vector<float> dw0 = random_f32(rng, w.size()), db0 = random_f32(rng, oc);
+  std::vector<float> out(size_t(n) * oc), dinp(inp.size()), dw = dw0, db = db0;
+  for (int i = 0; i < n; i++) {
+    for (int o = 0; o < oc; o++) {
+      float s = 0.0f;
+      for (int k = 0; k < c; k++) s += inp[size_t(i) * c + k] * w[size_t(o) * c + k];
+      out[size_t(i) * oc + o] = s + bias[o];
+    }
+    for (int k = 0; k < c; k++) {
+      float s = 0.0f;
+      for (int o = 0; o < oc; o++) s += dout[size_t(i) * oc + o] * w[size_t(o) * c + k];
+      dinp[size_t(i) * c + k] = s;
+    }
+  }
+  for (int o = 0; o < oc; o++) {
+    for (int k = 0; k < c; k++) {
+      float s = 0.0f;
+      for (int i = 0; i < n; i++) s += dout[size_t(i) * oc + o] * inp[size_t(i) * c + k];
+      dw[size_t(o) * c + k] += s;
+    }
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += dout[size_t(i) * oc + o];
+    db[o] += s;
+  }
+  for (int threads : {1, 3}) {
+    with_threads(threads, [&] {
+      std::vector<float> k_out(out.size()), k_dinp(dinp.size()), k_dw = dw0, k_db = db0;
+      cpu::matmul_forward(k_out.data(), inp.data(), w.data(), bias.data(), n, c, oc);
+      cpu::matmul_backward(k_dinp.data(), k_dw.data(), k_db.data(), dout.data(), inp.data(), w.data(), n, c, oc);
+      EXPECT_TRUE(bitwise_equal(k_out, out)) << threads << " threads: matmul_forward";
+      EXPECT_TRUE(bitwise_equal(k_dinp, dinp)) << threads << " threads: matmul_backward dinp";
+      EXPECT_TRUE(bitwise_equal(k_dw, dw)) << threads << " threads: matmul_backward dw";
+      EXPECT_TRUE(bitwise_equal(k_db, db)) << threads << " threads: matmul_backward dbias";
+    });
   }
 }
 
