@@ -21,7 +21,7 @@ for s in "${stages[@]}"; do
   # stage0_ddp prints every 10th step; the others only their summary (the numbers are the same)
   if [ "$s" = stage0_ddp ]; then
     mpirun -np "$NP" "build/bin/$s" $FLAGS --steps "$STEPS" --log-json "$out/$s.json" --save-model "$out/$s.model" |
-      awk '/^step/ { n++; if (n % 10 != 0 && !/validation/) next } { print; fflush() }'
+      awk '/^step/ && !/validation/ { n++; if (n % 10 != 0) next } { print; fflush() }'
   else
     mpirun -np "$NP" "build/bin/$s" $FLAGS --steps "$STEPS" --log-json "$out/$s.json" --save-model "$out/$s.model" --quiet
   fi
