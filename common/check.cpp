@@ -22,19 +22,36 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   exit(1);
 }
 
-void user_error(const char* fmt, ...) {
-  fprintf(stderr, "error: ");
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n");
-  fflush(stderr);
+// Prints the line (if `speak`), then ends this rank with exit code 2.
+[[noreturn]] static void user_error_v(bool speak, const char* fmt, va_list ap) {
+  if (speak) {
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+  }
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (init && !fin) MPI_Finalize();  // every rank validates the same input and exits the same way
   exit(2);
+}
+
+void user_error(const char* fmt, ...) {
+  // Every rank checks the same input and reaches the same verdict: rank 0 says it once.
+  int init = 0, fin = 0, rank = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  va_list ap;
+  va_start(ap, fmt);
+  user_error_v(rank == 0, fmt, ap);
+}
+
+void user_error_this_rank(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  user_error_v(true, fmt, ap);
 }
 
 }  // namespace nz

@@ -6,8 +6,11 @@
 namespace nz {
 // Internal invariant broken: print where, and abort the whole job.
 [[noreturn]] void fatal(const char* file, int line, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-// Bad input from the user: one line (what, expected what, what to do), exit code 2.
+// Bad input from the user: one line (what, expected what, what to do), exit code 2. Every rank
+// calls it on the same input; rank 0 prints the line.
 [[noreturn]] void user_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// The same, printed by the calling rank whatever its number (a failure found on one rank only).
+[[noreturn]] void user_error_this_rank(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 }  // namespace nz
 
 #define NZ_CHECK(cond, ...)                                        \

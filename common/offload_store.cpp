@@ -113,7 +113,7 @@ DiskState::DiskState(const std::string& dir, size_t elems, size_t chunk_elems)
   if (init) MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (first != INT_MAX) {
     remove_files();
-    if (rank == first) user_error("--offload-dir %s: %s", dir.c_str(), error.c_str());
+    if (rank == first) user_error_this_rank("--offload-dir %s: %s", dir.c_str(), error.c_str());
     if (init) MPI_Finalize();  // the others exit with the same code, silently
     exit(2);
   }
