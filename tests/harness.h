@@ -88,6 +88,25 @@ inline std::vector<double> step_values(const Json& report, const char* key) {
   return v;
 }
 
+// Sizes recomputed from a report's unit list, independently of the trainer's layout code: each
+// unit padded to the next multiple of N; P = Σ padded, S = P / N (what each rank owns), U = the
+// largest unit (a bucket or gather buffer).
+struct Sizes {
+  std::vector<uint64_t> padded;  // per unit, in forward order: embed, blocks, lnf
+  uint64_t P = 0, S = 0, U = 0;
+  int units() const { return int(padded.size()); }
+};
+inline Sizes sizes_from_units(const Json& report, int N) {
+  Sizes z;
+  for (const Json& u : report["units"].arr) {
+    z.padded.push_back((u["numel"].u() + N - 1) / N * N);
+    z.P += z.padded.back();
+    z.S += z.padded.back() / N;
+    z.U = std::max(z.U, z.padded.back());
+  }
+  return z;
+}
+
 // Largest |a_i - b_i| over two series (step losses, grad norms).
 inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) return INFINITY;

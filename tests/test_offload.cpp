@@ -36,10 +36,10 @@ std::vector<std::string> files_in(const std::string& dir) {
 }
 
 // What each rank owns (S), the largest unit (U), bytes per element (e), from the report.
-struct Sizes {
+struct ReportSizes {
   uint64_t P, S, U, N, e;
 };
-Sizes sizes_of(const Json& r) {
+ReportSizes sizes_of(const Json& r) {
   uint64_t N = r["world"].u();
   return {r["padded_params"].u(), r["shard_params"].u(), r["max_unit_padded"].u(), N,
           r["precision"].str == "fp32" ? 4u : 2u};
@@ -70,7 +70,7 @@ TEST(Offload, TrainsTheSameBitsAsStage2) {
         EXPECT_TRUE(same_model_bits(s2.model_path, r->model_path));
         EXPECT_EQ(max_abs_diff(step_values(s2.report, "loss"), step_values(r->report, "loss")), 0.0);
         EXPECT_EQ(max_abs_diff(norms, step_values(r->report, "grad_norm")), 0.0);
-        const Sizes z = sizes_of(r->report);
+        const ReportSizes z = sizes_of(r->report);
         EXPECT_EQ(r->report["formula"]["link_elems_per_step"].u(), accum * z.S + z.S);
         for (size_t i = 0; i < r->report["steps_log"].size(); i++) {
           const Json& s = r->report["steps_log"][i];
@@ -120,7 +120,7 @@ TEST(Offload, LedgerPutsTheOptimizerOnTheHostOrDisk) {
     ASSERT_EQ(disk.exit_code, 0) << disk.output;
     for (const RunResult* r : {&cpu, &disk}) {
       const bool on_disk = r == &disk;
-      const Sizes z = sizes_of(r->report);
+      const ReportSizes z = sizes_of(r->report);
       SCOPED_TRACE(std::string(prec) + (on_disk ? " disk" : " cpu"));
       ASSERT_LT(chunk, z.U / z.N) << "the chunk must be smaller than a slice for this test to bite";
       ASSERT_EQ(r->report["ranks"].size(), size_t(z.N));

@@ -53,23 +53,6 @@ std::string fmt(const char* f, A... a) {
   return s;
 }
 
-// Units, padded to the next multiple of N, recomputed from the report's unit list.
-struct Sizes {
-  std::vector<uint64_t> padded;  // per unit, in forward order: embed, blocks, lnf
-  uint64_t P = 0, S = 0, U = 0;
-  int units() const { return int(padded.size()); }
-};
-Sizes sizes_from_units(const Json& report, int N) {
-  Sizes z;
-  for (const Json& u : report["units"].arr) {
-    z.padded.push_back((u["numel"].u() + N - 1) / N * N);
-    z.P += z.padded.back();
-    z.S += z.padded.back() / N;
-    z.U = std::max(z.U, z.padded.back());
-  }
-  return z;
-}
-
 // The most gathered-parameter bytes alive at once. Every unit is gathered into a buffer of its own
 // padded size. Per micro-step the gathers come in the order
 //     embed, block 1, ..., block L, lnf, embed (LM head), lnf, block L, ..., block 1

@@ -64,23 +64,6 @@ Verdict compare(const RunResult& ref, const RunResult& x) {
   return v;
 }
 
-// P, S, U recomputed from the report's unit list: each unit padded to the next multiple of N.
-struct Sizes {
-  uint64_t P = 0, S = 0, U = 0, units = 0;
-};
-Sizes sizes_from_units(const Json& report, int N) {
-  Sizes z;
-  for (const Json& u : report["units"].arr) {
-    const uint64_t numel = u["numel"].u(), padded = (numel + N - 1) / N * N;
-    EXPECT_EQ(u["padded"].u(), padded) << u["name"].str;
-    z.P += padded;
-    z.S += padded / N;
-    z.U = std::max(z.U, padded);
-    z.units++;
-  }
-  return z;
-}
-
 }  // namespace
 
 // The headline: sharding changes where the numbers live, not what they are.
@@ -141,6 +124,7 @@ TEST(Zero12, LedgerMatchesTheFormulasOnEveryRank) {
       const RunResult& r = run(stage, c.N, c.accum, c.prec);
       ASSERT_EQ(r.exit_code, 0) << r.output;
       const Sizes z = sizes_from_units(r.report, c.N);
+      for (int u = 0; u < z.units(); u++) EXPECT_EQ(r.report["units"][u]["padded"].u(), z.padded[u]);
       EXPECT_EQ(r.report["padded_params"].u(), z.P);
       EXPECT_EQ(r.report["shard_params"].u(), z.S);
       EXPECT_EQ(r.report["max_unit_padded"].u(), z.U);
@@ -186,7 +170,7 @@ TEST(Zero12, CommLedgerMatchesTheFormulasPerRankPerStep) {
         const RunResult& r = run(stage, N, K);
         ASSERT_EQ(r.exit_code, 0) << r.output;
         const Sizes z = sizes_from_units(r.report, N);
-        const uint64_t S = z.S, n1 = N - 1, units = z.units;
+        const uint64_t S = z.S, n1 = N - 1, units = z.units();
         const bool ddp = std::string(stage) == "stage0_ddp";
         // per step: {all_reduce, reduce_scatter, all_gather} elements sent and calls made
         const uint64_t ar = ddp ? K * 2 * n1 * S : 0, rs = ddp ? 0 : K * n1 * S, ag = ddp ? 0 : n1 * S;
