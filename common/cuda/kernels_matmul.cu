@@ -109,17 +109,18 @@ __global__ void broadcast_bias_kernel(T* out, const T* bias, int N, int OC) {
 template <class T>
 __global__ void bias_grad_kernel(T* dbias, const T* dout, int N, int OC) {
   __shared__ float partial[kWarpSize][kWarpSize + 1];
-  const int col = blockIdx.x * kWarpSize + threadIdx.x;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int col = blockIdx.x * kWarpSize + tx;
   float sum = 0.0f;
   if (col < OC)
-    for (int n = threadIdx.y; n < N; n += kWarpSize) sum += load(dout[long(n) * OC + col]);
-  partial[threadIdx.y][threadIdx.x] = sum;
+    for (int n = ty; n < N; n += kWarpSize) sum += load(dout[long(n) * OC + col]);
+  partial[ty][tx] = sum;
   __syncthreads();
   for (int half = kWarpSize / 2; half > 0; half /= 2) {
-    if (threadIdx.y < half) partial[threadIdx.y][threadIdx.x] += partial[threadIdx.y + half][threadIdx.x];
+    if (ty < half) partial[ty][tx] += partial[ty + half][tx];
     __syncthreads();
   }
-  if (threadIdx.y == 0 && col < OC) dbias[col] = store<T>(load(dbias[col]) + partial[0][threadIdx.x]);
+  if (ty == 0 && col < OC) dbias[col] = store<T>(load(dbias[col]) + partial[0][tx]);
 }
 
 }  // namespace

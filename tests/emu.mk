@@ -1,0 +1,53 @@
+# tests/emu.mk — the CUDA backend built against nz_emu (tests/emu/), a CPU emulator of the CUDA
+# subset the backend uses, so every CUDA kernel, the cuBLAS and NCCL call sites and the trainers'
+# --device cuda paths run on a machine without a GPU (tests/emu_check.sh). Needs no CUDA toolkit.
+#   make emu     ->  $(EMU)/bin/<stages>, $(EMU)/tests/test_cuda_{kernels,comm,stages}
+# The common/cuda/*.cu files are rewritten by tests/emu/cu2cpp.pl (launch syntax only) and compiled
+# as C++ with tests/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on the include path.
+EMU          := $(BUILD)/emu
+EMU_CXXFLAGS := $(filter-out -DNZ_HAVE_CUDA -I$(CUDA_HOME)/include,$(CXXFLAGS)) \
+                -DNZ_HAVE_CUDA -Itests/emu/include -Icommon/cuda -Wno-unknown-pragmas
+EMU_GEN      := $(patsubst common/cuda/%.cu,$(EMU)/gen/%.cpp,$(wildcard common/cuda/*.cu))
+EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \
+                $(EMU)/obj/tests/emu/emu.o
+EMU_LIB      := $(EMU)/libnanozero_emu.a
+EMU_STAGES   := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
+EMU_TESTS    := $(patsubst tests/%.cpp,$(EMU)/tests/%,$(wildcard tests/test_cuda_*.cpp)) \
+                $(EMU)/tests/emu_selftest
+
+.PHONY: emu
+emu: $(EMU_STAGES) $(EMU_TESTS)
+
+$(EMU)/gen/%.cpp: common/cuda/%.cu tests/emu/cu2cpp.pl
+	@mkdir -p $(dir $@)
+	perl tests/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
+
+$(EMU)/gen/selftest.cpp: tests/emu/selftest.cu tests/emu/cu2cpp.pl
+	@mkdir -p $(dir $@)
+	perl tests/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
+
+$(EMU)/obj/gen/%.o: $(EMU)/gen/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(EMU)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(EMU_LIB): $(EMU_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(EMU)/bin/%: $(EMU)/obj/%/train.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(EMU_LIB) -lpthread -o $@
+
+$(EMU)/tests/%: $(EMU)/obj/tests/%.o $(EMU)/obj/tests/gtest_mpi_main.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -lgtest -lpthread -o $@
+
+$(EMU)/tests/emu_selftest: $(EMU)/obj/gen/selftest.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -lpthread -o $@
+
+-include $(shell find $(EMU)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# emu_check.sh — the CUDA backend on nz_emu, the CPU emulator of CUDA in tests/emu/ (no GPU and no
+# CUDA toolkit needed): every CUDA kernel, the cuBLAS and NCCL call sites, and every trainer with
+# --device cuda run for real, with the emulator's checks on (guard pages after every device buffer,
+# device memory unreachable from host code, poisoned fresh memory, barrier divergence, launch
+# limits). What it cannot tell (speed, the GPU's exact bits) tests/gpu_check.sh measures on a GPU.
+#   1. tests of the emulator: a correct kernel works; each deliberately broken one is stopped;
+#   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference;
+#   3. build/emu/tests/test_cuda_comm: ranks sharing one GPU (the MPI path through pinned buffers)
+#      and one GPU per rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI);
+#   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp, and the
+#      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 4 steps of 16 tokens), once with
+#      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path).
+# Prints NZRESULT lines (tests/run_all.sh); about 2 minutes on 2 cores after the build.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+BUILD=${BUILD:-build}
+EMU=$BUILD/emu
+log=$(mktemp -d /tmp/nanozero-emu.XXXXXX)
+
+if ! make -j"$(nproc)" BUILD="$BUILD" emu >"$log/build.log" 2>&1; then
+  tail -20 "$log/build.log"
+  echo "NZRESULT FAIL emu.build (see $log/build.log)"
+  exit 1
+fi
+
+# 1. the emulator's own tests: "ok:" and exit 0, or stopped with the expected message
+selftest() {  # case, expected message (empty: the case must succeed)
+  local out="$log/selftest_$1.log" rc=0
+  (timeout -k 5 60 "$EMU/tests/emu_selftest" "$1" >"$out" 2>&1) 2>/dev/null || rc=$?  # (no "Aborted" noise)
+  if [ -z "$2" ]; then
+    if [ $rc = 0 ] && grep -q '^ok: ' "$out"; then echo "NZRESULT PASS emu.selftest.$1"
+    else echo "NZRESULT FAIL emu.selftest.$1 ($(head -1 "$out"))"; fi
+  elif [ $rc != 0 ] && grep -q "^nz_emu: .*$2" "$out"; then
+    echo "NZRESULT PASS emu.selftest.$1 (stopped: $(grep -o "$2" "$out" | head -1))"
+  else
+    echo "NZRESULT FAIL emu.selftest.$1 (not stopped with '$2'; exit $rc: $(head -1 "$out"))"
+  fi
+}
+selftest good ""
+selftest bad_launch ""
+selftest bad_lda ""
+selftest poisoned ""
+selftest missing_sync ""
+selftest out_of_bounds "past the end of a 4000-byte device buffer"
+selftest host_deref "from host code"
+selftest divergent_sync "__syncthreads after some threads of the block exited"
+selftest partial_shuffle "a warp operation that not every lane reaches"
+
+# 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test>
+gtest() {  # label, timeout, command...
+  local label=$1 limit=$2 out="$log/$1.log" rc=0
+  shift 2
+  timeout -k 10 "$limit" "$@" >"$out" 2>&1 || rc=$?
+  grep -E '^NZRESULT (PASS|FAIL)' "$out" | sed -E "s/^NZRESULT (PASS|FAIL) /NZRESULT \1 emu.$label./"
+  local n_pass n_fail
+  n_pass=$(grep -c '^NZRESULT PASS' "$out")
+  n_fail=$(grep -c '^NZRESULT FAIL' "$out")
+  if [ $rc != 0 ] && [ "$n_fail" = 0 ]; then
+    echo "NZRESULT FAIL emu.$label (exit code $rc; see $out)"
+    grep '^nz_emu: ' "$out" | head -3
+  elif [ "$n_pass" = 0 ]; then
+    echo "NZRESULT FAIL emu.$label (no test ran; see $out)"
+  fi
+}
+gtest kernels 300 "$EMU/tests/test_cuda_kernels"
+gtest comm_np1_nccl 120 mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np1_mpi 120 env NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np2_shared 120 mpirun -np 2 "$EMU/tests/test_cuda_comm"
+gtest comm_np2_nccl 120 env NZ_EMU_GPUS=2 mpirun -np 2 "$EMU/tests/test_cuda_comm"
+gtest comm_np3_nccl 120 env NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test_cuda_comm"
+gtest stages_1gpu 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 "$EMU/tests/test_cuda_stages"
+gtest stages_2gpus 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 NZ_EMU_GPUS=2 "$EMU/tests/test_cuda_stages"
+for l in stages_1gpu stages_2gpus; do grep '^NZTABLE stage .* N=2 ' "$log/$l.log" | sed "s/^NZTABLE /  $l: /"; done
+exit 0
