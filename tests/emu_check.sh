@@ -27,7 +27,7 @@ fi
 # 1. the emulator's own tests: "ok:" and exit 0, or stopped with the expected message
 selftest() {  # case, expected message (empty: the case must succeed)
   local out="$log/selftest_$1.log" rc=0
-  (timeout -k 5 60 "$EMU/tests/emu_selftest" "$1" >"$out" 2>&1) 2>/dev/null || rc=$?  # (no "Aborted" noise)
+  (timeout -k 5 60 "$EMU/tests/emu_selftest" "$1" >"$out" 2>&1; exit $?) 2>/dev/null || rc=$?  # no "Aborted" line
   if [ -z "$2" ]; then
     if [ $rc = 0 ] && grep -q '^ok: ' "$out"; then echo "NZRESULT PASS emu.selftest.$1"
     else echo "NZRESULT FAIL emu.selftest.$1 ($(head -1 "$out"))"; fi

@@ -356,9 +356,16 @@ void check_attention(int B, int Tn, int C, int NH, uint64_t seed) {
   expect_close("attention dqkv " + tag, d_dqkv.download(), dqkv, tol<T>());
 }
 
+// Both implementations: the hand-written kernels (with --matmul tiled) and batched cuBLAS GEMMs
+// around the softmax kernels (with --matmul cublas).
 TYPED_TEST(CudaKernels, Attention) {
-  check_attention<TypeParam>(kB, kT, kC, kNH, 106);  // head size 12: most lanes idle
-  check_attention<TypeParam>(2, 33, 128, 2, 107);    // head size 64: two channels per lane
+  for (MatmulImpl impl : kMatmulImpls) {
+    SCOPED_TRACE(nz::cuda::matmul_impl_name(impl));
+    select_matmul_impl(impl);
+    check_attention<TypeParam>(kB, kT, kC, kNH, 106);  // head size 12: most lanes idle
+    check_attention<TypeParam>(2, 33, 128, 2, 107);    // head size 64: two channels per lane
+  }
+  select_matmul_impl(MatmulImpl::Cublas);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -510,16 +517,16 @@ TYPED_TEST(CudaKernels, RunToRunBitwise) {
       results.push_back(d_dinp.download());
       results.push_back(d_dw.download());
       results.push_back(d_dbias.download());
+      auto d_out = DeviceArray<T>::poisoned(size_t(N) * C);
+      auto d_att = DeviceArray<T>::poisoned(size_t(kB) * kNH * kT * kT);
+      auto d_dqkv = DeviceArray<T>::poisoned(size_t(N) * 3 * C);
+      gpu::attention_forward(d_out.ptr(), d_att.ptr(), d_qkv.ptr(), kB, kT, C, kNH);
+      gpu::attention_backward(d_dqkv.ptr(), d_datt_out.ptr(), d_qkv.ptr(), d_att.ptr(), kB, kT, C, kNH);
+      results.push_back(d_out.download());
+      results.push_back(d_att.download());
+      results.push_back(d_dqkv.download());
     }
     select_matmul_impl(MatmulImpl::Cublas);
-    auto d_out = DeviceArray<T>::poisoned(size_t(N) * C);
-    auto d_att = DeviceArray<T>::poisoned(size_t(kB) * kNH * kT * kT);
-    auto d_dqkv = DeviceArray<T>::poisoned(size_t(N) * 3 * C);
-    gpu::attention_forward(d_out.ptr(), d_att.ptr(), d_qkv.ptr(), kB, kT, C, kNH);
-    gpu::attention_backward(d_dqkv.ptr(), d_datt_out.ptr(), d_qkv.ptr(), d_att.ptr(), kB, kT, C, kNH);
-    results.push_back(d_out.download());
-    results.push_back(d_att.download());
-    results.push_back(d_dqkv.download());
     DeviceArray<T> d_dwte(std::vector<T>(size_t(5) * C, nz::store<T>(0.0f)));
     DeviceArray<T> d_dwpe(std::vector<T>(size_t(kT) * C, nz::store<T>(0.0f)));
     gpu::embedding_backward(d_dwte.ptr(), d_dwpe.ptr(), d_inp.ptr(), d_tokens.ptr(), kB, kT, C);

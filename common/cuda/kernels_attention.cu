@@ -7,7 +7,16 @@
 //   scores[t][t2] = q[t]·k[t2] / sqrt(hs)   for t2 <= t (causal)
 //   att[t][t2]    = softmax over t2 of scores[t]      (0 above the diagonal)
 //   out[t]        = sum_t2 att[t][t2] v[t2]
+//
+// Two implementations, chosen with the matmul (--matmul):
+//   tiled  — the hand-written kernels below: one warp per row (or column), every product a warp
+//            dot product. Simple to read, but latency-bound: slow at long sequences.
+//   cublas — (the default) the four products as batched cuBLAS GEMMs on tensor cores, with only
+//            the causal softmax and its backward as kernels (the end of this file). The scores are
+//            computed for the whole (T,T) square, so half the product is wasted; still far faster.
+#include "cuda_backend.h"   // matmul_impl: which implementation
 #include "cuda_common.cuh"  // load/store, warp_sum, warp_max, scratch_buffer, NZ_CUDA_CHECK_LAUNCH
+#include "matmul_cublas.h"  // cublas_gemm_batched
 
 namespace nz {
 namespace cuda {
@@ -194,6 +203,106 @@ void check_heads(int C, int NH) {
            C / NH, kMaxHeadSize);
 }
 
+// ---- the cuBLAS path ----
+// For one batch element, rows = NH*T rows of a (NH,T,T) score matrix; row r is (h, t = r % T).
+
+// att row = softmax over t2 <= t of the (already scaled) fp32 scores, zeros above the diagonal.
+// One warp per row; the maximum and the sum are warp reductions (fixed order: same bits every run).
+template <class T>
+__global__ void causal_softmax_kernel(T* att, const float* scores, int rows, int Tn) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int row = blockIdx.x * (blockDim.x / kWarpSize) + warp;
+  if (row >= rows) return;  // whole warps only
+  const int t = row % Tn;
+  const float* s = scores + size_t(row) * Tn;
+  T* a = att + size_t(row) * Tn;
+  float m = -INFINITY;
+  for (int t2 = lane; t2 <= t; t2 += kWarpSize) m = fmaxf(m, s[t2]);
+  m = warp_max(m);
+  float sum = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += kWarpSize) sum += expf(s[t2] - m);
+  const float inv_sum = 1.0f / warp_sum(sum);
+  for (int t2 = lane; t2 < Tn; t2 += kWarpSize) a[t2] = store<T>(t2 <= t ? expf(s[t2] - m) * inv_sum : 0.0f);
+}
+
+// dscore row = scale * att * (datt - sum_j att_j datt_j) for t2 <= t, zeros above the diagonal
+// (the scale of the scores, folded in here so the two products after it need none).
+template <class T>
+__global__ void causal_softmax_backward_kernel(T* dscore, const float* datt, const T* att, int rows, int Tn,
+                                               float scale) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int row = blockIdx.x * (blockDim.x / kWarpSize) + warp;
+  if (row >= rows) return;
+  const int t = row % Tn;
+  const float* d = datt + size_t(row) * Tn;
+  const T* a = att + size_t(row) * Tn;
+  T* ds = dscore + size_t(row) * Tn;
+  float partial = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += kWarpSize) partial += load(a[t2]) * d[t2];
+  const float rowsum = warp_sum(partial);
+  for (int t2 = lane; t2 < Tn; t2 += kWarpSize)
+    ds[t2] = store<T>(t2 <= t ? scale * load(a[t2]) * (d[t2] - rowsum) : 0.0f);
+}
+
+constexpr int kSoftmaxWarps = 4;  // rows per block of the two kernels above
+
+// Per batch element b, per head (the GEMM batch, stride hs through qkv's channels), in cuBLAS's
+// column-major terms: a row-major (r,c) matrix with row stride ld is a column-major (c,r) one.
+//   scores (T,T)  = scale * q · k^T     col-major: scores^T = k (op T) · q^T      [fp32]
+//   att           = causal_softmax(scores)
+//   out (T,hs)    = att · v             col-major: out^T    = v^T · att^T
+template <class T>
+void attention_forward_cublas(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C, rows = NH * Tn;
+  const long long TT = (long long)Tn * Tn;
+  const float scale = 1.0f / sqrtf(float(hs));
+  float* scores = static_cast<float*>(scratch_buffer(size_t(NH) * TT * sizeof(float)));
+  const unsigned blocks = unsigned(ceil_div(rows, kSoftmaxWarps));
+  for (int b = 0; b < B; b++) {
+    const T* q = qkv + size_t(b) * Tn * C3;
+    const T *k = q + C, *v = q + 2 * C;
+    T* att_b = att + size_t(b) * NH * TT;
+    cublas_gemm_batched<T, float>(true, false, Tn, Tn, hs, scale, k, C3, hs, q, C3, hs, scores, Tn, TT, NH);
+    causal_softmax_kernel<T><<<blocks, kSoftmaxWarps * kWarpSize>>>(att_b, scores, rows, Tn);
+    NZ_CUDA_CHECK_LAUNCH();
+    cublas_gemm_batched<T, T>(false, false, hs, Tn, Tn, 1.0f, v, C3, hs, att_b, Tn, TT,
+                              out + size_t(b) * Tn * C, C, hs, NH);
+  }
+}
+
+// Backward, per batch element and head:
+//   datt (T,T)  = dout · v^T            col-major: datt^T = v (op T) · dout^T     [fp32]
+//   dv (T,hs)   = att^T · dout          col-major: dv^T   = dout^T · att (op T)
+//   dscore      = causal_softmax_backward(datt) * scale
+//   dq (T,hs)   = dscore · k            col-major: dq^T   = k^T · dscore^T
+//   dk (T,hs)   = dscore^T · q          col-major: dk^T   = q^T · dscore (op T)
+template <class T>
+void attention_backward_cublas(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
+                               int NH) {
+  const int hs = C / NH, C3 = 3 * C, rows = NH * Tn;
+  const long long TT = (long long)Tn * Tn;
+  const float scale = 1.0f / sqrtf(float(hs));
+  const size_t n = size_t(NH) * TT;
+  char* scratch = static_cast<char*>(scratch_buffer(n * (sizeof(float) + sizeof(T))));
+  float* datt = reinterpret_cast<float*>(scratch);
+  T* dscore = reinterpret_cast<T*>(scratch + n * sizeof(float));
+  const unsigned blocks = unsigned(ceil_div(rows, kSoftmaxWarps));
+  for (int b = 0; b < B; b++) {
+    const T* q = qkv + size_t(b) * Tn * C3;
+    const T *k = q + C, *v = q + 2 * C;
+    T* dq = dqkv + size_t(b) * Tn * C3;
+    T *dk = dq + C, *dv = dq + 2 * C;
+    const T* dout_b = dout + size_t(b) * Tn * C;
+    const T* att_b = att + size_t(b) * NH * TT;
+    cublas_gemm_batched<T, float>(true, false, Tn, Tn, hs, 1.0f, v, C3, hs, dout_b, C, hs, datt, Tn, TT, NH);
+    cublas_gemm_batched<T, T>(false, true, hs, Tn, Tn, 1.0f, dout_b, C, hs, att_b, Tn, TT, dv, C3, hs, NH);
+    causal_softmax_backward_kernel<T><<<blocks, kSoftmaxWarps * kWarpSize>>>(dscore, datt, att_b, rows, Tn, scale);
+    NZ_CUDA_CHECK_LAUNCH();
+    cublas_gemm_batched<T, T>(false, false, hs, Tn, Tn, 1.0f, k, C3, hs, dscore, Tn, TT, dq, C3, hs, NH);
+    cublas_gemm_batched<T, T>(false, true, hs, Tn, Tn, 1.0f, q, C3, hs, dscore, Tn, TT, dk, C3, hs, NH);
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -201,6 +310,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
   check_heads(C, NH);
   const size_t rows = size_t(B) * NH * Tn;
   if (rows == 0) return;
+  if (matmul_impl() == MatmulImpl::Cublas) return attention_forward_cublas(out, att, qkv, B, Tn, C, NH);
   const int warps = row_kernel_warps(Tn);
   const unsigned blocks = unsigned(ceil_div(rows, warps));
   const size_t smem = size_t(warps) * Tn * sizeof(float);
@@ -214,6 +324,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   check_heads(C, NH);
   const size_t rows = size_t(B) * NH * Tn;
   if (rows == 0) return;
+  if (matmul_impl() == MatmulImpl::Cublas) return attention_backward_cublas(dqkv, dout, qkv, att, B, Tn, C, NH);
   float* rowsums = static_cast<float*>(scratch_buffer(rows * sizeof(float)));  // (B,NH,T)
 
   const int warps = row_kernel_warps(Tn);

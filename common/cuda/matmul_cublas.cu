@@ -35,9 +35,13 @@ cublasHandle_t cublas_handle() {
   return handle;
 }
 
+}  // namespace
+
 template <class T> cudaDataType_t cuda_data_type();
 template <> cudaDataType_t cuda_data_type<float>() { return CUDA_R_32F; }
 template <> cudaDataType_t cuda_data_type<bf16>() { return CUDA_R_16BF; }  // same bits as nz::bf16
+
+namespace {
 
 // Column-major C (m,n) = op(A) (m,k) · op(B) (k,n)  [+ C when accumulate]
 template <class T>
@@ -74,6 +78,26 @@ template <class T>
 void cublas_matmul_dweight(T* dw, const T* dout, const T* inp, int N, int C, int OC) {
   gemm_colmajor(false, true, C, OC, N, inp, C, dout, OC, dw, C, true);
 }
+
+template <class T, class TC>
+void cublas_gemm_batched(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
+                         const T* A, int lda, long long stride_a, const T* B, int ldb,
+                         long long stride_b, TC* C, int ldc, long long stride_c, int batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  const float beta = 0.0f;
+  NZ_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      cublas_handle(), transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, m,
+      n, k, &alpha, A, cuda_data_type<T>(), lda, stride_a, B, cuda_data_type<T>(), ldb, stride_b, &beta, C,
+      cuda_data_type<TC>(), ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+#define NZ_INSTANTIATE_BATCHED(T, TC)                                                                  \
+  template void cublas_gemm_batched<T, TC>(bool, bool, int, int, int, float, const T*, int, long long, \
+                                           const T*, int, long long, TC*, int, long long, int);
+NZ_INSTANTIATE_BATCHED(float, float)
+NZ_INSTANTIATE_BATCHED(bf16, bf16)
+NZ_INSTANTIATE_BATCHED(bf16, float)
+#undef NZ_INSTANTIATE_BATCHED
 
 #define NZ_INSTANTIATE(T)                                                                      \
   template void cublas_matmul_forward<T>(T*, const T*, const T*, int, int, int, bool);         \

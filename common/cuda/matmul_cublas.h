@@ -1,5 +1,5 @@
 // matmul_cublas.h — the three products of a linear layer through cuBLAS (matmul_cublas.cu), for
-// kernels_matmul.cu's dispatch. Row-major shapes as in kernel_decls.inc; T = float or nz::bf16.
+// kernels_matmul.cu's dispatch, and the batched product of attention's cuBLAS path. Row-major shapes as in kernel_decls.inc; T = float or nz::bf16.
 #pragma once
 
 namespace nz {
@@ -14,6 +14,15 @@ void cublas_matmul_dinp(T* dinp, const T* dout, const T* w, int N, int C, int OC
 // dw (OC,C) += dout (N,OC)^T @ inp (N,C)   (accumulate)
 template <class T>
 void cublas_matmul_dweight(T* dw, const T* dout, const T* inp, int N, int C, int OC);
+
+// The batched product attention uses (kernels_attention.cu), in cuBLAS's own column-major terms:
+//   C_i (m,n) = alpha * op(A_i) (m,k) · op(B_i) (k,n),  i = 0..batch-1,  X_i = X + i * stride_X
+// (overwrite). A and B are of the storage type T; C is T or float (attention keeps its scores in
+// fp32). Instantiated for (float, float), (bf16, bf16) and (bf16, float).
+template <class T, class TC>
+void cublas_gemm_batched(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
+                         const T* A, int lda, long long stride_a, const T* B, int ldb,
+                         long long stride_b, TC* C, int ldc, long long stride_c, int batch);
 
 }  // namespace cuda
 }  // namespace nz

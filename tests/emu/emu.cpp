@@ -754,40 +754,56 @@ void check_operand(const char* name, const void* p, int rows, int cols, int ld, 
 }
 }  // namespace
 
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                                          const void* A, cudaDataType_t Atype, int lda, long long strideA,
+                                          const void* B, cudaDataType_t Btype, int ldb, long long strideB,
+                                          const void* beta, void* C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batch, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (compute != CUBLAS_COMPUTE_32F || Atype != Btype || (Atype != CUDA_R_32F && Atype != CUDA_R_16BF) ||
+      (Ctype != Atype && Ctype != CUDA_R_32F))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
+  const int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
+  if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) ||
+      ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  const size_t ab_elem = Atype == CUDA_R_32F ? 4 : 2, c_elem = Ctype == CUDA_R_32F ? 4 : 2;
+  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  for (int i = 0; i < batch; i++) {
+    const void* Ai = static_cast<const char*>(A) + i * strideA * (long long)ab_elem;
+    const void* Bi = static_cast<const char*>(B) + i * strideB * (long long)ab_elem;
+    void* Ci = static_cast<char*>(C) + i * strideC * (long long)c_elem;
+    check_operand("A", Ai, a_rows, a_cols, lda, ab_elem);
+    check_operand("B", Bi, b_rows, b_cols, ldb, ab_elem);
+    check_operand("C", Ci, m, n, ldc, c_elem);
+    DeviceAccess access;
+    for (int j = 0; j < n; j++)
+      for (int r = 0; r < m; r++) {
+        float acc = 0.0f;
+        for (int p = 0; p < k; p++) {
+          const size_t ai = transa == CUBLAS_OP_N ? size_t(p) * lda + r : size_t(r) * lda + p;
+          const size_t bi = transb == CUBLAS_OP_N ? size_t(j) * ldb + p : size_t(p) * ldb + j;
+          acc += load_elem(Ai, ai, Atype) * load_elem(Bi, bi, Btype);
+        }
+        const size_t ci = size_t(j) * ldc + r;
+        // beta == 0: C is not read (it may hold NaN), as cuBLAS documents
+        store_elem(Ci, ci, Ctype, b == 0.0f ? a * acc : a * acc + b * load_elem(Ci, ci, Ctype));
+      }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                             int m, int n, int k, const void* alpha, const void* A, cudaDataType_t Atype,
                             int lda, const void* B, cudaDataType_t Btype, int ldb, const void* beta,
                             void* C, cudaDataType_t Ctype, int ldc, cublasComputeType_t compute,
-                            cublasGemmAlgo_t) {
-  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (compute != CUBLAS_COMPUTE_32F || Atype != Btype || Atype != Ctype ||
-      (Atype != CUDA_R_32F && Atype != CUDA_R_16BF))
-    return CUBLAS_STATUS_NOT_SUPPORTED;
-  const int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
-  const int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
-  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) ||
-      ldc < std::max(1, m))
-    return CUBLAS_STATUS_INVALID_VALUE;
-  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  const size_t elem = Atype == CUDA_R_32F ? 4 : 2;
-  check_operand("A", A, a_rows, a_cols, lda, elem);
-  check_operand("B", B, b_rows, b_cols, ldb, elem);
-  check_operand("C", C, m, n, ldc, elem);
-  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
-  DeviceAccess access;
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < m; i++) {
-      float acc = 0.0f;
-      for (int p = 0; p < k; p++) {
-        const size_t ai = transa == CUBLAS_OP_N ? size_t(p) * lda + i : size_t(i) * lda + p;
-        const size_t bi = transb == CUBLAS_OP_N ? size_t(j) * ldb + p : size_t(p) * ldb + j;
-        acc += load_elem(A, ai, Atype) * load_elem(B, bi, Btype);
-      }
-      const size_t ci = size_t(j) * ldc + i;
-      // beta == 0: C is not read (it may hold NaN), as cuBLAS documents
-      store_elem(C, ci, Ctype, b == 0.0f ? a * acc : a * acc + b * load_elem(C, ci, Ctype));
-    }
-  return CUBLAS_STATUS_SUCCESS;
+                            cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb,
+                                    0, beta, C, Ctype, ldc, 0, 1, compute, algo);
 }
 
 // ============================================================================================

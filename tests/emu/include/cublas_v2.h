@@ -21,9 +21,18 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 const char* cublasGetStatusString(cublasStatus_t status);
 // C (m,n) = alpha * op(A) (m,k) · op(B) (k,n) + beta * C, all column-major; alpha and beta point to
-// floats (CUBLAS_COMPUTE_32F); A, B, C are CUDA_R_32F or CUDA_R_16BF (all three the same here).
+// floats (CUBLAS_COMPUTE_32F); A and B both CUDA_R_32F or both CUDA_R_16BF, C the same type as
+// them or CUDA_R_32F (the combinations cuBLAS supports with CUBLAS_COMPUTE_32F).
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                             int m, int n, int k, const void* alpha, const void* A, cudaDataType_t Atype,
                             int lda, const void* B, cudaDataType_t Btype, int ldb, const void* beta,
                             void* C, cudaDataType_t Ctype, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t algo);
+// The same for batch products C_i = alpha * op(A_i) · op(B_i) + beta * C_i, X_i = X + i * strideX.
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                                          const void* A, cudaDataType_t Atype, int lda, long long strideA,
+                                          const void* B, cudaDataType_t Btype, int ldb, long long strideB,
+                                          const void* beta, void* C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batch, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t algo);
