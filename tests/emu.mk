@@ -7,7 +7,7 @@
 EMU          := $(BUILD)/emu
 EMU_CXXFLAGS := $(filter-out -DNZ_HAVE_CUDA -I$(CUDA_HOME)/include,$(CXXFLAGS)) \
                 -DNZ_HAVE_CUDA -Itests/emu/include -Icommon/cuda -Wno-unknown-pragmas
-EMU_GEN      := $(patsubst common/cuda/%.cu,$(EMU)/gen/%.cpp,$(wildcard common/cuda/*.cu))
+EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/cuda/*.cu))
 EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \
                 $(EMU)/obj/tests/emu/emu.o
 EMU_LIB      := $(EMU)/libnanozero_emu.a
@@ -18,11 +18,7 @@ EMU_TESTS    := $(patsubst tests/%.cpp,$(EMU)/tests/%,$(wildcard tests/test_cuda
 .PHONY: emu
 emu: $(EMU_STAGES) $(EMU_TESTS)
 
-$(EMU)/gen/%.cpp: common/cuda/%.cu tests/emu/cu2cpp.pl
-	@mkdir -p $(dir $@)
-	perl tests/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
-
-$(EMU)/gen/selftest.cpp: tests/emu/selftest.cu tests/emu/cu2cpp.pl
+$(EMU)/gen/%.cpp: %.cu tests/emu/cu2cpp.pl
 	@mkdir -p $(dir $@)
 	perl tests/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
 
@@ -46,7 +42,7 @@ $(EMU)/tests/%: $(EMU)/obj/tests/%.o $(EMU)/obj/tests/gtest_mpi_main.o $(EMU_LIB
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -lgtest -lpthread -o $@
 
-$(EMU)/tests/emu_selftest: $(EMU)/obj/gen/selftest.o $(EMU_LIB)
+$(EMU)/tests/emu_selftest: $(EMU)/obj/gen/tests/emu/selftest.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -lpthread -o $@
 

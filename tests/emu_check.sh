@@ -47,22 +47,9 @@ selftest host_deref "from host code"
 selftest divergent_sync "__syncthreads after some threads of the block exited"
 selftest partial_shuffle "a warp operation that not every lane reaches"
 
-# 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test>
-gtest() {  # label, timeout, command...
-  local label=$1 limit=$2 out="$log/$1.log" rc=0
-  shift 2
-  timeout -k 10 "$limit" "$@" >"$out" 2>&1 || rc=$?
-  grep -E '^NZRESULT (PASS|FAIL)' "$out" | sed -E "s/^NZRESULT (PASS|FAIL) /NZRESULT \1 emu.$label./"
-  local n_pass n_fail
-  n_pass=$(grep -c '^NZRESULT PASS' "$out")
-  n_fail=$(grep -c '^NZRESULT FAIL' "$out")
-  if [ $rc != 0 ] && [ "$n_fail" = 0 ]; then
-    echo "NZRESULT FAIL emu.$label (exit code $rc; see $out)"
-    grep '^nz_emu: ' "$out" | head -3
-  elif [ "$n_pass" = 0 ]; then
-    echo "NZRESULT FAIL emu.$label (no test ran; see $out)"
-  fi
-}
+# 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test> (tests/gtest_run.sh)
+source tests/gtest_run.sh
+gtest() { run_gtest emu "$1" "$log" "${@:2}"; }
 gtest kernels 300 "$EMU/tests/test_cuda_kernels"
 gtest comm_np1_nccl 120 mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np1_mpi 120 env NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"

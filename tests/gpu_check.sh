@@ -43,25 +43,11 @@ result() {  # PASS|FAIL name [why]
 }
 row() { summary+=("$1|$2"); }
 
-# A GoogleTest binary (tests/gtest_mpi_main.cpp): its NZRESULT lines, renamed gpu.<label>.<test>.
-# Sets n_pass, n_fail, n_skip.
+# A GoogleTest binary: its NZRESULT lines renamed gpu.<label>.<test> (tests/gtest_run.sh), counted.
+source tests/gtest_run.sh
 gtest() {  # label, timeout, command...
-  local label=$1 limit=$2 out="$log/$1.log" rc=0
-  shift 2
-  timeout -k 10 "$limit" "$@" >"$out" 2>&1 || rc=$?
-  n_pass=$(grep -c '^NZRESULT PASS' "$out")
-  n_fail=$(grep -c '^NZRESULT FAIL' "$out")
-  n_skip=$(grep -c '^NZRESULT SKIP' "$out")
-  grep '^NZRESULT PASS' "$out" | sed "s/^NZRESULT PASS /NZRESULT PASS gpu.$label./"
-  grep '^NZRESULT FAIL' "$out" | sed "s/^NZRESULT FAIL /NZRESULT FAIL gpu.$label./"
+  run_gtest gpu "$1" "$log" "${@:2}"
   pass=$((pass + n_pass)) fail=$((fail + n_fail))
-  if [ $rc != 0 ] && [ "$n_fail" = 0 ]; then
-    result FAIL "$label" "exit code $rc without a failed test; see $out"
-    n_fail=1
-  elif [ "$n_pass" = 0 ]; then  # skipped everything although a GPU is visible
-    result FAIL "$label" "no test ran ($n_skip skipped); see $out"
-    n_fail=1
-  fi
 }
 
 command -v nvcc >/dev/null 2>&1 || [ ! -x /usr/local/cuda/bin/nvcc ] || export PATH=/usr/local/cuda/bin:$PATH

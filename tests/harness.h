@@ -140,4 +140,34 @@ inline bool same_model_bits(const std::string& a, const std::string& b) {
   return !x.empty() && x == y;
 }
 
+// What the equality checks see between a run and its reference run (stage0_ddp, usually): the step
+// losses and grad norms bit for bit (the report keeps %.17g), the model file byte for byte, and the
+// largest |difference| of each (0 when equal).
+struct Verdict {
+  bool losses_equal, norms_equal, model_equal;
+  double loss_diff, norm_diff, param_diff;
+  bool identical() const { return losses_equal && norms_equal && model_equal; }
+  double largest_diff() const { return std::max({loss_diff, norm_diff, param_diff}); }
+  std::string str() const {
+    char s[200];
+    snprintf(s, sizeof s, "losses %s (max |diff| %.3g), grad norms %s (%.3g), model file %s (max |param diff| %.3g)",
+             losses_equal ? "equal" : "DIFFER", loss_diff, norms_equal ? "equal" : "DIFFER", norm_diff,
+             model_equal ? "equal" : "DIFFERS", param_diff);
+    return s;
+  }
+};
+
+inline Verdict compare_runs(const RunResult& ref, const RunResult& x) {
+  std::vector<double> la = step_values(ref.report, "loss"), lb = step_values(x.report, "loss");
+  std::vector<double> na = step_values(ref.report, "grad_norm"), nb = step_values(x.report, "grad_norm");
+  Verdict v;
+  v.losses_equal = !la.empty() && la == lb;
+  v.norms_equal = !na.empty() && na == nb;
+  v.model_equal = same_model_bits(ref.model_path, x.model_path);
+  v.loss_diff = max_abs_diff(la, lb);
+  v.norm_diff = max_abs_diff(na, nb);
+  v.param_diff = max_param_diff(ref.model_path, x.model_path);
+  return v;
+}
+
 }  // namespace nzt

@@ -75,17 +75,10 @@ uint64_t gathered_peak_bound(const Sizes& z, uint64_t e, bool prefetch) {
 // Bit for bit stage0_ddp: every step's loss and grad norm (== on doubles: the report keeps %.17g)
 // and the model file's bytes. *diff: the largest |difference| seen (0 when bitwise equal).
 Problems check_equal_to_ddp(const RunResult& ref, const RunResult& r, double* diff = nullptr) {
-  Problems p;
-  std::vector<double> la = step_values(ref.report, "loss"), lb = step_values(r.report, "loss");
-  std::vector<double> na = step_values(ref.report, "grad_norm"), nb = step_values(r.report, "grad_norm");
-  const double dl = max_abs_diff(la, lb), dn = max_abs_diff(na, nb);
-  const double dp = max_param_diff(ref.model_path, r.model_path);
-  if (la.empty() || la != lb) p.push_back(fmt("step losses differ from stage0_ddp (max |diff| %.3g)", dl));
-  if (na.empty() || na != nb) p.push_back(fmt("grad norms differ from stage0_ddp (max |diff| %.3g)", dn));
-  if (!same_model_bits(ref.model_path, r.model_path))
-    p.push_back(fmt("model file differs from stage0_ddp's (max |param diff| %.3g)", dp));
-  if (diff) *diff = std::max({dl, dn, dp});
-  return p;
+  const Verdict v = compare_runs(ref, r);
+  if (diff) *diff = v.largest_diff();
+  if (v.identical()) return {};
+  return {"differs from stage0_ddp: " + v.str()};
 }
 
 // Per rank, to the byte. e = bytes per stored element, S = padded shard (P / N), U = largest unit:

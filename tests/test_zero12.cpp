@@ -37,33 +37,6 @@ const RunResult& run(const std::string& trainer, int N, int accum, const std::st
   return it->second;
 }
 
-// What the equality checks see between a run and its stage0_ddp reference.
-struct Verdict {
-  bool losses_equal, norms_equal, model_equal;
-  double loss_diff, norm_diff, param_diff;  // largest |difference| (0 when bitwise equal)
-  bool identical() const { return losses_equal && norms_equal && model_equal; }
-  std::string str() const {
-    char s[200];
-    snprintf(s, sizeof s, "losses %s (max |diff| %.3g), grad norms %s (%.3g), model file %s (max |param diff| %.3g)",
-             losses_equal ? "equal" : "DIFFER", loss_diff, norms_equal ? "equal" : "DIFFER", norm_diff,
-             model_equal ? "equal" : "DIFFERS", param_diff);
-    return s;
-  }
-};
-
-Verdict compare(const RunResult& ref, const RunResult& x) {
-  std::vector<double> la = step_values(ref.report, "loss"), lb = step_values(x.report, "loss");
-  std::vector<double> na = step_values(ref.report, "grad_norm"), nb = step_values(x.report, "grad_norm");
-  Verdict v;
-  v.losses_equal = !la.empty() && la == lb;  // == on doubles: bit for bit (the report keeps %.17g)
-  v.norms_equal = !na.empty() && na == nb;
-  v.model_equal = same_model_bits(ref.model_path, x.model_path);
-  v.loss_diff = max_abs_diff(la, lb);
-  v.norm_diff = max_abs_diff(na, nb);
-  v.param_diff = max_param_diff(ref.model_path, x.model_path);
-  return v;
-}
-
 }  // namespace
 
 // The headline: sharding changes where the numbers live, not what they are.
@@ -81,7 +54,7 @@ TEST(Zero12, Fp32BitwiseEqualToDDPForOneToFourRanks) {
       for (const char* stage : kStages) {
         const RunResult& r = run(stage, N, accum);
         ASSERT_EQ(r.exit_code, 0) << r.output;
-        Verdict v = compare(ref, r);
+        Verdict v = compare_runs(ref, r);
         printf("fp32 %s N=%d accum=%d (clipped %d/%d steps): %s\n", stage, N, accum, clipped, kSteps,
                v.str().c_str());
         EXPECT_TRUE(v.identical()) << stage << ": " << v.str();
@@ -101,7 +74,7 @@ TEST(Zero12, Bf16BitwiseEqualToDDPOverTwentySteps) {
     for (const char* stage : kStages) {
       const RunResult& r = run(stage, N, accum, "bf16");
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      Verdict v = compare(ref, r);
+      Verdict v = compare_runs(ref, r);
       printf("bf16 %s N=%d accum=%d, %d steps: largest difference to stage0_ddp: %s\n", stage, N, accum,
              kBf16Steps, v.str().c_str());
       EXPECT_EQ(v.loss_diff, 0.0);
@@ -215,7 +188,7 @@ TEST(Zero12, BrokenStage2VariantsAreCaught) {
         << bin_dir() << "/" << mutant << " is missing: build it with `make all` (tests/mutants.mk)";
     const RunResult& r = run(mutant, N, accum);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    Verdict v = compare(ref, r);
+    Verdict v = compare_runs(ref, r);
     printf("%s vs stage0_ddp: %s\n", mutant.c_str(), v.str().c_str());
     EXPECT_FALSE(v.identical()) << mutant << " passed the equality checks: they cannot see this bug";
   }

@@ -340,7 +340,7 @@ void run_block() {
   queue_range(0, n, false);
   g_warp_arrived.assign(warps, 0);
   size_t head = 0;
-  int done = 0, at_syncthreads = 0;
+  int done = 0;
   bool backwards = true;
   while (done < n) {
     if (head == g_ready.size()) {  // nothing can run: only the block barrier can be released
@@ -351,7 +351,6 @@ void run_block() {
           if (g_fibers[i]->state == State::Done) stuck("__syncthreads after some threads of the block exited", i / kWarp);
       }
       for (int i = 0; i < n; i++) g_fibers[i]->state = State::Ready;
-      at_syncthreads = 0;
       g_ready.clear();
       head = 0;
       queue_range(0, n, backwards);
@@ -361,8 +360,6 @@ void run_block() {
     resume(f);
     if (f->state == State::Done) {
       done++;
-    } else if (f->state == State::AtSyncthreads) {
-      at_syncthreads++;
     } else if (f->state == State::AtWarp) {
       const int w = f->warp, first = w * kWarp, end = std::min(n, first + kWarp);
       if (end - first < kWarp) stuck("a full-warp operation in a warp of fewer than 32 threads", w);
@@ -381,7 +378,6 @@ void run_block() {
       head = 0;
     }
   }
-  (void)at_syncthreads;
 }
 
 }  // namespace
@@ -429,7 +425,6 @@ struct Profile {
     static Profile* p = getenv("NZ_EMU_PROFILE") ? new Profile() : nullptr;
     return p;
   }
-  ~Profile() {}
   static void report() {
     Profile* p = get();
     std::vector<std::pair<double, std::string>> rows;
@@ -772,15 +767,19 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
   const size_t ab_elem = Atype == CUDA_R_32F ? 4 : 2, c_elem = Ctype == CUDA_R_32F ? 4 : 2;
-  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  auto operand = [](const void* base, long long stride, size_t elem, int i) {
+    return static_cast<const char*>(base) + i * stride * (long long)elem;
+  };
   for (int i = 0; i < batch; i++) {
-    const void* Ai = static_cast<const char*>(A) + i * strideA * (long long)ab_elem;
-    const void* Bi = static_cast<const char*>(B) + i * strideB * (long long)ab_elem;
-    void* Ci = static_cast<char*>(C) + i * strideC * (long long)c_elem;
-    check_operand("A", Ai, a_rows, a_cols, lda, ab_elem);
-    check_operand("B", Bi, b_rows, b_cols, ldb, ab_elem);
-    check_operand("C", Ci, m, n, ldc, c_elem);
-    DeviceAccess access;
+    check_operand("A", operand(A, strideA, ab_elem, i), a_rows, a_cols, lda, ab_elem);
+    check_operand("B", operand(B, strideB, ab_elem, i), b_rows, b_cols, ldb, ab_elem);
+    check_operand("C", operand(C, strideC, c_elem, i), m, n, ldc, c_elem);
+  }
+  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  DeviceAccess access;
+  for (int i = 0; i < batch; i++) {
+    const void *Ai = operand(A, strideA, ab_elem, i), *Bi = operand(B, strideB, ab_elem, i);
+    void* Ci = const_cast<char*>(operand(C, strideC, c_elem, i));
     for (int j = 0; j < n; j++)
       for (int r = 0; r < m; r++) {
         float acc = 0.0f;
@@ -871,28 +870,28 @@ std::vector<char> gather_all(const void* send, size_t count, ncclDataType_t t, n
   return all;
 }
 
-// Element i of a ring sum whose chunk ends on rank `last`: ranks last+1, last+2, ..., last, with
-// the running sum rounded to the storage type after every addition (as each hop stores it).
+// One hop of a ring: the running sum plus the next rank's value, stored in the wire type (for bf16
+// that rounds after every addition, as each hop stores its partial sum).
+inline float hop(float s, float v) { return s + v; }
+inline double hop(double s, double v) { return s + v; }
+inline nz::bf16 hop(nz::bf16 s, nz::bf16 v) { return nz::f32_to_bf16(nz::bf16_to_f32(s) + nz::bf16_to_f32(v)); }
+
+// Element i of a ring sum whose chunk ends on rank `last`: ranks last+1, last+2, ..., last.
+template <class V>
+void ring_sum(const std::vector<char>& all, size_t count, size_t i, int last, int size, void* out,
+              size_t out_index) {
+  const V* v = reinterpret_cast<const V*>(all.data());
+  const int first = (last + 1) % size;
+  V s = v[size_t(first) * count + i];
+  for (int h = 1; h < size; h++) s = hop(s, v[size_t((first + h) % size) * count + i]);
+  static_cast<V*>(out)[out_index] = s;
+}
+
 void ring_sum(const std::vector<char>& all, size_t count, size_t i, int last, int size, ncclDataType_t t,
               void* out, size_t out_index) {
-  const int first = (last + 1) % size;
-  if (t == ncclFloat64) {
-    const double* v = reinterpret_cast<const double*>(all.data());
-    double s = v[size_t(first) * count + i];
-    for (int h = 1; h < size; h++) s += v[size_t((first + h) % size) * count + i];
-    static_cast<double*>(out)[out_index] = s;
-  } else if (t == ncclFloat32) {
-    const float* v = reinterpret_cast<const float*>(all.data());
-    float s = v[size_t(first) * count + i];
-    for (int h = 1; h < size; h++) s += v[size_t((first + h) % size) * count + i];
-    static_cast<float*>(out)[out_index] = s;
-  } else {
-    const nz::bf16* v = reinterpret_cast<const nz::bf16*>(all.data());
-    nz::bf16 s = v[size_t(first) * count + i];
-    for (int h = 1; h < size; h++)
-      s = nz::f32_to_bf16(nz::bf16_to_f32(s) + nz::bf16_to_f32(v[size_t((first + h) % size) * count + i]));
-    static_cast<nz::bf16*>(out)[out_index] = s;
-  }
+  if (t == ncclFloat64) ring_sum<double>(all, count, i, last, size, out, out_index);
+  else if (t == ncclFloat32) ring_sum<float>(all, count, i, last, size, out, out_index);
+  else ring_sum<nz::bf16>(all, count, i, last, size, out, out_index);
 }
 
 }  // namespace
