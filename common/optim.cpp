@@ -39,6 +39,10 @@ void accumulate_grads(DType dt, void* dst, const void* src, size_t n, float scal
   }
 }
 
+void average_grads(DType dt, void* grads, size_t n, float scale) {
+  accumulate_grads(dt, grads, grads, n, scale, /*first=*/true);
+}
+
 static double sum_squares_dt(DType dt, const void* p, size_t n, Location where = Location::Device) {
   if (where != Location::Device) {  // host memory: the CPU kernel, whatever the backend
     if (dt == DType::F32) return cpu::sum_squares<float>((const float*)p, n);
@@ -59,6 +63,12 @@ double sq_sum_of_slice_in_full(const Layout& L, DType dt, const void* full_grads
     Slice sl = L.shard(u, rank);
     s += sum_squares_dt(dt, (const char*)full_grads + (L.units[u].offset + sl.begin) * e, sl.size());
   }
+  return s;
+}
+
+double sq_sum_in_rank_order(const Layout& L, DType dt, const void* full_grads) {
+  double s = 0;
+  for (int r = 0; r < L.world; r++) s += sq_sum_of_slice_in_full(L, dt, full_grads, r);
   return s;
 }
 
@@ -83,94 +93,133 @@ std::vector<Slice> owned_shards(const Layout& L, int rank) {
   return s;
 }
 
-AdamW::AdamW(const Layout& L, std::vector<Slice> owned, DType dt, Location where, const Args& args)
-    : L_(L), owned_(std::move(owned)), dt_(dt), on_host_(where != Location::Device),
-      weight_decay_(args.weight_decay) {
-  NZ_CHECK(int(owned_.size()) == L.num_units(), "one slice per unit");
-  NZ_CHECK(dt_ == DType::F32 || dt_ == DType::BF16, "AdamW: storage must be fp32 or bf16");
-  size_t largest = 0;
-  for (const Slice& s : owned_) {
-    state_offset_.push_back(total_);
-    total_ += s.size();
-    largest = std::max(largest, s.size());
+// Adam's constants (the betas of GPT-style training; eps as in the Adam paper).
+constexpr float kBeta1 = 0.9f, kBeta2 = 0.95f, kEps = 1e-8f;
+
+// Where unit u's owned slice starts in the packed optimizer state (m, v, master): one offset per
+// unit, the slices laid end to end. Returns the total.
+static size_t pack_slices(const std::vector<Slice>& owned, std::vector<size_t>* offset) {
+  size_t total = 0;
+  for (const Slice& s : owned) {
+    offset->push_back(total);
+    total += s.size();
   }
-  if (where == Location::Disk) {  // offload to disk: master, m, v in files, a chunk at a time in memory
-    disk_ = std::make_unique<DiskState>(args.offload_dir, total_, std::min<size_t>(args.offload_chunk, largest));
-    return;
-  }
-  m_ = Buffer(Category::AdamM, where, total_ * sizeof(float), "adam m");
-  v_ = Buffer(Category::AdamV, where, total_ * sizeof(float), "adam v");
-  m_.zero();
-  v_.zero();
-  // The fp32 master: in bf16 mode; on the host in fp32 mode too (the parameters are on the device).
-  if (dt_ != DType::F32 || on_host_) master_ = Buffer(Category::Master, where, total_ * sizeof(float), "fp32 master");
+  return total;
 }
 
-AdamW::~AdamW() = default;
+// Walks the tensors that elements [begin, end) of unit u's owned slice `own` cross, calling
+// fn(i, n, weight_decay) for each piece (i: where the piece starts, counted from the slice's first
+// element; n: its length). Weight decay applies to matrices and embeddings only; the padding after
+// the last tensor is a piece of its own (gradient 0, no decay: it stays 0).
+template <class Fn>
+static void for_each_piece(const Unit& unit, Slice own, size_t begin, size_t end, float weight_decay, Fn fn) {
+  size_t pos = own.begin + begin;
+  auto piece = [&](size_t stop, float wd) {  // unit elements [pos, stop)
+    stop = std::min(stop, own.begin + end);
+    if (stop <= pos) return;
+    fn(pos - own.begin, stop - pos, wd);
+    pos = stop;
+  };
+  for (const TensorSpec& ts : unit.tensors) piece(ts.offset + ts.numel, ts.decay ? weight_decay : 0.0f);
+  piece(own.end, 0.0f);  // padding
+}
+
+// ---- AdamW on the device ----
+
+AdamW::AdamW(const Layout& L, std::vector<Slice> owned, DType dt, const Args& args)
+    : L_(L), owned_(std::move(owned)), dt_(dt), weight_decay_(args.weight_decay) {
+  NZ_CHECK(int(owned_.size()) == L.num_units(), "one slice per unit");
+  NZ_CHECK(dt_ == DType::F32 || dt_ == DType::BF16, "AdamW: storage must be fp32 or bf16");
+  total_ = pack_slices(owned_, &state_offset_);
+  m_ = Buffer(Category::AdamM, Location::Device, total_ * sizeof(float), "adam m");
+  v_ = Buffer(Category::AdamV, Location::Device, total_ * sizeof(float), "adam v");
+  m_.zero();
+  v_.zero();
+  if (dt_ != DType::F32) master_ = Buffer(Category::Master, Location::Device, total_ * sizeof(float), "fp32 master");
+}
 
 void AdamW::init_master(int u, const void* params_slice) {
-  const size_t n = owned_[u].size(), base = state_offset_[u];
-  auto to_fp32 = [&](float* master, size_t from, size_t count) {  // elements [from, from + count)
-    if (!on_host_) return ops::cast<float, bf16>(master, (const bf16*)params_slice + from, count);
-    if (dt_ == DType::F32) cpu::cast<float, float>(master, (const float*)params_slice + from, count);
-    else cpu::cast<float, bf16>(master, (const bf16*)params_slice + from, count);
-  };
-  if (disk_) {  // write the master file a chunk at a time (m and v start at 0)
-    for (size_t a = 0; a < n; a += disk_->chunk()) {
-      const size_t count = std::min(disk_->chunk(), n - a);
-      to_fp32(disk_->master(), a, count);
-      std::fill(disk_->m(), disk_->m() + count, 0.0f);
-      std::fill(disk_->v(), disk_->v() + count, 0.0f);
-      disk_->write(base + a, count);
-    }
-  } else if (!master_.empty()) {  // (fp32 on the device: the parameters are their own master)
-    to_fp32(master_.as<float>() + base, 0, n);
-  }
+  if (master_.empty()) return;  // fp32: the parameters are their own master
+  ops::cast<float, bf16>(master_.as<float>() + state_offset_[u], (const bf16*)params_slice, owned_[u].size());
 }
 
 void AdamW::step(int u, void* params_slice, const void* grads_slice, float lr, float grad_scale, int t) {
   const size_t n = owned_[u].size(), base = state_offset_[u];
-  if (disk_) {  // offload to disk: stream master, m, v through the host buffers, a chunk at a time
-    for (size_t a = 0; a < n; a += disk_->chunk()) {
-      const size_t count = std::min(disk_->chunk(), n - a);
-      disk_->read(base + a, count);
-      update(u, a, a + count, disk_->master(), disk_->m(), disk_->v(), grads_slice, params_slice, lr, grad_scale, t);
-      disk_->write(base + a, count);
-    }
-    return;
-  }
   float* p32 = master_.empty() ? (float*)params_slice : master_.as<float>() + base;
-  update(u, 0, n, p32, m_.as<float>() + base, v_.as<float>() + base, grads_slice, params_slice, lr, grad_scale, t);
-  if (!on_host_ && dt_ == DType::BF16)  // the parameters in the storage type, rounded from the master
-    ops::cast<bf16, float>((bf16*)params_slice, p32, n);
+  float *m = m_.as<float>() + base, *v = v_.as<float>() + base;
+  for_each_piece(L_.units[u], owned_[u], 0, n, weight_decay_, [&](size_t i, size_t len, float wd) {
+    if (dt_ == DType::F32)
+      ops::adamw_update<float>(p32 + i, m + i, v + i, (const float*)grads_slice + i, len, lr, kBeta1, kBeta2,
+                               kEps, wd, grad_scale, t);
+    else
+      ops::adamw_update<bf16>(p32 + i, m + i, v + i, (const bf16*)grads_slice + i, len, lr, kBeta1, kBeta2, kEps,
+                              wd, grad_scale, t);
+  });
+  if (dt_ == DType::BF16) ops::cast<bf16, float>((bf16*)params_slice, p32, n);  // rounded from the master
 }
 
-void AdamW::update(int u, size_t begin, size_t end, float* p32, float* m, float* v, const void* grads_slice,
-                   void* params_out, float lr, float grad_scale, int t) {
-  const Slice own = owned_[u];
-  const Unit& unit = L_.units[u];
-  const size_t e = dtype_bytes(dt_);
-  // Walk the tensors this slice crosses: weight decay on matrices and embeddings only. The
-  // padding after the last tensor is a segment of its own (gradient 0, no decay: stays 0).
-  size_t pos = own.begin + begin;
-  auto segment = [&](size_t stop, float wd) {  // unit elements [pos, stop)
-    stop = std::min(stop, own.begin + end);
-    if (stop <= pos) return;
-    const size_t i = pos - own.begin, j = i - begin, n = stop - pos;  // i: in the slice; j: in p32, m, v
-    const char* g = (const char*)grads_slice + i * e;
-    char* out = (char*)params_out + i * e;
-    if (on_host_ && dt_ == DType::F32)  // offload: the fast kernel also writes the copy for the device
-      cpu_adam::adamw_update<float>(p32 + j, m + j, v + j, (const float*)g, n, lr, beta1_, beta2_, eps_, wd, grad_scale, t, (float*)out);
-    else if (on_host_)
-      cpu_adam::adamw_update<bf16>(p32 + j, m + j, v + j, (const bf16*)g, n, lr, beta1_, beta2_, eps_, wd, grad_scale, t, (bf16*)out);
-    else if (dt_ == DType::F32)
-      ops::adamw_update<float>(p32 + j, m + j, v + j, (const float*)g, n, lr, beta1_, beta2_, eps_, wd, grad_scale, t);
-    else
-      ops::adamw_update<bf16>(p32 + j, m + j, v + j, (const bf16*)g, n, lr, beta1_, beta2_, eps_, wd, grad_scale, t);
-    pos = stop;
+// ---- AdamW on the host (offload) ----
+
+HostAdamW::HostAdamW(const Layout& L, std::vector<Slice> owned, DType dt, Location where, const Args& args)
+    : L_(L), owned_(std::move(owned)), dt_(dt), weight_decay_(args.weight_decay) {
+  NZ_CHECK(int(owned_.size()) == L.num_units(), "one slice per unit");
+  NZ_CHECK(dt_ == DType::F32 || dt_ == DType::BF16, "HostAdamW: storage must be fp32 or bf16");
+  NZ_CHECK(where == Location::Host || where == Location::Disk, "HostAdamW: state on the host or on disk");
+  total_ = pack_slices(owned_, &state_offset_);
+  size_t largest = 0;
+  for (const Slice& s : owned_) largest = std::max(largest, s.size());
+  if (where == Location::Disk) {  // master, m, v in files, a chunk at a time in memory
+    disk_ = std::make_unique<DiskState>(args.offload_dir, total_, std::min<size_t>(args.offload_chunk, largest));
+    return;
+  }
+  m_ = Buffer(Category::AdamM, Location::Host, total_ * sizeof(float), "adam m");
+  v_ = Buffer(Category::AdamV, Location::Host, total_ * sizeof(float), "adam v");
+  master_ = Buffer(Category::Master, Location::Host, total_ * sizeof(float), "fp32 master");
+  m_.zero();
+  v_.zero();
+}
+
+HostAdamW::~HostAdamW() = default;
+
+void HostAdamW::init_master(int u, const void* params_slice) {
+  const size_t n = owned_[u].size(), base = state_offset_[u];
+  auto to_fp32 = [&](float* master, size_t from, size_t count) {  // elements [from, from + count)
+    if (dt_ == DType::F32) cpu::cast<float, float>(master, (const float*)params_slice + from, count);
+    else cpu::cast<float, bf16>(master, (const bf16*)params_slice + from, count);
   };
-  for (const TensorSpec& ts : unit.tensors) segment(ts.offset + ts.numel, ts.decay ? weight_decay_ : 0.0f);
-  segment(own.end, 0.0f);  // padding
+  if (!disk_) return to_fp32(master_.as<float>() + base, 0, n);
+  for (size_t a = 0; a < n; a += disk_->chunk()) {  // write the master file a chunk at a time
+    const size_t count = std::min(disk_->chunk(), n - a);
+    to_fp32(disk_->master(), a, count);
+    std::fill(disk_->m(), disk_->m() + count, 0.0f);  // m and v start at 0
+    std::fill(disk_->v(), disk_->v() + count, 0.0f);
+    disk_->write(base + a, count);
+  }
+}
+
+void HostAdamW::step(int u, const void* grads_slice, void* params_out, float lr, float grad_scale, int t) {
+  const size_t n = owned_[u].size(), base = state_offset_[u], e = dtype_bytes(dt_);
+  // elements [begin, end) of the slice, with master, m, v pointing at element `begin`
+  auto update = [&](size_t begin, size_t end, float* p32, float* m, float* v) {
+    for_each_piece(L_.units[u], owned_[u], begin, end, weight_decay_, [&](size_t i, size_t len, float wd) {
+      const size_t j = i - begin;  // in p32, m, v
+      const void* g = (const char*)grads_slice + i * e;
+      void* out = (char*)params_out + i * e;
+      if (dt_ == DType::F32)
+        cpu_adam::adamw_update<float>(p32 + j, m + j, v + j, (const float*)g, len, lr, kBeta1, kBeta2, kEps, wd,
+                                      grad_scale, t, (float*)out);
+      else
+        cpu_adam::adamw_update<bf16>(p32 + j, m + j, v + j, (const bf16*)g, len, lr, kBeta1, kBeta2, kEps, wd,
+                                     grad_scale, t, (bf16*)out);
+    });
+  };
+  if (!disk_) return update(0, n, master_.as<float>() + base, m_.as<float>() + base, v_.as<float>() + base);
+  for (size_t a = 0; a < n; a += disk_->chunk()) {  // stream master, m, v through the host buffers
+    const size_t count = std::min(disk_->chunk(), n - a);
+    disk_->read(base + a, count);
+    update(a, a + count, disk_->master(), disk_->m(), disk_->v());
+    disk_->write(base + a, count);
+  }
 }
 
 }  // namespace nz

@@ -20,12 +20,20 @@ float clip_scale(double grad_norm, float clip);
 // where: Location::Host runs it on the CPU whatever the backend (offload's gradients are on the host).
 void accumulate_grads(DType dt, void* dst, const void* src, size_t n, float scale, bool first,
                       Location where = Location::Device);
+// grads = grads * scale, in place: the reduced sum over ranks and micro-steps becomes their mean.
+// The same kernel and rounding as accumulate_grads(first = true), so averaging a sum after the
+// reduction (stage0, stage1) and scaling on arrival (stage2 and later) agree bit for bit at accum 1.
+void average_grads(DType dt, void* grads, size_t n, float scale);
 
-// Sum of squared gradients over slice `rank` of every unit, in unit order, in double.
-// The global squared norm is the sum of these over ranks in rank order: that is how the sharded
-// stages compute it (one partial per rank, then a rank-ordered sum), so stage0 sums the same way.
-//   ..._in_full: grads is a full padded buffer (stage0, stage1);
-//   ..._of_shard: grads is this rank's packed shard (stage2 and later, at Unit::shard_offset).
+// Sums of squared gradients, in double. The global squared norm adds one partial per rank, in
+// rank order (partial r = slice r of every unit, in unit order): that is how the sharded stages
+// compute it (each rank its own partial, then a rank-ordered sum over ranks), so stage0 sums the
+// same way and every stage reports the same norm to the bit.
+//   sq_sum_in_rank_order: the whole sum, from a full padded buffer (stage0 holds every slice);
+//   sq_sum_of_slice_in_full: partial `rank`, from a full padded buffer (stage1);
+//   sq_sum_of_shard: this rank's partial, from its packed shard (stage2 and later, at
+//   Unit::shard_offset); where = Location::Host for offload's host gradients.
+double sq_sum_in_rank_order(const Layout& L, DType dt, const void* full_grads);
 double sq_sum_of_slice_in_full(const Layout& L, DType dt, const void* full_grads, int rank);
 double sq_sum_of_shard(const Layout& L, DType dt, const void* shard_grads, Location where = Location::Device);
 
@@ -33,21 +41,13 @@ double sq_sum_of_shard(const Layout& L, DType dt, const void* shard_grads, Locat
 std::vector<Slice> whole_units(const Layout& L);           // stage0: everything
 std::vector<Slice> owned_shards(const Layout& L, int rank); // stages 1-3: slice `rank` of each unit
 
-// AdamW (decoupled weight decay; none on biases and layernorm parameters, nor on padding).
-// The Adam moments (and in bf16 mode the fp32 master copy) exist only for the owned slices.
-// In fp32 mode the parameters are their own master copy and are updated in place.
-// Offload: where = Location::Host runs the update on the CPU (the fast kernel of cpu_adam.h) with
-// its own fp32 master, in fp32 mode too (the parameters stay on the device): step() reads the
-// gradient slice from host memory and writes the updated slice, in the storage type, to
-// params_slice in host memory, for the trainer to copy up. Location::Disk: the same, with master,
-// m and v in files (offload_store.h) streamed through host buffers of args.offload_chunk elements.
-class DiskState;
+// AdamW (decoupled weight decay; none on biases and layernorm parameters, nor on padding), on
+// the device. The Adam moments (and in bf16 mode the fp32 master copy) exist only for the owned
+// slices. In fp32 mode the parameters are their own master copy and are updated in place.
 class AdamW {
  public:
-  AdamW(const Layout& L, std::vector<Slice> owned, DType param_dtype, Location where, const Args& args);
-  ~AdamW();
-  // master = fp32(params) for unit u's owned slice (params_slice: where the state is, device or
-  // host memory). No-op in fp32 mode on the device.
+  AdamW(const Layout& L, std::vector<Slice> owned, DType param_dtype, const Args& args);
+  // master = fp32(params) for unit u's owned slice (device memory). No-op in fp32 mode.
   void init_master(int u, const void* params_slice);
   // One step on unit u's owned slice: params_slice and grads_slice point at the slice's first
   // element. t is the 1-based step count (bias correction).
@@ -55,17 +55,39 @@ class AdamW {
   size_t owned_elems() const { return total_; }
 
  private:
-  // Elements [begin, end) of unit u's owned slice; p32, m, v point at element `begin`, grads_slice
-  // and params_out at the slice's first element.
-  void update(int u, size_t begin, size_t end, float* p32, float* m, float* v, const void* grads_slice,
-              void* params_out, float lr, float grad_scale, int t);
   const Layout& L_;
   std::vector<Slice> owned_;
   std::vector<size_t> state_offset_;  // where unit u's slice starts in m, v, master
   size_t total_ = 0;
   DType dt_;
-  bool on_host_;  // the optimizer runs on the CPU (offload), whatever the device
-  float beta1_ = 0.9f, beta2_ = 0.95f, eps_ = 1e-8f, weight_decay_;
+  float weight_decay_;
+  Buffer m_, v_, master_;
+};
+
+// The same AdamW for ZeRO-Offload, run by the CPU on state in host memory (or on disk): an fp32
+// master of the owned slices (in fp32 mode too: the parameters themselves stay on the device), m
+// and v, updated by the fast host kernel (cpu_adam.h, bitwise equal to the device's AdamW). The
+// gradient slice is read from host memory, and the updated slice is written, in the storage type,
+// to a host buffer for the trainer to copy up. Location::Disk: master, m and v live in files
+// (offload_store.h), streamed through host buffers of args.offload_chunk elements.
+class DiskState;
+class HostAdamW {
+ public:
+  HostAdamW(const Layout& L, std::vector<Slice> owned, DType param_dtype, Location where, const Args& args);
+  ~HostAdamW();
+  // master = fp32(params) for unit u's owned slice; params_slice is in host memory.
+  void init_master(int u, const void* params_slice);
+  // One step on unit u's owned slice: grads_slice (host) in, updated params_out (host, storage
+  // type) out. params_out may be grads_slice itself (each gradient is read before it is overwritten).
+  void step(int u, const void* grads_slice, void* params_out, float lr, float grad_scale, int t);
+
+ private:
+  const Layout& L_;
+  std::vector<Slice> owned_;
+  std::vector<size_t> state_offset_;
+  size_t total_ = 0;
+  DType dt_;
+  float weight_decay_;
   Buffer m_, v_, master_;
   std::unique_ptr<DiskState> disk_;  // Location::Disk only
 };

@@ -49,19 +49,19 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
   switch (stage) {
     case Stage::DDP:  // everything, everywhere
       b.params = e * P;
-      b.grads = e * P;
+      // the full gradient, accumulated locally over the micro-steps and all-reduced in place once
+      // per step, plus one unit's gradient of the current micro-step on its way into it
+      b.grads = e * P + e * U;
       b.master = mixed ? 4 * P : 0;
       b.adam_m = 4 * P;
       b.adam_v = 4 * P;
-      b.comm_buffers = e * U;  // one unit's gradient bucket
       break;
     case Stage::Z1:  // P_os: optimizer state sharded
       b.params = e * P;
-      b.grads = e * P;
+      b.grads = e * P + e * U;  // still full: accumulated locally, reduce-scattered once per step
       b.master = mixed ? 4 * S : 0;
       b.adam_m = 4 * S;
       b.adam_v = 4 * S;
-      b.comm_buffers = e * U;
       break;
     case Stage::Z2:  // P_os+g: gradients sharded too
       b.params = e * P;
@@ -69,7 +69,7 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
       b.master = mixed ? 4 * S : 0;
       b.adam_m = 4 * S;
       b.adam_v = 4 * S;
-      b.comm_buffers = e * U;
+      b.comm_buffers = e * U;  // the bucket: a unit's full gradient lives only here, until reduce-scattered
       break;
     case Stage::Z3: {  // P_os+g+p: parameters sharded too; units gathered only while in use
       b.params = e * S;
@@ -111,8 +111,8 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
 uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum) {
   const uint64_t N = L.world, S = L.shard_total, K = accum;
   switch (stage) {
-    case Stage::DDP: return K * 2 * (N - 1) * S;
-    case Stage::Z1:
+    case Stage::DDP:
+    case Stage::Z1: return 2 * (N - 1) * S;
     case Stage::Z2:
     case Stage::Offload: return K * (N - 1) * S + (N - 1) * S;
     case Stage::Z3: return K * 3 * (N - 1) * S;

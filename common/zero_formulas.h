@@ -32,13 +32,16 @@ struct StateBytes {
 // Per-rank model-state bytes of `stage` for layout L (its world size is N) in storage type dt.
 StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt);
 
-// Elements this rank sends per optimizer step in the model-state collectives, with `accum`
-// micro-steps (gradients are reduced once per micro-step, parameters gathered once per step):
-//   stage0:        accum * 2 (N-1) S          (all-reduce = reduce-scatter + all-gather)
-//   stage1, 2:     accum * (N-1) S + (N-1) S  (reduce-scatter per micro-step, one all-gather)
-//   stage3:        accum * 3 (N-1) S          (gather in forward and backward, reduce-scatter)
-//   offload:       as stage2, plus host<->device: accum * S down (grad slices) + S up (params)
-// With accum = 1 these are the paper's 2Ψ(N-1)/N and 3Ψ(N-1)/N per rank.
+// Elements this rank sends per optimizer step in the model-state collectives, with K = accum
+// micro-steps. Stages 0 and 1 keep the full gradient, so they accumulate it locally and reduce
+// once per step, whatever K is (PyTorch DDP's no_sync, DeepSpeed stage 1); from stage 2 on a rank
+// keeps only its slice of the gradient, so it must reduce-scatter every micro-step:
+//   stage0:        2 (N-1) S                  (all-reduce = reduce-scatter + all-gather, once)
+//   stage1:        2 (N-1) S                  (reduce-scatter once, all-gather once)
+//   stage2:        K (N-1) S + (N-1) S        (reduce-scatter per micro-step, one all-gather)
+//   stage3:        3 K (N-1) S                (gather in forward and backward, reduce-scatter)
+//   offload:       as stage2, plus host<->device: K S down (grad slices) + S up (params)
+// With K = 1 these are the paper's 2Ψ(N-1)/N and 3Ψ(N-1)/N per rank.
 uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum);
 uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offload only, else 0
 

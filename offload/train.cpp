@@ -6,8 +6,9 @@
 // the device's params in place) and Adam's m, v (8S) live in host memory; with --offload-to disk,
 // master, m, v live in files streamed through host chunks (offload_store.h). Per micro-step my
 // reduced slice goes down and is accumulated on the host; per step AdamW runs on the CPU
-// (cpu_adam.h, bitwise equal to the device's) and my updated slice goes up before the all-gather.
-// Host<->device traffic per step: accum * S down + S up, the paper's 2S with accum 1.
+// (HostAdamW in optim.h, bitwise equal to the device's AdamW) and my updated slice goes up before
+// the all-gather. Host<->device traffic per step: K S down + S up with --accum K, the paper's 2S
+// with K = 1; the collectives are stage2's.
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   Buffer landing(Category::Scratch, Location::Host, L.max_unit_padded / L.world * e, "grad slice landing");
   params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
-  auto shard = [&](int u) { return L.units[u].padded / L.world; };         // elements I own of unit u
+  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements I own of unit u
   // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer
   auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e); };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
@@ -48,13 +49,17 @@ int main(int argc, char** argv) {
     copy_bytes_async(dst, Location::Device, src, Location::Host, elems * e);
     comm.count_link(false, elems, elems * e);
   };
+  // offload: after AdamW has read my gradient slice, it writes my updated parameter slice over it
+  // (element by element, each gradient is read before it is overwritten): the spent gradient
+  // buffer doubles as the outbox that is copied up, so offload needs no second eS host buffer
+  auto outbox = [&](int u) { return my_G(u); };
   // offload: master, m, v for my slices on the host (or on disk); AdamW runs on the CPU
   const Location state_at = run.args.offload_to == "disk" ? Location::Disk : Location::Host;
-  AdamW adam(L, owned_shards(L, rank), dt, state_at, run.args);
+  HostAdamW host_adam(L, owned_shards(L, rank), dt, state_at, run.args);
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
-    to_host(my_G(u), my_P(u), shard(u));  // offload: the master starts from my slice, copied down
-    adam.init_master(u, my_G(u));
+    to_host(outbox(u), my_P(u), owned(u));  // offload: the master starts from my slice, copied down
+    host_adam.init_master(u, outbox(u));
   }
   run.params = UnitAccess{[&](int u) -> const void* { return P(u); }};
 
@@ -70,13 +75,13 @@ int main(int argc, char** argv) {
       model.head_backward(P(EMBED));
       for (int u = L.num_units() - 1; u >= 0; u--) {
         model.backward(u, P(u), bucket.data());
-        // reduce-scatter: each rank receives only the summed gradient of the slice it owns;
-        // the rest of the unit's gradient dies with the bucket's next use (P_g)
+        // reduce-scatter, every micro-step: each rank receives only the summed gradient of the
+        // slice it owns; the rest of the unit's gradient dies with the bucket's next use (P_g)
         void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
-        comm.reduce_scatter(bucket.data(), mine, shard(u), dt);
+        comm.reduce_scatter(bucket.data(), mine, owned(u), dt);
         // offload: my reduced slice goes down to the host and is accumulated there
-        to_host(landing.data(), mine, shard(u));
-        accumulate_grads(dt, my_G(u), landing.data(), shard(u), run.grad_average_scale(), k == 0, Location::Host);
+        to_host(landing.data(), mine, owned(u));
+        accumulate_grads(dt, my_G(u), landing.data(), owned(u), run.grad_average_scale(), k == 0, Location::Host);
       }
     }
     run.phase("optimizer");
@@ -86,15 +91,15 @@ int main(int argc, char** argv) {
     const double norm = std::sqrt(sq);
     const float scale = clip_scale(norm, run.args.clip);
     for (int u = 0; u < L.num_units(); u++) {
-      // offload: AdamW on the CPU writes my updated slice, in the storage type, over my spent
-      // gradient slice; it is copied up while the CPU updates the next unit
-      adam.step(u, my_G(u), my_G(u), run.lr(step), scale, step + 1);
-      to_device(my_P(u), my_G(u), shard(u));
+      // offload: AdamW on the CPU, from my host gradient slice to my updated slice in the outbox;
+      // the copy up travels while the CPU updates the next unit
+      host_adam.step(u, my_G(u), outbox(u), run.lr(step), scale, step + 1);
+      to_device(my_P(u), outbox(u), owned(u));
     }
     copy_wait();  // offload: every updated slice is on the device
     for (int u = 0; u < L.num_units(); u++) {
       // all-gather: every rank receives every rank's updated slice, so all hold the full model
-      comm.all_gather(my_P(u), P(u), shard(u), dt);
+      comm.all_gather(my_P(u), P(u), owned(u), dt);
     }
     run.end_step(step, loss_sum, norm);
   }

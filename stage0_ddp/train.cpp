@@ -1,13 +1,17 @@
 // stage0_ddp — plain data parallelism, the baseline every ZeRO stage is diffed against.
 //
 // Every rank holds the full parameters, the full gradients and the full optimizer state. Each
-// rank runs forward and backward on its own micro-batch; as soon as a unit's backward is done,
-// its gradient is all-reduced (summed over ranks, in rank order) from one reusable bucket, and
-// averaged into the gradient buffer. Then every rank applies the same AdamW update to the same
-// numbers, so the replicas stay identical without ever sending a parameter.
+// rank runs forward and backward on its own micro-batches and adds each unit's gradient into its
+// full gradient buffer, with no communication: with --accum K the gradient is summed locally over
+// the K micro-steps. Only the last micro-step's backward synchronises: as soon as a unit's
+// gradient is complete, it is all-reduced in place (summed over ranks, in rank order) and
+// averaged. Then every rank applies the same AdamW update to the same numbers, so the replicas
+// stay identical without ever sending a parameter. (This is PyTorch DDP's no_sync: communicate
+// once per optimizer step, never per micro-step.)
 //
-// Per rank, Ψ parameters (P with padding): params eP, grads eP, Adam m + v 8P (+ master 4P in
-// bf16): 16 bytes per parameter, N times over. That redundancy is what ZeRO removes.
+// Per rank, Ψ parameters (P with padding): params eP, grads eP (+ one unit's eU on its way in),
+// Adam m + v 8P (+ master 4P in bf16): 16 bytes per parameter, N times over. That redundancy is
+// what ZeRO removes. Communication per step: one all-reduce of P elements, 2(N-1)P/N sent per rank.
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
@@ -26,12 +30,13 @@ int main(int argc, char** argv) {
 
   // ---- model state: everything full-size on every rank ----
   Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
-  Buffer grads(Category::Grads, Location::Device, L.padded_total * e, "grads");
-  Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
+  Buffer grads(Category::Grads, Location::Device, L.padded_total * e, "grads (summed over my micro-steps)");
+  Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e, "grads (one unit, this micro-step)");
   params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
-  AdamW adam(L, whole_units(L), dt, Location::Device, run.args);           // m, v for every element
+  auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u
+  AdamW adam(L, whole_units(L), dt, run.args);                              // m, v for every element
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, P(u));
@@ -42,6 +47,7 @@ int main(int argc, char** argv) {
     run.begin_step(step);
     double loss_sum = 0;
     for (int k = 0; k < run.args.accum; k++) {
+      const bool last_micro_step = k == run.args.accum - 1;
       run.load_micro_batch(step, k);
       run.phase("forward");
       for (int u = 0; u < L.num_units(); u++) model.forward(u, P(u));
@@ -49,17 +55,18 @@ int main(int argc, char** argv) {
       run.phase("backward");
       model.head_backward(P(EMBED));
       for (int u = L.num_units() - 1; u >= 0; u--) {
-        model.backward(u, P(u), bucket.data());
-        // all-reduce: every rank gets the sum of every rank's gradient for this unit
-        comm.all_reduce(bucket.data(), L.units[u].padded, dt);
-        accumulate_grads(dt, G(u), bucket.data(), L.units[u].padded, run.grad_average_scale(), k == 0);
+        model.backward(u, P(u), unit_grad.data());
+        accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);  // local: no communication
+        if (last_micro_step) {  // unit u's gradient is complete on this rank: synchronise it once
+          // all-reduce: every rank gets the sum of every rank's gradient for this unit
+          comm.all_reduce(G(u), numel(u), dt);
+          average_grads(dt, G(u), numel(u), run.grad_average_scale());
+        }
       }
     }
     run.phase("optimizer");
     // global gradient norm, summed slice by slice in the order the sharded stages sum it
-    double sq = 0;
-    for (int r = 0; r < run.world(); r++) sq += sq_sum_of_slice_in_full(L, dt, grads.data(), r);
-    const double norm = std::sqrt(sq);
+    const double norm = std::sqrt(sq_sum_in_rank_order(L, dt, grads.data()));
     const float scale = clip_scale(norm, run.args.clip);
     // every rank updates every parameter, identically
     for (int u = 0; u < L.num_units(); u++) adam.step(u, P(u), G(u), run.lr(step), scale, step + 1);

@@ -1,14 +1,17 @@
 // stage1 — ZeRO stage 1 (P_os): shard the optimizer states.
 //
 // Each unit is padded to a multiple of N and rank r owns slice r of every unit. Only the owned
-// slices get Adam moments (and, in bf16, an fp32 master copy). As soon as a unit's backward is
-// done its gradient is reduce-scattered from the bucket: rank r receives the sum over ranks of
-// slice r only, and accumulates it into the owned slice of its gradient buffer. AdamW updates
-// only the owned slice; an all-gather then brings every rank the others' updated slices.
+// slices get Adam moments (and, in bf16, an fp32 master copy). As in stage0, each rank adds each
+// unit's gradient into its full gradient buffer, with no communication, over the K micro-steps;
+// only the last micro-step's backward synchronises. But instead of an all-reduce, the complete
+// gradient of a unit is reduce-scattered: rank r receives the sum over ranks of slice r only, the
+// slice it owns. AdamW updates only the owned slice; an all-gather then brings every rank the
+// others' updated slices.
 //
-// The gradient buffer is still full-size, as in stage0, but only the owned slice is ever read:
-// that waste is what stage2 removes. Communication per step: reduce-scatter + all-gather move the
-// same bytes as stage0's all-reduce. Per rank: params eP, grads eP, Adam 8S (+ master 4S).
+// The gradient buffer is still full-size, because the local accumulation over micro-steps needs
+// all of it; after the reduce-scatter only the owned slice is read. Communication per step:
+// reduce-scatter + all-gather move the same elements as stage0's all-reduce, 2(N-1)P/N per rank.
+// Per rank: params eP, grads eP (+ one unit's eU on its way in), Adam 8S (+ master 4S).
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
@@ -28,15 +31,17 @@ int main(int argc, char** argv) {
 
   // ---- model state: full params and grads; optimizer state only for my slices ----
   Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
-  Buffer grads(Category::Grads, Location::Device, L.padded_total * e, "grads");
-  Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
+  Buffer grads(Category::Grads, Location::Device, L.padded_total * e, "grads (summed over my micro-steps)");
+  Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e, "grads (one unit, this micro-step)");
   params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
-  auto shard = [&](int u) { return L.units[u].padded / L.world; };         // elements I own of unit u
+  auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
+  auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u
+  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements I own of unit u
   // P_os: my slice of unit u, in the full buffers (slice `rank`)
   auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e); };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].offset + L.shard(u, rank).begin, e); };
-  AdamW adam(L, owned_shards(L, rank), dt, Location::Device, run.args);  // P_os: m, v for my slices only
+  AdamW adam(L, owned_shards(L, rank), dt, run.args);                       // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, my_P(u));
@@ -47,6 +52,7 @@ int main(int argc, char** argv) {
     run.begin_step(step);
     double loss_sum = 0;
     for (int k = 0; k < run.args.accum; k++) {
+      const bool last_micro_step = k == run.args.accum - 1;
       run.load_micro_batch(step, k);
       run.phase("forward");
       for (int u = 0; u < L.num_units(); u++) model.forward(u, P(u));
@@ -54,11 +60,13 @@ int main(int argc, char** argv) {
       run.phase("backward");
       model.head_backward(P(EMBED));
       for (int u = L.num_units() - 1; u >= 0; u--) {
-        model.backward(u, P(u), bucket.data());
-        // reduce-scatter: each rank receives only the summed gradient of the slice it owns
-        void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
-        comm.reduce_scatter(bucket.data(), mine, shard(u), dt);
-        accumulate_grads(dt, my_G(u), mine, shard(u), run.grad_average_scale(), k == 0);
+        model.backward(u, P(u), unit_grad.data());
+        accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);  // local: no communication
+        if (last_micro_step) {  // unit u's gradient is complete on this rank: synchronise it once
+          // reduce-scatter: each rank receives only the summed gradient of the slice it owns
+          comm.reduce_scatter(G(u), my_G(u), owned(u), dt);
+          average_grads(dt, my_G(u), owned(u), run.grad_average_scale());
+        }
       }
     }
     run.phase("optimizer");
@@ -70,7 +78,7 @@ int main(int argc, char** argv) {
     for (int u = 0; u < L.num_units(); u++) {
       adam.step(u, my_P(u), my_G(u), run.lr(step), scale, step + 1);  // P_os: update my slice only
       // all-gather: every rank receives every rank's updated slice, so all hold the full model
-      comm.all_gather(my_P(u), P(u), shard(u), dt);
+      comm.all_gather(my_P(u), P(u), owned(u), dt);
     }
     run.end_step(step, loss_sum, norm);
   }

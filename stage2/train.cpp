@@ -1,12 +1,14 @@
 // stage2 — ZeRO stage 2 (P_os+g): shard the gradients too.
 //
 // As in stage1, rank r owns slice r of every unit and keeps optimizer state only for it. Now the
-// gradient is sharded as well: the full-size gradient of a unit exists only in the one reusable
+// gradient is sharded as well: the full-size gradient of a unit exists only in one reusable
 // bucket, for the moment between its backward and its reduce-scatter. Each rank keeps just its
-// owned slice, accumulated over micro-steps (with --accum K every micro-step reduce-scatters and
-// adds: a stage 2 that overwrote instead would silently train on the last micro-batch only).
+// owned slice. The price: a rank can no longer sum its full gradient locally over micro-steps, so
+// with --accum K every micro-step reduce-scatters each unit and adds the received slice into the
+// owned slice (a stage 2 that overwrote instead would silently train on the last micro-batch only).
 //
-// Communication is stage1's. Per rank: params eP, grads eS + one bucket eU, Adam 8S (+ master 4S).
+// Communication per step: K reduce-scatters + one all-gather, (K+1)(N-1)P/N per rank, where stage1
+// sends 2(N-1)P/N whatever K is. Per rank: params eP, grads eS + one bucket eU, Adam 8S (+ master 4S).
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
@@ -30,11 +32,11 @@ int main(int argc, char** argv) {
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
   params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
-  auto shard = [&](int u) { return L.units[u].padded / L.world; };         // elements I own of unit u
+  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements I own of unit u
   // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer
   auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e); };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
-  AdamW adam(L, owned_shards(L, rank), dt, Location::Device, run.args);  // P_os: m, v for my slices only
+  AdamW adam(L, owned_shards(L, rank), dt, run.args);                       // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, my_P(u));
@@ -53,11 +55,11 @@ int main(int argc, char** argv) {
       model.head_backward(P(EMBED));
       for (int u = L.num_units() - 1; u >= 0; u--) {
         model.backward(u, P(u), bucket.data());
-        // reduce-scatter: each rank receives only the summed gradient of the slice it owns;
-        // the rest of the unit's gradient dies with the bucket's next use (P_g)
+        // reduce-scatter, every micro-step: each rank receives only the summed gradient of the
+        // slice it owns; the rest of the unit's gradient dies with the bucket's next use (P_g)
         void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
-        comm.reduce_scatter(bucket.data(), mine, shard(u), dt);
-        accumulate_grads(dt, my_G(u), mine, shard(u), run.grad_average_scale(), k == 0);
+        comm.reduce_scatter(bucket.data(), mine, owned(u), dt);
+        accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), k == 0);
       }
     }
     run.phase("optimizer");
@@ -69,7 +71,7 @@ int main(int argc, char** argv) {
     for (int u = 0; u < L.num_units(); u++) {
       adam.step(u, my_P(u), my_G(u), run.lr(step), scale, step + 1);  // P_os: update my slice only
       // all-gather: every rank receives every rank's updated slice, so all hold the full model
-      comm.all_gather(my_P(u), P(u), shard(u), dt);
+      comm.all_gather(my_P(u), P(u), owned(u), dt);
     }
     run.end_step(step, loss_sum, norm);
   }

@@ -9,7 +9,7 @@
 // (LM head), lnf, blocks L..1.
 //
 // Communication per micro-step: 2P elements gathered, P reduce-scattered: 3(N-1)S sent per rank,
-// 1.5x stage2. Per rank: params eS, grads eS + one bucket eU, Adam 8S (+ master 4S), plus the
+// 3K(N-1)S per step with --accum K (stage2: (K+1)(N-1)S). Per rank: params eS, grads eS + one bucket eU, Adam 8S (+ master 4S), plus the
 // gathered units (zero_formulas.cpp, Z3: the largest two neighbours in the gather order).
 #include <cmath>      // std::sqrt
 
@@ -34,11 +34,11 @@ int main(int argc, char** argv) {
   Buffer grads(Category::Grads, Location::Device, L.shard_total * e, "grads (my slices)");  // P_g
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
   params.zero();
-  auto shard = [&](int u) { return L.units[u].padded / L.world; };         // elements I own of unit u
+  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements I own of unit u
   // my slice of unit u, packed in the sharded parameter and gradient buffers
   auto my_P = [&](int u) { return elem_ptr(params, L.units[u].shard_offset, e); };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
-  AdamW adam(L, owned_shards(L, rank), dt, Location::Device, run.args);  // P_os: m, v for my slices only
+  AdamW adam(L, owned_shards(L, rank), dt, run.args);                       // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.shard(u, rank), my_P(u));  // P_p: only my slice is ever initialised
     adam.init_master(u, my_P(u));
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   auto gather_start = [&](int u) {
     const Unit& unit = L.units[u];
     gathered[u] = Buffer(Category::Gathered, Location::Device, unit.padded * e, "gathered " + unit.name);
-    in_flight[u] = comm.all_gather_start(my_P(u), gathered[u].data(), shard(u), dt);
+    in_flight[u] = comm.all_gather_start(my_P(u), gathered[u].data(), owned(u), dt);
   };
   // unit u's full parameters: gathered now, or the prefetch already started is waited for
   auto gather_unit = [&](int u) -> const void* {
@@ -88,11 +88,11 @@ int main(int argc, char** argv) {
         if (u - 1 > EMBED) prefetch(u - 1);   // prefetch: the next unit of the backward
         model.backward(u, p, bucket.data());
         release_unit(u);                      // release: unit u, until the next forward
-        // reduce-scatter: each rank receives only the summed gradient of the slice it owns; the
-        // embedding's comes last, once, holding both the LM head's and the lookups' contributions
+        // reduce-scatter, every micro-step: each rank receives only the summed gradient of the slice
+        // it owns; the embedding's comes last, once, with both the LM head's and the lookups' parts
         void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
-        comm.reduce_scatter(bucket.data(), mine, shard(u), dt);
-        accumulate_grads(dt, my_G(u), mine, shard(u), run.grad_average_scale(), k == 0);
+        comm.reduce_scatter(bucket.data(), mine, owned(u), dt);
+        accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), k == 0);
       }
     }
     run.phase("optimizer");
