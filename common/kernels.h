@@ -1,13 +1,15 @@
 // kernels.h — every op of the GPT model, forward and backward, as plain functions over raw arrays.
 //
-// The same declarations (kernel_decls.inc) exist twice:
-//   nz::cpu  — kernels_cpu.cpp: the readable reference, the oracle for the tests, and what runs on
-//              machines without a GPU. Instantiated for float, bf16 and double (double is for the
-//              finite-difference tests).
+// The same declarations (kernel_decls.inc) exist three times:
+//   nz::ref  — kernels_ref.cpp: the textbook loops, what a learner reads first; the fast kernels
+//              are tested against it. Instantiated for float, bf16 and double.
+//   nz::cpu  — kernels_cpu.cpp: the same functions made fast (tiled, vectorized, OpenMP), what runs
+//              on machines without a GPU. Instantiated for float, bf16 and double (double is for
+//              the finite-difference tests).
 //   nz::cuda — common/cuda/*.cu: hand-written CUDA kernels, float and bf16, on device pointers.
 // T is the storage type; arithmetic is done in acc_t<T> (fp32, or double).
 //
-// Conventions (identical for both backends):
+// Conventions (identical for all three):
 //  - weight and bias gradients ACCUMULATE (+=): a unit's backward zeroes its gradient first, and
 //    the tied embedding collects two contributions (LM head and token lookup) in one buffer;
 //  - input gradients (dinp) are OVERWRITTEN (=);
@@ -18,6 +20,9 @@
 #include "dtype.h"
 
 namespace nz {
+namespace ref {  // the reference: read this one first
+#include "kernel_decls.inc"
+}  // namespace ref
 namespace cpu {
 #include "kernel_decls.inc"
 }  // namespace cpu

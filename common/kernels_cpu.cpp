@@ -1,4 +1,6 @@
-// kernels_cpu.cpp — the CPU reference backend: every op of the GPT model, forward beside backward.
+// kernels_cpu.cpp — the fast CPU backend: every op of the GPT model, forward beside backward (the
+// textbook version of each, the one to read first, is in kernels_ref.cpp; tests/test_kernels_ref.cpp
+// checks these against it).
 //
 // One plain function per op over raw row-major arrays, shapes in the comments. T is the storage
 // type (float, bf16, or double for the finite-difference tests); all arithmetic is done in
