@@ -1,4 +1,4 @@
-// checkpoint.cpp — writing and reading the model file.
+// checkpoint.cpp — writing and reading the model file, and collecting a trained model's units into it.
 #include "checkpoint.h"
 
 #include <cerrno>
@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "check.h"
+#include "kernels.h"  // cpu::cast, to widen bf16 parameters to fp32
 
 namespace nz {
 
@@ -29,6 +30,27 @@ void save_model(const std::string& path, const GPTConfig& c, const std::vector<f
     remove(tmp.c_str());
     user_error("--save-model %s: cannot replace the file (%s)", path.c_str(), strerror(errno));
   }
+}
+
+size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
+                             bool writer, const std::function<const void*(int u)>& acquire,
+                             const std::function<void(int u)>& release) {
+  std::vector<float> all;  // Ψ floats, built on the writer only
+  for (int u = 0; u < layout.num_units(); u++) {
+    const Unit& unit = layout.units[u];
+    const void* p = acquire(u);
+    if (writer) {  // the unit's padding is left out: the file holds exactly Ψ parameters
+      std::vector<char> raw(unit.numel * dtype_bytes(dt));
+      copy_bytes(raw.data(), Location::Host, p, Location::Device, raw.size());
+      size_t at = all.size();
+      all.resize(at + unit.numel);
+      if (dt == DType::F32) cpu::cast<float, float>(all.data() + at, (const float*)raw.data(), unit.numel);
+      else cpu::cast<float, bf16>(all.data() + at, (const bf16*)raw.data(), unit.numel);
+    }
+    release(u);
+  }
+  if (writer) save_model(path, cfg, all);
+  return all.size();
 }
 
 void load_model(const std::string& path, GPTConfig* c, std::vector<float>* params) {

@@ -9,6 +9,7 @@
 //                 qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
 //                 fcproj_b, then lnf_w, lnf_b (row-major, shapes as in model.h)
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,14 @@ constexpr uint32_t kModelVersion = 1;
 // Writes PATH.tmp then renames it over PATH: a crash never leaves a half-written model file.
 // params: Ψ floats in layout order. Exits with code 2 and one line if PATH cannot be written.
 void save_model(const std::string& path, const GPTConfig& cfg, const std::vector<float>& params);
+// The model file of a trained model whose parameters live unit by unit on the device, in storage
+// type dt (what every stage holds). Collective: every rank calls it, because acquire(u) may gather
+// unit u (stage3) and release(u) frees it again; only the writer (rank 0) widens each unit's
+// numel elements to fp32, in layout order, and writes PATH with save_model. Returns Ψ, the
+// number of parameters written (0 on the other ranks).
+size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
+                             bool writer, const std::function<const void*(int u)>& acquire,
+                             const std::function<void(int u)>& release);
 // Reads and checks a model file; exits with code 2 and one line (with a hint) if it is not one,
 // is from another version, or is truncated.
 void load_model(const std::string& path, GPTConfig* cfg, std::vector<float>* params);

@@ -2,7 +2,8 @@
 //
 // Determinism: every reduction adds the contributions in rank order 0, 1, ..., N-1, for every
 // element, whatever the collective. So all_reduce == reduce_scatter + all_gather bit for bit, and
-// every ZeRO stage computes the same numbers as plain data parallelism (DESIGN.md).
+// the ZeRO stages compute the same numbers as plain data parallelism (README "Exactly the same
+// model" says exactly when, with gradient accumulation).
 //
 // How reduce_scatter does it on MPI: one in-place all-to-all moves every rank's contribution to
 // slice r onto rank r (each rank sends (N-1)/N of the buffer, the same volume as a ring), then
@@ -17,45 +18,22 @@
 //
 // Buffer sizes are in elements of the given dtype. A "full" buffer is N * shard_elems elements;
 // slice r is elements [r * shard_elems, (r + 1) * shard_elems).
+//
+// One class, three files: comm.cpp the collectives; comm_backend.cpp start-up and the choice of
+// backend (which ranks share a GPU, NCCL or MPI, the pinned staging buffer); comm_stats.h/.cpp
+// the comm ledger the collectives count into.
 #pragma once
 #include <mpi.h>  // MPI_Request
 
 #include <cstddef>
-#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "comm_stats.h"  // CommStats, the comm ledger
 #include "dtype.h"
 #include "ledger.h"  // Buffer (the pinned staging copy of the MPI path on GPUs)
 
 namespace nz {
-
-enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, kCount };
-constexpr int kNumCommOps = int(CommOp::kCount);
-const char* comm_op_name(CommOp op);
-
-struct CommCounts {
-  uint64_t calls = 0;
-  uint64_t elems_sent = 0;  // elements this rank sent (what the ZeRO formulas count)
-  uint64_t bytes_sent = 0;
-  uint64_t bytes_recv = 0;
-};
-
-// What crossed the host<->device link (offload), counted by whoever copies.
-struct LinkCounts {
-  uint64_t to_host_bytes = 0, to_device_bytes = 0;
-  uint64_t to_host_elems = 0, to_device_elems = 0;
-};
-
-struct CommStats {
-  CommCounts op[kNumCommOps];
-  LinkCounts link;
-  // Model-state traffic: everything except the small scalar all-reduces (loss, norm, timings).
-  uint64_t model_elems_sent() const;
-  uint64_t model_bytes_sent() const;
-  CommStats operator-(const CommStats& o) const;
-  std::string to_json() const;
-};
 
 // A non-blocking collective in flight (stage3's prefetch): an MPI request, or an NCCL call queued
 // on the comm stream.
@@ -95,8 +73,6 @@ class Comm {
   void wait(CommRequest& r);
   // Sum over ranks, in place. elems must be a multiple of size() (units are padded to it).
   void all_reduce(void* buf, size_t elems, DType dt);
-  void broadcast(void* buf, size_t bytes, int root);  // host memory, always over MPI
-  void barrier();
   // Sum n doubles over ranks, in rank order, in place (loss, squared norm). Counted as Scalars.
   void sum_scalars(double* v, int n);
   // Every rank's value, on every rank (per-rank peaks for the log line). Counted as Scalars.
@@ -105,10 +81,10 @@ class Comm {
   std::string gather_strings(const std::string& mine, const char* separator);
 
   const CommStats& stats() const { return stats_; }
-  void count_link(bool to_host, size_t elems, size_t bytes);
+  // Offload's copies over the host<->device link: no collective, but the same ledger.
+  void count_link(bool to_host, size_t elems, size_t bytes) { stats_.add_link(to_host, elems, bytes); }
 
  private:
-  void count(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv);
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool oversubscribed_ = false;  // more ranks than cores on this machine: sleep while waiting
   void* staging(size_t bytes);   // MPI path on GPUs: pinned host copy of a device buffer

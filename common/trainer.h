@@ -2,6 +2,10 @@
 // command line, the model and its data, the schedule, the per-step log line, validation, the
 // model file, the memory table and the JSON report. Each stage's train.cpp owns only its model
 // state (what is sharded, what is gathered, which collective runs where).
+//
+// Defined in two files: trainer.cpp (set-up, step bookkeeping, validation, finish) and report.cpp
+// (what the run reports at the end: the summary, the per-rank memory table, the JSON report).
+// The model file is written by checkpoint.h, MFU computed by mfu.h.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -59,12 +63,16 @@ class Trainer {
   // loss_sum: this rank's summed token losses over its micro-batches. Prints the step line,
   // records it, and runs validation when due.
   void end_step(int step, double loss_sum, double grad_norm);
-  // Mean validation loss over args.eval_windows windows, split over the ranks.
-  double evaluate();
   // Final validation, the model file, the memory table and the JSON report.
   void finish();
 
  private:
+  // Mean validation loss over args.eval_windows windows, split over the ranks.
+  double evaluate();
+  // report.cpp
+  double mfu_at(double tokens_per_s) const;  // this run's MFU (mfu.h); 0 on the CPU
+  void print_summary(double total_s);        // "done:" and, on GPUs, "throughput:"
+  void print_gpu_memory_check();             // the ledger against cudaMemGetInfo
   void print_memory_table();
   void write_report();
   std::vector<int> tokens_, targets_;

@@ -2,7 +2,7 @@
 // layout (padding included). The trainers print these beside the ledger, the tests assert
 // ledger == formula to the byte, and zero_estimate prints them without allocating anything.
 //
-// Notation (DESIGN.md): P = padded parameter count (Ψ plus the zeros that pad each unit to a
+// Notation (README "The memory ledger"): P = padded parameter count (Ψ plus the zeros that pad each unit to a
 // multiple of N), S = P / N (the elements each rank owns), U = the largest unit (padded),
 // e = bytes per element of the storage type (4 for fp32, 2 for bf16).
 #pragma once

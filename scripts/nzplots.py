@@ -7,6 +7,7 @@ the memory ledger of every rank, its timeline, and the elements each step sent).
     import nzplots as nz
     reports = nz.run_stages(worlds=[1, 2, 3, 4])   # {(stage, N): report}, tiny runs
     nz.fig_categories(reports, world=4).savefig("memory_by_category.png")
+    nz.fig_comm_vs_accum(world=4).savefig("comm_vs_accum.png")  # formulas only, no runs needed
 
 Binaries are found in $NZ_BIN_DIR, else build/bin; reports are cached in $NZ_RUNS_DIR, else
 runs/reports (a report is reused only if the command and the trainer binary are unchanged).
@@ -60,10 +61,11 @@ def built_stages():
     return have, [s for s in STAGES if s not in have]
 
 
-def estimate(worlds=(1,), stage="all", precision="bf16", preset=None, params=None, batch=None, seq=None):
-    """zero_estimate --json: per-rank bytes by category for every (world, stage), exact."""
+def estimate(worlds=(1,), stage="all", precision="bf16", preset=None, params=None, batch=None, seq=None, accum=1):
+    """zero_estimate --json: per-rank bytes by category for every (world, stage), exact, and the
+    elements each rank sends per optimizer step of `accum` micro-steps."""
     cmd = [str(bin_dir() / "zero_estimate"), "--json", "--stage", stage, "--precision", precision,
-           "--world", ",".join(str(n) for n in worlds)]
+           "--world", ",".join(str(n) for n in worlds), "--accum", str(accum)]
     cmd += ["--params", str(params)] if params is not None else ["--preset", preset or "small"]
     if batch is not None:
         cmd += ["--batch", str(batch)]
@@ -127,11 +129,11 @@ def measured_at(report, location, rank=0):
 
 
 def formula_for(report):
-    """zero_estimate's record for the run's stage, world, shape and precision."""
+    """zero_estimate's record for the run's stage, world, shape, precision and accumulation."""
     cfg = report["config"]
     assert report["preset"] in ("tiny", "small", "gpt2"), report["preset"]
     est = estimate(worlds=[report["world"]], stage=report["stage"], precision=report["precision"],
-                   preset=report["preset"], batch=report["batch"], seq=report["seq"])
+                   preset=report["preset"], batch=report["batch"], seq=report["seq"], accum=report["accum"])
     assert est["config"]["layers"] == cfg["layers"] and est["config"]["dim"] == cfg["dim"], "preset overridden"
     return est["estimates"][0]
 
@@ -243,7 +245,7 @@ def fig_scaling(reports, params="7.5B", capacity_gb=80, max_world=1024):
     bx.set_xlabel("number of ranks N (MPI processes)")
     bx.set_ylabel("model-state bytes per rank / Ψ  (bytes per parameter)")
     bx.set_title(f"Measured: {rep0['preset']} preset, Ψ = {rep0['num_params']:,}, {rep0['precision']}\n"
-                 "markers: memory ledger; lines: formula (with buckets)")
+                 "markers: memory ledger; lines: formula (with the one-unit buffers)")
     bx.set_ylim(bottom=0)
     bx.grid(True, alpha=0.3)
     bx.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -323,8 +325,9 @@ def fig_timeline(reports, world=4):
 # ---------------------------------------------------------------------------------------------
 
 def fig_comm(reports):
-    """Elements each rank sent in one optimizer step (steps_log, rank 0), in units of Ψ, against
-    the paper's 2Ψ(N-1)/N (stages 0-2) and 3Ψ(N-1)/N (stage3); offload's host link against 2Ψ/N."""
+    """Elements each rank sent in one optimizer step of one micro-step (accum K = 1; steps_log,
+    rank 0), in units of Ψ, against the paper's 2Ψ(N-1)/N (stages 0-2) and 3Ψ(N-1)/N (stage3);
+    offload's host link against 2Ψ/N. For K > 1 see fig_comm_vs_accum."""
     worlds = sorted({n for (_, n) in reports})
     fig = Figure(figsize=(13, 5.5), layout="constrained")
     ax = fig.add_subplot()
@@ -341,7 +344,8 @@ def fig_comm(reports):
             continue
         last = [reports[(s, w)]["steps_log"][-1] for w in ns]  # rank 0's counts in the last step
         psi = reports[(s, ns[0])]["num_params"]
-        assert all(reports[(s, w)]["accum"] == 1 for w in ns), "the comparison is per step with accum 1"
+        # the paper's curves are for one micro-step per step; K > 1 is fig_comm_vs_accum's
+        assert all(reports[(s, w)]["accum"] == 1 for w in ns), "the comparison is per step with accum K = 1"
         xs = [w + offsets[s] for w in ns]
         ax.plot(xs, [x["comm_elems"] / psi for x in last], markers[s], color=STAGE_COLOR[s], ms=9, mfc="none",
                 mew=2, label=f"{STAGE_LABEL[s]} (measured)")
@@ -353,9 +357,90 @@ def fig_comm(reports):
     ax.set_xticks(worlds)
     ax.set_xlabel("number of ranks N (markers spread sideways so that none hides another)")
     ax.set_ylabel("elements sent per rank per step / Ψ")
-    ax.set_title(f"Communication per optimizer step, measured by the comm ledger\n"
-                 f"{rep0['preset']} preset, Ψ = {rep0['num_params']:,} (units padded to a multiple of N), accum 1")
+    ax.set_title(f"Communication per optimizer step with accum K = 1 (one micro-step per step), measured by the "
+                 f"comm ledger\n{rep0['preset']} preset, Ψ = {rep0['num_params']:,} (units padded to a multiple of N)")
     ax.set_ylim(bottom=-0.05)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Figure 5: elements communicated per step against gradient accumulation
+# ---------------------------------------------------------------------------------------------
+
+# How each stage's traffic grows with K, as common/zero_formulas.h writes it (labels only: the
+# numbers come from zero_estimate).
+SENT_FORMULA = {"stage0_ddp": "2(N−1)S", "stage1": "2(N−1)S", "stage2": "(K+1)(N−1)S",
+                "stage3": "3K(N−1)S", "offload": "(K+1)(N−1)S"}
+
+
+def comm_by_accum(world=4, accums=range(1, 9), preset="tiny", precision="bf16"):
+    """Elements each rank sends per optimizer step of K micro-steps, from zero_estimate --accum K:
+    {"world", "shard" (S), "accums", "sent": {stage: [elements for each K]}}."""
+    accums = list(accums)
+    sent = {s: [] for s in STAGES}
+    for k in accums:
+        est = estimate(worlds=[world], preset=preset, precision=precision, accum=k)
+        assert est["accum"] == k
+        for e in est["estimates"]:
+            sent[e["stage"]].append(e["comm_elems_per_step"])
+    shard = est["estimates"][0]["shard_params"]
+    return {"world": world, "shard": shard, "accums": accums, "sent": sent, "preset": preset}
+
+
+def comm_table(data):
+    """comm_by_accum's numbers as text: one row per stage, one column per K, in units of (N−1)S."""
+    unit = (data["world"] - 1) * data["shard"]
+    head = f"{'(N−1)S x':<12}" + "".join(f"{'K=' + str(k):>7}" for k in data["accums"]) + "   formula"
+    rows = [head]
+    for s in STAGES:
+        rows.append(f"{s:<12}" + "".join(f"{v / unit:>7g}" for v in data["sent"][s]) + f"   {SENT_FORMULA[s]}")
+    return (f"elements each rank sends per optimizer step, N = {data['world']}, {data['preset']} preset: "
+            f"(N−1)S = {unit:,} elements\n" + "\n".join(rows))
+
+
+def run_accums(world=4, accums=(1, 2, 4), stages=None, **kw):
+    """The built stages at N = world with --accum K for each K: {(stage, K): report} (K = 1 is the
+    same cached run as run_stages's)."""
+    have, _ = built_stages()
+    return {(s, k): run(s, world, extra=() if k == 1 else ("--accum", str(k)), **kw)
+            for s in (stages or STAGES) if s in have for k in accums}
+
+
+def fig_comm_vs_accum(world=4, accums=range(1, 9), measured=None, preset="tiny"):
+    """Elements each rank sends per optimizer step against the micro-steps K, per stage, in units of
+    (N−1)S: lines from zero_estimate --accum K; markers, if given, the comm ledger of real runs
+    ({(stage, K): report} at N = world, as run_accums returns)."""
+    data = comm_by_accum(world, accums, preset=preset)
+    unit = (world - 1) * data["shard"]
+    fig = Figure(figsize=(12, 5.5), layout="constrained")
+    ax = fig.add_subplot()
+    # stage1 draws on stage0, offload on stage2: the dashes let the lower line show through
+    style = {"stage0_ddp": dict(ls="-", lw=5, alpha=0.5), "stage1": dict(ls="--", lw=2),
+             "stage2": dict(ls="-", lw=5, alpha=0.5), "stage3": dict(ls="-", lw=2),
+             "offload": dict(ls="--", lw=2)}
+    for s in STAGES:
+        ax.plot(data["accums"], [v / unit for v in data["sent"][s]], color=STAGE_COLOR[s],
+                label=f"{STAGE_LABEL[s]}: {SENT_FORMULA[s]}", **style[s])
+    markers = {"stage0_ddp": "o", "stage1": "s", "stage2": "D", "stage3": "^", "offload": "v"}
+    offsets = {s: (i - 2) * 0.05 for i, s in enumerate(STAGES)}  # side by side at each K
+    for s in STAGES:
+        pts = sorted((k, rep) for (st, k), rep in (measured or {}).items() if st == s)
+        if not pts:
+            continue
+        for k, rep in pts:
+            assert rep["world"] == world and rep["accum"] == k and rep["preset"] == preset, (s, k)
+        ax.plot([k + offsets[s] for k, _ in pts], [rep["steps_log"][-1]["comm_elems"] / unit for _, rep in pts],
+                markers[s], color=STAGE_COLOR[s], ms=9, mfc="none", mew=2, label=f"{STAGE_LABEL[s]} (measured)")
+    ax.set_xticks(data["accums"])
+    ax.set_xlabel("micro-steps per optimizer step K (--accum)" +
+                  ("; markers spread sideways so that none hides another" if measured else ""))
+    ax.set_ylabel("elements sent per rank per step / (N−1)S")
+    ax.set_title(f"Communication per optimizer step against gradient accumulation, N = {world} ranks\n"
+                 f"{preset} preset: (N−1)S = {unit:,} elements. Lines: zero_estimate --accum K"
+                 f"{'; markers: comm ledger of real runs' if measured else ''}")
+    ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
@@ -365,10 +450,38 @@ def fig_comm(reports):
 # Notebook exercises
 # ---------------------------------------------------------------------------------------------
 
+# Names a learner may reasonably use for a stage, beside the binaries' names.
+STAGE_ALIAS = {"stage0": "stage0_ddp", "ddp": "stage0_ddp"}
+
+
+def _same(answer, truth):
+    """Numbers compare as numbers (5 == 5.0, within rounding); anything else exactly."""
+    number = (int, float, np.integer, np.floating)
+    if isinstance(answer, number) and isinstance(truth, number) and not isinstance(answer, bool):
+        return abs(answer - truth) <= 1e-9 * max(1, abs(truth))
+    return answer == truth
+
+
 def check_answer(answer, truth, what):
-    """Self-check for the exercises: None means 'not answered yet' (the notebook still runs)."""
+    """Self-check for the exercises: None means 'not answered yet' (the notebook still runs).
+    A dict truth ({stage: value}) wants a dict with an answer for every key, and nothing else; a
+    dict whose values are all still None counts as not answered."""
+    if isinstance(truth, dict) and isinstance(answer, dict) and all(v is None for v in answer.values()):
+        answer = None
     if answer is None:
         print(f"{what}: put your answer in the cell above and run it again.")
         return
-    assert answer == truth, f"{what}: {answer} is not right; look at the figure again (or the hidden answer)."
+    if isinstance(truth, dict):
+        assert isinstance(answer, dict), f"{what}: expected a dict {{stage: answer}} for {', '.join(truth)}"
+        answer = {STAGE_ALIAS.get(k, k): v for k, v in answer.items()}
+        missing = [k for k in truth if answer.get(k) is None]
+        unknown = [str(k) for k in answer if k not in truth]
+        assert not missing, f"{what}: no answer for {', '.join(missing)}; give one for every stage."
+        assert not unknown, f"{what}: {', '.join(unknown)} is not one of {', '.join(truth)}."
+        wrong = [k for k in truth if not _same(answer[k], truth[k])]
+        assert not wrong, (f"{what}: not right for {', '.join(wrong)}; look at the figure again "
+                           "(or the hidden answer).")
+        print(f"{what}: right for all {len(truth)} ({', '.join(f'{k} {answer[k]}' for k in truth)}).")
+        return
+    assert _same(answer, truth), f"{what}: {answer} is not right; look at the figure again (or the hidden answer)."
     print(f"{what}: {answer} is right.")

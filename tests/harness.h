@@ -170,4 +170,114 @@ inline Verdict compare_runs(const RunResult& ref, const RunResult& x) {
   return v;
 }
 
+// ---- the equality contract between the stages (README "Exactly the same model") ----
+//
+// Two ways of averaging a gradient over N ranks and K micro-steps:
+//   "local"   (stage0_ddp, stage1): each rank sums its K micro-step gradients x_rk itself, then
+//             one reduction over ranks, then the scale s = 1/(NK):   s * Σ_r (Σ_k x_rk)
+//   "sharded" (stage2, stage3, offload): a reduction over ranks every micro-step, each reduced
+//             sum scaled and added to the owned slice:                  Σ_k (s * Σ_r x_rk)
+// Within a group the same additions run in the same order: bit for bit at any K. At K = 1 the two
+// are the same operations too: bit for bit across groups. At K > 1 the same numbers are added in
+// another order, so the groups agree only within the bound below.
+inline bool sums_micro_steps_locally(const std::string& trainer) {
+  return trainer == "stage0_ddp" || trainer == "stage1";
+}
+
+// The cross-group bound, derived (Higham, "Accuracy and Stability of Numerical Algorithms", ch. 4:
+// a sum whose terms each pass through at most m rounded operations, each with relative error at
+// most u, is within γ_m Σ|terms| of the exact sum, γ_m = m u / (1 - m u)).
+// Both groups compute s Σ_rk x_rk from the same N K vectors x_rk (each micro-batch's gradient: the
+// same parameters, data and kernels in both). Along the path of one term x_rk:
+//   local:   K-1 additions (its rank's sum) + N-1 (the reduction) + 1 multiplication by s;
+//   sharded: N-1 additions (the reduction) + 1 multiplication + K-1 additions (the accumulation).
+// In fp32 each is one rounding: m = N + K - 1. In bf16 each operation is done in fp32 and its
+// result rounded to bf16 when stored: the reduction is N-1 fp32 additions and one store (N), the
+// multiplication and each addition of an accumulation are an fp32 rounding and a store (2 each),
+// so m = N + 2K along either path, every rounding counted at the bf16 unit roundoff 2^-8.
+// So, elementwise, |a_i - b_i| <= 2 γ_m s Σ_rk |x_rk,i| (+ 2 m η per element for gradients in the
+// subnormal range, η = half the smallest subnormal), and by the triangle inequality in the 2-norm
+//   |‖a‖ - ‖b‖| <= ‖a - b‖ <= 2 γ_m s Σ_rk ‖x_rk‖ + 2 m η sqrt(P).
+// The reported norms are computed in double (squares exact, P + N + 1 additions and a square root):
+// relative error at most ε_d = γ_{P+N+2} in double, added for each norm.
+// Σ_rk ‖x_rk‖ comes from micro_batch_norms(): one rank, K = 1, learning rate 0, N K steps.
+struct CrossGroupVerdict {
+  double norm_local = 0, norm_sharded = 0, diff = 0, bound = 0;
+  bool within() const { return diff <= bound; }
+  std::string str() const {
+    char s[240];
+    snprintf(s, sizeof s, "step-1 grad norm %.17g (local) vs %.17g (sharded): |diff| %.3g, derived bound %.3g%s",
+             norm_local, norm_sharded, diff, bound, within() ? "" : " EXCEEDED");
+    return s;
+  }
+};
+
+// The unscaled gradient norm of each of the N K micro-batches of step 1 of an (N ranks, accum K)
+// run: the data loader numbers micro-batch (step 0, k, rank r) as k N + r, which is step k N + r of
+// a 1-rank run with accum 1; with --lr 0 the parameters never move, so each of those steps sees
+// the step-1 parameters. (flags: the model and data flags of the runs being compared.)
+inline std::vector<double> micro_batch_norms(const std::string& flags, int N, int K, const std::string& tag) {
+  RunResult one = run_trainer("stage0_ddp", 1,
+                              flags + " --accum 1 --lr 0 --steps " + std::to_string(N * K), "micro_" + tag);
+  if (one.exit_code != 0) {
+    fprintf(stderr, "micro_batch_norms: the 1-rank run failed:\n%s\n", one.output.c_str());
+    return {};
+  }
+  return step_values(one.report, "grad_norm");
+}
+
+inline CrossGroupVerdict cross_group_step1(const RunResult& local, const RunResult& sharded, int N, int K,
+                                           const std::string& prec, const std::vector<double>& micro_norms,
+                                           uint64_t padded_params) {
+  CrossGroupVerdict v;
+  std::vector<double> na = step_values(local.report, "grad_norm"), nb = step_values(sharded.report, "grad_norm");
+  if (na.empty() || nb.empty() || micro_norms.size() != size_t(N) * K) {
+    v.diff = INFINITY;
+    return v;
+  }
+  const bool fp32 = prec == "fp32";
+  const double u = fp32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8);
+  const double eta = fp32 ? std::ldexp(1.0, -150) : std::ldexp(1.0, -134);
+  const double m = fp32 ? N + K - 1 : N + 2.0 * K;
+  const double gamma = m * u / (1 - m * u);
+  const double ud = std::ldexp(1.0, -53), nd = double(padded_params) + N + 2, eps_d = nd * ud / (1 - nd * ud);
+  double sum_norms = 0;
+  for (double x : micro_norms) sum_norms += x * (1 + eps_d);  // each measured norm is itself within ε_d
+  const double s = double(1.0f / float(N * K));                  // the scale the trainers use (a float)
+  v.norm_local = na[0];
+  v.norm_sharded = nb[0];
+  v.diff = std::fabs(na[0] - nb[0]);
+  v.bound = 2 * gamma * s * sum_norms + 2 * m * eta * std::sqrt(double(padded_params)) +
+            eps_d * (na[0] + nb[0]);
+  v.bound *= 1 + 4 * ud;  // the bound's own arithmetic, in double, rounded up
+  return v;
+}
+
+// The whole contract for one run `r` of `trainer` with N ranks and accum K:
+//   - bit for bit stage0_ddp's run (`ddp`) at K = 1, or at any K in the local group;
+//   - otherwise bit for bit `peer`'s run (another trainer of the sharded group, named peer_name),
+//     and step 1's grad norm within the derived cross-group bound of stage0_ddp's.
+// Returns the problems found (none: the contract holds); *summary gets one line for the log.
+inline std::vector<std::string> contract_problems(const std::string& trainer, const RunResult& r, int N, int K,
+                                                  const std::string& prec, const RunResult& ddp,
+                                                  const std::string& peer_name, const RunResult* peer,
+                                                  const std::vector<double>* micro_norms, std::string* summary) {
+  std::vector<std::string> problems;
+  const bool vs_ddp = K == 1 || sums_micro_steps_locally(trainer);
+  const std::string ref_name = vs_ddp ? "stage0_ddp" : peer_name;
+  const RunResult* ref = vs_ddp ? &ddp : peer;
+  if (!ref || ref->exit_code != 0) return {"the reference run " + ref_name + " is missing or failed"};
+  const Verdict v = compare_runs(*ref, r);
+  *summary = "vs " + ref_name + ": " + v.str();
+  if (!v.identical()) problems.push_back("not bit for bit " + ref_name + "'s: " + v.str());
+  if (!vs_ddp) {
+    if (!micro_norms) return {"no micro-batch norms for the cross-group bound"};
+    const CrossGroupVerdict cg =
+        cross_group_step1(ddp, r, N, K, prec, *micro_norms, r.report["padded_params"].u());
+    *summary += "; vs stage0_ddp: " + cg.str();
+    if (!cg.within()) problems.push_back("outside the cross-group bound of stage0_ddp: " + cg.str());
+  }
+  return problems;
+}
+
 }  // namespace nzt

@@ -52,7 +52,9 @@ TEST(DDP, AccumulationOfKMicroBatchesEqualsOneBatchKTimesLarger) {
 }
 
 // Per rank: params, grads, Adam m, v = 4Ψ, 4Ψ, 4Ψ, 4Ψ bytes in fp32 and 2Ψ, 2Ψ, 4Ψ (master),
-// 4Ψ, 4Ψ in bf16, where Ψ here is the padded count P (each unit padded to a multiple of N).
+// 4Ψ, 4Ψ in bf16, where Ψ here is the padded count P (each unit padded to a multiple of N): 16
+// bytes per parameter. Beside them, one unit's gradient of the current micro-step (eU, ledger:
+// grads) on its way into the full gradient; no comm buffer (the all-reduce runs in place).
 TEST(DDP, LedgerHoldsSixteenBytesPerParameterOnEveryRank) {
   for (const char* prec : {"fp32", "bf16"}) {
     for (int N : {1, 3}) {
@@ -64,25 +66,32 @@ TEST(DDP, LedgerHoldsSixteenBytesPerParameterOnEveryRank) {
       for (const Json& rank : r.report["ranks"].arr) {
         const Json& peak = rank["ledger"]["device"]["peak"];
         EXPECT_EQ(peak["params"].u(), e * P);
-        EXPECT_EQ(peak["grads"].u(), e * P);
+        const uint64_t U = r.report["max_unit_padded"].u();
+        EXPECT_EQ(peak["grads"].u(), e * P + e * U);
         EXPECT_EQ(peak["master"].u(), e == 2 ? 4 * P : 0);
         EXPECT_EQ(peak["adam_m"].u(), 4 * P);
         EXPECT_EQ(peak["adam_v"].u(), 4 * P);
-        EXPECT_EQ(peak["comm_buffers"].u(), e * r.report["max_unit_padded"].u());
+        EXPECT_EQ(peak["comm_buffers"].u(), 0u);
         EXPECT_EQ(peak["params"].u() + peak["grads"].u() + peak["master"].u() + peak["adam_m"].u() +
                       peak["adam_v"].u(),
-                  16 * P);
+                  16 * P + e * U);
       }
     }
   }
 }
 
-TEST(DDP, CommunicatesTwoPsiTimesNMinusOneOverNPerStep) {
+// One all-reduce of the gradient per optimizer step, whatever the accumulation: the K micro-steps
+// are summed locally (PyTorch DDP's no_sync), so the traffic is 2Ψ(N-1)/N per step for any K.
+TEST(DDP, CommunicatesTwoPsiTimesNMinusOneOverNPerStepWhateverTheAccumulation) {
   const int N = 3;
-  RunResult r = run_trainer("stage0_ddp", N, kTiny + "--steps 3 --batch 2", "comm");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const uint64_t P = r.report["padded_params"].u();
-  for (const Json& s : r.report["steps_log"].arr) EXPECT_EQ(s["comm_elems"].u(), 2 * (N - 1) * (P / N));
+  for (int K : {1, 2, 3}) {
+    RunResult r = run_trainer("stage0_ddp", N, kTiny + "--steps 3 --batch 2 --accum " + std::to_string(K), "comm");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const uint64_t P = r.report["padded_params"].u(), units = r.report["units"].size();
+    for (const Json& s : r.report["steps_log"].arr) EXPECT_EQ(s["comm_elems"].u(), 2 * (N - 1) * (P / N)) << "K=" << K;
+    for (const Json& rank : r.report["ranks"].arr)
+      EXPECT_EQ(rank["comm"]["all_reduce"]["calls"].u(), 3 * units) << "one all-reduce per unit per step, K=" << K;
+  }
 }
 
 // The model learns: on the default corpus it beats the unigram baseline by a wide margin.

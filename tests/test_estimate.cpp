@@ -1,6 +1,7 @@
 // test_estimate.cpp — zero_estimate against three independent truths: the ZeRO paper's Table 1,
-// the per-stage formulas written out here by hand, and the memory ledger of real training runs
-// (every stage whose trainer is built, N = 1..4, to the byte).
+// the per-stage formulas written out here by hand (bytes, and elements sent per step for --accum
+// K = 1, 2, 3), and the memory ledger and comm ledger of real training runs (every stage whose
+// trainer is built, N = 1..4, to the byte and to the element).
 #include <gtest/gtest.h>
 #include <unistd.h>  // access
 
@@ -63,55 +64,70 @@ TEST(Estimate, PrintsThePaperTable) {
   EXPECT_EQ(rows, 6);  // N = 1, 4, 16, 64, 256, 1024
 }
 
-// GPT-2's shape: the layout counted by hand (units padded to N), then DESIGN.md's table of bytes
-// per parameter per stage, and the collective volumes 2(N-1)S and 3(N-1)S per rank.
+// GPT-2's shape: the layout counted by hand (units padded to N), then the README ledger table of bytes
+// per parameter per stage, and the elements each rank sends per optimizer step of K micro-steps:
+// stages 0 and 1 accumulate the full gradient locally and reduce it once, 2(N-1)S whatever K;
+// stage2 and offload reduce-scatter every micro-step and all-gather once, (K+1)(N-1)S; stage3
+// gathers twice and reduce-scatters every micro-step, 3K(N-1)S. Offload's host link: K·S + S.
 TEST(Estimate, AgreesWithTheFormulasWrittenOut) {
   const uint64_t V = 256, T = 1024, C = 768, layers = 12;
   for (const char* prec : {"fp32", "bf16"}) {
     for (uint64_t N : {1, 3, 8, 1000}) {
-      auto pad = [&](uint64_t n) { return (n + N - 1) / N * N; };
-      const uint64_t embed = pad(V * C + T * C), block = pad(12 * C * C + 13 * C), lnf = pad(2 * C);
-      const uint64_t P = embed + layers * block + lnf, S = P / N, U = std::max(embed, block);
-      // stage3 gathers a unit while its neighbour on the cycle embed, blocks, lnf computes: at most
-      // two neighbours at once
-      const uint64_t two = std::max({embed + block, 2 * block, block + lnf, lnf + embed});
-      const uint64_t e = std::string(prec) == "fp32" ? 4 : 2, master = e == 2 ? 4 : 0;
-      Json j = estimate_json("--preset gpt2 --stage all --precision " + std::string(prec) + " --world " +
-                             std::to_string(N));
-      EXPECT_EQ(j["num_params"].u(), V * C + T * C + layers * (12 * C * C + 13 * C) + 2 * C);
-      // stage -> bytes of {params, grads, master, adam_m, adam_v, comm_buffers, gathered}
-      std::map<std::string, std::vector<uint64_t>> want = {
-          {"stage0_ddp", {e * P, e * P, master * P, 4 * P, 4 * P, e * U, 0}},
-          {"stage1", {e * P, e * P, master * S, 4 * S, 4 * S, e * U, 0}},
-          {"stage2", {e * P, e * S, master * S, 4 * S, 4 * S, e * U, 0}},
-          {"stage3", {e * S, e * S, master * S, 4 * S, 4 * S, e * U, e * two}},
-          {"offload", {e * P, e * S, 4 * S, 4 * S, 4 * S, e * U, 0}},  // fp32 master on the host always
-      };
-      ASSERT_EQ(j["estimates"].size(), 5u);
-      for (const Json& r : j["estimates"].arr) {
-        const std::string st = r["stage"].str;
-        SCOPED_TRACE(st + " " + prec + " N=" + std::to_string(N));
-        EXPECT_EQ(r["padded_params"].u(), P);
-        uint64_t sum = 0;
-        for (int c = 0; c < 7; c++) {
-          EXPECT_EQ(r["bytes"][kStateCats[c]].u(), want[st][c]) << kStateCats[c];
-          sum += want[st][c];
+      for (uint64_t K : {1, 2, 3}) {
+        auto pad = [&](uint64_t n) { return (n + N - 1) / N * N; };
+        const uint64_t embed = pad(V * C + T * C), block = pad(12 * C * C + 13 * C), lnf = pad(2 * C);
+        const uint64_t P = embed + layers * block + lnf, S = P / N, U = std::max(embed, block);
+        // stage3 gathers a unit while its neighbour on the cycle embed, blocks, lnf computes: at most
+        // two neighbours at once
+        const uint64_t two = std::max({embed + block, 2 * block, block + lnf, lnf + embed});
+        const uint64_t e = std::string(prec) == "fp32" ? 4 : 2, master = e == 2 ? 4 : 0;
+        Json j = estimate_json("--preset gpt2 --stage all --precision " + std::string(prec) + " --world " +
+                               std::to_string(N) + " --accum " + std::to_string(K));
+        EXPECT_EQ(j["num_params"].u(), V * C + T * C + layers * (12 * C * C + 13 * C) + 2 * C);
+        EXPECT_EQ(j["accum"].u(), K);
+        // stage -> bytes of {params, grads, master, adam_m, adam_v, comm_buffers, gathered}; stages 0
+        // and 1 hold the full accumulated gradient plus one unit's gradient of the current micro-step
+        // on its way into it, and need no bucket
+        std::map<std::string, std::vector<uint64_t>> want = {
+            {"stage0_ddp", {e * P, e * P + e * U, master * P, 4 * P, 4 * P, 0, 0}},
+            {"stage1", {e * P, e * P + e * U, master * S, 4 * S, 4 * S, 0, 0}},
+            {"stage2", {e * P, e * S, master * S, 4 * S, 4 * S, e * U, 0}},
+            {"stage3", {e * S, e * S, master * S, 4 * S, 4 * S, e * U, e * two}},
+            {"offload", {e * P, e * S, 4 * S, 4 * S, 4 * S, e * U, 0}},  // fp32 master on the host always
+        };
+        // stage -> elements sent per rank per optimizer step, in units of (N-1)S
+        std::map<std::string, uint64_t> sent = {
+            {"stage0_ddp", 2}, {"stage1", 2}, {"stage2", K + 1}, {"stage3", 3 * K}, {"offload", K + 1}};
+        ASSERT_EQ(j["estimates"].size(), 5u);
+        for (const Json& r : j["estimates"].arr) {
+          const std::string st = r["stage"].str;
+          SCOPED_TRACE(st + " " + prec + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+          EXPECT_EQ(r["padded_params"].u(), P);
+          uint64_t sum = 0;
+          for (int c = 0; c < 7; c++) {
+            EXPECT_EQ(r["bytes"][kStateCats[c]].u(), want[st][c]) << kStateCats[c];
+            sum += want[st][c];
+          }
+          EXPECT_EQ(r["model_state"].u(), sum);
+          EXPECT_EQ(r["host"].u(), st == "offload" ? e * S + 12 * S : 0);
+          EXPECT_EQ(r["device"].u() + r["host"].u(), sum + r["bytes"]["activations"].u());
+          EXPECT_EQ(r["comm_elems_per_step"].u(), sent[st] * (N - 1) * S);
+          EXPECT_EQ(r["link_elems_per_step"].u(), st == "offload" ? K * S + S : 0);
         }
-        EXPECT_EQ(r["model_state"].u(), sum);
-        EXPECT_EQ(r["host"].u(), st == "offload" ? e * S + 12 * S : 0);
-        EXPECT_EQ(r["device"].u() + r["host"].u(), sum + r["bytes"]["activations"].u());
-        EXPECT_EQ(r["comm_elems_per_step"].u(), (st == "stage3" ? 3 : 2) * (N - 1) * S);
-        EXPECT_EQ(r["link_elems_per_step"].u(), st == "offload" ? 2 * S : 0);
       }
     }
   }
 }
 
-// A raw count: Ψ itself, the paper's (2 + 2 + 12)Ψ split by stage, nothing else.
+// A raw count: Ψ itself, the paper's (2 + 2 + 12)Ψ split by stage, nothing else (no unit, so no
+// incoming unit gradient in stages 0 and 1 either). And the paper's example's traffic per step with
+// --accum 4: 2, 2, 5, 12, 5 times (N-1)S.
 TEST(Estimate, RawParameterCountIsThePapersModelStates) {
   const uint64_t psi = 7500000000ull, N = 64, S = psi / N;
-  Json j = estimate_json("--params 7.5B --world 64 --precision bf16");
+  Json j = estimate_json("--params 7.5B --world 64 --precision bf16 --accum 4");
   EXPECT_EQ(j["num_params"].u(), psi);
+  std::map<std::string, uint64_t> sent = {{"stage0_ddp", 2}, {"stage1", 2}, {"stage2", 5}, {"stage3", 12},
+                                          {"offload", 5}};
   std::map<std::string, uint64_t> total = {{"stage0_ddp", 16 * psi}, {"stage1", 4 * psi + 12 * S},
                                            {"stage2", 2 * psi + 14 * S}, {"stage3", 16 * S},
                                            {"offload", 2 * psi + 14 * S}};
@@ -120,7 +136,10 @@ TEST(Estimate, RawParameterCountIsThePapersModelStates) {
     EXPECT_EQ(r["model_state"].u(), total[st]) << st;
     EXPECT_EQ(r["bytes"]["comm_buffers"].u() + r["bytes"]["gathered"].u() + r["bytes"]["activations"].u(), 0u);
     EXPECT_EQ(r["device"].u(), st == "offload" ? 2 * psi : total[st]) << st;
+    EXPECT_EQ(r["bytes"]["grads"].u(), st == "stage0_ddp" || st == "stage1" ? 2 * psi : 2 * S) << st;
+    EXPECT_EQ(r["comm_elems_per_step"].u(), sent[st] * (N - 1) * S) << st;
   }
+  EXPECT_EQ(sent.size(), j["estimates"].size());
 }
 
 // The estimate is what the ledger measures: every stage that is built, N = 1..4 in fp32 (N = 3
@@ -174,6 +193,26 @@ TEST(Estimate, MatchesTheLedgerOfRealRunsForEveryBuiltStage) {
   EXPECT_GT(checked, 0) << "no trainer binary in " << bin_dir();
 }
 
+// The elements sent per step are what the comm ledger counts: every built stage, N = 3, --accum 3
+// (rank 0, the last step), and offload's host link, down and up together.
+TEST(Estimate, SentPerStepMatchesTheCommLedgerWithAccumulation) {
+  const std::string shape = "--preset tiny --seq 32 --batch 2";
+  int checked = 0;
+  for (const char* stage : kStages) {
+    if (!have_binary(stage)) continue;
+    SCOPED_TRACE(stage);
+    RunResult run = run_trainer(stage, 3, shape + " --accum 3 --steps 2 --eval-every 0 --eval-windows 4 --device cpu",
+                                "est_accum");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const Json est = estimate_json(shape + " --stage " + stage + " --world 3 --accum 3")["estimates"][0];
+    const Json& last = run.report["steps_log"].arr.back();
+    EXPECT_EQ(last["comm_elems"].u(), est["comm_elems_per_step"].u());
+    EXPECT_EQ(last["to_host_elems"].u() + last["to_device_elems"].u(), est["link_elems_per_step"].u());
+    checked++;
+  }
+  EXPECT_GT(checked, 0) << "no trainer binary in " << bin_dir();
+}
+
 // Bad input: one line naming the problem, exit code 2.
 TEST(Estimate, BadInputIsOneLineAndExitCodeTwo) {
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -189,6 +228,10 @@ TEST(Estimate, BadInputIsOneLineAndExitCodeTwo) {
       {"--dim 30", "must divide"},
       {"--bogus 1", "unknown flag --bogus"},
       {"--world", "needs a value"},
+      {"--accum 0", "--accum 0"},
+      {"--accum two", "--accum two"},
+      {"--accum 65537", "--accum 65537"},
+      {"--accum", "needs a value"},
   };
   for (const auto& [flags, want] : cases) {
     std::string out;

@@ -1,8 +1,10 @@
 // test_zero12.cpp — ZeRO stages 1 and 2 against plain data parallelism, run under mpirun as a
-// learner runs them. What must hold (DESIGN.md "Tests are the proof"):
-//   - every step's loss and grad norm, and the saved model, are bit for bit stage0_ddp's, for
-//     N = 1..4 ranks (3 pads the units), with and without accumulation, with clipping active;
-//     in bf16 too;
+// learner runs them. What must hold (README "Exactly the same model"; harness.h, the contract):
+//   - stage1: every step's loss and grad norm, and the saved model, are bit for bit stage0_ddp's,
+//     for N = 1..4 ranks (3 pads the units), with and without accumulation, clipping active;
+//   - stage2: the same at accum 1; at accum K > 1 it sums in the other order (reduce every
+//     micro-step), so it is bit for bit stage3's instead, and its step-1 gradient norm is within
+//     the derived cross-group bound of stage0_ddp's; in bf16 too;
 //   - each rank's memory ledger equals the formulas written out below, to the byte;
 //   - each rank sends exactly the elements the formulas say, op by op, step by step;
 //   - deliberately broken copies of stage2 (tests/mutants.mk) fail those same checks.
@@ -25,22 +27,44 @@ const std::string kFlags =
 const int kSteps = 6, kBf16Steps = 20;
 const char* kStages[] = {"stage1", "stage2"};
 
+std::string flags_for(int accum, const std::string& prec) {
+  const int steps = prec == "fp32" ? kSteps : kBf16Steps;
+  return kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) + " --precision " + prec;
+}
+
 // One run per (trainer, ranks, accum, precision), shared by the tests below.
 const RunResult& run(const std::string& trainer, int N, int accum, const std::string& prec = "fp32") {
   static std::map<std::string, RunResult> done;
-  const int steps = prec == "fp32" ? kSteps : kBf16Steps;
-  std::string flags = kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) +
-                      " --precision " + prec;
+  std::string flags = flags_for(accum, prec);
   std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
   auto it = done.find(key);
   if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec)).first;
   return it->second;
 }
 
+// The gradient norms of the N * accum micro-batches of step 1 (harness.h, micro_batch_norms).
+const std::vector<double>& micro_norms(int N, int accum, const std::string& prec) {
+  static std::map<std::string, std::vector<double>> done;
+  std::string key = std::to_string(N) + " " + std::to_string(accum) + " " + prec;
+  auto it = done.find(key);
+  if (it == done.end()) it = done.emplace(key, micro_batch_norms(flags_for(accum, prec), N, accum, prec)).first;
+  return it->second;
+}
+
+// The contract for `trainer` at (N, accum): stage3 is the sharded group's peer of stage2 and its mutants.
+std::vector<std::string> contract(const std::string& trainer, int N, int accum, const std::string& prec,
+                                  std::string* summary) {
+  const bool local = sums_micro_steps_locally(trainer);
+  const bool cross = accum > 1 && !local;
+  return contract_problems(trainer, run(trainer, N, accum, prec), N, accum, prec, run("stage0_ddp", N, accum, prec),
+                           "stage3", cross ? &run("stage3", N, accum, prec) : nullptr,
+                           cross ? &micro_norms(N, accum, prec) : nullptr, summary);
+}
+
 }  // namespace
 
 // The headline: sharding changes where the numbers live, not what they are.
-TEST(Zero12, Fp32BitwiseEqualToDDPForOneToFourRanks) {
+TEST(Zero12, Fp32ContractForOneToFourRanks) {
   for (int N : {1, 2, 3, 4}) {
     for (int accum : {1, 3}) {
       SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(accum));
@@ -54,18 +78,20 @@ TEST(Zero12, Fp32BitwiseEqualToDDPForOneToFourRanks) {
       for (const char* stage : kStages) {
         const RunResult& r = run(stage, N, accum);
         ASSERT_EQ(r.exit_code, 0) << r.output;
-        Verdict v = compare_runs(ref, r);
+        std::string summary;
+        std::vector<std::string> problems = contract(stage, N, accum, "fp32", &summary);
         printf("fp32 %s N=%d accum=%d (clipped %d/%d steps): %s\n", stage, N, accum, clipped, kSteps,
-               v.str().c_str());
-        EXPECT_TRUE(v.identical()) << stage << ": " << v.str();
+               summary.c_str());
+        for (const std::string& p : problems) ADD_FAILURE() << stage << ": " << p;
       }
     }
   }
 }
 
 // In bf16 the reductions still add in rank order and round once per collective, the same in every
-// stage, and the master weights update elementwise: so bf16 is bitwise equal too, and asserted so.
-TEST(Zero12, Bf16BitwiseEqualToDDPOverTwentySteps) {
+// stage of a group, and the master weights update elementwise: so the contract holds in bf16 too
+// (the cross-group bound with the bf16 unit roundoff), and is asserted so.
+TEST(Zero12, Bf16ContractOverTwentySteps) {
   for (auto [N, accum] : {std::pair{2, 1}, std::pair{3, 2}}) {
     SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(accum));
     const RunResult& ref = run("stage0_ddp", N, accum, "bf16");
@@ -74,20 +100,21 @@ TEST(Zero12, Bf16BitwiseEqualToDDPOverTwentySteps) {
     for (const char* stage : kStages) {
       const RunResult& r = run(stage, N, accum, "bf16");
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      Verdict v = compare_runs(ref, r);
-      printf("bf16 %s N=%d accum=%d, %d steps: largest difference to stage0_ddp: %s\n", stage, N, accum,
-             kBf16Steps, v.str().c_str());
-      EXPECT_EQ(v.loss_diff, 0.0);
-      EXPECT_EQ(v.param_diff, 0.0);
-      EXPECT_TRUE(v.identical()) << stage << ": " << v.str();
+      std::string summary;
+      std::vector<std::string> problems = contract(stage, N, accum, "bf16", &summary);
+      printf("bf16 %s N=%d accum=%d, %d steps: %s\n", stage, N, accum, kBf16Steps, summary.c_str());
+      for (const std::string& p : problems) ADD_FAILURE() << stage << ": " << p;
     }
   }
 }
 
 // Per rank, to the byte. e = bytes per stored element (4 fp32, 2 bf16), P = padded parameters,
 // S = this rank's padded shard (P / N), U = the largest padded unit:
-//   stage1 (P_os):   params eP, grads eP, adam_m 4S, adam_v 4S, master 4S (bf16 only), bucket eU
-//   stage2 (P_os+g): grads eS (only the owned slices survive the reduce-scatter); the rest as stage1
+//   stage1 (P_os):   params eP, grads eP + eU (the full gradient summed over micro-steps, plus one
+//                    unit's gradient of the current micro-step), adam_m 4S, adam_v 4S, master 4S
+//                    (bf16 only), no comm buffer (the reduce-scatter runs in place)
+//   stage2 (P_os+g): grads eS (only the owned slices survive the reduce-scatter) and one bucket eU
+//                    (comm_buffers: where a unit's full gradient lives until it is reduce-scattered)
 TEST(Zero12, LedgerMatchesTheFormulasOnEveryRank) {
   struct Case { int N, accum; const char* prec; };
   for (Case c : {Case{1, 1, "fp32"}, Case{2, 1, "fp32"}, Case{3, 1, "fp32"}, Case{4, 1, "fp32"},
@@ -105,8 +132,8 @@ TEST(Zero12, LedgerMatchesTheFormulasOnEveryRank) {
       const uint64_t e = std::string(c.prec) == "fp32" ? 4 : 2, P = z.P, S = z.S, U = z.U;
       const bool stage2 = std::string(stage) == "stage2";
       const std::map<std::string, uint64_t> want = {
-          {"params", e * P},        {"grads", stage2 ? e * S : e * P}, {"master", e == 2 ? 4 * S : 0},
-          {"adam_m", 4 * S},        {"adam_v", 4 * S},                 {"comm_buffers", e * U},
+          {"params", e * P},        {"grads", stage2 ? e * S : e * P + e * U}, {"master", e == 2 ? 4 * S : 0},
+          {"adam_m", 4 * S},        {"adam_v", 4 * S},                 {"comm_buffers", stage2 ? e * U : 0},
           {"gathered", 0}};
       ASSERT_EQ(r.report["ranks"].size(), size_t(c.N));
       for (const Json& rank : r.report["ranks"].arr) {
@@ -132,24 +159,27 @@ TEST(Zero12, LedgerMatchesTheFormulasOnEveryRank) {
 }
 
 // Elements each rank sends per step, N ranks, K micro-steps, S = shard, over the units:
-//   stage0_ddp:     all-reduce K * 2(N-1)S                   (K * units calls)
-//   stage1, 2:      reduce-scatter K * (N-1)S (K * units calls) + all-gather (N-1)S (units calls)
-// With K = 1 the ZeRO stages move exactly what stage0 moves: reduce-scatter + all-gather = all-reduce.
+//   stage0_ddp:  all-reduce 2(N-1)S, once per step (units calls): the local sum needs no traffic
+//   stage1:      reduce-scatter (N-1)S once per step (units calls) + all-gather (N-1)S (units calls)
+//   stage2:      reduce-scatter K(N-1)S, every micro-step (K * units calls) + all-gather (N-1)S
+// With K = 1 all three move exactly the same: reduce-scatter + all-gather = all-reduce. With K > 1
+// stage2 sends (K+1)/2 times as much: the price of keeping only a slice of the gradient.
 TEST(Zero12, CommLedgerMatchesTheFormulasPerRankPerStep) {
   for (int N : {1, 2, 3, 4}) {
-    for (int K : {1, 3}) {
+    for (int K : {1, 2, 3}) {
       SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K));
       for (const char* stage : {"stage0_ddp", "stage1", "stage2"}) {
         const RunResult& r = run(stage, N, K);
         ASSERT_EQ(r.exit_code, 0) << r.output;
         const Sizes z = sizes_from_units(r.report, N);
         const uint64_t S = z.S, n1 = N - 1, units = z.units();
-        const bool ddp = std::string(stage) == "stage0_ddp";
+        const bool ddp = std::string(stage) == "stage0_ddp", stage2 = std::string(stage) == "stage2";
+        const uint64_t reductions = stage2 ? K : 1;  // reduce-scatters per step, per unit
         // per step: {all_reduce, reduce_scatter, all_gather} elements sent and calls made
-        const uint64_t ar = ddp ? K * 2 * n1 * S : 0, rs = ddp ? 0 : K * n1 * S, ag = ddp ? 0 : n1 * S;
-        const uint64_t ar_calls = ddp ? K * units : 0, rs_calls = ddp ? 0 : K * units, ag_calls = ddp ? 0 : units;
+        const uint64_t ar = ddp ? 2 * n1 * S : 0, rs = ddp ? 0 : reductions * n1 * S, ag = ddp ? 0 : n1 * S;
+        const uint64_t ar_calls = ddp ? units : 0, rs_calls = ddp ? 0 : reductions * units, ag_calls = ddp ? 0 : units;
         const uint64_t per_step = ar + rs + ag;
-        if (K == 1) {
+        if (K == 1 || !stage2) {
           EXPECT_EQ(per_step, 2 * n1 * S) << "one all-reduce's worth";
         }
         EXPECT_EQ(r.report["formula"]["comm_elems_per_step"].u(), per_step);
@@ -175,12 +205,11 @@ TEST(Zero12, CommLedgerMatchesTheFormulasPerRankPerStep) {
 }
 
 // The tests of the tests: each mutant (tests/mutants.mk) is stage2 with one line broken. It still
-// trains, but the checks above must tell it from stage0_ddp. N = 3 and accum 3, so that slices,
-// averaging over ranks and accumulation over micro-steps all matter.
+// trains, but the contract must tell it from stage2: at N = 3 and accum 3 (slices, averaging over
+// ranks and accumulation over micro-steps all matter) it must fail to be stage3's bit for bit, or
+// fall outside the cross-group bound of stage0_ddp. Both verdicts are printed for each.
 TEST(Zero12, BrokenStage2VariantsAreCaught) {
   const int N = 3, accum = 3;
-  const RunResult& ref = run("stage0_ddp", N, accum);
-  ASSERT_EQ(ref.exit_code, 0) << ref.output;
   for (const char* m : {"no_average", "wrong_slice", "last_microbatch_only"}) {
     const std::string mutant = std::string("mutant_stage2_") + m;
     struct stat st;
@@ -188,8 +217,9 @@ TEST(Zero12, BrokenStage2VariantsAreCaught) {
         << bin_dir() << "/" << mutant << " is missing: build it with `make all` (tests/mutants.mk)";
     const RunResult& r = run(mutant, N, accum);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    Verdict v = compare_runs(ref, r);
-    printf("%s vs stage0_ddp: %s\n", mutant.c_str(), v.str().c_str());
-    EXPECT_FALSE(v.identical()) << mutant << " passed the equality checks: they cannot see this bug";
+    std::string summary;
+    std::vector<std::string> problems = contract(mutant, N, accum, "fp32", &summary);
+    printf("%s: %s\n", mutant.c_str(), summary.c_str());
+    EXPECT_FALSE(problems.empty()) << mutant << " passed the contract: it cannot see this bug";
   }
 }

@@ -1,7 +1,7 @@
-// zero_estimate — the per-rank memory of every ZeRO stage, from the formulas, allocating nothing.
+// zero_estimate — the per-rank memory and traffic of every ZeRO stage, from the formulas, allocating nothing.
 //
 //   build/bin/zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision P]
-//                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--json]
+//                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]
 //   build/bin/zero_estimate --paper-table
 //
 // The numbers come from common/zero_formulas.h and model.h (make_layout, activation_bytes): the
@@ -9,11 +9,17 @@
 // so `zero_estimate --preset tiny --world 4 --stage stage2` predicts, to the byte, the ledger of
 // `mpirun -np 4 build/bin/stage2 --preset tiny` (defaults are the trainers' defaults).
 //
+// It also prints the elements each rank sends per optimizer step with --accum K micro-steps
+// (expected_comm_elems): flat in K for stages 0 and 1, which sum the gradient locally and reduce it
+// once; growing with K from stage2 on, which must reduce-scatter every micro-step.
+//
 // --params PSI (e.g. 7.5B, 125M, 1e12) takes a raw parameter count instead of a model shape. There
-// is no unit layout then: Ψ is one block padded to a multiple of N (fewer than N zeros), and
-// buckets, gathered units and activations are not counted — only the paper's model states,
-// (2 + 2 + K)Ψ with K = 12 in bf16 mixed precision (fp32 master, Adam m and v), 16Ψ in fp32.
-// --paper-table prints the ZeRO paper's Table 1 that way.
+// is no unit layout then: Ψ is padded to a multiple of N (fewer than N zeros) and held in no unit,
+// so the buffers of one unit (buckets, gathered units, stage0/1's incoming unit gradient) and the
+// activations are not counted — only the paper's model states, (2 + 2 + K)Ψ with K = 12 in bf16
+// mixed precision (fp32 master, Adam m and v), 16Ψ in fp32. --paper-table prints the ZeRO paper's
+// Table 1 that way. (The paper's K is the optimizer's bytes per parameter; --accum's K is a count of
+// micro-steps.)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -36,19 +42,16 @@ const Stage kAllStages[] = {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::
 const Category kStateCats[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
                                Category::AdamV, Category::CommBuffers, Category::Gathered};
 
-// A raw parameter count: one unit of Ψ elements padded to a multiple of N (no model shape).
+// A raw parameter count: Ψ elements padded to a multiple of N, in no unit at all (no model shape).
+// With no units the largest unit is U = 0, so the formulas count no bucket, no gathered unit and no
+// incoming unit gradient: exactly the paper's model states.
 Layout raw_layout(uint64_t psi, int world) {
   Layout L;
   L.world = world;
-  Unit u;
-  u.name = "psi";
-  u.offset = u.shard_offset = 0;
-  u.numel = psi;
-  u.padded = (psi + world - 1) / world * world;
-  L.units.push_back(u);
   L.num_params = psi;
-  L.padded_total = L.max_unit_padded = u.padded;
-  L.shard_total = u.padded / world;
+  L.padded_total = (psi + world - 1) / world * world;
+  L.shard_total = L.padded_total / world;
+  L.max_unit_padded = 0;
   return L;
 }
 
@@ -65,20 +68,19 @@ struct Estimate {
   StateBytes b;
   uint64_t activations = 0;
   uint64_t device = 0, host = 0;  // everything above (activations included), split by location
-  uint64_t comm_elems = 0, link_elems = 0;
+  uint64_t comm_elems = 0, link_elems = 0;  // per optimizer step of `accum` micro-steps
 };
 
-// raw: a parameter count, not a model (no buckets, gathered units or activations).
-Estimate estimate(Stage s, const Layout& L, DType dt, bool raw, uint64_t activations) {
+// raw: a parameter count, not a model (no units, so no per-unit buffers; no activations).
+Estimate estimate(Stage s, const Layout& L, DType dt, bool raw, uint64_t activations, int accum) {
   Estimate e{s, L, expected_state_bytes(s, L, dt)};
-  if (raw) e.b.comm_buffers = e.b.gathered_peak = 0;
   e.activations = raw ? 0 : activations;
   e.device = e.activations;
   for (Category c : kStateCats) (location_of(s, c) == Location::Host ? e.host : e.device) += e.b.of(c);
   NZ_CHECK(e.host == e.b.host, "host bytes %llu, formula %llu", (unsigned long long)e.host,
            (unsigned long long)e.b.host);
-  e.comm_elems = expected_comm_elems(s, L, 1);
-  e.link_elems = expected_link_elems(s, L, 1);
+  e.comm_elems = expected_comm_elems(s, L, accum);
+  e.link_elems = expected_link_elems(s, L, accum);
   return e;
 }
 
@@ -144,8 +146,8 @@ void print_paper_table() {
   const char* names[] = {"7.5B", "128B", "1T"};
   printf("ZeRO paper, Table 1: per-device memory of model states, in GB (1e9 bytes)\n");
   printf("mixed precision with Adam: (2 + 2 + K)Ψ bytes, K = 12 (fp32 master, m, v); raw parameter counts\n");
-  printf("(no unit layout: no buckets, gathered units or activations). Columns: baseline = stage0_ddp,\n");
-  printf("P_os = stage1, P_os+g = stage2, P_os+g+p = stage3. From common/zero_formulas.h.\n\n");
+  printf("(no units: no buckets, gathered units, incoming unit gradients or activations). Columns:\n");
+  printf("baseline = stage0_ddp, P_os = stage1, P_os+g = stage2, P_os+g+p = stage3. From common/zero_formulas.h.\n\n");
   printf("%6s", "");
   for (const char* n : names) printf(" | %-37s", (std::string(n) + " model").c_str());
   printf("\n%6s", "N");
@@ -157,7 +159,7 @@ void print_paper_table() {
       Layout L = raw_layout(uint64_t(psi), N);
       printf(" |");
       for (Stage s : {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3}) {
-        Estimate e = estimate(s, L, DType::BF16, true, 0);
+        Estimate e = estimate(s, L, DType::BF16, true, 0, 1);
         printf(s == Stage::Z3 ? " %9s" : " %8s", paper_gb(double(e.b.total())).c_str());
       }
     }
@@ -167,9 +169,10 @@ void print_paper_table() {
 
 void print_usage() {
   printf("usage: zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision fp32|bf16]\n"
-         "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--json]\n"
+         "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]\n"
          "       zero_estimate --paper-table\n"
-         "Per-rank bytes of every ZeRO stage from the formulas (common/zero_formulas.h), allocating nothing.\n"
+         "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
+         "formulas (common/zero_formulas.h), allocating nothing.\n"
          "  --preset       model preset: %s (default small, like the trainers)\n"
          "  --layers, --dim, --heads   override the preset's shape, as the trainers do\n"
          "  --params PSI   a raw parameter count instead (7.5B, 125M, 1T, 3e9): model states only\n"
@@ -179,6 +182,9 @@ void print_usage() {
          "  --offload      short for --stage offload: stage2 with grads shard, master, Adam on the host\n"
          "  --batch, --seq micro-batch per rank and sequence length, for the activations\n"
          "                 (default 4 and 64, or the context if shorter)\n"
+         "  --accum K      micro-steps per optimizer step, for the elements sent per step (default 1):\n"
+         "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3 3K(N-1)S\n"
+         "                 (S = padded params / N); the bytes do not depend on K\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n",
          preset_names());
@@ -190,6 +196,7 @@ int main(int argc, char** argv) {
   std::string preset = "small", precision = "fp32", stage_arg = "all";
   uint64_t raw_psi = 0;
   int layers = -1, dim = -1, heads = -1, batch = 4, seq = -1;  // seq: 64, or the context if shorter
+  int accum = 1;                                                // micro-steps per optimizer step
   std::vector<int> worlds = {1};
   bool json = false, paper = false, have_preset = false;
   for (int i = 1; i < argc; i++) {
@@ -213,6 +220,7 @@ int main(int argc, char** argv) {
     else if (a == "--stage") stage_arg = v;
     else if (a == "--batch") batch = parse_pos(a, v, 1 << 16);
     else if (a == "--seq") seq = parse_pos(a, v, 1 << 20);
+    else if (a == "--accum") accum = parse_pos(a, v, 1 << 16);  // the trainers' limit too
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
   if (paper) {
@@ -254,7 +262,7 @@ int main(int argc, char** argv) {
   std::vector<Estimate> out;
   for (int N : worlds) {
     Layout L = raw ? raw_layout(raw_psi, N) : make_layout(cfg, N);
-    for (Stage s : stages) out.push_back(estimate(s, L, dt, raw, acts));
+    for (Stage s : stages) out.push_back(estimate(s, L, dt, raw, acts, accum));
   }
 
   // ---- JSON: exact bytes, one record per (world, stage) ----
@@ -273,6 +281,7 @@ int main(int argc, char** argv) {
     }
     j.kv("num_params", uint64_t(out.front().L.num_params));
     j.kv("precision", dtype_name(dt));
+    j.kv("accum", accum);  // of comm_elems_per_step and link_elems_per_step
     j.key("estimates");
     j.begin_array();
     for (const Estimate& e : out) {
@@ -308,43 +317,70 @@ int main(int argc, char** argv) {
 
   // ---- the table a person reads ----
   if (raw)
-    printf("raw parameter count Ψ = %llu, %s: model states only (no unit layout: no buckets, gathered units\n"
-           "or activations); %s\n",
+    printf("raw parameter count Ψ = %llu, %s: model states only (no units: no buckets, gathered units,\n"
+           "incoming unit gradients or activations); %s\n",
            (unsigned long long)raw_psi, dtype_name(dt),
            dt == DType::F32 ? "fp32: 4 + 4 + 8 = 16 bytes per parameter at stage0"
-                            : "bf16 mixed: (2 + 2 + K)Ψ with K = 12 (fp32 master, Adam m, v)");
+                            : "bf16 mixed: (2 + 2 + 12)Ψ, the paper's K = 12 (fp32 master, Adam m, v)");
   else
     printf("%s: %d layers, width %d, %d heads, context %d | Ψ = %zu parameters | %s | activations for batch %d x "
            "seq %d\n",
            preset.c_str(), cfg.layers, cfg.dim, cfg.heads, cfg.ctx, out.front().L.num_params, dtype_name(dt), batch,
            seq);
   // One block per world size: a row per category, a column per stage.
-  printf("per-rank bytes from common/zero_formulas.h (kB, MB, GB = 1e3, 1e6, 1e9 bytes)\n");
+  printf("per-rank bytes from common/zero_formulas.h (kB, MB, GB = 1e3, 1e6, 1e9 bytes); elements sent per\n"
+         "optimizer step with --accum %d micro-step%s\n", accum, accum == 1 ? "" : "s");
   const size_t per_world = stages.size();
   for (size_t w = 0; w < out.size(); w += per_world) {
     const Estimate* row = &out[w];
     const Layout& L = row[0].L;
-    printf("\nN = %d rank%s: padded %zu, shard S = %zu per rank, largest unit %zu\n", L.world,
-           L.world == 1 ? "" : "s", L.padded_total, L.shard_total, L.max_unit_padded);
+    if (raw)
+      printf("\nN = %d rank%s: padded %zu, shard S = %zu per rank, no units\n", L.world, L.world == 1 ? "" : "s",
+             L.padded_total, L.shard_total);
+    else
+      printf("\nN = %d rank%s: padded %zu, shard S = %zu per rank, largest unit %zu\n", L.world,
+             L.world == 1 ? "" : "s", L.padded_total, L.shard_total, L.max_unit_padded);
+    // pad to a width in characters, not bytes (Ψ is two bytes of UTF-8)
+    auto padded = [](const std::string& s, size_t width, bool left) {
+      size_t chars = 0;
+      for (unsigned char ch : s) chars += (ch & 0xC0) != 0x80;
+      std::string fill(chars < width ? width - chars : 0, ' ');
+      return left ? s + fill : fill + s;
+    };
     auto line = [&](const char* name, auto value_of) {
-      printf("%-14s", name);
-      for (size_t k = 0; k < per_world; k++) printf(" %11s", value_of(row[k]).c_str());
+      printf("%s", padded(name, 14, true).c_str());
+      for (size_t k = 0; k < per_world; k++) printf(" %s", padded(value_of(row[k]), 11, false).c_str());
       printf("\n");
     };
     auto bytes = [](uint64_t b) { return fmt_bytes(double(b)); };
+    auto count = [](uint64_t n) {  // exact while it fits the column
+      char buf[32];
+      snprintf(buf, sizeof buf, n < 100000000000ull ? "%.0f" : "%.4g", double(n));
+      return std::string(buf);
+    };
+    auto ratio = [](uint64_t n, uint64_t unit, const char* name) {
+      char buf[32];
+      if (unit == 0) return std::string("-");
+      snprintf(buf, sizeof buf, "%.4g%s", double(n) / double(unit), name);
+      return std::string(buf);
+    };
     line("", [](const Estimate& e) { return std::string(stage_name(e.stage)); });
     for (Category c : kStateCats) line(category_name(c), [&](const Estimate& e) { return bytes(e.b.of(c)); });
     line("= model state", [&](const Estimate& e) { return bytes(e.b.total()); });
     line("activations", [&](const Estimate& e) { return bytes(e.activations); });
     line("on the device", [&](const Estimate& e) { return bytes(e.device); });
     line("on the host", [&](const Estimate& e) { return bytes(e.host); });
-    line("sent/step", [](const Estimate& e) {
-      char buf[32];
-      snprintf(buf, sizeof buf, "%.4g Ψ", double(e.comm_elems) / double(e.L.num_params));
-      return std::string(buf);
-    });
+    line("sent/step", [&](const Estimate& e) { return count(e.comm_elems); });
+    line("  = (N-1)S x", [&](const Estimate& e) { return ratio(e.comm_elems, (L.world - 1) * L.shard_total, ""); });
+    line("  = Ψ x", [&](const Estimate& e) { return ratio(e.comm_elems, L.num_params, ""); });
+    line("host link/step", [&](const Estimate& e) { return count(e.link_elems); });
   }
-  printf("\nsent/step: elements each rank sends per optimizer step (accum 1), in units of Ψ: 2(N-1)/N for\n"
-         "stages 0-2 and offload (which also moves 2S over the host link), 3(N-1)/N for stage3.\n");
+  printf("\nsent/step: elements each rank sends per optimizer step in the model-state collectives, with\n"
+         "--accum K = %d micro-step%s. Stage0 and stage1 keep the full gradient, sum it locally over the micro-steps\n"
+         "and reduce it once: 2(N-1)S whatever K. Stage2 and offload keep only their slice of it, so they\n"
+         "reduce-scatter every micro-step, then all-gather once: (K+1)(N-1)S. Stage3 also gathers the\n"
+         "parameters twice per micro-step: 3K(N-1)S. host link/step: offload's K·S gradient elements down to\n"
+         "the host and S parameters back up.\n",
+         accum, accum == 1 ? "" : "s");
   return 0;
 }

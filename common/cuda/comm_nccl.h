@@ -23,7 +23,7 @@ namespace nccl {
 constexpr size_t kUniqueIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 constexpr size_t kBusIdBytes = 32;
 
-bool compiled();  // false in a build without CUDA (stubs in comm.cpp)
+bool compiled();  // false in a build without CUDA (stubs in comm_backend.cpp)
 // The PCI bus id of this rank's GPU ("0000:3b:00.0"): ranks whose ids are equal share a GPU,
 // and NCCL cannot be used (it needs one GPU per rank).
 void gpu_bus_id(char id[kBusIdBytes]);

@@ -1,0 +1,43 @@
+// comm_stats.h — the comm ledger: how many elements and bytes each kind of collective moved on
+// this rank, and what crossed the host<->device link. Plain counters with no MPI in them, in a
+// header of their own because their readers are the reports and the tests, not the collectives:
+// comm.h counts into them, trainer.h differences them per step, the JSON report prints them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace nz {
+
+// Broadcast has no caller: the stages never broadcast model state, and the report keeps its zero
+// counter so that tests/test_zero12.cpp can check exactly that.
+enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, kCount };
+constexpr int kNumCommOps = int(CommOp::kCount);
+
+struct CommCounts {
+  uint64_t calls = 0;
+  uint64_t elems_sent = 0;  // elements this rank sent (what the ZeRO formulas count)
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_recv = 0;
+};
+
+// What crossed the host<->device link (offload), counted by whoever copies.
+struct LinkCounts {
+  uint64_t to_host_bytes = 0, to_device_bytes = 0;
+  uint64_t to_host_elems = 0, to_device_elems = 0;
+};
+
+struct CommStats {
+  CommCounts op[kNumCommOps];
+  LinkCounts link;
+  // One call of `op` that sent and received this much.
+  void add(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv);
+  void add_link(bool to_host, size_t elems, size_t bytes);
+  // Model-state traffic: everything except the small scalar all-reduces (loss, norm, timings).
+  uint64_t model_elems_sent() const;
+  uint64_t model_bytes_sent() const;
+  CommStats operator-(const CommStats& o) const;
+  std::string to_json() const;
+};
+
+}  // namespace nz

@@ -1,0 +1,211 @@
+// report.cpp — what a run reports when it ends: the summary lines, the GPU memory check, the
+// per-rank memory table against the formulas, and the JSON report (--log-json). Rank 0 prints;
+// every rank takes part, since each contributes its own numbers.
+#include <cstdio>
+#include <sstream>
+
+#include "device.h"         // current_device, cuda_rt
+#include "json.h"           // JsonWriter
+#include "mfu.h"            // flops_per_token, peak_flops, mfu
+#include "trainer.h"        // Trainer, whose report members this file defines
+#include "zero_formulas.h"  // expected_state_bytes, activation_bytes, expected_*_elems
+
+namespace nz {
+
+double Trainer::mfu_at(double tokens_per_s) const {
+  return mfu(flops_per_token(args.cfg, args.seq, layout.num_params), tokens_per_s, dtype, comm.gpus_in_use());
+}
+
+// Rank 0's closing lines: the losses, the mean step time (without the first, warm-up step) and,
+// on GPUs, the throughput and MFU.
+void Trainer::print_summary(double total_s) {
+  if (rank() != 0) return;
+  double ms = 0;
+  int n = 0;
+  for (size_t i = steps_.size() > 1 ? 1 : 0; i < steps_.size(); i++, n++) ms += steps_[i].ms;
+  printf("done: %d steps in %.1f s | final train loss %.6f | validation loss %.6f (unigram baseline %.4f) | "
+         "%.1f ms/step\n",
+         args.steps, total_s, steps_.empty() ? 0.0 : steps_.back().loss, last_val_loss_,
+         data->unigram_baseline(), n ? ms / n : 0.0);
+  if (current_device() == Device::CUDA && n > 0) {
+    const double tokens = double(world()) * args.accum * args.batch * args.seq;
+    const double tok_s = tokens / (ms / n / 1000);
+    char mfu_str[48] = "MFU ? (unknown GPU: set NZ_PEAK_TFLOPS)";
+    if (mfu_at(tok_s) > 0) snprintf(mfu_str, sizeof mfu_str, "MFU %.1f%%", 100 * mfu_at(tok_s));
+    printf("throughput: %.0f tokens/s | %s (%.3g FLOPs per token = 6 x %zu params + 12 x %d layers x %d seq x "
+           "%d dim; %d GPU%s)\n",
+           tok_s, mfu_str, flops_per_token(args.cfg, args.seq, layout.num_params), layout.num_params,
+           args.cfg.layers, args.seq, args.cfg.dim, comm.gpus_in_use(), comm.gpus_in_use() == 1 ? "" : "s");
+  }
+}
+
+// The ledger against the GPU's own count: what cudaMemGetInfo says is in use, minus what the
+// ledger holds now, is what the ledger does not track (CUDA context, cuBLAS and NCCL
+// workspaces, the kernels' scratch, allocation rounding). Ranks sharing a GPU are summed.
+void Trainer::print_gpu_memory_check() {
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda_rt::mem_get_info(&free_bytes, &total_bytes);
+  const double used = double(total_bytes - free_bytes);
+  const double now = comm.sum_on_my_gpu(double(Ledger::get().current_total(Location::Device)));
+  const double peak = comm.sum_on_my_gpu(double(Ledger::get().peak_total(Location::Device)));
+  if (rank() == 0)
+    printf("GPU memory (rank 0's GPU, %d rank%s): ledger peak %s, now %s | in use %s (cudaMemGetInfo "
+           "total - free) | not in the ledger %s (CUDA context, library workspaces, scratch, rounding)\n",
+           comm.ranks_on_my_gpu(), comm.ranks_on_my_gpu() == 1 ? "" : "s", fmt_bytes(peak).c_str(),
+           fmt_bytes(now).c_str(), fmt_bytes(used).c_str(), fmt_bytes(used - now).c_str());
+}
+
+// One line per rank of peak bytes by category, then the formula, then the verdict.
+void Trainer::print_memory_table() {
+  const Ledger& led = Ledger::get();
+  std::ostringstream mine;
+  for (int c = 0; c < kNumCategories; c++) mine << led.peak(Category(c)) << ' ';
+  mine << led.peak_total(Location::Device) << ' ' << led.peak_total(Location::Host);
+  std::string all = comm.gather_strings(mine.str(), "\n");
+  if (rank() != 0) return;
+  const StateBytes f = expected_state_bytes(stage, layout, dtype);
+  const uint64_t acts = activation_bytes(args.cfg, args.batch, args.seq, dtype);
+  const Category cols[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
+                           Category::AdamV, Category::Activations, Category::CommBuffers, Category::Gathered};
+  printf("\nper-rank memory, peak bytes (%s, %d ranks, %s; formulas: zero_formulas.h)\n", stage_name(stage),
+         world(), dtype_name(dtype));
+  printf("%-9s", "");
+  for (Category c : cols) printf(" %12s", category_name(c));
+  printf(" %14s %14s\n", "device total", "host total");
+  std::istringstream in(all);
+  std::string line;
+  bool all_match = true;
+  int r = 0;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    uint64_t v[kNumCategories + 2];
+    for (uint64_t& x : v) ls >> x;
+    printf("rank %-4d", r++);
+    for (Category c : cols) printf(" %12llu", (unsigned long long)v[int(c)]);
+    printf(" %14llu %14llu\n", (unsigned long long)v[kNumCategories], (unsigned long long)v[kNumCategories + 1]);
+    for (Category c : cols) {
+      uint64_t want = c == Category::Activations ? acts : f.of(c);
+      if (c == Category::Gathered ? v[int(c)] > want : v[int(c)] != want) all_match = false;
+    }
+  }
+  printf("%-9s", "formula");
+  for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
+  printf("\nledger %s the formulas on every rank (model state %s per rank; Ψ = %zu, padded %zu, shard %zu)\n",
+         all_match ? "matches" : "DOES NOT MATCH", fmt_bytes(double(f.total())).c_str(), layout.num_params,
+         layout.padded_total, layout.shard_total);
+}
+
+// --log-json: the run's configuration, the formulas, the step log and every rank's ledger and
+// comm counts, in one file that rank 0 writes (tmp, then rename: never half a report).
+void Trainer::write_report() {
+  JsonWriter mine;
+  mine.begin_object();
+  mine.kv("rank", rank());
+  mine.key("ledger");
+  mine.raw(Ledger::get().to_json());
+  mine.key("comm");
+  mine.raw(comm.stats().to_json());
+  mine.end_object();
+  std::string ranks = comm.gather_strings(mine.str(), ",");
+  if (rank() != 0 || args.log_json.empty()) return;
+
+  JsonWriter j;
+  j.begin_object();
+  j.kv("stage", stage_name(stage));
+  j.kv("world", world());
+  j.kv("preset", args.preset);
+  j.key("config");
+  j.begin_object();
+  j.kv("vocab", args.cfg.vocab);
+  j.kv("ctx", args.cfg.ctx);
+  j.kv("layers", args.cfg.layers);
+  j.kv("dim", args.cfg.dim);
+  j.kv("heads", args.cfg.heads);
+  j.end_object();
+  j.kv("precision", dtype_name(dtype));
+  j.kv("device", current_device() == Device::CUDA ? "cuda" : "cpu");
+  j.kv("collectives", comm.uses_nccl() ? "nccl" : "mpi");
+  if (current_device() == Device::CUDA) {
+    j.kv("gpu", std::string(cuda_rt::device_name()));
+    j.kv("gpus", comm.gpus_in_use());
+    j.kv("matmul", args.matmul);
+    j.kv("flops_per_token", flops_per_token(args.cfg, args.seq, layout.num_params));
+    j.kv("peak_flops_per_gpu", peak_flops(dtype));
+  }
+  j.kv("batch", args.batch);
+  j.kv("seq", args.seq);
+  j.kv("accum", args.accum);
+  j.kv("steps", args.steps);
+  j.kv("num_params", uint64_t(layout.num_params));
+  j.kv("padded_params", uint64_t(layout.padded_total));
+  j.kv("shard_params", uint64_t(layout.shard_total));
+  j.kv("max_unit_padded", uint64_t(layout.max_unit_padded));
+  j.key("units");
+  j.begin_array();
+  for (const Unit& u : layout.units) {
+    j.begin_object();
+    j.kv("name", u.name);
+    j.kv("numel", uint64_t(u.numel));
+    j.kv("padded", uint64_t(u.padded));
+    j.end_object();
+  }
+  j.end_array();
+  const StateBytes f = expected_state_bytes(stage, layout, dtype);
+  j.key("formula");
+  j.begin_object();
+  for (Category c : {Category::Params, Category::Grads, Category::Master, Category::AdamM, Category::AdamV,
+                     Category::CommBuffers, Category::Gathered})
+    j.kv(category_name(c), f.of(c));
+  j.kv("activations", uint64_t(activation_bytes(args.cfg, args.batch, args.seq, dtype)));
+  j.kv("host", f.host);
+  j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));
+  j.kv("link_elems_per_step", expected_link_elems(stage, layout, args.accum));
+  j.end_object();
+  j.key("steps_log");
+  j.begin_array();
+  for (const StepRecord& s : steps_) {
+    j.begin_object();
+    j.kv("step", s.step + 1);
+    j.kv("loss", s.loss);
+    j.kv("lr", s.lr);
+    j.kv("grad_norm", s.grad_norm);
+    j.kv("ms", s.ms);
+    j.kv("tokens_per_s", s.tokens_per_s);
+    if (mfu_at(s.tokens_per_s) > 0) j.kv("mfu", mfu_at(s.tokens_per_s));  // GPUs only
+    j.kv("comm_elems", s.comm.model_elems_sent());
+    j.kv("comm_bytes", s.comm.model_bytes_sent());
+    j.kv("to_host_elems", s.comm.link.to_host_elems);
+    j.kv("to_device_elems", s.comm.link.to_device_elems);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("evals");
+  j.begin_array();
+  for (auto& [step, loss] : evals_) {
+    j.begin_object();
+    j.kv("step", step);
+    j.kv("val_loss", loss);
+    j.end_object();
+  }
+  j.end_array();
+  j.kv("final_val_loss", last_val_loss_);
+  j.kv("unigram_baseline", data->unigram_baseline());
+  j.key("ranks");
+  j.raw("[" + ranks + "]");
+  j.end_object();
+
+  std::string tmp = args.log_json + ".tmp";
+  FILE* f2 = fopen(tmp.c_str(), "w");
+  if (!f2) {
+    fprintf(stderr, "warning: --log-json %s: cannot write; report not saved\n", args.log_json.c_str());
+    return;
+  }
+  bool ok = fwrite(j.str().data(), 1, j.str().size(), f2) == j.str().size();
+  ok = fclose(f2) == 0 && ok;
+  if (!ok || rename(tmp.c_str(), args.log_json.c_str()) != 0) {
+    remove(tmp.c_str());
+    fprintf(stderr, "warning: --log-json %s: write failed; report not saved\n", args.log_json.c_str());
+  }
+}
+
+}  // namespace nz
