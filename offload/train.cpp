@@ -1,14 +1,12 @@
 // offload — ZeRO-Offload: stage2 on the device, the optimizer's memory and work on the host.
 //
-// As in stage2, rank r owns slice r of every unit, reduce-scattered from one bucket per unit. The
-// device keeps only what forward and backward need: the full params (eP) and the bucket (eU). My
-// gradient slices (eS), an fp32 master of my slices (4S, in fp32 mode too: the host cannot update
-// the device's params in place) and Adam's m, v (8S) live in host memory; with --offload-to disk,
-// master, m, v live in files streamed through host chunks (offload_store.h). Per micro-step my
-// reduced slice goes down and is accumulated on the host; per step AdamW runs on the CPU
-// (HostAdamW in optim.h, bitwise equal to the device's AdamW) and my updated slice goes up before
-// the all-gather. Host<->device traffic per step: K S down + S up with --accum K, the paper's 2S
-// with K = 1; the collectives are stage2's.
+// As in stage2, rank r owns slice r of every unit. The device keeps only what forward and backward
+// need: the full params (eP) and the bucket (eU). My gradient slices (eS), an fp32 master of them
+// (4S, in fp32 too: the host cannot update the device's params in place) and Adam's m, v (8S) live
+// in host memory (--offload-to disk: master, m, v in files, offload_store.h). Per micro-step my
+// reduced slice goes down and is accumulated on the host; per step the CPU runs AdamW (HostAdamW,
+// bitwise the device's) and my updated slice goes up before the all-gather: K S down + S up per
+// step with --accum K (the paper's 2S at K = 1). The collectives are stage2's.
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
@@ -49,9 +47,8 @@ int main(int argc, char** argv) {
     copy_bytes_async(dst, Location::Device, src, Location::Host, elems * e);
     comm.count_link(false, elems, elems * e);
   };
-  // offload: after AdamW has read my gradient slice, it writes my updated parameter slice over it
-  // (element by element, each gradient is read before it is overwritten): the spent gradient
-  // buffer doubles as the outbox that is copied up, so offload needs no second eS host buffer
+  // offload: the host AdamW writes my updated slice over my spent gradient slice (each element is
+  // read before it is written), so the gradient buffer doubles as the outbox copied up: no second eS
   auto outbox = [&](int u) { return my_G(u); };
   // offload: master, m, v for my slices on the host (or on disk); AdamW runs on the CPU
   const Location state_at = run.args.offload_to == "disk" ? Location::Disk : Location::Host;
@@ -91,8 +88,7 @@ int main(int argc, char** argv) {
     const double norm = std::sqrt(sq);
     const float scale = clip_scale(norm, run.args.clip);
     for (int u = 0; u < L.num_units(); u++) {
-      // offload: AdamW on the CPU, from my host gradient slice to my updated slice in the outbox;
-      // the copy up travels while the CPU updates the next unit
+      // offload: AdamW on the CPU, my gradient slice in, my updated slice out (its copy up overlaps the next unit)
       host_adam.step(u, my_G(u), outbox(u), run.lr(step), scale, step + 1);
       to_device(my_P(u), outbox(u), owned(u));
     }

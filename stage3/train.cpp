@@ -9,8 +9,9 @@
 // (LM head), lnf, blocks L..1.
 //
 // Communication per micro-step: 2P elements gathered, P reduce-scattered: 3(N-1)S sent per rank,
-// 3K(N-1)S per step with --accum K (stage2: (K+1)(N-1)S). Per rank: params eS, grads eS + one bucket eU, Adam 8S (+ master 4S), plus the
-// gathered units (zero_formulas.cpp, Z3: the largest two neighbours in the gather order).
+// 3K(N-1)S per step with --accum K (stage2: (K+1)(N-1)S). Per rank: params eS, grads eS + one
+// bucket eU, Adam 8S (+ master 4S), plus the gathered units (zero_formulas.cpp, Z3: the largest
+// two neighbours in the gather order).
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
