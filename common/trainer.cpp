@@ -124,7 +124,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
 }
 
 double Trainer::evaluate() {
-  NZ_CHECK(params.acquire != nullptr, "the stage did not set Trainer::params");
+  NZ_CHECK(unit_access.acquire != nullptr, "the stage did not set Trainer::unit_access");
   phase("eval");
   const int W = std::min(args.eval_windows, data->num_val_windows());
   const int N = world(), B = args.batch, T = args.seq;
@@ -144,11 +144,11 @@ double Trainer::evaluate() {
     if (real == 0) data->val_window(0, tokens_.data(), targets_.data());
     model->set_batch(tokens_.data(), targets_.data(), std::max(real, 1));
     for (int u = 0; u < layout.num_units(); u++) {
-      model->forward(u, params.acquire(u));
-      params.release(u);
+      model->forward(u, unit_access.acquire(u));
+      unit_access.release(u);
     }
-    double s = model->head_forward(params.acquire(layout.embed_unit()));
-    params.release(layout.embed_unit());
+    double s = model->head_forward(unit_access.acquire(layout.embed_unit()));
+    unit_access.release(layout.embed_unit());
     if (real > 0) sum += s;
   }
   comm.sum_scalars(&sum, 1);
@@ -165,8 +165,8 @@ void Trainer::finish() {
   if (!args.save_model.empty()) {
     phase("save");
     // every rank takes part (stage3 gathers each unit); rank 0 writes
-    size_t n = save_model_from_units(args.save_model, args.cfg, layout, dtype, rank() == 0, params.acquire,
-                                     params.release);
+    size_t n = save_model_from_units(args.save_model, args.cfg, layout, dtype, rank() == 0, unit_access.acquire,
+                                     unit_access.release);
     if (rank() == 0) printf("model written to %s (%zu parameters, fp32)\n", args.save_model.c_str(), n);
   }
   print_memory_table();

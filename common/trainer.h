@@ -43,7 +43,7 @@ class Trainer {
   size_t elem_bytes;  // of the storage type
   std::unique_ptr<DataLoader> data;
   std::unique_ptr<GPT> model;
-  UnitAccess params;  // set by the stage once its parameters exist (validation, model file)
+  UnitAccess unit_access;  // set by the stage once its parameters exist (validation, model file)
 
   int world() const { return comm.size(); }
   int rank() const { return comm.rank(); }

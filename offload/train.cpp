@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     to_host(outbox(u), my_P(u), owned(u));  // offload: the master starts from my slice, copied down
     host_adam.init_master(u, outbox(u));
   }
-  run.params = UnitAccess{[&](int u) -> const void* { return P(u); }};
+  run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
 
   for (int step = 0; step < run.args.steps; step++) {
     run.begin_step(step);

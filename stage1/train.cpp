@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, my_P(u));
   }
-  run.params = UnitAccess{[&](int u) -> const void* { return P(u); }};
+  run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
 
   for (int step = 0; step < run.args.steps; step++) {
     run.begin_step(step);

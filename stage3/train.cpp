@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   // prefetch: start the next unit's all-gather before this unit computes, so the two overlap
   auto prefetch = [&](int u) { if (run.args.prefetch) gather_start(u); };
   auto release_unit = [&](int u) { gathered[u].release(); };  // release: only my slice stays
-  run.params = UnitAccess{gather_unit, release_unit};  // validation and the model file, unit by unit
+  run.unit_access = UnitAccess{gather_unit, release_unit};  // validation and the model file, unit by unit
 
   for (int step = 0; step < run.args.steps; step++) {
     run.begin_step(step);
