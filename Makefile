@@ -13,12 +13,19 @@ CUDA_ARCH  ?= 80 90   # plus PTX for the last one, so newer GPUs can run it
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDA       ?= $(if $(CUDA_HOME),1,0)
 
+# The CPU fast path's matrix products: OpenBLAS in its OpenMP build (Debian's libopenblas-openmp-dev,
+# which scripts/install_deps.sh installs), named by its directory so that it is this build and not
+# another BLAS: it then runs on each rank's own OpenMP threads, one pool per rank.
+MULTIARCH  := $(shell gcc -print-multiarch 2>/dev/null)
+BLAS_INC   := /usr/include/$(MULTIARCH)/openblas-openmp
+BLAS_DIR   := /usr/lib/$(MULTIARCH)/openblas-openmp
+BLAS_LIBS  := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 # -ffp-contract=off: no fused multiply-add unless written, so a kernel gives the same bits
 # wherever it is called from (the stages are compared bit for bit).
 CXXFLAGS   := -std=c++17 -O3 -march=native -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
-              -Wno-unused-parameter -Icommon -MMD -MP
+              -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
 LDFLAGS    := -fopenmp
-LDLIBS     := -lpthread
+LDLIBS     := -lpthread $(BLAS_LIBS)
 
 COMMON_SRC := $(wildcard common/*.cpp)
 COMMON_OBJ := $(COMMON_SRC:%.cpp=$(BUILD)/obj/%.o)
@@ -94,7 +101,7 @@ plots: deps
 
 diff:
 	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make diff A=stage1 B=stage2"; exit 2; }
-	@diff -ru $(A) $(B); true
+	@bash scripts/lesson_diff.sh $(A) $(B)
 
 clean:
 	rm -rf $(BUILD)

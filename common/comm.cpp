@@ -31,9 +31,11 @@ template <class T>
 static void sum_slices_in_rank_order(const T* full, T* out, size_t shard, int n_ranks) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < shard; i++) {
+    // begin exercise: comm_rank_ordered_sum
     acc_t<T> acc = load(full[i]);
     for (int r = 1; r < n_ranks; r++) acc += load(full[size_t(r) * shard + i]);
     out[i] = store<T>(acc);
+    // end exercise: comm_rank_ordered_sum
   }
 }
 

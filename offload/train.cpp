@@ -88,9 +88,11 @@ int main(int argc, char** argv) {
     const double norm = std::sqrt(sq);
     const float scale = clip_scale(norm, run.args.clip);
     for (int u = 0; u < L.num_units(); u++) {
+      // begin exercise: offload_optimizer
       // offload: AdamW on the CPU, my gradient slice in, my updated slice out (its copy up overlaps the next unit)
       host_adam.step(u, my_G(u), outbox(u), run.lr(step), scale, step + 1);
       to_device(my_P(u), outbox(u), owned(u));
+      // end exercise: offload_optimizer
     }
     copy_wait();  // offload: every updated slice is on the device
     for (int u = 0; u < L.num_units(); u++) {

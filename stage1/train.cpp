@@ -63,9 +63,11 @@ int main(int argc, char** argv) {
         model.backward(u, P(u), unit_grad.data());
         accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);  // local: no communication
         if (last_micro_step) {  // unit u's gradient is complete on this rank: synchronise it once
+          // begin exercise: stage1_reduce_scatter
           // reduce-scatter: each rank receives only the summed gradient of the slice it owns
           comm.reduce_scatter(G(u), my_G(u), owned(u), dt);
           average_grads(dt, my_G(u), owned(u), run.grad_average_scale());
+          // end exercise: stage1_reduce_scatter
         }
       }
     }
@@ -76,9 +78,11 @@ int main(int argc, char** argv) {
     const double norm = std::sqrt(sq);
     const float scale = clip_scale(norm, run.args.clip);
     for (int u = 0; u < L.num_units(); u++) {
+      // begin exercise: stage1_update_and_gather
       adam.step(u, my_P(u), my_G(u), run.lr(step), scale, step + 1);  // P_os: update my slice only
       // all-gather: every rank receives every rank's updated slice, so all hold the full model
       comm.all_gather(my_P(u), P(u), owned(u), dt);
+      // end exercise: stage1_update_and_gather
     }
     run.end_step(step, loss_sum, norm);
   }

@@ -55,11 +55,13 @@ int main(int argc, char** argv) {
       model.head_backward(P(EMBED));
       for (int u = L.num_units() - 1; u >= 0; u--) {
         model.backward(u, P(u), bucket.data());
+        // begin exercise: stage2_reduce_scatter
         // reduce-scatter, every micro-step: each rank receives only the summed gradient of the
         // slice it owns; the rest of the unit's gradient dies with the bucket's next use (P_g)
         void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
         comm.reduce_scatter(bucket.data(), mine, owned(u), dt);
         accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), k == 0);
+        // end exercise: stage2_reduce_scatter
       }
     }
     run.phase("optimizer");

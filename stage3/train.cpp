@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   // ---- gather and release: a unit's full parameters exist only while it is in use ----
   std::vector<Buffer> gathered(L.num_units());        // unit u's full parameters (ledger: gathered)
   std::vector<CommRequest> in_flight(L.num_units());  // unit u's all-gather, until waited for
+  // begin exercise: stage3_gather_release
   // all-gather, started: every rank's slice of unit u, into a fresh buffer of the unit's size
   auto gather_start = [&](int u) {
     const Unit& unit = L.units[u];
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   // prefetch: start the next unit's all-gather before this unit computes, so the two overlap
   auto prefetch = [&](int u) { if (run.args.prefetch) gather_start(u); };
   auto release_unit = [&](int u) { gathered[u].release(); };  // release: only my slice stays
+  // end exercise: stage3_gather_release
   run.unit_access = UnitAccess{gather_unit, release_unit};  // validation and the model file, unit by unit
 
   for (int step = 0; step < run.args.steps; step++) {
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
       model.head_backward(wte);
       release_unit(EMBED);                    // release: the LM head is done with the embedding
       for (int u = L.num_units() - 1; u >= 0; u--) {
+        // begin exercise: stage3_backward
         // all-gather: unit u again for its backward; the embedding's backward needs no parameters
         const void* p = u == EMBED ? nullptr : gather_unit(u);
         if (u - 1 > EMBED) prefetch(u - 1);   // prefetch: the next unit of the backward
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
         void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
         comm.reduce_scatter(bucket.data(), mine, owned(u), dt);
         accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), k == 0);
+        // end exercise: stage3_backward
       }
     }
     run.phase("optimizer");
