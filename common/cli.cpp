@@ -110,8 +110,8 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto&, auto& v) { a.save_model = v; }},
       {"--device", "D", "auto (default: CUDA if a GPU is visible), cpu, or cuda",
        [&](auto&, auto& v) { a.device = v; }},
-      {"--matmul", "M", "CUDA matmul: cublas (default) or tiled (the hand-written kernel)",
-       [&](auto&, auto& v) { a.matmul = v; }},
+      {"--kernels", "K", "fast (default: BLAS on the CPU, cuBLAS on CUDA) or reference (the hand-written ones)",
+       [&](auto&, auto& v) { a.kernels = v; }},
       {"--prefetch", "0|1", "stage3: gather the next unit while this one computes (default 1)",
        [&](auto& f, auto& v) { a.prefetch = int(parse_int(f, v, 0, 1, "0 or 1")); }},
       {"--offload-to", "WHERE", "offload: keep the optimizer state in cpu memory (default) or on disk",
@@ -169,8 +169,8 @@ Args parse_args(int argc, char** argv, const char* program) {
   else user_error("--precision %s: unknown precision; valid: fp32, bf16", a.precision.c_str());
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
     user_error("--device %s: unknown device; valid: auto, cpu, cuda", a.device.c_str());
-  if (a.matmul != "cublas" && a.matmul != "tiled")
-    user_error("--matmul %s: unknown matmul; valid: cublas, tiled", a.matmul.c_str());
+  if (a.kernels != "fast" && a.kernels != "reference")
+    user_error("--kernels %s: unknown kernels; valid: fast, reference", a.kernels.c_str());
   if (a.offload_to != "cpu" && a.offload_to != "disk")
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
   if (a.offload_to == "disk" && a.offload_dir.empty())

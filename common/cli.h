@@ -33,7 +33,7 @@ struct Args {
   std::string save_model;
   // backend
   std::string device = "auto";
-  std::string matmul = "cublas";
+  std::string kernels = "fast";   // fast (BLAS / cuBLAS) | reference (the hand-written kernels)
   // stage-specific
   int prefetch = 1;                  // stage3: gather the next unit while this one computes
   std::string offload_to = "cpu";    // offload: cpu | disk

@@ -125,10 +125,10 @@ void Trainer::write_report() {
   j.kv("precision", dtype_name(dtype));
   j.kv("device", current_device() == Device::CUDA ? "cuda" : "cpu");
   j.kv("collectives", comm.uses_nccl() ? "nccl" : "mpi");
+  j.kv("kernels", args.kernels);
   if (current_device() == Device::CUDA) {
     j.kv("gpu", std::string(cuda_rt::device_name()));
     j.kv("gpus", comm.gpus_in_use());
-    j.kv("matmul", args.matmul);
     j.kv("flops_per_token", flops_per_token(args.cfg, args.seq, layout.num_params));
     j.kv("peak_flops_per_gpu", peak_flops(dtype));
   }

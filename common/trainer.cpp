@@ -10,10 +10,7 @@
 #include "check.h"       // NZ_CHECK
 #include "checkpoint.h"  // save_model_from_units
 #include "mfu.h"         // peak_flops
-#include "ops.h"         // cpu::cast
-#ifdef NZ_HAVE_CUDA
-#include "cuda/cuda_backend.h"  // set_matmul_impl
-#endif
+#include "ops.h"         // cpu::cast; set_kernels (kernels.h)
 
 namespace nz {
 
@@ -25,10 +22,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
-#ifdef NZ_HAVE_CUDA
-  if (current_device() == Device::CUDA)
-    cuda::set_matmul_impl(args.matmul == "tiled" ? cuda::MatmulImpl::Tiled : cuda::MatmulImpl::Cublas);
-#endif
+  set_kernels(args.kernels == "reference" ? Kernels::Reference : Kernels::Fast);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
   dtype = args.dtype;
@@ -50,11 +44,11 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     if (current_device() == Device::CUDA) {
       char peak[64] = "an unknown peak (set NZ_PEAK_TFLOPS)";
       if (peak_flops(dtype) > 0) snprintf(peak, sizeof peak, "%.0f TFLOP/s per GPU", peak_flops(dtype) / 1e12);
-      printf("cuda: %s, %d GPU%s for %d rank%s | collectives: %s | matmul: %s | MFU against %s\n",
+      printf("cuda: %s, %d GPU%s for %d rank%s | collectives: %s | kernels: %s | MFU against %s\n",
              cuda_rt::device_name(), comm.gpus_in_use(), comm.gpus_in_use() == 1 ? "" : "s", world(),
              world() == 1 ? "" : "s",
              comm.uses_nccl() ? "NCCL (sums not rank-ordered)" : "MPI through pinned host memory (rank-ordered)",
-             args.matmul.c_str(), peak);
+             args.kernels.c_str(), peak);
     }
     fflush(stdout);
   }
