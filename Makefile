@@ -85,8 +85,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/gtest_mpi_main.o $(L
 deps:
 	@bash scripts/install_deps.sh
 
+# run and plots build only the trainers and tools (not the tests, the broken trainers or the emulator)
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)
 	@bash scripts/tour.sh
 
 test: deps
@@ -102,7 +103,7 @@ bench: all
 	@bash scripts/bench.sh
 
 plots: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)
 	@.venv/bin/python scripts/plots.py --out runs/plots
 
 # ---- exercises (scripts/exercises.py): regions of the real files for a learner to write ----
