@@ -3,10 +3,11 @@
 // The same declarations (kernel_decls.inc) exist three times:
 //   nz::ref  — kernels_ref.cpp: the textbook loops, what a learner reads first; the fast kernels
 //              are tested against it. Instantiated for float, bf16 and double.
-//   nz::cpu  — kernels_cpu.cpp: the same functions made fast (tiled, vectorized, OpenMP), what runs
-//              on machines without a GPU. Instantiated for float, bf16 and double (double is for
-//              the finite-difference tests).
-//   nz::cuda — common/cuda/*.cu: hand-written CUDA kernels, float and bf16, on device pointers.
+//   nz::cpu  — kernels_cpu.cpp: the same functions made fast (the matrix products through a BLAS,
+//              the rest vectorized and threaded), what runs on machines without a GPU.
+//              Instantiated for float, bf16 and double (double is for the finite-difference tests).
+//   nz::cuda — common/cuda/*.cu: hand-written CUDA kernels, float and bf16, on device pointers; the
+//              matrix products also through cuBLAS.
 // T is the storage type; arithmetic is done in acc_t<T> (fp32, or double).
 //
 // Conventions (identical for all three):
@@ -20,6 +21,18 @@
 #include "dtype.h"
 
 namespace nz {
+
+// Which kernels a run uses (--kernels; ops.h dispatches on it), the same choice on both backends:
+//   Reference — the hand-written lesson: nz::ref's textbook loops on the CPU, the tiled CUDA
+//               kernels on the GPU;
+//   Fast      — a well-kept library for the matrix products: a BLAS on the CPU (nz::cpu), cuBLAS
+//               on the GPU. The default.
+// Either way every result is the same bits run after run for the same shapes and thread count.
+enum class Kernels { Reference, Fast };
+void set_kernels(Kernels k);
+Kernels kernels();
+inline const char* kernels_name(Kernels k) { return k == Kernels::Reference ? "reference" : "fast"; }
+
 namespace ref {  // the reference: read this one first
 #include "kernel_decls.inc"
 }  // namespace ref

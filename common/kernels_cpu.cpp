@@ -8,14 +8,16 @@
 // in fp32 and rounded (to nearest even) once, when it is stored.
 //
 // Determinism. The trainers are compared bit for bit, so every kernel here gives the same bits
-// whatever the number of OpenMP threads: each output element is computed by exactly one thread,
-// and every sum runs in a fixed order. No reduction is ever split across threads, no atomics.
-// Reductions over rows (weight and bias gradients) are therefore parallelized over the OUTPUT
-// (channels), each thread walking all rows in order.
+// every run for the same shapes and thread count. The loops written here do more: each output
+// element is computed by exactly one thread and every sum runs in a fixed order, whatever the
+// number of threads; no reduction is ever split across threads, no atomics. Reductions over rows
+// (weight and bias gradients) are therefore parallelized over the OUTPUT (channels), each thread
+// walking all rows in order. The matrix products go to the BLAS, which keeps the same promise
+// (blas_gemm() below says why).
 //
-// Speed, without giving that up: the matrix products (most of the time of a step) run on one
-// register-tiled loop, gemm() below; softmax and GELU use exp_vec(), an exp the compiler can
-// vectorize; sum_squares keeps 8 running sums in fixed lanes. tools/bench_kernels times them all.
+// Speed: the matrix products (most of the time of a step) are BLAS calls, attention's as a batch
+// over all heads; softmax and GELU use exp_vec(), an exp the compiler can vectorize; sum_squares
+// keeps 8 running sums in fixed lanes. tools/bench_kernels times every kernel, `make bench` a step.
 //
 // Conventions (kernels.h): weight/bias gradients accumulate (+=), input gradients are overwritten
 // (=), a null bias / dbias / dinp pointer means "none".
@@ -26,10 +28,19 @@
 #include <type_traits>  // std::is_same_v
 #include <vector>       // the per-thread scratch buffer
 
+#include <cblas.h>  // cblas_sgemm, cblas_dgemm (OpenBLAS, OpenMP build: see the Makefile)
+#include <omp.h>    // omp_in_parallel
+
 #include "check.h"    // NZ_CHECK
-#include "kernels.h"  // the declarations (kernel_decls.inc inside nz::cpu)
+#include "kernels.h"  // the declarations (kernel_decls.inc inside nz::cpu), set_kernels
 
 namespace nz {
+
+// --kernels: which kernels ops.h runs (kernels.h). One switch for both backends.
+static Kernels g_kernels = Kernels::Fast;
+void set_kernels(Kernels k) { g_kernels = k; }
+Kernels kernels() { return g_kernels; }
+
 namespace cpu {
 
 namespace {
@@ -89,85 +100,74 @@ inline float exp_vec(float x) {
 inline double exp_vec(double x) { return std::exp(x); }
 
 // ---------------------------------------------------------------------------------------------
-// Matrix products: the matmul and attention kernels are built on this one pattern.
-//   out[i][j] = sum_k a(i,k) * b[k][j]       summed in the plain order k = k0, k0+1, ..., k1-1,
-// where b is row-major with contiguous rows (b[k][j] = b[k * ldb + j]) and a(i,k) =
-// a[i * a_row + k * a_col], so that a can be read as a matrix or as its transpose without a copy.
-// Every element is one running sum in the textbook order, whatever the tiling or the thread count
-// (the same bits as a naive triple loop). The finished sum is handed to finish(i, j, sum), which
-// adds a bias, or accumulates into a gradient, and stores.
+// Matrix products: one BLAS call each (sgemm, or dgemm for the double-precision tests).
+//   c (M,N) = alpha * op(a) (M,K) @ op(b) (K,N),   op(x) = x or x^T,   row-major, c overwritten
+// A BLAS packs blocks of a and b into its caches and runs a register-tiled kernel written for this
+// very processor: 80-90% of the machine's peak, where a portable loop gets a fraction of it. (The
+// textbook triple loop, the lesson, is nz::ref::matmul_forward.)
 //
-// Why tiles. A naive loop loads two numbers for every multiply-add, so it runs at the speed of
-// the loads, not of the arithmetic. A tile of kRows x kCols outputs keeps its kRows * kCols sums
-// in registers while k advances: each step loads kRows numbers of a and kCols of b and does
-// kRows * kCols multiply-adds with them. The kCols sums of one row are independent of each other,
-// so the compiler does them as a few vector instructions (kCols = 16 floats = four SSE or two AVX
-// registers). 4 x 16 measured best here; 8 x 8 is as good, larger tiles run out of registers.
-
-constexpr int kRows = 4;   // rows of a tile (rows of a, broadcast one at a time)
-constexpr int kCols = 16;  // columns of a tile (one contiguous piece of a row of b)
-
-// One full tile: rows i0 .. i0+kRows-1, columns j0 .. j0+kCols-1.
-template <class Ta, class Tb, class Finish>
-inline void gemm_tile(int i0, int j0, int k0, int k1, const Ta* a, size_t a_row, size_t a_col,
-                      const Tb* b, size_t ldb, Finish finish) {
-  using A = decltype(load(*b));
-  A acc[kRows][kCols] = {};
-  for (int k = k0; k < k1; k++) {
-    const Tb* bk = b + size_t(k) * ldb + j0;
-    for (int r = 0; r < kRows; r++) {
-      const A ark = load(a[size_t(i0 + r) * a_row + size_t(k) * a_col]);
-      // "simd": the kCols sums are independent, do them side by side in vector registers (left
-      // to itself the compiler picks a worse way, across r); each sum keeps its own order in k
-#pragma omp simd
-      for (int j = 0; j < kCols; j++) acc[r][j] += ark * load(bk[j]);
-    }
-  }
-  for (int r = 0; r < kRows; r++)
-    for (int j = 0; j < kCols; j++) finish(i0 + r, j0 + j, acc[r][j]);
+// Determinism. The library splits the work among threads by blocks of rows and columns of c, never
+// along K, and sums each element's K terms in an order fixed by the shapes alone (its own block
+// sizes and kernel for this processor). So a call gives the same bits every time for the same
+// shapes and thread count — which is all the stages' bitwise comparisons need, since every stage
+// calls it with the same shapes. (OpenBLAS gives the same bits at any thread count, in fact;
+// tests/test_kernels.cpp checks that on every run.) The order differs from nz::ref's plain
+// k = 0, 1, ... loop, so fast and reference agree within a rounding bound, not bit for bit:
+// tests/test_kernels_ref.cpp derives and checks it.
+//
+// Threads. OpenBLAS is linked in its OpenMP build (Makefile), so it runs on the same pool of
+// threads as the loops here (sized per rank by the trainer: cores / ranks on the machine). Called
+// from inside a parallel region — attention's heads — it runs on the calling thread alone.
+inline void blas_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* a, int lda,
+                      const float* b, int ldb, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+              alpha, a, lda, b, ldb, 0.0f, c, ldc);
+}
+inline void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* a, int lda,
+                      const double* b, int ldb, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+              alpha, a, lda, b, ldb, 0.0, c, ldc);
 }
 
-// The tile at (i0, j0) of an (I,J) result. Tiles cut by the edge of the result (when I or J is
-// not a multiple of the tile) are done one element at a time: the same sums in the same order,
-// hence the same bits as a full tile would give.
-template <class Ta, class Tb, class Finish>
-inline void gemm_block(int i0, int j0, int I, int J, int k0, int k1, const Ta* a, size_t a_row,
-                       size_t a_col, const Tb* b, size_t ldb, Finish finish) {
-  using A = decltype(load(*b));
-  if (i0 + kRows <= I && j0 + kCols <= J) return gemm_tile(i0, j0, k0, k1, a, a_row, a_col, b, ldb, finish);
-  for (int i = i0; i < std::min(i0 + kRows, I); i++) {
-    for (int j = j0; j < std::min(j0 + kCols, J); j++) {
-      A sum = A(0);
-      for (int k = k0; k < k1; k++)
-        sum += load(a[size_t(i) * a_row + size_t(k) * a_col]) * load(b[size_t(k) * ldb + j]);
-      finish(i, j, sum);
-    }
-  }
-}
+// A matrix of A values as the BLAS reads it: first element and distance between rows.
+template <class A>
+struct View {
+  const A* p;
+  int ld;
+};
 
-// out (I,J) = a (I,K) @ b (K,J), the tiles shared out among the threads of the enclosing parallel
-// region, with no wait at the end (so a kernel can run several products in one region and wait
-// once): each output belongs to exactly one tile, hence to one thread. Tiles are numbered down a
-// column of tiles first, so that consecutive tiles reuse the same kCols-wide strip of b while it
-// is still in the L1 cache.
-template <class Ta, class Tb, class Finish>
-void gemm(int I, int J, int K, const Ta* a, size_t a_row, size_t a_col, const Tb* b, size_t ldb,
-          Finish finish) {
-  const int row_tiles = (I + kRows - 1) / kRows, col_tiles = (J + kCols - 1) / kCols;
-#pragma omp for schedule(static) nowait
-  for (int tile = 0; tile < row_tiles * col_tiles; tile++)
-    gemm_block((tile % row_tiles) * kRows, (tile / row_tiles) * kCols, I, J, 0, K, a, a_row, a_col, b, ldb,
-               finish);
-}
-
-// dst (cols,rows) = src (rows,cols)^T converted to A, for columns c0 .. c1-1 of src (whose rows
-// are ld apart). The (few) rows of dst being written stay in cache while r runs down src.
+// rows x cols of src (rows ld apart) as A values. fp32 and fp64 are used where they are, with no
+// copy; bf16 is widened into buf (rows contiguous), which is exact: every bf16 is an fp32.
 template <class A, class T>
-inline void transpose(A* dst, const T* src, int rows, int c0, int c1, size_t ld) {
-  for (int r = 0; r < rows; r++)
-    for (int c = c0; c < c1; c++) dst[size_t(c) * rows + r] = load(src[size_t(r) * ld + c]);
+View<A> as_acc(const T* src, int rows, int cols, int ld, A* buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    return {src, ld};
+  } else {
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols >= (1u << 16) && !omp_in_parallel())
+    for (int r = 0; r < rows; r++)
+      for (int c = 0; c < cols; c++) buf[size_t(r) * cols + c] = load(src[size_t(r) * ld + c]);
+    return {buf, cols};
+  }
 }
 
+// Where a product of A values lands before it is stored as T: the destination itself when T = A
+// (the BLAS writes it, row stride ld), else buf (rows contiguous), stored by store_rows() below.
+template <class A, class T>
+A* acc_dest(T* dst, A* buf) {
+  if constexpr (std::is_same_v<T, A>) return dst;
+  else return buf;
+}
+template <class A, class T>
+int acc_ld(int ld, int cols) {
+  return std::is_same_v<T, A> ? ld : cols;
+}
+// dst (rows,cols, rows ld apart) = buf rounded to T; nothing to do when the BLAS wrote dst itself.
+template <class A, class T>
+void store_rows(T* dst, int ld, const A* buf, int rows, int cols) {
+  if constexpr (!std::is_same_v<T, A>)
+    for (int r = 0; r < rows; r++)
+      for (int c = 0; c < cols; c++) dst[size_t(r) * ld + c] = store<T>(buf[size_t(r) * cols + c]);
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -302,116 +302,140 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
 }
 
 // ---------------------------------------------------------------------------------------------
-// matmul (a linear layer): the three products of gemm() above
+// matmul (a linear layer): three products, one BLAS call each (blas_gemm above)
 
 // out (N,OC) = inp (N,C) @ w^T + bias;   w (OC,C) (PyTorch's layout: one row per output), bias (OC)
-// gemm() wants the right-hand matrix with the outputs along its rows, i.e. w^T (C,OC): w is
-// transposed once per call into scratch (OC*C elements, against N*OC*C multiply-adds), kCols
-// columns of w at a time.
+// The sum is formed first and the bias added to it, as in nz::ref. In bf16 the operands are widened
+// to fp32 (exactly) and the result rounded once, when stored.
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
   using A = acc_t<T>;
-  A* wt = scratch<A>(size_t(C) * OC);  // in A: a bf16 w is converted once, here
-#pragma omp parallel
-  {
-#pragma omp for schedule(static)  // (and all wait here: the product needs all of wt)
-    for (int c0 = 0; c0 < C; c0 += kCols) transpose(wt, w, OC, c0, std::min(c0 + kCols, C), size_t(C));
-    gemm(N, OC, C, inp, size_t(C), 1, wt, size_t(OC), [&](int n, int o, A y) {
-      out[size_t(n) * OC + o] = store<T>(bias ? y + load(bias[o]) : y);
-    });
-  }
+  if (N == 0 || OC == 0) return;
+  const bool widen = !std::is_same_v<T, A>;
+  A* buf = scratch<A>(widen ? (size_t(N) * C + size_t(OC) * C + size_t(N) * OC) : 0);
+  const View<A> x = as_acc(inp, N, C, C, buf);
+  const View<A> wa = as_acc(w, OC, C, C, buf + size_t(N) * C);
+  A* y = acc_dest<A>(out, buf + size_t(N) * C + size_t(OC) * C);
+  blas_gemm(false, true, N, OC, C, A(1), x.p, x.ld, wa.p, wa.ld, y, OC);
+  if (!bias && !widen) return;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      const A v = y[size_t(n) * OC + o];
+      out[size_t(n) * OC + o] = store<T>(bias ? v + load(bias[o]) : v);
+    }
 }
 
 // dinp (N,C) = dout (N,OC) @ w (OC,C)        (overwrite; skipped if dinp is null)
 // dw (OC,C)  += dout^T (OC,N) @ inp (N,C)    (accumulate; skipped if null)
 // dbias (OC) += sum_n dout[n,:]              (accumulate; skipped if null)
-// Every sum runs in a fixed order (over o for dinp, over n for dw and dbias), and each finished
-// sum is added to the gradient once: a second call adds exactly the same amount again. The three
-// are independent, so the threads go from one to the next without waiting.
+// Each finished sum is added to the gradient once (the product goes to scratch first, not into dw
+// with the BLAS's beta = 1, which would add it block by block of N): a second call adds exactly
+// the same amount again, as in nz::ref.
 template <class T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N, int C,
                      int OC) {
   using A = acc_t<T>;
-#pragma omp parallel
-  {
-    if (dinp)  // a = dout (N,OC) read by rows, b = w (OC,C)
-      gemm(N, C, OC, dout, size_t(OC), 1, w, size_t(C),
-           [&](int n, int c, A s) { dinp[size_t(n) * C + c] = store<T>(s); });
-    if (dw)  // a = dout^T (OC,N), i.e. a(o, n) = dout[n * OC + o];  b = inp (N,C)
-      gemm(OC, C, N, dout, 1, size_t(OC), inp, size_t(C), [&](int o, int c, A s) {
-        T& g = dw[size_t(o) * C + c];
-        g = store<T>(load(g) + s);
-      });
-    if (dbias) {  // each thread owns a block of outputs and walks the rows in order
-#pragma omp for schedule(static) nowait
-      for (int o0 = 0; o0 < OC; o0 += kChannelBlock) {
-        const int o1 = std::min(o0 + kChannelBlock, OC);
-        A sum[kChannelBlock] = {};
-        for (int n = 0; n < N; n++)
-          for (int o = o0; o < o1; o++) sum[o - o0] += load(dout[size_t(n) * OC + o]);
-        for (int o = o0; o < o1; o++) dbias[o] = store<T>(load(dbias[o]) + sum[o - o0]);
-      }
+  if (N == 0) return;  // nothing flows back; weight gradients are unchanged
+  const bool widen = !std::is_same_v<T, A>;
+  // scratch: dout, inp, w widened (bf16 only), then the product (dw's always; dinp's in bf16)
+  const size_t n_dout = size_t(N) * OC, n_inp = size_t(N) * C, n_w = size_t(OC) * C;
+  A* buf = scratch<A>((widen ? n_dout + n_inp + n_w + n_inp : 0) + n_w);
+  A* prod = buf + (widen ? n_dout + n_inp + n_w + n_inp : 0);
+  const View<A> d = as_acc(dout, N, OC, OC, buf);
+  if (dinp) {
+    const View<A> wa = as_acc(w, OC, C, C, buf + n_dout + n_inp);
+    A* y = acc_dest<A>(dinp, buf + n_dout + n_inp + n_w);
+    blas_gemm(false, false, N, C, OC, A(1), d.p, d.ld, wa.p, wa.ld, y, C);
+    if (widen) {
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < n_inp; i++) dinp[i] = store<T>(y[i]);
+    }
+  }
+  if (dw) {
+    const View<A> x = as_acc(inp, N, C, C, buf + n_dout);
+    blas_gemm(true, false, OC, C, N, A(1), d.p, d.ld, x.p, x.ld, prod, C);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n_w; i++) dw[i] = store<T>(load(dw[i]) + prod[i]);
+  }
+  if (dbias) {  // each thread owns a block of outputs and walks the rows in order
+#pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += kChannelBlock) {
+      const int o1 = std::min(o0 + kChannelBlock, OC);
+      A sum[kChannelBlock] = {};
+      for (int n = 0; n < N; n++)
+        for (int o = o0; o < o1; o++) sum[o - o0] += load(dout[size_t(n) * OC + o]);
+      for (int o = o0; o < o1; o++) dbias[o] = store<T>(load(dbias[o]) + sum[o - o0]);
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// causal multi-head self-attention
+// causal multi-head self-attention, as batched products over all heads
 //
 // qkv (B,T,3C) = [q | k | v], head h is columns h*hs .. h*hs+hs-1 of each, hs = C/NH. Per (b, h),
 // with Q, K, V the (T,hs) slices of this head (rows 3C apart in qkv):
 //   S = Q K^T * scale (T,T),  scale = 1/sqrt(hs)
 //   P = softmax of each row t of S over t2 <= t, 0 above the diagonal (causal)
 //   out = P V (T,hs)
-// Each (b, h) is one task, done by one thread from start to end, so nothing is shared. The two
-// products are tiled like the matmuls (gemm_block); tiles wholly above the diagonal are skipped,
-// and a row tile of P V stops at its last nonzero column.
+// The B*NH heads are one batch of independent tasks shared out among the threads; each task's
+// products are BLAS calls on the head's slices in place (a slice of qkv is a matrix with rows 3C
+// apart), run on that task's thread. Nothing is shared between tasks, so the threads never wait.
+//
+// The causal half: rows are taken in blocks of kAttRows. Block [t0, t1) of S needs only columns
+// 0 .. t1-1 (the rest is masked), and block [t0, t1) of P V only rows 0 .. t1-1 of V (P is 0
+// beyond): at T = 256 that is 56% of the full products. (The masked entries a block does compute,
+// above the diagonal inside it, are never read; P's are set to 0, and 0 * v adds nothing.)
+constexpr int kAttRows = 32;
 
 // att (B,NH,T,T): the probabilities P, saved for the backward; out (B,T,C): this head's columns.
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
   using A = acc_t<T>;
   NZ_CHECK(C % NH == 0, "attention: C=%d is not a multiple of NH=%d", C, NH);
-  const int hs = C / NH;
+  const int hs = C / NH, C3 = 3 * C;
   const A scale = A(1) / std::sqrt(A(hs));
-  const size_t C3 = size_t(3) * C;
+  const size_t head = size_t(Tn) * hs;
 #pragma omp parallel
   {
-    // per thread: K^T (hs,T), and S then P (T,T), in A (P is used before it is rounded to T)
-    A* kt = scratch<A>(size_t(hs) * Tn + size_t(Tn) * Tn);
-    A* p = kt + size_t(hs) * Tn;
+    // per thread: S then P (T,T) in A (P is used before it is rounded to T); in bf16 also the
+    // head's Q, K, V widened and its output before rounding (T,hs) each
+    const bool widen = !std::is_same_v<T, A>;
+    A* p = scratch<A>(size_t(Tn) * Tn + (widen ? 4 * head : 0));
+    A* wbuf = p + size_t(Tn) * Tn;
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
-        const T* q = qkv + size_t(b) * Tn * C3 + size_t(h) * hs;  // row t of Q at q + t * C3
-        const T* k = q + C;
-        const T* v = q + 2 * size_t(C);
-        transpose(kt, k, Tn, 0, hs, C3);
-        // S, the tiles on or below the diagonal
-        for (int t0 = 0; t0 < Tn; t0 += kRows)
-          for (int j0 = 0; j0 < std::min(t0 + kRows, Tn); j0 += kCols)
-            gemm_block(t0, j0, Tn, Tn, 0, hs, q, C3, 1, kt, size_t(Tn),
-                       [&](int t, int t2, A s) { p[size_t(t) * Tn + t2] = s * scale; });
-        // P, row by row
-        for (int t = 0; t < Tn; t++) {
-          A* row = p + size_t(t) * Tn;
-          A maxval = A(-INFINITY);  // subtracted before exp so that exp cannot overflow
-          for (int t2 = 0; t2 <= t; t2++) maxval = std::max(maxval, row[t2]);
-          for (int t2 = 0; t2 <= t; t2++) row[t2] = exp_vec(row[t2] - maxval);  // (vectorized)
-          A sum = A(0);
-          for (int t2 = 0; t2 <= t; t2++) sum += row[t2];  // (in order)
-          const A inv_sum = A(1) / sum;
-          for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv_sum;
-          for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = A(0);  // masked (causal)
-          T* att_row = att + ((size_t(b) * NH + h) * Tn + t) * Tn;
-          for (int t2 = 0; t2 < Tn; t2++) att_row[t2] = store<T>(row[t2]);
+        const T* qkv_bh = qkv + size_t(b) * Tn * C3 + size_t(h) * hs;  // row t of Q at + t * 3C
+        const View<A> q = as_acc(qkv_bh, Tn, hs, C3, wbuf);
+        const View<A> k = as_acc(qkv_bh + C, Tn, hs, C3, wbuf + head);
+        const View<A> v = as_acc(qkv_bh + 2 * C, Tn, hs, C3, wbuf + 2 * head);
+        T* o = out + size_t(b) * Tn * C + size_t(h) * hs;  // rows C apart
+        A* y = acc_dest<A>(o, wbuf + 3 * head);
+        const int ldy = acc_ld<A, T>(C, hs);
+        for (int t0 = 0; t0 < Tn; t0 += kAttRows) {
+          const int t1 = std::min(t0 + kAttRows, Tn);
+          // S rows t0 .. t1-1, columns 0 .. t1-1
+          blas_gemm(false, true, t1 - t0, t1, hs, scale, q.p + size_t(t0) * q.ld, q.ld, k.p, k.ld,
+                    p + size_t(t0) * Tn, Tn);
+          for (int t = t0; t < t1; t++) {  // P, row by row
+            A* row = p + size_t(t) * Tn;
+            A maxval = A(-INFINITY);  // subtracted before exp so that exp cannot overflow
+            for (int t2 = 0; t2 <= t; t2++) maxval = std::max(maxval, row[t2]);
+            for (int t2 = 0; t2 <= t; t2++) row[t2] = exp_vec(row[t2] - maxval);  // (vectorized)
+            A sum = A(0);
+            for (int t2 = 0; t2 <= t; t2++) sum += row[t2];  // (in order)
+            const A inv_sum = A(1) / sum;
+            for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv_sum;
+            for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = A(0);  // masked (causal)
+            T* att_row = att + ((size_t(b) * NH + h) * Tn + t) * Tn;
+            for (int t2 = 0; t2 < Tn; t2++) att_row[t2] = store<T>(row[t2]);
+          }
+          // out rows t0 .. t1-1 = P[t0:t1, 0:t1] V[0:t1]
+          blas_gemm(false, false, t1 - t0, hs, t1, A(1), p + size_t(t0) * Tn, Tn, v.p, v.ld,
+                    y + size_t(t0) * ldy, ldy);
         }
-        // out = P V: rows t0 .. t0+kRows-1 of P are 0 from column t0+kRows on
-        T* o = out + size_t(b) * Tn * C + size_t(h) * hs;
-        for (int t0 = 0; t0 < Tn; t0 += kRows)
-          for (int j0 = 0; j0 < hs; j0 += kCols)
-            gemm_block(t0, j0, Tn, hs, 0, std::min(t0 + kRows, Tn), p, size_t(Tn), 1, v, C3,
-                       [&](int t, int i, A y) { o[size_t(t) * C + i] = store<T>(y); });
+        store_rows(o, C, y, Tn, hs);
       }
     }
   }
@@ -423,66 +447,72 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 //   dP = dO V^T
 //   dS[t,t2] = P[t,t2] * (dP[t,t2] - sum_t3 P[t,t3] dP[t,t3]) * scale      (0 above the diagonal)
 //   dQ = dS K,   dK = dS^T Q
-// One thread per (b, h) again: each writes only its own head's slices of dqkv.
+// The same batch of heads, the same causal blocks: dP and dQ by blocks of rows as in the forward;
+// dK and dV by blocks of their rows t2, whose columns of dS and P are 0 above row t2, so block
+// [t0, t1) sums over t = t0 .. T-1 only.
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
                         int NH) {
   using A = acc_t<T>;
   NZ_CHECK(C % NH == 0, "attention: C=%d is not a multiple of NH=%d", C, NH);
-  const int hs = C / NH;
+  const int hs = C / NH, C3 = 3 * C;
   const A scale = A(1) / std::sqrt(A(hs));
-  const size_t C3 = size_t(3) * C;
+  const size_t head = size_t(Tn) * hs;
 #pragma omp parallel
   {
-    // per thread: V^T (hs,T), and dP then dS (T,T), in A
-    A* vt = scratch<A>(size_t(hs) * Tn + size_t(Tn) * Tn);
-    A* ds = vt + size_t(hs) * Tn;
+    // per thread: dP then dS (T,T) in A; in bf16 also P (T,T), the head's Q, K, V, dO widened and
+    // its dQ, dK, dV before rounding
+    const bool widen = !std::is_same_v<T, A>;
+    A* ds = scratch<A>(size_t(Tn) * Tn + (widen ? size_t(Tn) * Tn + 7 * head : 0));
+    A* wbuf = ds + size_t(Tn) * Tn;
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
-        const T* q = qkv + size_t(b) * Tn * C3 + size_t(h) * hs;  // rows 3C apart
-        const T* k = q + C;
-        const T* v = q + 2 * size_t(C);
-        const T* d = dout + size_t(b) * Tn * C + size_t(h) * hs;  // rows C apart
-        const T* p = att + (size_t(b) * NH + h) * Tn * Tn;
+        const T* qkv_bh = qkv + size_t(b) * Tn * C3 + size_t(h) * hs;
+        const View<A> q = as_acc(qkv_bh, Tn, hs, C3, wbuf);
+        const View<A> k = as_acc(qkv_bh + C, Tn, hs, C3, wbuf + head);
+        const View<A> v = as_acc(qkv_bh + 2 * C, Tn, hs, C3, wbuf + 2 * head);
+        const View<A> d = as_acc(dout + size_t(b) * Tn * C + size_t(h) * hs, Tn, hs, C, wbuf + 3 * head);
+        const View<A> p = as_acc(att + (size_t(b) * NH + h) * Tn * Tn, Tn, Tn, Tn, wbuf + 7 * head);
         T* dq = dqkv + size_t(b) * Tn * C3 + size_t(h) * hs;
         T* dk = dq + C;
         T* dv = dq + 2 * size_t(C);
-        transpose(vt, v, Tn, 0, hs, C3);
-        // dP, the tiles on or below the diagonal
-        for (int t0 = 0; t0 < Tn; t0 += kRows)
-          for (int j0 = 0; j0 < std::min(t0 + kRows, Tn); j0 += kCols)
-            gemm_block(t0, j0, Tn, Tn, 0, hs, d, size_t(C), 1, vt, size_t(Tn),
-                       [&](int t, int t2, A s) { ds[size_t(t) * Tn + t2] = s; });
-        // dS, row by row (the softmax backward)
-        for (int t = 0; t < Tn; t++) {
-          const T* p_row = p + size_t(t) * Tn;
-          A* row = ds + size_t(t) * Tn;
-          A p_dot_dp = A(0);
-          for (int t2 = 0; t2 <= t; t2++) p_dot_dp += load(p_row[t2]) * row[t2];
-          for (int t2 = 0; t2 <= t; t2++) row[t2] = load(p_row[t2]) * (row[t2] - p_dot_dp) * scale;
-          for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = A(0);  // masked (causal)
-        }
-        // dQ = dS K: rows t0 .. t0+kRows-1 of dS are 0 from column t0+kRows on
-        for (int t0 = 0; t0 < Tn; t0 += kRows)
-          for (int j0 = 0; j0 < hs; j0 += kCols)
-            gemm_block(t0, j0, Tn, hs, 0, std::min(t0 + kRows, Tn), ds, size_t(Tn), 1, k, C3,
-                       [&](int t, int i, A s) { dq[size_t(t) * C3 + i] = store<T>(s); });
-        // dK = dS^T Q and dV = P^T dO: column t2 of dS and P is 0 above row t2, so the row tile
-        // t2 = t0 .. t0+kRows-1 of the result sums over t from t0 on
-        for (int t0 = 0; t0 < Tn; t0 += kRows) {
-          for (int j0 = 0; j0 < hs; j0 += kCols) {
-            gemm_block(t0, j0, Tn, hs, t0, Tn, ds, 1, size_t(Tn), q, C3,
-                       [&](int t2, int i, A s) { dk[size_t(t2) * C3 + i] = store<T>(s); });
-            gemm_block(t0, j0, Tn, hs, t0, Tn, p, 1, size_t(Tn), d, size_t(C),
-                       [&](int t2, int i, A s) { dv[size_t(t2) * C3 + i] = store<T>(s); });
+        A* yq = acc_dest<A>(dq, wbuf + 4 * head);
+        A* yk = acc_dest<A>(dk, wbuf + 5 * head);
+        A* yv = acc_dest<A>(dv, wbuf + 6 * head);
+        const int ldy = acc_ld<A, T>(C3, hs);
+        for (int t0 = 0; t0 < Tn; t0 += kAttRows) {
+          const int t1 = std::min(t0 + kAttRows, Tn);
+          // dP rows t0 .. t1-1, columns 0 .. t1-1
+          blas_gemm(false, true, t1 - t0, t1, hs, A(1), d.p + size_t(t0) * d.ld, d.ld, v.p, v.ld,
+                    ds + size_t(t0) * Tn, Tn);
+          for (int t = t0; t < t1; t++) {  // dS, row by row (the softmax backward)
+            const A* p_row = p.p + size_t(t) * p.ld;
+            A* row = ds + size_t(t) * Tn;
+            A p_dot_dp = A(0);
+            for (int t2 = 0; t2 <= t; t2++) p_dot_dp += p_row[t2] * row[t2];
+            for (int t2 = 0; t2 <= t; t2++) row[t2] = p_row[t2] * (row[t2] - p_dot_dp) * scale;
+            for (int t2 = t + 1; t2 < Tn; t2++) row[t2] = A(0);  // masked (causal)
           }
+          // dQ rows t0 .. t1-1 = dS[t0:t1, 0:t1] K[0:t1]
+          blas_gemm(false, false, t1 - t0, hs, t1, A(1), ds + size_t(t0) * Tn, Tn, k.p, k.ld,
+                    yq + size_t(t0) * ldy, ldy);
         }
+        for (int t0 = 0; t0 < Tn; t0 += kAttRows) {
+          const int t1 = std::min(t0 + kAttRows, Tn);
+          // dK rows t0 .. t1-1 = dS[t0:T, t0:t1]^T Q[t0:T];  dV rows t0 .. t1-1 = P[t0:T, t0:t1]^T dO[t0:T]
+          blas_gemm(true, false, t1 - t0, hs, Tn - t0, A(1), ds + size_t(t0) * Tn + t0, Tn,
+                    q.p + size_t(t0) * q.ld, q.ld, yk + size_t(t0) * ldy, ldy);
+          blas_gemm(true, false, t1 - t0, hs, Tn - t0, A(1), p.p + size_t(t0) * p.ld + t0, p.ld,
+                    d.p + size_t(t0) * d.ld, d.ld, yv + size_t(t0) * ldy, ldy);
+        }
+        store_rows(dq, C3, yq, Tn, hs);
+        store_rows(dk, C3, yk, Tn, hs);
+        store_rows(dv, C3, yv, Tn, hs);
       }
     }
   }
 }
-
 // ---------------------------------------------------------------------------------------------
 // GELU (GPT-2's tanh approximation) and the residual connection
 

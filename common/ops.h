@@ -1,5 +1,7 @@
 // ops.h — run every kernel on the backend this run uses: nz::ops::f<T>(...) calls nz::cuda::f<T>
-// on the CUDA backend and nz::cpu::f<T> otherwise. Double precision exists only on the CPU.
+// on the CUDA backend (which picks cuBLAS or its hand-written kernels by nz::kernels() itself), and
+// on the CPU nz::cpu::f<T> (fast, the default) or nz::ref::f<T> (--kernels reference). Double
+// precision exists only on the CPU.
 #pragma once
 #include <type_traits>
 
@@ -15,12 +17,14 @@ namespace nz::ops {
   inline auto name(A... a) {                                                        \
     if constexpr (!std::is_same_v<T, double>)                                       \
       if (current_device() == Device::CUDA) return cuda::name<T>(a...);             \
+    if (kernels() == Kernels::Reference) return ref::name<T>(a...);                 \
     return cpu::name<T>(a...);                                                      \
   }
 #else
 #define NZ_OP(name)                                                                 \
   template <class T, class... A>                                                    \
   inline auto name(A... a) {                                                        \
+    if (kernels() == Kernels::Reference) return ref::name<T>(a...);                 \
     return cpu::name<T>(a...);                                                      \
   }
 #endif
@@ -49,6 +53,7 @@ inline void cast(D* dst, const S* src, size_t n) {
   if constexpr (!std::is_same_v<D, double> && !std::is_same_v<S, double>)
     if (current_device() == Device::CUDA) return cuda::cast<D, S>(dst, src, n);
 #endif
+  if (kernels() == Kernels::Reference) return ref::cast<D, S>(dst, src, n);
   cpu::cast<D, S>(dst, src, n);
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what nanoZeRO needs and is missing: a C++ compiler and make, MPICH, GoogleTest, and
+# Installs what nanoZeRO needs and is missing: a C++ compiler and make, MPICH, GoogleTest, OpenBLAS, and
 # Python 3 with the notebook packages (requirements.txt, pinned) in a virtual environment .venv/.
 # As root it installs with apt-get; otherwise it prints the exact command to run and stops.
 # nvcc is optional: when it is on PATH the CUDA backend is built too.
@@ -14,6 +14,8 @@ command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || missin
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v timeout >/dev/null 2>&1 || missing+=(coreutils)
+# OpenBLAS, its OpenMP build: the CPU's fast matrix products (see the Makefile's BLAS lines)
+[ -f "/usr/include/$(gcc -print-multiarch 2>/dev/null)/openblas-openmp/cblas.h" ] || missing+=(libopenblas-openmp-dev)
 
 if [ ${#missing[@]} -gt 0 ]; then
   cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"

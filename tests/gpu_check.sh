@@ -8,7 +8,8 @@
 #                                      (tiny, 1 and 2 ranks), the ledger and comm counts vs the CPU;
 #   4. the tour's memory table: the gpt2 preset, 4 ranks sharing one GPU, 3 steps, every stage built;
 #   5. tokens per second and MFU on one rank: gpt2, bf16, batch 8 x seq 1024, 20 steps, for
-#      stage0_ddp and stage3 with cuBLAS, and stage0_ddp with the hand-written tiled matmul.
+#      stage0_ddp and stage3 with cuBLAS (--kernels fast), and stage0_ddp with the hand-written
+#      tiled kernels (--kernels reference).
 # and prints a short table last. Every check also prints an NZRESULT line (tests/run_all.sh).
 #
 # Without a visible GPU it prints one SKIP line and exits 0: tests/run_all.sh runs every
@@ -125,21 +126,21 @@ row "gpt2 memory table, 4 ranks on one GPU" "$tour_ok of ${#stages[@]} stages ra
 echo "== 5. throughput on one rank: gpt2, bf16, batch 8 x seq 1024, 20 steps"
 SPEED="--preset gpt2 --precision bf16 --batch 8 --seq 1024 --steps 20 --eval-every 0 --eval-windows 8 --device cuda"
 speed_rows=()
-for run in "stage0_ddp cublas" "stage3 cublas" "stage0_ddp tiled"; do
+for run in "stage0_ddp fast" "stage3 fast" "stage0_ddp reference"; do
   set -- $run
   [ -x "$BIN/$1" ] || continue
   out="$log/speed_$1_$2.log" rc=0
-  timeout -k 10 240 mpirun -np 1 "$BIN/$1" $SPEED --matmul "$2" --quiet >"$out" 2>&1 || rc=$?
+  timeout -k 10 240 mpirun -np 1 "$BIN/$1" $SPEED --kernels "$2" --quiet >"$out" 2>&1 || rc=$?
   line=$(grep '^throughput:' "$out" | head -1)
   if [ $rc = 0 ] && [ -n "$line" ]; then
     result PASS "speed.$1.$2"
     tok=$(sed -E 's/^throughput: ([0-9]+) tokens\/s.*/\1/' <<<"$line")
     mfu=$(grep -oE 'MFU [0-9.]+%' <<<"$line" | cut -d' ' -f2)
     ms=$(grep -o '[0-9.]* ms/step' "$out" | head -1)
-    speed_rows+=("$(printf '%-11s %-7s %9s tokens/s  MFU %6s  (%s)' "$1" "$2" "$tok" "${mfu:-?}" "$ms")")
+    speed_rows+=("$(printf '%-11s %-9s %9s tokens/s  MFU %6s  (%s)' "$1" "$2" "$tok" "${mfu:-?}" "$ms")")
   else
     result FAIL "speed.$1.$2" "exit $rc; see $out"
-    speed_rows+=("$(printf '%-11s %-7s FAILED (see %s)' "$1" "$2" "$out")")
+    speed_rows+=("$(printf '%-11s %-9s FAILED (see %s)' "$1" "$2" "$out")")
   fi
   grep -E '^(throughput|GPU memory):' "$out" | sed "s/^/  $1 $2: /"
 done

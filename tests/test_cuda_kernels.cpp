@@ -27,10 +27,9 @@
 #include <type_traits>  // std::is_same_v
 #include <vector>
 
-#include "cuda/cuda_backend.h"  // nz::cuda::MatmulImpl, set_matmul_impl (plain C++ header)
 #include "device.h"             // nz::cuda_rt: device memory, device_count
 #include "dtype.h"              // nz::bf16, nz::load, nz::store
-#include "kernels.h"            // nz::cpu::*, nz::cuda::*
+#include "kernels.h"            // nz::cpu::*, nz::cuda::*, nz::set_kernels
 #include "rng.h"                // nz::Rng
 
 namespace {
@@ -44,17 +43,10 @@ namespace gpu = nz::cuda;
 // SetUp before its body runs; pointing `gpu` at the CPU kernels just keeps the bodies compiling.
 namespace gpu = nz::cpu;
 #endif
-using nz::cuda::MatmulImpl;
+using nz::Kernels;
 
-const MatmulImpl kMatmulImpls[] = {MatmulImpl::Tiled, MatmulImpl::Cublas};
-
-void select_matmul_impl(MatmulImpl impl) {
-#ifdef NZ_HAVE_CUDA
-  nz::cuda::set_matmul_impl(impl);
-#else
-  (void)impl;
-#endif
-}
+// --kernels: the hand-written CUDA kernels (reference) and cuBLAS (fast)
+const Kernels kKernelChoices[] = {Kernels::Reference, Kernels::Fast};
 
 // ---------------------------------------------------------------------------------------------
 // fixtures: skip without a GPU
@@ -279,8 +271,8 @@ TYPED_TEST(CudaKernels, LayerNorm) {
 // matmul: both implementations, with and without bias, two shapes
 
 template <class T>
-void check_matmul(int N, int C, int OC, bool with_bias, MatmulImpl impl, uint64_t seed) {
-  const std::string tag = std::string(nz::cuda::matmul_impl_name(impl)) + " N=" + std::to_string(N) +
+void check_matmul(int N, int C, int OC, bool with_bias, Kernels impl, uint64_t seed) {
+  const std::string tag = std::string(nz::kernels_name(impl)) + " N=" + std::to_string(N) +
                           " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
                           (with_bias ? " bias" : " no bias");
   SCOPED_TRACE(tag);
@@ -296,7 +288,7 @@ void check_matmul(int N, int C, int OC, bool with_bias, MatmulImpl impl, uint64_
   cpu::matmul_backward(dinp.data(), dw.data(), with_bias ? dbias.data() : nullptr, dout.data(),
                        inp.data(), w.data(), N, C, OC);
 
-  select_matmul_impl(impl);
+  nz::set_kernels(impl);
   DeviceArray<T> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout), d_dw(dw0), d_dbias(dbias0);
   auto d_out = DeviceArray<T>::poisoned(out.size()), d_dinp = DeviceArray<T>::poisoned(dinp.size());
   gpu::matmul_forward(d_out.ptr(), d_inp.ptr(), d_w.ptr(), with_bias ? d_bias.ptr() : nullptr, N, C, OC);
@@ -315,12 +307,12 @@ void check_matmul(int N, int C, int OC, bool with_bias, MatmulImpl impl, uint64_
   gpu::matmul_backward((T*)nullptr, d_dw.ptr(), (T*)nullptr, d_dout.ptr(), d_inp.ptr(), d_w.ptr(), N,
                        C, OC);
   expect_close("matmul dw, 2nd call, no dinp " + tag, d_dw.download(), dw_twice, tol<T>());
-  select_matmul_impl(MatmulImpl::Cublas);  // back to the default
+  nz::set_kernels(Kernels::Fast);  // back to the default
 }
 
 TYPED_TEST(CudaKernels, Matmul) {
   using T = TypeParam;
-  for (MatmulImpl impl : kMatmulImpls) {
+  for (Kernels impl : kKernelChoices) {
     check_matmul<T>(kB * kT, kC, kOC, true, impl, 103);
     check_matmul<T>(kB * kT, kC, kOC, false, impl, 104);
     check_matmul<T>(kT, kOC, kV, true, impl, 105);  // K = 200 and 257: several partial tiles
@@ -356,16 +348,16 @@ void check_attention(int B, int Tn, int C, int NH, uint64_t seed) {
   expect_close("attention dqkv " + tag, d_dqkv.download(), dqkv, tol<T>());
 }
 
-// Both implementations: the hand-written kernels (with --matmul tiled) and batched cuBLAS GEMMs
-// around the softmax kernels (with --matmul cublas).
+// Both implementations: the hand-written kernels (--kernels reference) and batched cuBLAS GEMMs
+// around the softmax kernels (--kernels fast).
 TYPED_TEST(CudaKernels, Attention) {
-  for (MatmulImpl impl : kMatmulImpls) {
-    SCOPED_TRACE(nz::cuda::matmul_impl_name(impl));
-    select_matmul_impl(impl);
+  for (Kernels impl : kKernelChoices) {
+    SCOPED_TRACE(nz::kernels_name(impl));
+    nz::set_kernels(impl);
     check_attention<TypeParam>(kB, kT, kC, kNH, 106);  // head size 12: most lanes idle
     check_attention<TypeParam>(2, 33, 128, 2, 107);    // head size 64: two channels per lane
   }
-  select_matmul_impl(MatmulImpl::Cublas);
+  nz::set_kernels(Kernels::Fast);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -508,8 +500,8 @@ TYPED_TEST(CudaKernels, RunToRunBitwise) {
   // Runs every kernel with a reduction once, and returns all results as raw bytes.
   auto run_all = [&]() {
     std::vector<std::vector<T>> results;
-    for (MatmulImpl impl : kMatmulImpls) {
-      select_matmul_impl(impl);
+    for (Kernels impl : kKernelChoices) {
+      nz::set_kernels(impl);
       DeviceArray<T> d_dw(dw0), d_dbias(std::vector<T>(OC, nz::store<T>(0.5f)));
       auto d_dinp = DeviceArray<T>::poisoned(size_t(N) * C);
       gpu::matmul_backward(d_dinp.ptr(), d_dw.ptr(), d_dbias.ptr(), d_dout.ptr(), d_inp.ptr(), d_w.ptr(),
@@ -526,7 +518,7 @@ TYPED_TEST(CudaKernels, RunToRunBitwise) {
       results.push_back(d_att.download());
       results.push_back(d_dqkv.download());
     }
-    select_matmul_impl(MatmulImpl::Cublas);
+    nz::set_kernels(Kernels::Fast);
     DeviceArray<T> d_dwte(std::vector<T>(size_t(5) * C, nz::store<T>(0.0f)));
     DeviceArray<T> d_dwpe(std::vector<T>(size_t(kT) * C, nz::store<T>(0.0f)));
     gpu::embedding_backward(d_dwte.ptr(), d_dwpe.ptr(), d_inp.ptr(), d_tokens.ptr(), kB, kT, C);

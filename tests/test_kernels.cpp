@@ -883,50 +883,53 @@ TEST(Determinism, BitwiseAcrossThreadCounts) {
   }
 }
 
-// The matmul kernels tile their loops (kernels_cpu.cpp, gemm) yet promise that each element is one
-// running sum in the textbook order. Then full tiles, the partial tiles at the edges, and any
-// number of threads all give the same bits. Checked against the naive loops, bitwise, on shapes
-// that leave partial tiles in both directions, with 1 and 3 threads.
-TEST(Determinism, MatmulIsTheTextbookLoopBitwise) {
+// The stages compare their models bit for bit, yet they hand the kernels different buffers: stage3
+// computes on parameters gathered into a buffer of its own, the others on the flat parameter
+// buffer. So the products must give the same bits wherever their operands lie in memory, not only
+// for the same shapes: here every operand and result is moved by 1 to 7 floats (off the 32-byte
+// alignment a vectorized library may prefer), on a shape with partial blocks everywhere, with 1
+// and 3 threads.
+TEST(Determinism, SameBitsWhereverTheOperandsLie) {
   Rng rng(21);
-  const int n = 19, c = 37, oc = 21;
+  const int n = 61, c = 67, oc = 45, B = 2, Tn = 37, C = 48, NH = 3;
   const std::vector<float> inp = random_f32(rng, size_t(n) * c), w = random_f32(rng, size_t(oc) * c);
   const std::vector<float> bias = random_f32(rng, oc), dout = random_f32(rng, size_t(n) * oc);
   const std::vector<float> dw0 = random_f32(rng, w.size()), db0 = random_f32(rng, oc);
-  std::vector<float> out(size_t(n) * oc), dinp(inp.size()), dw = dw0, db = db0;
-  for (int i = 0; i < n; i++) {
-    for (int o = 0; o < oc; o++) {
-      float s = 0.0f;
-      for (int k = 0; k < c; k++) s += inp[size_t(i) * c + k] * w[size_t(o) * c + k];
-      out[size_t(i) * oc + o] = s + bias[o];
-    }
-    for (int k = 0; k < c; k++) {
-      float s = 0.0f;
-      for (int o = 0; o < oc; o++) s += dout[size_t(i) * oc + o] * w[size_t(o) * c + k];
-      dinp[size_t(i) * c + k] = s;
-    }
-  }
-  for (int o = 0; o < oc; o++) {
-    for (int k = 0; k < c; k++) {
-      float s = 0.0f;
-      for (int i = 0; i < n; i++) s += dout[size_t(i) * oc + o] * inp[size_t(i) * c + k];
-      dw[size_t(o) * c + k] += s;
-    }
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += dout[size_t(i) * oc + o];
-    db[o] += s;
-  }
-  for (int threads : {1, 3}) {
-    with_threads(threads, [&] {
-      std::vector<float> k_out(out.size()), k_dinp(dinp.size()), k_dw = dw0, k_db = db0;
-      cpu::matmul_forward(k_out.data(), inp.data(), w.data(), bias.data(), n, c, oc);
-      cpu::matmul_backward(k_dinp.data(), k_dw.data(), k_db.data(), dout.data(), inp.data(), w.data(), n, c, oc);
-      EXPECT_TRUE(bitwise_equal(k_out, out)) << threads << " threads: matmul_forward";
-      EXPECT_TRUE(bitwise_equal(k_dinp, dinp)) << threads << " threads: matmul_backward dinp";
-      EXPECT_TRUE(bitwise_equal(k_dw, dw)) << threads << " threads: matmul_backward dw";
-      EXPECT_TRUE(bitwise_equal(k_db, db)) << threads << " threads: matmul_backward dbias";
-    });
-  }
+  const std::vector<float> qkv = random_f32(rng, size_t(B) * Tn * 3 * C, -2, 2),
+                           aout_d = random_f32(rng, size_t(B) * Tn * C);
+  // every result, computed with the operands at offset `shift` floats into their buffers
+  auto run = [&](int shift) {
+    auto at = [shift](const std::vector<float>& v) {
+      std::vector<float> buf(v.size() + 8, NAN);
+      std::copy(v.begin(), v.end(), buf.begin() + shift);
+      return buf;
+    };
+    std::vector<float> x = at(inp), wv = at(w), bv = at(bias), d = at(dout), dw = at(dw0), db = at(db0);
+    std::vector<float> q = at(qkv), ad = at(aout_d);
+    std::vector<float> out(size_t(n) * oc + 8), dinp(inp.size() + 8);
+    std::vector<float> att(size_t(B) * NH * Tn * Tn + 8), aout(size_t(B) * Tn * C + 8), dqkv(qkv.size() + 8);
+    const int s = shift;
+    cpu::matmul_forward(out.data() + s, x.data() + s, wv.data() + s, bv.data() + s, n, c, oc);
+    cpu::matmul_backward(dinp.data() + s, dw.data() + s, db.data() + s, d.data() + s, x.data() + s,
+                         wv.data() + s, n, c, oc);
+    cpu::attention_forward(aout.data() + s, att.data() + s, q.data() + s, B, Tn, C, NH);
+    cpu::attention_backward(dqkv.data() + s, ad.data() + s, q.data() + s, att.data() + s, B, Tn, C, NH);
+    std::vector<std::vector<float>> r;
+    for (const auto* v : {&out, &dinp, &dw, &db, &att, &aout, &dqkv})
+      r.emplace_back(v->begin() + s, v->end() - 8 + s);
+    return r;
+  };
+  const char* names[] = {"matmul out", "matmul dinp", "matmul dw", "matmul dbias", "attention att",
+                         "attention out", "attention dqkv"};
+  std::vector<std::vector<float>> first;
+  with_threads(1, [&] { first = run(0); });
+  for (int threads : {1, 3})
+    for (int shift = 1; shift < 8; shift++)
+      with_threads(threads, [&] {
+        const auto r = run(shift);
+        for (size_t i = 0; i < r.size(); i++)
+          EXPECT_TRUE(bitwise_equal(r[i], first[i])) << names[i] << ", " << threads << " threads, shift " << shift;
+      });
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // test_kernels_ref.cpp — the fast CPU kernels (nz::cpu, kernels_cpu.cpp) against the textbook loops
-// (nz::ref, kernels_ref.cpp): every kernel, fp32 and bf16, on shapes that leave partial tiles.
+// (nz::ref, kernels_ref.cpp): every kernel, fp32 and bf16, on shapes that leave partial blocks.
 //
 // Where the two sum the same terms in the same order they must give the same bits. Where they do
-// not (the exp inside the softmaxes and GELU, the lanes of sum_squares) every element must lie
-// within a bound derived from the unit roundoff, the number of terms and the exp's stated error;
-// each derivation is written above the check that uses it. Each check prints the largest
+// not (the matrix products through the BLAS, the exp inside the softmaxes and GELU, the lanes of
+// sum_squares) every element must lie within a bound derived from the unit roundoff, the number of
+// terms and the exp's stated error; each derivation is written above the check that uses it. Each check prints the largest
 // difference it saw.
 //
 // Notation. u = 2^-24 (fp32 unit roundoff); gamma_n(k) = k u / (1 - k u) bounds k roundings
@@ -86,7 +86,8 @@ std::vector<int> random_ints(nz::Rng& rng, size_t n, int below) {
   return v;
 }
 
-// Nothing a multiple of the fast kernels' 4 x 16 tiles, odd channel counts, T of every kind.
+// Odd sizes everywhere (no multiple of a BLAS's blocks or of attention's 32-row blocks but T = 33,
+// one full block and a row), odd channel counts, T of every kind.
 struct Shape {
   int B, T, C, NH, OC, V;
   int N() const { return B * T; }
@@ -292,11 +293,21 @@ TEST(FastVsRef, LayerNorm) {
   layernorm_case<bf16>();
 }
 
-// The tiled product claims the bits of the naive triple loop.
+// Matmul. The BLAS sums each element's terms in its own order (blocked, vectorized, perhaps with
+// fused multiply-adds), nz::ref in the plain order k = 0, 1, ... Any order of summing n products,
+// plus one more addition (the bias, or the old gradient), passes each product through at most
+// n + 1 roundings: the computed value is within gamma_n(n + 1) sum|terms| of the exact one (a fused
+// multiply-add only rounds less). Both kernels are, so
+//   out:  |fast - ref| <= 2 gamma_n(C + 1)  (sum_k |inp[n,k] w[o,k]| + |bias[o]|)
+//   dinp: |fast - ref| <= 2 gamma_n(OC)      sum_o |dout[n,o] w[o,k]|
+//   dw:   |fast - ref| <= 2 gamma_n(N + 1)  (sum_n |dout[n,o] inp[n,k]| + |dw_before[o,k]|)
+// in fp32 arithmetic (bf16 operands are widened exactly), and stored_bound() adds bf16's final
+// rounding. dbias is the same loop in both: bitwise.
 template <class T>
 void matmul_case() {
   Check fwd("matmul_forward", type_name<T>()), dinp_c("matmul_backward dinp", type_name<T>()),
       dw_c("matmul_backward dw", type_name<T>()), db_c("matmul_backward dbias", type_name<T>());
+  constexpr double uT = storage_roundoff<T>();
   nz::Rng rng(4);
   for (const Shape& s : kShapes) {
     const int N = s.N(), C = s.C, OC = s.OC;
@@ -306,16 +317,32 @@ void matmul_case() {
       std::vector<T> out_f = nans<T>(size_t(N) * OC), out_r = out_f;
       cpu::matmul_forward(out_f.data(), inp.data(), w.data(), with_all ? bias.data() : nullptr, N, C, OC);
       ref::matmul_forward(out_r.data(), inp.data(), w.data(), with_all ? bias.data() : nullptr, N, C, OC);
-      fwd.same_bits(out_f, out_r, s.str());
+      fwd.within(out_f, out_r, s.str(), [&](size_t i, double f, double r) {
+        const int n = int(i / OC), o = int(i % OC);
+        double mag = with_all ? std::fabs(val(bias[o])) : 0.0;
+        for (int k = 0; k < C; k++) mag += std::fabs(val(inp[size_t(n) * C + k]) * val(w[size_t(o) * C + k]));
+        return stored_bound(2 * gamma_n(C + 1) * mag, f, r, uT);
+      });
       std::vector<T> dinp_f = nans<T>(inp.size()), dinp_r = dinp_f;
-      std::vector<T> dw_f = random_t<T>(rng, w.size(), -1, 1), dw_r = dw_f,
-                     db_f = random_t<T>(rng, OC, -1, 1), db_r = db_f;
+      const std::vector<T> dw0 = random_t<T>(rng, w.size(), -1, 1);
+      std::vector<T> dw_f = dw0, dw_r = dw0, db_f = random_t<T>(rng, OC, -1, 1), db_r = db_f;
       cpu::matmul_backward(with_all ? dinp_f.data() : nullptr, dw_f.data(), with_all ? db_f.data() : nullptr,
                            dout.data(), inp.data(), w.data(), N, C, OC);
       ref::matmul_backward(with_all ? dinp_r.data() : nullptr, dw_r.data(), with_all ? db_r.data() : nullptr,
                            dout.data(), inp.data(), w.data(), N, C, OC);
-      dinp_c.same_bits(dinp_f, dinp_r, s.str());
-      dw_c.same_bits(dw_f, dw_r, s.str());
+      if (with_all)  // (else both left it alone: NaN)
+        dinp_c.within(dinp_f, dinp_r, s.str(), [&](size_t i, double f, double r) {
+          const int n = int(i / C), k = int(i % C);
+          double mag = 0.0;
+          for (int o = 0; o < OC; o++) mag += std::fabs(val(dout[size_t(n) * OC + o]) * val(w[size_t(o) * C + k]));
+          return stored_bound(2 * gamma_n(OC) * mag, f, r, uT);
+        });
+      dw_c.within(dw_f, dw_r, s.str(), [&](size_t i, double f, double r) {
+        const int o = int(i / C), k = int(i % C);
+        double mag = std::fabs(val(dw0[i]));
+        for (int n = 0; n < N; n++) mag += std::fabs(val(dout[size_t(n) * OC + o]) * val(inp[size_t(n) * C + k]));
+        return stored_bound(2 * gamma_n(N + 1) * mag, f, r, uT);
+      });
       db_c.same_bits(db_f, db_r, s.str());
     }
   }
@@ -421,59 +448,134 @@ TEST(FastVsRef, Cast) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention. The backward takes the saved probabilities as input and has no exp: bitwise. The
-// forward differs only by its exp (the scores, their max and the exp's arguments are the same
-// bits in both). For one row t, with L = t + 1 visible positions, each kernel computes
-//   p^ = fl(e fl(1 / s^)),  s^ = sum of the L exps in order = s (1 + theta), |theta| <= gamma_n(L-1),
-// so p^ = (e / s)(1 + theta'), |theta'| <= gamma_n(L+1). The exact ratios e/s of the two kernels
-// differ by (1 + eps_j)/(1 + mean eps), |eps| <= eta, i.e. by at most 2 eta / (1 - eta). Hence
-//   |p^_fast / p^_ref - 1| <= (1 + 2 eta / (1 - eta)) (1 + gamma_n(2L + 2)) - 1 = beta_p(L).
-// out[t,i] = sum_t2 p[t2] v[t2,i] is a dot product of L terms (gamma_n(L) each, the masked zeros
-// add nothing), so
-//   |out_fast - out_ref| <= (beta_p + gamma_n(L) (2 + beta_p)) sum_t2 p_ref[t2] |v[t2,i]|.
-// In bf16, p_ref <= att_ref / (1 - 2^-8), and stored_bound() adds the final rounding.
-
-double beta_p(int L) { return (1 + 2 * kEta / (1 - kEta)) * (1 + gamma_n(2 * L + 2)) - 1; }
-
+// Attention. Both kernels compute the same functions; the products sum in different orders (the
+// BLAS against the plain loops) and the exps differ. With u the unit roundoff of the arithmetic
+// (2^-24 in fp32 and bf16, 2^-53 in fp64) and gamma(k) = k u / (1 - k u), per kernel:
+//
+// Forward, row t, L = t + 1 visible positions, s_j the exact scaled scores (the float scale is the
+// same number in both kernels):
+//  - each computed score is within sigma_j = gamma(hs + 1) scale sum_i |q_i k_ji| of s_j (hs
+//    products summed, then scaled);
+//  - its exp's argument a_j = fl(s^_j - max) is off by at most u |s^_j - max| <= u (m - s_j + 2 sigma),
+//    m = max_j s_j, sigma = max_j sigma_j; the exp itself has relative error E (kExpFast or kLibm);
+//  - so e^_j = exp(s_j) * c * theta_j, c the same for the whole row (exp(-max)), with
+//    |log theta_j| <= lambda_j = sigma_j + u (m - s_j + 2 sigma) - log(1 - E);
+//  - the normalized e^_j / sum e^ is p_j times a factor within exp(+-2 Lambda), Lambda = max_j
+//    lambda_j, and the sum, division and product add gamma(L + 1) (as before):
+//      |p^_j / p_j - 1| <= beta = exp(2 Lambda) (1 + gamma(L + 1)) - 1.
+//    Between the kernels: |p^_fast - p^_ref| <= (beta_fast + beta_ref) p_j, p_j <= p^_ref / (1 - beta_ref).
+//  - out = sum_j p^_j v_j over L terms (the masked zeros add exactly nothing): within
+//    (beta + gamma(L) (1 + beta)) sum_j p_j |v_j| of the exact sum_j p_j v_j.
+//
+// Backward, from the same saved att P (an input to both): every result is a sum of products of
+// inputs, through at most m roundings on any path, so it is within gamma(m) times the same
+// expression evaluated on absolute values ("~"), in any summation order:
+//   dP = dO V^T         ~: sum_i |dO_ti| |V_ji|                        hs roundings
+//   c_t = sum_j P dP    ~: sum_j P_tj dP~_tj                           hs + L
+//   dS = P (dP - c) sc  ~: P_tj (dP~_tj + c~_t) sc                     hs + L + 3
+//   dQ = dS K, dK = dS^T Q   (~ with |K|, |Q|)                          <= hs + 2T + 3
+//   dV = P^T dO              (~ with |dO|)                             <= T
+// so |fast - ref| <= 2 gamma(hs + 2T + 3) * ~ for dQ and dK, 2 gamma(T) * ~ for dV.
+// stored_bound() adds bf16's rounding of each stored result.
 template <class T>
 void attention_case() {
+  using A = nz::acc_t<T>;
   Check att_c("attention_forward att", type_name<T>()), out_c("attention_forward out", type_name<T>()),
       back("attention_backward dqkv", type_name<T>());
   constexpr double uT = storage_roundoff<T>();
-  constexpr bool same_exp = std::is_same_v<T, double>;  // nz::cpu calls std::exp in double too
+  constexpr bool fp64 = std::is_same_v<A, double>;
+  const double u = fp64 ? 0x1p-53 : kU;
+  auto gamma = [u](int k) { return k * u / (1 - k * u); };
+  const double e_fast = fp64 ? 0x1p-52 : kExpFast, e_ref = fp64 ? 0x1p-52 : kLibm;  // std::exp: 1 ulp
   nz::Rng rng(7);
   for (const Shape& s : kShapes) {
     const int B = s.B, Tn = s.T, C = s.C, NH = s.NH, hs = C / NH;
+    const double scale = double(A(1) / std::sqrt(A(hs)));
     // scores up to 9 sqrt(hs) ~ 37: the softmax is nearly one-hot in places, exp's arguments >= -75
     const auto qkv = random_t<T>(rng, size_t(B) * Tn * 3 * C, -3, 3);
+    auto Q = [&](int b, int t, int part, int h, int i) {
+      return val(qkv[(size_t(b) * Tn + t) * 3 * C + size_t(part) * C + size_t(h) * hs + i]);
+    };
     std::vector<T> out_f = nans<T>(size_t(B) * Tn * C), out_r = out_f;
     std::vector<T> att_f = nans<T>(size_t(B) * NH * Tn * Tn), att_r = att_f;
     cpu::attention_forward(out_f.data(), att_f.data(), qkv.data(), B, Tn, C, NH);
     ref::attention_forward(out_r.data(), att_r.data(), qkv.data(), B, Tn, C, NH);
-    if (same_exp) {
-      att_c.same_bits(att_f, att_r, s.str());
-      out_c.same_bits(out_f, out_r, s.str());
-    } else {
-      att_c.within(att_f, att_r, s.str(), [&](size_t i, double f, double r) {
-        const int t = int(i / Tn % Tn);  // att (B,NH,T,T): row t
-        return stored_bound(beta_p(t + 1) * std::fabs(r) / (1 - uT), f, r, uT);
-      });
-      out_c.within(out_f, out_r, s.str(), [&](size_t i, double f, double r) {
-        const int b = int(i / (size_t(Tn) * C)), t = int(i / C % Tn), h = int(i % C) / hs,
-                  j = int(i % C) % hs;
-        double pv = 0.0;  // sum_t2 p_ref[t2] |v[t2,j]|
-        for (int t2 = 0; t2 <= t; t2++)
-          pv += val(att_r[((size_t(b) * NH + h) * Tn + t) * Tn + t2]) / (1 - uT) *
-                std::fabs(val(qkv[(size_t(b) * Tn + t2) * 3 * C + 2 * C + size_t(h) * hs + j]));
-        const double bp = beta_p(t + 1);
-        return stored_bound((bp + gamma_n(t + 1) * (2 + bp)) * pv, f, r, uT);
-      });
-    }
+    // beta_fast and beta_ref of every row (b, h, t), from the scores in double
+    std::vector<double> beta_f(size_t(B) * NH * Tn), beta_r(beta_f.size());
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++)
+        for (int t = 0; t < Tn; t++) {
+          std::vector<double> sc(t + 1), sig(t + 1);
+          for (int j = 0; j <= t; j++) {
+            double dot = 0, mag = 0;
+            for (int i = 0; i < hs; i++) {
+              dot += Q(b, t, 0, h, i) * Q(b, j, 1, h, i);
+              mag += std::fabs(Q(b, t, 0, h, i) * Q(b, j, 1, h, i));
+            }
+            sc[j] = dot * scale;
+            sig[j] = gamma(hs + 1) * scale * mag * (1 + 0x1p-40);  // (slack for this double arithmetic)
+          }
+          const double m = *std::max_element(sc.begin(), sc.end());
+          const double sigma = *std::max_element(sig.begin(), sig.end());
+          double lam = 0;  // Lambda without the exp's own error
+          for (int j = 0; j <= t; j++) lam = std::max(lam, sig[j] + u * (m - sc[j] + 2 * sigma));
+          const size_t row = (size_t(b) * NH + h) * Tn + t;
+          beta_f[row] = std::exp(2 * (lam - std::log1p(-e_fast))) * (1 + gamma(t + 2)) - 1;
+          beta_r[row] = std::exp(2 * (lam - std::log1p(-e_ref))) * (1 + gamma(t + 2)) - 1;
+        }
+    att_c.within(att_f, att_r, s.str(), [&](size_t i, double f, double r) {
+      const size_t row = i / Tn;
+      const double bf = beta_f[row], br = beta_r[row];
+      return stored_bound((bf + br) * std::fabs(r) / (1 - uT) / (1 - br), f, r, uT);
+    });
+    out_c.within(out_f, out_r, s.str(), [&](size_t i, double f, double r) {
+      const int b = int(i / (size_t(Tn) * C)), t = int(i / C % Tn), h = int(i % C) / hs, j = int(i % C) % hs;
+      const size_t row = (size_t(b) * NH + h) * Tn + t;
+      const double bf = beta_f[row], br = beta_r[row];
+      double pv = 0.0;  // sum_t2 p[t2] |v[t2,j]|, p from the ref's att
+      for (int t2 = 0; t2 <= t; t2++)
+        pv += val(att_r[row * Tn + t2]) / (1 - uT) / (1 - br) * std::fabs(Q(b, t2, 2, h, j));
+      return stored_bound((bf + br + gamma(t + 1) * (2 + bf + br)) * pv, f, r, uT);
+    });
+
     const auto dout = random_t<T>(rng, out_r.size(), -1, 1);
     std::vector<T> dqkv_f = nans<T>(qkv.size()), dqkv_r = dqkv_f;
     cpu::attention_backward(dqkv_f.data(), dout.data(), qkv.data(), att_r.data(), B, Tn, C, NH);
     ref::attention_backward(dqkv_r.data(), dout.data(), qkv.data(), att_r.data(), B, Tn, C, NH);
-    back.same_bits(dqkv_f, dqkv_r, s.str());
+    // the absolute-value evaluation "~" of every element of dqkv
+    std::vector<double> mag(qkv.size(), 0.0);
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++) {
+        auto P = [&](int t, int j) { return val(att_r[((size_t(b) * NH + h) * Tn + t) * Tn + j]); };
+        auto dO = [&](int t, int i) { return std::fabs(val(dout[(size_t(b) * Tn + t) * C + size_t(h) * hs + i])); };
+        std::vector<double> ds(size_t(Tn) * Tn, 0.0);  // dS~
+        for (int t = 0; t < Tn; t++) {
+          std::vector<double> dp(t + 1);
+          double c = 0;
+          for (int j = 0; j <= t; j++) {
+            dp[j] = 0;
+            for (int i = 0; i < hs; i++) dp[j] += dO(t, i) * std::fabs(Q(b, j, 2, h, i));
+            c += P(t, j) * dp[j];
+          }
+          for (int j = 0; j <= t; j++) ds[size_t(t) * Tn + j] = P(t, j) * (dp[j] + c) * scale;
+        }
+        for (int t = 0; t < Tn; t++)
+          for (int i = 0; i < hs; i++) {
+            double dq = 0, dk = 0, dv = 0;
+            for (int j = 0; j <= t; j++) dq += ds[size_t(t) * Tn + j] * std::fabs(Q(b, j, 1, h, i));
+            for (int t3 = t; t3 < Tn; t3++) {
+              dk += ds[size_t(t3) * Tn + t] * std::fabs(Q(b, t3, 0, h, i));
+              dv += P(t3, t) * dO(t3, i);
+            }
+            const size_t at = (size_t(b) * Tn + t) * 3 * C + size_t(h) * hs + i;
+            mag[at] = 2 * gamma(hs + 2 * Tn + 3) * dq;
+            mag[at + C] = 2 * gamma(hs + 2 * Tn + 3) * dk;
+            mag[at + 2 * size_t(C)] = 2 * gamma(Tn) * dv;
+          }
+      }
+    back.within(dqkv_f, dqkv_r, s.str(), [&](size_t i, double f, double r) {
+      return stored_bound(mag[i] * (1 + 0x1p-40), f, r, uT);
+    });
   }
   for (const Check* c : {&att_c, &out_c, &back}) c->print();
 }
@@ -547,13 +649,20 @@ TEST(FastVsRef, Gelu) {
 
 // ---------------------------------------------------------------------------------------------
 // Softmax + cross-entropy over rows of V logits.
-// probs: as attention's p, with L = V: |p_fast / p_ref - 1| <= beta_p(V).
+// probs: the same logits, their max and the exps' arguments are the same bits in both kernels, so
+// only the exps differ. Per row of L = V entries each kernel computes p^ = fl(e fl(1 / s^)), s^ =
+// the sum of the L exps = s (1 + theta), |theta| <= gamma_n(L - 1), so p^ = (e / s)(1 + theta'),
+// |theta'| <= gamma_n(L + 1). The exact ratios e/s of the two kernels differ by
+// (1 + eps_j)/(1 + mean eps), |eps| <= eta, i.e. by at most 2 eta / (1 - eta). Hence
+//   |p_fast / p_ref - 1| <= (1 + 2 eta / (1 - eta)) (1 + gamma_n(2L + 2)) - 1 = beta_p(L).
 // losses = log(s^) - (x[target] - max), the subtraction the same in both. The sums of the two
 // kernels differ by a factor (1 + eps)(1 + theta), |eps| <= eta, |theta| <= gamma_n(2V - 2), so
 // their logs by at most lambda = -log(1 - eta) - log(1 - gamma_n(2V - 2)); each logf adds at most
 // kLibm log(s^), with log(s^) <= log(V (1 + gamma_n(V - 1))(1 + kExpFast)) (every exp <= 1, one
 // of them exactly 1: s^ >= 1); the final subtraction rounds once in each:
 //   |loss_f - loss_r| <= lambda + 2 kLibm log_s_hi + u (|loss_f| + |loss_r|).
+
+double beta_p(int L) { return (1 + 2 * kEta / (1 - kEta)) * (1 + gamma_n(2 * L + 2)) - 1; }
 
 template <class T>
 void softmax_xent_case() {

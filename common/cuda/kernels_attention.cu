@@ -8,13 +8,12 @@
 //   att[t][t2]    = softmax over t2 of scores[t]      (0 above the diagonal)
 //   out[t]        = sum_t2 att[t][t2] v[t2]
 //
-// Two implementations, chosen with the matmul (--matmul):
-//   tiled  — the hand-written kernels below: one warp per row (or column), every product a warp
+// Two implementations, chosen with --kernels (nz::kernels(), kernels.h):
+//   reference — the hand-written kernels below: one warp per row (or column), every product a warp
 //            dot product. Simple to read, but latency-bound: slow at long sequences.
-//   cublas — (the default) the four products as batched cuBLAS GEMMs on tensor cores, with only
+//   fast      — (the default) the four products as batched cuBLAS GEMMs on tensor cores, with only
 //            the causal softmax and its backward as kernels (the end of this file). The scores are
 //            computed for the whole (T,T) square, so half the product is wasted; still far faster.
-#include "cuda_backend.h"   // matmul_impl: which implementation
 #include "cuda_common.cuh"  // load/store, warp_sum, warp_max, scratch_buffer, NZ_CUDA_CHECK_LAUNCH
 #include "matmul_cublas.h"  // cublas_gemm_batched
 
@@ -310,7 +309,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
   check_heads(C, NH);
   const size_t rows = size_t(B) * NH * Tn;
   if (rows == 0) return;
-  if (matmul_impl() == MatmulImpl::Cublas) return attention_forward_cublas(out, att, qkv, B, Tn, C, NH);
+  if (kernels() == Kernels::Fast) return attention_forward_cublas(out, att, qkv, B, Tn, C, NH);
   const int warps = row_kernel_warps(Tn);
   const unsigned blocks = unsigned(ceil_div(rows, warps));
   const size_t smem = size_t(warps) * Tn * sizeof(float);
@@ -324,7 +323,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   check_heads(C, NH);
   const size_t rows = size_t(B) * NH * Tn;
   if (rows == 0) return;
-  if (matmul_impl() == MatmulImpl::Cublas) return attention_backward_cublas(dqkv, dout, qkv, att, B, Tn, C, NH);
+  if (kernels() == Kernels::Fast) return attention_backward_cublas(dqkv, dout, qkv, att, B, Tn, C, NH);
   float* rowsums = static_cast<float*>(scratch_buffer(rows * sizeof(float)));  // (B,NH,T)
 
   const int warps = row_kernel_warps(Tn);

@@ -1,16 +1,12 @@
 // kernels_matmul.cu — the linear layer on the GPU: matmul_forward and matmul_backward, dispatching
-// to either the tiled shared-memory kernel below or cuBLAS (matmul_cublas.cu); the bias kernels
-// are shared by both.
-#include "cuda_backend.h"   // MatmulImpl, set_matmul_impl
-#include "cuda_common.cuh"  // load/store, NZ_CUDA_CHECK_LAUNCH
+// on --kernels (nz::kernels(), kernels.h) to the tiled shared-memory kernel below (reference) or
+// cuBLAS (matmul_cublas.cu: fast, fp32 accumulation, no TF32); the bias kernels are shared by both.
+// Both compute every product in fp32 and round once when storing, so they agree within rounding.
+#include "cuda_common.cuh"  // load/store, NZ_CUDA_CHECK_LAUNCH, kernels.h (nz::kernels)
 #include "matmul_cublas.h"  // cublas_matmul_forward, cublas_matmul_dinp, cublas_matmul_dweight
 
 namespace nz {
 namespace cuda {
-
-static MatmulImpl g_matmul_impl = MatmulImpl::Cublas;
-void set_matmul_impl(MatmulImpl impl) { g_matmul_impl = impl; }
-MatmulImpl matmul_impl() { return g_matmul_impl; }
 
 namespace {
 
@@ -128,7 +124,7 @@ __global__ void bias_grad_kernel(T* dbias, const T* dout, int N, int OC) {
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
-  if (g_matmul_impl == MatmulImpl::Tiled) {
+  if (kernels() == Kernels::Reference) {
     matmul_tiled(out, inp, Strided{C, 1}, w, Strided{1, C}, bias, N, OC, C, false);
     return;
   }
@@ -143,7 +139,7 @@ template <class T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N, int C,
                      int OC) {
   if (N == 0) return;  // nothing flows back; weight gradients are unchanged
-  const bool tiled = g_matmul_impl == MatmulImpl::Tiled;
+  const bool tiled = kernels() == Kernels::Reference;
   if (dinp) {  // dinp (N,C) = dout (N,OC) · w (OC,C)
     if (tiled) matmul_tiled(dinp, dout, Strided{OC, 1}, w, Strided{C, 1}, (const T*)nullptr, N, C, OC, false);
     else cublas_matmul_dinp(dinp, dout, w, N, C, OC);
