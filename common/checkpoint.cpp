@@ -1,35 +1,32 @@
 // checkpoint.cpp — writing and reading the model file, and collecting a trained model's units into it.
 #include "checkpoint.h"
 
+#include <sys/stat.h>  // stat: the file's size before reading it
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
+#include "atomic_file.h"  // AtomicFile: temporary file, fsync, rename
 #include "check.h"
+#include "crc32c.h"
 #include "kernels.h"  // cpu::cast, to widen bf16 parameters to fp32
 
 namespace nz {
 
-void save_model(const std::string& path, const GPTConfig& c, const std::vector<float>& params) {
+void save_model(const std::string& path, const GPTConfig& c, const std::vector<float>& params, const char* flag) {
   NZ_CHECK(params.size() == param_count_formula(c), "save_model: %zu parameters for a model of %zu",
            params.size(), param_count_formula(c));
-  std::string tmp = path + ".tmp";
-  FILE* f = fopen(tmp.c_str(), "wb");
-  if (!f) user_error("--save-model %s: cannot write (%s); choose a writable path", path.c_str(), strerror(errno));
+  AtomicFile f(path);
   int32_t hdr[5] = {c.vocab, c.ctx, c.layers, c.dim, c.heads};
   uint64_t n = params.size();
-  bool ok = fwrite(kModelMagic, 1, 8, f) == 8 && fwrite(&kModelVersion, 4, 1, f) == 1 &&
-            fwrite(hdr, 4, 5, f) == 5 && fwrite(&n, 8, 1, f) == 1 &&
-            fwrite(params.data(), 4, n, f) == n;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok) {
-    remove(tmp.c_str());
-    user_error("--save-model %s: write failed (disk full?); nothing was replaced", path.c_str());
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    remove(tmp.c_str());
-    user_error("--save-model %s: cannot replace the file (%s)", path.c_str(), strerror(errno));
-  }
+  f.write(kModelMagic, 8) && f.write(&kModelVersion, 4) && f.write(hdr, sizeof hdr) && f.write(&n, 8) &&
+      f.write(params.data(), n * 4);
+  const uint32_t crc = f.crc();  // of every byte before it
+  f.write(&crc, 4);
+  if (!f.commit())
+    user_error("%s %s: %s; nothing was replaced. HINT: choose a writable path with free space", flag, path.c_str(),
+               f.error().c_str());
 }
 
 size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
@@ -53,44 +50,74 @@ size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, cons
   return all.size();
 }
 
-void load_model(const std::string& path, GPTConfig* c, std::vector<float>* params) {
-  FILE* f = fopen(path.c_str(), "rb");
-  if (!f) user_error("--model %s: cannot open (%s); give a file written by --save-model", path.c_str(), strerror(errno));
+void load_model(const std::string& path, GPTConfig* c, std::vector<float>* params, const char* flag) {
+  const char* p = path.c_str();
+  struct stat st;
+  if (stat(p, &st) != 0)
+    user_error("%s %s: cannot open (%s); give a file written by --save-model", flag, p, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    user_error("%s %s: not a regular file; give a file written by --save-model", flag, p);
+  FILE* f = fopen(p, "rb");
+  if (!f) user_error("%s %s: cannot open (%s); give a file written by --save-model", flag, p, strerror(errno));
+  const uint64_t size = uint64_t(st.st_size);
   char magic[8];
   uint32_t version = 0;
-  int32_t hdr[5];
+  int32_t h[5];
   uint64_t n = 0;
   if (fread(magic, 1, 8, f) != 8 || memcmp(magic, kModelMagic, 8) != 0) {
     fclose(f);
-    user_error("--model %s: not a nanoZeRO model file (bad magic). HINT: write one with a trainer's --save-model PATH",
-               path.c_str());
+    user_error("%s %s: not a nanoZeRO model file (bad magic). HINT: write one with a trainer's --save-model PATH",
+               flag, p);
   }
-  if (fread(&version, 4, 1, f) != 1 || version != kModelVersion) {
+  if (fread(&version, 4, 1, f) != 1 || version < 1 || version > kModelVersion) {
     fclose(f);
-    user_error("--model %s: model file version %u, this build reads version %u. HINT: save it again with this build",
-               path.c_str(), version, kModelVersion);
+    user_error("%s %s: model file version %u, this build reads versions 1..%u. HINT: save it again with this build",
+               flag, p, version, kModelVersion);
   }
-  if (fread(hdr, 4, 5, f) != 5 || fread(&n, 8, 1, f) != 1) {
+  if (fread(h, 4, 5, f) != 5 || fread(&n, 8, 1, f) != 1) {
     fclose(f);
-    user_error("--model %s: truncated header. HINT: the file was cut short; save the model again", path.c_str());
+    user_error("%s %s: truncated header. HINT: the file was cut short; save the model again", flag, p);
   }
-  *c = GPTConfig{hdr[0], hdr[1], hdr[2], hdr[3], hdr[4]};
-  if (c->vocab <= 0 || c->ctx <= 0 || c->layers < 0 || c->dim <= 0 || c->heads <= 0 ||
-      c->dim % c->heads != 0 || n != param_count_formula(*c)) {
+  // The header is checked against sane limits and the file's size before anything is allocated.
+  *c = GPTConfig{h[0], h[1], h[2], h[3], h[4]};
+  const bool sane = c->vocab == 256 && c->ctx >= 1 && c->ctx <= (1 << 20) && c->layers >= 0 &&
+                    c->layers <= 4096 && c->dim >= 1 && c->dim <= (1 << 16) && c->heads >= 1 &&
+                    c->dim % c->heads == 0;
+  if (!sane || n != param_count_formula(*c)) {
     fclose(f);
-    user_error("--model %s: inconsistent header (config and parameter count disagree). HINT: the file is damaged",
-               path.c_str());
+    user_error("%s %s: inconsistent header (vocab %d, context %d, %d layers, width %d, %d heads, %llu parameters; "
+               "expected vocab 256, context <= 2^20, <= 4096 layers, width <= 2^16 divisible by heads, and the "
+               "parameter count they imply). HINT: the file is damaged; save the model again",
+               flag, p, h[0], h[1], h[2], h[3], h[4], (unsigned long long)n);
+  }
+  const uint64_t want = kModelHeaderBytes + 4 * n + (version >= 2 ? 4 : 0);
+  if (size != want) {
+    fclose(f);
+    user_error("%s %s: %s: %llu bytes, the header implies %llu. HINT: the file was %s; save the model again", flag, p,
+               size < want ? "truncated" : "unexpected bytes after the parameters", (unsigned long long)size,
+               (unsigned long long)want, size < want ? "cut short" : "damaged");
   }
   params->resize(n);
   size_t got = fread(params->data(), 4, n, f);
-  char extra;
-  bool trailing = fread(&extra, 1, 1, f) == 1;
+  uint32_t stored = 0;
+  bool have_crc = version < 2 || fread(&stored, 4, 1, f) == 1;
   fclose(f);
-  if (got != n)
-    user_error("--model %s: truncated: %zu of %llu parameters present. HINT: the file was cut short; save the model again",
-               path.c_str(), got, (unsigned long long)n);
-  if (trailing)
-    user_error("--model %s: unexpected bytes after the parameters. HINT: the file is damaged", path.c_str());
+  if (got != n || !have_crc)
+    user_error("%s %s: truncated while reading (%zu of %llu parameters). HINT: save the model again", flag, p, got,
+               (unsigned long long)n);
+  if (version < 2) {
+    fprintf(stderr, "note: %s %s: a version 1 model file, which has no checksum; saving it again adds one\n", flag, p);
+    return;
+  }
+  uint32_t crc = crc32c(0, kModelMagic, 8);
+  crc = crc32c(crc, &version, 4);
+  crc = crc32c(crc, h, sizeof h);
+  crc = crc32c(crc, &n, 8);
+  crc = crc32c(crc, params->data(), n * 4);
+  if (crc != stored)
+    user_error("%s %s: checksum mismatch (CRC-32C %08x, the file says %08x): the parameters are damaged. HINT: save "
+               "the model again, or consolidate it from a checkpoint",
+               flag, p, crc, stored);
 }
 
 }  // namespace nz

@@ -1,13 +1,15 @@
-// checkpoint.h — the model file: one self-describing file, written atomically.
+// checkpoint.h — the model file: one self-describing file, written atomically, with a checksum.
+// (The sharded training checkpoint, with optimizer state, is ckpt.h.)
 //
 // Format (little-endian), documented in the README ("Model file"):
 //   bytes 0..7    magic: the ASCII bytes "NZGPTMDL"
-//   uint32        version (1)
+//   uint32        version (2; version 1 files, without the checksum, still load, with a note)
 //   int32 x 5     vocab, ctx, layers, dim, heads
 //   uint64        Ψ, the number of parameters
 //   float32 x Ψ   every tensor, unpadded, in layout order: wte, wpe, then per block ln1_w, ln1_b,
 //                 qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
 //                 fcproj_b, then lnf_w, lnf_b (row-major, shapes as in model.h)
+//   uint32        CRC-32C of every byte before it (version 2 only)
 #pragma once
 #include <functional>
 #include <string>
@@ -18,11 +20,14 @@
 namespace nz {
 
 constexpr char kModelMagic[8] = {'N', 'Z', 'G', 'P', 'T', 'M', 'D', 'L'};
-constexpr uint32_t kModelVersion = 1;
+constexpr uint32_t kModelVersion = 2;
+constexpr size_t kModelHeaderBytes = 8 + 4 + 5 * 4 + 8;
 
-// Writes PATH.tmp then renames it over PATH: a crash never leaves a half-written model file.
-// params: Ψ floats in layout order. Exits with code 2 and one line if PATH cannot be written.
-void save_model(const std::string& path, const GPTConfig& cfg, const std::vector<float>& params);
+// Writes a fresh temporary file, fsyncs it and renames it over PATH (atomic_file.h): a crash never
+// leaves a half-written model file. params: Ψ floats in layout order. `flag` names the option the
+// path came from, for the one-line error (exit 2) if it cannot be written.
+void save_model(const std::string& path, const GPTConfig& cfg, const std::vector<float>& params,
+                const char* flag = "--save-model");
 // The model file of a trained model whose parameters live unit by unit on the device, in storage
 // type dt (what every stage holds). Collective: every rank calls it, because acquire(u) may gather
 // unit u (stage3) and release(u) frees it again; only the writer (rank 0) widens each unit's
@@ -31,8 +36,9 @@ void save_model(const std::string& path, const GPTConfig& cfg, const std::vector
 size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
                              bool writer, const std::function<const void*(int u)>& acquire,
                              const std::function<void(int u)>& release);
-// Reads and checks a model file; exits with code 2 and one line (with a hint) if it is not one,
-// is from another version, or is truncated.
-void load_model(const std::string& path, GPTConfig* cfg, std::vector<float>* params);
+// Reads and checks a model file: the header against sane limits and against the file's size
+// before anything is allocated, then the checksum. Anything wrong is one line with a HINT, exit 2.
+// `flag` names the option the path came from.
+void load_model(const std::string& path, GPTConfig* cfg, std::vector<float>* params, const char* flag = "--model");
 
 }  // namespace nz

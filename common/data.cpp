@@ -1,6 +1,8 @@
 // data.cpp — reading the corpus and cutting windows from it.
 #include "data.h"
 
+#include <sys/stat.h>  // fstat: a regular file only
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -12,22 +14,37 @@
 
 namespace nz {
 
+uint64_t min_data_bytes(int B, int T) {
+  // split as the constructor does: train = n - n/10, validation = n/10
+  const uint64_t need_train = uint64_t(B) * T + 1, need_val = uint64_t(T) + 1;
+  uint64_t n = std::max(need_train, 10 * need_val);  // neither part can be satisfied below this
+  while (n - n / 10 < need_train || n / 10 < need_val) n++;  // a few steps at most
+  return n;
+}
+
 DataLoader::DataLoader(const std::string& path, int B, int T, uint64_t seed) : B_(B), T_(T), seed_(seed) {
   FILE* f = fopen(path.c_str(), "rb");
   if (!f) user_error("--data %s: cannot open (%s); give a readable text file", path.c_str(), strerror(errno));
+  struct stat st;  // checked on the open file: a FIFO would block, /dev/zero never end
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) > kMaxDataBytes) {
+    fclose(f);
+    user_error("--data %s: expected a regular file of at most %llu bytes; give a text file", path.c_str(),
+               (unsigned long long)kMaxDataBytes);
+  }
+  bytes_.reserve(size_t(st.st_size));
   char buf[1 << 16];
   size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) bytes_.insert(bytes_.end(), buf, buf + n);
-  bool failed = ferror(f);
+  while (bytes_.size() <= kMaxDataBytes && (n = fread(buf, 1, sizeof buf, f)) > 0) bytes_.insert(bytes_.end(), buf, buf + n);
+  bool failed = ferror(f) || bytes_.size() > kMaxDataBytes;
   fclose(f);
-  if (failed) user_error("--data %s: read error; check the file", path.c_str());
+  if (failed) user_error("--data %s: read error (or the file grew past the limit); check the file", path.c_str());
   train_end_ = bytes_.size() - bytes_.size() / 10;
-  const size_t need_train = size_t(B) * T + 1, need_val = size_t(T) + 1;
-  if (train_end_ < need_train || bytes_.size() - train_end_ < need_val)
-    user_error("--data %s: %zu bytes is shorter than one batch (needs %zu: %zu for --batch %d x --seq %d, "
-               "plus 10%% for validation); use a longer file or a smaller --batch/--seq",
-               path.c_str(), bytes_.size(), std::max(need_train + need_train / 9, need_train + need_val),
-               need_train, B, T);
+  const uint64_t need = min_data_bytes(B, T);
+  if (bytes_.size() < need)
+    user_error("--data %s: %zu bytes is shorter than one batch: --batch %d x --seq %d needs at least %llu bytes "
+               "(%d x %d + 1 for training, %d + 1 for validation in the last 10%%); use a longer file or a smaller "
+               "--batch/--seq",
+               path.c_str(), bytes_.size(), B, T, (unsigned long long)need, B, T, T);
 }
 
 void DataLoader::train_batch(long step, int k, int accum, int world, int rank, int* tokens,

@@ -7,10 +7,17 @@
 
 namespace nz {
 
+// The largest --data file: every rank reads the whole file into memory.
+constexpr uint64_t kMaxDataBytes = uint64_t(1) << 30;
+
+// The fewest bytes a file needs for batches of B windows of T tokens: its first 90% must hold B*T+1
+// bytes (one batch and its last target) and its last 10% T+1 (one validation window).
+uint64_t min_data_bytes(int B, int T);
+
 class DataLoader {
  public:
-  // Reads the whole file. Exits with code 2 and one line when it is unreadable or shorter than
-  // one batch (B*T+1 training bytes and T+1 validation bytes).
+  // Reads the whole file. Exits with code 2 and one line when it is unreadable, not a regular file,
+  // larger than kMaxDataBytes, or shorter than min_data_bytes(B, T).
   DataLoader(const std::string& path, int B, int T, uint64_t seed);
 
   // Micro-batch k of optimizer step `step` for `rank` of `world`: B windows of T tokens, targets

@@ -3,11 +3,11 @@
 
 #include <fcntl.h>     // posix_fallocate
 #include <mpi.h>       // MPI_Allreduce: every rank agrees before anyone exits
-#include <signal.h>    // signal, raise
+#include <signal.h>    // signal (SIGXFSZ)
 #include <unistd.h>    // pread, pwrite, unlink, close
 
 #include <cerrno>
-#include <climits>  // PATH_MAX, INT_MAX
+#include <climits>  // INT_MAX
 #include <cstring>
 #include <vector>
 
@@ -16,46 +16,6 @@
 
 namespace nz {
 namespace {
-
-// The files alive in this process, removed at exit() and on a signal. Plain char arrays because a
-// signal handler may call only async-signal-safe functions (unlink), and must not allocate.
-constexpr int kMaxFiles = 12;
-char g_paths[kMaxFiles][PATH_MAX];
-
-void remove_tracked() {
-  for (char* p : g_paths)
-    if (p[0]) unlink(p), p[0] = 0;
-}
-
-void on_signal(int sig) {
-  remove_tracked();
-  signal(sig, SIG_DFL);
-  raise(sig);  // delivered when the handler returns: the process ends as it would have
-}
-
-void track(const std::string& path) {
-  static bool hooked = false;
-  if (!hooked) {
-    atexit(remove_tracked);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-      struct sigaction old;
-      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(sig, on_signal);
-    }
-    signal(SIGXFSZ, SIG_IGN);  // a file-size limit (ulimit -f) becomes an error (EFBIG), not a kill
-    hooked = true;
-  }
-  for (char* p : g_paths)
-    if (!p[0]) {
-      snprintf(p, PATH_MAX, "%s", path.c_str());
-      return;
-    }
-  fatal(__FILE__, __LINE__, "more than %d offload files in one process", kMaxFiles);
-}
-
-void untrack(const std::string& path) {
-  for (char* p : g_paths)
-    if (path == p) p[0] = 0;
-}
 
 int world_rank() {
   int init = 0, rank = 0;
@@ -85,6 +45,7 @@ DiskState::DiskState(const std::string& dir, size_t elems, size_t chunk_elems)
   NZ_CHECK(elems > 0 && chunk_elems > 0, "DiskState: empty state or chunk");
   const size_t bytes = elems * sizeof(float);
   const int rank = world_rank();
+  signal(SIGXFSZ, SIG_IGN);  // a file-size limit (ulimit -f) becomes an error (EFBIG), not a kill
   // What is wrong, if anything, with the directory on this rank (one line for the user).
   // (The command line has checked that it exists and is a writable directory; this is what is left.)
   std::string error;
@@ -100,7 +61,10 @@ DiskState::DiskState(const std::string& dir, size_t elems, size_t chunk_elems)
       break;
     }
     f.path = path.data();
-    track(f.path);
+    // Unlinked at once: the name goes, the open descriptor keeps the file. So no crash, not even a
+    // SIGKILL from mpirun when another rank dies, can leave it behind: the kernel frees it when
+    // the process ends, however it ends.
+    unlink(f.path.c_str());
     // Reserve the whole file now (zeros: m and v start at 0), so a full disk shows here.
     int err = posix_fallocate(f.fd, 0, off_t(bytes));
     if (err != 0)
@@ -131,25 +95,31 @@ DiskState::~DiskState() {
 
 void DiskState::remove_files() {
   for (File& f : files_) {
-    if (f.fd >= 0) close(f.fd);
-    if (!f.path.empty()) unlink(f.path.c_str()), untrack(f.path);
+    if (f.fd >= 0) close(f.fd);  // the last reference to an unlinked file: its blocks are freed
     f.fd = -1;
     f.path.clear();
   }
 }
 
-void DiskState::read(size_t at, size_t n) { transfer(false, at, n); }
-void DiskState::write(size_t at, size_t n) { transfer(true, at, n); }
+void DiskState::read(size_t at, size_t n) {
+  NZ_CHECK(n <= chunk_, "DiskState: %zu elements, more than the chunk", n);
+  for (int i = 0; i < 3; i++) transfer(false, i, at, n, buf_[i].as<float>());
+}
+void DiskState::write(size_t at, size_t n) {
+  NZ_CHECK(n <= chunk_, "DiskState: %zu elements, more than the chunk", n);
+  for (int i = 0; i < 3; i++) transfer(true, i, at, n, buf_[i].as<float>());
+}
+void DiskState::read_array(int i, size_t at, size_t n, float* dst) { transfer(false, i, at, n, dst); }
+void DiskState::write_array(int i, size_t at, size_t n, const float* src) { transfer(true, i, at, n, (float*)src); }
 
-void DiskState::transfer(bool write, size_t at, size_t n) {
-  NZ_CHECK(n <= chunk_ && at + n <= elems_, "DiskState: elements [%zu, %zu) outside the file or the chunk", at, at + n);
-  for (int i = 0; i < 3; i++) {
-    if (transfer_all(write, files_[i].fd, (char*)buf_[i].data(), n * sizeof(float), off_t(at * sizeof(float))))
-      continue;
+void DiskState::transfer(bool write, int i, size_t at, size_t n, float* p) {
+  NZ_CHECK(i >= 0 && i < 3 && at + n <= elems_, "DiskState: elements [%zu, %zu) outside the file", at, at + n);
+  {
+    if (transfer_all(write, files_[i].fd, (char*)p, n * sizeof(float), off_t(at * sizeof(float)))) return;
     // A failed read or write in the middle of a step (the space was reserved, so this is rare: an
     // I/O error, a file removed underneath). One line, the files removed, the whole job stopped.
-    fprintf(stderr, "error: --offload-dir %s: cannot %s %s (%s); the run stops and its offload files are removed\n",
-            dir_.c_str(), write ? "write" : "read", files_[i].path.c_str(), strerror(errno));
+    fprintf(stderr, "error: --offload-dir %s: cannot %s the %s file (%s); the run stops\n", dir_.c_str(),
+            write ? "write" : "read", files_[i].what, strerror(errno));
     fflush(stderr);
     remove_files();
     int init = 0, size = 1;

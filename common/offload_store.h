@@ -4,9 +4,9 @@
 // by the chunk (--offload-chunk elements), however large the model; the price is reading and
 // writing 12 bytes per owned parameter per step. Reads and writes are plain and synchronous.
 //
-// The files are created fresh (unique names, O_EXCL) with their full size reserved up front, so a
-// full disk shows at start-up and not in the middle of a step; they are removed when the state is
-// destroyed, at any exit() (a user error included) and on SIGINT / SIGTERM / SIGHUP.
+// The files are created fresh (unique names, O_EXCL) and unlinked at once: only their open
+// descriptors keep them, so they vanish when the process ends, whatever ends it (SIGKILL included).
+// Their full size is reserved up front, so a full disk shows at start-up and not in a step.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -33,6 +33,9 @@ class DiskState {
   // Elements [at, at + n) of the three files into the three buffers (n <= chunk()), and back.
   void read(size_t at, size_t n);
   void write(size_t at, size_t n);
+  // Elements [at, at + n) of one file (0 master, 1 m, 2 v) to or from host memory (checkpoints).
+  void read_array(int i, size_t at, size_t n, float* dst);
+  void write_array(int i, size_t at, size_t n, const float* src);
 
  private:
   struct File {
@@ -47,7 +50,7 @@ class DiskState {
   Buffer buf_[3];
   std::string dir_;
   size_t elems_, chunk_;
-  void transfer(bool write, size_t at, size_t n);
+  void transfer(bool write, int i, size_t at, size_t n, float* p);
   void remove_files();
 };
 

@@ -127,7 +127,8 @@ static void for_each_piece(const Unit& unit, Slice own, size_t begin, size_t end
 // ---- AdamW on the device ----
 
 AdamW::AdamW(const Layout& L, std::vector<Slice> owned, DType dt, const Args& args)
-    : L_(L), owned_(std::move(owned)), dt_(dt), weight_decay_(args.weight_decay) {
+    : L_(L), dt_(dt), weight_decay_(args.weight_decay) {
+  owned_ = std::move(owned);
   NZ_CHECK(int(owned_.size()) == L.num_units(), "one slice per unit");
   NZ_CHECK(dt_ == DType::F32 || dt_ == DType::BF16, "AdamW: storage must be fp32 or bf16");
   total_ = pack_slices(owned_, &state_offset_);
@@ -158,10 +159,23 @@ void AdamW::step(int u, void* params_slice, const void* grads_slice, float lr, f
   if (dt_ == DType::BF16) ops::cast<bf16, float>((bf16*)params_slice, p32, n);  // rounded from the master
 }
 
+void AdamW::get(OptArray a, size_t at, size_t n, float* host) {
+  const Buffer& b = a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_;
+  NZ_CHECK(!b.empty() && at + n <= total_, "AdamW::get: no such elements");
+  copy_bytes(host, Location::Host, b.as<float>() + at, Location::Device, n * sizeof(float));
+}
+
+void AdamW::put(OptArray a, size_t at, size_t n, const float* host) {
+  const Buffer& b = a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_;
+  NZ_CHECK(!b.empty() && at + n <= total_, "AdamW::put: no such elements");
+  copy_bytes(b.as<float>() + at, Location::Device, host, Location::Host, n * sizeof(float));
+}
+
 // ---- AdamW on the host (offload) ----
 
 HostAdamW::HostAdamW(const Layout& L, std::vector<Slice> owned, DType dt, Location where, const Args& args)
-    : L_(L), owned_(std::move(owned)), dt_(dt), weight_decay_(args.weight_decay) {
+    : L_(L), dt_(dt), weight_decay_(args.weight_decay) {
+  owned_ = std::move(owned);
   NZ_CHECK(int(owned_.size()) == L.num_units(), "one slice per unit");
   NZ_CHECK(dt_ == DType::F32 || dt_ == DType::BF16, "HostAdamW: storage must be fp32 or bf16");
   NZ_CHECK(where == Location::Host || where == Location::Disk, "HostAdamW: state on the host or on disk");
@@ -220,6 +234,20 @@ void HostAdamW::step(int u, const void* grads_slice, void* params_out, float lr,
     update(a, a + count, disk_->master(), disk_->m(), disk_->v());
     disk_->write(base + a, count);
   }
+}
+
+void HostAdamW::get(OptArray a, size_t at, size_t n, float* host) {
+  NZ_CHECK(at + n <= total_, "HostAdamW::get: no such elements");
+  if (disk_) return disk_->read_array(int(a), at, n, host);
+  const Buffer& b = a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_;
+  std::copy(b.as<float>() + at, b.as<float>() + at + n, host);
+}
+
+void HostAdamW::put(OptArray a, size_t at, size_t n, const float* host) {
+  NZ_CHECK(at + n <= total_, "HostAdamW::put: no such elements");
+  if (disk_) return disk_->write_array(int(a), at, n, host);
+  const Buffer& b = a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_;
+  std::copy(host, host + n, b.as<float>() + at);
 }
 
 }  // namespace nz

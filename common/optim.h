@@ -41,10 +41,41 @@ double sq_sum_of_shard(const Layout& L, DType dt, const void* shard_grads, Locat
 std::vector<Slice> whole_units(const Layout& L);           // stage0: everything
 std::vector<Slice> owned_shards(const Layout& L, int rank); // stages 1-3: slice `rank` of each unit
 
+// What a checkpoint (ckpt.h) needs from an optimizer: the slices it owns, where each unit's slice
+// starts in the packed state, and a way to copy each of its fp32 arrays (the master copy, m, v)
+// to and from host memory, wherever it lives (device, host, disk).
+enum class OptArray { Master, M, V };
+// Each optimizer registers itself on construction as its process's optimizer (a rank has one),
+// so the trainer's checkpoints find it without each stage naming it.
+class OptimizerState {
+ public:
+  OptimizerState() { current_ = this; }
+  virtual ~OptimizerState() {
+    if (current_ == this) current_ = nullptr;
+  }
+  static OptimizerState* current() { return current_; }
+  const std::vector<Slice>& owned() const { return owned_; }
+  size_t state_offset(int u) const { return state_offset_[u]; }
+  size_t owned_elems() const { return total_; }
+  // False when the parameters are their own master copy (fp32 on the device).
+  virtual bool has_master() const = 0;
+  // Elements [at, at + n) of the packed array `a`, to and from host memory.
+  virtual void get(OptArray a, size_t at, size_t n, float* host) = 0;
+  virtual void put(OptArray a, size_t at, size_t n, const float* host) = 0;
+
+ protected:
+  std::vector<Slice> owned_;
+  std::vector<size_t> state_offset_;  // where unit u's slice starts in m, v, master
+  size_t total_ = 0;
+
+ private:
+  static inline OptimizerState* current_ = nullptr;
+};
+
 // AdamW (decoupled weight decay; none on biases and layernorm parameters, nor on padding), on
 // the device. The Adam moments (and in bf16 mode the fp32 master copy) exist only for the owned
 // slices. In fp32 mode the parameters are their own master copy and are updated in place.
-class AdamW {
+class AdamW : public OptimizerState {
  public:
   AdamW(const Layout& L, std::vector<Slice> owned, DType param_dtype, const Args& args);
   // master = fp32(params) for unit u's owned slice (device memory). No-op in fp32 mode.
@@ -52,13 +83,12 @@ class AdamW {
   // One step on unit u's owned slice: params_slice and grads_slice point at the slice's first
   // element. t is the 1-based step count (bias correction).
   void step(int u, void* params_slice, const void* grads_slice, float lr, float grad_scale, int t);
-  size_t owned_elems() const { return total_; }
+  bool has_master() const override { return !master_.empty(); }
+  void get(OptArray a, size_t at, size_t n, float* host) override;
+  void put(OptArray a, size_t at, size_t n, const float* host) override;
 
  private:
   const Layout& L_;
-  std::vector<Slice> owned_;
-  std::vector<size_t> state_offset_;  // where unit u's slice starts in m, v, master
-  size_t total_ = 0;
   DType dt_;
   float weight_decay_;
   Buffer m_, v_, master_;
@@ -71,7 +101,7 @@ class AdamW {
 // to a host buffer for the trainer to copy up. Location::Disk: master, m and v live in files
 // (offload_store.h), streamed through host buffers of args.offload_chunk elements.
 class DiskState;
-class HostAdamW {
+class HostAdamW : public OptimizerState {
  public:
   HostAdamW(const Layout& L, std::vector<Slice> owned, DType param_dtype, Location where, const Args& args);
   ~HostAdamW();
@@ -80,12 +110,12 @@ class HostAdamW {
   // One step on unit u's owned slice: grads_slice (host) in, updated params_out (host, storage
   // type) out. params_out may be grads_slice itself (each gradient is read before it is overwritten).
   void step(int u, const void* grads_slice, void* params_out, float lr, float grad_scale, int t);
+  bool has_master() const override { return true; }  // the device's params cannot be updated in place
+  void get(OptArray a, size_t at, size_t n, float* host) override;
+  void put(OptArray a, size_t at, size_t n, const float* host) override;
 
  private:
   const Layout& L_;
-  std::vector<Slice> owned_;
-  std::vector<size_t> state_offset_;
-  size_t total_ = 0;
   DType dt_;
   float weight_decay_;
   Buffer m_, v_, master_;

@@ -59,12 +59,20 @@ class Trainer {
 
   // Step bookkeeping: labels the ledger timeline, times the step, counts its communication.
   void begin_step(int step);
-  void phase(const char* name) { Ledger::get().set_phase(name); }
+  void phase(const char* name);  // labels the ledger timeline; a heartbeat for the watchdog
   // loss_sum: this rank's summed token losses over its micro-batches. Prints the step line,
   // records it, and runs validation when due.
   void end_step(int step, double loss_sum, double grad_norm);
   // Final validation, the model file, the memory table and the JSON report.
   void finish();
+
+  // Checkpoints (ckpt.h, README "Checkpoints"). The stage registers what it holds — its params
+  // buffer (all units, or its slices in stage3), with its optimizer (the one it made: optim.h) —
+  // once both are initialised; with --resume they are overwritten here from the checkpoint, and
+  // the step loop starts at first_step(). end_step() writes a checkpoint when one is due
+  // (--ckpt-dir, --ckpt-every).
+  void checkpoint_state(Buffer& params);
+  int first_step() const { return first_step_; }
 
  private:
   // Mean validation loss over args.eval_windows windows, split over the ranks.
@@ -87,6 +95,14 @@ class Trainer {
   std::vector<StepRecord> steps_;
   std::vector<std::pair<int, double>> evals_;
   std::vector<double> peak_device_mb_;  // per rank, at the last step
+  // checkpoints
+  struct HeldState held_state() const;  // what checkpoint_state registered (ckpt.h)
+  Buffer* held_params_ = nullptr;
+  OptimizerState* held_optimizer_ = nullptr;
+  std::string resume_from_;  // the checkpoint --resume found ("" for none)
+  int first_step_ = 0;
+  int current_step_ = -1;  // for the watchdog's messages
+  std::unique_ptr<class Watchdog> watchdog_;  // watchdog.h
 };
 
 // Typed pointer to element `index` of a buffer of storage-type elements.

@@ -42,8 +42,9 @@ int main(int argc, char** argv) {
     adam.init_master(u, P(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
+  run.checkpoint_state(params);  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
 
-  for (int step = 0; step < run.args.steps; step++) {
+  for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
     double loss_sum = 0;
     for (int k = 0; k < run.args.accum; k++) {

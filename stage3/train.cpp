@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
   auto release_unit = [&](int u) { gathered[u].release(); };  // release: only my slice stays
   // end exercise: stage3_gather_release
   run.unit_access = UnitAccess{gather_unit, release_unit};  // validation and the model file, unit by unit
+  run.checkpoint_state(params);  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
 
-  for (int step = 0; step < run.args.steps; step++) {
+  for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
     double loss_sum = 0;
     for (int k = 0; k < run.args.accum; k++) {

@@ -115,12 +115,16 @@ inline double max_abs_diff(const std::vector<double>& a, const std::vector<doubl
   return m;
 }
 
-// The parameters stored in a model file (fp32, layout order).
+// The parameters stored in a model file (fp32, layout order; README "Model file": a 40-byte
+// header whose last field is the count Ψ, then Ψ floats, then the checksum).
 inline std::vector<float> model_params(const std::string& path) {
   std::string raw = read_file(path);
   const size_t header = 8 + 4 + 20 + 8;
   if (raw.size() < header) return {};
-  std::vector<float> p((raw.size() - header) / 4);
+  uint64_t n = 0;
+  memcpy(&n, raw.data() + header - 8, 8);
+  if (raw.size() < header + n * 4) return {};
+  std::vector<float> p(n);
   memcpy(p.data(), raw.data() + header, p.size() * 4);
   return p;
 }

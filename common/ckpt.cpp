@@ -1,0 +1,478 @@
+// ckpt.cpp — writing, finding, verifying and reading sharded checkpoints (ckpt.h).
+#include "ckpt.h"
+
+#include <dirent.h>    // opendir: listing the checkpoints
+#include <fcntl.h>     // open
+#include <mpi.h>       // MPI_Bcast, MPI_Gather: rank 0 decides, every rank learns
+#include <sys/stat.h>  // mkdir, stat
+#include <unistd.h>    // pread, unlink, rmdir
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "atomic_file.h"  // AtomicFile: temporary file, fsync, rename
+#include "check.h"
+#include "crc32c.h"
+
+namespace nz {
+namespace {
+
+constexpr size_t kChunkElems = 1 << 20;  // host memory used while streaming a shard in or out
+
+std::string step_dir(const std::string& parent, int step) {
+  char name[32];
+  snprintf(name, sizeof name, "step-%08d", step);
+  return parent + "/" + name;
+}
+std::string shard_name(int rank) {
+  char name[32];
+  snprintf(name, sizeof name, "rank-%05d.shard", rank);
+  return name;
+}
+// The step of a directory entry named step-NNNNNNNN; -1 for anything else.
+int step_of(const std::string& name) {
+  if (name.size() != 13 || name.compare(0, 5, "step-") != 0) return -1;
+  for (size_t i = 5; i < 13; i++)
+    if (name[i] < '0' || name[i] > '9') return -1;
+  return atoi(name.c_str() + 5);
+}
+// The step-* entries of `parent`, newest first.
+std::vector<std::pair<int, std::string>> list_checkpoints(const std::string& parent) {
+  std::vector<std::pair<int, std::string>> out;
+  DIR* d = opendir(parent.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    int s = step_of(e->d_name);
+    if (s >= 0) out.push_back({s, parent + "/" + e->d_name});
+  }
+  closedir(d);
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+bool exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+// A checkpoint directory: its MANIFEST goes first, so a half-removed one is never valid.
+void remove_checkpoint(const std::string& dir) {
+  unlink((dir + "/MANIFEST").c_str());
+  sync_dir(dir);
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink((dir + "/" + e->d_name).c_str());
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+// Rank 0's string, on every rank.
+std::string broadcast(const std::string& s) {
+  uint64_t n = s.size();
+  MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  std::string out = s;
+  out.resize(n);
+  if (n) MPI_Bcast(&out[0], int(n), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return out;
+}
+
+std::string manifest_text(const Args& a, Stage stage, int world, int step, const std::vector<Manifest::File>& files) {
+  std::ostringstream o;
+  char buf[256];
+  o << "nanozero-checkpoint 1\n";
+  o << "step " << step << "\n" << "stage " << stage_name(stage) << "\n" << "world " << world << "\n";
+  o << "precision " << a.precision << "\n";
+  o << "model " << a.cfg.vocab << " " << a.cfg.ctx << " " << a.cfg.layers << " " << a.cfg.dim << " " << a.cfg.heads
+    << "\n";
+  o << "num_params " << param_count_formula(a.cfg) << "\n" << "seed " << a.seed << "\n";
+  snprintf(buf, sizeof buf, "lr %.9g\nweight_decay %.9g\nclip %.9g\n", a.lr, a.weight_decay, a.clip);
+  o << buf;
+  o << "warmup " << a.warmup << "\n" << "steps " << a.steps << "\n" << "batch " << a.batch << "\n"
+    << "seq " << a.seq << "\n" << "accum " << a.accum << "\n";
+  for (const Manifest::File& f : files) {
+    snprintf(buf, sizeof buf, "file %s %" PRIu64 " %08x\n", f.name.c_str(), f.bytes, f.crc);
+    o << buf;
+  }
+  std::string body = o.str();
+  snprintf(buf, sizeof buf, "end %08x\n", crc32c(0, body.data(), body.size()));  // the manifest's own checksum
+  return body + buf;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- writing
+
+void save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState& h, int steps_done) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Layout& L = *h.L;
+  const int rank = comm.rank(), world = comm.size();
+  const std::string dir = step_dir(args.ckpt_dir, steps_done);
+  // Rank 0 makes the directory; a MANIFEST already there (an older run reached this step) goes
+  // first, so the directory is not a checkpoint again until this one is complete.
+  std::string problem;
+  if (rank == 0) {
+    mkdir(args.ckpt_dir.c_str(), 0755);
+    unlink((dir + "/MANIFEST").c_str());
+    sync_dir(dir);
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) problem = "cannot create " + dir + ": " + strerror(errno);
+    sync_dir(args.ckpt_dir);
+  }
+  problem = broadcast(problem);
+
+  // Every rank writes its shard: the header, then its params, then master, m, v.
+  AtomicFile f(dir + "/" + shard_name(rank));
+  if (problem.empty()) {
+    const OptimizerState& opt = *h.opt;
+    const int U = L.num_units();
+    uint32_t head[6] = {kShardVersion, uint32_t(rank), uint32_t(world), h.dt == DType::F32 ? 0u : 1u, uint32_t(U),
+                        opt.has_master() ? 1u : 0u};
+    std::vector<uint64_t> ranges;
+    for (int u = 0; u < U; u++) {
+      Slice p = h.params_range(u), o = opt.owned()[u];
+      ranges.insert(ranges.end(), {p.begin, p.end, o.begin, o.end});
+    }
+    f.write(kShardMagic, 8) && f.write(head, sizeof head) && f.write(ranges.data(), ranges.size() * 8);
+    const size_t e = dtype_bytes(h.dt);
+    std::vector<char> chunk(kChunkElems * 4);
+    for (int u = 0; u < U && f.ok(); u++) {  // params, in the storage type, straight from the device
+      const size_t n = h.params_range(u).size(), at = h.params_at(u);
+      for (size_t a = 0; a < n && f.ok(); a += kChunkElems) {
+        const size_t k = std::min(kChunkElems, n - a);
+        copy_bytes(chunk.data(), Location::Host, (char*)h.params->data() + (at + a) * e, Location::Device, k * e);
+        f.write(chunk.data(), k * e);
+      }
+    }
+    for (OptArray which : {OptArray::Master, OptArray::M, OptArray::V}) {
+      if (which == OptArray::Master && !opt.has_master()) continue;
+      for (size_t a = 0; a < opt.owned_elems() && f.ok(); a += kChunkElems) {  // packed: all units in order
+        const size_t k = std::min(kChunkElems, opt.owned_elems() - a);
+        h.opt->get(which, a, k, (float*)chunk.data());
+        f.write(chunk.data(), k * 4);
+      }
+    }
+    if (!f.commit()) problem = dir + "/" + shard_name(rank) + ": " + f.error();
+  }
+  // Rank 0 learns every shard's size and checksum (or what went wrong), then writes the MANIFEST.
+  struct Report {
+    uint64_t bytes;
+    uint32_t crc, ok;
+  } mine{f.bytes(), f.crc(), problem.empty() ? 1u : 0u};
+  std::vector<Report> all(world);
+  MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
+  std::string problems = comm.gather_strings(problem.empty() ? "" : problem + "; ", "");
+  if (rank != 0) return;
+  if (!problems.empty()) {
+    fprintf(stderr, "warning: checkpoint at step %d not written (%s); training goes on\n", steps_done,
+            problems.c_str());
+    return;
+  }
+  std::vector<Manifest::File> files;
+  for (int r = 0; r < world; r++) files.push_back({shard_name(r), all[r].bytes, all[r].crc});
+  const std::string text = manifest_text(args, stage, world, steps_done, files);
+  AtomicFile m(dir + "/MANIFEST");
+  m.write(text.data(), text.size());
+  if (!m.commit()) {
+    fprintf(stderr, "warning: checkpoint at step %d: cannot write %s/MANIFEST (%s); training goes on\n", steps_done,
+            dir.c_str(), m.error().c_str());
+    return;
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // Keep the newest --ckpt-keep complete checkpoints up to this one; older ones, and incomplete
+  // ones older than this one, go. Newer directories (a run that went further) are left alone.
+  int kept = 0;
+  for (auto& [s, d] : list_checkpoints(args.ckpt_dir)) {
+    if (s > steps_done) continue;
+    if (exists(d + "/MANIFEST") && kept < args.ckpt_keep) kept++;
+    else if (s < steps_done) remove_checkpoint(d);
+  }
+  const uint64_t payload = h.params_bytes() + h.optimizer_bytes();
+  printf("checkpoint %s: %" PRIu64 " bytes per rank (params %" PRIu64 " + optimizer %" PRIu64
+         " = the ledger's params, master, Adam m and v; header %zu) written in %.1f ms\n",
+         dir.c_str(), payload, h.params_bytes(), h.optimizer_bytes(), shard_header_bytes(L.num_units()), ms);
+  fflush(stdout);
+}
+
+// ---------------------------------------------------------------- manifest and verification
+
+bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
+  std::ifstream in(dir + "/MANIFEST", std::ios::binary);
+  if (!in) {
+    *why = "no MANIFEST (an incomplete checkpoint)";
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const size_t end = text.rfind("end ");
+  unsigned stored = 0;
+  if (end == std::string::npos || sscanf(text.c_str() + end, "end %8x\n", &stored) != 1 ||
+      crc32c(0, text.data(), end) != stored) {
+    *why = "MANIFEST damaged (its checksum does not match)";
+    return false;
+  }
+  *m = Manifest{};
+  std::istringstream lines(text.substr(0, end));
+  std::string line, key, version;
+  std::getline(lines, version);
+  if (version != "nanozero-checkpoint 1") {
+    *why = "MANIFEST of an unknown format '" + version + "'";
+    return false;
+  }
+  while (std::getline(lines, line)) {
+    std::istringstream l(line);
+    l >> key;
+    if (key == "step") l >> m->step;
+    else if (key == "stage") l >> m->stage;
+    else if (key == "world") l >> m->world;
+    else if (key == "precision") l >> m->precision;
+    else if (key == "model") l >> m->cfg.vocab >> m->cfg.ctx >> m->cfg.layers >> m->cfg.dim >> m->cfg.heads;
+    else if (key == "num_params") l >> m->num_params;
+    else if (key == "seed") l >> m->seed;
+    else if (key == "lr") l >> m->lr;
+    else if (key == "weight_decay") l >> m->weight_decay;
+    else if (key == "clip") l >> m->clip;
+    else if (key == "warmup") l >> m->warmup;
+    else if (key == "steps") l >> m->steps;
+    else if (key == "batch") l >> m->batch;
+    else if (key == "seq") l >> m->seq;
+    else if (key == "accum") l >> m->accum;
+    else if (key == "file") {
+      Manifest::File f;
+      l >> f.name >> f.bytes >> std::hex >> f.crc;
+      m->files.push_back(f);
+    }
+  }
+  if (m->world < 1 || int(m->files.size()) != m->world || m->num_params != param_count_formula(m->cfg) ||
+      (m->precision != "fp32" && m->precision != "bf16")) {
+    *why = "MANIFEST inconsistent (world size, files, model or precision)";
+    return false;
+  }
+  return true;
+}
+
+bool verify_checkpoint(const std::string& dir, Manifest* m, std::string* why) {
+  if (!read_manifest(dir, m, why)) return false;
+  std::vector<char> buf(1 << 20);
+  for (const Manifest::File& f : m->files) {
+    const std::string path = dir + "/" + f.name;
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      *why = f.name + " missing";
+      return false;
+    }
+    if (uint64_t(st.st_size) != f.bytes) {
+      *why = f.name + (uint64_t(st.st_size) < f.bytes ? " truncated" : " too long") + ": " +
+             std::to_string(st.st_size) + " bytes, the MANIFEST says " + std::to_string(f.bytes);
+      return false;
+    }
+    FILE* in = fopen(path.c_str(), "rb");
+    if (!in) {
+      *why = f.name + ": cannot read (" + strerror(errno) + ")";
+      return false;
+    }
+    uint32_t crc = 0;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), in)) > 0) crc = crc32c(crc, buf.data(), n);
+    fclose(in);
+    if (crc != f.crc) {
+      char s[160];
+      snprintf(s, sizeof s, "%s: checksum mismatch (CRC-32C %08x, the MANIFEST says %08x): the shard is damaged",
+               f.name.c_str(), crc, f.crc);
+      *why = s;
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string find_checkpoint(const std::string& path, std::vector<std::string>* notes, std::string* why) {
+  Manifest m;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *why = "not a directory";
+    return "";
+  }
+  std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  if (exists(path + "/MANIFEST") || step_of(base) >= 0) {  // one checkpoint: it must be valid
+    if (verify_checkpoint(path, &m, why)) return path;
+    return "";
+  }
+  auto all = list_checkpoints(path);
+  for (auto& [s, d] : all) {
+    std::string reason;
+    if (verify_checkpoint(d, &m, &reason)) return d;
+    notes->push_back("skipping checkpoint " + d + ": " + reason);
+  }
+  *why = all.empty() ? "no checkpoints (step-* directories) in it" : "no valid checkpoint in it";
+  return "";
+}
+
+std::string find_resume_checkpoint(Comm& comm, const Args& args) {
+  const bool automatic = args.resume == "auto";
+  const std::string where = automatic ? args.ckpt_dir : args.resume;
+  std::string dir, why;
+  if (comm.rank() == 0) {
+    std::vector<std::string> notes;
+    if (!automatic || exists(where)) dir = find_checkpoint(where, &notes, &why);
+    else why = "it does not exist yet";
+    for (const std::string& n : notes) fprintf(stderr, "note: %s\n", n.c_str());
+    if (dir.empty() && automatic)
+      printf("--resume auto: no valid checkpoint in %s (%s); starting from step 0\n", where.c_str(), why.c_str());
+    if (!dir.empty()) why.clear();
+    fflush(stdout);
+    fflush(stderr);
+  }
+  dir = broadcast(dir);
+  why = broadcast(why);
+  if (dir.empty() && !automatic)
+    user_error("--resume %s: %s. HINT: give a checkpoint (DIR/step-N) or a --ckpt-dir holding one; --resume auto "
+               "starts from scratch when there is none",
+               where.c_str(), why.c_str());
+  return dir;
+}
+
+// ---------------------------------------------------------------- reading
+
+CheckpointReader::CheckpointReader(const std::string& dir, const Manifest& m)
+    : dir_(dir), L_(make_layout(m.cfg, m.world)), dt_(m.precision == "bf16" ? DType::BF16 : DType::F32) {
+  const int U = L_.num_units();
+  const size_t e = dtype_bytes(dt_);
+  for (int r = 0; r < m.world; r++) {
+    Shard s;
+    const std::string path = dir + "/" + m.files[r].name;
+    s.fd = open(path.c_str(), O_RDONLY);
+    char magic[8];
+    uint32_t head[6];
+    s.range.resize(size_t(U) * 4);
+    bool ok = s.fd >= 0 && pread(s.fd, magic, 8, 0) == 8 && memcmp(magic, kShardMagic, 8) == 0 &&
+              pread(s.fd, head, sizeof head, 8) == ssize_t(sizeof head) && head[0] == kShardVersion &&
+              head[1] == uint32_t(r) && head[2] == uint32_t(m.world) && head[3] == (dt_ == DType::F32 ? 0u : 1u) &&
+              head[4] == uint32_t(U) && pread(s.fd, s.range.data(), s.range.size() * 8, 32) == ssize_t(s.range.size() * 8);
+    if (ok) {
+      has_master_ = head[5] != 0;
+      uint64_t at = shard_header_bytes(U);
+      for (int u = 0; u < U; u++) {
+        const uint64_t* q = &s.range[size_t(u) * 4];
+        ok = ok && q[0] <= q[1] && q[1] <= L_.units[u].padded && q[2] <= q[3] && q[3] <= L_.units[u].padded;
+        s.params_at.push_back(at);
+        at += (q[1] - q[0]) * e;
+      }
+      for (int a = has_master_ ? 0 : 1; a < 3; a++)
+        for (int u = 0; u < U; u++) {
+          s.array_at[a].push_back(at);
+          at += (s.range[size_t(u) * 4 + 3] - s.range[size_t(u) * 4 + 2]) * 4;
+        }
+      ok = ok && at == m.files[r].bytes;
+    }
+    if (!ok)
+      user_error("checkpoint %s: %s does not match its MANIFEST (header, ranges or size). HINT: the checkpoint is "
+                 "damaged; resume from an older one",
+                 dir.c_str(), m.files[r].name.c_str());
+    shards_.push_back(std::move(s));
+  }
+}
+
+CheckpointReader::~CheckpointReader() {
+  for (Shard& s : shards_)
+    if (s.fd >= 0) close(s.fd);
+}
+
+void CheckpointReader::read_range(bool params, int array, int u, size_t a, size_t b, size_t elem, char* dst) {
+  std::fill(dst, dst + (b - a) * elem, 0);  // padding (elements >= numel) stays 0
+  const size_t stop = std::min(b, L_.units[u].numel);
+  size_t pos = a;
+  while (pos < stop) {  // take each run of elements from the first shard holding it
+    bool found = false;
+    for (const Shard& s : shards_) {
+      const uint64_t lo = s.range[size_t(u) * 4 + (params ? 0 : 2)], hi = s.range[size_t(u) * 4 + (params ? 1 : 3)];
+      if (pos < lo || pos >= hi) continue;
+      const size_t end = std::min<size_t>(stop, hi);
+      const uint64_t at = (params ? s.params_at[u] : s.array_at[array][u]) + (pos - lo) * elem;
+      const size_t bytes = (end - pos) * elem;
+      if (pread(s.fd, dst + (pos - a) * elem, bytes, off_t(at)) != ssize_t(bytes))
+        user_error("checkpoint %s: a shard could not be read (%s). HINT: resume from an older one", dir_.c_str(),
+                   strerror(errno));
+      pos = end;
+      found = true;
+      break;
+    }
+    if (!found)
+      user_error("checkpoint %s: no shard holds element %zu of unit %s. HINT: the checkpoint is incomplete",
+                 dir_.c_str(), pos, L_.units[u].name.c_str());
+  }
+}
+
+void CheckpointReader::params(int u, size_t a, size_t b, void* dst) {
+  read_range(true, 0, u, a, b, dtype_bytes(dt_), (char*)dst);
+}
+
+void CheckpointReader::array(OptArray which, int u, size_t a, size_t b, float* dst) {
+  if (which == OptArray::Master && !has_master_) {  // fp32: the parameters are their own master
+    NZ_CHECK(dt_ == DType::F32, "a bf16 checkpoint without a master copy");
+    return params(u, a, b, dst);
+  }
+  read_range(false, int(which), u, a, b, 4, (char*)dst);
+}
+
+int load_checkpoint(Comm& comm, const Args& args, const HeldState& h, const std::string& dir) {
+  Manifest m;
+  std::string why;
+  if (!read_manifest(dir, &m, &why)) user_error("--resume %s: %s. HINT: resume from another checkpoint", dir.c_str(), why.c_str());
+  const GPTConfig& c = args.cfg;
+  if (m.cfg.vocab != c.vocab || m.cfg.ctx != c.ctx || m.cfg.layers != c.layers || m.cfg.dim != c.dim ||
+      m.cfg.heads != c.heads)
+    user_error("--resume %s: a checkpoint of another model (%d layers, width %d, %d heads, context %d; this run: %d, "
+               "%d, %d, %d). HINT: pass the model flags it was trained with",
+               dir.c_str(), m.cfg.layers, m.cfg.dim, m.cfg.heads, m.cfg.ctx, c.layers, c.dim, c.heads, c.ctx);
+  if (m.precision != args.precision)
+    user_error("--resume %s: a %s checkpoint, this run is %s. HINT: pass --precision %s", dir.c_str(),
+               m.precision.c_str(), args.precision.c_str(), m.precision.c_str());
+  if (comm.rank() == 0) {
+    std::string changed;
+    auto note = [&](const char* flag, const std::string& now, const std::string& then) {
+      if (now != then) changed += std::string(" ") + flag + " " + now + " (was " + then + ")";
+    };
+    char a[32], b[32];
+    auto f = [](char* s, float x) { return snprintf(s, 32, "%.9g", x), std::string(s); };
+    note("--lr", f(a, args.lr), f(b, m.lr));
+    note("--weight-decay", f(a, args.weight_decay), f(b, m.weight_decay));
+    note("--clip", f(a, args.clip), f(b, m.clip));
+    note("--seed", std::to_string(args.seed), std::to_string(m.seed));
+    note("--warmup", std::to_string(args.warmup), std::to_string(m.warmup));
+    note("--steps", std::to_string(args.steps), std::to_string(m.steps));
+    note("--batch", std::to_string(args.batch), std::to_string(m.batch));
+    note("--seq", std::to_string(args.seq), std::to_string(m.seq));
+    note("--accum", std::to_string(args.accum), std::to_string(m.accum));
+    if (!changed.empty())
+      fprintf(stderr, "note: resuming with changed settings:%s; the run goes on from step %d with them\n",
+              changed.c_str(), m.step);
+  }
+  CheckpointReader in(dir, m);
+  const Layout& L = *h.L;
+  const size_t e = dtype_bytes(h.dt);
+  std::vector<char> host;
+  for (int u = 0; u < L.num_units(); u++) {  // the params this rank holds now
+    Slice s = h.params_range(u);
+    host.resize(s.size() * e);
+    in.params(u, s.begin, s.end, host.data());
+    copy_bytes((char*)h.params->data() + h.params_at(u) * e, Location::Device, host.data(), Location::Host, host.size());
+  }
+  std::vector<float> arr;
+  for (OptArray which : {OptArray::Master, OptArray::M, OptArray::V}) {  // its optimizer state
+    if (which == OptArray::Master && !h.opt->has_master()) continue;
+    for (int u = 0; u < L.num_units(); u++) {
+      Slice s = h.opt->owned()[u];
+      arr.resize(s.size());
+      in.array(which, u, s.begin, s.end, arr.data());
+      h.opt->put(which, h.opt->state_offset(u), s.size(), arr.data());
+    }
+  }
+  return m.step;
+}
+
+}  // namespace nz

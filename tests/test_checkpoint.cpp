@@ -1,0 +1,200 @@
+// test_checkpoint.cpp — sharded checkpoints (README "Checkpoints"), tested against independent
+// truth: an uninterrupted run, the memory ledger, the published CRC-32C check values.
+//   - CRC-32C: the check value of "123456789" and RFC 3720's test vectors;
+//   - resume: a run stopped at step K and resumed with the same --steps ends with the same model
+//     file, byte for byte, and the same losses for steps K+1.., for every stage, N = 1..4, with
+//     accumulation, in fp32 and bf16, offload on both tiers;
+//   - size: each shard holds exactly the ledger's params + master + Adam m, v of its rank (plus
+//     the header the README documents), and that is the formula's;
+//   - reshard: a stage1 checkpoint of 4 ranks resumed by stage3 and by stage0_ddp on 3 ranks
+//     (accum 1) gives the same model, bit for bit;
+//   - consolidate: the merged model file is byte for byte the one stage0_ddp saves at that step.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <map>
+
+#include "../common/crc32c.h"
+#include "harness.h"
+
+using namespace nzt;
+
+namespace {
+
+const std::string kTiny = "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 "
+                          "--clip 0.5 ";
+const int kSteps = 6, kStop = 3;  // checkpoints every 3 steps: the resumed run starts at step 3
+const char* kStages[] = {"stage0_ddp", "stage1", "stage2", "stage3", "offload"};
+
+std::string step_dir(const std::string& ckpt_dir, int step) {
+  char name[32];
+  snprintf(name, sizeof name, "/step-%08d", step);
+  return ckpt_dir + name;
+}
+
+uint64_t file_size(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+}
+
+// A run that checkpoints every kStop steps into its own directory.
+struct CkptRun {
+  RunResult run;
+  std::string ckpt_dir;
+};
+CkptRun checkpointed(const std::string& stage, int N, const std::string& flags, const std::string& tag) {
+  static int counter = 0;
+  CkptRun c;
+  c.ckpt_dir = temp_dir() + "/ckpt_" + stage + "_" + tag + "_" + std::to_string(counter++);
+  c.run = run_trainer(stage, N, flags + " --ckpt-dir " + c.ckpt_dir + " --ckpt-every " + std::to_string(kStop), tag);
+  return c;
+}
+
+// The losses from step `from` (1-based) on.
+std::vector<double> losses_from(const Json& report, int from) {
+  std::vector<double> out;
+  for (const Json& s : report["steps_log"].arr)
+    if (int(s["step"].d()) >= from) out.push_back(s["loss"].d());
+  return out;
+}
+
+// A fresh directory under the test's scratch directory.
+std::string fresh_dir(const std::string& name) {
+  std::string d = temp_dir() + "/" + name;
+  mkdir(d.c_str(), 0755);
+  return d;
+}
+
+}  // namespace
+
+// The check value of the CRC-32C catalogue, and RFC 3720 (iSCSI) appendix B.4's vectors.
+TEST(Crc32c, PublishedCheckValues) {
+  EXPECT_EQ(nz::crc32c(0, "123456789", 9), 0xE3069283u);
+  unsigned char buf[32];
+  memset(buf, 0, sizeof buf);
+  EXPECT_EQ(nz::crc32c(0, buf, 32), 0x8A9136AAu);
+  memset(buf, 0xff, sizeof buf);
+  EXPECT_EQ(nz::crc32c(0, buf, 32), 0x62A8AB43u);
+  for (int i = 0; i < 32; i++) buf[i] = (unsigned char)i;
+  EXPECT_EQ(nz::crc32c(0, buf, 32), 0x46DD794Eu);
+  for (int i = 0; i < 32; i++) buf[i] = (unsigned char)(31 - i);
+  EXPECT_EQ(nz::crc32c(0, buf, 32), 0x113FDB5Cu);
+  // in pieces of every split: the same as at once (the 8-byte rounds and the tail agree)
+  const char* text = "The quick brown fox jumps over the lazy dog, twice over.";
+  const size_t n = strlen(text);
+  const uint32_t whole = nz::crc32c(0, text, n);
+  for (size_t k = 0; k <= n; k++) EXPECT_EQ(nz::crc32c(nz::crc32c(0, text, k), text + k, n - k), whole) << k;
+}
+
+// Stop at step 3, resume with --steps 6: the same model file and losses as the run that never
+// stopped, for every stage and world size, with accumulation (2), fp32.
+TEST(Checkpoint, ResumeIsBitForBitEveryStageOneToFourRanks) {
+  const std::string flags = kTiny + "--accum 2 --steps " + std::to_string(kSteps);
+  for (const char* stage : kStages)
+    for (int N : {1, 2, 3, 4}) {
+      SCOPED_TRACE(std::string(stage) + " N=" + std::to_string(N));
+      CkptRun full = checkpointed(stage, N, flags, "full");
+      ASSERT_EQ(full.run.exit_code, 0) << full.run.output;
+      RunResult resumed = run_trainer(stage, N, flags + " --resume " + step_dir(full.ckpt_dir, kStop), "resumed");
+      ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+      EXPECT_TRUE(same_model_bits(full.run.model_path, resumed.model_path));
+      EXPECT_EQ(losses_from(full.run.report, kStop + 1), losses_from(resumed.report, kStop + 1));
+      EXPECT_EQ(losses_from(resumed.report, 1).size(), size_t(kSteps - kStop));  // it did not start over
+    }
+}
+
+// The same in bf16 (master copies in the checkpoint), and offload with its state on disk.
+TEST(Checkpoint, ResumeIsBitForBitInBf16AndOffloadOnDisk) {
+  const std::string flags = kTiny + "--accum 2 --steps " + std::to_string(kSteps);
+  struct Case {
+    std::string stage, extra;
+  };
+  std::vector<Case> cases;
+  for (const char* s : kStages) cases.push_back({s, "--precision bf16"});
+  for (const char* prec : {"fp32", "bf16"})
+    cases.push_back({"offload", std::string("--precision ") + prec + " --offload-to disk --offload-chunk 100 "
+                                "--offload-dir " + fresh_dir(std::string("disk_") + prec)});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.stage + " " + c.extra);
+    CkptRun full = checkpointed(c.stage, 3, flags + " " + c.extra, "full");
+    ASSERT_EQ(full.run.exit_code, 0) << full.run.output;
+    RunResult resumed = run_trainer(c.stage, 3, flags + " " + c.extra + " --resume " + step_dir(full.ckpt_dir, kStop),
+                                    "resumed");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_TRUE(same_model_bits(full.run.model_path, resumed.model_path));
+    EXPECT_EQ(losses_from(full.run.report, kStop + 1), losses_from(resumed.report, kStop + 1));
+  }
+}
+
+// Writing checkpoints changes nothing in the run itself.
+TEST(Checkpoint, CheckpointingDoesNotChangeTheRun) {
+  const std::string flags = kTiny + "--steps " + std::to_string(kSteps);
+  RunResult plain = run_trainer("stage3", 3, flags, "plain");
+  CkptRun ck = checkpointed("stage3", 3, flags, "ck");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(ck.run.exit_code, 0) << ck.run.output;
+  EXPECT_TRUE(compare_runs(plain, ck.run).identical()) << compare_runs(plain, ck.run).str();
+}
+
+// Each rank's shard = the README's header + exactly what the ledger says the rank holds of params,
+// master and Adam m, v (summed over device, host and disk), which is also the formula's.
+TEST(Checkpoint, ShardBytesEqualTheLedgersModelState) {
+  for (const char* stage : kStages)
+    for (const char* prec : {"fp32", "bf16"}) {
+      SCOPED_TRACE(std::string(stage) + " " + prec);
+      const int N = 3;
+      CkptRun r = checkpointed(stage, N, kTiny + "--steps 3 --precision " + prec, "bytes");
+      ASSERT_EQ(r.run.exit_code, 0) << r.run.output;
+      const Json& rep = r.run.report;
+      const uint64_t header = 8 + 6 * 4 + 32 * rep["units"].size();
+      const Json& formula = rep["formula"];
+      const uint64_t want_formula =
+          formula["params"].u() + formula["master"].u() + formula["adam_m"].u() + formula["adam_v"].u();
+      for (int rank = 0; rank < N; rank++) {
+        uint64_t ledger = 0;
+        for (const auto& [where, loc] : rep["ranks"][rank]["ledger"].obj)  // device, host, disk
+          if (loc.has("peak"))
+            for (const char* cat : {"params", "master", "adam_m", "adam_v"}) ledger += loc["peak"][cat].u();
+        char name[32];
+        snprintf(name, sizeof name, "/rank-%05d.shard", rank);
+        const uint64_t bytes = file_size(step_dir(r.ckpt_dir, 3) + name);
+        EXPECT_EQ(bytes, header + ledger) << "rank " << rank;
+        EXPECT_EQ(ledger, want_formula) << "rank " << rank;
+      }
+    }
+}
+
+// Reshard: stage1's checkpoint of 4 ranks, resumed by stage3 and by stage0_ddp on 3 ranks at
+// accum 1 (where every stage computes the same numbers): the same model, bit for bit. And
+// consolidate: the checkpoints merged into a model file are byte for byte stage0_ddp's model file
+// of the same step.
+TEST(Checkpoint, ReshardAcrossStagesAndWorldSizesAndConsolidate) {
+  const std::string flags = kTiny + "--steps " + std::to_string(kSteps);
+  CkptRun src = checkpointed("stage1", 4, flags, "src");
+  ASSERT_EQ(src.run.exit_code, 0) << src.run.output;
+  const std::string from = " --resume " + step_dir(src.ckpt_dir, kStop);
+  CkptRun z3 = checkpointed("stage3", 3, flags + from, "to_z3");
+  RunResult ddp = run_trainer("stage0_ddp", 3, flags + from, "to_ddp");
+  ASSERT_EQ(z3.run.exit_code, 0) << z3.run.output;
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  EXPECT_TRUE(compare_runs(ddp, z3.run).identical()) << compare_runs(ddp, z3.run).str();
+  // and the resharded run really continued from step 3 on 3 ranks: not the 4-rank run's numbers
+  EXPECT_FALSE(same_model_bits(src.run.model_path, z3.run.model_path));
+
+  // consolidate the 3-rank stage3 checkpoint at step 6: stage0_ddp's model file of step 6
+  std::string out;
+  const std::string merged = temp_dir() + "/merged.model";
+  int rc = run_command(bin_dir() + "/consolidate --ckpt " + z3.ckpt_dir + " --out " + merged, &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(same_model_bits(ddp.model_path, merged));
+  // and the 4-rank stage1 checkpoint at step 6 is the 4-rank stage0_ddp model of step 6
+  RunResult ddp4 = run_trainer("stage0_ddp", 4, flags, "ddp4");
+  ASSERT_EQ(ddp4.exit_code, 0) << ddp4.output;
+  const std::string merged4 = temp_dir() + "/merged4.model";
+  rc = run_command(bin_dir() + "/consolidate --ckpt " + step_dir(src.ckpt_dir, kSteps) + " --out " + merged4 +
+                       " --with-optimizer", &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(same_model_bits(ddp4.model_path, merged4));
+  for (const char* part : {".adam_m", ".adam_v"})  // the optimizer state, in the same format
+    EXPECT_EQ(file_size(merged4 + part), file_size(merged4)) << part;
+}

@@ -1,0 +1,91 @@
+// consolidate — merge a sharded checkpoint into one model file (README "Checkpoints").
+//
+//   build/bin/consolidate --ckpt DIR --out model.bin [--with-optimizer]
+//
+// DIR is one checkpoint (DIR/step-N) or a --ckpt-dir, whose newest valid checkpoint is taken. The
+// checkpoint is verified (every shard's size and CRC-32C), then each unit's parameters are read
+// from whichever shards hold them, whatever stage and world size wrote it, widened to fp32 and
+// written as the model file every trainer's --save-model writes: the same bytes stage0_ddp saves
+// at that step. --with-optimizer also writes OUT.adam_m, OUT.adam_v (and OUT.master in bf16) in
+// the same format: Adam's moments and the fp32 master, unsharded, unpadded.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check.h"       // user_error
+#include "checkpoint.h"  // save_model: the model file
+#include "ckpt.h"        // find_checkpoint, CheckpointReader
+#include "cli.h"         // check_output_file
+#include "kernels.h"     // cpu::cast (bf16 -> fp32)
+
+using namespace nz;
+
+int main(int argc, char** argv) {
+  std::string ckpt, out;
+  bool with_optimizer = false;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) user_error("%s needs a value; see consolidate --help", a.c_str());
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      printf("usage: consolidate --ckpt DIR --out model.bin [--with-optimizer]\n"
+             "  --ckpt            a checkpoint (DIR/step-N), or a --ckpt-dir: its newest valid checkpoint\n"
+             "  --out             the model file to write (format: README, 'Model file')\n"
+             "  --with-optimizer  also OUT.adam_m, OUT.adam_v (and OUT.master in bf16), in the same format\n");
+      return 0;
+    }
+    if (a == "--ckpt") ckpt = next();
+    else if (a == "--out") out = next();
+    else if (a == "--with-optimizer") with_optimizer = true;
+    else user_error("unknown flag %s; see consolidate --help", a.c_str());
+  }
+  if (ckpt.empty() || out.empty()) user_error("--ckpt DIR and --out FILE are required; see consolidate --help");
+  check_output_file("--out", out);
+
+  std::vector<std::string> notes;
+  std::string why;
+  const std::string dir = find_checkpoint(ckpt, &notes, &why);
+  for (const std::string& n : notes) fprintf(stderr, "note: %s\n", n.c_str());
+  if (dir.empty())
+    user_error("--ckpt %s: %s. HINT: give a checkpoint (DIR/step-N) or a --ckpt-dir holding one", ckpt.c_str(),
+               why.c_str());
+  Manifest m;
+  read_manifest(dir, &m, &why);
+  CheckpointReader in(dir, m);
+  const Layout& L = in.layout();
+
+  // Each unit's numel parameters (its padding left out), in layout order, as fp32.
+  std::vector<float> all(L.num_params);
+  std::vector<char> raw;
+  size_t at = 0;
+  for (int u = 0; u < L.num_units(); u++) {
+    const size_t n = L.units[u].numel;
+    raw.resize(n * dtype_bytes(in.dtype()));
+    in.params(u, 0, n, raw.data());
+    if (in.dtype() == DType::F32) memcpy(all.data() + at, raw.data(), n * 4);
+    else cpu::cast<float, bf16>(all.data() + at, (const bf16*)raw.data(), n);
+    at += n;
+  }
+  save_model(out, m.cfg, all, "--out");
+  printf("%s: step %d of a %s run on %d rank%s -> %s (%zu parameters, fp32)\n", dir.c_str(), m.step, m.stage.c_str(),
+         m.world, m.world == 1 ? "" : "s", out.c_str(), all.size());
+  if (!with_optimizer) return 0;
+  struct Part {
+    OptArray which;
+    const char* suffix;
+  };
+  for (Part p : {Part{OptArray::Master, ".master"}, Part{OptArray::M, ".adam_m"}, Part{OptArray::V, ".adam_v"}}) {
+    if (p.which == OptArray::Master && !in.has_master()) continue;  // fp32: the parameters are the master
+    at = 0;
+    for (int u = 0; u < L.num_units(); u++) {
+      in.array(p.which, u, 0, L.units[u].numel, all.data() + at);
+      at += L.units[u].numel;
+    }
+    save_model(out + p.suffix, m.cfg, all, "--out");
+    printf("  and %s%s\n", out.c_str(), p.suffix);
+  }
+  return 0;
+}
