@@ -98,6 +98,7 @@ class Buffer {
   size_t bytes() const { return bytes_; }
   bool empty() const { return ptr_ == nullptr; }
   Location location() const { return loc_; }
+  const std::string& name() const { return name_; }
   void zero();
 
  private:
