@@ -3,6 +3,7 @@
 //   build/bin/zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision P]
 //                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]
 //   build/bin/zero_estimate --paper-table
+//   build/bin/zero_estimate --quiz [--seed S] [--count N] [--check FILE]
 //
 // The numbers come from common/zero_formulas.h and model.h (make_layout, activation_bytes): the
 // same functions the trainers print beside their memory ledger and the tests assert against it,
@@ -32,6 +33,7 @@
 #include "json.h"           // JsonWriter
 #include "model.h"          // presets, make_layout, activation_bytes
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
+#include "zero_quiz.h"      // make_quiz, check_quiz
 
 using namespace nz;
 
@@ -171,6 +173,7 @@ void print_usage() {
   printf("usage: zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision fp32|bf16]\n"
          "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]\n"
          "       zero_estimate --paper-table\n"
+         "       zero_estimate --quiz [--seed S] [--count N] [--check FILE]\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
          "formulas (common/zero_formulas.h), allocating nothing.\n"
          "  --preset       model preset: %s (default small, like the trainers)\n"
@@ -186,7 +189,12 @@ void print_usage() {
          "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3 3K(N-1)S\n"
          "                 (S = padded params / N); the bytes do not depend on K\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
-         "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n",
+         "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
+         "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
+         "  --quiz         numeric questions from these formulas, then their answer key (--seed S,\n"
+         "                 default 1, picks the questions; --count N, default 10)\n"
+         "  --check FILE   with --quiz: grade the answers in FILE (lines `Q<n> <number>`, in each\n"
+         "                 question's unit); exit 0 when all are right, 1 otherwise\n",
          preset_names());
 }
 
@@ -198,7 +206,10 @@ int main(int argc, char** argv) {
   int layers = -1, dim = -1, heads = -1, batch = 4, seq = -1;  // seq: 64, or the context if shorter
   int accum = 1;                                                // micro-steps per optimizer step
   std::vector<int> worlds = {1};
-  bool json = false, paper = false, have_preset = false;
+  bool json = false, paper = false, have_preset = false, quiz = false;
+  int vocab = -1, quiz_count = 10;
+  uint64_t quiz_seed = 1;
+  std::string check_file;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i], v;
     if (a == "--help" || a == "-h") {
@@ -207,6 +218,7 @@ int main(int argc, char** argv) {
     }
     if (a == "--json") { json = true; continue; }
     if (a == "--paper-table") { paper = true; continue; }
+    if (a == "--quiz") { quiz = true; continue; }
     if (a == "--offload") { stage_arg = "offload"; continue; }
     if (i + 1 >= argc) user_error("%s needs a value, or is unknown; see zero_estimate --help", a.c_str());
     v = argv[++i];
@@ -221,17 +233,35 @@ int main(int argc, char** argv) {
     else if (a == "--batch") batch = parse_pos(a, v, 1 << 16);
     else if (a == "--seq") seq = parse_pos(a, v, 1 << 20);
     else if (a == "--accum") accum = parse_pos(a, v, 1 << 16);  // the trainers' limit too
+    else if (a == "--vocab") vocab = parse_pos(a, v, 1 << 24);
+    else if (a == "--seed") quiz_seed = uint64_t(parse_pos(a, v, 1 << 30));
+    else if (a == "--count") quiz_count = parse_pos(a, v, 1000);
+    else if (a == "--check") check_file = v;
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
   if (paper) {
     print_paper_table();
     return 0;
   }
+  if (!check_file.empty() && !quiz) user_error("--check grades a quiz: add --quiz (with the quiz's --seed and --count)");
+  if (quiz) {
+    if (!check_file.empty()) return check_quiz(quiz_seed, quiz_count, check_file) == 0 ? 0 : 1;
+    const std::vector<QuizQuestion> q = make_quiz(quiz_seed, quiz_count);
+    printf("ZeRO quiz (--seed %llu --count %d): answer in each question's unit, one line each, e.g. `Q1 12.5`,\n"
+           "then grade with: zero_estimate --quiz --seed %llu --count %d --check answers.txt\n\n",
+           (unsigned long long)quiz_seed, quiz_count, (unsigned long long)quiz_seed, quiz_count);
+    for (size_t i = 0; i < q.size(); i++) printf("Q%zu. %s\n\n", i + 1, q[i].text.c_str());
+    printf("answer key (a file of these lines scores 100%%):\n");
+    for (size_t i = 0; i < q.size(); i++)
+      printf("Q%zu %.6g   # %s%s\n", i + 1, q[i].answer, q[i].unit.c_str(),
+             q[i].rel_tol == 0 ? ", exactly" : (", within " + std::to_string(int(q[i].rel_tol * 100)) + "%").c_str());
+    return 0;
+  }
 
   // ---- what to estimate ----
   const bool raw = raw_psi > 0;
-  if (raw && (have_preset || layers > 0 || dim > 0 || heads > 0))
-    user_error("--params gives a raw count; drop --preset/--layers/--dim/--heads, or drop --params");
+  if (raw && (have_preset || layers > 0 || dim > 0 || heads > 0 || vocab > 0))
+    user_error("--params gives a raw count; drop --preset/--layers/--dim/--heads/--vocab, or drop --params");
   GPTConfig cfg;
   if (!raw) {
     if (!preset_config(preset, &cfg))
@@ -239,6 +269,7 @@ int main(int argc, char** argv) {
     if (layers > 0) cfg.layers = layers;
     if (dim > 0) cfg.dim = dim;
     if (heads > 0) cfg.heads = heads;
+    if (vocab > 0) cfg.vocab = vocab;
     if (cfg.dim % cfg.heads != 0)
       user_error("--heads %d: must divide the width %d (--dim); e.g. --heads %d", cfg.heads, cfg.dim,
                  cfg.dim % 4 == 0 ? 4 : 1);

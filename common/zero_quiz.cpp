@@ -1,0 +1,188 @@
+// zero_quiz.cpp — questions from the formulas, and their grader (zero_quiz.h).
+#include "zero_quiz.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "check.h"          // user_error
+#include "model.h"          // GPTConfig, param_count_formula
+#include "rng.h"            // Rng: the same questions for the same seed
+#include "zero_formulas.h"  // expected_state_bytes, expected_comm_elems, expected_link_elems
+
+namespace nz {
+
+namespace {
+
+// GPT-2's four sizes, with GPT-2's vocabulary of 50257 tokens and context 1024 (not this project's
+// byte vocabulary): 124M, 355M, 774M and 1.56B parameters by param_count_formula.
+struct Shape { const char* name; int layers, dim, heads; };
+const Shape kShapes[] = {{"GPT-2 small", 12, 768, 12}, {"GPT-2 medium", 24, 1024, 16},
+                         {"GPT-2 large", 36, 1280, 20}, {"GPT-2 XL", 48, 1600, 25}};
+
+uint64_t params_of(const Shape& s) {
+  GPTConfig c;
+  c.vocab = 50257, c.ctx = 1024, c.layers = s.layers, c.dim = s.dim, c.heads = s.heads;
+  return param_count_formula(c);
+}
+
+// The paper's view: Ψ parameters padded to a multiple of N and no unit buffers (as
+// zero_estimate --params does), so the bytes are exactly the model states (2 + 2 + K)Ψ / ...
+Layout raw(uint64_t psi, int world) {
+  Layout L;
+  L.world = world;
+  L.num_params = psi;
+  L.padded_total = (psi + world - 1) / world * world;
+  L.shard_total = L.padded_total / world;
+  return L;
+}
+
+std::string shape_text(const Shape& s) {
+  char t[200];
+  snprintf(t, sizeof t, "%s (%d layers, width %d, %d heads, context 1024, vocabulary 50257, tied embedding)",
+           s.name, s.layers, s.dim, s.heads);
+  return t;
+}
+
+const char* precision_text(DType dt) {
+  return dt == DType::BF16 ? "bf16 mixed precision (bf16 params and grads, fp32 master, Adam m and v)"
+                           : "fp32 (params, grads, Adam m and v in fp32)";
+}
+
+template <class... A>
+std::string fmt(const char* f, A... a) {
+  char s[600];
+  snprintf(s, sizeof s, f, a...);
+  return s;
+}
+
+}  // namespace
+
+std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
+  Rng rng(seed, 0x717a);  // its own stream
+  auto pick = [&](int n) { return int(rng.next() % uint64_t(n)); };
+  const int worlds[] = {4, 8, 16, 32, 64};
+  const Stage zero[] = {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3};
+  std::vector<QuizQuestion> q;
+  for (int i = 0; int(q.size()) < count; i++) {
+    const Shape& shape = kShapes[pick(4)];
+    const uint64_t psi = params_of(shape);
+    const int N = worlds[pick(5)];
+    const DType dt = pick(2) ? DType::BF16 : DType::F32;
+    switch (i % 5) {
+      case 0: {  // model-state bytes per rank
+        const Stage s = zero[pick(4)];
+        const double gb = double(expected_state_bytes(s, raw(psi, N), dt).total()) / 1e9;
+        q.push_back({fmt("%s, %s, %s on %d ranks: how many GB (10^9 bytes) of model states (params, grads, "
+                         "optimizer states; no activations, no buffers) does each rank hold?",
+                         shape_text(shape).c_str(), precision_text(dt), stage_name(s), N),
+                     gb, 0.01, "GB"});
+        break;
+      }
+      case 1: {  // elements sent per optimizer step, with accumulation
+        const Stage s = zero[pick(4)];
+        const int K = 1 + pick(8);
+        const double m = double(expected_comm_elems(s, raw(psi, N), K)) / 1e6;
+        q.push_back({fmt("%s, %s on %d ranks with gradient accumulation over %d micro-steps (the gradient is "
+                         "reduced as real systems do: stages 0 and 1 once per step, stages 2 and 3 every "
+                         "micro-step): how many million elements does each rank send per optimizer step in the "
+                         "model-state collectives?", shape_text(shape).c_str(), stage_name(s), N, K),
+                     m, 0.01, "M elements"});
+        break;
+      }
+      case 2: {  // offload: host memory and the link
+        const int K = 1 + pick(4);
+        if (pick(2)) {
+          const double gb = double(expected_state_bytes(Stage::Offload, raw(psi, N), dt).host) / 1e9;
+          q.push_back({fmt("%s, %s, ZeRO-Offload (stage2 with the gradient slice, an fp32 master and Adam m, v "
+                           "in host memory) on %d ranks: how many GB (10^9 bytes) of host memory does each "
+                           "rank's optimizer side take?", shape_text(shape).c_str(), precision_text(dt), N),
+                       gb, 0.01, "GB"});
+        } else {
+          const double m = double(expected_link_elems(Stage::Offload, raw(psi, N), K)) / 1e6;
+          q.push_back({fmt("%s, ZeRO-Offload on %d ranks with %d micro-steps per optimizer step (each "
+                           "micro-step's reduced gradient slice goes down to the host; the updated slice comes "
+                           "up once): how many million elements cross each rank's host<->device link per "
+                           "step?", shape_text(shape).c_str(), N, K),
+                       m, 0.01, "M elements"});
+        }
+        break;
+      }
+      case 3: {  // the fewest ranks for a stage to fit a device
+        const Stage s = zero[1 + pick(3)];
+        const int cap = 16 << pick(3);  // 16, 32 or 64 GB
+        int fewest = 0;
+        for (int n = 1; n <= 1024 && !fewest; n *= 2)
+          if (double(expected_state_bytes(s, raw(psi, n), DType::BF16).total()) <= cap * 1e9) fewest = n;
+        if (!fewest || fewest == 1) continue;  // a question with an answer worth computing
+        q.push_back({fmt("%s, bf16 mixed precision, %s: what is the fewest ranks N, a power of two, for which "
+                         "each rank's model states fit in %d GB (10^9 bytes)?",
+                         shape_text(shape).c_str(), stage_name(s), cap),
+                     double(fewest), 0.0, "ranks"});
+        break;
+      }
+      case 4: {  // the largest model a stage fits
+        const Stage s = zero[pick(4)];
+        const int cap = 80;
+        const uint64_t probe = uint64_t(N) * 1000000000ull;  // a multiple of N: no padding
+        const double per_param = double(expected_state_bytes(s, raw(probe, N), DType::BF16).total()) / double(probe);
+        const double billions = cap * 1e9 / per_param / 1e9;
+        q.push_back({fmt("bf16 mixed precision (16 bytes of model states per parameter before sharding), %s on "
+                         "%d ranks with %d GB (10^9 bytes) each: how many billion parameters is the largest "
+                         "model whose model states fit?", stage_name(s), N, cap),
+                     billions, 0.01, "B parameters"});
+        break;
+      }
+    }
+  }
+  return q;
+}
+
+int check_quiz(uint64_t seed, int count, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) user_error("--check %s: cannot read it (%s); give the file with your answers", path.c_str(), strerror(errno));
+  const std::vector<QuizQuestion> q = make_quiz(seed, count);
+  std::vector<double> given(q.size(), NAN);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    lineno++;
+    if (size_t h = line.find('#'); h != std::string::npos) line.resize(h);
+    std::istringstream ls(line);
+    std::string label, value;
+    if (!(ls >> label)) continue;  // blank
+    if (!(ls >> value)) user_error("--check %s, line %d: \"%s\" is not an answer; expected `Q<n> <number>`",
+                                   path.c_str(), lineno, line.c_str());
+    if (label[0] == 'Q' || label[0] == 'q') label = label.substr(1);
+    if (!label.empty() && (label.back() == ':' || label.back() == '.')) label.pop_back();
+    char* end = nullptr;
+    const long n = strtol(label.c_str(), &end, 10);
+    if (label.empty() || *end || n < 1 || n > long(q.size()))
+      user_error("--check %s, line %d: no question \"%s\" in this quiz (Q1..Q%zu, --seed %llu --count %d)",
+                 path.c_str(), lineno, label.c_str(), q.size(), (unsigned long long)seed, count);
+    const double v = strtod(value.c_str(), &end);
+    if (*end || !std::isfinite(v))
+      user_error("--check %s, line %d: \"%s\" is not a number; write the answer in the question's unit",
+                 path.c_str(), lineno, value.c_str());
+    given[n - 1] = v;
+  }
+  int wrong = 0;
+  for (size_t i = 0; i < q.size(); i++) {
+    const double want = q[i].answer, v = given[i];
+    const bool ok = std::isfinite(v) && (q[i].rel_tol == 0 ? v == want
+                                                           : std::fabs(v - want) <= q[i].rel_tol * std::fabs(want));
+    wrong += !ok;
+    if (!std::isfinite(v)) printf("Q%zu  no answer\n", i + 1);
+    else if (ok) printf("Q%zu  right (%g %s)\n", i + 1, v, q[i].unit.c_str());
+    else printf("Q%zu  wrong: %g %s, expected %.4g%s\n", i + 1, v, q[i].unit.c_str(), want,
+                q[i].rel_tol == 0 ? " exactly" : fmt(" within %g%%", q[i].rel_tol * 100).c_str());
+  }
+  printf("score: %zu of %zu right\n", q.size() - wrong, q.size());
+  return wrong;
+}
+
+}  // namespace nz

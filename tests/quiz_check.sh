@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# zero_estimate --quiz: the answer key, fed back through --check, scores 100%; an answer moved
+# outside its tolerance fails (exit 1) and is named; a malformed answers file is one line, exit 2;
+# and the key's model-state and traffic answers agree with the ZeRO paper's formulas recomputed here
+# independently, from the question text alone. Prints NZRESULT lines for tests/run_all.sh.
+cd "$(dirname "$0")/.."
+est=build/bin/zero_estimate
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+res() { if [ "$2" = 0 ]; then echo "NZRESULT PASS quiz.$1"; else echo "NZRESULT FAIL quiz.$1 $3"; fi; }
+
+$est --quiz --seed 11 --count 20 >"$tmp/quiz.txt" 2>&1
+sed -n '/^answer key/,$p' "$tmp/quiz.txt" | grep '^Q' >"$tmp/key.txt"
+[ "$(wc -l <"$tmp/key.txt")" = 20 ]; res prints_twenty_questions_and_their_key $? "($(wc -l <"$tmp/key.txt") key lines)"
+
+out=$($est --quiz --seed 11 --count 20 --check "$tmp/key.txt" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q 'score: 20 of 20 right' <<<"$out"; res the_key_scores_100_percent $? "(exit $rc: $(tail -1 <<<"$out"))"
+
+# Q3 moved by 5% (every tolerance is 1% or exact)
+awk '$1 == "Q3" { $2 = $2 * 1.05 } { print $1, $2 }' "$tmp/key.txt" >"$tmp/off.txt"
+out=$($est --quiz --seed 11 --count 20 --check "$tmp/off.txt" 2>&1); rc=$?
+[ $rc = 1 ] && grep -q '^Q3  wrong' <<<"$out" && grep -q 'score: 19 of 20 right' <<<"$out"
+res a_perturbed_answer_fails $? "(exit $rc: $(grep Q3 <<<"$out"))"
+
+# a different seed is a different quiz: the key of seed 11 does not pass it
+$est --quiz --seed 12 --count 20 --check "$tmp/key.txt" >/dev/null 2>&1; rc=$?
+[ $rc = 1 ]; res another_seed_is_another_quiz $? "(exit $rc)"
+
+echo "Q1 twelve" >"$tmp/bad.txt"
+out=$($est --quiz --seed 11 --count 20 --check "$tmp/bad.txt" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ]; res a_malformed_answer_is_one_line_exit_2 $? "(exit $rc: $out)"
+out=$($est --check "$tmp/key.txt" 2>&1); rc=$?
+[ $rc = 2 ]; res check_without_quiz_is_a_usage_error $? "(exit $rc: $out)"
+
+# Independent truth: the paper's per-rank model states and traffic, from the question text.
+python3 - "$tmp/quiz.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+qs = dict(re.findall(r"^Q(\d+)\. (.*)$", text, re.M))
+key = {k: float(v) for k, v in re.findall(r"^Q(\d+) (\S+)", text, re.M)}
+checked = bad = 0
+for n, q in qs.items():
+    m = re.search(r"\((\d+) layers, width (\d+), .* vocabulary (\d+)", q)
+    if not m:
+        continue
+    L, C, V = map(int, m.groups())
+    psi = V * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C      # GPT-2 with a tied embedding
+    mN = re.search(r"on (\d+) ranks", q)
+    if not mN:  # the fewest ranks (a power of two) whose per-rank model states fit the capacity
+        stage = re.search(r"(stage1|stage2|stage3)", q).group(1)
+        cap = float(re.search(r"fit in (\d+) GB", q).group(1)) * 1e9
+        def total(n):
+            S = -(-psi // n)
+            return {"stage1": 4 * S * n + 12 * S, "stage2": 2 * S * n + 14 * S, "stage3": 16 * S}[stage]
+        want = next(n for n in (2 ** i for i in range(11)) if total(n) <= cap)
+        checked += 1
+        if key[n] != want:
+            bad += 1
+            print(f"  Q{n}: key {key[n]}, the fewest ranks by the paper's formula {want}")
+        continue
+    N = int(mN.group(1))
+    S = -(-psi // N)                                                  # padded to a multiple of N
+    stage = re.search(r"(stage0_ddp|stage1|stage2|stage3|ZeRO-Offload)", q).group(1)
+    bf16 = "bf16 mixed" in q
+    e, opt = (2, 12) if bf16 else (4, 8)                              # bytes per param; optimizer bytes
+    if "model states (params" in q:
+        P = S * N
+        want = {"stage0_ddp": (2 * e + opt) * P, "stage1": 2 * e * P + opt * S,
+                "stage2": e * P + (e + opt) * S, "stage3": (2 * e + opt) * S}[stage] / 1e9
+    elif "host memory" in q:
+        want = (e + 12) * S / 1e9                                      # grad slice + fp32 master + m + v
+    elif "cross each rank's host" in q:
+        K = int(re.search(r"with (\d+) micro-steps", q).group(1))
+        want = (K + 1) * S / 1e6
+    elif "million elements does each rank send" in q:
+        K = int(re.search(r"over (\d+) micro-steps", q).group(1))
+        want = {"stage0_ddp": 2, "stage1": 2, "stage2": K + 1, "stage3": 3 * K}[stage] * (N - 1) * S / 1e6
+    else:
+        continue
+    checked += 1
+    if abs(key[n] - want) > 1e-4 * abs(want):
+        bad += 1
+        print(f"  Q{n}: key {key[n]}, the paper's formula {want:.6g}")
+ok = checked >= 10 and bad == 0
+print(f"NZRESULT {'PASS' if ok else 'FAIL'} quiz.key_agrees_with_the_papers_formulas ({checked} questions recomputed, {bad} differ)")
+PY
