@@ -3,6 +3,7 @@
 #   make run      the main job: the tour of the stages on 4 MPI ranks (installs what is missing)
 #   make test     every test suite, ending with one line "N passed, N failed" (installs what is missing)
 #   make diff A=stage1 B=stage2    the lesson between two stages
+#   make exercise [E=NAME]         list the exercises, or write one for a learner; make check E=NAME grades it
 # The CPU backend is always built. When nvcc is on PATH the CUDA backend is compiled into the same
 # binaries (no GPU is needed to build); `make CUDA=0` leaves it out.
 
@@ -47,7 +48,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin
 TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
-.PHONY: all extra deps run test diff clean bench-adam bench plots
+.PHONY: all extra deps run test diff clean bench-adam bench plots exercise check print-build-flags
 all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
 
 # Fragments tests/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
@@ -84,8 +85,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/gtest_mpi_main.o $(L
 deps:
 	@bash scripts/install_deps.sh
 
+# run and plots build only the trainers and tools (not the tests, the broken trainers or the emulator)
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)
 	@bash scripts/tour.sh
 
 test: deps
@@ -101,8 +103,20 @@ bench: all
 	@bash scripts/bench.sh
 
 plots: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)
 	@.venv/bin/python scripts/plots.py --out runs/plots
+
+# ---- exercises (scripts/exercises.py): regions of the real files for a learner to write ----
+exercise:
+	@python3 scripts/exercises.py make $(E)
+
+check: deps
+	@$(MAKE) --no-print-directory -s $(STAGE_BINS)
+	@python3 scripts/exercises.py check $(E)
+
+# what scripts/exercises.py compiles a learner's file with
+print-build-flags:
+	@echo "CXX=$(CXX)"; echo "CXXFLAGS=$(CXXFLAGS)"; echo "LDFLAGS=$(LDFLAGS)"; echo "LDLIBS=$(LDLIBS)"; echo "LIB=$(LIB)"
 
 diff:
 	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make diff A=stage1 B=stage2"; exit 2; }
