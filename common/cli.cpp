@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "check.h"
+#include "data.h"  // kMaxDataBytes
 
 namespace nz {
 
@@ -31,8 +32,10 @@ long parse_int(const std::string& flag, const std::string& v, long lo, long hi, 
   errno = 0;
   char* end = nullptr;
   long x = strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+  if (v.empty() || *end != '\0' || (errno == ERANGE && x < lo))
     user_error("%s %s: expected %s; e.g. %s %ld", flag.c_str(), v.c_str(), what, flag.c_str(), lo > 0 ? lo : 1);
+  if (x < lo || x > hi || errno == ERANGE)  // the limit it broke, by name
+    user_error("%s %s: out of range: expected %s from %ld to %ld", flag.c_str(), v.c_str(), what, lo, hi);
   return x;
 }
 
@@ -42,6 +45,57 @@ float parse_float(const std::string& flag, const std::string& v, double lo, doub
   if (v.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi)
     user_error("%s %s: expected %s", flag.c_str(), v.c_str(), what);
   return float(x);
+}
+
+// What a path refers to, so that two spellings of one file compare equal: device and inode when
+// it exists; otherwise its directory's real path and its name.
+std::string file_identity(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  char real[PATH_MAX];
+  if (realpath(dir.empty() ? "/" : dir.c_str(), real)) return std::string("path ") + real + "/" + path.substr(path.rfind('/') + 1);
+  return "path " + path;
+}
+
+}  // namespace
+
+void check_output_file(const char* flag, const std::string& path) {
+  struct stat st;
+  if (path.back() == '/' || (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+    user_error("%s %s: a directory; expected a file name: add one, e.g. %s %s%smodel.bin", flag, path.c_str(), flag,
+               path.c_str(), path.back() == '/' ? "" : "/");
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    user_error("%s %s: exists and is not a regular file; expected a file to write: choose another path", flag,
+               path.c_str());
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  if (dir.empty()) dir = "/";
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    user_error("%s %s: cannot write to directory %s (%s); choose a writable path", flag, path.c_str(), dir.c_str(),
+               strerror(errno));
+}
+
+namespace {
+
+// An output directory (--ckpt-dir): an existing writable directory, or one that can be made.
+void check_output_dir(const char* flag, const std::string& dir) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      user_error("%s %s: not a directory; expected a directory (it is made if missing): choose another path", flag,
+                 dir.c_str());
+    if (access(dir.c_str(), W_OK | X_OK) != 0)
+      user_error("%s %s: not writable (%s); expected a writable directory: fix its permissions or pass another", flag,
+                 dir.c_str(), strerror(errno));
+    return;
+  }
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  std::string parent = trimmed.find('/') == std::string::npos ? "." : trimmed.substr(0, trimmed.rfind('/'));
+  if (parent.empty()) parent = "/";
+  if (access(parent.c_str(), W_OK | X_OK) != 0)
+    user_error("%s %s: cannot be made: %s is not a writable directory (%s); create it or pass another", flag,
+               dir.c_str(), parent.c_str(), strerror(errno));
 }
 
 }  // namespace
@@ -120,6 +174,17 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto&, auto& v) { a.offload_dir = v; }},
       {"--offload-chunk", "N", "offload --offload-to disk: elements streamed through host memory at a time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
+      {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (README 'Checkpoints'; made if missing)",
+       [&](auto&, auto& v) { a.ckpt_dir = v; }},
+      {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
+       [&](auto& f, auto& v) { a.ckpt_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
+      {"--ckpt-keep", "M", "keep the newest M checkpoints (default 2)", pos_int(&a.ckpt_keep, 1 << 20)},
+      {"--resume", "DIR", "resume from a checkpoint (DIR/step-N), a checkpoint directory's newest valid one, or "
+       "auto (--ckpt-dir's; from step 0 if none); --steps stays the total",
+       [&](auto&, auto& v) { a.resume = v; }},
+      {"--watchdog", "SECONDS", "end the job, naming the rank, when a rank makes no progress this long "
+       "(default 300; 0: off)",
+       [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
       {"--quiet", "", "no per-step lines", nullptr},
   };
 
@@ -135,6 +200,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       a.quiet = true;
       continue;
     }
+    if (arg.compare(0, 8, "--quiet=") == 0)  // a switch: it has no value to give
+      user_error("%s: --quiet takes no value; write --quiet alone", arg.c_str());
     std::string value;
     size_t eq = arg.find('=');
     if (eq != std::string::npos) {
@@ -186,19 +253,41 @@ Args parse_args(int argc, char** argv, const char* program) {
       user_error("--offload-dir %s: %s; expected an existing, writable directory: create it or pass another", dir,
                  why.c_str());
   }
-  // Outputs are checked now, not after an hour of training.
-  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--save-model", a.save_model},
-                                   {"--log-json", a.log_json}}) {
-    if (path.empty()) continue;
-    std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-    if (dir.empty()) dir = "/";
-    if (access(dir.c_str(), W_OK) != 0)
-      user_error("%s %s: cannot write to directory %s (%s); choose a writable path", flag, path.c_str(),
-                 dir.c_str(), strerror(errno));
+  if (a.ckpt_every > 0 && a.ckpt_dir.empty())
+    user_error("--ckpt-every %d needs --ckpt-dir DIR (where the checkpoints go)", a.ckpt_every);
+  if (a.resume == "auto" && a.ckpt_dir.empty())
+    user_error("--resume auto needs --ckpt-dir DIR (where to look for the newest valid checkpoint)");
+  if (!a.resume.empty() && a.resume != "auto") {
+    struct stat st;
+    if (stat(a.resume.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      user_error("--resume %s: not a directory; expected a checkpoint (DIR/step-N), a --ckpt-dir, or auto",
+                 a.resume.c_str());
   }
+  // Outputs are checked now, not after an hour of training: each must be writable, a file where a
+  // file is meant, and not the same file as an input or another output.
   if (a.data.empty()) a.data = default_data_path();
-  if (access(a.data.c_str(), R_OK) != 0)
+  if (!a.save_model.empty()) check_output_file("--save-model", a.save_model);
+  if (!a.log_json.empty()) check_output_file("--log-json", a.log_json);
+  if (!a.ckpt_dir.empty()) check_output_dir("--ckpt-dir", a.ckpt_dir);
+  const std::pair<const char*, std::string> named[] = {
+      {"--data", a.data}, {"--save-model", a.save_model}, {"--log-json", a.log_json}};
+  for (int i = 0; i < 3; i++)
+    for (int j = i + 1; j < 3; j++)
+      if (!named[i].second.empty() && !named[j].second.empty() &&
+          file_identity(named[i].second) == file_identity(named[j].second))
+        user_error("%s %s and %s %s: the same file; expected %s: pass another path", named[j].first,
+                   named[j].second.c_str(), named[i].first, named[i].second.c_str(),
+                   i == 0 ? "outputs that never overwrite the input" : "a separate file for each output");
+  // --data: a regular file of bounded size (a FIFO would block, /dev/zero never end).
+  struct stat st;
+  if (stat(a.data.c_str(), &st) != 0 || access(a.data.c_str(), R_OK) != 0)
     user_error("--data %s: cannot read it (%s); give a readable text file", a.data.c_str(), strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    user_error("--data %s: not a regular file (a directory, pipe or device); give a text file", a.data.c_str());
+  if (uint64_t(st.st_size) > kMaxDataBytes)
+    user_error("--data %s: %s, more than the %s limit (every rank reads the whole file into memory); give a "
+               "smaller file", a.data.c_str(), fmt_bytes(double(st.st_size)).c_str(),
+               fmt_bytes(double(kMaxDataBytes)).c_str());
   return a;
 }
 

@@ -40,12 +40,21 @@ struct Args {
   std::string offload_dir;           // offload --offload-to disk: where the optimizer files go
   long offload_chunk = 1 << 20;      // offload disk: elements streamed per chunk
   bool quiet = false;                // no per-step lines (tests)
+  // checkpoints and fault tolerance (README "Checkpoints")
+  std::string ckpt_dir;  // where checkpoints go (DIR/step-N); none without it
+  int ckpt_every = 0;    // a checkpoint every K steps (and one at the end); 0: only at the end
+  int ckpt_keep = 2;     // keep the newest M checkpoints
+  std::string resume;    // a checkpoint, a --ckpt-dir, or "auto" (the newest valid one in --ckpt-dir)
+  int watchdog = 300;    // seconds without progress before the job is ended, naming the rank; 0: off
 };
 
 // Parses and validates argv; prints --help and exits 0; on bad input prints one line, exits 2.
 Args parse_args(int argc, char** argv, const char* program);
 // The default corpus path (data/corpus.txt, found next to the build tree or in the working dir).
 std::string default_data_path();
+// An output file (--save-model, --log-json, a tool's --out): exits 2 with one line unless it names
+// a file (not a directory, nor ending in '/') in a writable directory.
+void check_output_file(const char* flag, const std::string& path);
 // Float formatting for messages.
 std::string fmt_bytes(double bytes);
 

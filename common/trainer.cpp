@@ -9,6 +9,8 @@
 
 #include "check.h"       // NZ_CHECK
 #include "checkpoint.h"  // save_model_from_units
+#include "ckpt.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
+#include "watchdog.h"    // Watchdog: a rank that stops making progress ends the job
 #include "mfu.h"         // peak_flops
 #include "ops.h"         // cpu::cast; set_kernels (kernels.h)
 
@@ -52,10 +54,43 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     }
     fflush(stdout);
   }
+  // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
+  if (!args.resume.empty()) resume_from_ = find_resume_checkpoint(comm, args);
+  if (args.watchdog > 0) watchdog_ = std::make_unique<Watchdog>(comm, args.watchdog);
   t_start_ = std::chrono::steady_clock::now();
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::checkpoint_state(Buffer& params) {
+  NZ_CHECK(OptimizerState::current() != nullptr, "checkpoint_state: the stage has made no optimizer");
+  held_params_ = &params;
+  held_optimizer_ = OptimizerState::current();
+  if (resume_from_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  first_step_ = load_checkpoint(comm, args, held_state(), resume_from_);
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank has loaded
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (rank() == 0) {
+    printf("resumed from %s: %d of %d steps done, loaded in %.1f ms\n", resume_from_.c_str(), first_step_,
+           args.steps, ms);
+    fflush(stdout);
+  }
+}
+
+HeldState Trainer::held_state() const {
+  HeldState h;
+  h.L = &layout;
+  h.dt = dtype;
+  h.params = held_params_;
+  h.params_full = held_params_->bytes() == layout.padded_total * elem_bytes;  // else this rank's slices
+  h.opt = held_optimizer_;
+  h.rank = rank();
+  NZ_CHECK(h.params_full || held_params_->bytes() == layout.shard_total * elem_bytes,
+           "checkpoint_state: params buffer of %zu bytes is neither all units nor this rank's slices",
+           held_params_->bytes());
+  return h;
+}
 
 void Trainer::init_params(int u, Slice part, void* dst) {
   std::vector<float> unit(layout.units[u].padded);
@@ -72,7 +107,13 @@ void Trainer::load_micro_batch(int step, int k) {
   model->set_batch(tokens_.data(), targets_.data(), args.batch);
 }
 
+void Trainer::phase(const char* name) {
+  Ledger::get().set_phase(name);
+  if (watchdog_) watchdog_->progress(current_step_, name);
+}
+
 void Trainer::begin_step(int step) {
+  current_step_ = step;
   Ledger::get().set_step(step);
   phase("forward");
   device_sync();
@@ -114,6 +155,12 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
     double v = evaluate();
     evals_.push_back({step + 1, v});
     if (rank() == 0 && !args.quiet) printf("step %5d | validation loss %.6f\n", step + 1, v);
+  }
+  const bool ckpt_due = step + 1 == args.steps || (args.ckpt_every > 0 && (step + 1) % args.ckpt_every == 0);
+  if (!args.ckpt_dir.empty() && ckpt_due) {
+    if (!held_params_) user_error("--ckpt-dir: this trainer does not register its state (Trainer::checkpoint_state)");
+    phase("checkpoint");
+    save_checkpoint(comm, args, stage, held_state(), step + 1);
   }
 }
 
