@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "check.h"
-#include "data.h"  // kMaxDataBytes
+#include "data.h"  // check_data_file
 
 namespace nz {
 
@@ -279,15 +279,9 @@ Args parse_args(int argc, char** argv, const char* program) {
                    named[j].second.c_str(), named[i].first, named[i].second.c_str(),
                    i == 0 ? "outputs that never overwrite the input" : "a separate file for each output");
   // --data: a regular file of bounded size (a FIFO would block, /dev/zero never end).
-  struct stat st;
-  if (stat(a.data.c_str(), &st) != 0 || access(a.data.c_str(), R_OK) != 0)
+  check_data_file(a.data);
+  if (access(a.data.c_str(), R_OK) != 0)
     user_error("--data %s: cannot read it (%s); give a readable text file", a.data.c_str(), strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    user_error("--data %s: not a regular file (a directory, pipe or device); give a text file", a.data.c_str());
-  if (uint64_t(st.st_size) > kMaxDataBytes)
-    user_error("--data %s: %s, more than the %s limit (every rank reads the whole file into memory); give a "
-               "smaller file", a.data.c_str(), fmt_bytes(double(st.st_size)).c_str(),
-               fmt_bytes(double(kMaxDataBytes)).c_str());
   return a;
 }
 

@@ -14,6 +14,17 @@
 
 namespace nz {
 
+void check_data_file(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0)
+    user_error("--data %s: cannot read it (%s); give a readable text file", path.c_str(), strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    user_error("--data %s: not a regular file (a directory, pipe or device); give a text file", path.c_str());
+  if (uint64_t(st.st_size) > kMaxDataBytes)
+    user_error("--data %s: %llu bytes, more than the limit of %llu (every rank reads the whole file into memory); "
+               "give a smaller file", path.c_str(), (unsigned long long)st.st_size, (unsigned long long)kMaxDataBytes);
+}
+
 uint64_t min_data_bytes(int B, int T) {
   // split as the constructor does: train = n - n/10, validation = n/10
   const uint64_t need_train = uint64_t(B) * T + 1, need_val = uint64_t(T) + 1;
@@ -23,12 +34,15 @@ uint64_t min_data_bytes(int B, int T) {
 }
 
 DataLoader::DataLoader(const std::string& path, int B, int T, uint64_t seed) : B_(B), T_(T), seed_(seed) {
+  // A regular file of bounded size, checked before opening it and again on the open file (it may
+  // have been swapped in between).
+  check_data_file(path);
+  struct stat st;
   FILE* f = fopen(path.c_str(), "rb");
   if (!f) user_error("--data %s: cannot open (%s); give a readable text file", path.c_str(), strerror(errno));
-  struct stat st;  // checked on the open file: a FIFO would block, /dev/zero never end
   if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) > kMaxDataBytes) {
     fclose(f);
-    user_error("--data %s: expected a regular file of at most %llu bytes; give a text file", path.c_str(),
+    user_error("--data %s: not a regular file of at most %llu bytes; give a text file", path.c_str(),
                (unsigned long long)kMaxDataBytes);
   }
   bytes_.reserve(size_t(st.st_size));

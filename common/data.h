@@ -10,6 +10,10 @@ namespace nz {
 // The largest --data file: every rank reads the whole file into memory.
 constexpr uint64_t kMaxDataBytes = uint64_t(1) << 30;
 
+// Exits 2 with one line unless `path` is a regular file of at most kMaxDataBytes (checked without
+// opening it: opening a FIFO blocks, and /dev/zero never ends).
+void check_data_file(const std::string& path);
+
 // The fewest bytes a file needs for batches of B windows of T tokens: its first 90% must hold B*T+1
 // bytes (one batch and its last target) and its last 10% T+1 (one validation window).
 uint64_t min_data_bytes(int B, int T);

@@ -23,6 +23,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   omp_set_num_threads(std::max(1, cores / comm.local_size()));
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
+  // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
+  if (!args.resume.empty()) resume_from_ = find_resume_checkpoint(comm, args);
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
   set_kernels(args.kernels == "reference" ? Kernels::Reference : Kernels::Fast);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
@@ -54,8 +56,6 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     }
     fflush(stdout);
   }
-  // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
-  if (!args.resume.empty()) resume_from_ = find_resume_checkpoint(comm, args);
   if (args.watchdog > 0) watchdog_ = std::make_unique<Watchdog>(comm, args.watchdog);
   t_start_ = std::chrono::steady_clock::now();
 }

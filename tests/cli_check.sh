@@ -49,7 +49,86 @@ if [ "$sum_before" = "$(md5sum <"$tmp/good.model")" ]; then echo "NZRESULT PASS 
 help=$($bin --help)
 missing=""
 for f in --preset --layers --dim --heads --batch --seq --accum --steps --lr --warmup --weight-decay --clip \
-         --seed --precision --data --log-json --eval-every --save-model --device; do
+         --seed --precision --data --log-json --eval-every --save-model --device --ckpt-dir --ckpt-every \
+         --ckpt-keep --resume --watchdog; do
   grep -q -- "$f" <<<"$help" || missing+=" $f"
 done
 if [ -z "$missing" ]; then echo "NZRESULT PASS cli.help_lists_flags"; else echo "NZRESULT FAIL cli.help_lists_flags (missing:$missing)"; fi
+
+# ---- outputs: checked before training; nothing already written is damaged (issue 13, item 6) ----
+tiny="--preset tiny --seq 16 --steps 1 --quiet --eval-windows 2"
+unchanged() {  # name, file, md5 before
+  if [ "$(md5sum <"$2")" = "$3" ]; then echo "NZRESULT PASS cli.$1"; else echo "NZRESULT FAIL cli.$1 ($2 was changed)"; fi
+}
+cp data/corpus.txt "$tmp/corpus.txt"
+sum=$(md5sum <"$tmp/corpus.txt")
+expect_error save_model_is_data "the same file" $bin $tiny --data "$tmp/corpus.txt" --save-model "$tmp/corpus.txt"
+expect_error save_model_is_data_by_another_name "the same file" $bin $tiny --data "$tmp/corpus.txt" --save-model "$tmp/./corpus.txt"
+unchanged data_untouched "$tmp/corpus.txt" "$sum"
+sum=$(md5sum <"$tmp/good.model")
+expect_error log_json_is_save_model "the same file" $bin $tiny --save-model "$tmp/good.model" --log-json "$tmp/good.model"
+unchanged model_untouched_by_log_json "$tmp/good.model" "$sum"
+mkdir -p "$tmp/adir"
+expect_error save_model_is_a_directory "a directory" $bin $tiny --save-model "$tmp/adir"
+expect_error save_model_ends_in_slash "a directory" $bin $tiny --save-model "$tmp/new/"
+expect_error log_json_is_a_directory "a directory" $bin $tiny --log-json "$tmp/adir"
+expect_error ckpt_dir_is_a_file "not a directory" $bin $tiny --ckpt-dir "$tmp/good.model"
+expect_error ckpt_dir_unmakeable "cannot be made" $bin $tiny --ckpt-dir /nonexistent/a/b
+expect_error ckpt_every_without_dir "needs --ckpt-dir" $bin $tiny --ckpt-every 2
+expect_error resume_auto_without_dir "needs --ckpt-dir" $bin $tiny --resume auto
+expect_error resume_missing "not a directory" $bin $tiny --resume "$tmp/none"
+expect_error resume_not_a_checkpoint "no checkpoints" $bin $tiny --resume "$tmp/adir"
+
+# ---- the model file: a checksum, and a header checked before anything is allocated ----
+# (layout: README "Model file": magic 8, version 4, five int32 at 12..31, the count at 32..39)
+patch() {  # file, offset, python expression for the bytes
+  python3 -c "import sys,struct; f=open(sys.argv[1],'r+b'); f.seek(int(sys.argv[2])); f.write($3); f.close()" "$1" "$2"
+}
+cp "$tmp/good.model" "$tmp/flip.model"
+python3 -c "import sys; f=open(sys.argv[1],'r+b'); f.seek(1000); b=f.read(1); f.seek(1000); f.write(bytes([b[0]^0x40])); f.close()" "$tmp/flip.model"
+expect_error model_flipped_bit "checksum mismatch" build/bin/gpt_eval --model "$tmp/flip.model" --data data/corpus.txt
+head -c 40 "$tmp/good.model" >"$tmp/huge.model"
+patch "$tmp/huge.model" 32 "struct.pack('<Q', 50000000000000)"
+expect_error model_huge_count "inconsistent header" build/bin/gpt_eval --model "$tmp/huge.model" --data data/corpus.txt
+cp "$tmp/good.model" "$tmp/vocab16.model"
+patch "$tmp/vocab16.model" 12 "struct.pack('<i', 16)"
+expect_error model_vocab_16 "inconsistent header" build/bin/gpt_sample --model "$tmp/vocab16.model" --prompt hi
+expect_error model_not_a_file "not a regular file" build/bin/gpt_eval --model "$tmp/adir" --data data/corpus.txt
+# A version 1 file (no checksum) still loads, with a note, and scores exactly as the version 2 file.
+head -c -4 "$tmp/good.model" >"$tmp/v1.model"
+patch "$tmp/v1.model" 8 "struct.pack('<I', 1)"
+v2=$(build/bin/gpt_eval --model "$tmp/good.model" --data data/corpus.txt --windows 4 2>&1)
+v1=$(build/bin/gpt_eval --model "$tmp/v1.model" --data data/corpus.txt --windows 4 2>&1)
+if grep -q "version 1 model file" <<<"$v1" && [ "$(grep -v '^note' <<<"$v1")" = "$v2" ]; then echo "NZRESULT PASS cli.model_version_1_loads"
+else echo "NZRESULT FAIL cli.model_version_1_loads (v1: $v1 / v2: $v2)"; fi
+
+# ---- flags and data ----
+expect_error quiet_with_value "--quiet takes no value" $bin $tiny --quiet=1
+expect_error equals_bad_value "--steps abc" $bin $tiny --steps=abc
+out=$(mpirun -np 1 $bin --preset tiny --seq 16 --quiet --eval-windows 2 --steps=2 --batch=2 2>&1)
+if [ $? = 0 ] && grep -q "^done: 2 steps" <<<"$out"; then echo "NZRESULT PASS cli.equals_form_parsed"
+else echo "NZRESULT FAIL cli.equals_form_parsed ($out)"; fi
+expect_error out_of_range_names_limit "from 1 to 65536" $bin --batch 100000
+expect_error seed_not_a_number "--seed abc" $bin --seed abc
+expect_error sample_seed_not_a_number "--seed abc" build/bin/gpt_sample --model "$tmp/good.model" --seed abc
+mkfifo "$tmp/fifo"
+expect_error data_fifo "not a regular file" timeout 20 $bin $tiny --data "$tmp/fifo"
+expect_error data_dev_zero "not a regular file" timeout 20 $bin $tiny --data /dev/zero
+expect_error data_directory "not a regular file" $bin $tiny --data "$tmp/adir"
+expect_error eval_data_fifo "regular file" timeout 20 build/bin/gpt_eval --model "$tmp/good.model" --data "$tmp/fifo"
+# The "too little data" message states the true minimum: a file of that size trains, one byte less does not.
+msg=$($bin --preset tiny --batch 3 --seq 16 --data "$tmp/short.txt" 2>&1)
+need=$(sed -n 's/.*needs at least \([0-9]*\) bytes.*/\1/p' <<<"$msg")
+head -c "$need" data/corpus.txt >"$tmp/exact.txt"
+head -c $((need - 1)) data/corpus.txt >"$tmp/less.txt"
+ok_exact=$(mpirun -np 1 $bin --preset tiny --batch 3 --seq 16 --steps 1 --quiet --eval-windows 1 --data "$tmp/exact.txt" >/dev/null 2>&1; echo $?)
+out_less=$($bin --preset tiny --batch 3 --seq 16 --data "$tmp/less.txt" 2>&1; echo "rc=$?")
+if [ -n "$need" ] && [ "$ok_exact" = 0 ] && grep -q "rc=2" <<<"$out_less" && grep -q "needs at least $need bytes" <<<"$out_less"
+then echo "NZRESULT PASS cli.short_data_states_true_minimum ($need bytes)"
+else echo "NZRESULT FAIL cli.short_data_states_true_minimum (need '$need', exact-size run exit $ok_exact, one less: $out_less)"; fi
+
+# ---- gpt_sample: temperature near 0 is greedy (temperature 0), never NUL bytes ----
+g0=$(build/bin/gpt_sample --model "$tmp/good.model" --prompt "The " --length 40 --temperature 0 --seed 1 | od -An -tx1)
+g1=$(build/bin/gpt_sample --model "$tmp/good.model" --prompt "The " --length 40 --temperature 1e-9 --seed 2 | od -An -tx1)
+if [ -n "$g0" ] && [ "$g0" = "$g1" ] && ! grep -qw 00 <<<"$g0"; then echo "NZRESULT PASS cli.sample_cold_is_greedy"
+else echo "NZRESULT FAIL cli.sample_cold_is_greedy (t=0: $g0 / t=1e-9: $g1)"; fi

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   if (model_path.empty()) user_error("--model PATH is required; see gpt_eval --help");
   if (data_path.empty()) user_error("--data FILE is required; see gpt_eval --help");
   if (split != "all" && split != "val") user_error("--split %s: valid: all, val", split.c_str());
+  check_data_file(data_path);  // a regular file of bounded size, before anything is opened
   GPTConfig cfg;
   std::vector<float> weights;
   load_model(model_path, &cfg, &weights);

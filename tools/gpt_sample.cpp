@@ -4,6 +4,7 @@
 //
 // Feeds the prompt, then samples one byte at a time from the model's softmax (scaled by the
 // temperature), feeding each byte back in. The window slides once the context is full.
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
              "  --model        a model file written by a trainer's --save-model\n"
              "  --prompt       text to continue (default: a newline)\n"
              "  --length       bytes to generate (default 200)\n"
-             "  --temperature  > 0; lower is more predictable (default 0.8)\n"
+             "  --temperature  0 (greedy: always the likeliest byte) to 100; lower is more predictable (default 0.8)\n"
              "  --seed         random seed (default 1)\n");
       return 0;
     }
@@ -52,10 +53,17 @@ int main(int argc, char** argv) {
       std::string v = next();
       char* end;
       double x = strtod(v.c_str(), &end);
-      if (*end || !(x > 0) || x > 100) user_error("--temperature %s: expected a number in (0, 100]", v.c_str());
+      if (v.empty() || *end || !(x >= 0) || x > 100)
+        user_error("--temperature %s: expected a number from 0 (greedy) to 100", v.c_str());
       temperature = float(x);
     } else if (a == "--seed") {
-      seed = strtoull(next().c_str(), nullptr, 10);
+      std::string v = next();
+      char* end;
+      errno = 0;
+      unsigned long long x = strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end || v[0] == '-' || errno == ERANGE)
+        user_error("--seed %s: expected a whole number from 0 to %llu", v.c_str(), ~0ull);
+      seed = x;
     } else {
       user_error("unknown flag %s; see gpt_sample --help", a.c_str());
     }
@@ -89,16 +97,26 @@ int main(int argc, char** argv) {
     for (int u = 0; u < L.num_units(); u++) model.forward(u, params.data() + L.units[u].offset);
     model.head_forward(params.data());
     model.probs_row(n - 1, probs.data());
-    // sample from p^(1/temperature), renormalised
-    double total = 0;
-    for (float& p : probs) total += (p = std::pow(std::max(p, 1e-30f), 1.0f / temperature));
-    double r = rng.uniform() * total, acc = 0;
-    int next = cfg.vocab - 1;
-    for (int v = 0; v < cfg.vocab; v++)
-      if ((acc += probs[v]) >= r) {
-        next = v;
-        break;
-      }
+    // sample from p^(1/temperature), renormalised. Computed as exp((log p - log p_max) / temperature)
+    // in double, so the most likely byte weighs 1 and nothing underflows to an all-zero row: as
+    // the temperature goes to 0 this becomes the argmax (greedy), which temperature 0 is exactly.
+    int best = 0;
+    for (int v = 1; v < cfg.vocab; v++)
+      if (probs[v] > probs[best]) best = v;
+    int next = best;
+    if (temperature > 0) {
+      std::vector<double> w(cfg.vocab);
+      const double log_max = std::log(std::max<double>(probs[best], 1e-300));
+      double total = 0;
+      for (int v = 0; v < cfg.vocab; v++)
+        total += (w[v] = std::exp((std::log(std::max<double>(probs[v], 1e-300)) - log_max) / temperature));
+      double r = rng.uniform() * total, acc = 0;
+      for (int v = 0; v < cfg.vocab; v++)
+        if ((acc += w[v]) >= r && w[v] > 0) {
+          next = v;
+          break;
+        }
+    }
     ctx.push_back(next);
     fputc(next, stdout);
     fflush(stdout);
