@@ -210,8 +210,9 @@ bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
   const std::string text = ss.str();
   const size_t end = text.rfind("end ");
   unsigned stored = 0;
-  if (end == std::string::npos || sscanf(text.c_str() + end, "end %8x\n", &stored) != 1 ||
-      crc32c(0, text.data(), end) != stored) {
+  // the last line is "end" and the CRC-32C of everything before it, and nothing follows
+  if (end == std::string::npos || text.size() != end + 13 || text.back() != '\n' ||
+      sscanf(text.c_str() + end, "end %8x", &stored) != 1 || crc32c(0, text.data(), end) != stored) {
     *why = "MANIFEST damaged (its checksum does not match)";
     return false;
   }

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Fault tolerance (README "Checkpoints"), each against an uninterrupted run of the same job:
+#   - kill -9 one rank mid-run under scripts/train_resilient.sh: the relaunched job ends with the
+#     same model file, byte for byte;
+#   - a checkpoint with a flipped byte, a truncated shard or no MANIFEST is detected, named, and
+#     --resume auto falls back to the previous valid one (and still ends with the same model);
+#     --resume naming a damaged one is one line and exit 2;
+#   - a rank stopped with SIGSTOP ends the job within the watchdog's stated time, naming the rank;
+#   - offload's disk files survive no crash: one rank killed, the directory is empty.
+# Prints NZRESULT lines for tests/run_all.sh.
+cd "$(dirname "$0")/.."
+bin=${NZ_BIN_DIR:-build/bin}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass() { echo "NZRESULT PASS fault.$1"; }
+fail() { echo "NZRESULT FAIL fault.$1 ($2)"; }
+
+# The pid of rank $2 of the job whose command line contains $1 (a path unique to that job).
+rank_pid() {
+  local p
+  for p in $(pgrep -f -- "$1"); do
+    [ "$(tr '\0' '\n' </proc/$p/cmdline 2>/dev/null | head -1)" = "$bin/$3" ] || continue
+    tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "PMI_RANK=$2" && { echo $p; return; }
+  done
+}
+wait_for_checkpoint() {  # directory, lowest step, tenths of a second: until a complete checkpoint of that step or later
+  local m s
+  for _ in $(seq "$3"); do
+    for m in "$1"/step-*/MANIFEST; do
+      s=${m%/MANIFEST}; s=${s##*/step-}
+      [ -e "$m" ] && [ $((10#$s)) -ge "$2" ] && return 0
+    done
+    sleep 0.05
+  done
+  return 1
+}
+
+# ---- kill -9 one rank mid-run; the wrapper relaunches; the same final model ----
+job="--preset small --eval-every 0 --eval-windows 4 --quiet --steps 60 --watchdog 30"
+mpirun -np 2 $bin/stage2 $job --save-model "$tmp/ref.model" >/dev/null 2>&1
+ck="$tmp/kill_ckpt"
+scripts/train_resilient.sh --restarts 2 -- mpirun -np 2 $bin/stage2 $job --ckpt-dir "$ck" --ckpt-every 5 \
+  --save-model "$tmp/kill.model" >"$tmp/kill.log" 2>&1 &
+wrapper=$!
+killed=""
+if wait_for_checkpoint "$ck" 10 1200; then
+  pid=$(rank_pid "$ck" 1 stage2)
+  [ -n "$pid" ] && kill -9 "$pid" && killed=$pid
+fi
+wait $wrapper
+rc=$?
+cp "$tmp/kill.log" "${NZ_FAULT_LOG:-/dev/null}" 2>/dev/null
+if [ -n "$killed" ] && [ $rc = 0 ] && grep -q "relaunching from the newest valid checkpoint" "$tmp/kill.log" &&
+   grep -q "^resumed from $ck/step-" "$tmp/kill.log" && cmp -s "$tmp/ref.model" "$tmp/kill.model"; then
+  pass "kill9_one_rank_restart_same_model ($(grep -o 'resumed from [^:]*: [0-9]* of' "$tmp/kill.log" | head -1))"
+else
+  fail kill9_one_rank_restart_same_model "killed pid '${killed}', wrapper exit $rc, models $(cmp "$tmp/ref.model" "$tmp/kill.model" 2>&1 || true); log: $(tail -5 "$tmp/kill.log")"
+fi
+
+# ---- damaged checkpoints: detected, named, and --resume auto falls back ----
+tiny="--preset tiny --seq 16 --batch 2 --warmup 2 --eval-every 0 --eval-windows 2 --quiet --steps 6"
+mpirun -np 2 $bin/stage1 $tiny --save-model "$tmp/tiny_ref.model" >/dev/null 2>&1
+cd2="$tmp/damaged"
+mpirun -np 2 $bin/stage1 $tiny --ckpt-dir "$cd2" --ckpt-every 1 --ckpt-keep 6 >/dev/null 2>&1
+flip() { python3 -c "import sys; f=open(sys.argv[1],'r+b'); f.seek(int(sys.argv[2])); b=f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0]^1])); f.close()" "$1" "$2"; }
+resume_auto() {  # name, expected note, expected step resumed from (on a copy: the run writes its own checkpoints)
+  local name=$1 note=$2 from=$3 out rc
+  cp -r "$cd2" "$tmp/$name"
+  out=$(mpirun -np 2 $bin/stage1 $tiny --ckpt-dir "$tmp/$name" --resume auto --save-model "$tmp/$name.model" 2>&1)
+  rc=$?
+  if [ $rc = 0 ] && grep -q -- "$note" <<<"$out" && grep -q "resumed from $tmp/$name/step-0000000$from: $from of 6" <<<"$out" &&
+     cmp -s "$tmp/tiny_ref.model" "$tmp/$name.model"; then pass "$name"
+  else fail "$name" "exit $rc, want a note '$note', a resume from step $from and the uninterrupted model; got: $out"; fi
+}
+flip "$cd2/step-00000006/rank-00001.shard" 5000
+out=$(mpirun -np 2 $bin/stage1 $tiny --resume "$cd2/step-00000006" 2>&1); rc=$?
+if [ $rc = 2 ] && [ "$(grep -c . <<<"$out")" = 1 ] && grep -q "rank-00001.shard: checksum mismatch" <<<"$out"; then
+  pass explicit_resume_of_damaged_checkpoint_is_one_line
+else fail explicit_resume_of_damaged_checkpoint_is_one_line "exit $rc; got: $out"; fi
+resume_auto flipped_byte_falls_back "step-00000006: rank-00001.shard: checksum mismatch" 5
+truncate -s -100 "$cd2/step-00000005/rank-00000.shard"
+resume_auto truncated_shard_falls_back "step-00000005: rank-00000.shard truncated" 4
+rm "$cd2/step-00000004/MANIFEST"
+resume_auto missing_manifest_falls_back "step-00000004: no MANIFEST" 3
+printf 'x' >>"$cd2/step-00000003/MANIFEST"
+resume_auto damaged_manifest_falls_back "step-00000003: MANIFEST damaged" 2
+
+# ---- the watchdog: a stopped rank ends the job within --watchdog + 2 s, and is named ----
+wd="$tmp/watchdog_marker"
+mkdir -p "$wd"
+start=$(date +%s.%N)
+mpirun -np 2 $bin/stage1 --preset tiny --seq 16 --batch 2 --eval-every 0 --quiet --steps 100000000 --watchdog 3 \
+  --ckpt-dir "$wd" --ckpt-every 50 >"$tmp/wd.log" 2>&1 &
+job=$!
+stopped=""
+if wait_for_checkpoint "$wd" 50 1200; then
+  pid=$(rank_pid "$wd" 1 stage1)
+  [ -n "$pid" ] && kill -STOP "$pid" && stopped=$pid && t_stop=$(date +%s.%N)
+fi
+for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+if kill -0 $job 2>/dev/null; then kill -9 $job; [ -n "$stopped" ] && kill -9 "$stopped"; fi
+wait $job
+rc=$?
+[ -n "$stopped" ] && kill -9 "$stopped" 2>/dev/null
+took=$(python3 -c "print(f'{$(date +%s.%N) - ${t_stop:-0}:.1f}')")
+if [ -n "$stopped" ] && [ $rc != 0 ] && grep -q "watchdog: rank 1 stopped responding" "$tmp/wd.log" &&
+   python3 -c "import sys; sys.exit(0 if $took <= 3 + 4 else 1)"; then
+  pass "watchdog_names_stopped_rank (ended ${took} s after SIGSTOP, --watchdog 3)"
+else fail watchdog_names_stopped_rank "stopped '$stopped', exit $rc, ${took} s; log: $(grep -v '^step\|^rank\|^ ' "$tmp/wd.log" | tail -4)"; fi
+
+# ---- offload on disk: one rank killed, the other ended by mpirun: no file left ----
+od="$tmp/offload_dir"
+mkdir -p "$od"
+mpirun -np 2 $bin/offload --preset tiny --seq 16 --batch 2 --eval-every 0 --quiet --steps 100000000 --offload-to disk \
+  --offload-dir "$od" --ckpt-dir "$tmp/offload_ckpt" --ckpt-every 50 >/dev/null 2>&1 &
+job=$!
+if wait_for_checkpoint "$tmp/offload_ckpt" 50 1200; then
+  pid=$(rank_pid "$od" 1 offload)
+  [ -n "$pid" ] && kill -9 "$pid"
+fi
+for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+kill -0 $job 2>/dev/null && kill -9 $job
+wait $job 2>/dev/null
+if [ -n "$pid" ] && [ -z "$(ls -A "$od")" ]; then pass offload_rank_killed_leaves_no_files
+else fail offload_rank_killed_leaves_no_files "killed '$pid'; left: $(ls -A "$od")"; fi
