@@ -5,7 +5,7 @@ calls common/zero_formulas.h), the measured points from the trainers' JSON repor
 the memory ledger of every rank, its timeline, and the elements each step sent).
 
     import nzplots as nz
-    reports = nz.run_stages(worlds=[1, 2, 3, 4])   # {(stage, N): report}, tiny runs
+    reports = nz.run_stages(worlds=[1, 2, 3, 4])   # {(stage, N): report}, small-preset runs
     nz.fig_categories(reports, world=4).savefig("memory_by_category.png")
     nz.fig_comm_vs_accum(world=4).savefig("comm_vs_accum.png")  # formulas only, no runs needed
 
@@ -36,8 +36,10 @@ CATEGORIES = ["params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "
 MODEL_STATE = CATEGORIES[:-1]  # everything but the activations
 CAT_COLOR = {"params": "#1f77b4", "grads": "#ff7f0e", "master": "#2ca02c", "adam_m": "#d62728",
              "adam_v": "#9467bd", "comm_buffers": "#8c564b", "gathered": "#e377c2", "activations": "#bcbd22"}
-# The measured runs: the tiny preset, a couple of steps, bf16 mixed precision like the paper.
-TINY = dict(preset="tiny", seq=32, batch=2, steps=2, precision="bf16")
+# The measured runs: the small preset (5 blocks, so a unit is a fifth of the model and stage3's two
+# gathered units stay below stage2's full parameters), two steps, bf16 mixed precision like the paper.
+# A run takes about a second, mostly mpirun's start-up; the tiny preset is no faster.
+MEASURED = dict(preset="small", seq=32, batch=2, steps=2, precision="bf16")
 
 matplotlib.rcParams.update({"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11,
                             "legend.fontsize": 9, "figure.dpi": 100, "savefig.dpi": 130})
@@ -61,9 +63,11 @@ def built_stages():
     return have, [s for s in STAGES if s not in have]
 
 
-def estimate(worlds=(1,), stage="all", precision="bf16", preset=None, params=None, batch=None, seq=None, accum=1):
+def estimate(worlds=(1,), stage="all", precision="bf16", preset=None, params=None, batch=None, seq=None, accum=1,
+             extra=()):
     """zero_estimate --json: per-rank bytes by category for every (world, stage), exact, and the
-    elements each rank sends per optimizer step of `accum` micro-steps."""
+    elements each rank sends per optimizer step of `accum` micro-steps. extra: more flags, such as
+    ("--layers", "32", "--dim", "4096", "--heads", "32") to reshape the preset."""
     cmd = [str(bin_dir() / "zero_estimate"), "--json", "--stage", stage, "--precision", precision,
            "--world", ",".join(str(n) for n in worlds), "--accum", str(accum)]
     cmd += ["--params", str(params)] if params is not None else ["--preset", preset or "small"]
@@ -71,6 +75,7 @@ def estimate(worlds=(1,), stage="all", precision="bf16", preset=None, params=Non
         cmd += ["--batch", str(batch)]
     if seq is not None:
         cmd += ["--seq", str(seq)]
+    cmd += [str(x) for x in extra]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
@@ -80,7 +85,19 @@ def paper_table():
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
-def run(stage, world, preset="tiny", seq=32, batch=2, steps=2, precision="bf16", device="cpu", extra=()):
+def paper_cells(model=0):
+    """The cells of --paper-table for one model (0: 7.5B, 1: 128B, 2: 1T), as printed:
+    {N: {stage: "text"}}, stages stage0_ddp..stage3 (baseline, P_os, P_os+g, P_os+g+p)."""
+    cells = {}
+    for line in paper_table().splitlines():
+        parts = [p.split() for p in line.split("|")]
+        if len(parts) == 4 and parts[0] and parts[0][0].isdigit():
+            cells[int(parts[0][0])] = dict(zip(STAGES[:4], parts[1 + model]))
+    return cells
+
+
+def run(stage, world, preset=MEASURED["preset"], seq=MEASURED["seq"], batch=MEASURED["batch"],
+        steps=MEASURED["steps"], precision=MEASURED["precision"], device="cpu", extra=()):
     """mpirun -np world <stage> ... --log-json; returns the report (cached, see the module doc)."""
     exe = bin_dir() / stage
     flags = ["--preset", preset, "--seq", str(seq), "--batch", str(batch), "--steps", str(steps),
@@ -146,12 +163,8 @@ def _kb(x):
 # Figure 1: per-rank memory by category, measured beside the formula
 # ---------------------------------------------------------------------------------------------
 
-def fig_categories(reports, world=4):
-    """Stacked bars per stage at N = world: the ledger's peak bytes (rank 0) beside zero_estimate's.
-    Hatched: bytes on the host (offload)."""
-    stages = [s for s in STAGES if (s, world) in reports]
-    fig = Figure(figsize=(12, 5.5), layout="constrained")
-    ax = fig.add_subplot()
+def _category_bars(ax, reports, stages, world, cats):
+    """One measured/formula pair of stacked bars per stage, categories cats bottom to top."""
     width = 0.38
     for i, s in enumerate(stages):
         rep = reports[(s, world)]
@@ -160,24 +173,41 @@ def fig_categories(reports, world=4):
         for j, (label, vals) in enumerate((("measured", measured(rep)), ("formula", f["bytes"]))):
             x = i + (j - 0.5) * width
             bottom = 0
-            for c in CATEGORIES:
-                v = _kb(vals[c])
+            for c in cats:
+                v = vals[c] / 1e6
                 on_host = (host_meas[c] > 0) if label == "measured" else f["location"][c] == "host"
                 ax.bar(x, v, width * 0.95, bottom=bottom, color=CAT_COLOR[c], edgecolor="white",
                        hatch="//" if on_host else None, label=c if (i == 0 and j == 0) else None)
                 bottom += v
-            ax.text(x, bottom, f"{label}\n{bottom:.0f} kB", ha="center", va="bottom", fontsize=8)
+            ax.text(x, bottom, f"{'ledger' if j == 0 else 'formula'}\n{bottom:.2f}", ha="center", va="bottom",
+                    fontsize=7.5)
+    ax.set_xticks(range(len(stages)), [STAGE_LABEL[s].replace(" (", "\n(") for s in stages])
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def fig_categories(reports, world=4):
+    """Per-rank peak bytes by category for each stage at N = world, the ledger of rank 0 (left bar of
+    each pair) beside zero_estimate's formula (right bar). Left panel: the model states only, on
+    their own scale, so every rung of the ladder shows; right panel: the same with the activations on
+    top, which ZeRO does not shard. Hatched: bytes on the host (offload)."""
+    stages = [s for s in STAGES if (s, world) in reports]
+    fig = Figure(figsize=(16, 6), layout="constrained")
+    ax, bx = fig.subplots(1, 2, sharey=False)
+    _category_bars(ax, reports, stages, world, MODEL_STATE)
+    _category_bars(bx, reports, stages, world, CATEGORIES)
     rep0 = reports[(stages[0], world)]
-    ax.set_xticks(range(len(stages)), [STAGE_LABEL[s] for s in stages])
-    ax.set_ylabel("peak bytes per rank (kB = 1000 bytes)")
-    ax.set_title(f"Per-rank memory by category, N = {world} ranks: ledger of rank 0 (left bar) vs formula (right bar)\n"
-                 f"{rep0['preset']} preset, Ψ = {rep0['num_params']:,} parameters, {rep0['precision']}, "
-                 f"micro-batch {rep0['batch']} × {rep0['seq']} tokens")
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
-    handles, labels = ax.get_legend_handles_labels()
+    ax.set_ylabel("peak bytes per rank (MB = 10⁶ bytes)")
+    ax.set_title("Model states only: what ZeRO shards\n(params, grads, master, Adam m, v, bucket, gathered units)")
+    bx.set_title("The same with the activations on top\n(the same in every stage: ZeRO does not shard them)")
+    handles, labels = bx.get_legend_handles_labels()
     handles.append(Patch(facecolor="white", edgecolor="gray", hatch="//"))
     labels.append("on the host")
-    ax.legend(handles, labels, loc="upper right", ncols=3)
+    bx.legend(handles, labels, loc="upper right", ncols=3, fontsize=8)
+    fig.suptitle(f"Per-rank memory by category, N = {world} ranks: ledger of rank 0 (left bar of each pair) "
+                 f"beside the formula (right bar)\n{rep0['preset']} preset, Ψ = {rep0['num_params']:,} "
+                 f"parameters, {rep0['precision']} mixed precision, micro-batch {rep0['batch']} × "
+                 f"{rep0['seq']} tokens")
     return fig
 
 
@@ -187,7 +217,7 @@ def fig_categories(reports, world=4):
 
 def fig_scaling(reports, params="7.5B", capacity_gb=80, max_world=1024):
     """Left: the formula for a big model (raw Ψ, bf16 mixed), N = 1..max_world, with a device
-    capacity line. Right: the tiny runs, measured (markers) on their own formula (lines), as bytes per
+    capacity line, and for 7.5B the ZeRO paper's Table 1 written on the curves. Right: the measured runs (markers) on their own formula (lines), as bytes per
     parameter, so the two panels share a y meaning."""
     worlds = [2 ** k for k in range(max_world.bit_length()) if 2 ** k <= max_world]
     big = estimate(worlds=worlds, params=params, precision="bf16")
@@ -203,6 +233,20 @@ def fig_scaling(reports, params="7.5B", capacity_gb=80, max_world=1024):
         else:
             ax.plot(n, [e["model_state"] / 1e9 for e in rec], "-o", ms=3, color=STAGE_COLOR[s], lw=2,
                     label=STAGE_LABEL[s])
+    if params == "7.5B":  # the paper's own example: write its Table 1 on the curves
+        for n, row in paper_cells(0).items():
+            shown = set()
+            for s, text in row.items():
+                if text in shown or (s == "stage0_ddp" and n > 1):  # 120 once, at N = 1
+                    continue
+                shown.add(text)
+                y = float(text)
+                ax.plot(n, y, "o", color="black", ms=4, zorder=4)
+                right = n == max(worlds)  # the last column's labels go left of the point
+                ax.annotate(text, (n, y), xytext=(-4 if right else 4, 4), textcoords="offset points", fontsize=8,
+                            ha="right" if right else "left",
+                            color="black" if n == 1 else STAGE_COLOR[s],
+                            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8), zorder=5)
     ax.axhline(capacity_gb, color="black", ls=":", lw=1.5)
     ax.text(worlds[-1], capacity_gb * 0.92, f"device capacity {capacity_gb:g} GB", ha="right", va="top")
     ax.set_xscale("log", base=2)
@@ -212,11 +256,12 @@ def fig_scaling(reports, params="7.5B", capacity_gb=80, max_world=1024):
     ax.set_xlabel("number of ranks N (data-parallel devices)")
     ax.set_ylabel("model-state memory per rank (GB = 1e9 bytes)")
     ax.set_title(f"Formula (zero_estimate --json): Ψ = {params} parameters, bf16 mixed\n"
-                 "params + grads + fp32 master + Adam m, v: (2 + 2 + 12)Ψ at N = 1")
+                 "params + grads + fp32 master + Adam m, v: (2 + 2 + 12)Ψ at N = 1" +
+                 ("\nnumbers: the ZeRO paper's Table 1 cells (zero_estimate --paper-table)" if params == "7.5B" else ""))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower left")
 
-    # right: measured tiny runs as bytes per parameter
+    # right: the measured runs as bytes per parameter
     measured_worlds = sorted({n for (_, n) in reports})
     for s in STAGES:
         ns = [n for n in measured_worlds if (s, n) in reports]
@@ -256,67 +301,97 @@ def fig_scaling(reports, params="7.5B", capacity_gb=80, max_world=1024):
 # Figure 3: memory through set-up and the first training steps, from the ledger timeline
 # ---------------------------------------------------------------------------------------------
 
+PHASE_COLOR = {"setup": "#e6e6e6", "forward": "#dceaf7", "backward": "#fbe3cc", "optimizer": "#dcefd6"}
+
+
+def _short_unit(name):
+    """'gathered block3' -> 'b3', 'gathered embed' -> 'emb', 'gathered lnf' -> 'lnf'."""
+    n = name.removeprefix("gathered ").strip()
+    return "b" + n[5:] if n.startswith("block") else {"embed": "emb"}.get(n, n)
+
+
 def fig_timeline(reports, world=4):
     """One panel per stage: model-state bytes on rank 0's device after every allocation or free,
-    stacked by category (set-up, then steps 1-2, shaded). Offload's host bytes as a dashed line.
+    stacked by category, on an x-axis of phases: set-up, then forward, backward and optimizer of each
+    step (the ledger tags every event with its step and phase; within a phase the events are evenly
+    spaced). stage3's gathers are labelled with their unit. Offload's host bytes: a dashed line.
     The activations are left out: one block allocated at set-up, the same in every stage."""
     stages = [s for s in STAGES if (s, world) in reports]
     order = MODEL_STATE
-    fig = Figure(figsize=(12, 2.6 * len(stages) + 0.6), layout="constrained")
-    axes = fig.subplots(len(stages), 1, squeeze=False, sharey=True)[:, 0]  # one scale: sizes compare
-    top = 0
+    timelines = {s: [e for e in reports[(s, world)]["ranks"][0]["ledger"]["timeline"] if e["category"] in order]
+                 for s in stages}
+    steps = reports[(stages[0], world)]["steps"]
+    # The phases, in the order a step runs them; any other phase name the ledger uses goes at its end.
+    segments = [("setup", -1)] + [(ph, st) for st in range(steps) for ph in ("forward", "backward", "optimizer")]
+    for evs in timelines.values():
+        for e in evs:
+            if (e["phase"], e["step"]) not in segments:
+                segments.append((e["phase"], e["step"]))
+    # A segment's width: its most events in any stage (at least 2), so the panels share one x-axis.
+    width = {seg: max(2, max(sum(1 for e in evs if (e["phase"], e["step"]) == seg) for evs in timelines.values()))
+             for seg in segments}
+    start, x = {}, 0.0
+    for seg in segments:
+        start[seg] = x
+        x += width[seg] + 1
+    x_end = x
+
+    fig = Figure(figsize=(13, 2.5 * len(stages) + 1.0), layout="constrained")
+    # each panel on its own scale, so that stage3's saw-tooth shows (fig_categories compares sizes)
+    axes = fig.subplots(len(stages), 1, squeeze=False, sharex=True)[:, 0]
     for ax, s in zip(axes, stages):
-        events = [e for e in reports[(s, world)]["ranks"][0]["ledger"]["timeline"] if e["category"] in order]
+        for seg in segments:
+            ax.axvspan(start[seg], start[seg] + width[seg] + 1, color=PHASE_COLOR.get(seg[0], "#f4f4f4"), zorder=0)
         cur = {c: 0 for c in order}
-        host, xs, ys, hs, steps = 0, [0], [[0] for _ in order], [0], []
-        for i, e in enumerate(events, start=1):
-            if e["location"] == "device" and e["category"] in cur:
+        host = 0
+        xs, ys, hs = [0.0], [[0] for _ in order], [0]
+        seen = {seg: 0 for seg in segments}
+        labels = []
+        for e in timelines[s]:
+            seg = (e["phase"], e["step"])
+            seen[seg] += 1
+            xe = start[seg] + seen[seg]
+            if e["location"] == "device":
                 cur[e["category"]] += e["delta"]
-            elif e["location"] != "device":
+            else:
                 host += e["delta"]
-            xs.append(i)
+            xs.append(xe)
             for k, c in enumerate(order):
-                ys[k].append(cur[c] / 1e3)
-            hs.append(host / 1e3)
-            steps.append(e["step"])
-        n_setup = sum(1 for st in steps if st < 0)
-        quiet = n_setup == len(steps)  # nothing allocated during the steps: show them as a flat stretch
-        if quiet:
-            for _ in range(max(4, len(xs) // 3)):
-                xs.append(xs[-1] + 1)
-                for y in ys:
-                    y.append(y[-1])
-                hs.append(hs[-1])
-        ax.axvspan(n_setup, xs[-1], color="gray", alpha=0.15, zorder=0)
+                ys[k].append(cur[c] / 1e6)
+            hs.append(host / 1e6)
+            if e["category"] == "gathered" and e["delta"] > 0:
+                labels.append((xe, sum(cur.values()) / 1e6, _short_unit(e["name"])))
+        xs.append(x_end)
+        for y in ys:
+            y.append(y[-1])
+        hs.append(hs[-1])
         ax.stackplot(xs, ys, step="post", colors=[CAT_COLOR[c] for c in order], zorder=1,
                      labels=order if ax is axes[0] else ())
         if any(hs):
             ax.step(xs, hs, where="post", color="black", ls="--", lw=1.5, zorder=2, label="host (all categories)")
-        top = max(top, max(sum(y[i] for y in ys) for i in range(len(xs))), max(hs))
-        at_top = ax.get_xaxis_transform()  # x in data, y as a fraction of the panel
-        if quiet:
-            ax.text((n_setup + xs[-1]) / 2, 0.93, "steps 1–2: no allocations, no frees", ha="center", va="top",
-                    fontsize=9, transform=at_top)
-        else:  # label each step's stretch
-            for st in sorted({x for x in steps if x >= 0}):
-                idx = [i + 1 for i, x in enumerate(steps) if x == st]
-                ax.text((idx[0] + idx[-1]) / 2, 0.93, f"step {st + 1}", ha="center", va="top", fontsize=9,
-                        transform=at_top)
-        ax.set_xlim(0, xs[-1])
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel("kB")
-        ax.set_title(f"{STAGE_LABEL[s]}: {n_setup} model-state events in set-up, {len(events) - n_setup} in "
-                     "steps 1–2 (shaded)", loc="left")
-        if any(hs):
-            ax.legend(loc="upper left", fontsize=8)
-    axes[0].set_ylim(0, top * 1.25)
+            ax.legend(loc="upper right", fontsize=8)
+        for xe, ye, name in labels:
+            ax.text(xe + 0.5, ye, name, rotation=90, ha="center", va="bottom", fontsize=7, zorder=3)
+        ax.set_ylim(0, 1.3 * max(max(sum(y[i] for y in ys) for i in range(len(xs))), max(hs)))
+        n_setup = sum(1 for e in timelines[s] if e["step"] < 0)
+        n_steps = len(timelines[s]) - n_setup
+        what = (f"{n_steps} during the steps: every gather (labelled with its unit) and release"
+                if n_steps else "none during the steps")
+        ax.set_title(f"{STAGE_LABEL[s]}: {n_setup} model-state allocations in set-up, {what}", loc="left", fontsize=10)
+        ax.set_ylabel("MB")
     axes[0].legend(loc="upper left", ncols=4, fontsize=8)
-    axes[-1].set_xlabel("model-state allocations and frees of rank 0, in order")
+    names = {"setup": "set-up", "forward": "forward", "backward": "backward", "optimizer": "optimizer"}
+    axes[-1].set_xticks([start[seg] + (width[seg] + 1) / 2 for seg in segments],
+                        [names.get(ph, ph) + (f"\nstep {st + 1}" if st >= 0 else "") for ph, st in segments],
+                        fontsize=9)
+    axes[-1].tick_params(axis="x", length=0)
+    axes[-1].set_xlim(0, x_end)
     rep0 = reports[(stages[0], world)]
     acts = rep0["ranks"][0]["ledger"]["device"]["peak"]["activations"]
-    fig.suptitle(f"Memory ledger timeline: model-state bytes on the device after each allocation or free\n"
-                 f"N = {world} ranks, {rep0['preset']} preset, {rep0['precision']}, kB = 1000 bytes; not drawn: "
-                 f"the activations ({acts / 1e3:.0f} kB, allocated once at set-up in every stage)")
+    fig.suptitle(f"Memory ledger timeline: model-state bytes on rank 0's device after each allocation or free\n"
+                 f"N = {world} ranks, {rep0['preset']} preset, {rep0['precision']}, MB = 10⁶ bytes, each panel "
+                 f"on its own scale; within a phase the events are evenly spaced\nnot drawn: the activations ({acts / 1e6:.2f} MB, allocated once "
+                 f"at set-up in every stage)")
     return fig
 
 
@@ -324,44 +399,78 @@ def fig_timeline(reports, world=4):
 # Figure 4: elements communicated per step
 # ---------------------------------------------------------------------------------------------
 
-def fig_comm(reports):
-    """Elements each rank sent in one optimizer step of one micro-step (accum K = 1; steps_log,
-    rank 0), in units of Ψ, against the paper's 2Ψ(N-1)/N (stages 0-2) and 3Ψ(N-1)/N (stage3);
-    offload's host link against 2Ψ/N. For K > 1 see fig_comm_vs_accum."""
+# One marker per stage; sizes shrink along the ladder so that markers at the same point nest.
+COMM_MARKER = {"stage0_ddp": ("o", 15), "stage1": ("s", 11), "stage2": ("D", 7.5), "stage3": ("^", 10),
+               "offload": ("v", 5)}
+
+
+def fig_comm(reports, accum_reports=None):
+    """Bytes each rank moves in one optimizer step, measured (markers, rank 0's last step) on their
+    formula curves. Left: over the network, with accum K = 1, against the paper's 2Ψ(N−1)/N and
+    3Ψ(N−1)/N elements times e bytes each. Right, on its own axis: offload's host↔device link, K·S
+    elements down (the gradient slice of each micro-step) and S up (the updated parameter slice), with
+    the runs at K > 1 from accum_reports ({(stage, K): report}, as run_accums returns) if given."""
     worlds = sorted({n for (_, n) in reports})
-    fig = Figure(figsize=(13, 5.5), layout="constrained")
-    ax = fig.add_subplot()
-    n = np.linspace(1, max(worlds), 200)  # the paper's curves, in units of Ψ
-    ax.plot(n, 2 * (n - 1) / n, "-", color="gray", lw=2,
-            label="2Ψ(N−1)/N  (all-reduce = reduce-scatter + all-gather)")
-    ax.plot(n, 3 * (n - 1) / n, "-.", color="gray", lw=2,
-            label="3Ψ(N−1)/N  (stage3: gather twice + reduce-scatter)")
-    markers = {"stage0_ddp": "o", "stage1": "s", "stage2": "D", "stage3": "^", "offload": "v"}
-    offsets = {s: (i - 2) * 0.06 for i, s in enumerate(STAGES)}  # side by side at each N
+    fig = Figure(figsize=(15, 5.8), layout="constrained")
+    ax, bx = fig.subplots(1, 2, width_ratios=[1.35, 1])
+    rep0 = next(iter(reports.values()))
+    psi = rep0["num_params"]
+    last0 = rep0["steps_log"][-1]
+    e = last0["comm_bytes"] / last0["comm_elems"] if last0["comm_elems"] else (2 if rep0["precision"] == "bf16" else 4)
+    n = np.linspace(1, max(worlds), 200)
+    ax.plot(n, 2 * psi * e * (n - 1) / n / 1e6, "-", color="gray", lw=2, zorder=1,
+            label="2Ψ(N−1)/N elements: all-reduce = reduce-scatter + all-gather")
+    ax.plot(n, 3 * psi * e * (n - 1) / n / 1e6, "-.", color="gray", lw=2, zorder=1,
+            label="3Ψ(N−1)/N elements: stage3 gathers twice + reduce-scatter")
     for s in STAGES:
         ns = [w for w in worlds if (s, w) in reports]
         if not ns:
             continue
-        last = [reports[(s, w)]["steps_log"][-1] for w in ns]  # rank 0's counts in the last step
-        psi = reports[(s, ns[0])]["num_params"]
         # the paper's curves are for one micro-step per step; K > 1 is fig_comm_vs_accum's
         assert all(reports[(s, w)]["accum"] == 1 for w in ns), "the comparison is per step with accum K = 1"
-        xs = [w + offsets[s] for w in ns]
-        ax.plot(xs, [x["comm_elems"] / psi for x in last], markers[s], color=STAGE_COLOR[s], ms=9, mfc="none",
-                mew=2, label=f"{STAGE_LABEL[s]} (measured)")
-        if s == "offload":
-            ax.plot(xs, [(x["to_host_elems"] + x["to_device_elems"]) / psi for x in last], "x",
-                    color=STAGE_COLOR[s], ms=9, mew=2, label="offload: host↔device link (measured)")
-            ax.plot(n, 2 / n, ":", color=STAGE_COLOR[s], lw=2, label="2Ψ/N  (offload link: grads down, params up)")
-    rep0 = next(iter(reports.values()))
+        m, size = COMM_MARKER[s]
+        ax.plot(ns, [reports[(s, w)]["steps_log"][-1]["comm_bytes"] / 1e6 for w in ns], m, color=STAGE_COLOR[s],
+                ms=size, mfc="none", mew=2, zorder=2, label=f"{STAGE_LABEL[s]} (measured)")
     ax.set_xticks(worlds)
-    ax.set_xlabel("number of ranks N (markers spread sideways so that none hides another)")
-    ax.set_ylabel("elements sent per rank per step / Ψ")
-    ax.set_title(f"Communication per optimizer step with accum K = 1 (one micro-step per step), measured by the "
-                 f"comm ledger\n{rep0['preset']} preset, Ψ = {rep0['num_params']:,} (units padded to a multiple of N)")
-    ax.set_ylim(bottom=-0.05)
+    ax.set_xlabel("number of ranks N")
+    ax.set_ylabel("bytes sent per rank per step over the network (MB = 10⁶ bytes)")
+    ax.set_title(f"Network: collectives, accum K = 1, e = {e:g} bytes per element\n"
+                 "markers: comm ledger; nested markers at one point = stages that send the same")
+    ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(loc="upper left", fontsize=8)
+
+    # right: offload's host link, elements times the bytes the link moves per element
+    runs = {(1, w): reports[("offload", w)] for w in worlds if ("offload", w) in reports}
+    runs.update({(k, r["world"]): r for (st, k), r in (accum_reports or {}).items() if st == "offload"})
+    if runs:
+        tot = next(iter(runs.values()))["ranks"][0]["comm"]
+        e_down = tot["to_host_bytes"] / tot["to_host_elems"]
+        e_up = tot["to_device_bytes"] / tot["to_device_elems"]
+        accums = sorted({k for k, _ in runs})
+        for i, k in enumerate(accums):
+            pts = sorted(((w, r) for (kk, w), r in runs.items() if kk == k), key=lambda p: p[0])
+            bx.plot(n, k * psi * e_down / n / 1e6, "-", color=STAGE_COLOR["offload"], lw=2.5 - 0.5 * i,
+                    alpha=1 - 0.25 * i, zorder=1, label=f"down, K = {k}: K·S elements (S = Ψ/N)")
+            bx.plot([w for w, _ in pts], [r["steps_log"][-1]["to_host_elems"] * e_down / 1e6 for _, r in pts], "v",
+                    color=STAGE_COLOR["offload"], ms=10, mfc="none", mew=2, zorder=2,
+                    label=f"down, K = {k} (measured)")
+        bx.plot(n, psi * e_up / n / 1e6, "--", color="black", lw=1.5, zorder=1, label="up, any K: S elements")
+        pts = sorted(((w, r) for (_, w), r in runs.items()), key=lambda p: p[0])
+        bx.plot([w for w, _ in pts], [r["steps_log"][-1]["to_device_elems"] * e_up / 1e6 for _, r in pts], "^",
+                color="black", ms=6, mfc="none", mew=1.5, zorder=2, label="up (measured, every run)")
+        bx.set_title(f"Host↔device link (offload only), {e_down:g} bytes per element\n"
+                     "down: every micro-step's gradient slice; up: the updated slice")
+        bx.set_ylim(bottom=0)
+        bx.legend(loc="upper right", fontsize=8)
+    else:
+        bx.text(0.5, 0.5, "offload not built", ha="center", transform=bx.transAxes)
+    bx.set_xticks(worlds)
+    bx.set_xlabel("number of ranks N")
+    bx.set_ylabel("bytes per rank per step over the host link (MB)")
+    bx.grid(True, alpha=0.3)
+    fig.suptitle(f"Bytes moved per optimizer step: {rep0['preset']} preset, Ψ = {psi:,}, {rep0['precision']} "
+                 "(units padded to a multiple of N: a few elements above the curves)")
     return fig
 
 
@@ -375,7 +484,7 @@ SENT_FORMULA = {"stage0_ddp": "2(N−1)S", "stage1": "2(N−1)S", "stage2": "(K+
                 "stage3": "3K(N−1)S", "offload": "(K+1)(N−1)S"}
 
 
-def comm_by_accum(world=4, accums=range(1, 9), preset="tiny", precision="bf16"):
+def comm_by_accum(world=4, accums=range(1, 9), preset=MEASURED["preset"], precision="bf16"):
     """Elements each rank sends per optimizer step of K micro-steps, from zero_estimate --accum K:
     {"world", "shard" (S), "accums", "sent": {stage: [elements for each K]}}."""
     accums = list(accums)
@@ -408,7 +517,7 @@ def run_accums(world=4, accums=(1, 2, 4), stages=None, **kw):
             for s in (stages or STAGES) if s in have for k in accums}
 
 
-def fig_comm_vs_accum(world=4, accums=range(1, 9), measured=None, preset="tiny"):
+def fig_comm_vs_accum(world=4, accums=range(1, 9), measured=None, preset=MEASURED["preset"]):
     """Elements each rank sends per optimizer step against the micro-steps K, per stage, in units of
     (N−1)S: lines from zero_estimate --accum K; markers, if given, the comm ledger of real runs
     ({(stage, K): report} at N = world, as run_accums returns)."""
@@ -450,38 +559,123 @@ def fig_comm_vs_accum(world=4, accums=range(1, 9), measured=None, preset="tiny")
 # Notebook exercises
 # ---------------------------------------------------------------------------------------------
 
-# Names a learner may reasonably use for a stage, beside the binaries' names.
-STAGE_ALIAS = {"stage0": "stage0_ddp", "ddp": "stage0_ddp"}
+# Every answer is compared with its truth after normalising names: a learner may write a category,
+# a stage or a direction the way people say it ("gradients", "ZeRO-3", "down"). Group names
+# ("optimizer state") stand for several categories, and are accepted where the answer is a set.
+NAME_ALIAS = {
+    "params": ["param", "params", "parameter", "parameters", "weights", "p"],
+    "grads": ["grad", "grads", "gradient", "gradients", "g"],
+    "master": ["master", "masters", "master_copy", "master_weights", "master_params", "fp32_master",
+               "fp32_master_copy", "fp32_params"],
+    "adam_m": ["adam_m", "m", "momentum", "first_moment", "exp_avg"],
+    "adam_v": ["adam_v", "v", "variance", "second_moment", "exp_avg_sq"],
+    "comm_buffers": ["comm_buffers", "comm_buffer", "bucket", "buckets", "grad_bucket", "gradient_bucket"],
+    "gathered": ["gathered", "gathered_params", "gathered_units", "gathered_unit"],
+    "activations": ["activations", "activation", "acts"],
+    "stage0_ddp": ["stage0_ddp", "stage0", "ddp", "zero0", "zero_0", "baseline", "0"],
+    "stage1": ["stage1", "zero1", "zero_1", "p_os", "pos", "1"],
+    "stage2": ["stage2", "zero2", "zero_2", "p_os+g", "pos+g", "2"],
+    "stage3": ["stage3", "zero3", "zero_3", "p_os+g+p", "pos+g+p", "fsdp", "3"],
+    "offload": ["offload", "zero_offload", "stage2_offload"],
+    "down": ["down", "to_host", "device_to_host", "d2h", "gpu_to_cpu"],
+    "up": ["up", "to_device", "host_to_device", "h2d", "cpu_to_gpu"],
+}
+NAME_GROUP = {"optimizer": ["master", "adam_m", "adam_v"], "optimizer_state": ["master", "adam_m", "adam_v"],
+              "optimizer_states": ["master", "adam_m", "adam_v"], "adam": ["adam_m", "adam_v"],
+              "adam_m_v": ["adam_m", "adam_v"], "adam_state": ["adam_m", "adam_v"],
+              "model_state": ["params", "grads", "master", "adam_m", "adam_v"]}
+_CANON = {alias: name for name, aliases in NAME_ALIAS.items() for alias in aliases}
+_CANON.update({alias.replace("_", ""): name for alias, name in list(_CANON.items())})  # "stage 2" = "stage2"
+_NUMBER = (int, float, np.integer, np.floating)
 
 
-def _same(answer, truth):
-    """Numbers compare as numbers (5 == 5.0, within rounding); anything else exactly."""
-    number = (int, float, np.integer, np.floating)
-    if isinstance(answer, number) and isinstance(truth, number) and not isinstance(answer, bool):
-        return abs(answer - truth) <= 1e-9 * max(1, abs(truth))
-    return answer == truth
+def _norm(x):
+    """A name as the tables above spell it: lower case, spaces and dashes as underscores."""
+    s = str(x).strip().lower().replace("-", "_").replace(" ", "_").replace("&", "+")
+    while "__" in s:
+        s = s.replace("__", "_")
+    s = s.strip("_.")
+    return _CANON.get(s, _CANON.get(s.replace("_", ""), s))
 
 
-def check_answer(answer, truth, what):
-    """Self-check for the exercises: None means 'not answered yet' (the notebook still runs).
-    A dict truth ({stage: value}) wants a dict with an answer for every key, and nothing else; a
-    dict whose values are all still None counts as not answered."""
-    if isinstance(truth, dict) and isinstance(answer, dict) and all(v is None for v in answer.values()):
-        answer = None
-    if answer is None:
-        print(f"{what}: put your answer in the cell above and run it again.")
-        return
+def _is_number(x):
+    return isinstance(x, _NUMBER) and not isinstance(x, bool)
+
+
+def _names(answer):
+    """A set answer's names, normalised, groups expanded."""
+    items = [answer] if isinstance(answer, str) else list(answer)
+    out = set()
+    for a in items:
+        n = _norm(a)
+        out.update(NAME_GROUP.get(n, [n]))
+    return out
+
+
+def _mismatch(answer, truth, rel):
+    """None if answer is truth (numbers within the relative tolerance rel, names after _norm, sets
+    as sets, dicts key by key), else a short reason that does not give the truth away."""
     if isinstance(truth, dict):
-        assert isinstance(answer, dict), f"{what}: expected a dict {{stage: answer}} for {', '.join(truth)}"
-        answer = {STAGE_ALIAS.get(k, k): v for k, v in answer.items()}
-        missing = [k for k in truth if answer.get(k) is None]
-        unknown = [str(k) for k in answer if k not in truth]
-        assert not missing, f"{what}: no answer for {', '.join(missing)}; give one for every stage."
-        assert not unknown, f"{what}: {', '.join(unknown)} is not one of {', '.join(truth)}."
-        wrong = [k for k in truth if not _same(answer[k], truth[k])]
-        assert not wrong, (f"{what}: not right for {', '.join(wrong)}; look at the figure again "
-                           "(or the hidden answer).")
-        print(f"{what}: right for all {len(truth)} ({', '.join(f'{k} {answer[k]}' for k in truth)}).")
+        if not isinstance(answer, dict):
+            return f"expected a dict with the keys {', '.join(map(str, truth))}"
+        given = {_norm(k): v for k, v in answer.items()}
+        missing = [k for k in truth if given.get(_norm(k)) is None]
+        unknown = [str(k) for k in given if k not in {_norm(t) for t in truth}]
+        if missing:
+            return f"no answer for {', '.join(map(str, missing))}: give one for every key"
+        if unknown:
+            return f"{', '.join(unknown)} is not one of the keys {', '.join(map(str, truth))}"
+        wrong = [k for k in truth if _mismatch(given[_norm(k)], truth[k], rel)]
+        return f"not right for {', '.join(map(str, wrong))}" if wrong else None
+    if isinstance(truth, (set, frozenset)):
+        if not isinstance(answer, (set, frozenset, list, tuple, str)):
+            return "expected a set of names, like {\"params\", \"grads\"}"
+        got, want = _names(answer), {_norm(t) for t in truth}
+        if got < want:
+            return f"incomplete: {len(want - got)} missing"
+        return None if got == want else "not the right set (something in it does not belong)"
+    if _is_number(truth):
+        if not _is_number(answer):
+            return f"expected a number, got {type(answer).__name__} {answer!r}"
+        ok = abs(answer - truth) <= rel * abs(truth) + 1e-12
+        return None if ok else "not right" + (f" (within {rel:.3g} relative)" if rel else " (exactly)")
+    if isinstance(truth, str):
+        if not isinstance(answer, (str, int)) or isinstance(answer, bool):
+            return f"expected a name, got {type(answer).__name__} {answer!r}"
+        return None if _norm(answer) == _norm(truth) else "not right"
+    return None if answer == truth else "not right"
+
+
+def _unanswered(answer):
+    if answer is None or (isinstance(answer, str) and not answer.strip()):
+        return True
+    if isinstance(answer, dict):
+        return bool(answer) and all(_unanswered(v) for v in answer.values())
+    if isinstance(answer, (tuple, list)) and answer and not isinstance(answer, str):
+        return all(_unanswered(v) for v in answer)
+    return False
+
+
+def check_answer(answer, truth, what, rel=0.02):
+    """Self-check of a notebook exercise. The question states the unit and the tolerance.
+    - None (or a dict/tuple whose values are all None): not answered yet; prints a line, no error.
+    - numbers: right within the relative tolerance rel (default 2 %, so rounding to the digits a
+      question asks for passes; rel=0 for exact counts); 5 and 5.0 are the same.
+    - names: "gradients", "grads", "Gradient" are the same category; "stage0", "DDP" the same stage.
+    - a set truth wants the same set of names (a group like "optimizer state" counts as its parts).
+    - a dict truth wants an answer for every key and no other key; a tuple truth, one per element.
+    A wrong or incomplete answer raises AssertionError saying what is wrong, not what is right.
+    Prints "✓ ..." when right."""
+    if _unanswered(answer):
+        print(f"… {what}: not answered yet. Put your answer in the cell above and run both cells again.")
         return
-    assert _same(answer, truth), f"{what}: {answer} is not right; look at the figure again (or the hidden answer)."
-    print(f"{what}: {answer} is right.")
+    if isinstance(truth, tuple):
+        assert isinstance(answer, (tuple, list)) and len(answer) == len(truth), (
+            f"✗ {what}: expected {len(truth)} answers, as (…, …)")
+        reasons = [_mismatch(a, t, rel) for a, t in zip(answer, truth)]
+        bad = [f"answer {i + 1}: {r}" for i, r in enumerate(reasons) if r]
+        assert not bad, f"✗ {what}: " + "; ".join(bad) + ". Look again, or open the hidden answer."
+    else:
+        reason = _mismatch(answer, truth, rel)
+        assert reason is None, f"✗ {what}: {reason}. Look again, or open the hidden answer."
+    print(f"✓ {what}: {answer!r} is right.")

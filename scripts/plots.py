@@ -2,12 +2,16 @@
 
     .venv/bin/python scripts/plots.py --out runs/plots [--params 7.5B] [--capacity-gb 80]
 
-Runs every built trainer on the tiny preset at N = 1..4 (a few seconds each; reports cached in
+Runs every built trainer on the small preset at N = 1..4 (about a second each; reports cached in
 runs/reports), and at N = 4 with --accum 2 and 4, asks zero_estimate for the formulas, and writes:
-    memory_by_category.png   per-rank bytes by category, ledger beside formula (N = 4)
-    memory_vs_ranks.png      model-state memory per rank against N, formula and measured
-    memory_timeline.png      the ledger's timeline through set-up and two steps (N = 4)
-    comm_per_step.png        elements sent per step with accum K = 1, against 2Ψ(N-1)/N and 3Ψ(N-1)/N
+    memory_by_category.png   per-rank bytes by category, ledger beside formula (N = 4): the model
+                             states alone, and the same with the activations on top
+    memory_vs_ranks.png      model-state memory per rank against N: the formula for 7.5B with the
+                             ZeRO paper's Table 1 written on it, and the measured runs
+    memory_timeline.png      the ledger's timeline by phase (set-up, forward, backward, optimizer of
+                             two steps), stage3's gathers labelled with their unit (N = 4)
+    comm_per_step.png        bytes per step: the network (K = 1) against 2Ψ(N-1)/N and 3Ψ(N-1)/N, and
+                             offload's host link (K·S down, S up) on its own axis
     comm_vs_accum.png        elements sent per step against K = 1..8 micro-steps, by stage (N = 4)
 The notebooks in notebooks/ draw the same figures with the same code (scripts/nzplots.py).
 """
@@ -47,7 +51,7 @@ def main():
         "memory_by_category.png": nz.fig_categories(reports, world=max(worlds)),
         "memory_vs_ranks.png": nz.fig_scaling(reports, params=a.params, capacity_gb=a.capacity_gb),
         "memory_timeline.png": nz.fig_timeline(reports, world=max(worlds)),
-        "comm_per_step.png": nz.fig_comm(reports),
+        "comm_per_step.png": nz.fig_comm(reports, accum_reports),
         "comm_vs_accum.png": nz.fig_comm_vs_accum(world=max(worlds), measured=accum_reports),
     }
     for name, fig in figures.items():
