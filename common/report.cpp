@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "atomic_file.h"    // AtomicFile: the report written whole or not at all
 #include "device.h"         // current_device, cuda_rt
 #include "json.h"           // JsonWriter
 #include "mfu.h"            // flops_per_token, peak_flops, mfu
@@ -96,7 +97,7 @@ void Trainer::print_memory_table() {
 }
 
 // --log-json: the run's configuration, the formulas, the step log and every rank's ledger and
-// comm counts, in one file that rank 0 writes (tmp, then rename: never half a report).
+// comm counts, in one file that rank 0 writes (atomic_file.h: never half a report).
 void Trainer::write_report() {
   JsonWriter mine;
   mine.begin_object();
@@ -194,18 +195,10 @@ void Trainer::write_report() {
   j.raw("[" + ranks + "]");
   j.end_object();
 
-  std::string tmp = args.log_json + ".tmp";
-  FILE* f2 = fopen(tmp.c_str(), "w");
-  if (!f2) {
-    fprintf(stderr, "warning: --log-json %s: cannot write; report not saved\n", args.log_json.c_str());
-    return;
-  }
-  bool ok = fwrite(j.str().data(), 1, j.str().size(), f2) == j.str().size();
-  ok = fclose(f2) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), args.log_json.c_str()) != 0) {
-    remove(tmp.c_str());
-    fprintf(stderr, "warning: --log-json %s: write failed; report not saved\n", args.log_json.c_str());
-  }
+  AtomicFile out(args.log_json);  // a fresh temporary file, fsync'd, renamed: never half a report
+  out.write(j.str().data(), j.str().size());
+  if (!out.commit())
+    fprintf(stderr, "warning: --log-json %s: %s; report not saved\n", args.log_json.c_str(), out.error().c_str());
 }
 
 }  // namespace nz

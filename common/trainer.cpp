@@ -24,7 +24,11 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
-  if (!args.resume.empty()) resume_from_ = find_resume_checkpoint(comm, args);
+  if (!args.resume.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    resume_from_ = find_resume_checkpoint(comm, args);
+    verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
   set_kernels(args.kernels == "reference" ? Kernels::Reference : Kernels::Fast);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
@@ -72,8 +76,8 @@ void Trainer::checkpoint_state(Buffer& params) {
   MPI_Barrier(MPI_COMM_WORLD);  // every rank has loaded
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (rank() == 0) {
-    printf("resumed from %s: %d of %d steps done, loaded in %.1f ms\n", resume_from_.c_str(), first_step_,
-           args.steps, ms);
+    printf("resumed from %s: %d of %d steps done, verified (every shard's size and CRC-32C) in %.1f ms, loaded "
+           "in %.1f ms\n", resume_from_.c_str(), first_step_, args.steps, verify_ms_, ms);
     fflush(stdout);
   }
 }

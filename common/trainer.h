@@ -101,6 +101,7 @@ class Trainer {
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)
   int first_step_ = 0;
+  double verify_ms_ = 0;   // finding and verifying the checkpoint to resume from
   int current_step_ = -1;  // for the watchdog's messages
   std::unique_ptr<class Watchdog> watchdog_;  // watchdog.h
 };
