@@ -313,6 +313,19 @@ std::string find_checkpoint(const std::string& path, std::vector<std::string>* n
   return "";
 }
 
+// The model and the precision must be the run's; anything else may change (notes, load_checkpoint).
+static void check_compatible(const Args& args, const Manifest& m, const std::string& dir) {
+  const GPTConfig& c = args.cfg;
+  if (m.cfg.vocab != c.vocab || m.cfg.ctx != c.ctx || m.cfg.layers != c.layers || m.cfg.dim != c.dim ||
+      m.cfg.heads != c.heads)
+    user_error("--resume %s: a checkpoint of another model (%d layers, width %d, %d heads, context %d; this run: %d, "
+               "%d, %d, %d). HINT: pass the model flags it was trained with",
+               dir.c_str(), m.cfg.layers, m.cfg.dim, m.cfg.heads, m.cfg.ctx, c.layers, c.dim, c.heads, c.ctx);
+  if (m.precision != args.precision)
+    user_error("--resume %s: a %s checkpoint, this run is %s. HINT: pass --precision %s", dir.c_str(),
+               m.precision.c_str(), args.precision.c_str(), m.precision.c_str());
+}
+
 std::string find_resume_checkpoint(Comm& comm, const Args& args) {
   const bool automatic = args.resume == "auto";
   const std::string where = automatic ? args.ckpt_dir : args.resume;
@@ -334,6 +347,8 @@ std::string find_resume_checkpoint(Comm& comm, const Args& args) {
     user_error("--resume %s: %s. HINT: give a checkpoint (DIR/step-N) or a --ckpt-dir holding one; --resume auto "
                "starts from scratch when there is none",
                where.c_str(), why.c_str());
+  Manifest m;
+  if (!dir.empty() && read_manifest(dir, &m, &why)) check_compatible(args, m, dir);  // before anything is made
   return dir;
 }
 
@@ -424,15 +439,7 @@ int load_checkpoint(Comm& comm, const Args& args, const HeldState& h, const std:
   Manifest m;
   std::string why;
   if (!read_manifest(dir, &m, &why)) user_error("--resume %s: %s. HINT: resume from another checkpoint", dir.c_str(), why.c_str());
-  const GPTConfig& c = args.cfg;
-  if (m.cfg.vocab != c.vocab || m.cfg.ctx != c.ctx || m.cfg.layers != c.layers || m.cfg.dim != c.dim ||
-      m.cfg.heads != c.heads)
-    user_error("--resume %s: a checkpoint of another model (%d layers, width %d, %d heads, context %d; this run: %d, "
-               "%d, %d, %d). HINT: pass the model flags it was trained with",
-               dir.c_str(), m.cfg.layers, m.cfg.dim, m.cfg.heads, m.cfg.ctx, c.layers, c.dim, c.heads, c.ctx);
-  if (m.precision != args.precision)
-    user_error("--resume %s: a %s checkpoint, this run is %s. HINT: pass --precision %s", dir.c_str(),
-               m.precision.c_str(), args.precision.c_str(), m.precision.c_str());
+  check_compatible(args, m, dir);
   if (comm.rank() == 0) {
     std::string changed;
     auto note = [&](const char* flag, const std::string& now, const std::string& then) {

@@ -57,6 +57,12 @@ else
   fail kill9_one_rank_restart_same_model "killed pid '${killed}', wrapper exit $rc, models $(cmp "$tmp/ref.model" "$tmp/kill.model" 2>&1 || true); log: $(tail -5 "$tmp/kill.log")"
 fi
 
+# Bad input is not retried: the wrapper passes exit code 2 on after one launch.
+out=$(scripts/train_resilient.sh --restarts 3 -- mpirun -np 1 $bin/stage2 --bogus 1 --ckpt-dir "$tmp/bogus" 2>&1); rc=$?
+if [ $rc = 2 ] && [ "$(grep -c 'unknown flag' <<<"$out")" = 1 ] && grep -q "not relaunching" <<<"$out"; then
+  pass wrapper_does_not_retry_bad_input
+else fail wrapper_does_not_retry_bad_input "exit $rc; got: $out"; fi
+
 # ---- damaged checkpoints: detected, named, and --resume auto falls back ----
 tiny="--preset tiny --seq 16 --batch 2 --warmup 2 --eval-every 0 --eval-windows 2 --quiet --steps 6"
 mpirun -np 2 $bin/stage1 $tiny --save-model "$tmp/tiny_ref.model" >/dev/null 2>&1

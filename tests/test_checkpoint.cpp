@@ -188,13 +188,35 @@ TEST(Checkpoint, ReshardAcrossStagesAndWorldSizesAndConsolidate) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_TRUE(same_model_bits(ddp.model_path, merged));
   // and the 4-rank stage1 checkpoint at step 6 is the 4-rank stage0_ddp model of step 6
-  RunResult ddp4 = run_trainer("stage0_ddp", 4, flags, "ddp4");
-  ASSERT_EQ(ddp4.exit_code, 0) << ddp4.output;
+  CkptRun ddp4 = checkpointed("stage0_ddp", 4, flags, "ddp4");
+  ASSERT_EQ(ddp4.run.exit_code, 0) << ddp4.run.output;
   const std::string merged4 = temp_dir() + "/merged4.model";
   rc = run_command(bin_dir() + "/consolidate --ckpt " + step_dir(src.ckpt_dir, kSteps) + " --out " + merged4 +
                        " --with-optimizer", &out);
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_TRUE(same_model_bits(ddp4.model_path, merged4));
-  for (const char* part : {".adam_m", ".adam_v"})  // the optimizer state, in the same format
+  EXPECT_TRUE(same_model_bits(ddp4.run.model_path, merged4));
+  // --with-optimizer: Adam's m and v gathered from stage1's four slices are, byte for byte, the
+  // full moments every stage0_ddp rank keeps (the two compute the same numbers at any accum)
+  const std::string whole4 = temp_dir() + "/whole4.model";
+  rc = run_command(bin_dir() + "/consolidate --ckpt " + ddp4.ckpt_dir + " --out " + whole4 + " --with-optimizer", &out);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* part : {".adam_m", ".adam_v"}) {
     EXPECT_EQ(file_size(merged4 + part), file_size(merged4)) << part;
+    EXPECT_TRUE(same_model_bits(whole4 + part, merged4 + part)) << part;
+  }
+}
+
+// A checkpoint of another model or precision is one line and exit code 2; nothing is trained.
+TEST(Checkpoint, ResumingAnotherModelOrPrecisionIsOneLine) {
+  CkptRun src = checkpointed("stage2", 2, kTiny + "--steps 3", "other");
+  ASSERT_EQ(src.run.exit_code, 0) << src.run.output;
+  const std::string ck = " --resume " + step_dir(src.ckpt_dir, 3);
+  for (const std::string& change : {std::string("--layers 3"), std::string("--precision bf16")}) {
+    RunResult r = run_trainer("stage2", 2, kTiny + "--steps 6 " + change + ck, "other");
+    EXPECT_EQ(r.exit_code, 2) << change << ": " << r.output;
+    EXPECT_NE(r.output.find(change == "--layers 3" ? "a checkpoint of another model" : "a fp32 checkpoint"),
+              std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("HINT"), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "one line: " << r.output;
+  }
 }
