@@ -167,6 +167,7 @@ void save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState&
   std::string problems = comm.gather_strings(problem.empty() ? "" : problem + "; ", "");
   if (rank != 0) return;
   if (!problems.empty()) {
+    problems.resize(problems.size() - 2);  // the last "; "
     fprintf(stderr, "warning: checkpoint at step %d not written (%s); training goes on\n", steps_done,
             problems.c_str());
     return;
