@@ -114,20 +114,18 @@ void DiskState::write_array(int i, size_t at, size_t n, const float* src) { tran
 
 void DiskState::transfer(bool write, int i, size_t at, size_t n, float* p) {
   NZ_CHECK(i >= 0 && i < 3 && at + n <= elems_, "DiskState: elements [%zu, %zu) outside the file", at, at + n);
-  {
-    if (transfer_all(write, files_[i].fd, (char*)p, n * sizeof(float), off_t(at * sizeof(float)))) return;
-    // A failed read or write in the middle of a step (the space was reserved, so this is rare: an
-    // I/O error, a file removed underneath). One line, the files removed, the whole job stopped.
-    fprintf(stderr, "error: --offload-dir %s: cannot %s the %s file (%s); the run stops\n", dir_.c_str(),
-            write ? "write" : "read", files_[i].what, strerror(errno));
-    fflush(stderr);
-    remove_files();
-    int init = 0, size = 1;
-    MPI_Initialized(&init);
-    if (init) MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
-    exit(2);
-  }
+  if (transfer_all(write, files_[i].fd, (char*)p, n * sizeof(float), off_t(at * sizeof(float)))) return;
+  // A failed read or write in the middle of a step (the space was reserved, so this is rare: an
+  // I/O error, a file system gone). One line, the files closed (and so freed), the whole job stopped.
+  fprintf(stderr, "error: --offload-dir %s: cannot %s the %s file (%s); the run stops\n", dir_.c_str(),
+          write ? "write" : "read", files_[i].what, strerror(errno));
+  fflush(stderr);
+  remove_files();
+  int init = 0, size = 1;
+  MPI_Initialized(&init);
+  if (init) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+  exit(2);
 }
 
 }  // namespace nz

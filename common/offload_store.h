@@ -51,7 +51,7 @@ class DiskState {
   std::string dir_;
   size_t elems_, chunk_;
   void transfer(bool write, int i, size_t at, size_t n, float* p);
-  void remove_files();
+  void remove_files();  // closes the files: unlinked since creation, this frees their space
 };
 
 }  // namespace nz
