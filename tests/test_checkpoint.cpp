@@ -6,6 +6,7 @@
 //     accumulation, in fp32 and bf16, offload on both tiers;
 //   - size: each shard holds exactly the ledger's params + master + Adam m, v of its rank (plus
 //     the header the README documents), and that is the formula's;
+//   - a checkpoint of another model or precision: one line, exit 2;
 //   - reshard: a stage1 checkpoint of 4 ranks resumed by stage3 and by stage0_ddp on 3 ranks
 //     (accum 1) gives the same model, bit for bit;
 //   - consolidate: the merged model file is byte for byte the one stage0_ddp saves at that step.
@@ -87,30 +88,30 @@ TEST(Crc32c, PublishedCheckValues) {
 }
 
 // Stop at step 3, resume with --steps 6: the same model file and losses as the run that never
-// stopped, for every stage and world size, with accumulation (2), fp32.
+// stopped, for every stage and world size, with accumulation (2), in fp32 and bf16.
 TEST(Checkpoint, ResumeIsBitForBitEveryStageOneToFourRanks) {
-  const std::string flags = kTiny + "--accum 2 --steps " + std::to_string(kSteps);
-  for (const char* stage : kStages)
-    for (int N : {1, 2, 3, 4}) {
-      SCOPED_TRACE(std::string(stage) + " N=" + std::to_string(N));
-      CkptRun full = checkpointed(stage, N, flags, "full");
-      ASSERT_EQ(full.run.exit_code, 0) << full.run.output;
-      RunResult resumed = run_trainer(stage, N, flags + " --resume " + step_dir(full.ckpt_dir, kStop), "resumed");
-      ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-      EXPECT_TRUE(same_model_bits(full.run.model_path, resumed.model_path));
-      EXPECT_EQ(losses_from(full.run.report, kStop + 1), losses_from(resumed.report, kStop + 1));
-      EXPECT_EQ(losses_from(resumed.report, 1).size(), size_t(kSteps - kStop));  // it did not start over
-    }
+  for (const char* prec : {"fp32", "bf16"})
+    for (const char* stage : kStages)
+      for (int N : {1, 2, 3, 4}) {
+        SCOPED_TRACE(std::string(stage) + " N=" + std::to_string(N) + " " + prec);
+        const std::string flags = kTiny + "--accum 2 --steps " + std::to_string(kSteps) + " --precision " + prec;
+        CkptRun full = checkpointed(stage, N, flags, "full");
+        ASSERT_EQ(full.run.exit_code, 0) << full.run.output;
+        RunResult resumed = run_trainer(stage, N, flags + " --resume " + step_dir(full.ckpt_dir, kStop), "resumed");
+        ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+        EXPECT_TRUE(same_model_bits(full.run.model_path, resumed.model_path));
+        EXPECT_EQ(losses_from(full.run.report, kStop + 1), losses_from(resumed.report, kStop + 1));
+        EXPECT_EQ(losses_from(resumed.report, 1).size(), size_t(kSteps - kStop));  // it did not start over
+      }
 }
 
-// The same in bf16 (master copies in the checkpoint), and offload with its state on disk.
-TEST(Checkpoint, ResumeIsBitForBitInBf16AndOffloadOnDisk) {
+// The same for offload with its state on disk (streamed in chunks of 100 elements).
+TEST(Checkpoint, ResumeIsBitForBitOffloadOnDisk) {
   const std::string flags = kTiny + "--accum 2 --steps " + std::to_string(kSteps);
   struct Case {
     std::string stage, extra;
   };
   std::vector<Case> cases;
-  for (const char* s : kStages) cases.push_back({s, "--precision bf16"});
   for (const char* prec : {"fp32", "bf16"})
     cases.push_back({"offload", std::string("--precision ") + prec + " --offload-to disk --offload-chunk 100 "
                                 "--offload-dir " + fresh_dir(std::string("disk_") + prec)});
