@@ -132,3 +132,9 @@ g0=$(build/bin/gpt_sample --model "$tmp/good.model" --prompt "The " --length 40 
 g1=$(build/bin/gpt_sample --model "$tmp/good.model" --prompt "The " --length 40 --temperature 1e-9 --seed 2 | od -An -tx1)
 if [ -n "$g0" ] && [ "$g0" = "$g1" ] && ! grep -qw 00 <<<"$g0"; then echo "NZRESULT PASS cli.sample_cold_is_greedy"
 else echo "NZRESULT FAIL cli.sample_cold_is_greedy (t=0: $g0 / t=1e-9: $g1)"; fi
+
+# ---- consolidate: bad input is one line ----
+expect_error consolidate_no_args "--ckpt DIR and --out FILE are required" build/bin/consolidate
+expect_error consolidate_missing_ckpt "not a directory" build/bin/consolidate --ckpt "$tmp/none" --out "$tmp/c.model"
+expect_error consolidate_not_a_checkpoint "no checkpoints" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/c.model"
+expect_error consolidate_out_is_a_directory "a directory" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/adir"
