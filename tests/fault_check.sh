@@ -110,6 +110,23 @@ else
   echo "NZRESULT SKIP fault.full_disk_checkpoint_is_a_warning (no private mount namespace to mount a small tmpfs in)"
 fi
 
+# ---- the CUDA path (on the emulator, when tests/emu_check.sh has built it): resume is bit for bit
+# too, with ranks sharing one GPU (MPI) and with a GPU each (NCCL); the checkpoint is read from
+# and written to device memory ----
+emu=${BUILD:-build}/emu/bin
+if [ -x "$emu/stage3" ] && make -s -j"$(nproc)" BUILD="${BUILD:-build}" emu >/dev/null 2>&1; then  # (up to date)
+  cuda="--preset tiny --seq 16 --batch 2 --warmup 2 --eval-every 0 --eval-windows 2 --quiet --steps 4 --device cuda"
+  for gpus in 1 2; do
+    d="$tmp/emu$gpus"
+    env NZ_EMU_GPUS=$gpus mpirun -np 2 "$emu/stage3" $cuda --ckpt-dir "$d" --ckpt-every 2 --save-model "$d.full" >/dev/null 2>&1
+    out=$(env NZ_EMU_GPUS=$gpus mpirun -np 2 "$emu/stage3" $cuda --resume "$d/step-00000002" --save-model "$d.resumed" 2>&1)
+    if grep -q "^resumed from" <<<"$out" && cmp -s "$d.full" "$d.resumed"; then pass "cuda_emulated_resume_${gpus}_gpus"
+    else fail "cuda_emulated_resume_${gpus}_gpus" "models differ or the resume failed: $(tail -3 <<<"$out")"; fi
+  done
+else
+  echo "NZRESULT SKIP fault.cuda_emulated_resume (the emulator build is missing: tests/emu_check.sh makes it)"
+fi
+
 # ---- the watchdog: a stopped rank ends the job within --watchdog + 2 s, and is named ----
 wd="$tmp/watchdog_marker"
 mkdir -p "$wd"
