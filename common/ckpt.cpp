@@ -94,6 +94,10 @@ std::string manifest_text(const Args& a, Stage stage, int world, int step, const
   o << buf;
   o << "warmup " << a.warmup << "\n" << "steps " << a.steps << "\n" << "batch " << a.batch << "\n"
     << "seq " << a.seq << "\n" << "accum " << a.accum << "\n";
+  // for the reader: where the run goes on (the step is the data and schedule position; not parsed)
+  snprintf(buf, sizeof buf, "next_lr %.9g\nnext_adam_t %d\nnext_sequence %llu\n", lr_at(a, step), step + 1,
+           (unsigned long long)step * a.accum * world * a.batch);
+  o << buf;
   for (const Manifest::File& f : files) {
     snprintf(buf, sizeof buf, "file %s %" PRIu64 " %08x\n", f.name.c_str(), f.bytes, f.crc);
     o << buf;

@@ -5,7 +5,8 @@
 //   rank-RRRRR.shard   one per rank: exactly what that rank holds (its parameters, full or its
 //                      slices; the fp32 master copy, if it keeps one; Adam m and v of its slices)
 //   MANIFEST           written last, by rank 0, once every shard is on the disk: the step, the
-//                      run's configuration, and each shard's size and CRC-32C.
+//                      run's configuration, and each shard's size and CRC-32C (a text file; it
+//                      also names the next learning rate, Adam step and first sequence index).
 // A directory without a complete, valid MANIFEST is not a checkpoint. Nothing else has state: a
 // micro-batch is a pure function of (seed, step, micro-step, accum, world, rank) (data.h), Adam's
 // step count is step + 1, the learning rate a function of the step. So the step is the data
