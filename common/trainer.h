@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "check.h"  // NZ_CHECK (elem_ptr)
 #include "cli.h"
 #include "comm.h"
 #include "data.h"
@@ -106,8 +107,11 @@ class Trainer {
   std::unique_ptr<class Watchdog> watchdog_;  // watchdog.h
 };
 
-// Typed pointer to element `index` of a buffer of storage-type elements.
+// Typed pointer to element `index` of a buffer of storage-type elements. An index past the end is
+// stopped here, with the buffer's name, rather than becoming a crash somewhere later.
 inline void* elem_ptr(const Buffer& b, size_t index, size_t elem_bytes) {
+  NZ_CHECK(index * elem_bytes < b.bytes(), "element %zu is past the end of buffer \"%s\" (%zu elements)", index,
+           b.name().c_str(), b.bytes() / elem_bytes);
   return static_cast<char*>(b.data()) + index * elem_bytes;
 }
 

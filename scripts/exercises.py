@@ -110,6 +110,11 @@ EXERCISES = [
                 "  comm.reduce_scatter(bucket.data(), mine, owned(u), dt);\n"
                 "  accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), true);\n"
                 "}", "reduce_scatter"),
+               ("points at the next rank's slice (past the bucket's end on the last rank)",
+                "void* mine = elem_ptr(bucket, L.shard(u, rank + 1).begin, e);\n"
+                "comm.reduce_scatter(bucket.data(), mine, owned(u), dt);\n"
+                "accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), k == 0);",
+                "past the end"),
                ("all-reduces the bucket",
                 "comm.all_reduce(bucket.data(), L.units[u].padded, dt);\n"
                 "void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);\n"
