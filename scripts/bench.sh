@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh — `make bench`: where the time of a CPU training step goes, for the two shapes of issue 15.
+# bench.sh — `make bench`: where the time of a CPU training step goes, for two shapes (1M and 11M parameters).
 # For each shape, one process on every core:
 #   1. stage0_ddp end to end (fp32, bf16; --kernels fast, and fp32 --kernels reference for the small
 #      shape): tokens/s from the trainer's own mean step time;

@@ -55,7 +55,7 @@ for f in --preset --layers --dim --heads --batch --seq --accum --steps --lr --wa
 done
 if [ -z "$missing" ]; then echo "NZRESULT PASS cli.help_lists_flags"; else echo "NZRESULT FAIL cli.help_lists_flags (missing:$missing)"; fi
 
-# ---- outputs: checked before training; nothing already written is damaged (issue 13, item 6) ----
+# ---- outputs: checked before training; nothing already written is damaged ----
 tiny="--preset tiny --seq 16 --steps 1 --quiet --eval-windows 2"
 unchanged() {  # name, file, md5 before
   if [ "$(md5sum <"$2")" = "$3" ]; then echo "NZRESULT PASS cli.$1"; else echo "NZRESULT FAIL cli.$1 ($2 was changed)"; fi
