@@ -111,6 +111,7 @@ else echo "NZRESULT FAIL cli.equals_form_parsed ($out)"; fi
 expect_error out_of_range_names_limit "from 1 to 65536" $bin --batch 100000
 expect_error seed_not_a_number "--seed abc" $bin --seed abc
 expect_error sample_seed_not_a_number "--seed abc" build/bin/gpt_sample --model "$tmp/good.model" --seed abc
+expect_error sample_window_past_context "--window 500: longer than the model's context" build/bin/gpt_sample --model "$tmp/good.model" --window 500
 mkfifo "$tmp/fifo"
 expect_error data_fifo "not a regular file" timeout 20 $bin $tiny --data "$tmp/fifo"
 expect_error data_dev_zero "not a regular file" timeout 20 $bin $tiny --data /dev/zero

@@ -1,9 +1,11 @@
 // gpt_sample — generate text from a saved model.
 //
-//   build/bin/gpt_sample --model PATH --prompt TEXT [--length N] [--temperature X] [--seed N]
+//   build/bin/gpt_sample --model PATH --prompt TEXT [--length N] [--temperature X] [--seed N] [--window T]
 //
 // Feeds the prompt, then samples one byte at a time from the model's softmax (scaled by the
-// temperature), feeding each byte back in. The window slides once the context is full.
+// temperature), feeding each byte back in. The model sees the last T bytes (--window, default 64,
+// the trainers' default --seq, or the context if shorter): a model trained on sequences of T bytes has never used the position
+// embeddings beyond T, so a longer window would feed it untrained positions.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   Comm comm(&argc, &argv);
   std::string model_path, prompt = "\n";
   int length = 200;
+  int window_arg = -1;  // --window; default: the trainers' default --seq, 64, or the context if shorter
   float temperature = 0.8f;
   uint64_t seed = 1;
   for (int i = 1; i < argc; i++) {
@@ -38,7 +41,9 @@ int main(int argc, char** argv) {
              "  --prompt       text to continue (default: a newline)\n"
              "  --length       bytes to generate (default 200)\n"
              "  --temperature  0 (greedy: always the likeliest byte) to 100; lower is more predictable (default 0.8)\n"
-             "  --seed         random seed (default 1)\n");
+             "  --seed         random seed (default 1)\n"
+             "  --window       bytes of context the model sees, at most its context; use the --seq it was\n"
+             "                 trained with (default 64, the trainers' default)\n");
       return 0;
     }
     if (a == "--model") model_path = next();
@@ -64,6 +69,13 @@ int main(int argc, char** argv) {
       if (v.empty() || *end || v[0] == '-' || errno == ERANGE)
         user_error("--seed %s: expected a whole number from 0 to %llu", v.c_str(), ~0ull);
       seed = x;
+    } else if (a == "--window") {
+      std::string v = next();
+      char* end;
+      long x = strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || x <= 0 || x > 1 << 20)
+        user_error("--window %s: expected a whole number from 1 to the model's context", v.c_str());
+      window_arg = int(x);
     } else {
       user_error("unknown flag %s; see gpt_sample --help", a.c_str());
     }
@@ -81,7 +93,10 @@ int main(int argc, char** argv) {
     memcpy(params.data() + u.offset, weights.data() + at, u.numel * sizeof(float));
     at += u.numel;
   }
-  const int T = cfg.ctx;
+  if (window_arg > cfg.ctx)
+    user_error("--window %d: longer than the model's context %d; use --window %d or less", window_arg, cfg.ctx,
+               cfg.ctx);
+  const int T = window_arg > 0 ? window_arg : std::min(64, cfg.ctx);
   GPT model(L, DType::F32, 1, T);
   std::vector<int> ctx(prompt.begin(), prompt.end());
   for (int& c : ctx) c &= 0xff;
