@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NP=${NP:-4}
-STEPS=${STEPS:-150}
+STEPS=${STEPS:-450}
 FLAGS=${FLAGS:-"--preset small --batch 2 --seq 64 --lr 3e-3 --warmup 15 --eval-every 50"}
 out=runs/tour
 mkdir -p "$out"
