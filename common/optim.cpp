@@ -124,14 +124,32 @@ static void for_each_piece(const Unit& unit, Slice own, size_t begin, size_t end
   piece(own.end, 0.0f);  // padding
 }
 
-// ---- AdamW on the device ----
+// ---- what every AdamW holds ----
 
-AdamW::AdamW(const Layout& L, std::vector<Slice> owned, DType dt, const Args& args)
-    : L_(L), dt_(dt), weight_decay_(args.weight_decay) {
-  owned_ = std::move(owned);
+OptimizerState::OptimizerState(const Layout& L, std::vector<Slice> owned, DType dt, float weight_decay)
+    : L_(L), dt_(dt), weight_decay_(weight_decay), owned_(std::move(owned)) {
   NZ_CHECK(int(owned_.size()) == L.num_units(), "one slice per unit");
   NZ_CHECK(dt_ == DType::F32 || dt_ == DType::BF16, "AdamW: storage must be fp32 or bf16");
   total_ = pack_slices(owned_, &state_offset_);
+  current_ = this;
+}
+
+void OptimizerState::get(OptArray a, size_t at, size_t n, float* host) {
+  const Buffer& b = array(a);
+  NZ_CHECK(!b.empty() && at + n <= total_, "optimizer state: no such elements");
+  copy_bytes(host, Location::Host, b.as<float>() + at, b.location(), n * sizeof(float));
+}
+
+void OptimizerState::put(OptArray a, size_t at, size_t n, const float* host) {
+  const Buffer& b = array(a);
+  NZ_CHECK(!b.empty() && at + n <= total_, "optimizer state: no such elements");
+  copy_bytes(b.as<float>() + at, b.location(), host, Location::Host, n * sizeof(float));
+}
+
+// ---- AdamW on the device ----
+
+AdamW::AdamW(const Layout& L, std::vector<Slice> owned, DType dt, const Args& args)
+    : OptimizerState(L, std::move(owned), dt, args.weight_decay) {
   m_ = Buffer(Category::AdamM, Location::Device, total_ * sizeof(float), "adam m");
   v_ = Buffer(Category::AdamV, Location::Device, total_ * sizeof(float), "adam v");
   m_.zero();
@@ -159,27 +177,11 @@ void AdamW::step(int u, void* params_slice, const void* grads_slice, float lr, f
   if (dt_ == DType::BF16) ops::cast<bf16, float>((bf16*)params_slice, p32, n);  // rounded from the master
 }
 
-void AdamW::get(OptArray a, size_t at, size_t n, float* host) {
-  const Buffer& b = a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_;
-  NZ_CHECK(!b.empty() && at + n <= total_, "AdamW::get: no such elements");
-  copy_bytes(host, Location::Host, b.as<float>() + at, Location::Device, n * sizeof(float));
-}
-
-void AdamW::put(OptArray a, size_t at, size_t n, const float* host) {
-  const Buffer& b = a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_;
-  NZ_CHECK(!b.empty() && at + n <= total_, "AdamW::put: no such elements");
-  copy_bytes(b.as<float>() + at, Location::Device, host, Location::Host, n * sizeof(float));
-}
-
 // ---- AdamW on the host (offload) ----
 
 HostAdamW::HostAdamW(const Layout& L, std::vector<Slice> owned, DType dt, Location where, const Args& args)
-    : L_(L), dt_(dt), weight_decay_(args.weight_decay) {
-  owned_ = std::move(owned);
-  NZ_CHECK(int(owned_.size()) == L.num_units(), "one slice per unit");
-  NZ_CHECK(dt_ == DType::F32 || dt_ == DType::BF16, "HostAdamW: storage must be fp32 or bf16");
+    : OptimizerState(L, std::move(owned), dt, args.weight_decay) {
   NZ_CHECK(where == Location::Host || where == Location::Disk, "HostAdamW: state on the host or on disk");
-  total_ = pack_slices(owned_, &state_offset_);
   size_t largest = 0;
   for (const Slice& s : owned_) largest = std::max(largest, s.size());
   if (where == Location::Disk) {  // master, m, v in files, a chunk at a time in memory
@@ -237,17 +239,15 @@ void HostAdamW::step(int u, const void* grads_slice, void* params_out, float lr,
 }
 
 void HostAdamW::get(OptArray a, size_t at, size_t n, float* host) {
-  NZ_CHECK(at + n <= total_, "HostAdamW::get: no such elements");
-  if (disk_) return disk_->read_array(int(a), at, n, host);
-  const Buffer& b = a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_;
-  std::copy(b.as<float>() + at, b.as<float>() + at + n, host);
+  if (!disk_) return OptimizerState::get(a, at, n, host);
+  NZ_CHECK(at + n <= total_, "optimizer state: no such elements");
+  disk_->read_array(int(a), at, n, host);
 }
 
 void HostAdamW::put(OptArray a, size_t at, size_t n, const float* host) {
-  NZ_CHECK(at + n <= total_, "HostAdamW::put: no such elements");
-  if (disk_) return disk_->write_array(int(a), at, n, host);
-  const Buffer& b = a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_;
-  std::copy(host, host + n, b.as<float>() + at);
+  if (!disk_) return OptimizerState::put(a, at, n, host);
+  NZ_CHECK(at + n <= total_, "optimizer state: no such elements");
+  disk_->write_array(int(a), at, n, host);
 }
 
 }  // namespace nz

@@ -49,7 +49,6 @@ enum class OptArray { Master, M, V };
 // so the trainer's checkpoints find it without each stage naming it.
 class OptimizerState {
  public:
-  OptimizerState() { current_ = this; }
   virtual ~OptimizerState() {
     if (current_ == this) current_ = nullptr;
   }
@@ -58,15 +57,23 @@ class OptimizerState {
   size_t state_offset(int u) const { return state_offset_[u]; }
   size_t owned_elems() const { return total_; }
   // False when the parameters are their own master copy (fp32 on the device).
-  virtual bool has_master() const = 0;
-  // Elements [at, at + n) of the packed array `a`, to and from host memory.
-  virtual void get(OptArray a, size_t at, size_t n, float* host) = 0;
-  virtual void put(OptArray a, size_t at, size_t n, const float* host) = 0;
+  virtual bool has_master() const { return !master_.empty(); }
+  // Elements [at, at + n) of the packed array `a`, to and from host memory (from the buffers,
+  // wherever they are; the disk tier overrides).
+  virtual void get(OptArray a, size_t at, size_t n, float* host);
+  virtual void put(OptArray a, size_t at, size_t n, const float* host);
 
  protected:
+  // One slice per unit, packed end to end in m, v and master; the state buffers are the subclass's.
+  OptimizerState(const Layout& L, std::vector<Slice> owned, DType param_dtype, float weight_decay);
+  const Buffer& array(OptArray a) const { return a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_; }
+  const Layout& L_;
+  DType dt_;
+  float weight_decay_;
   std::vector<Slice> owned_;
   std::vector<size_t> state_offset_;  // where unit u's slice starts in m, v, master
   size_t total_ = 0;
+  Buffer m_, v_, master_;
 
  private:
   static inline OptimizerState* current_ = nullptr;
@@ -83,15 +90,6 @@ class AdamW : public OptimizerState {
   // One step on unit u's owned slice: params_slice and grads_slice point at the slice's first
   // element. t is the 1-based step count (bias correction).
   void step(int u, void* params_slice, const void* grads_slice, float lr, float grad_scale, int t);
-  bool has_master() const override { return !master_.empty(); }
-  void get(OptArray a, size_t at, size_t n, float* host) override;
-  void put(OptArray a, size_t at, size_t n, const float* host) override;
-
- private:
-  const Layout& L_;
-  DType dt_;
-  float weight_decay_;
-  Buffer m_, v_, master_;
 };
 
 // The same AdamW for ZeRO-Offload, run by the CPU on state in host memory (or on disk): an fp32
@@ -115,10 +113,6 @@ class HostAdamW : public OptimizerState {
   void put(OptArray a, size_t at, size_t n, const float* host) override;
 
  private:
-  const Layout& L_;
-  DType dt_;
-  float weight_decay_;
-  Buffer m_, v_, master_;
   std::unique_ptr<DiskState> disk_;  // Location::Disk only
 };
 

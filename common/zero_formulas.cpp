@@ -41,6 +41,16 @@ uint64_t StateBytes::of(Category c) const {
   }
 }
 
+Layout paper_layout(uint64_t psi, int world) {
+  Layout L;
+  L.world = world;
+  L.num_params = psi;
+  L.padded_total = (psi + world - 1) / world * world;
+  L.shard_total = L.padded_total / world;
+  L.max_unit_padded = 0;
+  return L;
+}
+
 StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
   const uint64_t P = L.padded_total, S = L.shard_total, U = L.max_unit_padded;
   const uint64_t e = dtype_bytes(dt);

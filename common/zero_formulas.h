@@ -29,6 +29,12 @@ struct StateBytes {
   uint64_t of(Category c) const;
 };
 
+// A raw parameter count seen the paper's way: Ψ padded to a multiple of N and held in no unit, so
+// the largest unit is U = 0 and the formulas count no bucket, no gathered unit and no incoming
+// unit gradient: exactly the model states (2 + 2 + K)Ψ of the ZeRO paper (zero_estimate --params,
+// the quiz).
+Layout paper_layout(uint64_t psi, int world);
+
 // Per-rank model-state bytes of `stage` for layout L (its world size is N) in storage type dt.
 StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt);
 

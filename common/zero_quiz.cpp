@@ -30,17 +30,6 @@ uint64_t params_of(const Shape& s) {
   return param_count_formula(c);
 }
 
-// The paper's view: Ψ parameters padded to a multiple of N and no unit buffers (as
-// zero_estimate --params does), so the bytes are exactly the model states (2 + 2 + K)Ψ / ...
-Layout raw(uint64_t psi, int world) {
-  Layout L;
-  L.world = world;
-  L.num_params = psi;
-  L.padded_total = (psi + world - 1) / world * world;
-  L.shard_total = L.padded_total / world;
-  return L;
-}
-
 std::string shape_text(const Shape& s) {
   char t[200];
   snprintf(t, sizeof t, "%s (%d layers, width %d, %d heads, context 1024, vocabulary 50257, tied embedding)",
@@ -76,7 +65,7 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
     switch (i % 5) {
       case 0: {  // model-state bytes per rank
         const Stage s = zero[pick(4)];
-        const double gb = double(expected_state_bytes(s, raw(psi, N), dt).total()) / 1e9;
+        const double gb = double(expected_state_bytes(s, paper_layout(psi, N), dt).total()) / 1e9;
         q.push_back({fmt("%s, %s, %s on %d ranks: how many GB (10^9 bytes) of model states (params, grads, "
                          "optimizer states; no activations, no buffers) does each rank hold?",
                          shape_text(shape).c_str(), precision_text(dt), stage_name(s), N),
@@ -86,7 +75,7 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
       case 1: {  // elements sent per optimizer step, with accumulation
         const Stage s = zero[pick(4)];
         const int K = 1 + pick(8);
-        const double m = double(expected_comm_elems(s, raw(psi, N), K)) / 1e6;
+        const double m = double(expected_comm_elems(s, paper_layout(psi, N), K)) / 1e6;
         q.push_back({fmt("%s, %s on %d ranks with gradient accumulation over %d micro-steps (the gradient is "
                          "reduced as real systems do: stages 0 and 1 once per step, stages 2 and 3 every "
                          "micro-step): how many million elements does each rank send per optimizer step in the "
@@ -97,13 +86,13 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
       case 2: {  // offload: host memory and the link
         const int K = 1 + pick(4);
         if (pick(2)) {
-          const double gb = double(expected_state_bytes(Stage::Offload, raw(psi, N), dt).host) / 1e9;
+          const double gb = double(expected_state_bytes(Stage::Offload, paper_layout(psi, N), dt).host) / 1e9;
           q.push_back({fmt("%s, %s, ZeRO-Offload (stage2 with the gradient slice, an fp32 master and Adam m, v "
                            "in host memory) on %d ranks: how many GB (10^9 bytes) of host memory does each "
                            "rank's optimizer side take?", shape_text(shape).c_str(), precision_text(dt), N),
                        gb, 0.01, "GB"});
         } else {
-          const double m = double(expected_link_elems(Stage::Offload, raw(psi, N), K)) / 1e6;
+          const double m = double(expected_link_elems(Stage::Offload, paper_layout(psi, N), K)) / 1e6;
           q.push_back({fmt("%s, ZeRO-Offload on %d ranks with %d micro-steps per optimizer step (each "
                            "micro-step's reduced gradient slice goes down to the host; the updated slice comes "
                            "up once): how many million elements cross each rank's host<->device link per "
@@ -117,7 +106,7 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
         const int cap = 16 << pick(3);  // 16, 32 or 64 GB
         int fewest = 0;
         for (int n = 1; n <= 1024 && !fewest; n *= 2)
-          if (double(expected_state_bytes(s, raw(psi, n), DType::BF16).total()) <= cap * 1e9) fewest = n;
+          if (double(expected_state_bytes(s, paper_layout(psi, n), DType::BF16).total()) <= cap * 1e9) fewest = n;
         if (!fewest || fewest == 1) continue;  // a question with an answer worth computing
         q.push_back({fmt("%s, bf16 mixed precision, %s: what is the fewest ranks N, a power of two, for which "
                          "each rank's model states fit in %d GB (10^9 bytes)?",
@@ -129,7 +118,8 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
         const Stage s = zero[pick(4)];
         const int cap = 80;
         const uint64_t probe = uint64_t(N) * 1000000000ull;  // a multiple of N: no padding
-        const double per_param = double(expected_state_bytes(s, raw(probe, N), DType::BF16).total()) / double(probe);
+        const double per_param =
+            double(expected_state_bytes(s, paper_layout(probe, N), DType::BF16).total()) / double(probe);
         const double billions = cap * 1e9 / per_param / 1e9;
         q.push_back({fmt("bf16 mixed precision (16 bytes of model states per parameter before sharding), %s on "
                          "%d ranks with %d GB (10^9 bytes) each: how many billion parameters is the largest "

@@ -46,7 +46,9 @@ class Exercise:
         self.stage = stage      # the trainer the grader runs
         self.goal = goal        # one line
         self.todo = todo        # what to write, and hints (lines of the TODO comment)
-        self.wrong = wrong      # [(what the mistake is, replacement for the region, expected hint)]
+        # [(what the mistake is, the wrong region, expected hint)]; the wrong region is either its
+        # whole text, or a list of (old, new) edits of the real region's text
+        self.wrong = wrong
         self.bug = bug          # find-the-bug: (makefile, variable) holding the sed that breaks it
 
     @property
@@ -131,42 +133,11 @@ EXERCISES = [
          "  release_unit(u): free unit u's gathered buffer (only my slice my_P(u) stays).",
          "Hints: gathered[u] and in_flight[u] are declared above; comm.all_gather_start(shard,",
          "out_full, shard_elems, dt) returns a CommRequest; comm.wait(request); Buffer::release()."],
-        wrong=[("never releases",
-                "auto gather_start = [&](int u) {\n"
-                "  gathered[u] = Buffer(Category::Gathered, Location::Device, L.units[u].padded * e, \"g\");\n"
-                "  in_flight[u] = comm.all_gather_start(my_P(u), gathered[u].data(), owned(u), dt);\n"
-                "};\n"
-                "auto gather_unit = [&](int u) -> const void* {\n"
-                "  if (gathered[u].empty()) gather_start(u);\n"
-                "  comm.wait(in_flight[u]);\n"
-                "  return gathered[u].data();\n"
-                "};\n"
-                "auto prefetch = [&](int u) { if (run.args.prefetch) gather_start(u); };\n"
-                "auto release_unit = [&](int u) {};", "release"),
+        wrong=[("never releases", [("{ gathered[u].release(); }", "{}")], "release"),
                ("prefetches even with --prefetch 0",
-                "auto gather_start = [&](int u) {\n"
-                "  gathered[u] = Buffer(Category::Gathered, Location::Device, L.units[u].padded * e, \"g\");\n"
-                "  in_flight[u] = comm.all_gather_start(my_P(u), gathered[u].data(), owned(u), dt);\n"
-                "};\n"
-                "auto gather_unit = [&](int u) -> const void* {\n"
-                "  if (gathered[u].empty()) gather_start(u);\n"
-                "  comm.wait(in_flight[u]);\n"
-                "  return gathered[u].data();\n"
-                "};\n"
-                "auto prefetch = [&](int u) { gather_start(u); };\n"
-                "auto release_unit = [&](int u) { gathered[u].release(); };", "prefetch"),
+                [("if (run.args.prefetch) gather_start(u);", "gather_start(u);")], "prefetch"),
                ("books the gathered units as parameters",
-                "auto gather_start = [&](int u) {\n"
-                "  gathered[u] = Buffer(Category::Params, Location::Device, L.units[u].padded * e, \"g\");\n"
-                "  in_flight[u] = comm.all_gather_start(my_P(u), gathered[u].data(), owned(u), dt);\n"
-                "};\n"
-                "auto gather_unit = [&](int u) -> const void* {\n"
-                "  if (gathered[u].empty()) gather_start(u);\n"
-                "  comm.wait(in_flight[u]);\n"
-                "  return gathered[u].data();\n"
-                "};\n"
-                "auto prefetch = [&](int u) { if (run.args.prefetch) gather_start(u); };\n"
-                "auto release_unit = [&](int u) { gathered[u].release(); };", "Category::Gathered")]),
+                [("Category::Gathered", "Category::Params")], "Category::Gathered")]),
     Exercise(
         "stage3_backward", "stage3/train.cpp", "stage3",
         "stage3: the backward of one unit — gather it again, prefetch the next, release, reduce-scatter",
@@ -177,30 +148,9 @@ EXERCISES = [
          "Hints: gather_unit(u), prefetch(u - 1) (not past block 1: the embedding needs no gather),",
          "release_unit(u), comm.reduce_scatter, accumulate_grads(..., run.grad_average_scale(), k == 0)."],
         wrong=[("gathers the embedding for its backward",
-                "const void* p = gather_unit(u);\n"
-                "if (u - 1 > EMBED) prefetch(u - 1);\n"
-                "model.backward(u, p, bucket.data());\n"
-                "release_unit(u);\n"
-                "void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);\n"
-                "comm.reduce_scatter(bucket.data(), mine, owned(u), dt);\n"
-                "accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), k == 0);",
-                "all_gather"),
-               ("never releases",
-                "const void* p = u == EMBED ? nullptr : gather_unit(u);\n"
-                "if (u - 1 > EMBED) prefetch(u - 1);\n"
-                "model.backward(u, p, bucket.data());\n"
-                "void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);\n"
-                "comm.reduce_scatter(bucket.data(), mine, owned(u), dt);\n"
-                "accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), k == 0);",
-                "release"),
-               ("forgets to average",
-                "const void* p = u == EMBED ? nullptr : gather_unit(u);\n"
-                "if (u - 1 > EMBED) prefetch(u - 1);\n"
-                "model.backward(u, p, bucket.data());\n"
-                "release_unit(u);\n"
-                "void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);\n"
-                "comm.reduce_scatter(bucket.data(), mine, owned(u), dt);\n"
-                "accumulate_grads(dt, my_G(u), mine, owned(u), 1.0f, k == 0);", "average")]),
+                [("u == EMBED ? nullptr : gather_unit(u)", "gather_unit(u)")], "all_gather"),
+               ("never releases", [("release_unit(u);", "")], "release"),
+               ("forgets to average", [("run.grad_average_scale()", "1.0f")], "average")]),
     Exercise(
         "offload_optimizer", "offload/train.cpp", "offload",
         "offload: run AdamW on the host for my slice, then send the updated slice up",
@@ -628,7 +578,15 @@ def cmd_selftest():
             a, b = region(real.split("\n"), ex.name)
             body = [l.strip() for l in real.split("\n")[a + 1:b]]
             candidates = [("the reference solution", with_region(real, ex.name, body), None)]
-            candidates += [(w[0], with_region(real, ex.name, w[1].split("\n")), w[2]) for w in ex.wrong]
+            for what, wrong, hint in ex.wrong:
+                if isinstance(wrong, list):  # edits of the real region
+                    text = "\n".join(body)
+                    for old, new in wrong:
+                        if old not in text:
+                            die(f"internal: exercise {ex.name}, wrong solution {what!r}: {old!r} is not in the region")
+                        text = text.replace(old, new)
+                    wrong = text
+                candidates.append((what, with_region(real, ex.name, wrong.split("\n")), hint))
         for what, text, want_hint in candidates:
             src = os.path.join(tmp, f"{ex.name}_{len(jobs)}_{ex.file}")
             with open(src, "w") as f:

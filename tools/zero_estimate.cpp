@@ -44,19 +44,6 @@ const Stage kAllStages[] = {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::
 const Category kStateCats[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
                                Category::AdamV, Category::CommBuffers, Category::Gathered};
 
-// A raw parameter count: Ψ elements padded to a multiple of N, in no unit at all (no model shape).
-// With no units the largest unit is U = 0, so the formulas count no bucket, no gathered unit and no
-// incoming unit gradient: exactly the paper's model states.
-Layout raw_layout(uint64_t psi, int world) {
-  Layout L;
-  L.world = world;
-  L.num_params = psi;
-  L.padded_total = (psi + world - 1) / world * world;
-  L.shard_total = L.padded_total / world;
-  L.max_unit_padded = 0;
-  return L;
-}
-
 // Where a category lives: offload keeps the gradient shard and the optimizer on the host.
 Location location_of(Stage s, Category c) {
   bool on_host = s == Stage::Offload && (c == Category::Grads || c == Category::Master ||
@@ -158,7 +145,7 @@ void print_paper_table() {
   for (int N : {1, 4, 16, 64, 256, 1024}) {
     printf("%6d", N);
     for (double psi : models) {
-      Layout L = raw_layout(uint64_t(psi), N);
+      Layout L = paper_layout(uint64_t(psi), N);
       printf(" |");
       for (Stage s : {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3}) {
         Estimate e = estimate(s, L, DType::BF16, true, 0, 1);
@@ -292,7 +279,7 @@ int main(int argc, char** argv) {
 
   std::vector<Estimate> out;
   for (int N : worlds) {
-    Layout L = raw ? raw_layout(raw_psi, N) : make_layout(cfg, N);
+    Layout L = raw ? paper_layout(raw_psi, N) : make_layout(cfg, N);
     for (Stage s : stages) out.push_back(estimate(s, L, dt, raw, acts, accum));
   }
 
