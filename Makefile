@@ -26,7 +26,8 @@ BLAS_LIBS  := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 CXXFLAGS   := -std=c++17 -O3 -march=native -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
               -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
 LDFLAGS    := -fopenmp
-LDLIBS     := -lpthread $(BLAS_LIBS)
+# oneDNN (libdnnl-dev): bf16 products on the CPU's bf16 dot-product instructions (common/gemm_bf16.h)
+LDLIBS     := -lpthread $(BLAS_LIBS) -ldnnl
 
 COMMON_SRC := $(wildcard common/*.cpp)
 COMMON_OBJ := $(COMMON_SRC:%.cpp=$(BUILD)/obj/%.o)

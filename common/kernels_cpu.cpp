@@ -16,7 +16,7 @@
 // (blas_gemm() below says why).
 //
 // Speed: the matrix products (most of the time of a step) are BLAS calls, attention's as a batch
-// over all heads; softmax and GELU use exp_vec(), an exp the compiler can vectorize; sum_squares
+// over all heads; a layer's bf16 products go to the CPU's bf16 instructions (gemm_bf16.h); softmax and GELU use exp_vec(), an exp the compiler can vectorize; sum_squares
 // keeps 8 running sums in fixed lanes. tools/bench_kernels times every kernel, `make bench` a step.
 //
 // Conventions (kernels.h): weight/bias gradients accumulate (+=), input gradients are overwritten
@@ -31,8 +31,9 @@
 #include <cblas.h>  // cblas_sgemm, cblas_dgemm (OpenBLAS, OpenMP build: see the Makefile)
 #include <omp.h>    // omp_in_parallel
 
-#include "check.h"    // NZ_CHECK
-#include "kernels.h"  // the declarations (kernel_decls.inc inside nz::cpu), set_kernels
+#include "check.h"      // NZ_CHECK
+#include "gemm_bf16.h"  // bf16_gemm: bf16 products on the CPU's bf16 instructions
+#include "kernels.h"    // the declarations (kernel_decls.inc inside nz::cpu), set_kernels
 
 namespace nz {
 
@@ -167,6 +168,21 @@ void store_rows(T* dst, int ld, const A* buf, int rows, int cols) {
   if constexpr (!std::is_same_v<T, A>)
     for (int r = 0; r < rows; r++)
       for (int c = 0; c < cols; c++) dst[size_t(r) * ld + c] = store<T>(buf[size_t(r) * cols + c]);
+}
+
+// A product in the storage type itself, where the hardware has one: bf16 operands on the CPU's bf16
+// dot-product instructions (gemm_bf16.h), with nothing widened. Returns false for fp32 and fp64
+// (sgemm/dgemm read them as they are) and where this CPU has no bf16 instructions: the caller then
+// widens the operands and calls blas_gemm().
+template <class T>
+bool gemm_native(bool ta, bool tb, int M, int N, int K, const T* a, int lda, const T* b, int ldb,
+                 float* c, int ldc) {
+  if constexpr (std::is_same_v<T, bf16>) return bf16_gemm(ta, tb, M, N, K, a, lda, b, ldb, c, ldc);
+  else return false;
+}
+template <class T>
+bool gemm_native(bool, bool, int, int, int, const T*, int, const T*, int, double*, int) {
+  return false;
 }
 }  // namespace
 
@@ -305,18 +321,21 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
 // matmul (a linear layer): three products, one BLAS call each (blas_gemm above)
 
 // out (N,OC) = inp (N,C) @ w^T + bias;   w (OC,C) (PyTorch's layout: one row per output), bias (OC)
-// The sum is formed first and the bias added to it, as in nz::ref. In bf16 the operands are widened
-// to fp32 (exactly) and the result rounded once, when stored.
+// The sum is formed first and the bias added to it, as in nz::ref. In bf16 the product runs on the
+// CPU's bf16 instructions where it has them (gemm_native), else the operands are widened to fp32
+// (exactly) for sgemm; either way the sum is an fp32 sum and the result is rounded once, when stored.
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
   using A = acc_t<T>;
   if (N == 0 || OC == 0) return;
   const bool widen = !std::is_same_v<T, A>;
   A* buf = scratch<A>(widen ? (size_t(N) * C + size_t(OC) * C + size_t(N) * OC) : 0);
-  const View<A> x = as_acc(inp, N, C, C, buf);
-  const View<A> wa = as_acc(w, OC, C, C, buf + size_t(N) * C);
   A* y = acc_dest<A>(out, buf + size_t(N) * C + size_t(OC) * C);
-  blas_gemm(false, true, N, OC, C, A(1), x.p, x.ld, wa.p, wa.ld, y, OC);
+  if (!gemm_native(false, true, N, OC, C, inp, C, w, C, y, OC)) {
+    const View<A> x = as_acc(inp, N, C, C, buf);
+    const View<A> wa = as_acc(w, OC, C, C, buf + size_t(N) * C);
+    blas_gemm(false, true, N, OC, C, A(1), x.p, x.ld, wa.p, wa.ld, y, OC);
+  }
   if (!bias && !widen) return;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++)
@@ -342,19 +361,28 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
   const size_t n_dout = size_t(N) * OC, n_inp = size_t(N) * C, n_w = size_t(OC) * C;
   A* buf = scratch<A>((widen ? n_dout + n_inp + n_w + n_inp : 0) + n_w);
   A* prod = buf + (widen ? n_dout + n_inp + n_w + n_inp : 0);
-  const View<A> d = as_acc(dout, N, OC, OC, buf);
+  // dout widened at most once, for whichever product needs it (none where gemm_native runs both)
+  View<A> d{nullptr, 0};
+  auto widened_dout = [&] {
+    if (!d.p) d = as_acc(dout, N, OC, OC, buf);
+    return d;
+  };
   if (dinp) {
-    const View<A> wa = as_acc(w, OC, C, C, buf + n_dout + n_inp);
     A* y = acc_dest<A>(dinp, buf + n_dout + n_inp + n_w);
-    blas_gemm(false, false, N, C, OC, A(1), d.p, d.ld, wa.p, wa.ld, y, C);
+    if (!gemm_native(false, false, N, C, OC, dout, OC, w, C, y, C)) {
+      const View<A> wa = as_acc(w, OC, C, C, buf + n_dout + n_inp);
+      blas_gemm(false, false, N, C, OC, A(1), widened_dout().p, widened_dout().ld, wa.p, wa.ld, y, C);
+    }
     if (widen) {
 #pragma omp parallel for schedule(static)
       for (size_t i = 0; i < n_inp; i++) dinp[i] = store<T>(y[i]);
     }
   }
   if (dw) {
-    const View<A> x = as_acc(inp, N, C, C, buf + n_dout);
-    blas_gemm(true, false, OC, C, N, A(1), d.p, d.ld, x.p, x.ld, prod, C);
+    if (!gemm_native(true, false, OC, C, N, dout, OC, inp, C, prod, C)) {
+      const View<A> x = as_acc(inp, N, C, C, buf + n_dout);
+      blas_gemm(true, false, OC, C, N, A(1), widened_dout().p, widened_dout().ld, x.p, x.ld, prod, C);
+    }
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n_w; i++) dw[i] = store<T>(load(dw[i]) + prod[i]);
   }

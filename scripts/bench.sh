@@ -33,15 +33,19 @@ train_tok_s() {  # flags...
 field() { sed -nE "s/.*[ ]$1=([0-9.]+).*/\1/p" <<<"$2" | tail -1; }
 
 rows=()
+# whether bf16 products run on the CPU's own bf16 instructions (common/gemm_bf16.h); bench_kernels reports it
+bf16_how=$("$BIN/bench_kernels" --preset small --batch 1 --seq 8 --reps 1 --precision bf16 | sed -nE 's/^bf16 products: (.*)/\1/p')
 for s in "${shapes[@]}"; do
   IFS='|' read -r name model B T <<<"$s"
   BT=$((B * T))
   echo "== $name: stage0_ddp, 1 rank, $threads threads, $steps steps"
   fp32=$(train_tok_s $model --batch "$B" --seq "$T" --precision fp32)
   bf16=$(train_tok_s $model --batch "$B" --seq "$T" --precision bf16)
+  # the same bf16 run with its products widened to fp32 and sent to sgemm, as on a CPU without bf16 instructions
+  bf16w=$(NZ_CPU_BF16_GEMM=widen train_tok_s $model --batch "$B" --seq "$T" --precision bf16)
   refk="-"
   [ "$BT" -le 1024 ] && [ "${name%% *}" = small ] && refk=$(train_tok_s $model --batch "$B" --seq "$T" --kernels reference)
-  echo "   fp32 $fp32 tokens/s | bf16 $bf16 tokens/s | fp32 --kernels reference $refk tokens/s"
+  echo "   fp32 $fp32 tokens/s | bf16 $bf16 tokens/s ($bf16_how) | bf16 widened $bf16w tokens/s | fp32 --kernels reference $refk tokens/s"
   echo "== $name: bench_kernels (fp32, fast)"
   bk=$("$BIN/bench_kernels" $model --batch "$B" --seq "$T" --threads "$threads" --reps 10)
   grep -E '^(kernel time|by op|matmuls)' <<<"$bk" | sed 's/^/   /'
@@ -56,12 +60,13 @@ for s in "${shapes[@]}"; do
   gf=$(awk -v t="$fp32" -v k="$(field tokens_per_s "$(grep '^BENCH' <<<"$bk")")" -v g="$(field gflops "$(grep '^BENCH' <<<"$bk")")" \
        'BEGIN { printf "%.0f", g * t / k }')  # the kernels' FLOPs per token at the trainer's rate
   mm=$(field matmul_gflops "$(grep '^BENCH' <<<"$bk")") peak=$(field sgemm_gflops "$(grep '^BENCH' <<<"$bk")")
-  rows+=("$(printf '%-22s %9s %9s %9s %8s %9s %6s %13s' "$name" "$fp32" "$bf16" "$refk" "$gf" "$torch" "$ratio" "$mm / $peak")")
+  rows+=("$(printf '%-22s %9s %9s %9s %9s %8s %9s %6s %13s' "$name" "$fp32" "$bf16" "$bf16w" "$refk" "$gf" "$torch" "$ratio" "$mm / $peak")")
 done
 
 echo
 echo "tokens/s, one process, $threads threads (fp32 unless marked); GFLOP/s: the matmuls' and attention's FLOPs at the fp32 rate;"
 echo "GEMM: nanoZeRO's matmuls / the BLAS's sgemm alone, GFLOP/s, same run"
-printf '%-22s %9s %9s %9s %8s %9s %6s %13s\n' shape nanoZeRO bf16 reference GFLOP/s PyTorch ratio GEMM
+echo "bf16: products on this CPU's bf16 instructions ($bf16_how); bf16-wide: the same run with them widened to fp32 for sgemm"
+printf '%-22s %9s %9s %9s %9s %8s %9s %6s %13s\n' shape nanoZeRO bf16 bf16-wide reference GFLOP/s PyTorch ratio GEMM
 for r in "${rows[@]}"; do echo "$r"; done
 [ -n "$py" ] || echo "(PyTorch: not importable here; set NZ_TORCH_PYTHON to a python with torch to compare)"

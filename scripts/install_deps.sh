@@ -16,6 +16,8 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v timeout >/dev/null 2>&1 || missing+=(coreutils)
 # OpenBLAS, its OpenMP build: the CPU's fast matrix products (see the Makefile's BLAS lines)
 [ -f "/usr/include/$(gcc -print-multiarch 2>/dev/null)/openblas-openmp/cblas.h" ] || missing+=(libopenblas-openmp-dev)
+# oneDNN: bf16 matrix products on the CPU's bf16 instructions, where it has them (common/gemm_bf16.h)
+[ -f /usr/include/oneapi/dnnl/dnnl.hpp ] || missing+=(libdnnl-dev)
 
 if [ ${#missing[@]} -gt 0 ]; then
   cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"

@@ -18,7 +18,8 @@
 #include <functional>  // std::function
 #include <vector>
 
-#include "dtype.h"    // bf16, f32_to_bf16, bf16_to_f32, acc_t
+#include "dtype.h"      // bf16, f32_to_bf16, bf16_to_f32, acc_t
+#include "gemm_bf16.h"  // bf16_gemm: bf16 products on the CPU's bf16 instructions
 #include "kernels.h"  // nz::cpu::*
 
 namespace {
@@ -930,6 +931,51 @@ TEST(Determinism, SameBitsWhereverTheOperandsLie) {
         for (size_t i = 0; i < r.size(); i++)
           EXPECT_TRUE(bitwise_equal(r[i], first[i])) << names[i] << ", " << threads << " threads, shift " << shift;
       });
+}
+
+// bf16 products on the CPU's bf16 instructions (oneDNN), in the three layouts the matmul kernels
+// use: against the exact product of the same bf16 operands (in double: every product of two bf16
+// values is exact), within the bound of an fp32 sum of K exact products, |err| <= gamma_K sum|a||b|
+// with gamma_K = K u / (1 - K u), u = 2^-24 (in any order of summation); and the same bits again on
+// a second call. Where this CPU has no bf16 instructions, bf16_gemm must decline and touch nothing.
+TEST(Bf16Gemm, HardwareProductsWithinTheFp32SumBound) {
+  Rng rng(23);
+  const bool hw = nz::cpu::bf16_gemm_available();
+  printf("[ bf16   ] bf16 products on this CPU's bf16 instructions: %s\n", hw ? "yes" : "no (widened + sgemm)");
+  struct Case { bool ta, tb; int M, N, K; };
+  for (const Case cs : {Case{false, true, 69, 80, 96}, Case{false, false, 69, 96, 80}, Case{true, false, 80, 96, 69},
+                        Case{false, true, 256, 384, 1536}}) {
+    const int M = cs.M, N = cs.N, K = cs.K;
+    const int lda = cs.ta ? M : K, ldb = cs.tb ? K : N;  // rows of a and b as stored
+    std::vector<bf16> a(size_t(M) * K), b(size_t(K) * N);
+    for (auto& x : a) x = nz::f32_to_bf16(float(rng.uniform(-2, 2)));
+    for (auto& x : b) x = nz::f32_to_bf16(float(rng.uniform(-2, 2)));
+    auto A = [&](int i, int k) { return double(nz::bf16_to_f32(cs.ta ? a[size_t(k) * lda + i] : a[size_t(i) * lda + k])); };
+    auto B = [&](int k, int j) { return double(nz::bf16_to_f32(cs.tb ? b[size_t(j) * ldb + k] : b[size_t(k) * ldb + j])); };
+    std::vector<float> c(size_t(M) * N, 7.0f), again(size_t(M) * N, 8.0f);
+    const bool ran = nz::cpu::bf16_gemm(cs.ta, cs.tb, M, N, K, a.data(), lda, b.data(), ldb, c.data(), N);
+    EXPECT_EQ(ran, hw) << "bf16_gemm ran on one shape and not on another";
+    if (!ran) {
+      for (float x : c) ASSERT_EQ(x, 7.0f) << "bf16_gemm declined but wrote its output";
+      continue;
+    }
+    const double u = 0x1p-24, gamma = K * u / (1 - K * u);
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        double exact = 0, mag = 0;
+        for (int k = 0; k < K; k++) {
+          exact += A(i, k) * B(k, j);
+          mag += std::fabs(A(i, k) * B(k, j));
+        }
+        const double err = std::fabs(double(c[size_t(i) * N + j]) - exact);
+        ASSERT_LE(err, gamma * mag) << "(" << i << "," << j << ") of " << M << "x" << N << "x" << K;
+        if (mag > 0) worst = std::max(worst, err / (gamma * mag));
+      }
+    nz::cpu::bf16_gemm(cs.ta, cs.tb, M, N, K, a.data(), lda, b.data(), ldb, again.data(), N);
+    EXPECT_EQ(std::memcmp(c.data(), again.data(), c.size() * sizeof(float)), 0) << "not the same bits on a second call";
+    printf("[ bf16   ] %c%c %4dx%4dx%4d: worst error %.3f of its bound\n", cs.ta ? 'T' : 'N', cs.tb ? 'T' : 'N', M, N, K, worst);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+// gemm_bf16.cpp — bf16 products through oneDNN's matmul (see gemm_bf16.h for why).
+#include "gemm_bf16.h"
+
+#include <cstdlib>  // getenv
+#include <cstring>  // strcmp, strstr
+#include <map>      // the primitives made so far, one per shape
+#include <tuple>
+
+#include <omp.h>     // omp_in_parallel, omp_get_max_threads
+#include <dnnl.hpp>  // dnnl::matmul (oneDNN, Debian's libdnnl-dev)
+
+#include "check.h"  // NZ_CHECK
+
+namespace nz::cpu {
+
+namespace {
+
+// A matmul primitive is built (its kernel chosen and generated for this shape) once, then run on
+// new pointers every call: the training loop calls the same few shapes over and over.
+struct Product {
+  dnnl::matmul prim;
+  dnnl::memory a, b, c;
+};
+
+using Shape = std::tuple<bool, bool, int, int, int, int, int, int, int>;  // ta tb M N K lda ldb ldc threads
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// A (rows, cols) matrix as oneDNN sees it: its element (i, j) at p[i * ld + j], or at p[j * ld + i]
+// when it is stored transposed.
+dnnl::memory::desc matrix(int rows, int cols, int ld, bool transposed, dnnl::memory::data_type dt) {
+  using dims = dnnl::memory::dims;
+  return dnnl::memory::desc(dims{rows, cols}, dt, transposed ? dims{1, ld} : dims{ld, 1});
+}
+
+// The primitive for one shape, or null when oneDNN has only its reference (plain loop) kernel for
+// it here: then the widened sgemm is much faster.
+Product* product_for(const Shape& s) {
+  static std::map<Shape, Product> made;
+  static std::map<Shape, bool> refused;
+  if (auto it = made.find(s); it != made.end()) return &it->second;
+  if (refused.count(s)) return nullptr;
+  const auto [ta, tb, M, N, K, lda, ldb, ldc, threads] = s;
+  using dt = dnnl::memory::data_type;
+  const auto a_md = matrix(M, K, lda, ta, dt::bf16), b_md = matrix(K, N, ldb, tb, dt::bf16);
+  const auto c_md = matrix(M, N, ldc, false, dt::f32);
+#if DNNL_VERSION_MAJOR >= 3
+  dnnl::matmul::primitive_desc pd(engine(), a_md, b_md, c_md);
+#else
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine());
+#endif
+  if (std::strstr(pd.impl_info_str(), "ref")) {
+    refused[s] = true;
+    return nullptr;
+  }
+  Product p{dnnl::matmul(pd), dnnl::memory(a_md, engine(), DNNL_MEMORY_NONE),
+            dnnl::memory(b_md, engine(), DNNL_MEMORY_NONE), dnnl::memory(c_md, engine(), DNNL_MEMORY_NONE)};
+  return &made.emplace(s, std::move(p)).first->second;
+}
+
+bool widen_requested() {
+  const char* e = std::getenv("NZ_CPU_BF16_GEMM");
+  return e && std::strcmp(e, "widen") == 0;
+}
+
+}  // namespace
+
+bool bf16_gemm_available() {
+  if (widen_requested()) return false;
+  // A small product's kernel tells what this CPU gets: "brg:avx512_core_bf16", "brg:avx512_core_amx", ...
+  return product_for(Shape{false, false, 64, 64, 64, 64, 64, 64, omp_get_max_threads()}) != nullptr;
+}
+
+bool bf16_gemm(bool ta, bool tb, int M, int N, int K, const bf16* a, int lda, const bf16* b, int ldb,
+               float* c, int ldc) {
+  NZ_CHECK(!omp_in_parallel(), "bf16_gemm: called from inside a parallel region");
+  static const bool widen = widen_requested();
+  if (widen || M == 0 || N == 0 || K == 0) return false;  // (the sgemm path handles empty shapes)
+  // The thread count is part of the key: a primitive is built for the threads it will run on.
+  Product* p = product_for(Shape{ta, tb, M, N, K, lda, ldb, ldc, omp_get_max_threads()});
+  if (!p) return false;
+  p->a.set_data_handle(const_cast<bf16*>(a));
+  p->b.set_data_handle(const_cast<bf16*>(b));
+  p->c.set_data_handle(c);
+  static dnnl::stream stream(engine());
+  p->prim.execute(stream, {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}});
+  stream.wait();
+  return true;
+}
+
+}  // namespace nz::cpu
