@@ -14,14 +14,14 @@ failures=()
 log_dir=$(mktemp -d /tmp/nanozero-tests.XXXXXX)
 
 # Count the NZRESULT lines of one run; remember failures.
-tally() {  # $1 = label, $2 = output file
-  local label=$1 out=$2 p f s
+tally() {  # $1 = label, $2 = output file, $3 = seconds it took
+  local label=$1 out=$2 secs=$3 p f s
   p=$(grep -c '^NZRESULT PASS' "$out")
   f=$(grep -c '^NZRESULT FAIL' "$out")
   s=$(grep -c '^NZRESULT SKIP' "$out")
   pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
   while read -r line; do failures+=("$label: ${line#NZRESULT FAIL }"); done < <(grep '^NZRESULT FAIL' "$out")
-  printf '  %-40s %4d passed %4d failed %4d skipped\n' "$label" "$p" "$f" "$s"
+  printf '  %-40s %4d passed %4d failed %4d skipped %5ds\n' "$label" "$p" "$f" "$s" "$secs"
 }
 
 run_one() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
@@ -30,7 +30,7 @@ run_one() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
   local out="$log_dir/$(echo "$label" | tr ' /=' '___').log"
   local prog="$log_dir/progress.$RANDOM"
   mkdir -p "$prog"
-  local rc=0
+  local rc=0 start=$SECONDS
   if [ "$np" -gt 0 ]; then
     NZ_PROGRESS_DIR=$prog timeout -k 10 "$NZ_TIMEOUT" mpirun -np "$np" "$@" >"$out" 2>&1 || rc=$?
   else
@@ -43,7 +43,7 @@ run_one() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
   elif [ $rc != 0 ] && ! grep -q '^NZRESULT FAIL' "$out"; then
     echo "NZRESULT FAIL (exited with code $rc without reporting a failed test; see $out)" >>"$out"
   fi
-  tally "$label" "$out"
+  tally "$label" "$out" $((SECONDS - start))
   rm -rf "$prog"
 }
 
