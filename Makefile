@@ -26,8 +26,14 @@ BLAS_LIBS  := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 CXXFLAGS   := -std=c++17 -O3 -march=native -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
               -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
 LDFLAGS    := -fopenmp
-# oneDNN (libdnnl-dev): bf16 products on the CPU's bf16 dot-product instructions (common/gemm_bf16.h)
-LDLIBS     := -lpthread $(BLAS_LIBS) -ldnnl
+LDLIBS     := -lpthread $(BLAS_LIBS)
+# oneDNN (libdnnl-dev): bf16 products on the CPU's bf16 dot-product instructions (common/gemm_bf16.h).
+# `make DNNL=0` leaves it out (a build for a GPU machine, say): CPU bf16 products are then widened for sgemm.
+DNNL       ?= 1
+ifeq ($(DNNL),1)
+  CXXFLAGS   += -DNZ_HAVE_DNNL
+  LDLIBS     += -ldnnl
+endif
 
 COMMON_SRC := $(wildcard common/*.cpp)
 COMMON_OBJ := $(COMMON_SRC:%.cpp=$(BUILD)/obj/%.o)

@@ -6,10 +6,17 @@
 #include <map>      // the primitives made so far, one per shape
 #include <tuple>
 
-#include <omp.h>     // omp_in_parallel, omp_get_max_threads
-#include <dnnl.hpp>  // dnnl::matmul (oneDNN, Debian's libdnnl-dev)
+#include <omp.h>  // omp_in_parallel, omp_get_max_threads
 
 #include "check.h"  // NZ_CHECK
+
+#ifndef NZ_HAVE_DNNL  // built without oneDNN (make DNNL=0): bf16 products are always widened for sgemm
+namespace nz::cpu {
+bool bf16_gemm_available() { return false; }
+bool bf16_gemm(bool, bool, int, int, int, const bf16*, int, const bf16*, int, float*, int) { return false; }
+}  // namespace nz::cpu
+#else
+#include <dnnl.hpp>  // dnnl::matmul (oneDNN, Debian's libdnnl-dev)
 
 namespace nz::cpu {
 
@@ -92,3 +99,4 @@ bool bf16_gemm(bool ta, bool tb, int M, int N, int K, const bf16* a, int lda, co
 }
 
 }  // namespace nz::cpu
+#endif  // NZ_HAVE_DNNL
