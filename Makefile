@@ -45,7 +45,8 @@ endif
 LIB        := $(BUILD)/libnanozero.a
 STAGES     := stage0_ddp stage1 stage2 stage3 offload
 STAGE_BINS := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin/$(s)))
-TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
+TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp)) \
+              $(patsubst inference/%.cpp,$(BUILD)/bin/%,$(wildcard inference/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
 .PHONY: all extra deps run test diff clean bench-adam bench plots exercise check print-build-flags
@@ -74,6 +75,11 @@ $(BUILD)/bin/%: $(BUILD)/obj/%/train.o $(LIB)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+# inference/: one more rung beside the stages (generate: KV cache, batching, weight placement)
+$(BUILD)/bin/%: $(BUILD)/obj/inference/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 

@@ -89,6 +89,18 @@ void init_unit(const Layout& L, int u, uint64_t seed, float* out) {
   }
 }
 
+std::vector<float> padded_params(const Layout& L, const std::vector<float>& weights) {
+  NZ_CHECK(L.world == 1 && weights.size() == L.num_params, "%zu weights for a layout of %zu", weights.size(),
+           L.num_params);
+  std::vector<float> params(L.padded_total, 0.0f);
+  size_t at = 0;
+  for (const Unit& u : L.units) {
+    memcpy(params.data() + u.offset, weights.data() + at, u.numel * sizeof(float));
+    at += u.numel;
+  }
+  return params;
+}
+
 // ---------------------------------------------------------------- activations
 
 namespace {

@@ -78,6 +78,10 @@ size_t param_count_formula(const GPTConfig& cfg);
 // weight 1. Each unit has its own random stream, so stage3 can initialise units one at a time.
 void init_unit(const Layout& L, int u, uint64_t seed, float* out);
 
+// A model file's Ψ weights (layout order, as load_model reads them) spread into the padded layout
+// of N = 1 (each unit at its offset, zeros after it): what the tools run a saved model from.
+std::vector<float> padded_params(const Layout& L, const std::vector<float>& weights);
+
 // Activation bytes for a micro-batch of B sequences of length T (the estimator uses this too).
 size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt);
 

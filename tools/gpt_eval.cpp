@@ -94,12 +94,7 @@ int main(int argc, char** argv) {
 
   // The model in fp32, on the CPU.
   Layout L = make_layout(cfg, 1);
-  std::vector<float> params(L.padded_total, 0.0f);
-  size_t at = 0;
-  for (const Unit& u : L.units) {
-    memcpy(params.data() + u.offset, weights.data() + at, u.numel * sizeof(float));
-    at += u.numel;
-  }
+  std::vector<float> params = padded_params(L, weights);
   batch = std::min(batch, n_windows);
   GPT model(L, DType::F32, batch, seq);
   double sum = 0;
