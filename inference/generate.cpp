@@ -42,7 +42,7 @@ namespace {
 struct Options {
   std::string model, preset, prompt = "\n", prompts_file, weights = "device", weights_dir, device = "cpu";
   std::string kernels = "fast", precision = "fp32";
-  int batch = 0, length = 200, kv_cache = 1, prefetch = 1, window = 0, bench = 0;
+  int batch = 0, length = 200, kv_cache = 1, prefetch = 1, window = 0, bench = 0, int8 = 0, int8_embed = 1;
   float temperature = 0.8f;
   uint64_t seed = 1;
   bool quiet = false;
@@ -54,7 +54,7 @@ struct Result {
   int generated = 0;              // bytes generated per sequence (the longest prompt's row)
   bool hit_window = false;
   double ms = 0;                  // wall time of the decode loop
-  uint64_t link_bytes = 0, comm_elems = 0, gathered_peak = 0, kv_cache = 0, params_device = 0;
+  uint64_t link_bytes = 0, comm_elems = 0, params_stored = 0, gathered_peak = 0, kv_cache = 0, params_device = 0;
 };
 
 Placement placement_of(const std::string& w) {
@@ -81,8 +81,9 @@ Result generate(const Options& o, Comm& comm, const Layout& L, DType dt, const s
   Ledger::get().reset();
   const Layout sharded = make_layout(cfg, comm.size());
   const Placement where = placement_of(o.weights);
-  Weights weights(where, L, sharded, dt, params.data(), o.prefetch, comm, o.weights_dir);
+  Weights weights(where, L, sharded, dt, params.data(), o.prefetch, comm, o.weights_dir, o.int8, !o.int8_embed);
   r.params_device = Ledger::get().current(Category::Params, Location::Device);
+  r.params_stored = Ledger::get().current(Category::Params);
   const CommStats before = comm.stats();
 
   std::vector<std::vector<int>> seq(B);
@@ -187,6 +188,9 @@ Options parse(int argc, char** argv) {
           "  --weights W           device (default) | host | disk | sharded (under mpirun: stage3's slices)\n"
           "  --weights-dir DIR     --weights disk: where the weights file goes (default /tmp)\n"
           "  --prefetch 1|0        bring the next unit in before this one runs (default 1)\n"
+          "  --weights-int8        store and move the weights as int8, one fp32 scale per block of 64,\n"
+          "                        dequantised per unit just before it runs (not with --weights sharded)\n"
+          "  --int8-embed 1|0      with --weights-int8: the tied embedding in int8 too (default 1)\n"
           "  --precision P         fp32 (default) | bf16\n"
           "  --kernels K           fast (default) | reference (the hand-written kernels)\n"
           "  --device D            cpu (default) | cuda | auto\n"
@@ -211,6 +215,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--kernels") o.kernels = next();
     else if (a == "--device") o.device = next();
     else if (a == "--quiet") o.quiet = true;
+    else if (a == "--weights-int8") o.int8 = 1;
+    else if (a == "--int8-embed") o.int8_embed = parse_int(a, next(), 0, 1);
     else if (a == "--seed") o.seed = uint64_t(parse_int(a, next(), 0, 2147483647));
     else if (a == "--temperature") {
       std::string v = next();
@@ -226,6 +232,8 @@ Options parse(int argc, char** argv) {
   if (o.model.empty() == o.preset.empty()) user_error("give --model PATH (or --preset NAME for timing); see generate --help");
   if (o.weights != "device" && o.weights != "host" && o.weights != "disk" && o.weights != "sharded")
     user_error("--weights %s: valid: device, host, disk, sharded", o.weights.c_str());
+  if (o.int8 && o.weights == "sharded")
+    user_error("--weights-int8 with --weights sharded: not supported (slices would cut the blocks of 64); use device, host or disk");
   if (o.precision != "fp32" && o.precision != "bf16") user_error("--precision %s: valid: fp32, bf16", o.precision.c_str());
   if (o.kernels != "fast" && o.kernels != "reference") user_error("--kernels %s: valid: fast, reference", o.kernels.c_str());
   if (o.device != "cpu" && o.device != "cuda" && o.device != "auto")
@@ -311,17 +319,18 @@ int main(int argc, char** argv) {
     // lookup in one visit); the first lookup adds one embedding: total = steps·P + embed.
     const int B = int(prompts.size());
     fprintf(stderr,
-            "%d sequences x %d steps, kv-cache %d, weights %s%s, %s: %.3f ms per step, %.1f tokens/s\n"
+            "%d sequences x %d steps, kv-cache %d, weights %s%s%s, %s: %.3f ms per step, %.1f tokens/s\n"
             "ledger: kv_cache %llu B (2·L·B·T·C·e = %zu), params on the device %llu B, units on the device at most %llu B\n"
             "per decode step: %.0f B host->device, %.0f elements all-gathered (sent per rank)\n"
-            "stats: steps=%d link_bytes=%llu allgather_elems=%llu gathered_peak=%llu kv_cache=%llu params_device=%llu\n",
-            B, r.steps, o.kv_cache, o.weights.c_str(), o.prefetch ? " (prefetch)" : "", dtype_name(dt),
+            "stats: steps=%d link_bytes=%llu allgather_elems=%llu gathered_peak=%llu kv_cache=%llu params_device=%llu params_stored=%llu\n",
+            B, r.steps, o.kv_cache, o.weights.c_str(), o.prefetch ? " (prefetch)" : "",
+            o.int8 ? (o.int8_embed ? " int8" : " int8 (embedding kept)") : "", dtype_name(dt),
             r.steps ? r.ms / r.steps : 0.0, r.steps ? 1000.0 * B * r.steps / r.ms : 0.0,
             (unsigned long long)r.kv_cache, kv_cache_bytes(cfg, B, dt), (unsigned long long)r.params_device,
             (unsigned long long)r.gathered_peak, r.steps ? double(r.link_bytes) / r.steps : 0.0,
             r.steps ? double(r.comm_elems) / r.steps : 0.0, r.steps, (unsigned long long)r.link_bytes,
             (unsigned long long)r.comm_elems, (unsigned long long)r.gathered_peak, (unsigned long long)r.kv_cache,
-            (unsigned long long)r.params_device);
+            (unsigned long long)r.params_device, (unsigned long long)r.params_stored);
   }
   return 0;
 }

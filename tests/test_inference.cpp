@@ -16,6 +16,7 @@
 #include "ledger.h"
 #include "model.h"
 #include "ops.h"
+#include "quant.h"
 #include "rng.h"
 
 using namespace nz;
@@ -149,4 +150,51 @@ TEST(Decoder, KVCacheLedgerIsTwoLBTCe) {
       }
       EXPECT_EQ(Ledger::get().current(Category::KVCache), 0u);
     }
+}
+
+// int8: every element within half its block's scale of the original, the block's largest |w| at
+// ±127 exactly, blocks counted from the unit's first element (a unit of 200: blocks 64, 64, 64, 8).
+TEST(Int8, DequantisedWithinHalfAScaleOfTheOriginal) {
+  Rng rng(17);
+  const size_t n = 200;
+  std::vector<float> w(n);
+  for (size_t i = 0; i < n; i++) w[i] = rng.normal() * (i < 64 ? 0.02f : i < 128 ? 3.0f : 1e-4f);
+  for (size_t i = 128; i < 192; i++) w[i] = 0.0f;  // an all-zero block: scale 0, exact zeros
+  std::vector<int8_t> q(n);
+  std::vector<float> s((n + 63) / 64);
+  quantize_int8(w.data(), n, q.data(), s.data());
+  ASSERT_EQ(s.size(), 4u);
+  std::vector<float> deq(n);
+  dequantize_int8<float>(deq.data(), q.data(), s.data(), n);
+  for (size_t b = 0; b < s.size(); b++) {
+    float amax = 0;
+    for (size_t i = b * 64; i < std::min(n, b * 64 + 64); i++) amax = std::max(amax, std::fabs(w[i]));
+    EXPECT_EQ(s[b], amax / 127.0f) << "block " << b;
+    bool has_127 = amax == 0;
+    for (size_t i = b * 64; i < std::min(n, b * 64 + 64); i++) {
+      // q·s rounds once in fp32: allow that one rounding (2^-24 relative) on top of s/2
+      EXPECT_LE(std::fabs(w[i] - deq[i]), s[b] / 2 * (1 + 1e-6f) + std::fabs(w[i]) * 6e-8f) << "element " << i;
+      has_127 |= std::abs(q[i]) == 127;
+    }
+    EXPECT_TRUE(has_127) << "block " << b << ": the largest weight must map to ±127";
+  }
+  EXPECT_EQ(int8_unit_bytes(n), 200u + 4 * 4);
+  // a wrong block alignment (scales shifted by one block) breaks the bound: the check can fail
+  std::vector<float> shifted(s.begin() + 1, s.end());
+  shifted.push_back(s[0]);
+  dequantize_int8<float>(deq.data(), q.data(), shifted.data(), n);
+  size_t outside = 0;
+  for (size_t i = 0; i < n; i++) outside += std::fabs(w[i] - deq[i]) > s[i / 64] / 2 * (1 + 1e-6f) + 1e-12f;
+  EXPECT_GT(outside, 0u);
+}
+
+// The byte count of a model stored as int8: n + 4·ceil(n/64) per unit, 3.76x below fp32 for small.
+TEST(Int8, ModelBytesDropByTheFormulasFactor) {
+  GPTConfig c;
+  ASSERT_TRUE(preset_config("small", &c));
+  Layout L = make_layout(c, 1);
+  size_t int8 = 0;
+  for (const Unit& u : L.units) int8 += int8_unit_bytes(u.padded);
+  const double factor = double(L.padded_total * 4) / double(int8);
+  EXPECT_NEAR(factor, 4.0 / (1.0 + 4.0 / 64), 0.01);
 }

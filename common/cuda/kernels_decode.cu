@@ -1,10 +1,12 @@
 // kernels_decode.cu — the two ops of a KV-cached decode step that kernels.h does not have
-// (decoder.h): the embedding of one position, and one query row attending over the cache.
+// (decoder.h): the embedding of one position, one query row attending over the cache, and the
+// dequantisation of an int8 unit (quant.h).
 // The attention is the reference attention kernel's row pos (kernels_attention.cu), one warp per
 // (b, h), with K and V read from the cache (B, Tc, C) instead of qkv.
 #include "check.h"          // NZ_CHECK
 #include "cuda_common.cuh"  // load/store, warp_sum, NZ_CUDA_CHECK_LAUNCH
 #include "decoder.h"
+#include "quant.h"          // kQuantBlock
 
 namespace nz {
 namespace decode_cuda {
@@ -63,7 +65,21 @@ __global__ void attention_at_kernel(T* out, const T* qkv, const T* kcache, const
   }
 }
 
+// out[i] = q[i] · scale of its block of 64 (quant.h)
+template <class T>
+__global__ void dequantize_int8_kernel(T* out, const int8_t* q, const float* scales, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = store<T>(float(q[i]) * scales[i / kQuantBlock]);
+}
+
 }  // namespace
+
+template <class T>
+void dequantize_int8(T* out, const int8_t* q, const float* scales, size_t n) {
+  if (n == 0) return;
+  dequantize_int8_kernel<T><<<cuda::grid_for(n, 256), 256>>>(out, q, scales, n);
+  NZ_CUDA_CHECK_LAUNCH();
+}
 
 template <class T>
 void embedding_at(T* out, const int* tokens, const T* wte, const T* wpe, int pos, int B, int C) {
@@ -84,6 +100,7 @@ void attention_at(T* out, const T* qkv, const T* kcache, const T* vcache, int po
 }
 
 #define NZ_INSTANTIATE(T)                                                                 \
+  template void dequantize_int8<T>(T*, const int8_t*, const float*, size_t);              \
   template void embedding_at<T>(T*, const int*, const T*, const T*, int, int, int);       \
   template void attention_at<T>(T*, const T*, const T*, const T*, int, int, int, int, int);
 NZ_INSTANTIATE(float)
