@@ -49,7 +49,7 @@ TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp)) \
               $(patsubst inference/%.cpp,$(BUILD)/bin/%,$(wildcard inference/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
-.PHONY: all extra deps run test diff clean bench-adam bench plots exercise check print-build-flags
+.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots exercise check print-build-flags
 all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
 
 # Fragments tests/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
@@ -107,6 +107,12 @@ bench-adam: all
 # where it imports)
 bench: all
 	@bash scripts/bench.sh
+
+# inference: tokens/s against B for each weight placement (sharded on 2 ranks), ms per byte with and
+# without the KV cache, bytes moved per token (inference/generate.cpp --bench)
+bench-inference: all
+	@$(BUILD)/bin/generate --preset small --bench --length 32
+	@mpirun -np 2 $(BUILD)/bin/generate --preset small --bench --length 32
 
 plots: deps
 	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)

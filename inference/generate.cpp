@@ -54,6 +54,8 @@ struct Result {
   int generated = 0;              // bytes generated per sequence (the longest prompt's row)
   bool hit_window = false;
   double ms = 0;                  // wall time of the decode loop
+  double decode_ms = 0;           // of it, the steps that sample (after the prefill)
+  int decode_steps = 0;
   uint64_t link_bytes = 0, comm_elems = 0, params_stored = 0, gathered_peak = 0, kv_cache = 0, params_device = 0;
 };
 
@@ -70,13 +72,15 @@ Result generate(const Options& o, Comm& comm, const Layout& L, DType dt, const s
   const GPTConfig& cfg = L.cfg;
   const int B = int(prompts.size());
   const int W = o.window;  // positions the model may use
-  int longest = 0;
-  for (const std::string& p : prompts) longest = std::max(longest, int(p.size()));
+  int longest = 0, shortest = W;
+  for (const std::string& p : prompts) {
+    longest = std::max(longest, int(p.size()));
+    shortest = std::min(shortest, int(p.size()));
+  }
   // steps s = 0 .. S-1 feed position s and sample s + 1; the longest prompt then gets `length` bytes
   const int S = std::min(W, longest - 1 + o.length);
   Result r;
   r.hit_window = longest - 1 + o.length > W;
-  r.steps = S;
   r.generated = S + 1 - longest;
   Ledger::get().reset();
   const Layout sharded = make_layout(cfg, comm.size());
@@ -121,9 +125,15 @@ Result generate(const Options& o, Comm& comm, const Layout& L, DType dt, const s
     }
   };
 
-  feed(0, weights.acquire(EMBED, 1));
+  // The first step that samples is the shortest prompt's last position. Before it, the cache is
+  // filled one position per step (the prefill); the full recompute has nothing to do there: its
+  // first step covers every position before it anyway.
+  const int first_sample = shortest - 1, first = dec ? 0 : first_sample;
+  std::chrono::steady_clock::time_point t_decode = t0;
+  feed(first, weights.acquire(EMBED, 1));
   weights.release(EMBED);
-  for (int s = 0; s < S; s++) {
+  for (int s = first; s < S; s++) {
+    if (s == first_sample) t_decode = std::chrono::steady_clock::now();
     for (int u = 1; u <= LNF; u++) {
       const void* p = weights.acquire(u, u < LNF ? u + 1 : EMBED);  // prefetch: the next unit
       if (dec) dec->forward(u, p);
@@ -144,7 +154,11 @@ Result generate(const Options& o, Comm& comm, const Layout& L, DType dt, const s
     weights.release(EMBED);
   }
   device_sync();
-  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  r.ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  r.decode_ms = std::chrono::duration<double, std::milli>(t1 - t_decode).count();
+  r.decode_steps = S - first_sample;
+  r.steps = S - first;
   const CommStats d = comm.stats() - before;
   r.link_bytes = weights.link_bytes();
   r.comm_elems = d.op[int(CommOp::AllGather)].elems_sent;
@@ -196,7 +210,9 @@ Options parse(int argc, char** argv) {
           "  --device D            cpu (default) | cuda | auto\n"
           "  --temperature X       0 (greedy) to 100 (default 0.8)\n"
           "  --seed N              random seed (default 1); sequence b samples from stream b\n"
-          "  --quiet               the text only, no statistics\n",
+          "  --quiet               the text only, no statistics\n"
+          "  --bench               tokens/s against B (1..16) per placement, ms per byte with and without\n"
+          "                        the cache, bytes moved per token; --length steps per run\n",
           preset_names());
       exit(0);
     }
@@ -215,6 +231,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--kernels") o.kernels = next();
     else if (a == "--device") o.device = next();
     else if (a == "--quiet") o.quiet = true;
+    else if (a == "--bench") o.bench = 1;
     else if (a == "--weights-int8") o.int8 = 1;
     else if (a == "--int8-embed") o.int8_embed = parse_int(a, next(), 0, 1);
     else if (a == "--seed") o.seed = uint64_t(parse_int(a, next(), 0, 2147483647));
@@ -262,6 +279,50 @@ std::vector<std::string> read_prompts(const Options& o) {
   return prompts;
 }
 
+// --bench: tokens/s against B for each placement this run can use (sharded under mpirun, the
+// others on one rank), then ms per token with and without the cache, and the bytes moved per token.
+int bench(Options o, Comm& comm, const Layout& L, DType dt, const std::vector<char>& params) {
+  const bool root = comm.rank() == 0;
+  std::vector<std::string> places = comm.size() > 1 ? std::vector<std::string>{"sharded"}
+                                                    : std::vector<std::string>{"device", "host", "disk"};
+  if (root)
+    printf("%s, %s, %d rank%s, %d decode steps per run (prompt: one byte)%s\n"
+           "%-9s %5s %12s %12s %16s %18s\n",
+           dtype_name(dt), o.int8 ? "int8 weights" : "weights as stored", comm.size(), comm.size() > 1 ? "s" : "",
+           o.length, o.prefetch ? ", prefetch" : "", "weights", "B", "tokens/s", "ms/step", "link B/token",
+           "all-gather B/token");
+  std::vector<int> batches = {1, 2, 4, 8, 16};
+  for (const std::string& w : places) {
+    o.weights = w;
+    for (int B : batches) {
+      o.kv_cache = 1;
+      std::vector<std::string> prompts(B, "\n");
+      Result r = generate(o, comm, L, dt, params, prompts);
+      const double tokens = double(B) * r.steps;
+      if (root)
+        printf("%-9s %5d %12.1f %12.3f %16.0f %18.0f\n", w.c_str(), B, 1000.0 * tokens / r.ms, r.ms / r.steps,
+               r.link_bytes / tokens, r.comm_elems * double(dtype_bytes(dt)) / tokens);
+    }
+  }
+  // the cache's effect at B = 1, at the end of the window: a prompt that fills it but for the last
+  // n bytes, then n bytes generated. Per generated byte the cache computes one position, the full
+  // recompute every position of the window (the prefill, one position per step, is timed apart).
+  o.weights = places[0];
+  const int n = std::min(o.length, 8);
+  const std::string prompt(o.window - n, 'a');
+  for (int kv : {1, 0}) {
+    o.kv_cache = kv;
+    o.length = n;
+    Result r = generate(o, comm, L, dt, params, {prompt});
+    if (root)
+      printf("kv-cache %d: %.3f ms per generated byte at positions %d..%d (B = 1, weights %s)%s\n", kv,
+             r.decode_ms / r.decode_steps, o.window - n, o.window - 1, o.weights.c_str(),
+             kv ? (" after a prefill of " + std::to_string(r.steps - r.decode_steps) + " positions in " +
+                   std::to_string(int(r.ms - r.decode_ms)) + " ms").c_str() : "");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -269,7 +330,7 @@ int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   if (o.weights == "sharded" && comm.size() == 1 && !o.quiet && comm.rank() == 0)
     fprintf(stderr, "note: --weights sharded on 1 rank gathers from itself; run it under mpirun -np N\n");
-  if (o.weights != "sharded" && comm.size() > 1)
+  if (o.weights != "sharded" && comm.size() > 1 && !o.bench)
     user_error("--weights %s runs on one rank; under mpirun use --weights sharded", o.weights.c_str());
   std::vector<std::string> prompts = read_prompts(o);
   GPTConfig cfg;
@@ -303,6 +364,7 @@ int main(int argc, char** argv) {
   if (dt == DType::BF16) cpu::cast<bf16, float>(reinterpret_cast<bf16*>(params.data()), padded.data(), padded.size());
   else memcpy(params.data(), padded.data(), params.size());
 
+  if (o.bench) return bench(o, comm, L, dt, params);
   Result r = generate(o, comm, L, dt, params, prompts);
   if (comm.rank() != 0) return 0;
   for (size_t b = 0; b < r.text.size(); b++) {
@@ -319,13 +381,15 @@ int main(int argc, char** argv) {
     // lookup in one visit); the first lookup adds one embedding: total = steps·P + embed.
     const int B = int(prompts.size());
     fprintf(stderr,
-            "%d sequences x %d steps, kv-cache %d, weights %s%s%s, %s: %.3f ms per step, %.1f tokens/s\n"
+            "%d sequences x %d steps, kv-cache %d, weights %s%s%s, %s: %.3f ms per step, %.1f tokens/s; "
+            "%.3f ms per generated byte after the prompt\n"
             "ledger: kv_cache %llu B (2·L·B·T·C·e = %zu), params on the device %llu B, units on the device at most %llu B\n"
             "per decode step: %.0f B host->device, %.0f elements all-gathered (sent per rank)\n"
             "stats: steps=%d link_bytes=%llu allgather_elems=%llu gathered_peak=%llu kv_cache=%llu params_device=%llu params_stored=%llu\n",
             B, r.steps, o.kv_cache, o.weights.c_str(), o.prefetch ? " (prefetch)" : "",
             o.int8 ? (o.int8_embed ? " int8" : " int8 (embedding kept)") : "", dtype_name(dt),
             r.steps ? r.ms / r.steps : 0.0, r.steps ? 1000.0 * B * r.steps / r.ms : 0.0,
+            r.decode_steps ? r.decode_ms / r.decode_steps : 0.0,
             (unsigned long long)r.kv_cache, kv_cache_bytes(cfg, B, dt), (unsigned long long)r.params_device,
             (unsigned long long)r.gathered_peak, r.steps ? double(r.link_bytes) / r.steps : 0.0,
             r.steps ? double(r.comm_elems) / r.steps : 0.0, r.steps, (unsigned long long)r.link_bytes,
