@@ -82,6 +82,19 @@ void Decoder::probs_row(int b, float* out) const {
   }
 }
 
+void Decoder::fill_cache(int l, const void* qkv, int Tq, int T0, int b) {
+  NZ_CHECK(T0 <= Tq && Tq <= L_.cfg.ctx && b <= B_, "prefill of %d positions of %d, %d rows", T0, Tq, b);
+  const size_t e = dtype_bytes(dt_), C = L_.cfg.dim, Tc = L_.cfg.ctx;
+  char* kcache = static_cast<char*>(kv_.data()) + size_t(l) * 2 * B_ * Tc * C * e;  // (B, Tc, C)
+  char* vcache = kcache + size_t(B_) * Tc * C * e;
+  for (int r = 0; r < b; r++)
+    for (int t = 0; t < T0; t++) {
+      const char* row = static_cast<const char*>(qkv) + (size_t(r) * Tq + t) * 3 * C * e;  // q | k | v
+      copy_bytes(kcache + (r * Tc + t) * C * e, Location::Device, row + C * e, Location::Device, C * e);
+      copy_bytes(vcache + (r * Tc + t) * C * e, Location::Device, row + 2 * C * e, Location::Device, C * e);
+    }
+}
+
 #define ACT(T, off) reinterpret_cast<T*>(static_cast<char*>(acts_.data()) + (off))
 
 // The decode-only ops, on this run's backend.

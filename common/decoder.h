@@ -40,6 +40,10 @@ class Decoder {
   void head_forward(const void* embed_params);
   // Row b's probabilities as fp32 on the host.
   void probs_row(int b, float* out_vocab) const;
+  // The prefill: layer l's K and V at positions 0 .. T0-1 of the b sequences, from the q | k | v
+  // (b, Tq, 3C) of a full forward over them (GPT::layer_qkv; Tq >= T0). The whole prompt in one
+  // forward, whose row-wise ops give the same rows as one position per step.
+  void fill_cache(int l, const void* qkv, int Tq, int T0, int b);
 
  private:
   template <class T> void forward_t(int u, const T* p);

@@ -213,6 +213,11 @@ void GPT::probs_row(int row, float* out) const {
   }
 }
 
+const void* GPT::layer_qkv(int l) const {
+  const ActLayout a(L_.cfg, B_, T_, dt_);
+  return static_cast<const char*>(acts_.data()) + a.layer[l].qkv;
+}
+
 // Pointer helpers: a typed view of the activation arena.
 #define ACT(T, off) reinterpret_cast<T*>(static_cast<char*>(acts_.data()) + (off))
 #define GACT(T, off) reinterpret_cast<T*>(static_cast<char*>(grad_acts_.data()) + (off))

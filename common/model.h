@@ -114,6 +114,9 @@ class GPT {
   // After head_forward (before head_backward): the softmax probabilities of one row (token
   // position b*T + t) as fp32 on the host (text generation).
   void probs_row(int row, float* out_vocab) const;
+  // After forward(block l + 1): that block's q | k | v, (B,T,3C) in the storage type on the device
+  // (inference fills its KV cache from a prompt's forward).
+  const void* layer_qkv(int l) const;
 
  private:
   template <class T> void forward_t(int u, const T* p);

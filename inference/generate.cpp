@@ -42,7 +42,7 @@ namespace {
 struct Options {
   std::string model, preset, prompt = "\n", prompts_file, weights = "device", weights_dir, device = "cpu";
   std::string kernels = "fast", precision = "fp32";
-  int batch = 0, length = 200, kv_cache = 1, prefetch = 1, window = 0, bench = 0, int8 = 0, int8_embed = 1;
+  int batch = 0, length = 200, kv_cache = 1, prefill = 1, prefetch = 1, window = 0, bench = 0, int8 = 0, int8_embed = 1;
   float temperature = 0.8f;
   uint64_t seed = 1;
   bool quiet = false;
@@ -125,10 +125,27 @@ Result generate(const Options& o, Comm& comm, const Layout& L, DType dt, const s
     }
   };
 
-  // The first step that samples is the shortest prompt's last position. Before it, the cache is
-  // filled one position per step (the prefill); the full recompute has nothing to do there: its
-  // first step covers every position before it anyway.
-  const int first_sample = shortest - 1, first = dec ? 0 : first_sample;
+  // The first step that samples is the shortest prompt's last position. The positions before it
+  // are prompt bytes in every sequence: the full recompute has nothing to do there (its first step
+  // covers them anyway); the cache needs their K and V. The prefill computes them in one forward
+  // over all those positions, as the trainers' forward does (--prefill 1), or one position per
+  // step like the rest (--prefill 0); with the reference kernels both fill the same bits.
+  const int first_sample = shortest - 1;
+  int first = dec ? 0 : first_sample;
+  if (dec && o.prefill && first_sample > 0) {
+    const int T0 = first_sample;
+    GPT prompt_forward(L, dt, B, T0);
+    std::vector<int> toks(size_t(B) * T0), none(size_t(B) * T0, 0);
+    for (int b = 0; b < B; b++) std::copy(seq[b].begin(), seq[b].begin() + T0, toks.begin() + size_t(b) * T0);
+    prompt_forward.set_batch(toks.data(), none.data(), B);
+    for (int u = 0; u < LNF; u++) {  // embed and blocks; the LM head waits for the first step
+      const void* p = weights.acquire(u, u + 1 < LNF ? u + 1 : EMBED);
+      prompt_forward.forward(u, p);
+      if (u > 0) dec->fill_cache(u - 1, prompt_forward.layer_qkv(u - 1), T0, T0, B);  // K, V of 0 .. T0-1
+      weights.release(u);
+    }
+    first = T0;
+  }
   std::chrono::steady_clock::time_point t_decode = t0;
   feed(first, weights.acquire(EMBED, 1));
   weights.release(EMBED);
@@ -199,6 +216,7 @@ Options parse(int argc, char** argv) {
           "  --window T            positions the model may use, at most its context (default: the context);\n"
           "                        a model trained with --seq T has never seen a position past T\n"
           "  --kv-cache 1|0        1 (default): compute only the new position; 0: the full forward each step\n"
+          "  --prefill 1|0         with the cache: the prompt in one forward (default), or one byte per step\n"
           "  --weights W           device (default) | host | disk | sharded (under mpirun: stage3's slices)\n"
           "  --weights-dir DIR     --weights disk: where the weights file goes (default /tmp)\n"
           "  --prefetch 1|0        bring the next unit in before this one runs (default 1)\n"
@@ -225,6 +243,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--window") o.window = parse_int(a, next(), 1, 1 << 20);
     else if (a == "--kv-cache") o.kv_cache = parse_int(a, next(), 0, 1);
     else if (a == "--prefetch") o.prefetch = parse_int(a, next(), 0, 1);
+    else if (a == "--prefill") o.prefill = parse_int(a, next(), 0, 1);
     else if (a == "--weights") o.weights = next();
     else if (a == "--weights-dir") o.weights_dir = next();
     else if (a == "--precision") o.precision = next();

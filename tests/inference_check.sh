@@ -34,6 +34,20 @@ for prec in fp32 bf16; do
   done
 done
 
+# ---- the prefill (the prompt in one forward) against one byte per step and the recompute ----
+printf 'Once upon a time\n%s\n' "$full" >"$tmp/prompts2.txt"  # no 1-byte prompt: 15 positions prefilled
+for prec in fp32 bf16; do
+  for B in 1 2; do
+    args="--model $tmp/tiny.model --prompts $tmp/prompts2.txt --batch $B --length 12 --kernels reference --precision $prec --quiet"
+    $gen $args --prefill 1 >"$tmp/p1.txt" 2>/dev/null
+    $gen $args --prefill 0 >"$tmp/p0.txt" 2>/dev/null
+    $gen $args --kv-cache 0 >"$tmp/r.txt" 2>/dev/null
+    if [ -s "$tmp/p1.txt" ] && cmp -s "$tmp/p1.txt" "$tmp/p0.txt" && cmp -s "$tmp/p1.txt" "$tmp/r.txt"; then
+      pass "prefill_equals_steps_and_recompute_${prec}_B$B"
+    else fail "prefill_equals_steps_and_recompute_${prec}_B$B" "texts differ or are empty"; fi
+  done
+done
+
 # ---- stopping at the context: one line says so; the text is still there ----
 $gen --model "$tmp/tiny.model" --prompt "$full" --length 5 --quiet >"$tmp/o.txt" 2>"$tmp/e.txt"
 rc=$?

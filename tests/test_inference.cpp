@@ -95,6 +95,47 @@ TEST(Decoder, CacheGivesTheFullForwardsProbabilitiesToTheBitWithReferenceKernels
   set_kernels(Kernels::Fast);
 }
 
+// The prefill: positions 0 .. T0-1 in one full forward, their K and V copied into the cache, then
+// one position per step: the same bits as the full forward at every later position.
+TEST(Decoder, PrefillFromOneForwardThenStepsGivesTheSameBits) {
+  set_kernels(Kernels::Reference);
+  GPTConfig c{256, 24, 2, 32, 4};
+  Layout L = make_layout(c, 1);
+  const int B = 3, T0 = 10, V = c.vocab;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const size_t e = dtype_bytes(dt);
+    const std::vector<char> p = init_params(L, dt);
+    const std::vector<int> tokens = random_tokens(B * c.ctx, 13);
+    const std::vector<float> want = full_probs(L, dt, p.data(), tokens, B, c.ctx);
+    Decoder d(L, dt, B);
+    {
+      GPT pre(L, dt, B, T0);
+      std::vector<int> toks, none(size_t(B) * T0, 0);
+      for (int b = 0; b < B; b++) toks.insert(toks.end(), tokens.begin() + b * c.ctx, tokens.begin() + b * c.ctx + T0);
+      pre.set_batch(toks.data(), none.data(), B);
+      for (int u = 0; u < L.lnf_unit(); u++) {
+        pre.forward(u, p.data() + L.units[u].offset * e);
+        if (u > 0) d.fill_cache(u - 1, pre.layer_qkv(u - 1), T0, T0, B);
+      }
+    }
+    std::vector<int> step(B);
+    std::vector<float> got(V);
+    size_t differ = 0;
+    for (int s = T0; s < c.ctx; s++) {
+      for (int b = 0; b < B; b++) step[b] = tokens[size_t(b) * c.ctx + s];
+      d.set_step(step.data(), s, B);
+      for (int u = 0; u < L.num_units(); u++) d.forward(u, p.data() + L.units[u].offset * e);
+      d.head_forward(p.data());
+      for (int b = 0; b < B; b++) {
+        d.probs_row(b, got.data());
+        differ += memcmp(got.data(), want.data() + (size_t(b) * c.ctx + s) * V, V * sizeof(float)) != 0;
+      }
+    }
+    EXPECT_EQ(differ, 0u) << dtype_name(dt) << ": rows that differ after the prefill";
+  }
+  set_kernels(Kernels::Fast);
+}
+
 // The fast kernels: the decode step's products have other shapes than the full forward's, and the
 // BLAS may add their terms in another order. Each product then differs by at most its rounding
 // bound, about K·u·Σ|terms| (u = 2^-24, K <= 4C terms); through 2 blocks and the softmax these stay
