@@ -52,10 +52,11 @@ endif
 LIB        := $(BUILD)/libnanozero.a
 STAGES     := stage0_ddp stage1 stage2 stage3 offload
 STAGE_BINS := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin/$(s)))
-TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
+TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp)) \
+              $(patsubst inference/%.cpp,$(BUILD)/bin/%,$(wildcard inference/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
-.PHONY: all extra deps run test diff clean bench-adam bench plots exercise check print-build-flags
+.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots exercise check print-build-flags
 all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
 
 # Fragments tests/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
@@ -84,6 +85,11 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
+# inference/: one more rung beside the stages (generate: KV cache, batching, weight placement)
+$(BUILD)/bin/%: $(BUILD)/obj/inference/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/gtest_mpi_main.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -lgtest $(LDLIBS) -o $@
@@ -108,6 +114,12 @@ bench-adam: all
 # where it imports)
 bench: all
 	@bash scripts/bench.sh
+
+# inference: tokens/s against B for each weight placement (sharded on 2 ranks), ms per byte with and
+# without the KV cache, bytes moved per token (inference/generate.cpp --bench)
+bench-inference: all
+	@$(BUILD)/bin/generate --preset small --bench --length 32
+	@mpirun -np 2 $(BUILD)/bin/generate --preset small --bench --length 32
 
 plots: deps
 	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)

@@ -21,6 +21,7 @@ const char* category_name(Category c) {
     case Category::CommBuffers: return "comm_buffers";
     case Category::Gathered: return "gathered";
     case Category::Scratch: return "scratch";
+    case Category::KVCache: return "kv_cache";
     default: return "?";
   }
 }

@@ -24,6 +24,7 @@ enum class Category {
   CommBuffers,  // gradient buckets in flight
   Gathered,     // stage3: parameters of units gathered for use, released right after
   Scratch,      // anything else (staging copies, temporary buffers)
+  KVCache,      // inference: the keys and values of every past position, 2·L·B·T·C elements
   kCount
 };
 constexpr int kNumCategories = int(Category::kCount);

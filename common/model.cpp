@@ -89,6 +89,18 @@ void init_unit(const Layout& L, int u, uint64_t seed, float* out) {
   }
 }
 
+std::vector<float> padded_params(const Layout& L, const std::vector<float>& weights) {
+  NZ_CHECK(L.world == 1 && weights.size() == L.num_params, "%zu weights for a layout of %zu", weights.size(),
+           L.num_params);
+  std::vector<float> params(L.padded_total, 0.0f);
+  size_t at = 0;
+  for (const Unit& u : L.units) {
+    memcpy(params.data() + u.offset, weights.data() + at, u.numel * sizeof(float));
+    at += u.numel;
+  }
+  return params;
+}
+
 // ---------------------------------------------------------------- activations
 
 namespace {
@@ -199,6 +211,11 @@ void GPT::probs_row(int row, float* out) const {
     else if (dt_ == DType::BF16) out[i] = bf16_to_f32(reinterpret_cast<const bf16*>(raw.data())[i]);
     else out[i] = float(reinterpret_cast<const double*>(raw.data())[i]);
   }
+}
+
+const void* GPT::layer_qkv(int l) const {
+  const ActLayout a(L_.cfg, B_, T_, dt_);
+  return static_cast<const char*>(acts_.data()) + a.layer[l].qkv;
 }
 
 // Pointer helpers: a typed view of the activation arena.

@@ -78,6 +78,10 @@ size_t param_count_formula(const GPTConfig& cfg);
 // weight 1. Each unit has its own random stream, so stage3 can initialise units one at a time.
 void init_unit(const Layout& L, int u, uint64_t seed, float* out);
 
+// A model file's Ψ weights (layout order, as load_model reads them) spread into the padded layout
+// of N = 1 (each unit at its offset, zeros after it): what the tools run a saved model from.
+std::vector<float> padded_params(const Layout& L, const std::vector<float>& weights);
+
 // Activation bytes for a micro-batch of B sequences of length T (the estimator uses this too).
 size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt);
 
@@ -110,6 +114,9 @@ class GPT {
   // After head_forward (before head_backward): the softmax probabilities of one row (token
   // position b*T + t) as fp32 on the host (text generation).
   void probs_row(int row, float* out_vocab) const;
+  // After forward(block l + 1): that block's q | k | v, (B,T,3C) in the storage type on the device
+  // (inference fills its KV cache from a prompt's forward).
+  const void* layer_qkv(int l) const;
 
  private:
   template <class T> void forward_t(int u, const T* p);

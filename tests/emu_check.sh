@@ -6,6 +6,7 @@
 # limits). What it cannot tell (speed, the GPU's exact bits) tests/gpu_check.sh measures on a GPU.
 #   1. tests of the emulator: a correct kernel works; each deliberately broken one is stopped;
 #   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference;
+#      build/emu/tests/test_cuda_inference: the KV-cached decode step against the CPU decoder;
 #   3. build/emu/tests/test_cuda_comm: ranks sharing one GPU (the MPI path through pinned buffers)
 #      and one GPU per rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI);
 #   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp, and the
@@ -51,6 +52,7 @@ selftest partial_shuffle "a warp operation that not every lane reaches"
 source tests/gtest_run.sh
 gtest() { run_gtest emu "$1" "$log" "${@:2}"; }
 gtest kernels 300 "$EMU/tests/test_cuda_kernels"
+gtest inference 120 "$EMU/tests/test_cuda_inference"
 gtest comm_np1_nccl 120 mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np1_mpi 120 env NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np2_shared 120 mpirun -np 2 "$EMU/tests/test_cuda_comm"

@@ -17,13 +17,14 @@
 #include "data.h"
 #include "device.h"
 #include "model.h"
+#include "quant.h"
 
 using namespace nz;
 
 int main(int argc, char** argv) {
   Comm comm(&argc, &argv);
   std::string model_path, data_path, split = "all";
-  int seq = 0, windows = 0, batch = 8;
+  int seq = 0, windows = 0, batch = 8, int8 = 0, int8_embed = 1;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -42,7 +43,10 @@ int main(int argc, char** argv) {
              "  --data     the text to score\n"
              "  --seq      window length in bytes (default: the model's context)\n"
              "  --split    all (default): the whole file; val: its last 10%%, as the trainers split it\n"
-             "  --windows  score only the first N windows (default: all)\n");
+             "  --windows  score only the first N windows (default: all)\n"
+             "  --weights-int8   score the model as generate --weights-int8 runs it: every unit quantised\n"
+             "                   to int8 (one fp32 scale per block of 64) and dequantised\n"
+             "  --int8-embed 1|0 with --weights-int8: the tied embedding in int8 too (default 1)\n");
       return 0;
     }
     if (a == "--model") model_path = next();
@@ -50,6 +54,12 @@ int main(int argc, char** argv) {
     else if (a == "--seq") seq = pos(next());
     else if (a == "--windows") windows = pos(next());
     else if (a == "--split") split = next();
+    else if (a == "--weights-int8") int8 = 1;
+    else if (a == "--int8-embed") {
+      std::string v = next();
+      if (v != "0" && v != "1") user_error("--int8-embed %s: expected 0 or 1", v.c_str());
+      int8_embed = v == "1";
+    }
     else user_error("unknown flag %s; see gpt_eval --help", a.c_str());
   }
   if (model_path.empty()) user_error("--model PATH is required; see gpt_eval --help");
@@ -94,12 +104,8 @@ int main(int argc, char** argv) {
 
   // The model in fp32, on the CPU.
   Layout L = make_layout(cfg, 1);
-  std::vector<float> params(L.padded_total, 0.0f);
-  size_t at = 0;
-  for (const Unit& u : L.units) {
-    memcpy(params.data() + u.offset, weights.data() + at, u.numel * sizeof(float));
-    at += u.numel;
-  }
+  std::vector<float> params = padded_params(L, weights);
+  if (int8) int8_roundtrip(L, &params, !int8_embed);  // what generate --weights-int8 computes with
   batch = std::min(batch, n_windows);
   GPT model(L, DType::F32, batch, seq);
   double sum = 0;
@@ -112,7 +118,8 @@ int main(int argc, char** argv) {
   }
   if (n_windows > 64) fprintf(stderr, "\n");
   double mean = sum / (double(n_windows) * seq);
-  printf("mean cross-entropy: %.6f nats/byte (%.4f bits/byte) over %d windows of %d bytes\n", mean,
-         mean / std::log(2.0), n_windows, seq);
+  printf("mean cross-entropy: %.6f nats/byte (%.4f bits/byte) over %d windows of %d bytes%s\n", mean,
+         mean / std::log(2.0), n_windows, seq,
+         int8 ? (int8_embed ? ", int8 weights" : ", int8 weights (embedding kept fp32)") : "");
   return 0;
 }

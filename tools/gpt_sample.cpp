@@ -19,6 +19,7 @@
 #include "device.h"
 #include "model.h"
 #include "rng.h"
+#include "sampling.h"
 
 using namespace nz;
 
@@ -87,12 +88,7 @@ int main(int argc, char** argv) {
   load_model(model_path, &cfg, &weights);
   select_device("cpu", 0, false);
   Layout L = make_layout(cfg, 1);
-  std::vector<float> params(L.padded_total, 0.0f);
-  size_t at = 0;
-  for (const Unit& u : L.units) {
-    memcpy(params.data() + u.offset, weights.data() + at, u.numel * sizeof(float));
-    at += u.numel;
-  }
+  std::vector<float> params = padded_params(L, weights);
   if (window_arg > cfg.ctx)
     user_error("--window %d: longer than the model's context %d; use --window %d or less", window_arg, cfg.ctx,
                cfg.ctx);
@@ -112,26 +108,7 @@ int main(int argc, char** argv) {
     for (int u = 0; u < L.num_units(); u++) model.forward(u, params.data() + L.units[u].offset);
     model.head_forward(params.data());
     model.probs_row(n - 1, probs.data());
-    // sample from p^(1/temperature), renormalised. Computed as exp((log p - log p_max) / temperature)
-    // in double, so the most likely byte weighs 1 and nothing underflows to an all-zero row: as
-    // the temperature goes to 0 this becomes the argmax (greedy), which temperature 0 is exactly.
-    int best = 0;
-    for (int v = 1; v < cfg.vocab; v++)
-      if (probs[v] > probs[best]) best = v;
-    int next = best;
-    if (temperature > 0) {
-      std::vector<double> w(cfg.vocab);
-      const double log_max = std::log(std::max<double>(probs[best], 1e-300));
-      double total = 0;
-      for (int v = 0; v < cfg.vocab; v++)
-        total += (w[v] = std::exp((std::log(std::max<double>(probs[v], 1e-300)) - log_max) / temperature));
-      double r = rng.uniform() * total, acc = 0;
-      for (int v = 0; v < cfg.vocab; v++)
-        if ((acc += w[v]) >= r && w[v] > 0) {
-          next = v;
-          break;
-        }
-    }
+    const int next = sample_byte(probs.data(), cfg.vocab, temperature, rng);
     ctx.push_back(next);
     fputc(next, stdout);
     fflush(stdout);
