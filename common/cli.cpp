@@ -185,8 +185,13 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--watchdog", "SECONDS", "end the job, naming the rank, when a rank makes no progress this long "
        "(default 300; 0: off)",
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
+      {"--activation-checkpointing", "", "keep only each block's input in the forward and recompute the block "
+       "in its backward (less activation memory, one more forward)", nullptr},
       {"--quiet", "", "no per-step lines", nullptr},
   };
+  // switches: flags without a value
+  const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
+                                                 {"--activation-checkpointing", &a.activation_checkpointing}};
 
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i];
@@ -196,12 +201,13 @@ Args parse_args(int argc, char** argv, const char* program) {
       printf("  %-15s %-6s %s\n", "--help", "", "this list");
       exit(0);
     }
-    if (arg == "--quiet") {
-      a.quiet = true;
+    if (switches.count(arg)) {
+      *switches.at(arg) = true;
       continue;
     }
-    if (arg.compare(0, 8, "--quiet=") == 0)  // a switch: it has no value to give
-      user_error("%s: --quiet takes no value; write --quiet alone", arg.c_str());
+    const std::string before_eq = arg.substr(0, arg.find('='));
+    if (switches.count(before_eq))  // a switch: it has no value to give
+      user_error("%s: %s takes no value; write %s alone", arg.c_str(), before_eq.c_str(), before_eq.c_str());
     std::string value;
     size_t eq = arg.find('=');
     if (eq != std::string::npos) {

@@ -11,7 +11,7 @@
 #include "checkpoint.h"  // save_model_from_units
 #include "ckpt.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
 #include "watchdog.h"    // Watchdog: a rank that stops making progress ends the job
-#include "mfu.h"         // peak_flops
+#include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "ops.h"         // cpu::cast; set_kernels (kernels.h)
 
 namespace nz {
@@ -37,7 +37,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   elem_bytes = dtype_bytes(dtype);
   layout = make_layout(args.cfg, world());
   Ledger::get().set_timeline_last_step(1);
-  model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq);
+  model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing);
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
   if (rank() == 0) {
@@ -49,6 +49,15 @@ Trainer::Trainer(int argc, char** argv, Stage st)
            dtype_name(dtype), current_device() == Device::CUDA ? "cuda" : "cpu", args.batch, args.seq,
            args.accum, args.steps, omp_get_max_threads(), args.data.c_str(),
            data->train_bytes() + data->val_bytes());
+    if (args.activation_checkpointing)
+      printf("activation checkpointing: each block's input kept, its forward recomputed in its backward: "
+             "activations %s per rank (%s without) | recompute %.4g FLOPs per token (+%.1f%% over the %.4g of a "
+             "step; MFU leaves it out, HFU counts it)\n",
+             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, true))).c_str(),
+             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, false))).c_str(),
+             recompute_flops_per_token(args.cfg, args.seq),
+             100 * recompute_flops_per_token(args.cfg, args.seq) / flops_per_token(args.cfg, args.seq, layout.num_params),
+             flops_per_token(args.cfg, args.seq, layout.num_params));
     if (current_device() == Device::CUDA) {
       char peak[64] = "an unknown peak (set NZ_PEAK_TFLOPS)";
       if (peak_flops(dtype) > 0) snprintf(peak, sizeof peak, "%.0f TFLOP/s per GPU", peak_flops(dtype) / 1e12);
@@ -138,7 +147,9 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   std::vector<double> all_ms = comm.gather_scalar(ms);
   for (double x : all_ms) worst_ms = std::max(worst_ms, x);
   std::vector<double> peaks = comm.gather_scalar(double(Ledger::get().peak_total(Location::Device)));
-  StepRecord rec{step, loss, lr(step), grad_norm, worst_ms, tokens / (worst_ms / 1000.0), step_comm};
+  // the extra forward of activation checkpointing, over all ranks (not in MFU: mfu.h)
+  const double recompute = args.activation_checkpointing ? tokens * recompute_flops_per_token(args.cfg, args.seq) : 0;
+  StepRecord rec{step, loss, lr(step), grad_norm, worst_ms, tokens / (worst_ms / 1000.0), recompute, step_comm};
   steps_.push_back(rec);
   if (rank() == 0 && !args.quiet) {
     std::string peak_str;
@@ -151,7 +162,9 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
     }
     printf("step %5d/%d | loss %.6f | lr %.2e | norm %8.4f | %7.1f ms | %8.0f tok/s | peak device mem %s",
            step + 1, args.steps, loss, rec.lr, grad_norm, worst_ms, rec.tokens_per_s, peak_str.c_str());
+    if (recompute > 0) printf(" | recompute %.3g GFLOP", recompute / 1e9);
     if (mfu_at(rec.tokens_per_s) > 0) printf(" | MFU %.1f%%", 100 * mfu_at(rec.tokens_per_s));  // GPUs only
+    if (recompute > 0 && hfu_at(rec.tokens_per_s) > 0) printf(" | HFU %.1f%%", 100 * hfu_at(rec.tokens_per_s));
     printf("\n");
     fflush(stdout);
   }

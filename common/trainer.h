@@ -80,6 +80,7 @@ class Trainer {
   double evaluate();
   // report.cpp
   double mfu_at(double tokens_per_s) const;  // this run's MFU (mfu.h); 0 on the CPU
+  double hfu_at(double tokens_per_s) const;  // the same, counting activation checkpointing's recompute
   void print_summary(double total_s);        // "done:" and, on GPUs, "throughput:"
   void print_gpu_memory_check();             // the ledger against cudaMemGetInfo
   void print_memory_table();
@@ -91,6 +92,7 @@ class Trainer {
   struct StepRecord {
     int step;
     double loss, lr, grad_norm, ms, tokens_per_s;
+    double recompute_flops;  // activation checkpointing's extra forward, all ranks (0 without it)
     CommStats comm;
   };
   std::vector<StepRecord> steps_;

@@ -104,6 +104,7 @@ else echo "NZRESULT FAIL cli.model_version_1_loads (v1: $v1 / v2: $v2)"; fi
 
 # ---- flags and data ----
 expect_error quiet_with_value "--quiet takes no value" $bin $tiny --quiet=1
+expect_error checkpointing_with_value "--activation-checkpointing takes no value" $bin $tiny --activation-checkpointing=yes
 expect_error equals_bad_value "--steps abc" $bin $tiny --steps=abc
 out=$(mpirun -np 1 $bin --preset tiny --seq 16 --quiet --eval-windows 2 --steps=2 --batch=2 2>&1)
 if [ $? = 0 ] && grep -q "^done: 2 steps" <<<"$out"; then echo "NZRESULT PASS cli.equals_form_parsed"
