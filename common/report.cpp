@@ -143,6 +143,9 @@ void Trainer::write_report() {
   j.kv("seq", args.seq);
   j.kv("accum", args.accum);
   j.kv("activation_checkpointing", args.activation_checkpointing);
+  j.kv("batch_auto", args.batch_auto);
+  j.kv("memory_budget", args.memory_budget);  // bytes per rank (--batch auto), 0 without
+  j.kv("global_batch", args.global_batch);
   j.kv("steps", args.steps);
   j.kv("num_params", uint64_t(layout.num_params));
   j.kv("padded_params", uint64_t(layout.padded_total));

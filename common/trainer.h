@@ -76,6 +76,9 @@ class Trainer {
   int first_step() const { return first_step_; }
 
  private:
+  // --batch auto (the largest micro-batch whose predicted peak fits the memory budget) and
+  // --global-batch (the accumulation that reaches it): sets args.batch and args.accum.
+  void settle_batch();
   // Mean validation loss over args.eval_windows windows, split over the ranks.
   double evaluate();
   // report.cpp

@@ -174,6 +174,24 @@ uint64_t expected_activation_bytes(const GPTConfig& c, int B, int T, DType dt, b
   return blocks + ends + grads + tokens;
 }
 
+uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing) {
+  const StateBytes b = expected_state_bytes(stage, L, dt);
+  return b.total() - b.host + expected_activation_bytes(L.cfg, B, T, dt, checkpointing);
+}
+
+int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
+                          int max_batch) {
+  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing) <= budget; };
+  if (!fits(1)) return 0;
+  int lo = 1, hi = max_batch;  // fits(lo); the answer is in [lo, hi]
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 uint64_t expected_link_elems(Stage stage, const Layout& L, int accum) {
   if (stage != Stage::Offload) return 0;
   return uint64_t(accum) * L.shard_total + L.shard_total;

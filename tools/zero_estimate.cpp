@@ -2,7 +2,7 @@
 //
 //   build/bin/zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision P]
 //                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]
-//                           [--activation-checkpointing]
+//                           [--activation-checkpointing] [--fit SIZE]
 //   build/bin/zero_estimate --paper-table
 //   build/bin/zero_estimate --quiz [--seed S] [--count N] [--check FILE]
 //
@@ -60,6 +60,7 @@ struct Estimate {
   uint64_t activations_plain = 0, activations_ckpt = 0;  // both, for the table
   uint64_t device = 0, host = 0;  // everything above (activations included), split by location
   uint64_t comm_elems = 0, link_elems = 0;  // per optimizer step of `accum` micro-steps
+  int fit = -1, fit_ckpt = -1;  // --fit: the largest micro-batch that fits, without and with checkpointing
 };
 
 // raw: a parameter count, not a model (no units, so no per-unit buffers; no activations).
@@ -162,7 +163,7 @@ void print_paper_table() {
 void print_usage() {
   printf("usage: zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision fp32|bf16]\n"
          "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]\n"
-         "                     [--activation-checkpointing]\n"
+         "                     [--activation-checkpointing] [--fit SIZE]\n"
          "       zero_estimate --paper-table\n"
          "       zero_estimate --quiz [--seed S] [--count N] [--check FILE]\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
@@ -181,6 +182,9 @@ void print_usage() {
          "                 (S = padded params / N); the bytes do not depend on K\n"
          "  --activation-checkpointing   count the activations of a checkpointed run in the totals (the\n"
          "                 table prints both: block inputs plus one block, against every block's internals)\n"
+         "  --fit SIZE     the largest micro-batch per rank whose device peak (model states on the device +\n"
+         "                 activations) fits SIZE (64MiB, 2GB, ...), per stage, with and without checkpointing:\n"
+         "                 what a trainer's --batch auto --memory-budget SIZE picks\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
          "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
@@ -200,6 +204,7 @@ int main(int argc, char** argv) {
   int accum = 1;                                                // micro-steps per optimizer step
   std::vector<int> worlds = {1};
   bool json = false, paper = false, have_preset = false, quiz = false, checkpointing = false;
+  uint64_t fit_budget = 0;  // --fit SIZE
   int vocab = -1, quiz_count = 10;
   uint64_t quiz_seed = 1;
   std::string check_file;
@@ -231,6 +236,7 @@ int main(int argc, char** argv) {
     else if (a == "--seed") quiz_seed = uint64_t(parse_pos(a, v, 1 << 30));
     else if (a == "--count") quiz_count = parse_pos(a, v, 1000);
     else if (a == "--check") check_file = v;
+    else if (a == "--fit") fit_budget = parse_bytes(a, v);
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
   if (paper) {
@@ -254,6 +260,8 @@ int main(int argc, char** argv) {
 
   // ---- what to estimate ----
   const bool raw = raw_psi > 0;
+  if (raw && fit_budget > 0)
+    user_error("--fit needs a model shape (the activations grow with the batch); drop --params, use --preset");
   if (raw && (have_preset || layers > 0 || dim > 0 || heads > 0 || vocab > 0))
     user_error("--params gives a raw count; drop --preset/--layers/--dim/--heads/--vocab, or drop --params");
   GPTConfig cfg;
@@ -293,6 +301,10 @@ int main(int argc, char** argv) {
       out.push_back(estimate(s, L, dt, raw, checkpointing ? acts_ckpt : acts_plain, accum, checkpointing));
       out.back().activations_plain = acts_plain;
       out.back().activations_ckpt = acts_ckpt;
+      if (fit_budget > 0) {
+        out.back().fit = largest_fitting_batch(s, L, seq, dt, false, fit_budget);
+        out.back().fit_ckpt = largest_fitting_batch(s, L, seq, dt, true, fit_budget);
+      }
     }
   }
 
@@ -339,6 +351,10 @@ int main(int argc, char** argv) {
       j.kv("device", e.device);
       j.kv("host", e.host);
       j.kv("total", e.device + e.host);
+      if (fit_budget > 0) {  // 0: not even a micro-batch of 1 fits
+        j.kv("fit_batch", e.fit);
+        j.kv("fit_batch_checkpointed", e.fit_ckpt);
+      }
       j.kv("comm_elems_per_step", e.comm_elems);
       j.kv("link_elems_per_step", e.link_elems);
       j.end_object();
@@ -405,6 +421,11 @@ int main(int argc, char** argv) {
     line(checkpointing ? "checkpointed *" : "  checkpointed", [&](const Estimate& e) { return bytes(e.activations_ckpt); });
     line("on the device", [&](const Estimate& e) { return bytes(e.device); });
     line("on the host", [&](const Estimate& e) { return bytes(e.host); });
+    if (fit_budget > 0) {
+      auto batch = [](int b) { return b == 0 ? std::string("none") : std::to_string(b); };
+      line("fit: batch", [&](const Estimate& e) { return batch(e.fit); });
+      line("  checkpointed", [&](const Estimate& e) { return batch(e.fit_ckpt); });
+    }
     line("sent/step", [&](const Estimate& e) { return count(e.comm_elems); });
     line("  = (N-1)S x", [&](const Estimate& e) { return ratio(e.comm_elems, (L.world - 1) * L.shard_total, ""); });
     line("  = Ψ x", [&](const Estimate& e) { return ratio(e.comm_elems, L.num_params, ""); });
@@ -415,6 +436,11 @@ int main(int argc, char** argv) {
            "and recomputes the block in its backward (L block inputs plus one block, instead of L blocks); the same\n"
            "elements are sent (stage3's recomputation uses the parameters its backward gathers).\n",
            checkpointing ? "with checkpointing" : "without checkpointing; --activation-checkpointing counts the other");
+  if (fit_budget > 0)
+    printf("\nfit: the largest micro-batch per rank (of --seq %d) whose device peak, model states on the device plus\n"
+           "activations, fits %s (%llu bytes) per rank, without and with activation checkpointing (none: not even 1);\n"
+           "what `--batch auto --memory-budget` picks in the trainers.\n",
+           seq, fmt_bytes(double(fit_budget)).c_str(), (unsigned long long)fit_budget);
   printf("\nsent/step: elements each rank sends per optimizer step in the model-state collectives, with\n"
          "--accum K = %d micro-step%s. Stage0 and stage1 keep the full gradient, sum it locally over the micro-steps\n"
          "and reduce it once: 2(N-1)S whatever K. Stage2 and offload keep only their slice of it, so they\n"
