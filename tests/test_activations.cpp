@@ -3,11 +3,13 @@
 //     without, in fp32, bf16 and fp64, and the ledger's activations peak drops to the formula's;
 //   - the formula (zero_formulas.h, written out term by term) equals what the model allocates, for
 //     every preset, several shapes, every precision, with and without checkpointing;
-//   - every stage, fp32 and bf16, 1 and 3 ranks (3 pads the units), run as a learner runs it: with
-//     --activation-checkpointing every step's loss and grad norm and the saved model are the bits
-//     of the run without it (stage0_ddp's: at accum 1 every stage trains the same bits as
-//     stage0_ddp, README "Exactly the same model", so one run without the flag per precision and
-//     N serves every stage; each stage's own run without it is compared too, at fp32 and N = 3);
+//   - every stage in fp32 and in bf16, on 1 and on 3 ranks (3 pads the units), run as a learner
+//     runs it (stage0_ddp and stage3 in all four combinations; stage1, stage2 and offload in fp32
+//     on 3 ranks and bf16 on 1): with --activation-checkpointing every step's loss and grad norm
+//     and the saved model are the bits of the run without it (stage0_ddp's: at accum 1 every stage
+//     trains the same bits as stage0_ddp, README "Exactly the same model", so one run without the
+//     flag per precision and N serves every stage; each stage's own run without it is compared
+//     too, in fp32 on 3 ranks);
 //     each rank's activations peak is the formula (with and without), every other category's peak
 //     is the stage's own formula (zero_formulas.h); the elements sent per step are unchanged and equal
 //     expected_comm_elems(..., checkpointing) (stage3: the recomputation runs on the parameters
@@ -148,6 +150,8 @@ TEST(Checkpointing, EveryStageTrainsTheSameBitsWithLessActivationMemory) {
     ASSERT_TRUE(parse_stage(stage, &st));
     for (const char* prec : {"fp32", "bf16"}) {
       for (int N : {1, 3}) {
+        const bool all_four = std::string(stage) == "stage0_ddp" || std::string(stage) == "stage3";
+        if (!all_four && (std::string(prec) == "fp32") != (N == 3)) continue;  // fp32 on 3, bf16 on 1
         SCOPED_TRACE(std::string(stage) + " " + prec + " N=" + std::to_string(N));
         const bool own_plain = std::string(stage) == "stage0_ddp" || (N == 3 && std::string(prec) == "fp32");
         const RunResult& plain = run(own_plain ? stage : "stage0_ddp", N, prec, false);

@@ -141,7 +141,7 @@ TEST_F(CudaStages, LedgerAndCommCountsEqualTheCpuRun) {
 // stage3: its recomputation runs on the parameters its backward gathers (the others hold theirs).
 TEST_F(CudaStages, CheckpointingTrainsTheSameBits) {
   const int N = 2;
-  for (const char* prec : {"fp32", "bf16"}) {
+  for (const char* prec : {"bf16"}) {  // the emulator is slow: bf16 (its conversions too); fp32 on the CPU
     for (const char* stage : {"stage3"}) {
       SCOPED_TRACE(std::string(stage) + " " + prec);
       const RunResult& plain = run(stage, N, prec, "cuda");
