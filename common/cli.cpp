@@ -4,6 +4,7 @@
 #include <sys/stat.h>  // stat (--offload-dir)
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -100,6 +101,22 @@ void check_output_dir(const char* flag, const std::string& dir) {
 
 }  // namespace
 
+uint64_t parse_bytes(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = strtod(v.c_str(), &end);
+  std::string unit = end ? end : "";
+  for (char& ch : unit) ch = char(tolower(ch));
+  static const std::map<std::string, double> units = {
+      {"", 1},         {"b", 1},          {"kb", 1e3},       {"mb", 1e6},       {"gb", 1e9},         {"tb", 1e12},
+      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  auto it = units.find(unit);
+  if (v.empty() || end == v.c_str() || it == units.end() || !std::isfinite(x) || x <= 0 || x * it->second < 1 ||
+      x * it->second > 1e18)
+    user_error("%s %s: expected a size in bytes, e.g. %s 64MiB, 2GB, 1.5GiB or 500000000 (units: B, kB, MB, GB, TB, "
+               "KiB, MiB, GiB, TiB)", flag.c_str(), v.c_str(), flag.c_str());
+  return uint64_t(x * it->second);
+}
+
 std::string fmt_bytes(double b) {
   char buf[32];
   if (b >= 1e9) snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
@@ -137,9 +154,23 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--layers", "N", "override the preset's number of transformer blocks", pos_int(&a.layers, 1000)},
       {"--dim", "N", "override the preset's width (channels)", pos_int(&a.dim, 1 << 16)},
       {"--heads", "N", "override the preset's attention heads (must divide --dim)", pos_int(&a.heads, 1 << 12)},
-      {"--batch", "B", "micro-batch per rank, in sequences (default 4)", pos_int(&a.batch, 1 << 16)},
+      {"--batch", "B", "micro-batch per rank, in sequences (default 4), or auto: the largest that fits "
+       "--memory-budget",
+       [&](auto& f, auto& v) {
+         a.batch_auto = v == "auto";
+         if (!a.batch_auto) a.batch = int(parse_int(f, v, 1, 1 << 16, "a positive whole number or auto"));
+       }},
+      {"--memory-budget", "SIZE", "--batch auto: bytes per rank for model states and activations (e.g. 64MiB, "
+       "2GB; default on a GPU: its free memory)",
+       [&](auto& f, auto& v) { a.memory_budget = parse_bytes(f, v); }},
+      {"--global-batch", "G", "sequences per optimizer step over all ranks: sets --accum to G / (ranks x batch)",
+       pos_int(&a.global_batch, 1 << 30)},
       {"--seq", "T", "sequence length (at most the model's context; default 64)", pos_int(&a.seq, 1 << 20)},
-      {"--accum", "K", "gradient accumulation steps per optimizer step (default 1)", pos_int(&a.accum, 1 << 16)},
+      {"--accum", "K", "gradient accumulation steps per optimizer step (default 1)",
+       [&](auto& f, auto& v) {
+         a.accum = int(parse_int(f, v, 1, 1 << 16, "a positive whole number"));
+         a.accum_given = true;
+       }},
       {"--steps", "N", "optimizer steps (default 200)", pos_int(&a.steps, 1 << 30)},
       {"--lr", "X", "peak learning rate (default 3e-3; 0 computes gradients without moving the weights)",
        [&](auto& f, auto& v) { a.lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
@@ -185,8 +216,13 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--watchdog", "SECONDS", "end the job, naming the rank, when a rank makes no progress this long "
        "(default 300; 0: off)",
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
+      {"--activation-checkpointing", "", "keep only each block's input in the forward and recompute the block "
+       "in its backward (less activation memory, one more forward)", nullptr},
       {"--quiet", "", "no per-step lines", nullptr},
   };
+  // switches: flags without a value
+  const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
+                                                 {"--activation-checkpointing", &a.activation_checkpointing}};
 
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i];
@@ -196,12 +232,13 @@ Args parse_args(int argc, char** argv, const char* program) {
       printf("  %-15s %-6s %s\n", "--help", "", "this list");
       exit(0);
     }
-    if (arg == "--quiet") {
-      a.quiet = true;
+    if (switches.count(arg)) {
+      *switches.at(arg) = true;
       continue;
     }
-    if (arg.compare(0, 8, "--quiet=") == 0)  // a switch: it has no value to give
-      user_error("%s: --quiet takes no value; write --quiet alone", arg.c_str());
+    const std::string before_eq = arg.substr(0, arg.find('='));
+    if (switches.count(before_eq))  // a switch: it has no value to give
+      user_error("%s: %s takes no value; write %s alone", arg.c_str(), before_eq.c_str(), before_eq.c_str());
     std::string value;
     size_t eq = arg.find('=');
     if (eq != std::string::npos) {
@@ -253,6 +290,15 @@ Args parse_args(int argc, char** argv, const char* program) {
       user_error("--offload-dir %s: %s; expected an existing, writable directory: create it or pass another", dir,
                  why.c_str());
   }
+  if (a.memory_budget > 0 && !a.batch_auto)
+    user_error("--memory-budget %s: it sizes --batch auto; add --batch auto, or drop --memory-budget",
+               fmt_bytes(double(a.memory_budget)).c_str());
+  if (a.global_batch > 0 && a.accum_given)
+    user_error("--global-batch %d and --accum %d: the global batch sets the accumulation; give one of them",
+               a.global_batch, a.accum);
+  if (a.batch_auto && a.memory_budget == 0 && a.device == "cpu")
+    user_error("--batch auto on the CPU needs --memory-budget SIZE (e.g. --memory-budget 256MiB): there is no "
+               "device memory to measure");
   if (a.ckpt_every > 0 && a.ckpt_dir.empty())
     user_error("--ckpt-every %d needs --ckpt-dir DIR (where the checkpoints go)", a.ckpt_every);
   if (a.resume == "auto" && a.ckpt_dir.empty())

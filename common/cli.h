@@ -15,6 +15,10 @@ struct Args {
   GPTConfig cfg;                          // the preset with the overrides applied
   // batch and schedule
   int batch = 4;     // micro-batch per rank
+  bool batch_auto = false;      // --batch auto: the largest that fits --memory-budget (Trainer sets batch)
+  uint64_t memory_budget = 0;   // bytes per rank; 0: the GPU's free memory (--batch auto)
+  int global_batch = 0;         // sequences per optimizer step over all ranks; 0: batch x accum x N
+  bool accum_given = false;     // --accum was on the command line
   int seq = 64;      // sequence length
   int accum = 1;     // gradient accumulation steps
   int steps = 200;
@@ -40,6 +44,7 @@ struct Args {
   std::string offload_dir;           // offload --offload-to disk: where the optimizer files go
   long offload_chunk = 1 << 20;      // offload disk: elements streamed per chunk
   bool quiet = false;                // no per-step lines (tests)
+  bool activation_checkpointing = false;  // keep block inputs only; recompute each block in its backward
   // checkpoints and fault tolerance (README "Checkpoints")
   std::string ckpt_dir;  // where checkpoints go (DIR/step-N); none without it
   int ckpt_every = 0;    // a checkpoint every K steps (and one at the end); 0: only at the end
@@ -55,6 +60,8 @@ std::string default_data_path();
 // An output file (--save-model, --log-json, a tool's --out): exits 2 with one line unless it names
 // a file (not a directory, nor ending in '/') in a writable directory.
 void check_output_file(const char* flag, const std::string& path);
+// "64MiB", "2GB", "1.5GiB", "500kB", "123456" (bytes) -> bytes; a bad size exits 2 naming `flag`.
+uint64_t parse_bytes(const std::string& flag, const std::string& v);
 // Float formatting for messages.
 std::string fmt_bytes(double bytes);
 

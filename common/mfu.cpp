@@ -20,6 +20,14 @@ double flops_per_token(const GPTConfig& cfg, int seq, size_t num_params) {
   return 6.0 * double(num_params) + 12.0 * cfg.layers * double(seq) * cfg.dim;
 }
 
+// A block's forward is a third of its training FLOPs: 2 per weight and token (the block's
+// 12C^2 + 13C parameters, biases and layernorms counted as flops_per_token counts them), and
+// attention's two products, 4TC. L blocks: 2L(12C^2 + 13C) + 4LTC.
+double recompute_flops_per_token(const GPTConfig& cfg, int seq) {
+  const double C = cfg.dim;
+  return cfg.layers * (2.0 * (12 * C * C + 13 * C) + 4.0 * seq * C);
+}
+
 // bf16 runs its matmuls on tensor cores (bf16 in, fp32 accumulate); fp32 runs on the fp32 units
 // (cuBLAS with CUBLAS_COMPUTE_32F, no TF32). NZ_PEAK_TFLOPS=<number> is for another GPU, other
 // clocks, or sparsity.

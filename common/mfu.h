@@ -11,6 +11,10 @@ namespace nz {
 // FLOPs of one training step (forward + backward) per token, for a model of num_params
 // parameters trained on sequences of length seq (PaLM's count; mfu.cpp says what it includes).
 double flops_per_token(const GPTConfig& cfg, int seq, size_t num_params);
+// FLOPs per token that activation checkpointing adds: one more forward of every block (the
+// embedding, the final layernorm and the LM head are not recomputed). MFU leaves them out (they
+// do not train the model: PaLM's definition); the step line reports them, and HFU counts them.
+double recompute_flops_per_token(const GPTConfig& cfg, int seq);
 // Dense peak FLOP/s of this process's GPU at precision dt, or 0 when unknown. NZ_PEAK_TFLOPS
 // overrides the table; a value that is not a positive number exits with one line.
 double peak_flops(DType dt);

@@ -106,6 +106,12 @@ std::vector<float> padded_params(const Layout& L, const std::vector<float>& weig
 namespace {
 // Byte offsets of every saved activation inside one allocation. The same function sizes the
 // allocation (activation_bytes) and hands out the pointers, so the two cannot disagree.
+//
+// Without checkpointing every block has its own copy of everything its backward reads. With
+// checkpointing only res_out (the block's output, which is the next block's input, and lnf's
+// for the last) is kept per block; the other entries of every block point at the same one block
+// of scratch, which the forward overwrites block after block and the backward refills by
+// recomputing the block it is about to differentiate.
 struct ActLayout {
   struct Layer {
     size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res_att, ln2, ln2_mean, ln2_rstd, fch, fchg, res_out;
@@ -116,7 +122,7 @@ struct ActLayout {
   // activation grads of one block, reused by every block
   size_t dx, dres, dtmp, dln, d4c, dqkv, grad_total = 0;
 
-  ActLayout(const GPTConfig& c, int B, int T, DType dt) {
+  ActLayout(const GPTConfig& c, int B, int T, DType dt, bool checkpointing) {
     const size_t BT = size_t(B) * T, C = c.dim, e = dtype_bytes(dt);
     const size_t a = dt == DType::F64 ? 8 : 4;  // mean/rstd/losses are fp32 (fp64 in tests)
     auto take = [](size_t& total, size_t bytes) {
@@ -124,14 +130,13 @@ struct ActLayout {
       total += (bytes + 63) / 64 * 64;  // 64-byte aligned
       return off;
     };
-    x0 = take(total, BT * C * e);
-    layer.resize(c.layers);
-    for (Layer& l : layer) {
+    // a block's internals: everything its backward reads except its input
+    auto internals = [&](Layer& l) {
       l.ln1 = take(total, BT * C * e);
       l.ln1_mean = take(total, BT * a);
       l.ln1_rstd = take(total, BT * a);
       l.qkv = take(total, BT * 3 * C * e);
-      l.att = take(total, size_t(B) * c.heads * T * T * e);
+      l.att = take(total, size_t(B) * c.heads * T * T * e);  // (B, NH, T, T): the softmax, all of it
       l.atty = take(total, BT * C * e);
       l.res_att = take(total, BT * C * e);
       l.ln2 = take(total, BT * C * e);
@@ -139,7 +144,15 @@ struct ActLayout {
       l.ln2_rstd = take(total, BT * a);
       l.fch = take(total, BT * 4 * C * e);
       l.fchg = take(total, BT * 4 * C * e);
-      l.res_out = take(total, BT * C * e);
+    };
+    x0 = take(total, BT * C * e);
+    layer.resize(c.layers);
+    Layer shared{};
+    if (checkpointing) internals(shared);  // one block of scratch for all blocks
+    for (Layer& l : layer) {
+      if (checkpointing) l = shared;
+      else internals(l);
+      l.res_out = take(total, BT * C * e);  // kept either way: the next block's input
     }
     lnf = take(total, BT * C * e);
     lnf_mean = take(total, BT * a);
@@ -156,15 +169,16 @@ struct ActLayout {
 };
 }  // namespace
 
-size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt) {
-  ActLayout a(cfg, B, T, dt);
+size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing) {
+  ActLayout a(cfg, B, T, dt, checkpointing);
   size_t tokens = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
   return a.total + a.grad_total + 2 * tokens;
 }
 
-GPT::GPT(const Layout& layout, DType dt, int B, int T) : L_(layout), dt_(dt), B_(B), T_(T) {
+GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing)
+    : L_(layout), dt_(dt), ckpt_(checkpointing), B_(B), T_(T) {
   NZ_CHECK(T <= layout.cfg.ctx, "sequence %d longer than the context %d", T, layout.cfg.ctx);
-  ActLayout a(layout.cfg, B, T, dt);
+  ActLayout a(layout.cfg, B, T, dt, checkpointing);
   acts_ = Buffer(Category::Activations, Location::Device, a.total, "activations");
   grad_acts_ = Buffer(Category::Activations, Location::Device, a.grad_total, "activation grads");
   size_t tok_bytes = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
@@ -200,7 +214,7 @@ void GPT::backward(int u, const void* p, void* g) {
 }
 
 void GPT::probs_row(int row, float* out) const {
-  const ActLayout a(L_.cfg, B_, T_, dt_);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_);
   const int V = L_.cfg.vocab;
   const size_t e = dtype_bytes(dt_);
   std::vector<char> raw(V * e);
@@ -214,7 +228,9 @@ void GPT::probs_row(int row, float* out) const {
 }
 
 const void* GPT::layer_qkv(int l) const {
-  const ActLayout a(L_.cfg, B_, T_, dt_);
+  // with activation checkpointing the blocks share one block of scratch: no layer's q, k, v is kept
+  NZ_CHECK(!ckpt_, "layer_qkv: the model was built with activation checkpointing");
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_);
   return static_cast<const char*>(acts_.data()) + a.layer[l].qkv;
 }
 
@@ -227,7 +243,7 @@ void GPT::forward_t(int u, const T* p) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, NH = c.heads, BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_);
   const int* tokens = tokens_.as<int>();
   if (u == L_.embed_unit()) {
     // x0 (B,T,C) = wte[token] + wpe[position]
@@ -266,7 +282,7 @@ double GPT::head_forward_t(const T* wte) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_);
   // logits (BT,V) = lnf (BT,C) @ wte^T: the LM head is the token embedding, transposed (tied)
   T* logits = ACT(T, a.logits);
   ops::matmul_forward<T>(logits, ACT(T, a.lnf), wte, nullptr, BT, c.dim, c.vocab);
@@ -283,7 +299,7 @@ template <class T>
 void GPT::head_backward_t(const T* wte) {
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_);
   T* dlogits = ACT(T, a.logits);  // in place over the probabilities
   ops::softmax_xent_backward<T>(dlogits, dlogits, targets_.as<int>(), 1.0f / BT, BT, c.vocab);
   // d lnf_out (BT,C) = dlogits @ wte; the weight gradient waits for backward(embed)
@@ -295,7 +311,7 @@ void GPT::backward_t(int u, const T* p, T* g) {
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, NH = c.heads, BT = b_ * T_;
   const size_t n = size_t(BT) * C;
-  const ActLayout a(c, B_, T_, dt_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_);
   fill_zero(g, L_.units[u].padded * sizeof(T), Location::Device);  // weight grads accumulate
   T* dx = GACT(T, a.dx);  // in: d loss / d (this unit's output); out: d loss / d (its input)
   T* dtmp = GACT(T, a.dtmp);
@@ -317,6 +333,9 @@ void GPT::backward_t(int u, const T* p, T* g) {
     return;
   }
   const int l = u - 1;
+  // checkpointing: the scratch holds another block's internals (or none); refill it with this
+  // block's, recomputed from its saved input (it rewrites res_out with the bits it already holds)
+  if (ckpt_) forward_t(u, p);
   const ActLayout::Layer& s = a.layer[l];
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   auto W = [&](int i) { return p + t[i].offset; };

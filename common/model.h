@@ -82,15 +82,25 @@ void init_unit(const Layout& L, int u, uint64_t seed, float* out);
 // of N = 1 (each unit at its offset, zeros after it): what the tools run a saved model from.
 std::vector<float> padded_params(const Layout& L, const std::vector<float>& weights);
 
-// Activation bytes for a micro-batch of B sequences of length T (the estimator uses this too).
-size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt);
+// Activation bytes the model allocates for a micro-batch of B sequences of length T, with or
+// without activation checkpointing (zero_formulas.h writes the same number out as a formula; the
+// tests compare the two, and the ledger with both).
+size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing = false);
+
+// Activation checkpointing (--activation-checkpointing): the forward keeps only each block's input
+// (the residual stream between blocks) and computes the block's internals into one block's worth
+// of scratch, shared by all blocks; the backward of a block first runs the block's forward again
+// (same kernels, same parameters, same input: the same bits), then its backward as usual. Memory
+// for the saved activations goes from L blocks' worth to L block inputs plus one block; the price
+// is one more forward of every block per micro-step (recompute_flops_per_token, mfu.h).
 
 // The model for a fixed micro-batch shape: activations allocated once (ledger: activations), the
 // forward and backward of each unit, and the tied LM head + loss.
 class GPT {
  public:
-  GPT(const Layout& layout, DType dt, int B, int T);
+  GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing = false);
   const Layout& layout() const { return L_; }
+  bool checkpointing() const { return ckpt_; }
   DType dtype() const { return dt_; }
   int batch() const { return B_; }
   int seq() const { return T_; }
@@ -108,6 +118,8 @@ class GPT {
   // embedding's gradient by backward(embed_unit), so that gradient is complete in one place.
   void head_backward(const void* embed_params);
   // Backward of unit u: zeroes unit_grads (padded size) and writes this unit's gradient into it.
+  // With checkpointing, a block's backward first recomputes its forward from its saved input, with
+  // the same unit_params (in stage3, the parameters its backward gathers anyway).
   // The embed unit's backward needs no parameters (pass nullptr): it collects the LM head's
   // weight gradient and the token/position lookup gradients.
   void backward(int u, const void* unit_params, void* unit_grads);
@@ -126,6 +138,7 @@ class GPT {
 
   const Layout& L_;
   DType dt_;
+  bool ckpt_;          // activation checkpointing: keep block inputs, recompute the rest
   int B_, T_, b_ = 0;  // allocated batch, sequence length; rows used by the current batch
   Buffer acts_;        // all saved activations, one block (see activation_bytes for the layout)
   Buffer grad_acts_;   // activation gradients of one block, reused block after block

@@ -17,6 +17,12 @@ double Trainer::mfu_at(double tokens_per_s) const {
   return mfu(flops_per_token(args.cfg, args.seq, layout.num_params), tokens_per_s, dtype, comm.gpus_in_use());
 }
 
+double Trainer::hfu_at(double tokens_per_s) const {
+  const double recompute = args.activation_checkpointing ? recompute_flops_per_token(args.cfg, args.seq) : 0;
+  return mfu(flops_per_token(args.cfg, args.seq, layout.num_params) + recompute, tokens_per_s, dtype,
+             comm.gpus_in_use());
+}
+
 // Rank 0's closing lines: the losses, the mean step time (without the first, warm-up step) and,
 // on GPUs, the throughput and MFU.
 void Trainer::print_summary(double total_s) {
@@ -65,7 +71,7 @@ void Trainer::print_memory_table() {
   std::string all = comm.gather_strings(mine.str(), "\n");
   if (rank() != 0) return;
   const StateBytes f = expected_state_bytes(stage, layout, dtype);
-  const uint64_t acts = activation_bytes(args.cfg, args.batch, args.seq, dtype);
+  const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing);
   const Category cols[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
                            Category::AdamV, Category::Activations, Category::CommBuffers, Category::Gathered};
   printf("\nper-rank memory, peak bytes (%s, %d ranks, %s; formulas: zero_formulas.h)\n", stage_name(stage),
@@ -136,6 +142,10 @@ void Trainer::write_report() {
   j.kv("batch", args.batch);
   j.kv("seq", args.seq);
   j.kv("accum", args.accum);
+  j.kv("activation_checkpointing", args.activation_checkpointing);
+  j.kv("batch_auto", args.batch_auto);
+  j.kv("memory_budget", args.memory_budget);  // bytes per rank (--batch auto), 0 without
+  j.kv("global_batch", args.global_batch);
   j.kv("steps", args.steps);
   j.kv("num_params", uint64_t(layout.num_params));
   j.kv("padded_params", uint64_t(layout.padded_total));
@@ -157,7 +167,8 @@ void Trainer::write_report() {
   for (Category c : {Category::Params, Category::Grads, Category::Master, Category::AdamM, Category::AdamV,
                      Category::CommBuffers, Category::Gathered})
     j.kv(category_name(c), f.of(c));
-  j.kv("activations", uint64_t(activation_bytes(args.cfg, args.batch, args.seq, dtype)));
+  j.kv("activations",
+       expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing));
   j.kv("host", f.host);
   j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));
   j.kv("link_elems_per_step", expected_link_elems(stage, layout, args.accum));
@@ -173,6 +184,7 @@ void Trainer::write_report() {
     j.kv("ms", s.ms);
     j.kv("tokens_per_s", s.tokens_per_s);
     if (mfu_at(s.tokens_per_s) > 0) j.kv("mfu", mfu_at(s.tokens_per_s));  // GPUs only
+    j.kv("recompute_flops", s.recompute_flops);  // activation checkpointing's extra forward (0 without)
     j.kv("comm_elems", s.comm.model_elems_sent());
     j.kv("comm_bytes", s.comm.model_bytes_sent());
     j.kv("to_host_elems", s.comm.link.to_host_elems);

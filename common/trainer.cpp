@@ -11,7 +11,7 @@
 #include "checkpoint.h"  // save_model_from_units
 #include "ckpt.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
 #include "watchdog.h"    // Watchdog: a rank that stops making progress ends the job
-#include "mfu.h"         // peak_flops
+#include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "ops.h"         // cpu::cast; set_kernels (kernels.h)
 
 namespace nz {
@@ -21,6 +21,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
   int cores = int(std::thread::hardware_concurrency());
   omp_set_num_threads(std::max(1, cores / comm.local_size()));
+  if (args.batch_auto || args.global_batch > 0) settle_batch();  // sets args.batch, args.accum
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
@@ -37,7 +38,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   elem_bytes = dtype_bytes(dtype);
   layout = make_layout(args.cfg, world());
   Ledger::get().set_timeline_last_step(1);
-  model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq);
+  model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing);
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
   if (rank() == 0) {
@@ -49,6 +50,15 @@ Trainer::Trainer(int argc, char** argv, Stage st)
            dtype_name(dtype), current_device() == Device::CUDA ? "cuda" : "cpu", args.batch, args.seq,
            args.accum, args.steps, omp_get_max_threads(), args.data.c_str(),
            data->train_bytes() + data->val_bytes());
+    if (args.activation_checkpointing)
+      printf("activation checkpointing: each block's input kept, its forward recomputed in its backward: "
+             "activations %s per rank (%s without) | recompute %.4g FLOPs per token (+%.1f%% over the %.4g of a "
+             "step; MFU leaves it out, HFU counts it)\n",
+             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, true))).c_str(),
+             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, false))).c_str(),
+             recompute_flops_per_token(args.cfg, args.seq),
+             100 * recompute_flops_per_token(args.cfg, args.seq) / flops_per_token(args.cfg, args.seq, layout.num_params),
+             flops_per_token(args.cfg, args.seq, layout.num_params));
     if (current_device() == Device::CUDA) {
       char peak[64] = "an unknown peak (set NZ_PEAK_TFLOPS)";
       if (peak_flops(dtype) > 0) snprintf(peak, sizeof peak, "%.0f TFLOP/s per GPU", peak_flops(dtype) / 1e12);
@@ -65,6 +75,69 @@ Trainer::Trainer(int argc, char** argv, Stage st)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::settle_batch() {
+  const int N = world();
+  const Layout L = make_layout(args.cfg, N);
+  std::string budget_from = "--memory-budget";
+  int fit = 0;
+  if (args.batch_auto) {
+    uint64_t budget = args.memory_budget;
+    if (budget == 0) {  // the GPU's free memory, shared by the ranks on it; the smallest over all ranks
+      if (select_device(args.device.c_str(), comm.local_rank(), false) != Device::CUDA)
+        user_error("--batch auto: no GPU memory to measure on the CPU backend; give the budget per rank, e.g. "
+                   "--memory-budget 256MiB");
+      size_t free_bytes = 0, total_bytes = 0;
+      cuda_rt::mem_get_info(&free_bytes, &total_bytes);
+      const int gpus = cuda_rt::device_count();
+      int sharing = 0;  // local ranks on my GPU (select_device: local rank l uses GPU l % gpus)
+      for (int l = 0; l < comm.local_size(); l++) sharing += l % gpus == comm.local_rank() % gpus;
+      uint64_t mine = free_bytes / uint64_t(std::max(sharing, 1));
+      MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+      budget = mine;
+      budget_from = "the GPU's free memory (cudaMemGetInfo" + std::string(sharing > 1 ? ", shared by its ranks)" : ")");
+    }
+    args.memory_budget = budget;
+    fit = largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing, budget);
+    if (fit == 0) {
+      const uint64_t need = expected_device_peak(stage, L, 1, args.seq, args.dtype, args.activation_checkpointing);
+      user_error("--batch auto: a micro-batch of 1 needs %s per rank, more than the budget of %s (%s); raise the "
+                 "budget, or use a later stage, more ranks, --activation-checkpointing or a shorter --seq",
+                 fmt_bytes(double(need)).c_str(), fmt_bytes(double(budget)).c_str(), budget_from.c_str());
+    }
+    args.batch = fit;
+  }
+  if (args.global_batch > 0) {
+    if (args.global_batch % N != 0)
+      user_error("--global-batch %d: not a multiple of the %d ranks; expected a multiple of %d, e.g. %d",
+                 args.global_batch, N, N, (args.global_batch / N + 1) * N);
+    const int per_rank = args.global_batch / N;
+    if (args.batch_auto) {  // the largest micro-batch that fits and divides this rank's share
+      args.batch = std::min(fit, per_rank);
+      while (per_rank % args.batch != 0) args.batch--;
+    } else if (per_rank % args.batch != 0) {
+      user_error("--global-batch %d on %d ranks: %d sequences per rank, not a multiple of --batch %d; expected a "
+                 "batch that divides %d", args.global_batch, N, per_rank, args.batch, per_rank);
+    }
+    args.accum = per_rank / args.batch;
+  }
+  if (rank() == 0 && args.batch_auto) {
+    const bool ck = args.activation_checkpointing;
+    const StateBytes f = expected_state_bytes(stage, L, args.dtype);
+    const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, args.dtype, ck);
+    printf("batch auto: micro-batch %d per rank, the largest that fits %s (%llu bytes) per rank (%s)%s: predicted peak %s = "
+           "model states %s + activations %s (zero_formulas.h); %d would need %s\n",
+           args.batch, fmt_bytes(double(args.memory_budget)).c_str(), (unsigned long long)args.memory_budget,
+           budget_from.c_str(),
+           args.batch < fit ? (" and divides the " + std::to_string(args.global_batch / N) + " sequences per rank").c_str() : "",
+           fmt_bytes(double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype, ck))).c_str(),
+           fmt_bytes(double(f.total() - f.host)).c_str(), fmt_bytes(double(acts)).c_str(), fit + 1,
+           fmt_bytes(double(expected_device_peak(stage, L, fit + 1, args.seq, args.dtype, ck))).c_str());
+  }
+  if (rank() == 0 && args.global_batch > 0)
+    printf("global batch %d = %d ranks x micro-batch %d x accum %d\n", args.global_batch, N, args.batch, args.accum);
+  fflush(stdout);
+}
 
 void Trainer::checkpoint_state(Buffer& params) {
   NZ_CHECK(OptimizerState::current() != nullptr, "checkpoint_state: the stage has made no optimizer");
@@ -138,7 +211,9 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   std::vector<double> all_ms = comm.gather_scalar(ms);
   for (double x : all_ms) worst_ms = std::max(worst_ms, x);
   std::vector<double> peaks = comm.gather_scalar(double(Ledger::get().peak_total(Location::Device)));
-  StepRecord rec{step, loss, lr(step), grad_norm, worst_ms, tokens / (worst_ms / 1000.0), step_comm};
+  // the extra forward of activation checkpointing, over all ranks (not in MFU: mfu.h)
+  const double recompute = args.activation_checkpointing ? tokens * recompute_flops_per_token(args.cfg, args.seq) : 0;
+  StepRecord rec{step, loss, lr(step), grad_norm, worst_ms, tokens / (worst_ms / 1000.0), recompute, step_comm};
   steps_.push_back(rec);
   if (rank() == 0 && !args.quiet) {
     std::string peak_str;
@@ -151,7 +226,9 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
     }
     printf("step %5d/%d | loss %.6f | lr %.2e | norm %8.4f | %7.1f ms | %8.0f tok/s | peak device mem %s",
            step + 1, args.steps, loss, rec.lr, grad_norm, worst_ms, rec.tokens_per_s, peak_str.c_str());
+    if (recompute > 0) printf(" | recompute %.3g GFLOP", recompute / 1e9);
     if (mfu_at(rec.tokens_per_s) > 0) printf(" | MFU %.1f%%", 100 * mfu_at(rec.tokens_per_s));  // GPUs only
+    if (recompute > 0 && hfu_at(rec.tokens_per_s) > 0) printf(" | HFU %.1f%%", 100 * hfu_at(rec.tokens_per_s));
     printf("\n");
     fflush(stdout);
   }

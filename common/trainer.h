@@ -76,10 +76,14 @@ class Trainer {
   int first_step() const { return first_step_; }
 
  private:
+  // --batch auto (the largest micro-batch whose predicted peak fits the memory budget) and
+  // --global-batch (the accumulation that reaches it): sets args.batch and args.accum.
+  void settle_batch();
   // Mean validation loss over args.eval_windows windows, split over the ranks.
   double evaluate();
   // report.cpp
   double mfu_at(double tokens_per_s) const;  // this run's MFU (mfu.h); 0 on the CPU
+  double hfu_at(double tokens_per_s) const;  // the same, counting activation checkpointing's recompute
   void print_summary(double total_s);        // "done:" and, on GPUs, "throughput:"
   void print_gpu_memory_check();             // the ledger against cudaMemGetInfo
   void print_memory_table();
@@ -91,6 +95,7 @@ class Trainer {
   struct StepRecord {
     int step;
     double loss, lr, grad_norm, ms, tokens_per_s;
+    double recompute_flops;  // activation checkpointing's extra forward, all ranks (0 without it)
     CommStats comm;
   };
   std::vector<StepRecord> steps_;

@@ -118,16 +118,78 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
   return b;
 }
 
-uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum) {
+uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum, bool checkpointing) {
   const uint64_t N = L.world, S = L.shard_total, K = accum;
   switch (stage) {
     case Stage::DDP:
-    case Stage::Z1: return 2 * (N - 1) * S;
+    case Stage::Z1: return 2 * (N - 1) * S;  // recomputation: the full parameters are here already
     case Stage::Z2:
-    case Stage::Offload: return K * (N - 1) * S + (N - 1) * S;
-    case Stage::Z3: return K * 3 * (N - 1) * S;
+    case Stage::Offload: return K * (N - 1) * S + (N - 1) * S;  // the same
+    case Stage::Z3: {
+      // Gathering a unit of padded size p sends this rank's slice p/N to each of the N-1 others:
+      // (N-1) p/N. Per micro-step, in slices (s_u = p_u/N, Σ s_u = S, s_E = the embedding's):
+      //   forward:  every unit, then the embedding again for the LM head      S + s_E
+      //   backward: every unit but the embedding (its backward needs none)     S - s_E
+      //   recomputation (checkpointing): each block's forward runs on the parameters its
+      //             backward has just gathered, before they are released        0
+      //   reduce-scatter of every unit's gradient                                S
+      const uint64_t s_E = L.units.empty() ? 0 : L.units[L.embed_unit()].padded / N;
+      const uint64_t forward = S + s_E, backward = S - s_E;
+      const uint64_t recompute = 0;  // with `checkpointing` or without: the backward's gather serves it
+      return K * (N - 1) * (forward + backward + recompute + S);  // = 3K(N-1)S
+    }
   }
   return 0;
+}
+
+// Activation bytes, term by term. Every saved tensor is its own 64-byte-aligned allocation inside
+// one arena, so each term is rounded up to a multiple of 64: r(n) = ⌈n / 64⌉ 64. With BT = B T
+// tokens, C channels, H heads, V the vocabulary, e bytes per stored element and f bytes per
+// layernorm statistic and loss (4: fp32; 8 in the fp64 tests):
+//   a block's internals   4 r(BTCe): ln1, attention output, res_att (x + attention), ln2 (its
+//                           input is the previous block's output, counted there);
+//                         r(3BTCe): q, k, v;  2 r(4BTCe): fc before and after GELU;
+//                         r(B H T^2 e): the softmax, the full T x T of every head (the causal
+//                           upper triangle is zeros, kept to keep the kernels plain);
+//                         4 r(BT f): mean and 1/std of the two layernorms
+//   a block's output      r(BTCe): res_out, the next block's input (lnf's for the last)
+//   the ends              r(BTCe) x0 (embedding out), r(BTCe) + 2 r(BT f) the final layernorm,
+//                         r(BTVe) the logits (then the probabilities, then their gradient),
+//                         r(BT f) the per-token losses
+//   the backward's grads  one block's worth, reused by every block: 4 r(BTCe) + r(4BTCe) + r(3BTCe)
+//   tokens and targets    2 r(4BT)
+// Without checkpointing L blocks keep internals and output; with it L outputs and one block's
+// internals (the scratch each block is recomputed into).
+uint64_t expected_activation_bytes(const GPTConfig& c, int B, int T, DType dt, bool checkpointing) {
+  auto r = [](uint64_t n) { return (n + 63) / 64 * 64; };
+  const uint64_t BT = uint64_t(B) * T, C = c.dim, H = c.heads, V = c.vocab, L = c.layers;
+  const uint64_t e = dtype_bytes(dt), f = dt == DType::F64 ? 8 : 4;
+  const uint64_t internals = 4 * r(BT * C * e) + r(3 * BT * C * e) + 2 * r(4 * BT * C * e) +
+                             r(uint64_t(B) * H * T * T * e) + 4 * r(BT * f);
+  const uint64_t output = r(BT * C * e);
+  const uint64_t blocks = checkpointing ? L * output + internals : L * (internals + output);
+  const uint64_t ends = r(BT * C * e) + r(BT * C * e) + 2 * r(BT * f) + r(BT * V * e) + r(BT * f);
+  const uint64_t grads = 4 * r(BT * C * e) + r(4 * BT * C * e) + r(3 * BT * C * e);
+  const uint64_t tokens = 2 * r(4 * BT);
+  return blocks + ends + grads + tokens;
+}
+
+uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing) {
+  const StateBytes b = expected_state_bytes(stage, L, dt);
+  return b.total() - b.host + expected_activation_bytes(L.cfg, B, T, dt, checkpointing);
+}
+
+int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
+                          int max_batch) {
+  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing) <= budget; };
+  if (!fits(1)) return 0;
+  int lo = 1, hi = max_batch;  // fits(lo); the answer is in [lo, hi]
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 uint64_t expected_link_elems(Stage stage, const Layout& L, int accum) {

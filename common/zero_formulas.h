@@ -38,6 +38,25 @@ Layout paper_layout(uint64_t psi, int world);
 // Per-rank model-state bytes of `stage` for layout L (its world size is N) in storage type dt.
 StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt);
 
+// Activation bytes per rank for a micro-batch of B sequences of length T: what the forward saves
+// for the backward, the backward's activation gradients of one block, and the tokens and targets;
+// the same in every stage (ZeRO shards model states, not activations). Written out term by term in
+// zero_formulas.cpp (README "Activations"); the model's allocation (model.h) and the ledger's
+// activations peak equal it to the byte. With checkpointing, only the L block inputs and one
+// block's internals are kept (model.h).
+uint64_t expected_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing);
+
+// The most bytes a rank holds on the device at once, for micro-batch B of length T: its model
+// states on the device (offload's host part left out) plus its activations. Every category's peak
+// is added as if they all peaked together, so the ledger's device peak is at most this; in these
+// trainers they do (the model states are allocated before the first forward and the activations
+// once), so it is equal (tests/test_batch_fit). What --batch auto fits into --memory-budget.
+uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing);
+// The largest micro-batch B in 1..max_batch whose expected_device_peak fits in budget bytes, or 0
+// when even B = 1 does not (activations grow with B, nothing else does).
+int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
+                          int max_batch = 1 << 16);
+
 // Elements this rank sends per optimizer step in the model-state collectives, with K = accum
 // micro-steps. Stages 0 and 1 keep the full gradient, so they accumulate it locally and reduce
 // once per step, whatever K is (PyTorch DDP's no_sync, DeepSpeed stage 1); from stage 2 on a rank
@@ -48,7 +67,11 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt);
 //   stage3:        3 K (N-1) S                (gather in forward and backward, reduce-scatter)
 //   offload:       as stage2, plus host<->device: K S down (grad slices) + S up (params)
 // With K = 1 these are the paper's 2Ψ(N-1)/N and 3Ψ(N-1)/N per rank.
-uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum);
+// Activation checkpointing (`checkpointing`) recomputes each block's forward in its backward: it
+// needs the block's full parameters, which stages 0-2 always hold; stage3 gathers them for the
+// backward anyway, and the recomputation runs on that same gathered buffer, so it sends nothing
+// more (zero_formulas.cpp writes stage3's gathers out unit by unit, the recomputation's included).
+uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum, bool checkpointing = false);
 uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offload only, else 0
 
 }  // namespace nz

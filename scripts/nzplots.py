@@ -212,6 +212,93 @@ def fig_categories(reports, world=4):
 
 
 # ---------------------------------------------------------------------------------------------
+# Figure 1b: activation checkpointing, at a realistic scale and measured
+# ---------------------------------------------------------------------------------------------
+
+# A 7B-like shape on the gpt2 preset (context 1024): 32 blocks, width 4096, 32 heads.
+BIG_SHAPE = ("--layers", "32", "--dim", "4096", "--heads", "32")
+
+
+def run_checkpointed(world=4, stages=None, **kw):
+    """Every built stage at N = world with --activation-checkpointing: {(stage, N): report}."""
+    have, _ = built_stages()
+    return {(s, world): run(s, world, extra=("--activation-checkpointing",), **kw) for s in (stages or have)}
+
+
+def checkpointing_estimate(world=64, batch=4, seq=1024, precision="bf16", extra=BIG_SHAPE):
+    """zero_estimate --json for the 7B-like shape: its records carry both activation figures
+    (activations_plain, activations_checkpointed at the top level)."""
+    return estimate(worlds=[world], precision=precision, preset="gpt2", batch=batch, seq=seq, extra=extra)
+
+
+def _stacked(ax, x, vals, cats, width, hatch_host=None, label_first=False, scale=1e9):
+    bottom = 0
+    for c in cats:
+        v = vals[c] / scale
+        ax.bar(x, v, width * 0.95, bottom=bottom, color=CAT_COLOR[c], edgecolor="white",
+               hatch="//" if hatch_host and hatch_host.get(c) else None, label=c if label_first else None)
+        bottom += v
+    return bottom
+
+
+def fig_checkpointing(world=64, batch=4, seq=1024, capacity_gb=80, reports=None, ckpt_reports=None, small_world=4):
+    """Per-rank memory by category for every stage, without (left bar of each pair) and with
+    activation checkpointing (right bar). Left panel: the 7B-like shape (BIG_SHAPE) at N = world,
+    bf16, micro-batch batch x seq, from zero_estimate, with a device line at capacity_gb; right
+    panel (when reports and ckpt_reports are given, {(stage, N): report}): the small runs at
+    N = small_world, rank 0's ledger. Hatched: on the host (offload)."""
+    est = checkpointing_estimate(world=world, batch=batch, seq=seq)
+    panels = 2 if reports and ckpt_reports else 1
+    fig = Figure(figsize=(8 * panels, 6.2), layout="constrained")
+    axes = fig.subplots(1, panels, squeeze=False)[0]
+    ax = axes[0]
+    width = 0.38
+    stages = [e["stage"] for e in est["estimates"]]
+    for i, e in enumerate(est["estimates"]):
+        host = {c: e["location"][c] == "host" for c in CATEGORIES}
+        for j, acts in enumerate((est["activations_plain"], est["activations_checkpointed"])):
+            vals = dict(e["bytes"], activations=acts)
+            x = i + (j - 0.5) * width
+            top = _stacked(ax, x, vals, CATEGORIES, width, host, label_first=(i == 0 and j == 0))
+            ax.text(x, top, f"{'plain' if j == 0 else 'ckpt'}\n{top:.1f}", ha="center", va="bottom", fontsize=7.5)
+    ax.axhline(capacity_gb, color="gray", ls="--", lw=1)
+    ax.text(len(stages) - 0.5, capacity_gb, f"{capacity_gb:g} GB device", ha="right", va="bottom", fontsize=8,
+            color="gray")
+    ax.set_xticks(range(len(stages)), [STAGE_LABEL[s].replace(" (", "\n(") for s in stages])
+    ax.set_ylabel("bytes per rank (GB = 10⁹ bytes)")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
+    ax.grid(True, axis="y", alpha=0.3)
+    c = est["config"]
+    ax.set_title(f"Formula: {c['layers']} blocks, width {c['dim']}, Ψ = {est['num_params'] / 1e9:.2f}B, "
+                 f"N = {world}, {est['precision']},\nmicro-batch {batch} × {seq}: without checkpointing (left), "
+                 "with it (right)")
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(Patch(facecolor="white", edgecolor="gray", hatch="//"))
+    labels.append("on the host")
+    ax.legend(handles, labels, loc="upper right", ncols=2, fontsize=8)
+    if panels == 2:
+        bx = axes[1]
+        small = [s for s in STAGES if (s, small_world) in reports and (s, small_world) in ckpt_reports]
+        for i, s in enumerate(small):
+            for j, rep in enumerate((reports[(s, small_world)], ckpt_reports[(s, small_world)])):
+                host = {k: v > 0 for k, v in measured_at(rep, "host").items()}
+                x = i + (j - 0.5) * width
+                top = _stacked(bx, x, measured(rep), CATEGORIES, width, host, scale=1e6)
+                bx.text(x, top, f"{'plain' if j == 0 else 'ckpt'}\n{top:.2f}", ha="center", va="bottom", fontsize=7.5)
+        rep0 = reports[(small[0], small_world)]
+        bx.set_xticks(range(len(small)), [STAGE_LABEL[s].replace(" (", "\n(") for s in small])
+        bx.set_ylabel("peak bytes per rank (MB = 10⁶ bytes)")
+        bx.set_ylim(0, bx.get_ylim()[1] * 1.12)
+        bx.grid(True, axis="y", alpha=0.3)
+        bx.set_title(f"Measured: the ledger of rank 0, {rep0['preset']} preset, N = {small_world}, "
+                     f"{rep0['precision']},\nmicro-batch {rep0['batch']} × {rep0['seq']}: without (left), "
+                     "with --activation-checkpointing (right)")
+    fig.suptitle("Activations are what ZeRO leaves: activation checkpointing keeps each block's input and recomputes "
+                 "the rest in the backward")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
 # Figure 2: model-state memory per rank against the number of ranks
 # ---------------------------------------------------------------------------------------------
 

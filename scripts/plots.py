@@ -3,11 +3,15 @@
     .venv/bin/python scripts/plots.py --out runs/plots [--params 7.5B] [--capacity-gb 80]
 
 Runs every built trainer on the small preset at N = 1..4 (about a second each; reports cached in
-runs/reports), and at N = 4 with --accum 2 and 4, asks zero_estimate for the formulas, and writes:
+runs/reports), at N = 4 with --accum 2 and 4 and with --activation-checkpointing, asks zero_estimate
+for the formulas, and writes:
     memory_by_category.png   per-rank bytes by category, ledger beside formula (N = 4): the model
                              states alone, and the same with the activations on top
     memory_vs_ranks.png      model-state memory per rank against N: the formula for 7.5B with the
                              ZeRO paper's Table 1 written on it, and the measured runs
+    memory_checkpointing.png per-rank memory by category without and with activation checkpointing:
+                             the formula for a 7B-like shape (N = 64, batch 4 x 1024, bf16), and the
+                             small runs measured (N = 4)
     memory_timeline.png      the ledger's timeline by phase (set-up, forward, backward, optimizer of
                              two steps), stage3's gathers labelled with their unit (N = 4)
     comm_per_step.png        bytes per step: the network (K = 1) against 2Ψ(N-1)/N and 3Ψ(N-1)/N, and
@@ -47,9 +51,12 @@ def main():
 
     reports = nz.run_stages(worlds=worlds)
     accum_reports = nz.run_accums(world=max(worlds), accums=(1, 2, 4))
+    ckpt_reports = nz.run_checkpointed(world=max(worlds))
     figures = {
         "memory_by_category.png": nz.fig_categories(reports, world=max(worlds)),
         "memory_vs_ranks.png": nz.fig_scaling(reports, params=a.params, capacity_gb=a.capacity_gb),
+        "memory_checkpointing.png": nz.fig_checkpointing(capacity_gb=a.capacity_gb, reports=reports,
+                                                         ckpt_reports=ckpt_reports, small_world=max(worlds)),
         "memory_timeline.png": nz.fig_timeline(reports, world=max(worlds)),
         "comm_per_step.png": nz.fig_comm(reports, accum_reports),
         "comm_vs_accum.png": nz.fig_comm_vs_accum(world=max(worlds), measured=accum_reports),

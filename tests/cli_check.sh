@@ -104,6 +104,16 @@ else echo "NZRESULT FAIL cli.model_version_1_loads (v1: $v1 / v2: $v2)"; fi
 
 # ---- flags and data ----
 expect_error quiet_with_value "--quiet takes no value" $bin $tiny --quiet=1
+expect_error batch_auto_cpu_no_budget "--batch auto on the CPU needs --memory-budget" $bin $tiny --device cpu --batch auto
+expect_error batch_auto_no_gpu "no GPU memory to measure" env CUDA_VISIBLE_DEVICES= $bin $tiny --batch auto
+expect_error batch_auto_bad_size "--memory-budget 12XB: expected a size in bytes" $bin $tiny --batch auto --memory-budget 12XB
+expect_error batch_auto_too_small "a micro-batch of 1 needs" $bin $tiny --batch auto --memory-budget 10kB
+expect_error budget_without_auto "it sizes --batch auto" $bin $tiny --memory-budget 1GB
+expect_error global_batch_and_accum "give one of them" $bin $tiny --global-batch 8 --accum 2
+expect_error global_batch_not_multiple "not a multiple of --batch 3" $bin $tiny --batch 3 --global-batch 8
+expect_error estimate_fit_bad_size "--fit 1QB: expected a size in bytes" build/bin/zero_estimate --fit 1QB
+expect_error estimate_fit_raw "--fit needs a model shape" build/bin/zero_estimate --params 7B --fit 80GB
+expect_error checkpointing_with_value "--activation-checkpointing takes no value" $bin $tiny --activation-checkpointing=yes
 expect_error equals_bad_value "--steps abc" $bin $tiny --steps=abc
 out=$(mpirun -np 1 $bin --preset tiny --seq 16 --quiet --eval-windows 2 --steps=2 --batch=2 2>&1)
 if [ $? = 0 ] && grep -q "^done: 2 steps" <<<"$out"; then echo "NZRESULT PASS cli.equals_form_parsed"

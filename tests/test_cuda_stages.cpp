@@ -52,9 +52,10 @@ std::vector<std::string> stages() {
 }
 
 // One run per (trainer, ranks, precision, device), shared by the tests below.
-const RunResult& run(const std::string& trainer, int N, const std::string& prec, const std::string& device) {
+const RunResult& run(const std::string& trainer, int N, const std::string& prec, const std::string& device,
+                     const std::string& extra = "") {
   static std::map<std::string, RunResult> done;
-  std::string flags = kFlags + "--precision " + prec + " --device " + device;
+  std::string flags = kFlags + "--precision " + prec + " --device " + device + extra;
   std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
   auto it = done.find(key);
   if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec + "_" + device)).first;
@@ -131,6 +132,31 @@ TEST_F(CudaStages, LedgerAndCommCountsEqualTheCpuRun) {
       printf("NZTABLE ledger %-10s N=%d %s: rank 0 tracks %llu bytes, sends %llu elements per step: %s\n",
              stage.c_str(), N, prec, (unsigned long long)model_state,
              (unsigned long long)gs[size_t(0)]["comm_elems"].u(), differ ? "DIFFERS from the CPU run" : "identical to the CPU run");
+    }
+  }
+}
+
+// Activation checkpointing on the GPU: the recomputed forward runs the same kernels on the same
+// inputs, so the run trains the same bits as without it (the CPU matrix is tests/test_activations).
+// stage3: its recomputation runs on the parameters its backward gathers (the others hold theirs).
+TEST_F(CudaStages, CheckpointingTrainsTheSameBits) {
+  const int N = 2;
+  for (const char* prec : {"bf16"}) {  // the emulator is slow: bf16 (its conversions too); fp32 on the CPU
+    for (const char* stage : {"stage3"}) {
+      SCOPED_TRACE(std::string(stage) + " " + prec);
+      const RunResult& plain = run(stage, N, prec, "cuda");
+      const RunResult& ckpt = run(stage, N, prec, "cuda", " --activation-checkpointing");
+      ASSERT_EQ(plain.exit_code, 0) << plain.output;
+      ASSERT_EQ(ckpt.exit_code, 0) << ckpt.output;
+      const Verdict v = compare_runs(plain, ckpt);
+      const uint64_t a = plain.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["activations"].u();
+      const uint64_t b = ckpt.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["activations"].u();
+      printf("NZTABLE checkpointing %-10s N=%d %s %-4s: activations %llu -> %llu bytes per rank, %s\n", stage, N,
+             prec, ckpt.report["collectives"].str.c_str(), (unsigned long long)a, (unsigned long long)b,
+             v.identical() ? "the same bits" : v.str().c_str());
+      EXPECT_TRUE(v.identical()) << v.str();
+      EXPECT_LT(b, a);
+      EXPECT_EQ(plain.report["steps_log"][size_t(0)]["comm_elems"].u(), ckpt.report["steps_log"][size_t(0)]["comm_elems"].u());
     }
   }
 }

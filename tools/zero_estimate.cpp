@@ -2,10 +2,11 @@
 //
 //   build/bin/zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision P]
 //                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]
+//                           [--activation-checkpointing] [--fit SIZE]
 //   build/bin/zero_estimate --paper-table
 //   build/bin/zero_estimate --quiz [--seed S] [--count N] [--check FILE]
 //
-// The numbers come from common/zero_formulas.h and model.h (make_layout, activation_bytes): the
+// The numbers come from common/zero_formulas.h and model.h (make_layout): the
 // same functions the trainers print beside their memory ledger and the tests assert against it,
 // so `zero_estimate --preset tiny --world 4 --stage stage2` predicts, to the byte, the ledger of
 // `mpirun -np 4 build/bin/stage2 --preset tiny` (defaults are the trainers' defaults).
@@ -55,20 +56,23 @@ struct Estimate {
   Stage stage;
   Layout L;
   StateBytes b;
-  uint64_t activations = 0;
+  uint64_t activations = 0;               // in the totals: checkpointed with --activation-checkpointing
+  uint64_t activations_plain = 0, activations_ckpt = 0;  // both, for the table
   uint64_t device = 0, host = 0;  // everything above (activations included), split by location
   uint64_t comm_elems = 0, link_elems = 0;  // per optimizer step of `accum` micro-steps
+  int fit = -1, fit_ckpt = -1;  // --fit: the largest micro-batch that fits, without and with checkpointing
 };
 
 // raw: a parameter count, not a model (no units, so no per-unit buffers; no activations).
-Estimate estimate(Stage s, const Layout& L, DType dt, bool raw, uint64_t activations, int accum) {
+Estimate estimate(Stage s, const Layout& L, DType dt, bool raw, uint64_t activations, int accum,
+                  bool checkpointing = false) {
   Estimate e{s, L, expected_state_bytes(s, L, dt)};
   e.activations = raw ? 0 : activations;
   e.device = e.activations;
   for (Category c : kStateCats) (location_of(s, c) == Location::Host ? e.host : e.device) += e.b.of(c);
   NZ_CHECK(e.host == e.b.host, "host bytes %llu, formula %llu", (unsigned long long)e.host,
            (unsigned long long)e.b.host);
-  e.comm_elems = expected_comm_elems(s, L, accum);
+  e.comm_elems = expected_comm_elems(s, L, accum, checkpointing);
   e.link_elems = expected_link_elems(s, L, accum);
   return e;
 }
@@ -159,6 +163,7 @@ void print_paper_table() {
 void print_usage() {
   printf("usage: zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision fp32|bf16]\n"
          "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]\n"
+         "                     [--activation-checkpointing] [--fit SIZE]\n"
          "       zero_estimate --paper-table\n"
          "       zero_estimate --quiz [--seed S] [--count N] [--check FILE]\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
@@ -175,6 +180,11 @@ void print_usage() {
          "  --accum K      micro-steps per optimizer step, for the elements sent per step (default 1):\n"
          "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3 3K(N-1)S\n"
          "                 (S = padded params / N); the bytes do not depend on K\n"
+         "  --activation-checkpointing   count the activations of a checkpointed run in the totals (the\n"
+         "                 table prints both: block inputs plus one block, against every block's internals)\n"
+         "  --fit SIZE     the largest micro-batch per rank whose device peak (model states on the device +\n"
+         "                 activations) fits SIZE (64MiB, 2GB, ...), per stage, with and without checkpointing:\n"
+         "                 what a trainer's --batch auto --memory-budget SIZE picks\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
          "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
@@ -193,7 +203,8 @@ int main(int argc, char** argv) {
   int layers = -1, dim = -1, heads = -1, batch = 4, seq = -1;  // seq: 64, or the context if shorter
   int accum = 1;                                                // micro-steps per optimizer step
   std::vector<int> worlds = {1};
-  bool json = false, paper = false, have_preset = false, quiz = false;
+  bool json = false, paper = false, have_preset = false, quiz = false, checkpointing = false;
+  uint64_t fit_budget = 0;  // --fit SIZE
   int vocab = -1, quiz_count = 10;
   uint64_t quiz_seed = 1;
   std::string check_file;
@@ -207,6 +218,7 @@ int main(int argc, char** argv) {
     if (a == "--paper-table") { paper = true; continue; }
     if (a == "--quiz") { quiz = true; continue; }
     if (a == "--offload") { stage_arg = "offload"; continue; }
+    if (a == "--activation-checkpointing") { checkpointing = true; continue; }
     if (i + 1 >= argc) user_error("%s needs a value, or is unknown; see zero_estimate --help", a.c_str());
     v = argv[++i];
     if (a == "--preset") preset = v, have_preset = true;
@@ -224,6 +236,7 @@ int main(int argc, char** argv) {
     else if (a == "--seed") quiz_seed = uint64_t(parse_pos(a, v, 1 << 30));
     else if (a == "--count") quiz_count = parse_pos(a, v, 1000);
     else if (a == "--check") check_file = v;
+    else if (a == "--fit") fit_budget = parse_bytes(a, v);
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
   if (paper) {
@@ -247,6 +260,8 @@ int main(int argc, char** argv) {
 
   // ---- what to estimate ----
   const bool raw = raw_psi > 0;
+  if (raw && fit_budget > 0)
+    user_error("--fit needs a model shape (the activations grow with the batch); drop --params, use --preset");
   if (raw && (have_preset || layers > 0 || dim > 0 || heads > 0 || vocab > 0))
     user_error("--params gives a raw count; drop --preset/--layers/--dim/--heads/--vocab, or drop --params");
   GPTConfig cfg;
@@ -275,12 +290,22 @@ int main(int argc, char** argv) {
   else if (parse_stage(stage_arg, &one)) stages = {one};
   else user_error("--stage %s: unknown stage; valid: stage0_ddp, stage1, stage2, stage3, offload (or 0..3), all",
                   stage_arg.c_str());
-  const uint64_t acts = raw ? 0 : activation_bytes(cfg, batch, seq, dt);
+  // activations: the same in every stage (zero_formulas.h), with and without checkpointing
+  const uint64_t acts_plain = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, false);
+  const uint64_t acts_ckpt = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, true);
 
   std::vector<Estimate> out;
   for (int N : worlds) {
     Layout L = raw ? paper_layout(raw_psi, N) : make_layout(cfg, N);
-    for (Stage s : stages) out.push_back(estimate(s, L, dt, raw, acts, accum));
+    for (Stage s : stages) {
+      out.push_back(estimate(s, L, dt, raw, checkpointing ? acts_ckpt : acts_plain, accum, checkpointing));
+      out.back().activations_plain = acts_plain;
+      out.back().activations_ckpt = acts_ckpt;
+      if (fit_budget > 0) {
+        out.back().fit = largest_fitting_batch(s, L, seq, dt, false, fit_budget);
+        out.back().fit_ckpt = largest_fitting_batch(s, L, seq, dt, true, fit_budget);
+      }
+    }
   }
 
   // ---- JSON: exact bytes, one record per (world, stage) ----
@@ -296,6 +321,9 @@ int main(int argc, char** argv) {
       j.kv("dim", cfg.dim), j.kv("heads", cfg.heads);
       j.end_object();
       j.kv("batch", batch), j.kv("seq", seq);  // of the activations
+      j.kv("activation_checkpointing", checkpointing);  // which activations the totals count
+      j.kv("activations_plain", acts_plain);          // without checkpointing
+      j.kv("activations_checkpointed", acts_ckpt);    // with it
     }
     j.kv("num_params", uint64_t(out.front().L.num_params));
     j.kv("precision", dtype_name(dt));
@@ -323,6 +351,10 @@ int main(int argc, char** argv) {
       j.kv("device", e.device);
       j.kv("host", e.host);
       j.kv("total", e.device + e.host);
+      if (fit_budget > 0) {  // 0: not even a micro-batch of 1 fits
+        j.kv("fit_batch", e.fit);
+        j.kv("fit_batch_checkpointed", e.fit_ckpt);
+      }
       j.kv("comm_elems_per_step", e.comm_elems);
       j.kv("link_elems_per_step", e.link_elems);
       j.end_object();
@@ -385,14 +417,30 @@ int main(int argc, char** argv) {
     line("", [](const Estimate& e) { return std::string(stage_name(e.stage)); });
     for (Category c : kStateCats) line(category_name(c), [&](const Estimate& e) { return bytes(e.b.of(c)); });
     line("= model state", [&](const Estimate& e) { return bytes(e.b.total()); });
-    line("activations", [&](const Estimate& e) { return bytes(e.activations); });
+    line(checkpointing ? "activations" : "activations *", [&](const Estimate& e) { return bytes(e.activations_plain); });
+    line(checkpointing ? "checkpointed *" : "  checkpointed", [&](const Estimate& e) { return bytes(e.activations_ckpt); });
     line("on the device", [&](const Estimate& e) { return bytes(e.device); });
     line("on the host", [&](const Estimate& e) { return bytes(e.host); });
+    if (fit_budget > 0) {
+      auto batch = [](int b) { return b == 0 ? std::string("none") : std::to_string(b); };
+      line("fit: batch", [&](const Estimate& e) { return batch(e.fit); });
+      line("  checkpointed", [&](const Estimate& e) { return batch(e.fit_ckpt); });
+    }
     line("sent/step", [&](const Estimate& e) { return count(e.comm_elems); });
     line("  = (N-1)S x", [&](const Estimate& e) { return ratio(e.comm_elems, (L.world - 1) * L.shard_total, ""); });
     line("  = Ψ x", [&](const Estimate& e) { return ratio(e.comm_elems, L.num_params, ""); });
     line("host link/step", [&](const Estimate& e) { return count(e.link_elems); });
   }
+  if (!raw)
+    printf("\n* the activations in the totals (%s). checkpointed: --activation-checkpointing keeps each block's input\n"
+           "and recomputes the block in its backward (L block inputs plus one block, instead of L blocks); the same\n"
+           "elements are sent (stage3's recomputation uses the parameters its backward gathers).\n",
+           checkpointing ? "with checkpointing" : "without checkpointing; --activation-checkpointing counts the other");
+  if (fit_budget > 0)
+    printf("\nfit: the largest micro-batch per rank (of --seq %d) whose device peak, model states on the device plus\n"
+           "activations, fits %s (%llu bytes) per rank, without and with activation checkpointing (none: not even 1);\n"
+           "what `--batch auto --memory-budget` picks in the trainers.\n",
+           seq, fmt_bytes(double(fit_budget)).c_str(), (unsigned long long)fit_budget);
   printf("\nsent/step: elements each rank sends per optimizer step in the model-state collectives, with\n"
          "--accum K = %d micro-step%s. Stage0 and stage1 keep the full gradient, sum it locally over the micro-steps\n"
          "and reduce it once: 2(N-1)S whatever K. Stage2 and offload keep only their slice of it, so they\n"
