@@ -103,6 +103,9 @@ class GPT {
   // layernorm. The LM head's weight gradient is NOT computed here: it is added to the tied
   // embedding's gradient by backward(embed_unit), so that gradient is complete in one place.
   void head_backward(const void* embed_params);
+  // fp16 loss scaling (loss_scale.h): head_backward starts from S * d loss / d logits, so every
+  // gradient of the backward is S times the true one. 1 by default.
+  void set_loss_scale(float s) { loss_scale_ = s; }
   // Backward of unit u: zeroes unit_grads (padded size) and writes this unit's gradient into it.
   // The embed unit's backward needs no parameters (pass nullptr): it collects the LM head's
   // weight gradient and the token/position lookup gradients.
@@ -119,7 +122,8 @@ class GPT {
 
   const Layout& L_;
   DType dt_;
-  int B_, T_, b_ = 0;  // allocated batch, sequence length; rows used by the current batch
+  int B_, T_, b_ = 0;
+  float loss_scale_ = 1;  // allocated batch, sequence length; rows used by the current batch
   Buffer acts_;        // all saved activations, one block (see activation_bytes for the layout)
   Buffer grad_acts_;   // activation gradients of one block, reused block after block
   Buffer tokens_, targets_;

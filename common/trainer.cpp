@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <thread>
 
+#include <cmath>         // std::isfinite
+
 #include "check.h"       // NZ_CHECK
 #include "checkpoint.h"  // save_model_from_units
 #include "ckpt.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
@@ -17,7 +19,7 @@
 namespace nz {
 
 Trainer::Trainer(int argc, char** argv, Stage st)
-    : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st) {
+    : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st), loss_scaler_(args) {
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
   int cores = int(std::thread::hardware_concurrency());
   omp_set_num_threads(std::max(1, cores / comm.local_size()));
@@ -101,8 +103,7 @@ void Trainer::init_params(int u, Slice part, void* dst) {
   init_unit(layout, u, args.seed, unit.data());
   std::vector<char> conv(part.size() * elem_bytes);
   const float* src = unit.data() + part.begin;
-  if (dtype == DType::F32) cpu::cast<float, float>((float*)conv.data(), src, part.size());
-  else cpu::cast<bf16, float>((bf16*)conv.data(), src, part.size());
+  NZ_DISPATCH_TRAIN_DTYPE(dtype, cpu::cast<T, float>((T*)conv.data(), src, part.size()));
   copy_bytes(dst, Location::Device, conv.data(), Location::Host, conv.size());
 }
 
@@ -118,11 +119,23 @@ void Trainer::phase(const char* name) {
 
 void Trainer::begin_step(int step) {
   current_step_ = step;
+  updates_done_ = step - loss_scaler_.skipped();
+  step_loss_scale_ = loss_scaler_.scale();
+  step_skipped_ = false;
+  model->set_loss_scale(step_loss_scale_);
   Ledger::get().set_step(step);
   phase("forward");
   device_sync();
   t_step_ = std::chrono::steady_clock::now();
   comm_at_step_start_ = comm.stats();
+}
+
+bool Trainer::skip_step(int step, double loss_sum, double grad_norm) {
+  // an inf or NaN anywhere in the gradients makes the squared norm inf or NaN
+  if (!loss_scaler_.overflowed(comm, !std::isfinite(grad_norm))) return false;
+  step_skipped_ = true;
+  end_step(step, loss_sum, grad_norm);
+  return true;
 }
 
 void Trainer::end_step(int step, double loss_sum, double grad_norm) {
@@ -138,7 +151,8 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   std::vector<double> all_ms = comm.gather_scalar(ms);
   for (double x : all_ms) worst_ms = std::max(worst_ms, x);
   std::vector<double> peaks = comm.gather_scalar(double(Ledger::get().peak_total(Location::Device)));
-  StepRecord rec{step, loss, lr(step), grad_norm, worst_ms, tokens / (worst_ms / 1000.0), step_comm};
+  StepRecord rec{step, loss, lr(), grad_norm, worst_ms, tokens / (worst_ms / 1000.0), step_comm, step_loss_scale_,
+                 step_skipped_};
   steps_.push_back(rec);
   if (rank() == 0 && !args.quiet) {
     std::string peak_str;
@@ -152,6 +166,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
     printf("step %5d/%d | loss %.6f | lr %.2e | norm %8.4f | %7.1f ms | %8.0f tok/s | peak device mem %s",
            step + 1, args.steps, loss, rec.lr, grad_norm, worst_ms, rec.tokens_per_s, peak_str.c_str());
     if (mfu_at(rec.tokens_per_s) > 0) printf(" | MFU %.1f%%", 100 * mfu_at(rec.tokens_per_s));  // GPUs only
+    if (loss_scaler_.enabled()) printf(" | loss scale %g%s", double(rec.loss_scale), rec.skipped ? ", overflow: skipped" : "");
     printf("\n");
     fflush(stdout);
   }

@@ -4,7 +4,7 @@
 //
 // Notation (README "The memory ledger"): P = padded parameter count (Ψ plus the zeros that pad each unit to a
 // multiple of N), S = P / N (the elements each rank owns), U = the largest unit (padded),
-// e = bytes per element of the storage type (4 for fp32, 2 for bf16).
+// e = bytes per element of the storage type (4 for fp32, 2 for bf16 and fp16).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -50,5 +50,8 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt);
 // With K = 1 these are the paper's 2Ψ(N-1)/N and 3Ψ(N-1)/N per rank.
 uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum);
 uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offload only, else 0
+// fp16 only (loss_scale.h): every stage agrees once per step on whether the gradients overflowed,
+// a one-element all-reduce MAX: N - 1 elements per rank per step (4 bytes each). 0 in fp32, bf16.
+uint64_t expected_overflow_flag_elems(const Layout& L, DType dt);
 
 }  // namespace nz
