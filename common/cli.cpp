@@ -261,9 +261,6 @@ Args parse_args(int argc, char** argv, const char* program) {
   if (a.dtype == DType::F16 && a.loss_scale < a.loss_scale_min)
     user_error("--loss-scale %g: below --loss-scale-min %g; expected an initial scale >= the minimum",
                double(a.loss_scale), double(a.loss_scale_min));
-  if (a.dtype == DType::F16 && (!a.ckpt_dir.empty() || !a.resume.empty()))
-    user_error("--precision fp16 with --ckpt-dir/--resume: not supported yet (checkpoints do not hold the loss "
-               "scaler's state); use --precision bf16 or fp32 for checkpointed runs");
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
     user_error("--device %s: unknown device; valid: auto, cpu, cuda", a.device.c_str());
   if (a.kernels != "fast" && a.kernels != "reference")

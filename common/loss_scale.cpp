@@ -17,6 +17,14 @@ LossScaler::LossScaler(const Args& a)
       hysteresis_(a.loss_scale_hysteresis),
       hysteresis_left_(a.loss_scale_hysteresis) {}
 
+void LossScaler::restore(const LossScaleState& s) {
+  scale_ = s.scale;
+  iter_ = s.iter;
+  last_overflow_iter_ = s.last_overflow_iter;
+  hysteresis_left_ = s.hysteresis_left;
+  skipped_ = s.skipped;
+}
+
 bool LossScaler::overflowed(Comm& comm, bool local_overflow) {
   if (!enabled_) return false;
   const bool overflow = comm.any_flag(local_overflow);  // one collective: every rank decides alike

@@ -23,6 +23,14 @@
 
 namespace nz {
 
+// Everything the scaler remembers: a checkpoint stores it (ckpt.h), so a resumed fp16 run goes on
+// with the same scale, the same hysteresis and the same count of skipped steps.
+struct LossScaleState {
+  float scale = 1;
+  long iter = 0, last_overflow_iter = -1;
+  int hysteresis_left = 0, skipped = 0;
+};
+
 class LossScaler {
  public:
   explicit LossScaler(const Args& args);
@@ -33,6 +41,8 @@ class LossScaler {
   // in the gradients it holds. Agrees over the ranks (one collective), updates the scale, and
   // returns true when the step must be skipped. Disabled: returns false, no communication.
   bool overflowed(Comm& comm, bool local_overflow);
+  LossScaleState state() const { return {scale_, iter_, last_overflow_iter_, hysteresis_left_, skipped_}; }
+  void restore(const LossScaleState& s);
 
  private:
   bool enabled_, dynamic_;

@@ -84,13 +84,14 @@ void Trainer::checkpoint_state(Buffer& params) {
   }
 }
 
-HeldState Trainer::held_state() const {
+HeldState Trainer::held_state() {
   HeldState h;
   h.L = &layout;
   h.dt = dtype;
   h.params = held_params_;
   h.params_full = held_params_->bytes() == layout.padded_total * elem_bytes;  // else this rank's slices
   h.opt = held_optimizer_;
+  h.scaler = &loss_scaler_;
   h.rank = rank();
   NZ_CHECK(h.params_full || held_params_->bytes() == layout.shard_total * elem_bytes,
            "checkpoint_state: params buffer of %zu bytes is neither all units nor this rank's slices",

@@ -116,7 +116,7 @@ class Trainer {
   std::vector<std::pair<int, double>> evals_;
   std::vector<double> peak_device_mb_;  // per rank, at the last step
   // checkpoints
-  struct HeldState held_state() const;  // what checkpoint_state registered (ckpt.h)
+  struct HeldState held_state();  // what checkpoint_state registered (ckpt.h)
   Buffer* held_params_ = nullptr;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)

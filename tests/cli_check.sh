@@ -32,7 +32,6 @@ expect_error unknown_flag "unknown flag --bogus" $bin --bogus 1
 expect_error loss_scale_without_fp16 "for --precision fp16 only" $bin --loss-scale 1024
 expect_error loss_scale_below_min "below --loss-scale-min" $bin --precision fp16 --loss-scale 2 --loss-scale-min 4
 expect_error loss_scale_backoff_range "--loss-scale-backoff 2" $bin --precision fp16 --loss-scale-backoff 2
-expect_error fp16_checkpoints "not supported yet" $bin --precision fp16 --ckpt-dir "$tmp/ck"
 expect_error missing_data "cannot read" $bin --data /nonexistent/file.txt
 expect_error short_data "shorter than one batch" $bin --preset tiny --seq 16 --data "$tmp/short.txt"
 expect_error missing_value "needs a value" $bin --steps
