@@ -41,8 +41,7 @@ size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, cons
       copy_bytes(raw.data(), Location::Host, p, Location::Device, raw.size());
       size_t at = all.size();
       all.resize(at + unit.numel);
-      if (dt == DType::F32) cpu::cast<float, float>(all.data() + at, (const float*)raw.data(), unit.numel);
-      else cpu::cast<float, bf16>(all.data() + at, (const bf16*)raw.data(), unit.numel);
+      NZ_DISPATCH_TRAIN_DTYPE(dt, cpu::cast<float, T>(all.data() + at, (const T*)raw.data(), unit.numel));
     }
     release(u);
   }

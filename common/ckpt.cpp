@@ -81,7 +81,12 @@ std::string broadcast(const std::string& s) {
   return out;
 }
 
-std::string manifest_text(const Args& a, Stage stage, int world, int step, const std::vector<Manifest::File>& files) {
+// The shard header's precision code.
+uint32_t precision_code(DType dt) { return dt == DType::F32 ? 0u : dt == DType::BF16 ? 1u : 2u; }
+DType precision_of(const std::string& p) { return p == "bf16" ? DType::BF16 : p == "fp16" ? DType::F16 : DType::F32; }
+
+std::string manifest_text(const Args& a, Stage stage, int world, int step, const std::vector<Manifest::File>& files,
+                          const LossScaler* scaler) {
   std::ostringstream o;
   char buf[256];
   o << "nanozero-checkpoint 1\n";
@@ -94,9 +99,15 @@ std::string manifest_text(const Args& a, Stage stage, int world, int step, const
   o << buf;
   o << "warmup " << a.warmup << "\n" << "steps " << a.steps << "\n" << "batch " << a.batch << "\n"
     << "seq " << a.seq << "\n" << "accum " << a.accum << "\n";
-  // for the reader: where the run goes on (the step is the data and schedule position; not parsed)
-  snprintf(buf, sizeof buf, "next_lr %.9g\nnext_adam_t %d\nnext_sequence %llu\n", lr_at(a, step), step + 1,
-           (unsigned long long)step * a.accum * world * a.batch);
+  const LossScaleState ls = scaler && scaler->enabled() ? scaler->state() : LossScaleState{};
+  if (scaler && scaler->enabled()) {  // fp16: the loss scaler goes on where it was
+    snprintf(buf, sizeof buf, "loss_scale %.9g %ld %ld %d %d\n", double(ls.scale), ls.iter, ls.last_overflow_iter,
+             ls.hysteresis_left, ls.skipped);
+    o << buf;
+  }
+  // for the reader: where the run goes on (the step is the data position; not parsed)
+  snprintf(buf, sizeof buf, "next_lr %.9g\nnext_adam_t %d\nnext_sequence %llu\n", lr_at(a, step - ls.skipped),
+           step - ls.skipped + 1, (unsigned long long)step * a.accum * world * a.batch);
   o << buf;
   for (const Manifest::File& f : files) {
     snprintf(buf, sizeof buf, "file %s %" PRIu64 " %08x\n", f.name.c_str(), f.bytes, f.crc);
@@ -133,7 +144,7 @@ void save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState&
   if (problem.empty()) {
     const OptimizerState& opt = *h.opt;
     const int U = L.num_units();
-    uint32_t head[6] = {kShardVersion, uint32_t(rank), uint32_t(world), h.dt == DType::F32 ? 0u : 1u, uint32_t(U),
+    uint32_t head[6] = {kShardVersion, uint32_t(rank), uint32_t(world), precision_code(h.dt), uint32_t(U),
                         opt.has_master() ? 1u : 0u};
     std::vector<uint64_t> ranges;
     for (int u = 0; u < U; u++) {
@@ -178,7 +189,7 @@ void save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState&
   }
   std::vector<Manifest::File> files;
   for (int r = 0; r < world; r++) files.push_back({shard_name(r), all[r].bytes, all[r].crc});
-  const std::string text = manifest_text(args, stage, world, steps_done, files);
+  const std::string text = manifest_text(args, stage, world, steps_done, files, h.scaler);
   AtomicFile m(dir + "/MANIFEST");
   m.write(text.data(), text.size());
   if (!m.commit()) {
@@ -247,6 +258,10 @@ bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
     else if (key == "batch") l >> m->batch;
     else if (key == "seq") l >> m->seq;
     else if (key == "accum") l >> m->accum;
+    else if (key == "loss_scale") {
+      LossScaleState& s = m->loss_scale;
+      m->has_loss_scale = bool(l >> s.scale >> s.iter >> s.last_overflow_iter >> s.hysteresis_left >> s.skipped);
+    }
     else if (key == "file") {
       Manifest::File f;
       l >> f.name >> f.bytes >> std::hex >> f.crc;
@@ -254,7 +269,8 @@ bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
     }
   }
   if (m->world < 1 || int(m->files.size()) != m->world || m->num_params != param_count_formula(m->cfg) ||
-      (m->precision != "fp32" && m->precision != "bf16")) {
+      (m->precision != "fp32" && m->precision != "bf16" && m->precision != "fp16") ||
+      (m->precision == "fp16") != m->has_loss_scale) {
     *why = "MANIFEST inconsistent (world size, files, model or precision)";
     return false;
   }
@@ -360,7 +376,7 @@ std::string find_resume_checkpoint(Comm& comm, const Args& args) {
 // ---------------------------------------------------------------- reading
 
 CheckpointReader::CheckpointReader(const std::string& dir, const Manifest& m)
-    : dir_(dir), L_(make_layout(m.cfg, m.world)), dt_(m.precision == "bf16" ? DType::BF16 : DType::F32) {
+    : dir_(dir), L_(make_layout(m.cfg, m.world)), dt_(precision_of(m.precision)) {
   const int U = L_.num_units();
   const size_t e = dtype_bytes(dt_);
   for (int r = 0; r < m.world; r++) {
@@ -372,7 +388,7 @@ CheckpointReader::CheckpointReader(const std::string& dir, const Manifest& m)
     s.range.resize(size_t(U) * 4);
     bool ok = s.fd >= 0 && pread(s.fd, magic, 8, 0) == 8 && memcmp(magic, kShardMagic, 8) == 0 &&
               pread(s.fd, head, sizeof head, 8) == ssize_t(sizeof head) && head[0] == kShardVersion &&
-              head[1] == uint32_t(r) && head[2] == uint32_t(m.world) && head[3] == (dt_ == DType::F32 ? 0u : 1u) &&
+              head[1] == uint32_t(r) && head[2] == uint32_t(m.world) && head[3] == precision_code(dt_) &&
               head[4] == uint32_t(U) && pread(s.fd, s.range.data(), s.range.size() * 8, 32) == ssize_t(s.range.size() * 8);
     if (ok) {
       has_master_ = head[5] != 0;
@@ -485,6 +501,7 @@ int load_checkpoint(Comm& comm, const Args& args, const HeldState& h, const std:
       h.opt->put(which, h.opt->state_offset(u), s.size(), arr.data());
     }
   }
+  if (h.scaler && m.has_loss_scale) h.scaler->restore(m.loss_scale);  // fp16
   return m.step;
 }
 

@@ -6,15 +6,17 @@
 //                      slices; the fp32 master copy, if it keeps one; Adam m and v of its slices)
 //   MANIFEST           written last, by rank 0, once every shard is on the disk: the step, the
 //                      run's configuration, and each shard's size and CRC-32C (a text file; it
-//                      also names the next learning rate, Adam step and first sequence index).
+//                      also names the next learning rate, Adam step and first sequence index;
+//                      in fp16 it holds the loss scaler's state, loss_scale.h).
 // A directory without a complete, valid MANIFEST is not a checkpoint. Nothing else has state: a
 // micro-batch is a pure function of (seed, step, micro-step, accum, world, rank) (data.h), Adam's
 // step count is step + 1, the learning rate a function of the step. So the step is the data
-// position and the schedule position, and the seed the whole RNG state.
+// position and the schedule position, and the seed the whole RNG state. (fp16: Adam and the
+// schedule count the updates applied, step minus the skipped steps the MANIFEST records.)
 //
 // Shard file (little-endian):
 //   bytes 0..7   magic "NZCKSHRD"
-//   uint32 x 6   version (1), rank, world, precision (0 fp32, 1 bf16), units U, has_master (0/1)
+//   uint32 x 6   version (1), rank, world, precision (0 fp32, 1 bf16, 2 fp16), units U, has_master (0/1)
 //   uint64 x 4U  per unit: params [begin, end), optimizer state [begin, end), in unit elements
 //   params       for each unit its params range, in the storage type
 //   master       (if has_master) for each unit its optimizer range, fp32; then m; then v
@@ -28,6 +30,7 @@
 
 #include "cli.h"
 #include "comm.h"
+#include "loss_scale.h"  // LossScaler, LossScaleState (fp16)
 #include "model.h"
 #include "optim.h"
 #include "zero_formulas.h"  // Stage
@@ -45,6 +48,7 @@ struct HeldState {
   Buffer* params = nullptr;  // all padded units (stages 0-2, offload) or this rank's slices (stage3)
   bool params_full = true;
   OptimizerState* opt = nullptr;
+  LossScaler* scaler = nullptr;  // fp16: its state is saved and restored too
   int rank = 0;
   Slice params_range(int u) const { return params_full ? L->full(u) : L->shard(u, rank); }
   // where unit u's params range starts in the params buffer, in elements
@@ -61,6 +65,8 @@ struct Manifest {
   uint64_t num_params = 0, seed = 0;
   float lr = 0, weight_decay = 0, clip = 0;
   int warmup = 0, steps = 0, batch = 0, seq = 0, accum = 0;
+  bool has_loss_scale = false;  // fp16
+  LossScaleState loss_scale;
   struct File {
     std::string name;
     uint64_t bytes = 0;

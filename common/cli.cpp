@@ -182,8 +182,28 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.clip = parse_float(f, v, 0, 1e9, "a number >= 0"); }},
       {"--seed", "N", "random seed for initialisation and data order (default 1337)",
        [&](auto& f, auto& v) { a.seed = uint64_t(parse_int(f, v, 0, LONG_MAX, "a whole number >= 0")); }},
-      {"--precision", "P", "storage type of params, grads, activations: fp32 (default) or bf16",
+      {"--precision", "P", "storage type of params, grads, activations: fp32 (default), bf16, or fp16 (with "
+       "loss scaling)",
        [&](auto&, auto& v) { a.precision = v; }},
+      {"--loss-scale", "X", "fp16: the initial loss scale (default 65536 = 2^16)",
+       [&](auto& f, auto& v) { a.loss_scale = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given = true; }},
+      {"--loss-scale-window", "N", "fp16: clean steps before the scale doubles (default 1000; 0: a static scale)",
+       [&](auto& f, auto& v) {
+         a.loss_scale_window = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0"));
+         a.loss_scale_given = true;
+       }},
+      {"--loss-scale-hysteresis", "H", "fp16: overflows before the scale is lowered (default 2)",
+       [&](auto& f, auto& v) {
+         a.loss_scale_hysteresis = int(parse_int(f, v, 1, 1 << 30, "a positive whole number"));
+         a.loss_scale_given = true;
+       }},
+      {"--loss-scale-backoff", "F", "fp16: the scale is multiplied by F on overflow (default 0.5)",
+       [&](auto& f, auto& v) {
+         a.loss_scale_backoff = parse_float(f, v, 1e-6, 0.999999, "a factor in (0, 1)");
+         a.loss_scale_given = true;
+       }},
+      {"--loss-scale-min", "X", "fp16: the smallest loss scale (default 1)",
+       [&](auto& f, auto& v) { a.loss_scale_min = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given = true; }},
       {"--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
        [&](auto&, auto& v) { a.data = v; }},
       {"--log-json", "PATH", "write rank 0's report: every step's loss, and every rank's ledger",
@@ -270,7 +290,14 @@ Args parse_args(int argc, char** argv, const char* program) {
                a.seq, a.cfg.ctx, a.preset.c_str(), a.cfg.ctx);
   if (a.precision == "fp32") a.dtype = DType::F32;
   else if (a.precision == "bf16") a.dtype = DType::BF16;
-  else user_error("--precision %s: unknown precision; valid: fp32, bf16", a.precision.c_str());
+  else if (a.precision == "fp16") a.dtype = DType::F16;
+  else user_error("--precision %s: unknown precision; valid: fp32, bf16, fp16", a.precision.c_str());
+  if (a.loss_scale_given && a.dtype != DType::F16)
+    user_error("--loss-scale*: loss scaling is for --precision fp16 only (this run is %s); drop the flag or add "
+               "--precision fp16", a.precision.c_str());
+  if (a.dtype == DType::F16 && a.loss_scale < a.loss_scale_min)
+    user_error("--loss-scale %g: below --loss-scale-min %g; expected an initial scale >= the minimum",
+               double(a.loss_scale), double(a.loss_scale_min));
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
     user_error("--device %s: unknown device; valid: auto, cpu, cuda", a.device.c_str());
   if (a.kernels != "fast" && a.kernels != "reference")

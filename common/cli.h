@@ -29,6 +29,13 @@ struct Args {
   uint64_t seed = 1337;
   std::string precision = "fp32";
   DType dtype = DType::F32;
+  // fp16 loss scaling (loss_scale.h), DeepSpeed's defaults
+  float loss_scale = 65536;        // the initial scale, 2^16
+  int loss_scale_window = 1000;    // clean steps in a row before the scale doubles; 0: a static scale
+  int loss_scale_hysteresis = 2;   // overflows tolerated before the scale is lowered
+  float loss_scale_backoff = 0.5f; // the scale is multiplied by this on a (hysteresis-th) overflow
+  float loss_scale_min = 1;        // it never goes below this
+  bool loss_scale_given = false;   // a --loss-scale* flag was given (fp16 only)
   // data and outputs
   std::string data;  // default: the corpus that ships with the project
   std::string log_json;

@@ -19,6 +19,7 @@ static MPI_Datatype mpi_type(DType dt) {
   switch (dt) {
     case DType::F32: return MPI_FLOAT;
     case DType::BF16: return MPI_UINT16_T;
+    case DType::F16: return MPI_UINT16_T;
     case DType::F64: return MPI_DOUBLE;
   }
   return MPI_BYTE;
@@ -66,6 +67,7 @@ void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType
   switch (dt) {
     case DType::F32: sum_slices_in_rank_order((const float*)host_full, (float*)host_out, shard_elems, size_); break;
     case DType::BF16: sum_slices_in_rank_order((const bf16*)host_full, (bf16*)host_out, shard_elems, size_); break;
+    case DType::F16: sum_slices_in_rank_order((const f16*)host_full, (f16*)host_out, shard_elems, size_); break;
     case DType::F64: sum_slices_in_rank_order((const double*)host_full, (double*)host_out, shard_elems, size_); break;
   }
   if (on_gpu()) copy_bytes(out_shard, Location::Device, host_out, Location::Host, shard_bytes);
@@ -164,6 +166,17 @@ void Comm::sum_scalars(double* v, int n) {
   }
   stats_.add(CommOp::Scalars, uint64_t(size_ - 1) * n, uint64_t(size_ - 1) * n * 8,
              uint64_t(size_ - 1) * n * 8);
+}
+
+bool Comm::any_flag(bool mine) {
+  int flag = mine ? 1 : 0;
+  MPI_Request req;
+  MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
+  CommRequest r;
+  r.req = req;
+  wait(r);
+  stats_.add(CommOp::OverflowFlag, uint64_t(size_ - 1), uint64_t(size_ - 1) * 4, uint64_t(size_ - 1) * 4);
+  return flag != 0;
 }
 
 std::vector<double> Comm::gather_scalar(double x) {

@@ -75,6 +75,9 @@ class Comm {
   void all_reduce(void* buf, size_t elems, DType dt);
   // Sum n doubles over ranks, in rank order, in place (loss, squared norm). Counted as Scalars.
   void sum_scalars(double* v, int n);
+  // True on every rank when `mine` is true on any rank: an all-reduce MAX of one 4-byte flag (fp16's
+  // overflow check, loss_scale.h). Counted as OverflowFlag: each rank sends N-1 elements.
+  bool any_flag(bool mine);
   // Every rank's value, on every rank (per-rank peaks for the log line). Counted as Scalars.
   std::vector<double> gather_scalar(double x);
   // Every rank's string, concatenated on rank 0 (reports). Not counted.

@@ -13,6 +13,7 @@ static const char* comm_op_name(CommOp op) {
     case CommOp::AllGather: return "all_gather";
     case CommOp::Broadcast: return "broadcast";
     case CommOp::Scalars: return "scalars";
+    case CommOp::OverflowFlag: return "overflow_flag";
     default: return "?";
   }
 }
@@ -38,14 +39,14 @@ void CommStats::add_link(bool to_host, size_t elems, size_t bytes) {
 uint64_t CommStats::model_elems_sent() const {
   uint64_t s = 0;
   for (int i = 0; i < kNumCommOps; i++)
-    if (CommOp(i) != CommOp::Scalars) s += op[i].elems_sent;
+    if (CommOp(i) != CommOp::Scalars && CommOp(i) != CommOp::OverflowFlag) s += op[i].elems_sent;
   return s;
 }
 
 uint64_t CommStats::model_bytes_sent() const {
   uint64_t s = 0;
   for (int i = 0; i < kNumCommOps; i++)
-    if (CommOp(i) != CommOp::Scalars) s += op[i].bytes_sent;
+    if (CommOp(i) != CommOp::Scalars && CommOp(i) != CommOp::OverflowFlag) s += op[i].bytes_sent;
   return s;
 }
 

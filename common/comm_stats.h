@@ -11,7 +11,8 @@ namespace nz {
 
 // Broadcast has no caller: the stages never broadcast model state, and the report keeps its zero
 // counter so that tests/test_zero12.cpp can check exactly that.
-enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, kCount };
+// OverflowFlag: fp16's once-per-step agreement on a gradient overflow (loss_scale.h).
+enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, OverflowFlag, kCount };
 constexpr int kNumCommOps = int(CommOp::kCount);
 
 struct CommCounts {
@@ -33,7 +34,8 @@ struct CommStats {
   // One call of `op` that sent and received this much.
   void add(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv);
   void add_link(bool to_host, size_t elems, size_t bytes);
-  // Model-state traffic: everything except the small scalar all-reduces (loss, norm, timings).
+  // Model-state traffic: everything except the small scalar all-reduces (loss, norm, timings)
+  // and the overflow flag.
   uint64_t model_elems_sent() const;
   uint64_t model_bytes_sent() const;
   CommStats operator-(const CommStats& o) const;

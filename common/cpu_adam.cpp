@@ -70,6 +70,16 @@ static inline void store_lanes(bf16* dst, vf x) {
   memcpy(dst, &h, sizeof h);
 }
 
+// fp16: lane by lane through dtype.h's conversions (the same recipe as every other fp16 store).
+static inline vf load_lanes(const f16* x) {
+  vf r = {};
+  for (int i = 0; i < W; i++) r[i] = f16_to_f32(x[i]);
+  return r;
+}
+static inline void store_lanes(f16* dst, vf x) {
+  for (int i = 0; i < W; i++) dst[i] = f32_to_f16(x[i]);
+}
+
 struct Hyper {
   float lr, b1, b2, one_b1, one_b2, bc1, bc2, eps, wd, gs;
 };
@@ -137,5 +147,7 @@ template void adamw_update<float>(float*, float*, float*, const float*, size_t, 
                                   float, int, float*);
 template void adamw_update<bf16>(float*, float*, float*, const bf16*, size_t, float, float, float, float, float,
                                  float, int, bf16*);
+template void adamw_update<f16>(float*, float*, float*, const f16*, size_t, float, float, float, float, float,
+                                float, int, f16*);
 
 }  // namespace nz::cpu_adam

@@ -726,7 +726,7 @@ void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// explicit instantiations: float and bf16 for training, double for the finite-difference tests
+// explicit instantiations: float, bf16 and fp16 for training, double for the finite-difference tests
 
 #define NZ_INSTANTIATE_KERNELS(T)                                                                   \
   template void embedding_forward<T>(T*, const int*, const T*, const T*, int, int, int);          \
@@ -751,6 +751,7 @@ void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
 
 NZ_INSTANTIATE_KERNELS(float)
 NZ_INSTANTIATE_KERNELS(bf16)
+NZ_INSTANTIATE_KERNELS(f16)
 NZ_INSTANTIATE_KERNELS(double)
 #undef NZ_INSTANTIATE_KERNELS
 
@@ -758,6 +759,9 @@ template void cast<float, bf16>(float*, const bf16*, size_t);
 template void cast<bf16, float>(bf16*, const float*, size_t);
 template void cast<float, float>(float*, const float*, size_t);
 template void cast<bf16, bf16>(bf16*, const bf16*, size_t);
+template void cast<float, f16>(float*, const f16*, size_t);
+template void cast<f16, float>(f16*, const float*, size_t);
+template void cast<f16, f16>(f16*, const f16*, size_t);
 template void cast<double, double>(double*, const double*, size_t);
 
 }  // namespace cpu

@@ -28,7 +28,7 @@ double recompute_flops_per_token(const GPTConfig& cfg, int seq) {
   return cfg.layers * (2.0 * (12 * C * C + 13 * C) + 4.0 * seq * C);
 }
 
-// bf16 runs its matmuls on tensor cores (bf16 in, fp32 accumulate); fp32 runs on the fp32 units
+// bf16 and fp16 run their matmuls on tensor cores (bf16 in, fp32 accumulate); fp32 runs on the fp32 units
 // (cuBLAS with CUBLAS_COMPUTE_32F, no TF32). NZ_PEAK_TFLOPS=<number> is for another GPU, other
 // clocks, or sparsity.
 double peak_flops(DType dt) {
@@ -46,7 +46,7 @@ double peak_flops(DType dt) {
                                {"H100", 989, 67},       {"H200", 989, 67},     {"A100", 312, 19.5}};
   const char* name = cuda_rt::device_name();
   for (const Peak& p : peaks)
-    if (strstr(name, p.name)) return (dt == DType::BF16 ? p.bf16 : p.fp32) * 1e12;
+    if (strstr(name, p.name)) return (dt == DType::F32 ? p.fp32 : p.bf16) * 1e12;  // fp16: bf16's tensor-core rate
   return 0;
 }
 

@@ -195,12 +195,6 @@ void GPT::set_batch(const int* tokens, const int* targets, int b) {
   copy_bytes(targets_.data(), Location::Device, targets, Location::Host, bytes);
 }
 
-#define NZ_DISPATCH_DTYPE(dt, ...)          \
-  switch (dt) {                             \
-    case DType::F32: { using T = float; __VA_ARGS__; break; }  \
-    case DType::BF16: { using T = bf16; __VA_ARGS__; break; }  \
-    case DType::F64: { using T = double; __VA_ARGS__; break; } \
-  }
 
 void GPT::forward(int u, const void* p) { NZ_DISPATCH_DTYPE(dt_, forward_t<T>(u, (const T*)p)); }
 double GPT::head_forward(const void* p) {
@@ -221,9 +215,7 @@ void GPT::probs_row(int row, float* out) const {
   copy_bytes(raw.data(), Location::Host, static_cast<const char*>(acts_.data()) + a.logits + size_t(row) * V * e,
              Location::Device, V * e);
   for (int i = 0; i < V; i++) {
-    if (dt_ == DType::F32) out[i] = reinterpret_cast<const float*>(raw.data())[i];
-    else if (dt_ == DType::BF16) out[i] = bf16_to_f32(reinterpret_cast<const bf16*>(raw.data())[i]);
-    else out[i] = float(reinterpret_cast<const double*>(raw.data())[i]);
+    NZ_DISPATCH_DTYPE(dt_, out[i] = float(load(reinterpret_cast<const T*>(raw.data())[i])));
   }
 }
 
@@ -301,7 +293,7 @@ void GPT::head_backward_t(const T* wte) {
   const int BT = b_ * T_;
   const ActLayout a(c, B_, T_, dt_, ckpt_);
   T* dlogits = ACT(T, a.logits);  // in place over the probabilities
-  ops::softmax_xent_backward<T>(dlogits, dlogits, targets_.as<int>(), 1.0f / BT, BT, c.vocab);
+  ops::softmax_xent_backward<T>(dlogits, dlogits, targets_.as<int>(), loss_scale_ / BT, BT, c.vocab);
   // d lnf_out (BT,C) = dlogits @ wte; the weight gradient waits for backward(embed)
   ops::matmul_backward<T>(GACT(T, a.dx), nullptr, nullptr, dlogits, ACT(T, a.lnf), wte, BT, c.dim, c.vocab);
 }

@@ -117,6 +117,9 @@ class GPT {
   // layernorm. The LM head's weight gradient is NOT computed here: it is added to the tied
   // embedding's gradient by backward(embed_unit), so that gradient is complete in one place.
   void head_backward(const void* embed_params);
+  // fp16 loss scaling (loss_scale.h): head_backward starts from S * d loss / d logits, so every
+  // gradient of the backward is S times the true one. 1 by default.
+  void set_loss_scale(float s) { loss_scale_ = s; }
   // Backward of unit u: zeroes unit_grads (padded size) and writes this unit's gradient into it.
   // With checkpointing, a block's backward first recomputes its forward from its saved input, with
   // the same unit_params (in stage3, the parameters its backward gathers anyway).
@@ -140,6 +143,7 @@ class GPT {
   DType dt_;
   bool ckpt_;          // activation checkpointing: keep block inputs, recompute the rest
   int B_, T_, b_ = 0;  // allocated batch, sequence length; rows used by the current batch
+  float loss_scale_ = 1;  // fp16: the loss scale the backward starts from
   Buffer acts_;        // all saved activations, one block (see activation_bytes for the layout)
   Buffer grad_acts_;   // activation gradients of one block, reused block after block
   Buffer tokens_, targets_;

@@ -28,15 +28,10 @@ float clip_scale(double grad_norm, float clip) {
 
 void accumulate_grads(DType dt, void* dst, const void* src, size_t n, float scale, bool first, Location where) {
   if (where != Location::Device) {  // host memory: the CPU kernel, whatever the backend
-    if (dt == DType::F32) cpu::accumulate<float>((float*)dst, (const float*)src, n, scale, first);
-    else cpu::accumulate<bf16>((bf16*)dst, (const bf16*)src, n, scale, first);
+    NZ_DISPATCH_DTYPE(dt, cpu::accumulate<T>((T*)dst, (const T*)src, n, scale, first));
     return;
   }
-  switch (dt) {
-    case DType::F32: ops::accumulate<float>((float*)dst, (const float*)src, n, scale, first); break;
-    case DType::BF16: ops::accumulate<bf16>((bf16*)dst, (const bf16*)src, n, scale, first); break;
-    case DType::F64: ops::accumulate<double>((double*)dst, (const double*)src, n, scale, first); break;
-  }
+  NZ_DISPATCH_DTYPE(dt, ops::accumulate<T>((T*)dst, (const T*)src, n, scale, first));
 }
 
 void average_grads(DType dt, void* grads, size_t n, float scale) {
@@ -45,14 +40,9 @@ void average_grads(DType dt, void* grads, size_t n, float scale) {
 
 static double sum_squares_dt(DType dt, const void* p, size_t n, Location where = Location::Device) {
   if (where != Location::Device) {  // host memory: the CPU kernel, whatever the backend
-    if (dt == DType::F32) return cpu::sum_squares<float>((const float*)p, n);
-    return cpu::sum_squares<bf16>((const bf16*)p, n);
+    NZ_DISPATCH_DTYPE(dt, return cpu::sum_squares<T>((const T*)p, n));
   }
-  switch (dt) {
-    case DType::F32: return ops::sum_squares<float>((const float*)p, n);
-    case DType::BF16: return ops::sum_squares<bf16>((const bf16*)p, n);
-    case DType::F64: return ops::sum_squares<double>((const double*)p, n);
-  }
+  NZ_DISPATCH_DTYPE(dt, return ops::sum_squares<T>((const T*)p, n));
   return 0;
 }
 
@@ -129,7 +119,7 @@ static void for_each_piece(const Unit& unit, Slice own, size_t begin, size_t end
 OptimizerState::OptimizerState(const Layout& L, std::vector<Slice> owned, DType dt, float weight_decay)
     : L_(L), dt_(dt), weight_decay_(weight_decay), owned_(std::move(owned)) {
   NZ_CHECK(int(owned_.size()) == L.num_units(), "one slice per unit");
-  NZ_CHECK(dt_ == DType::F32 || dt_ == DType::BF16, "AdamW: storage must be fp32 or bf16");
+  NZ_CHECK(dt_ != DType::F64, "AdamW: storage must be fp32, bf16 or fp16");
   total_ = pack_slices(owned_, &state_offset_);
   current_ = this;
 }
@@ -159,7 +149,8 @@ AdamW::AdamW(const Layout& L, std::vector<Slice> owned, DType dt, const Args& ar
 
 void AdamW::init_master(int u, const void* params_slice) {
   if (master_.empty()) return;  // fp32: the parameters are their own master
-  ops::cast<float, bf16>(master_.as<float>() + state_offset_[u], (const bf16*)params_slice, owned_[u].size());
+  NZ_DISPATCH_TRAIN_DTYPE(dt_, ops::cast<float, T>(master_.as<float>() + state_offset_[u], (const T*)params_slice,
+                                                   owned_[u].size()));
 }
 
 void AdamW::step(int u, void* params_slice, const void* grads_slice, float lr, float grad_scale, int t) {
@@ -167,14 +158,11 @@ void AdamW::step(int u, void* params_slice, const void* grads_slice, float lr, f
   float* p32 = master_.empty() ? (float*)params_slice : master_.as<float>() + base;
   float *m = m_.as<float>() + base, *v = v_.as<float>() + base;
   for_each_piece(L_.units[u], owned_[u], 0, n, weight_decay_, [&](size_t i, size_t len, float wd) {
-    if (dt_ == DType::F32)
-      ops::adamw_update<float>(p32 + i, m + i, v + i, (const float*)grads_slice + i, len, lr, kBeta1, kBeta2,
-                               kEps, wd, grad_scale, t);
-    else
-      ops::adamw_update<bf16>(p32 + i, m + i, v + i, (const bf16*)grads_slice + i, len, lr, kBeta1, kBeta2, kEps,
-                              wd, grad_scale, t);
+    NZ_DISPATCH_TRAIN_DTYPE(dt_, ops::adamw_update<T>(p32 + i, m + i, v + i, (const T*)grads_slice + i, len, lr,
+                                                      kBeta1, kBeta2, kEps, wd, grad_scale, t));
   });
   if (dt_ == DType::BF16) ops::cast<bf16, float>((bf16*)params_slice, p32, n);  // rounded from the master
+  if (dt_ == DType::F16) ops::cast<f16, float>((f16*)params_slice, p32, n);
 }
 
 // ---- AdamW on the host (offload) ----
@@ -200,8 +188,7 @@ HostAdamW::~HostAdamW() = default;
 void HostAdamW::init_master(int u, const void* params_slice) {
   const size_t n = owned_[u].size(), base = state_offset_[u];
   auto to_fp32 = [&](float* master, size_t from, size_t count) {  // elements [from, from + count)
-    if (dt_ == DType::F32) cpu::cast<float, float>(master, (const float*)params_slice + from, count);
-    else cpu::cast<float, bf16>(master, (const bf16*)params_slice + from, count);
+    NZ_DISPATCH_TRAIN_DTYPE(dt_, cpu::cast<float, T>(master, (const T*)params_slice + from, count));
   };
   if (!disk_) return to_fp32(master_.as<float>() + base, 0, n);
   for (size_t a = 0; a < n; a += disk_->chunk()) {  // write the master file a chunk at a time
@@ -221,12 +208,8 @@ void HostAdamW::step(int u, const void* grads_slice, void* params_out, float lr,
       const size_t j = i - begin;  // in p32, m, v
       const void* g = (const char*)grads_slice + i * e;
       void* out = (char*)params_out + i * e;
-      if (dt_ == DType::F32)
-        cpu_adam::adamw_update<float>(p32 + j, m + j, v + j, (const float*)g, len, lr, kBeta1, kBeta2, kEps, wd,
-                                      grad_scale, t, (float*)out);
-      else
-        cpu_adam::adamw_update<bf16>(p32 + j, m + j, v + j, (const bf16*)g, len, lr, kBeta1, kBeta2, kEps, wd,
-                                     grad_scale, t, (bf16*)out);
+      NZ_DISPATCH_TRAIN_DTYPE(dt_, cpu_adam::adamw_update<T>(p32 + j, m + j, v + j, (const T*)g, len, lr, kBeta1,
+                                                             kBeta2, kEps, wd, grad_scale, t, (T*)out));
     });
   };
   if (!disk_) return update(0, n, master_.as<float>() + base, m_.as<float>() + base, v_.as<float>() + base);

@@ -172,6 +172,7 @@ void Trainer::write_report() {
   j.kv("host", f.host);
   j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));
   j.kv("link_elems_per_step", expected_link_elems(stage, layout, args.accum));
+  j.kv("overflow_flag_elems_per_step", expected_overflow_flag_elems(layout, dtype));
   j.end_object();
   j.key("steps_log");
   j.begin_array();
@@ -181,6 +182,11 @@ void Trainer::write_report() {
     j.kv("loss", s.loss);
     j.kv("lr", s.lr);
     j.kv("grad_norm", s.grad_norm);
+    if (dtype == DType::F16) {
+      j.kv("loss_scale", double(s.loss_scale));
+      j.kv("skipped", s.skipped);
+      j.kv("overflow_flag_elems", s.comm.op[int(CommOp::OverflowFlag)].elems_sent);
+    }
     j.kv("ms", s.ms);
     j.kv("tokens_per_s", s.tokens_per_s);
     if (mfu_at(s.tokens_per_s) > 0) j.kv("mfu", mfu_at(s.tokens_per_s));  // GPUs only

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <thread>
 
+#include <cmath>         // std::isfinite
+
 #include "check.h"       // NZ_CHECK
 #include "checkpoint.h"  // save_model_from_units
 #include "ckpt.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
@@ -17,7 +19,7 @@
 namespace nz {
 
 Trainer::Trainer(int argc, char** argv, Stage st)
-    : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st) {
+    : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st), loss_scaler_(args) {
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
   int cores = int(std::thread::hardware_concurrency());
   omp_set_num_threads(std::max(1, cores / comm.local_size()));
@@ -155,13 +157,14 @@ void Trainer::checkpoint_state(Buffer& params) {
   }
 }
 
-HeldState Trainer::held_state() const {
+HeldState Trainer::held_state() {
   HeldState h;
   h.L = &layout;
   h.dt = dtype;
   h.params = held_params_;
   h.params_full = held_params_->bytes() == layout.padded_total * elem_bytes;  // else this rank's slices
   h.opt = held_optimizer_;
+  h.scaler = &loss_scaler_;
   h.rank = rank();
   NZ_CHECK(h.params_full || held_params_->bytes() == layout.shard_total * elem_bytes,
            "checkpoint_state: params buffer of %zu bytes is neither all units nor this rank's slices",
@@ -174,8 +177,7 @@ void Trainer::init_params(int u, Slice part, void* dst) {
   init_unit(layout, u, args.seed, unit.data());
   std::vector<char> conv(part.size() * elem_bytes);
   const float* src = unit.data() + part.begin;
-  if (dtype == DType::F32) cpu::cast<float, float>((float*)conv.data(), src, part.size());
-  else cpu::cast<bf16, float>((bf16*)conv.data(), src, part.size());
+  NZ_DISPATCH_TRAIN_DTYPE(dtype, cpu::cast<T, float>((T*)conv.data(), src, part.size()));
   copy_bytes(dst, Location::Device, conv.data(), Location::Host, conv.size());
 }
 
@@ -191,11 +193,23 @@ void Trainer::phase(const char* name) {
 
 void Trainer::begin_step(int step) {
   current_step_ = step;
+  updates_done_ = step - loss_scaler_.skipped();
+  step_loss_scale_ = loss_scaler_.scale();
+  step_skipped_ = false;
+  model->set_loss_scale(step_loss_scale_);
   Ledger::get().set_step(step);
   phase("forward");
   device_sync();
   t_step_ = std::chrono::steady_clock::now();
   comm_at_step_start_ = comm.stats();
+}
+
+bool Trainer::skip_step(int step, double loss_sum, double grad_norm) {
+  // an inf or NaN anywhere in the gradients makes the squared norm inf or NaN
+  if (!loss_scaler_.overflowed(comm, !std::isfinite(grad_norm))) return false;
+  step_skipped_ = true;
+  end_step(step, loss_sum, grad_norm);
+  return true;
 }
 
 void Trainer::end_step(int step, double loss_sum, double grad_norm) {
@@ -213,7 +227,8 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   std::vector<double> peaks = comm.gather_scalar(double(Ledger::get().peak_total(Location::Device)));
   // the extra forward of activation checkpointing, over all ranks (not in MFU: mfu.h)
   const double recompute = args.activation_checkpointing ? tokens * recompute_flops_per_token(args.cfg, args.seq) : 0;
-  StepRecord rec{step, loss, lr(step), grad_norm, worst_ms, tokens / (worst_ms / 1000.0), recompute, step_comm};
+  StepRecord rec{step,      loss,      lr(),    grad_norm,        worst_ms, tokens / (worst_ms / 1000.0),
+                 recompute, step_comm, step_loss_scale_, step_skipped_};
   steps_.push_back(rec);
   if (rank() == 0 && !args.quiet) {
     std::string peak_str;
@@ -229,6 +244,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
     if (recompute > 0) printf(" | recompute %.3g GFLOP", recompute / 1e9);
     if (mfu_at(rec.tokens_per_s) > 0) printf(" | MFU %.1f%%", 100 * mfu_at(rec.tokens_per_s));  // GPUs only
     if (recompute > 0 && hfu_at(rec.tokens_per_s) > 0) printf(" | HFU %.1f%%", 100 * hfu_at(rec.tokens_per_s));
+    if (loss_scaler_.enabled()) printf(" | loss scale %g%s", double(rec.loss_scale), rec.skipped ? ", overflow: skipped" : "");
     printf("\n");
     fflush(stdout);
   }

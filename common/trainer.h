@@ -18,6 +18,7 @@
 #include "comm.h"
 #include "data.h"
 #include "ledger.h"
+#include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
 #include "zero_formulas.h"
@@ -56,7 +57,19 @@ class Trainer {
   void init_params(int u, Slice part, void* dst);
   // Micro-batch k of `step` for this rank, loaded into the model.
   void load_micro_batch(int step, int k);
-  float lr(int step) const { return lr_at(args, step); }
+  // The optimizer's clock: the learning rate and Adam's 1-based step count of this step's update.
+  // Both count the updates applied so far, which is the step index unless fp16 skipped steps
+  // (loss_scale.h: a skipped step moves neither the schedule nor Adam, as in DeepSpeed).
+  float lr() const { return lr_at(args, updates_done_); }
+  int adam_step() const { return updates_done_ + 1; }
+  // fp16 loss scaling (loss_scale.h): the scale this step's backward multiplied the loss by (1 in
+  // fp32 and bf16). Gradients are stored scaled; the stages divide the norm and the update by it.
+  float loss_scale() const { return step_loss_scale_; }
+  // Once per step, when the gradient norm is known (grad_norm: of the unscaled gradients, summed
+  // over every rank's slices). fp16: an inf or NaN on any rank — agreed in one collective — makes
+  // the step a skipped one: it is logged (end_step) and this returns true, so the stage skips its
+  // optimizer step and leaves params, moments and the Adam step count untouched. fp32, bf16: false.
+  bool skip_step(int step, double loss_sum, double grad_norm);
 
   // Step bookkeeping: labels the ledger timeline, times the step, counts its communication.
   void begin_step(int step);
@@ -88,6 +101,10 @@ class Trainer {
   void print_gpu_memory_check();             // the ledger against cudaMemGetInfo
   void print_memory_table();
   void write_report();
+  LossScaler loss_scaler_;
+  int updates_done_ = 0;          // optimizer updates applied before this step
+  float step_loss_scale_ = 1;     // the scale of this step's backward
+  bool step_skipped_ = false;
   std::vector<int> tokens_, targets_;
   std::chrono::steady_clock::time_point t_step_, t_start_;
   CommStats comm_at_step_start_;
@@ -97,12 +114,14 @@ class Trainer {
     double loss, lr, grad_norm, ms, tokens_per_s;
     double recompute_flops;  // activation checkpointing's extra forward, all ranks (0 without it)
     CommStats comm;
+    float loss_scale;  // fp16: the scale of this step's backward
+    bool skipped;      // fp16: the gradients overflowed, no update
   };
   std::vector<StepRecord> steps_;
   std::vector<std::pair<int, double>> evals_;
   std::vector<double> peak_device_mb_;  // per rank, at the last step
   // checkpoints
-  struct HeldState held_state() const;  // what checkpoint_state registered (ckpt.h)
+  struct HeldState held_state();  // what checkpoint_state registered (ckpt.h)
   Buffer* held_params_ = nullptr;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)

@@ -54,7 +54,7 @@ Layout paper_layout(uint64_t psi, int world) {
 StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
   const uint64_t P = L.padded_total, S = L.shard_total, U = L.max_unit_padded;
   const uint64_t e = dtype_bytes(dt);
-  const bool mixed = dt != DType::F32;  // bf16: an fp32 master copy (the paper's K = 12)
+  const bool mixed = dt != DType::F32;  // bf16, fp16: an fp32 master copy (the paper's K = 12)
   StateBytes b;
   switch (stage) {
     case Stage::DDP:  // everything, everywhere
@@ -190,6 +190,10 @@ int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool ch
     else hi = mid - 1;
   }
   return lo;
+}
+
+uint64_t expected_overflow_flag_elems(const Layout& L, DType dt) {
+  return dt == DType::F16 ? uint64_t(L.world - 1) : 0;
 }
 
 uint64_t expected_link_elems(Stage stage, const Layout& L, int accum) {

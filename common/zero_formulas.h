@@ -4,7 +4,7 @@
 //
 // Notation (README "The memory ledger"): P = padded parameter count (Ψ plus the zeros that pad each unit to a
 // multiple of N), S = P / N (the elements each rank owns), U = the largest unit (padded),
-// e = bytes per element of the storage type (4 for fp32, 2 for bf16).
+// e = bytes per element of the storage type (4 for fp32, 2 for bf16 and fp16).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -73,5 +73,8 @@ int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool ch
 // more (zero_formulas.cpp writes stage3's gathers out unit by unit, the recomputation's included).
 uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum, bool checkpointing = false);
 uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offload only, else 0
+// fp16 only (loss_scale.h): every stage agrees once per step on whether the gradients overflowed,
+// a one-element all-reduce MAX: N - 1 elements per rank per step (4 bytes each). 0 in fp32, bf16.
+uint64_t expected_overflow_flag_elems(const Layout& L, DType dt);
 
 }  // namespace nz

@@ -86,12 +86,13 @@ int main(int argc, char** argv) {
     // global gradient norm: each rank sums its slices, then one rank-ordered sum of the partials
     double sq = sq_sum_of_shard(L, dt, grads.data(), Location::Host);  // (offload: on the host)
     comm.sum_scalars(&sq, 1);
-    const double norm = std::sqrt(sq);
-    const float scale = clip_scale(norm, run.args.clip);
+    const double norm = std::sqrt(sq) / run.loss_scale();  // fp16: the gradients are stored scaled
+    if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
+    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
     for (int u = 0; u < L.num_units(); u++) {
       // begin exercise: offload_optimizer
       // offload: AdamW on the CPU, my gradient slice in, my updated slice out (its copy up overlaps the next unit)
-      host_adam.step(u, my_G(u), outbox(u), run.lr(step), scale, step + 1);
+      host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());
       to_device(my_P(u), outbox(u), owned(u));
       // end exercise: offload_optimizer
     }

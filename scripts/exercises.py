@@ -78,15 +78,15 @@ EXERCISES = [
         "stage1: update only the slice I own, then give every rank the updated parameters",
         ["AdamW has moments only for this rank's slice of unit u: update my_P(u) from my_G(u).",
          "Then every rank needs every other rank's updated slice to run the next forward.",
-         "Hints: adam.step(u, params_slice, grads_slice, run.lr(step), scale, step + 1);",
+         "Hints: adam.step(u, params_slice, grads_slice, run.lr(), scale, run.adam_step());",
          "comm.all_gather(shard, out_full, shard_elems, dtype); P(u) is the whole unit."],
         wrong=[("never all-gathers",
-                "adam.step(u, my_P(u), my_G(u), run.lr(step), scale, step + 1);", "all-gather"),
+                "adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());", "all-gather"),
                ("gathers before the update",
                 "comm.all_gather(my_P(u), P(u), owned(u), dt);\n"
-                "adam.step(u, my_P(u), my_G(u), run.lr(step), scale, step + 1);", "update"),
+                "adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());", "update"),
                ("updates slice 0 of the unit with slice 0 of the gradient",
-                "adam.step(u, P(u), G(u), run.lr(step), scale, step + 1);\n"
+                "adam.step(u, P(u), G(u), run.lr(), scale, run.adam_step());\n"
                 "comm.all_gather(my_P(u), P(u), owned(u), dt);", "update")]),
     Exercise(
         "stage2_reduce_scatter", "stage2/train.cpp", "stage2",
@@ -157,15 +157,15 @@ EXERCISES = [
         ["My gradient slice my_G(u) is in host memory. Run the host AdamW on it, writing my",
          "updated parameters (storage type) into outbox(u), then copy them up into my slice of",
          "the device's parameters, my_P(u) (the all-gather that follows sends them to the others).",
-         "Hints: host_adam.step(u, grads_slice, params_out, run.lr(step), scale, step + 1);",
+         "Hints: host_adam.step(u, grads_slice, params_out, run.lr(), scale, run.adam_step());",
          "to_device(dst, src, elems)."],
         wrong=[("never copies the update up",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(step), scale, step + 1);", "up"),
+                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());", "up"),
                ("copies the update to slice 0 of the unit",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(step), scale, step + 1);\n"
+                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
                 "to_device(P(u), outbox(u), owned(u));", "update"),
                ("ignores the clipping scale",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(step), 1.0f, step + 1);\n"
+                "host_adam.step(u, my_G(u), outbox(u), run.lr(), 1.0f, run.adam_step());\n"
                 "to_device(my_P(u), outbox(u), owned(u));", "update")]),
     Exercise(
         "comm_rank_ordered_sum", "common/comm.cpp", "stage2",

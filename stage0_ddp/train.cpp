@@ -10,7 +10,7 @@
 // once per optimizer step, never per micro-step.)
 //
 // Per rank, Ψ parameters (P with padding): params eP, grads eP (+ one unit's eU on its way in),
-// Adam m + v 8P (+ master 4P in bf16): 16 bytes per parameter, N times over. That redundancy is
+// Adam m + v 8P (+ master 4P in bf16 and fp16): 16 bytes per parameter, N times over. That redundancy is
 // what ZeRO removes. Communication per step: one all-reduce of P elements, 2(N-1)P/N sent per rank.
 #include <cmath>      // std::sqrt
 
@@ -67,10 +67,11 @@ int main(int argc, char** argv) {
     }
     run.phase("optimizer");
     // global gradient norm, summed slice by slice in the order the sharded stages sum it
-    const double norm = std::sqrt(sq_sum_in_rank_order(L, dt, grads.data()));
-    const float scale = clip_scale(norm, run.args.clip);
+    const double norm = std::sqrt(sq_sum_in_rank_order(L, dt, grads.data())) / run.loss_scale();  // fp16: stored scaled
+    if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
+    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
     // every rank updates every parameter, identically
-    for (int u = 0; u < L.num_units(); u++) adam.step(u, P(u), G(u), run.lr(step), scale, step + 1);
+    for (int u = 0; u < L.num_units(); u++) adam.step(u, P(u), G(u), run.lr(), scale, run.adam_step());
     run.end_step(step, loss_sum, norm);
   }
   run.finish();

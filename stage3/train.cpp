@@ -105,10 +105,11 @@ int main(int argc, char** argv) {
     // global gradient norm: each rank sums its slices, then one rank-ordered sum of the partials
     double sq = sq_sum_of_shard(L, dt, grads.data());
     comm.sum_scalars(&sq, 1);
-    const double norm = std::sqrt(sq);
-    const float scale = clip_scale(norm, run.args.clip);
+    const double norm = std::sqrt(sq) / run.loss_scale();  // fp16: the gradients are stored scaled
+    if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
+    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
     for (int u = 0; u < L.num_units(); u++) {
-      adam.step(u, my_P(u), my_G(u), run.lr(step), scale, step + 1);  // P_os: update my slice only
+      adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());  // P_os: update my slice only
       // no all-gather here: the next forward gathers each unit just before it needs it (P_p)
     }
     run.end_step(step, loss_sum, norm);

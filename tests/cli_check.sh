@@ -29,6 +29,9 @@ expect_error not_a_number "--lr abc" $bin --lr abc
 expect_error unknown_preset "unknown preset" $bin --preset huge
 expect_error unknown_precision "unknown precision" $bin --precision fp8
 expect_error unknown_flag "unknown flag --bogus" $bin --bogus 1
+expect_error loss_scale_without_fp16 "for --precision fp16 only" $bin --loss-scale 1024
+expect_error loss_scale_below_min "below --loss-scale-min" $bin --precision fp16 --loss-scale 2 --loss-scale-min 4
+expect_error loss_scale_backoff_range "--loss-scale-backoff 2" $bin --precision fp16 --loss-scale-backoff 2
 expect_error missing_data "cannot read" $bin --data /nonexistent/file.txt
 expect_error short_data "shorter than one batch" $bin --preset tiny --seq 16 --data "$tmp/short.txt"
 expect_error missing_value "needs a value" $bin --steps
@@ -50,7 +53,8 @@ help=$($bin --help)
 missing=""
 for f in --preset --layers --dim --heads --batch --seq --accum --steps --lr --warmup --weight-decay --clip \
          --seed --precision --data --log-json --eval-every --save-model --device --ckpt-dir --ckpt-every \
-         --ckpt-keep --resume --watchdog; do
+         --ckpt-keep --resume --watchdog --loss-scale --loss-scale-window --loss-scale-hysteresis \
+         --loss-scale-backoff --loss-scale-min; do
   grep -q -- "$f" <<<"$help" || missing+=" $f"
 done
 if [ -z "$missing" ]; then echo "NZRESULT PASS cli.help_lists_flags"; else echo "NZRESULT FAIL cli.help_lists_flags (missing:$missing)"; fi

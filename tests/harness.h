@@ -88,6 +88,13 @@ inline std::vector<double> step_values(const Json& report, const char* key) {
   return v;
 }
 
+// fp16: how many steps were skipped for a gradient overflow (each step's "skipped").
+inline int skipped_steps(const Json& report) {
+  int n = 0;
+  for (const Json& s : report["steps_log"].arr) n += s["skipped"].b;
+  return n;
+}
+
 // Sizes recomputed from a report's unit list, independently of the trainer's layout code: each
 // unit padded to the next multiple of N; P = Σ padded, S = P / N (what each rank owns), U = the
 // largest unit (a bucket or gather buffer).
@@ -198,7 +205,11 @@ inline bool sums_micro_steps_locally(const std::string& trainer) {
 // In fp32 each is one rounding: m = N + K - 1. In bf16 each operation is done in fp32 and its
 // result rounded to bf16 when stored: the reduction is N-1 fp32 additions and one store (N), the
 // multiplication and each addition of an accumulation are an fp32 rounding and a store (2 each),
-// so m = N + 2K along either path, every rounding counted at the bf16 unit roundoff 2^-8.
+// so m = N + 2K along either path, every rounding counted at the bf16 unit roundoff 2^-8. fp16 is
+// the same with its unit roundoff 2^-11 (η = 2^-25). Its gradients are stored multiplied by the
+// loss scale S, a power of two: the bound holds for the scaled sums, and dividing both norms by
+// the same S (exactly) divides the difference and the bound alike; the subnormal term is kept at
+// its scaled size, which only makes it larger than needed.
 // So, elementwise, |a_i - b_i| <= 2 γ_m s Σ_rk |x_rk,i| (+ 2 m η per element for gradients in the
 // subnormal range, η = half the smallest subnormal), and by the triangle inequality in the 2-norm
 //   |‖a‖ - ‖b‖| <= ‖a - b‖ <= 2 γ_m s Σ_rk ‖x_rk‖ + 2 m η sqrt(P).
@@ -239,9 +250,9 @@ inline CrossGroupVerdict cross_group_step1(const RunResult& local, const RunResu
     v.diff = INFINITY;
     return v;
   }
-  const bool fp32 = prec == "fp32";
-  const double u = fp32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8);
-  const double eta = fp32 ? std::ldexp(1.0, -150) : std::ldexp(1.0, -134);
+  const bool fp32 = prec == "fp32", fp16 = prec == "fp16";
+  const double u = fp32 ? std::ldexp(1.0, -24) : fp16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double eta = fp32 ? std::ldexp(1.0, -150) : fp16 ? std::ldexp(1.0, -25) : std::ldexp(1.0, -134);
   const double m = fp32 ? N + K - 1 : N + 2.0 * K;
   const double gamma = m * u / (1 - m * u);
   const double ud = std::ldexp(1.0, -53), nd = double(padded_params) + N + 2, eps_d = nd * ud / (1 - nd * ud);
@@ -255,6 +266,18 @@ inline CrossGroupVerdict cross_group_step1(const RunResult& local, const RunResu
             eps_d * (na[0] + nb[0]);
   v.bound *= 1 + 4 * ud;  // the bound's own arithmetic, in double, rounded up
   return v;
+}
+
+// fp16's extra flags in the contract tests. At accum 1 an initial scale of 2^18, 4 times
+// DeepSpeed's default: the tiny model's first 3 steps overflow there (the first one absorbed by the
+// hysteresis, then two halvings), so the stages must agree on the skipped steps and the lowered
+// scale too. At accum > 1 the groups sum in different orders, and in fp16 that can
+// decide an overflow (the local group's all-reduce adds N K scaled gradients before averaging, the
+// sharded group's only N), so the cross-group bound needs a step 1 that overflows in neither: an
+// initial scale of 1024 that doubles every 4 clean steps (growth inside the compared runs).
+inline std::string fp16_flags(const std::string& prec, int accum) {
+  if (prec != "fp16") return "";
+  return accum > 1 ? " --loss-scale 1024 --loss-scale-window 4" : " --loss-scale 262144";
 }
 
 // The whole contract for one run `r` of `trainer` with N ranks and accum K:

@@ -1,11 +1,12 @@
 // test_cuda_kernels.cpp — every CUDA kernel (common/cuda/) against the CPU reference (nz::cpu::*,
 // common/kernels_cpu.cpp), which test_kernels.cpp checks against finite differences.
 //
-//  - CudaKernels/fp32, CudaKernels/bf16: each op on fresh random inputs of awkward sizes (none a
+//  - CudaKernels/fp32, CudaKernels/bf16, CudaKernels/fp16: each op on fresh random inputs of awkward sizes (none a
 //    multiple of a block, a tile or a warp), identical inputs on both backends, every GPU output
 //    poisoned with NaN bytes (0xFF) first so an element a kernel forgets to write fails; weight
 //    gradients start from random values so "+=" is checked too; both matmul implementations.
-//  - CudaCast: the four casts, bit for bit (special values included).
+//  - CudaCast: the four casts, bit for bit (special values included); fp16's too, NaN aside (a GPU
+//    writes its own NaN pattern: only "NaN stays NaN" is asked of it).
 //  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics).
 //
 // Tolerances (|gpu - cpu| <= rel * |cpu| + floor * max|cpu| over the tensor): the two backends do
@@ -13,6 +14,7 @@
 //   fp32: rel 1e-4, floor 2e-5   — a few hundred fp32 roundings of headroom;
 //   bf16: rel 2e-2, floor 2e-3   — ~2.5 bf16 ulps (2^-7 relative): the fp32 results agree, but the
 //         final rounding to bf16 can fall on either side of a rounding boundary;
+//   fp16: rel 3e-3, floor 3e-4   — the same ~2.5 ulps at fp16's 2^-10;
 //   sum_squares (double): rel 1e-10.
 //
 // Without the CUDA backend (no NZ_HAVE_CUDA), or without a visible GPU at run time, every test
@@ -69,14 +71,14 @@ class CudaTest : public ::testing::Test {
   }
 };
 
-// The per-dtype tests: CudaKernels/fp32.* and CudaKernels/bf16.*
+// The per-dtype tests: CudaKernels/fp32.*, CudaKernels/bf16.* and CudaKernels/fp16.*
 template <class T>
 class CudaKernels : public CudaTest {};
-using StorageTypes = ::testing::Types<float, bf16>;
+using StorageTypes = ::testing::Types<float, bf16, nz::f16>;
 struct StorageTypeNames {
   template <class T>
   static std::string GetName(int) {
-    return std::is_same_v<T, float> ? "fp32" : "bf16";
+    return std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, bf16> ? "bf16" : "fp16";
   }
 };
 TYPED_TEST_SUITE(CudaKernels, StorageTypes, StorageTypeNames);
@@ -158,6 +160,7 @@ struct Tol {
 };
 template <class T>
 Tol tol() {
+  if (std::is_same_v<T, nz::f16>) return Tol{3e-3, 3e-4};
   return std::is_same_v<T, bf16> ? Tol{2e-2, 2e-3} : Tol{1e-4, 2e-5};
 }
 
@@ -567,6 +570,33 @@ TEST_F(CudaCast, AllFourCastsBitwise) {
   expect_bitwise("cast fp32 -> fp32", d_f2.download(), f);
   gpu::cast(d_b2.ptr(), d_b.ptr(), n);
   expect_bitwise("cast bf16 -> bf16", d_b2.download(), b);
+}
+
+TEST_F(CudaCast, Fp16CastsBitwise) {
+  nz::Rng rng(116);
+  std::vector<float> f;
+  for (float x : cast_test_values(rng))
+    if (!std::isnan(x)) f.push_back(x);
+  for (float x : {65504.0f, 65519.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f})
+    f.push_back(x);  // the largest, overflow, subnormal and tie cases
+  const size_t n = f.size();
+  std::vector<nz::f16> h = poisoned<nz::f16>(n);
+  cpu::cast(h.data(), f.data(), n);
+  std::vector<float> f_back = poisoned<float>(n);
+  cpu::cast(f_back.data(), h.data(), n);
+  DeviceArray<float> d_f(f);
+  auto d_h = DeviceArray<nz::f16>::poisoned(n), d_h2 = DeviceArray<nz::f16>::poisoned(n);
+  auto d_f_back = DeviceArray<float>::poisoned(n);
+  gpu::cast(d_h.ptr(), d_f.ptr(), n);
+  expect_bitwise("cast fp32 -> fp16", d_h.download(), h);
+  gpu::cast(d_f_back.ptr(), d_h.ptr(), n);
+  expect_bitwise("cast fp16 -> fp32", d_f_back.download(), f_back);
+  gpu::cast(d_h2.ptr(), d_h.ptr(), n);
+  expect_bitwise("cast fp16 -> fp16", d_h2.download(), h);
+  DeviceArray<float> d_nan(std::vector<float>{NAN, -NAN});
+  auto d_h_nan = DeviceArray<nz::f16>::poisoned(2);
+  gpu::cast(d_h_nan.ptr(), d_nan.ptr(), 2);
+  for (nz::f16 x : d_h_nan.download()) EXPECT_TRUE(std::isnan(nz::f16_to_f32(x))) << "fp32 NaN -> fp16";
 }
 
 }  // namespace

@@ -16,9 +16,14 @@
 #include <cstdio>      // printf
 #include <cstring>     // std::memcpy, std::memcmp
 #include <functional>  // std::function
+#include <limits>      // std::numeric_limits
 #include <vector>
 
-#include "dtype.h"      // bf16, f32_to_bf16, bf16_to_f32, acc_t
+#if defined(__F16C__)
+#include <immintrin.h>  // _cvtss_sh, _cvtsh_ss: the hardware's fp32 <-> fp16 (the Fp16 tests' second reference)
+#endif
+
+#include "dtype.h"      // bf16, f32_to_bf16, bf16_to_f32, f16, f32_to_f16, f16_to_f32, acc_t
 #include "gemm_bf16.h"  // bf16_gemm: bf16 products on the CPU's bf16 instructions
 #include "kernels.h"  // nz::cpu::*
 
@@ -979,3 +984,160 @@ TEST(Bf16Gemm, HardwareProductsWithinTheFp32SumBound) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Fp16: the CPU conversions (dtype.h) against two independent references:
+//   - a derivation from the definition: an fp16 with bits (s, e, m) is (-1)^s 2^(e-15) (1 + m/1024),
+//     or 2^-14 m/1024 when e = 0; rounding to nearest-even is then a search over the sorted
+//     positive values, comparing exact distances in double;
+//   - the hardware's own conversion (x86 F16C: vcvtps2ph / vcvtph2ps), when the build has it.
+
+namespace {
+namespace fp16_ref {
+// The value of an fp16 bit pattern, from the definition (NaN for e = 31, m != 0).
+double value(uint16_t h) {
+  const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? std::ldexp(m / 1024.0, -14) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(1 + m / 1024.0, e - 15);
+  return s ? -v : v;
+}
+// Round-to-nearest-even of a finite or infinite fp32, by search: the positive finite fp16 are
+// patterns 0x0000..0x7BFF, increasing with the pattern.
+uint16_t round(float x) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::fabs(double(x));
+  if (a >= 65520.0) return sign | 0x7C00;  // halfway between 65504 and 2^16, or beyond: inf
+  uint16_t lo = 0, hi = 0x7BFF;           // the largest pattern whose value is <= a
+  while (lo < hi) {
+    const uint16_t mid = uint16_t((lo + hi + 1) / 2);
+    if (value(mid) <= a) lo = mid;
+    else hi = uint16_t(mid - 1);
+  }
+  if (lo == 0x7BFF) return sign | lo;  // between 65504 and 65520: down
+  const double below = a - value(lo), above = value(uint16_t(lo + 1)) - a;
+  const uint16_t r = below < above ? lo : above < below ? uint16_t(lo + 1) : (lo & 1) ? uint16_t(lo + 1) : lo;
+  return sign | r;
+}
+}  // namespace fp16_ref
+
+float f32_of_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint32_t bits_of_f32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// The fp32 values where rounding to fp16 is decided: for every pair of neighbouring fp16 values
+// (subnormals, normals, and the last finite one against the overflow threshold 65520), the exact
+// midpoint and its fp32 neighbours on either side; each fp16 value itself; both signs; and the
+// zero/subnormal edge (2^-25, the half of the smallest subnormal).
+std::vector<float> fp16_rounding_boundaries() {
+  std::vector<float> xs;
+  auto add3 = [&](float m) {
+    xs.push_back(m);
+    xs.push_back(std::nextafter(m, 0.0f));
+    xs.push_back(std::nextafter(m, INFINITY));
+  };
+  for (uint32_t h = 0; h < 0x7BFF; h++) {
+    const double a = fp16_ref::value(uint16_t(h)), b = fp16_ref::value(uint16_t(h + 1));
+    add3(float((a + b) / 2));  // exact: 12 significant bits
+    add3(float(a));
+  }
+  add3(65504.0f);
+  add3(65520.0f);
+  add3(0x1p-25f);
+  xs.push_back(std::numeric_limits<float>::max());
+  xs.push_back(INFINITY);
+  xs.push_back(std::numeric_limits<float>::denorm_min());
+  const size_t n = xs.size();
+  for (size_t i = 0; i < n; i++) xs.push_back(-xs[i]);
+  return xs;
+}
+}  // namespace
+
+TEST(Fp16, WideningIsExactForAll65536Values) {
+  int mismatches = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    const float got = nz::f16_to_f32(nz::f16{uint16_t(h)});
+    const double want = fp16_ref::value(uint16_t(h));
+    if (std::isnan(want)) {
+      mismatches += !std::isnan(got);
+      continue;
+    }
+    mismatches += double(got) != want || std::signbit(got) != std::signbit(want);
+#if defined(__F16C__)
+    mismatches += bits_of_f32(got) != bits_of_f32(_cvtsh_ss(uint16_t(h)));  // the hardware agrees
+#endif
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(Fp16, RoundTripOfAll65536Values) {
+  // every fp16 survives fp16 -> fp32 -> fp16 unchanged; NaNs stay NaN (quiet)
+  std::vector<nz::f16> all(65536);
+  for (uint32_t i = 0; i < 65536; i++) all[i].bits = uint16_t(i);
+  std::vector<float> f(all.size());
+  cpu::cast(f.data(), all.data(), all.size());
+  std::vector<nz::f16> back(all.size());
+  cpu::cast(back.data(), f.data(), f.size());
+  int mismatches = 0, nans = 0;
+  for (uint32_t i = 0; i < 65536; i++) {
+    if (std::isnan(f[i])) {
+      nans++;
+      mismatches += (back[i].bits & 0x7C00) != 0x7C00 || (back[i].bits & 0x3FF) == 0;
+      continue;
+    }
+    mismatches += back[i].bits != all[i].bits;
+  }
+  EXPECT_EQ(nans, 2 * 1023);
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(Fp16, RoundsToNearestEvenAtEveryBoundary) {
+  const std::vector<float> xs = fp16_rounding_boundaries();
+  ASSERT_GT(xs.size(), 6u * 0x7BFF);
+  int mismatches = 0, hardware_mismatches = 0;
+  for (float x : xs) {
+    const uint16_t got = nz::f32_to_f16(x).bits, want = fp16_ref::round(x);
+    if (got != want && mismatches++ < 5)
+      ADD_FAILURE() << "fp32 " << x << " (0x" << std::hex << bits_of_f32(x) << "): got 0x" << got << ", want 0x" << want;
+#if defined(__F16C__)
+    hardware_mismatches += got != uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+#endif
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(hardware_mismatches, 0);
+  // and a few by hand, to read
+  EXPECT_EQ(nz::f32_to_f16(1.0f).bits, 0x3C00);
+  EXPECT_EQ(nz::f32_to_f16(1.0f + 0x1p-11f).bits, 0x3C00);              // halfway, 0x3C00 even: down
+  EXPECT_EQ(nz::f32_to_f16(1.0f + 3 * 0x1p-11f).bits, 0x3C02);          // halfway, 0x3C01 odd: up
+  EXPECT_EQ(nz::f32_to_f16(65504.0f).bits, 0x7BFF);                     // the largest finite
+  EXPECT_EQ(nz::f32_to_f16(65519.996f).bits, 0x7BFF);                   // just below halfway to 2^16
+  EXPECT_EQ(nz::f32_to_f16(65520.0f).bits, 0x7C00);                     // halfway: to even, i.e. inf
+  EXPECT_EQ(nz::f32_to_f16(0x1p-24f).bits, 0x0001);                     // the smallest subnormal
+  EXPECT_EQ(nz::f32_to_f16(0x1p-25f).bits, 0x0000);                     // half of it: to even zero
+  EXPECT_EQ(nz::f32_to_f16(std::nextafter(0x1p-25f, 1.0f)).bits, 0x0001);
+  EXPECT_EQ(nz::f32_to_f16(-0.0f).bits, 0x8000);
+}
+
+TEST(Fp16, RandomValuesAgreeWithTheReferences) {
+  Rng rng(19);
+  int mismatches = 0;
+  for (int i = 0; i < 200000; i++) {  // random bit patterns: every exponent, NaNs skipped
+    const float x = f32_of_bits(uint32_t(rng.next() >> 32));
+    if (std::isnan(x)) continue;
+    mismatches += nz::f32_to_f16(x).bits != fp16_ref::round(x);
+#if defined(__F16C__)
+    mismatches += nz::f32_to_f16(x).bits != uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+#endif
+  }
+  EXPECT_EQ(mismatches, 0);
+  // NaN in, NaN out (quiet), whatever the payload
+  for (uint32_t u : {0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FA00000u}) {
+    const uint16_t h = nz::f32_to_f16(f32_of_bits(u)).bits;
+    EXPECT_EQ(h & 0x7E00, 0x7E00) << std::hex << u;
+  }
+}

@@ -102,6 +102,24 @@ TEST(Offload, Bf16TrainsTheSameBitsAsStage2) {
   EXPECT_EQ(max_abs_diff(step_values(s2.report, "loss"), step_values(cpu.report, "loss")), 0.0);
 }
 
+// fp16 likewise, at DeepSpeed's initial scale 2^16: the tiny model's first steps overflow, and
+// offload must skip the same steps as stage2 (its host state untouched, on the host or on disk).
+TEST(Offload, Fp16TrainsTheSameBitsAsStage2) {
+  const std::string flags = kTiny + "--clip 0.5 --accum 2 --steps 6 --precision fp16";
+  RunResult s2 = run_trainer("stage2", 3, flags, "fp16");
+  RunResult cpu = run_trainer("offload", 3, flags, "fp16");
+  RunResult disk = run_trainer("offload", 3, flags + " --offload-to disk --offload-chunk 77 --offload-dir " +
+                                              fresh_dir("disk_fp16"), "fp16");
+  ASSERT_EQ(s2.exit_code, 0) << s2.output;
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  ASSERT_EQ(disk.exit_code, 0) << disk.output;
+  EXPECT_GE(skipped_steps(s2.report), 1) << "the run must exercise a skipped step";
+  EXPECT_EQ(skipped_steps(cpu.report), skipped_steps(s2.report));
+  EXPECT_TRUE(same_model_bits(s2.model_path, cpu.model_path));
+  EXPECT_TRUE(same_model_bits(s2.model_path, disk.model_path));
+  EXPECT_EQ(max_abs_diff(step_values(s2.report, "loss"), step_values(cpu.report, "loss")), 0.0);
+}
+
 // Where every byte lives, per rank (P padded parameters, S = P/N owned, U the largest unit, e bytes
 // per element):
 //   device: params eP + the gradient bucket eU; no gradients, master or Adam state at all;

@@ -3,7 +3,8 @@
 //   - the contract (harness.h): every step's loss and grad norm, and the saved model, are bit for
 //     bit stage0_ddp's at accum 1 and stage2's at accum 3 (both reduce every micro-step), with
 //     step 1's gradient norm within the derived cross-group bound of stage0_ddp's; N = 1..4 ranks
-//     (3 pads the units), clipping active, prefetch on and off; bf16 over 20 steps the same way;
+//     (3 pads the units), clipping active, prefetch on and off; bf16 over 20 steps and fp16
+//     (loss-scaled) over 12 the same way;
 //   - each rank's ledger holds its shards only (formulas written out below, to the byte), the
 //     gathered-parameter peak is the bound derived below, and nothing is full-model-sized;
 //   - each rank sends 3K(N-1)S elements per step: 1.5K x stage0_ddp's 2(N-1)S;
@@ -26,15 +27,16 @@ const std::string kClipText = "0.5";
 const double kClip = std::stod(kClipText);
 const std::string kFlags =
     "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --clip " + kClipText + " ";
-const int kSteps = 6, kBf16Steps = 20;  // kSteps >= 2: the ledger timeline records steps 0 and 1
+// kSteps >= 2: the ledger timeline records steps 0 and 1
+const int kSteps = 6, kBf16Steps = 20, kFp16Steps = 12;
 
 // One run per (trainer, ranks, accum, precision, extra flags), shared by the tests below.
 const RunResult& run(const std::string& trainer, int N, int accum, const std::string& prec = "fp32",
                      const std::string& extra = "") {
   static std::map<std::string, RunResult> done;
-  const int steps = prec == "fp32" ? kSteps : kBf16Steps;
+  const int steps = prec == "fp32" ? kSteps : prec == "fp16" ? kFp16Steps : kBf16Steps;
   std::string flags = kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) +
-                      " --precision " + prec + " " + extra;
+                      " --precision " + prec + fp16_flags(prec, accum) + " " + extra;
   std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
   auto it = done.find(key);
   if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec)).first;
@@ -81,8 +83,8 @@ Problems check_contract(const std::string& trainer, const RunResult& r, int N, i
                         std::string* summary) {
   static std::map<std::string, std::vector<double>> micro;  // micro-batch norms per (N, K, precision)
   const std::string key = std::to_string(N) + " " + std::to_string(K) + " " + prec;
-  const std::string flags = kFlags + "--steps " + std::to_string(prec == "fp32" ? kSteps : kBf16Steps) +
-                            " --precision " + prec;
+  const int steps = prec == "fp32" ? kSteps : prec == "fp16" ? kFp16Steps : kBf16Steps;
+  const std::string flags = kFlags + "--steps " + std::to_string(steps) + " --precision " + prec + fp16_flags(prec, K);
   if (K > 1 && !micro.count(key)) micro[key] = micro_batch_norms(flags, N, K, "stage3_" + prec);
   return contract_problems(trainer, r, N, K, prec, run("stage0_ddp", N, K, prec), "stage2",
                            K > 1 ? &run("stage2", N, K, prec) : nullptr, K > 1 ? &micro[key] : nullptr, summary);
@@ -261,6 +263,21 @@ TEST(Stage3, Bf16ContractOverTwentySteps) {
     std::string summary;
     Problems pr = check_contract("stage3", r, N, K, "bf16", &summary);
     printf("bf16 stage3 N=%d accum=%d, %d steps: %s\n", N, K, kBf16Steps, summary.c_str());
+    EXPECT_TRUE(pr.empty()) << join(pr);
+  }
+}
+
+// fp16: the same, with the loss scale (harness.h, fp16_flags): at accum 1 the skipped steps too.
+TEST(Stage3, Fp16ContractOverTwelveSteps) {
+  for (auto [N, K] : {std::pair{2, 1}, std::pair{3, 2}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K));
+    const RunResult& r = run("stage3", N, K, "fp16");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(step_values(r.report, "loss").size(), size_t(kFp16Steps));
+    std::string summary;
+    Problems pr = check_contract("stage3", r, N, K, "fp16", &summary);
+    printf("fp16 stage3 N=%d accum=%d, %d steps (%d skipped): %s\n", N, K, kFp16Steps, skipped_steps(r.report),
+           summary.c_str());
     EXPECT_TRUE(pr.empty()) << join(pr);
   }
 }

@@ -4,7 +4,8 @@
 //     for N = 1..4 ranks (3 pads the units), with and without accumulation, clipping active;
 //   - stage2: the same at accum 1; at accum K > 1 it sums in the other order (reduce every
 //     micro-step), so it is bit for bit stage3's instead, and its step-1 gradient norm is within
-//     the derived cross-group bound of stage0_ddp's; in bf16 too;
+//     the derived cross-group bound of stage0_ddp's; in bf16 and fp16 too (fp16: the overflowing
+//     steps skipped alike, the loss scale lowered and grown alike);
 //   - each rank's memory ledger equals the formulas written out below, to the byte;
 //   - each rank sends exactly the elements the formulas say, op by op, step by step;
 //   - deliberately broken copies of stage2 (tests/mutants.mk) fail those same checks.
@@ -24,12 +25,13 @@ const std::string kClipText = "0.5";
 const double kClip = std::stod(kClipText);
 const std::string kFlags =
     "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --clip " + kClipText + " ";
-const int kSteps = 6, kBf16Steps = 20;
+const int kSteps = 6, kBf16Steps = 20, kFp16Steps = 12;
 const char* kStages[] = {"stage1", "stage2"};
 
 std::string flags_for(int accum, const std::string& prec) {
-  const int steps = prec == "fp32" ? kSteps : kBf16Steps;
-  return kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) + " --precision " + prec;
+  const int steps = prec == "fp32" ? kSteps : prec == "fp16" ? kFp16Steps : kBf16Steps;
+  return kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) + " --precision " + prec +
+         fp16_flags(prec, accum);
 }
 
 // One run per (trainer, ranks, accum, precision), shared by the tests below.
@@ -108,6 +110,31 @@ TEST(Zero12, Bf16ContractOverTwentySteps) {
   }
 }
 
+// fp16 (loss-scaled): the same contract. At accum 1 the runs start at DeepSpeed's 2^16 and skip
+// their first overflowing steps: every stage must skip the same ones (asserted: at least one).
+// At accum 2 the scale grows during the run (harness.h, fp16_flags).
+TEST(Zero12, Fp16ContractOverTwelveSteps) {
+  for (auto [N, accum] : {std::pair{2, 1}, std::pair{3, 2}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(accum));
+    const RunResult& ref = run("stage0_ddp", N, accum, "fp16");
+    ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    ASSERT_EQ(step_values(ref.report, "loss").size(), size_t(kFp16Steps));
+    const int n_skipped = skipped_steps(ref.report);
+    if (accum == 1) EXPECT_GE(n_skipped, 1) << "the accum-1 case must exercise skipped steps";
+    for (const char* stage : kStages) {
+      const RunResult& r = run(stage, N, accum, "fp16");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      std::string summary;
+      std::vector<std::string> problems = contract(stage, N, accum, "fp16", &summary);
+      printf("fp16 %s N=%d accum=%d, %d steps (%d skipped in stage0_ddp): %s\n", stage, N, accum, kFp16Steps,
+             n_skipped, summary.c_str());
+      for (const std::string& p : problems) ADD_FAILURE() << stage << ": " << p;
+      if (accum == 1 || sums_micro_steps_locally(stage))
+        EXPECT_EQ(step_values(r.report, "loss_scale"), step_values(ref.report, "loss_scale"));
+    }
+  }
+}
+
 // Per rank, to the byte. e = bytes per stored element (4 fp32, 2 bf16), P = padded parameters,
 // S = this rank's padded shard (P / N), U = the largest padded unit:
 //   stage1 (P_os):   params eP, grads eP + eU (the full gradient summed over micro-steps, plus one
@@ -118,7 +145,7 @@ TEST(Zero12, Bf16ContractOverTwentySteps) {
 TEST(Zero12, LedgerMatchesTheFormulasOnEveryRank) {
   struct Case { int N, accum; const char* prec; };
   for (Case c : {Case{1, 1, "fp32"}, Case{2, 1, "fp32"}, Case{3, 1, "fp32"}, Case{4, 1, "fp32"},
-                 Case{2, 1, "bf16"}, Case{3, 2, "bf16"}}) {
+                 Case{2, 1, "bf16"}, Case{3, 2, "bf16"}, Case{2, 1, "fp16"}, Case{3, 2, "fp16"}}) {
     for (const char* stage : kStages) {
       SCOPED_TRACE(std::string(stage) + " " + c.prec + " N=" + std::to_string(c.N));
       const RunResult& r = run(stage, c.N, c.accum, c.prec);
@@ -200,6 +227,37 @@ TEST(Zero12, CommLedgerMatchesTheFormulasPerRankPerStep) {
           printf("%s, 4 ranks, accum %d: %llu elements sent per rank per step\n", stage, K,
                  (unsigned long long)per_step);
       }
+    }
+  }
+}
+
+// fp16's overflow flag (loss_scale.h): one all-reduce of a one-element flag per step, N - 1
+// elements sent per rank, in every stage (zero_formulas.h, expected_overflow_flag_elems); none in
+// fp32. A skipped step still reduces its gradients but sends no all-gather (nothing was updated).
+TEST(Zero12, Fp16OverflowFlagIsOneCollectivePerStep) {
+  for (auto [N, K] : {std::pair{2, 1}, std::pair{3, 2}}) {
+    for (const char* stage : {"stage0_ddp", "stage1", "stage2"}) {
+      SCOPED_TRACE(std::string(stage) + " N=" + std::to_string(N) + " accum=" + std::to_string(K));
+      const RunResult& r = run(stage, N, K, "fp16");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const uint64_t n1 = N - 1, S = sizes_from_units(r.report, N).S;
+      EXPECT_EQ(r.report["formula"]["overflow_flag_elems_per_step"].u(), n1);
+      const bool ddp = std::string(stage) == "stage0_ddp", stage2 = std::string(stage) == "stage2";
+      for (const Json& s : r.report["steps_log"].arr) {
+        EXPECT_EQ(s["overflow_flag_elems"].u(), n1) << "step " << s["step"].u();
+        // a skipped step: stage0's all-reduce and stage1/2's reduce-scatters happened, no all-gather
+        const uint64_t reduce = ddp ? 2 * n1 * S : (stage2 ? K : 1) * n1 * S;
+        const uint64_t want = s["skipped"].b ? reduce : r.report["formula"]["comm_elems_per_step"].u();
+        EXPECT_EQ(s["comm_elems"].u(), want) << "step " << s["step"].u() << (s["skipped"].b ? " (skipped)" : "");
+      }
+      for (const Json& rank : r.report["ranks"].arr) {
+        EXPECT_EQ(rank["comm"]["overflow_flag"]["calls"].u(), uint64_t(kFp16Steps));
+        EXPECT_EQ(rank["comm"]["overflow_flag"]["elems_sent"].u(), kFp16Steps * n1);
+      }
+      const RunResult& f = run(stage, N, K, "fp32");
+      ASSERT_EQ(f.exit_code, 0) << f.output;
+      EXPECT_EQ(f.report["formula"]["overflow_flag_elems_per_step"].u(), 0u);
+      for (const Json& rank : f.report["ranks"].arr) EXPECT_EQ(rank["comm"]["overflow_flag"]["calls"].u(), 0u);
     }
   }
 }

@@ -65,8 +65,7 @@ int main(int argc, char** argv) {
     const size_t n = L.units[u].numel;
     raw.resize(n * dtype_bytes(in.dtype()));
     in.params(u, 0, n, raw.data());
-    if (in.dtype() == DType::F32) memcpy(all.data() + at, raw.data(), n * 4);
-    else cpu::cast<float, bf16>(all.data() + at, (const bf16*)raw.data(), n);
+    NZ_DISPATCH_TRAIN_DTYPE(in.dtype(), cpu::cast<float, T>(all.data() + at, (const T*)raw.data(), n));
     at += n;
   }
   save_model(out, m.cfg, all, "--out");

@@ -161,7 +161,7 @@ void print_paper_table() {
 }
 
 void print_usage() {
-  printf("usage: zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision fp32|bf16]\n"
+  printf("usage: zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision fp32|bf16|fp16]\n"
          "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]\n"
          "                     [--activation-checkpointing] [--fit SIZE]\n"
          "       zero_estimate --paper-table\n"
@@ -172,7 +172,7 @@ void print_usage() {
          "  --layers, --dim, --heads   override the preset's shape, as the trainers do\n"
          "  --params PSI   a raw parameter count instead (7.5B, 125M, 1T, 3e9): model states only\n"
          "  --world        number of ranks N, or a list: 1,2,4,1024 (default 1)\n"
-         "  --precision    fp32 (default) or bf16 (mixed: bf16 params and grads, fp32 master and Adam)\n"
+         "  --precision    fp32 (default), bf16 or fp16 (mixed: 16-bit params and grads, fp32 master and Adam)\n"
          "  --stage        stage0_ddp, stage1, stage2, stage3, offload (or 0..3), or all (default)\n"
          "  --offload      short for --stage offload: stage2 with grads shard, master, Adam on the host\n"
          "  --batch, --seq micro-batch per rank and sequence length, for the activations\n"
@@ -283,7 +283,8 @@ int main(int argc, char** argv) {
   DType dt;
   if (precision == "fp32") dt = DType::F32;
   else if (precision == "bf16") dt = DType::BF16;
-  else user_error("--precision %s: unknown precision; valid: fp32, bf16", precision.c_str());
+  else if (precision == "fp16") dt = DType::F16;
+  else user_error("--precision %s: unknown precision; valid: fp32, bf16, fp16", precision.c_str());
   std::vector<Stage> stages;
   Stage one;
   if (stage_arg == "all") stages.assign(std::begin(kAllStages), std::end(kAllStages));

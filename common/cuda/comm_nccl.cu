@@ -28,6 +28,7 @@ ncclDataType_t nccl_type(DType dt) {
   switch (dt) {
     case DType::F32: return ncclFloat32;
     case DType::BF16: return ncclBfloat16;  // same bits as nz::bf16
+    case DType::F16: return ncclFloat16;  // same bits as nz::f16 (__half)
     case DType::F64: return ncclFloat64;
   }
   return ncclFloat32;

@@ -343,6 +343,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);
 NZ_INSTANTIATE(float)
 NZ_INSTANTIATE(bf16)
+NZ_INSTANTIATE(f16)
 #undef NZ_INSTANTIATE
 
 }  // namespace cuda

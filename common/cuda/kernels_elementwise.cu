@@ -207,12 +207,16 @@ void adamw_update(float* p, float* m, float* v, const T* g, size_t n, float lr, 
                                 float, float, float, int);
 NZ_INSTANTIATE(float)
 NZ_INSTANTIATE(bf16)
+NZ_INSTANTIATE(f16)
 #undef NZ_INSTANTIATE
 
 template void cast<float, bf16>(float*, const bf16*, size_t);
 template void cast<bf16, float>(bf16*, const float*, size_t);
 template void cast<float, float>(float*, const float*, size_t);
 template void cast<bf16, bf16>(bf16*, const bf16*, size_t);
+template void cast<float, f16>(float*, const f16*, size_t);
+template void cast<f16, float>(f16*, const float*, size_t);
+template void cast<f16, f16>(f16*, const f16*, size_t);
 
 #undef NZ_GRID_STRIDE_LOOP
 

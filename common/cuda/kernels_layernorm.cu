@@ -147,6 +147,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
                                       const acc_t<T>*, int, int);
 NZ_INSTANTIATE(float)
 NZ_INSTANTIATE(bf16)
+NZ_INSTANTIATE(f16)
 #undef NZ_INSTANTIATE
 
 }  // namespace cuda

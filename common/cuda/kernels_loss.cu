@@ -111,6 +111,7 @@ double sum_squares(const T* x, size_t n) {
   template double sum_squares<T>(const T*, size_t);
 NZ_INSTANTIATE(float)
 NZ_INSTANTIATE(bf16)
+NZ_INSTANTIATE(f16)
 #undef NZ_INSTANTIATE
 
 }  // namespace cuda

@@ -159,6 +159,7 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);
 NZ_INSTANTIATE(float)
 NZ_INSTANTIATE(bf16)
+NZ_INSTANTIATE(f16)
 #undef NZ_INSTANTIATE
 
 }  // namespace cuda

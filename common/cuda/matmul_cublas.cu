@@ -40,6 +40,7 @@ cublasHandle_t cublas_handle() {
 template <class T> cudaDataType_t cuda_data_type();
 template <> cudaDataType_t cuda_data_type<float>() { return CUDA_R_32F; }
 template <> cudaDataType_t cuda_data_type<bf16>() { return CUDA_R_16BF; }  // same bits as nz::bf16
+template <> cudaDataType_t cuda_data_type<f16>() { return CUDA_R_16F; }    // same bits as __half
 
 namespace {
 
@@ -97,6 +98,8 @@ void cublas_gemm_batched(bool transpose_a, bool transpose_b, int m, int n, int k
 NZ_INSTANTIATE_BATCHED(float, float)
 NZ_INSTANTIATE_BATCHED(bf16, bf16)
 NZ_INSTANTIATE_BATCHED(bf16, float)
+NZ_INSTANTIATE_BATCHED(f16, f16)
+NZ_INSTANTIATE_BATCHED(f16, float)
 #undef NZ_INSTANTIATE_BATCHED
 
 #define NZ_INSTANTIATE(T)                                                                      \
@@ -105,6 +108,7 @@ NZ_INSTANTIATE_BATCHED(bf16, float)
   template void cublas_matmul_dweight<T>(T*, const T*, const T*, int, int, int);
 NZ_INSTANTIATE(float)
 NZ_INSTANTIATE(bf16)
+NZ_INSTANTIATE(f16)
 #undef NZ_INSTANTIATE
 
 }  // namespace cuda

@@ -732,10 +732,13 @@ const char* cublasGetStatusString(cublasStatus_t status) {
 
 namespace {
 inline float load_elem(const void* p, size_t i, cudaDataType_t t) {
-  return t == CUDA_R_32F ? static_cast<const float*>(p)[i] : nz::bf16_to_f32(static_cast<const nz::bf16*>(p)[i]);
+  if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
+  if (t == CUDA_R_16F) return nz::f16_to_f32(static_cast<const nz::f16*>(p)[i]);
+  return nz::bf16_to_f32(static_cast<const nz::bf16*>(p)[i]);
 }
 inline void store_elem(void* p, size_t i, cudaDataType_t t, float v) {
   if (t == CUDA_R_32F) static_cast<float*>(p)[i] = v;
+  else if (t == CUDA_R_16F) static_cast<nz::f16*>(p)[i] = nz::f32_to_f16(v);
   else static_cast<nz::bf16*>(p)[i] = nz::f32_to_bf16(v);
 }
 // A column-major (rows, cols) operand with leading dimension ld is a device buffer that reaches
@@ -757,7 +760,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long strideC, int batch, cublasComputeType_t compute,
                                           cublasGemmAlgo_t) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (compute != CUBLAS_COMPUTE_32F || Atype != Btype || (Atype != CUDA_R_32F && Atype != CUDA_R_16BF) ||
+  if (compute != CUBLAS_COMPUTE_32F || Atype != Btype ||
+      (Atype != CUDA_R_32F && Atype != CUDA_R_16BF && Atype != CUDA_R_16F) ||
       (Ctype != Atype && Ctype != CUDA_R_32F))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   const int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
@@ -875,6 +879,7 @@ std::vector<char> gather_all(const void* send, size_t count, ncclDataType_t t, n
 inline float hop(float s, float v) { return s + v; }
 inline double hop(double s, double v) { return s + v; }
 inline nz::bf16 hop(nz::bf16 s, nz::bf16 v) { return nz::f32_to_bf16(nz::bf16_to_f32(s) + nz::bf16_to_f32(v)); }
+inline nz::f16 hop(nz::f16 s, nz::f16 v) { return nz::f32_to_f16(nz::f16_to_f32(s) + nz::f16_to_f32(v)); }
 
 // Element i of a ring sum whose chunk ends on rank `last`: ranks last+1, last+2, ..., last.
 template <class V>
@@ -891,6 +896,7 @@ void ring_sum(const std::vector<char>& all, size_t count, size_t i, int last, in
               void* out, size_t out_index) {
   if (t == ncclFloat64) ring_sum<double>(all, count, i, last, size, out, out_index);
   else if (t == ncclFloat32) ring_sum<float>(all, count, i, last, size, out, out_index);
+  else if (t == ncclFloat16) ring_sum<nz::f16>(all, count, i, last, size, out, out_index);
   else ring_sum<nz::bf16>(all, count, i, last, size, out, out_index);
 }
 

@@ -21,7 +21,7 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 const char* cublasGetStatusString(cublasStatus_t status);
 // C (m,n) = alpha * op(A) (m,k) · op(B) (k,n) + beta * C, all column-major; alpha and beta point to
-// floats (CUBLAS_COMPUTE_32F); A and B both CUDA_R_32F or both CUDA_R_16BF, C the same type as
+// floats (CUBLAS_COMPUTE_32F); A and B both CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F, C the same type as
 // them or CUDA_R_32F (the combinations cuBLAS supports with CUBLAS_COMPUTE_32F).
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                             int m, int n, int k, const void* alpha, const void* A, cudaDataType_t Atype,

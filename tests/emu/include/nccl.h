@@ -15,7 +15,7 @@ struct ncclUniqueId {
 struct nz_emu_nccl;
 typedef nz_emu_nccl* ncclComm_t;
 enum ncclResult_t { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5 };
-enum ncclDataType_t { ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 };
+enum ncclDataType_t { ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 };
 enum ncclRedOp_t { ncclSum = 0 };
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
