@@ -28,6 +28,7 @@ expect_error negative_steps "--steps -3" $bin --steps -3
 expect_error not_a_number "--lr abc" $bin --lr abc
 expect_error unknown_preset "unknown preset" $bin --preset huge
 expect_error unknown_precision "unknown precision" $bin --precision fp8
+expect_error unknown_attention "unknown attention" $bin --attention sparse
 expect_error unknown_flag "unknown flag --bogus" $bin --bogus 1
 expect_error missing_data "cannot read" $bin --data /nonexistent/file.txt
 expect_error short_data "shorter than one batch" $bin --preset tiny --seq 16 --data "$tmp/short.txt"

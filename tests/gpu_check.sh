@@ -18,6 +18,7 @@
 #   memory.*   the gpt2 preset on 4 ranks sharing the GPU, 3 steps, per stage: the ledger matches its
 #              formulas; the ledger's peak beside what cudaMemGetInfo says is in use
 #   speed.*    gpt2, bf16, batch 8 x seq 1024, 1 rank: tokens/s and MFU of stage0_ddp and stage3
+#              (--attention gemm), and of stage0_ddp with --attention flash
 #   sanitizer.* compute-sanitizer memcheck and racecheck on the kernel tests, if it is installed and
 #              time is left
 # Run from the repository (tests/gpu_check.sh, as `make test` does) without a visible GPU, it
@@ -144,7 +145,7 @@ skip_rest() {  # why, rows...
 }
 GPU_ROWS=(device kernels comm.np1.nccl comm.np1.mpi comm.np4.shared stages
           memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload
-          speed.stage0_ddp speed.stage3 sanitizer.memcheck sanitizer.racecheck)
+          speed.stage0_ddp speed.stage3 speed.stage0_ddp.flash sanitizer.memcheck sanitizer.racecheck)
 
 # ---- where the bundle is: beside this script, or built from the repository ----
 if [ -f "$here/bundle_env.sh" ]; then
@@ -238,13 +239,15 @@ grep -h '^NZTABLE' "$log/stages.log" 2>/dev/null | sed 's/^NZTABLE /   /'
 
 # The speed rows before the memory rows: MFU is the number the 7 minutes are most wanted for.
 SPEED="--preset gpt2 --precision bf16 --batch 8 --seq 1024 --steps 20 --eval-every 0 --eval-windows 8 --device cuda --kernels fast --quiet"
-for s in stage0_ddp stage3; do
-  run_row speed.$s 90 mpirun -np 1 bin/$s $SPEED || continue
-  line=$(grep -m1 '^throughput:' "$log/speed.$s.log")
+for run in "stage0_ddp gemm speed.stage0_ddp" "stage3 gemm speed.stage3" "stage0_ddp flash speed.stage0_ddp.flash"; do
+  set -- $run
+  s=$1 r=$3
+  run_row $r 90 mpirun -np 1 bin/$s $SPEED --attention $2 || continue
+  line=$(grep -m1 '^throughput:' "$log/$r.log")
   if [ $rc = 0 ] && [ -n "$line" ]; then
-    row PASS speed.$s "$(sed -E 's/^throughput: ([0-9]+ tokens\/s) \| (MFU [^ ]+).*/\1, \2/' <<<"$line"), $(grep -o '[0-9.]* ms/step' "$log/speed.$s.log" | head -1)"
+    row PASS $r "$(sed -E 's/^throughput: ([0-9]+ tokens\/s) \| (MFU [^ ]+).*/\1, \2/' <<<"$line"), $(grep -o '[0-9.]* ms/step' "$log/$r.log" | head -1), attention $2"
   else
-    row FAIL speed.$s "exit $rc: $(tail -1 "$log/speed.$s.log" | cut -c1-100)"
+    row FAIL $r "exit $rc: $(tail -1 "$log/$r.log" | cut -c1-100)"
   fi
 done
 
