@@ -4,6 +4,8 @@
 #   make test     every test suite, ending with one line "N passed, N failed" (installs what is missing)
 #   make diff A=stage1 B=stage2    the lesson between two stages
 #   make exercise [E=NAME]         list the exercises, or write one for a learner; make check E=NAME grades it
+#   make gpu-bundle                what the GPU check runs, built here for a GPU machine that has CUDA but
+#                                  no MPI and no GoogleTest: build/gpu-bundle/ (scripts/gpu_bundle.sh)
 # The CPU backend is always built. When nvcc is on PATH the CUDA backend is compiled into the same
 # binaries (no GPU is needed to build); `make CUDA=0` leaves it out.
 
@@ -13,6 +15,9 @@ BUILD      := build
 CUDA_ARCH  ?= 80 90   # plus PTX for the last one, so newer GPUs can run it
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDA       ?= $(if $(CUDA_HOME),1,0)
+# The CPU the binaries are compiled for: this machine's, unless they are built for another one
+# (make gpu-bundle: x86-64-v3, any x86-64 CPU of the last ten years with AVX2).
+HOST_ARCH  ?= native
 
 # The CPU fast path's matrix products: OpenBLAS in its OpenMP build (Debian's libopenblas-openmp-dev,
 # which scripts/install_deps.sh installs), named by its directory so that it is this build and not
@@ -23,7 +28,7 @@ BLAS_DIR   := /usr/lib/$(MULTIARCH)/openblas-openmp
 BLAS_LIBS  := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 # -ffp-contract=off: no fused multiply-add unless written, so a kernel gives the same bits
 # wherever it is called from (the stages are compared bit for bit).
-CXXFLAGS   := -std=c++17 -O3 -march=native -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
+CXXFLAGS   := -std=c++17 -O3 -march=$(HOST_ARCH) -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
               -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
 LDFLAGS    := -fopenmp
 LDLIBS     := -lpthread $(BLAS_LIBS)
@@ -49,6 +54,20 @@ ifeq ($(CUDA),1)
   LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lcublas
 endif
 
+# NZ_BUNDLE=1 (set by make gpu-bundle): binaries that run on another machine from one folder. The C++
+# library is linked in (-static-libstdc++), and so is the CUDA runtime (cudart_static: the driver,
+# cuBLAS and NCCL come from that machine); libgcc_s stays the machine's (NCCL needs it there anyway,
+# and its unwinder on glibc 2.35 would raise the bundle's glibc floor); every other library is looked
+# up first in the bundle's lib/ ($$ORIGIN/../lib as an RPATH, not a RUNPATH, so that it holds for the
+# libraries those libraries load too).
+LINK_EXTRA :=
+ifeq ($(NZ_BUNDLE),1)
+  BLAS_LIBS  := -L$(BLAS_DIR) -lopenblas
+  LDFLAGS    += -static-libstdc++ -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib'
+  LDLIBS     := -lpthread $(BLAS_LIBS) -L$(CUDA_HOME)/lib64 -lcudart_static -lnccl -lcublasLt -lcublas -ldl -lrt
+  LINK_EXTRA := $(BUILD)/obj/common/bundle/glibc_compat.o
+endif
+
 LIB        := $(BUILD)/libnanozero.a
 STAGES     := stage0_ddp stage1 stage2 stage3 offload
 STAGE_BINS := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin/$(s)))
@@ -56,7 +75,7 @@ TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp)) \
               $(patsubst inference/%.cpp,$(BUILD)/bin/%,$(wildcard inference/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
-.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots exercise check print-build-flags
+.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots exercise check print-build-flags gpu-bundle
 all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
 
 # Fragments tests/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
@@ -77,20 +96,20 @@ $(LIB): $(COMMON_OBJ) $(CUDA_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/%: $(BUILD)/obj/%/train.o $(LIB)
+$(BUILD)/bin/%: $(BUILD)/obj/%/train.o $(LIB) $(LINK_EXTRA)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
 
-$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB)
+$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB) $(LINK_EXTRA)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
 
 # inference/: one more rung beside the stages (generate: KV cache, batching, weight placement)
 $(BUILD)/bin/%: $(BUILD)/obj/inference/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/gtest_mpi_main.o $(LIB)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/gtest_mpi_main.o $(LIB) $(LINK_EXTRA)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -lgtest $(LDLIBS) -o $@
 
@@ -143,6 +162,19 @@ diff:
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- the GPU bundle: built here (no GPU needed), run there with bash build/gpu-bundle/gpu_check.sh ----
+# Objects in $(BUILD)/gpu-bundle-build (sm_90 only, for the H100/H200 the check is sized for: set
+# CUDA_ARCH to change it), then scripts/gpu_bundle.sh gathers them, the MPI launcher and the
+# libraries they need into $(BUILD)/gpu-bundle and checks that every binary resolves there.
+BUNDLE_BUILD := $(BUILD)/gpu-bundle-build
+BUNDLE_ARCH  ?= 90
+BUNDLE_BINS  := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUNDLE_BUILD)/bin/$(s))) \
+                $(addprefix $(BUNDLE_BUILD)/tests/,test_cuda_kernels test_cuda_comm test_cuda_stages)
+gpu-bundle:
+	@test "$(CUDA)" = 1 || { echo "make gpu-bundle: nvcc not found (CUDA=0); expected the CUDA toolkit on PATH: install it or set NVCC"; exit 2; }
+	@$(MAKE) --no-print-directory BUILD=$(BUNDLE_BUILD) NZ_BUNDLE=1 HOST_ARCH=x86-64-v3 CUDA_ARCH="$(BUNDLE_ARCH)" $(BUNDLE_BINS)
+	@bash scripts/gpu_bundle.sh $(BUNDLE_BUILD) $(BUILD)/gpu-bundle
 
 # keep intermediate objects (train.o) between builds
 .SECONDARY:

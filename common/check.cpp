@@ -8,12 +8,15 @@
 namespace nz {
 
 void fatal(const char* file, int line, const char* fmt, ...) {
-  fprintf(stderr, "nanozero: internal error at %s:%d: ", file, line);
+  // One write of the whole line: when every rank fails at once, the first MPI_Abort may end the
+  // others mid-message, and a line written in pieces would be cut after its prefix.
+  char msg[2048];
+  int n = snprintf(msg, sizeof msg, "nanozero: internal error at %s:%d: ", file, line);
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  if (n >= 0 && size_t(n) < sizeof msg) vsnprintf(msg + n, sizeof msg - size_t(n), fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\n");
+  fprintf(stderr, "%s\n", msg);
   fflush(stderr);
   int init = 0, fin = 0;
   MPI_Initialized(&init);

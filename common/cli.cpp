@@ -217,6 +217,9 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto&, auto& v) { a.device = v; }},
       {"--kernels", "K", "fast (default: BLAS on the CPU, cuBLAS on CUDA) or reference (the hand-written ones)",
        [&](auto&, auto& v) { a.kernels = v; }},
+      {"--attention", "A", "CUDA attention with --kernels fast: gemm (default: batched cuBLAS, the T x T scores in "
+                           "memory) or flash (tiles in shared memory, no T x T matrix)",
+       [&](auto&, auto& v) { a.attention = v; }},
       {"--prefetch", "0|1", "stage3: gather the next unit while this one computes (default 1)",
        [&](auto& f, auto& v) { a.prefetch = int(parse_int(f, v, 0, 1, "0 or 1")); }},
       {"--offload-to", "WHERE", "offload: keep the optimizer state in cpu memory (default) or on disk",
@@ -302,6 +305,8 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--device %s: unknown device; valid: auto, cpu, cuda", a.device.c_str());
   if (a.kernels != "fast" && a.kernels != "reference")
     user_error("--kernels %s: unknown kernels; valid: fast, reference", a.kernels.c_str());
+  if (a.attention != "gemm" && a.attention != "flash")
+    user_error("--attention %s: unknown attention; valid: gemm, flash", a.attention.c_str());
   if (a.offload_to != "cpu" && a.offload_to != "disk")
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
   if (a.offload_to == "disk" && a.offload_dir.empty())

@@ -45,6 +45,7 @@ struct Args {
   // backend
   std::string device = "auto";
   std::string kernels = "fast";   // fast (BLAS / cuBLAS) | reference (the hand-written kernels)
+  std::string attention = "gemm"; // CUDA fast path: gemm (batched cuBLAS) | flash (no T x T matrix)
   // stage-specific
   int prefetch = 1;                  // stage3: gather the next unit while this one computes
   std::string offload_to = "cpu";    // offload: cpu | disk

@@ -102,6 +102,7 @@ void finalize() {}
 void reduce_scatter(const void*, void*, size_t, DType) { no_nccl(); }
 void all_gather(const void*, void*, size_t, DType) { no_nccl(); }
 void all_reduce(void*, size_t, DType) { no_nccl(); }
+void wait_joined() {}
 void join() {}
 }  // namespace nccl
 #endif

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "check.h"
+#include "cuda/comm_nccl.h"  // nccl::wait_joined (a no-op stub without CUDA or NCCL)
 
 namespace nz {
 
@@ -78,11 +79,13 @@ void fill_zero(void* p, size_t bytes, Location loc) {
 void copy_bytes(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes) {
   if (bytes == 0) return;
   bool on_gpu = g_device == Device::CUDA && (dst_loc == Location::Device || src_loc == Location::Device);
+  if (on_gpu && dst_loc == Location::Host) nccl::wait_joined();  // a failed peer: a named error, not a hang
   if (on_gpu) cuda_rt::memcpy_any(dst, src, bytes);
   else memcpy(dst, src, bytes);
 }
 
 void device_sync() {
+  if (g_device == Device::CUDA) nccl::wait_joined();
   if (g_device == Device::CUDA) cuda_rt::synchronize();
 }
 
@@ -94,6 +97,7 @@ void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src
 }
 
 void copy_wait() {
+  if (g_device == Device::CUDA) nccl::wait_joined();
   if (g_device == Device::CUDA) cuda_rt::copy_stream_sync();
 }
 

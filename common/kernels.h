@@ -33,6 +33,17 @@ void set_kernels(Kernels k);
 Kernels kernels();
 inline const char* kernels_name(Kernels k) { return k == Kernels::Reference ? "reference" : "fast"; }
 
+// Which attention the CUDA backend's fast kernels use (--attention):
+//   Gemm  — the four products as batched cuBLAS GEMMs (tensor cores) around a softmax kernel, the
+//           (B,NH,T,T) probabilities written and read back. The default.
+//   Flash — common/cuda/kernels_flash_attention.cu: tiles in shared memory, an online softmax, only
+//           one number per row saved; the (T,T) matrix never reaches memory.
+// The CPU and --kernels reference keep the textbook attention either way.
+enum class Attention { Gemm, Flash };
+void set_attention(Attention a);
+Attention attention();
+inline const char* attention_name(Attention a) { return a == Attention::Flash ? "flash" : "gemm"; }
+
 namespace ref {  // the reference: read this one first
 #include "kernel_decls.inc"
 }  // namespace ref

@@ -41,6 +41,10 @@ namespace nz {
 static Kernels g_kernels = Kernels::Fast;
 void set_kernels(Kernels k) { g_kernels = k; }
 Kernels kernels() { return g_kernels; }
+// --attention: which attention the CUDA fast path runs (kernels.h).
+static Attention g_attention = Attention::Gemm;
+void set_attention(Attention a) { g_attention = a; }
+Attention attention() { return g_attention; }
 
 namespace cpu {
 

@@ -133,6 +133,7 @@ void Trainer::write_report() {
   j.kv("device", current_device() == Device::CUDA ? "cuda" : "cpu");
   j.kv("collectives", comm.uses_nccl() ? "nccl" : "mpi");
   j.kv("kernels", args.kernels);
+  j.kv("attention", args.attention);
   if (current_device() == Device::CUDA) {
     j.kv("gpu", std::string(cuda_rt::device_name()));
     j.kv("gpus", comm.gpus_in_use());

@@ -34,6 +34,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   }
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
   set_kernels(args.kernels == "reference" ? Kernels::Reference : Kernels::Fast);
+  set_attention(args.attention == "flash" ? Attention::Flash : Attention::Gemm);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
   dtype = args.dtype;
@@ -64,11 +65,11 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     if (current_device() == Device::CUDA) {
       char peak[64] = "an unknown peak (set NZ_PEAK_TFLOPS)";
       if (peak_flops(dtype) > 0) snprintf(peak, sizeof peak, "%.0f TFLOP/s per GPU", peak_flops(dtype) / 1e12);
-      printf("cuda: %s, %d GPU%s for %d rank%s | collectives: %s | kernels: %s | MFU against %s\n",
+      printf("cuda: %s, %d GPU%s for %d rank%s | collectives: %s | kernels: %s%s | MFU against %s\n",
              cuda_rt::device_name(), comm.gpus_in_use(), comm.gpus_in_use() == 1 ? "" : "s", world(),
              world() == 1 ? "" : "s",
              comm.uses_nccl() ? "NCCL (sums not rank-ordered)" : "MPI through pinned host memory (rank-ordered)",
-             args.kernels.c_str(), peak);
+             args.kernels.c_str(), args.kernels == "fast" ? (", attention " + args.attention).c_str() : "", peak);
     }
     fflush(stdout);
   }

@@ -28,6 +28,7 @@ expect_error negative_steps "--steps -3" $bin --steps -3
 expect_error not_a_number "--lr abc" $bin --lr abc
 expect_error unknown_preset "unknown preset" $bin --preset huge
 expect_error unknown_precision "unknown precision" $bin --precision fp8
+expect_error unknown_attention "unknown attention" $bin --attention sparse
 expect_error unknown_flag "unknown flag --bogus" $bin --bogus 1
 expect_error loss_scale_without_fp16 "for --precision fp16 only" $bin --loss-scale 1024
 expect_error loss_scale_below_min "below --loss-scale-min" $bin --precision fp16 --loss-scale 2 --loss-scale-min 4

@@ -11,7 +11,9 @@
 #      and one GPU per rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI);
 #   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp, and the
 #      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 4 steps of 16 tokens), once with
-#      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path).
+#      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path);
+#   5. stage0_ddp trained with --attention flash against --attention gemm, fp32 and bf16;
+#   6. a stuck NCCL collective (a failed peer, or silence) ends the run naming the collective.
 # Prints NZRESULT lines (tests/run_all.sh); about 2 minutes on 2 cores after the build.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -61,4 +63,40 @@ gtest comm_np3_nccl 120 env NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test_cuda_com
 gtest stages_1gpu 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 "$EMU/tests/test_cuda_stages"
 gtest stages_2gpus 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 NZ_EMU_GPUS=2 "$EMU/tests/test_cuda_stages"
 for l in stages_1gpu stages_2gpus; do grep '^NZTABLE stage .* N=2 ' "$log/$l.log" | sed "s/^NZTABLE /  $l: /"; done
+
+# 5. flash attention in a whole training run: stage0_ddp --attention flash against --attention gemm,
+#    every step's loss within the bound test_cuda_stages grants a change of summation order
+#    (fp32 1e-5, bf16 2e-2): the same model, trained through the other kernel.
+for prec in fp32 bf16; do
+  bound=$([ $prec = fp32 ] && echo 1e-5 || echo 2e-2)
+  for a in gemm flash; do
+    timeout -k 5 120 "$EMU/bin/stage0_ddp" --device cuda --preset tiny --seq 16 --batch 2 --steps 4 --eval-every 0 \
+      --eval-windows 2 --precision $prec --attention $a >"$log/attention_$a.$prec.log" 2>&1
+  done
+  worst=$(paste <(grep -o '^step .*| loss [0-9.]*' "$log/attention_gemm.$prec.log" | awk '{print $NF}') \
+                <(grep -o '^step .*| loss [0-9.]*' "$log/attention_flash.$prec.log" | awk '{print $NF}') |
+          awk 'BEGIN {w = -1} NF == 2 {d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d} END {print w}')
+  steps=$(grep -c '^step ' "$log/attention_flash.$prec.log")
+  if [ "$steps" = 4 ] && grep -q 'attention flash' "$log/attention_flash.$prec.log" &&
+     awk -v w="$worst" -v b="$bound" 'BEGIN {exit !(w >= 0 && w <= b)}'; then
+    echo "NZRESULT PASS emu.flash_attention_training.$prec (4 steps, largest loss difference $worst <= $bound)"
+  else
+    echo "NZRESULT FAIL emu.flash_attention_training.$prec ($steps steps, largest loss difference $worst, bound $bound; see $log/attention_flash.$prec.log)"
+  fi
+done
+
+# 6. a collective that never completes (nccl::wait_joined): NZ_EMU_NCCL_STUCK makes the emulated
+#    NCCL report a failed peer (error) or nothing at all (hang); either way the run must end, non-zero,
+#    naming the collective, instead of hanging (2 ranks on 2 emulated GPUs: the NCCL path).
+for m in error hang; do
+  want=$([ $m = error ] && echo 'NCCL error 6 (remote process exited' || echo 'has not completed after 1 s')
+  rc=0
+  NZ_EMU_GPUS=2 NZ_EMU_NCCL_STUCK=$m NZ_NCCL_TIMEOUT=1 timeout -k 5 60 mpirun -np 2 "$EMU/bin/stage0_ddp" --device cuda \
+    --preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2 >"$log/nccl_stuck_$m.log" 2>&1 || rc=$?
+  if [ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 137 ] && grep -q "$want.*all-reduce #[0-9]\|all-reduce #[0-9].*$want" "$log/nccl_stuck_$m.log"; then
+    echo "NZRESULT PASS emu.nccl_stuck.$m (exit $rc: $(grep -o 'NCCL [ea].*' "$log/nccl_stuck_$m.log" | head -1 | cut -c1-90))"
+  else
+    echo "NZRESULT FAIL emu.nccl_stuck.$m (exit $rc, expected a non-zero exit naming the collective with '$want'; see $log/nccl_stuck_$m.log)"
+  fi
+done
 exit 0

@@ -363,6 +363,63 @@ TYPED_TEST(CudaKernels, Attention) {
   nz::set_kernels(Kernels::Fast);
 }
 
+// Flash attention (--attention flash, kernels_flash_attention.cu): out and dqkv against the CPU's
+// textbook attention, and what it saves in att's place, each row's log-sum-exp of the scores,
+// against that sum computed here in double from qkv.
+template <class T>
+void check_flash_attention(int B, int Tn, int C, int NH, uint64_t seed) {
+  const std::string tag = "flash B=" + std::to_string(B) + " T=" + std::to_string(Tn) + " C=" +
+                          std::to_string(C) + " NH=" + std::to_string(NH);
+  SCOPED_TRACE(tag);
+  nz::Rng rng(seed);
+  const int hs = C / NH;
+  const size_t n_qkv = size_t(B) * Tn * 3 * C, n_out = size_t(B) * Tn * C, rows = size_t(B) * NH * Tn;
+  const size_t n_att = rows * Tn;
+  const auto qkv = random_array<T>(rng, n_qkv, -2.0f, 2.0f), dout = random_array<T>(rng, n_out);
+  auto out = poisoned<T>(n_out), att = poisoned<T>(n_att), dqkv = poisoned<T>(n_qkv);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
+
+  std::vector<float> lse(rows);  // log sum_{t2 <= t} exp(q[t]·k[t2] / sqrt(hs)), in double
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < Tn; t++) {
+        std::vector<double> s(t + 1);
+        double m = -INFINITY, sum = 0.0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          double dot = 0.0;
+          for (int d = 0; d < hs; d++)
+            dot += as_double(qkv[(size_t(b) * Tn + t) * 3 * C + h * hs + d]) *
+                   as_double(qkv[(size_t(b) * Tn + t2) * 3 * C + C + h * hs + d]);
+          s[t2] = dot / std::sqrt(double(hs));
+          m = std::max(m, s[t2]);
+        }
+        for (double x : s) sum += std::exp(x - m);
+        lse[(size_t(b) * NH + h) * Tn + t] = float(m + std::log(sum));
+      }
+
+  nz::set_kernels(Kernels::Fast);
+  nz::set_attention(nz::Attention::Flash);
+  DeviceArray<T> d_qkv(qkv), d_dout(dout);
+  auto d_out = DeviceArray<T>::poisoned(n_out), d_att = DeviceArray<T>::poisoned(n_att);
+  auto d_dqkv = DeviceArray<T>::poisoned(n_qkv);
+  gpu::attention_forward(d_out.ptr(), d_att.ptr(), d_qkv.ptr(), B, Tn, C, NH);
+  expect_close("attention out " + tag, d_out.download(), out, tol<T>());
+  const std::vector<T> saved = d_att.download();
+  std::vector<float> got_lse(rows);
+  std::memcpy(got_lse.data(), saved.data(), rows * sizeof(float));
+  expect_close("attention lse " + tag, got_lse, lse, tol<float>());
+  gpu::attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att.ptr(), B, Tn, C, NH);
+  expect_close("attention dqkv " + tag, d_dqkv.download(), dqkv, tol<T>());
+  nz::set_attention(nz::Attention::Gemm);
+}
+
+TYPED_TEST(CudaKernels, FlashAttention) {
+  check_flash_attention<TypeParam>(kB, kT, kC, kNH, 116);  // head size 12; T = 37: a partial last tile
+  check_flash_attention<TypeParam>(2, 33, 128, 2, 117);    // head size 64: 16-row tiles in dk, dv
+  check_flash_attention<TypeParam>(1, 20, 256, 2, 118);    // head size 128: 8-row tiles
+}
+
 // ---------------------------------------------------------------------------------------------
 // elementwise: GELU, residual, accumulate
 

@@ -10,7 +10,8 @@
 //   - the memory ledger's model state (every category but scratch, per location, per rank) and the
 //     comm ledger (elements per step, host<->device elements) are identical to the CPU run's;
 //   - the GPU trains the CPU's model: stage0_ddp's losses agree within fp32 1e-3, bf16 5e-2 over
-//     the same steps (the kernels differ from the CPU's in summation order only).
+//     the same steps (the kernels differ from the CPU's in summation order, fused multiply-adds
+//     and the device math library: cuda_common.cuh).
 // Each comparison prints an "NZTABLE" line that tests/gpu_check.sh collects into its table.
 // Without a visible GPU every test skips (this binary runs, skipping, in `make test`).
 #include <gtest/gtest.h>

@@ -3,7 +3,11 @@
 #include <cuda_runtime.h>  // cudaStream_t, cudaEvent_t
 #include <nccl.h>          // ncclCommInitRank, ncclReduceScatter, ncclAllGather, ncclAllReduce
 
+#include <chrono>   // steady_clock: the time limit of wait_joined
+#include <cstdio>   // snprintf
+#include <cstdlib>  // getenv, strtod
 #include <cstring>  // memcpy
+#include <thread>   // sleep_for
 
 #include "comm_nccl.h"
 #include "cuda_check.h"  // NZ_CUDA_CHECK, nz::fatal
@@ -23,6 +27,11 @@ namespace {
 ncclComm_t g_comm = nullptr;
 cudaStream_t g_stream = nullptr;  // the comm stream
 cudaEvent_t g_inputs_ready = nullptr, g_outputs_ready = nullptr;
+// The last collective issued, and the last one the compute stream was joined to: the names a
+// failure or a time-out reports (wait_joined).
+long g_issued = 0;
+char g_last_issued[96] = "none", g_last_joined[96] = "none";
+bool g_joined_pending = false;  // outputs_ready recorded and not yet seen complete by the host
 
 ncclDataType_t nccl_type(DType dt) {
   switch (dt) {
@@ -36,10 +45,19 @@ ncclDataType_t nccl_type(DType dt) {
 
 // The comm stream waits for everything queued so far on the compute stream: the collective's
 // inputs (a unit's gradient, an updated parameter slice) are written by kernels queued there.
-void after_compute() {
+void after_compute(const char* op, size_t elems, DType dt) {
   NZ_CHECK(g_comm != nullptr, "NCCL collective before nccl::init");
   NZ_CUDA_CHECK(cudaEventRecord(g_inputs_ready, 0));
   NZ_CUDA_CHECK(cudaStreamWaitEvent(g_stream, g_inputs_ready, 0));
+  snprintf(g_last_issued, sizeof g_last_issued, "%s #%ld (%zu %s elements)", op, ++g_issued, elems,
+           dt == DType::BF16 ? "bf16" : dt == DType::F64 ? "fp64" : "fp32");
+}
+
+// NZ_NCCL_TIMEOUT: seconds a joined collective may take before the run is ended (default 600).
+double timeout_seconds() {
+  const char* env = getenv("NZ_NCCL_TIMEOUT");
+  const double s = env ? strtod(env, nullptr) : 0.0;
+  return s > 0 ? s : 600.0;
 }
 
 }  // namespace
@@ -72,6 +90,8 @@ void init(const char id[kUniqueIdBytes], int nranks, int rank) {
 
 void finalize() {
   if (!g_comm) return;
+  join();
+  wait_joined();  // a failed peer ends here with a name, not in the synchronize below
   NZ_CUDA_CHECK(cudaStreamSynchronize(g_stream));
   NZ_NCCL_CHECK(ncclCommDestroy(g_comm));
   NZ_CUDA_CHECK(cudaEventDestroy(g_inputs_ready));
@@ -82,18 +102,18 @@ void finalize() {
 
 // recvcount = shard_elems; NCCL's in-place case is out_shard == full + rank * shard_elems.
 void reduce_scatter(const void* full, void* out_shard, size_t shard_elems, DType dt) {
-  after_compute();
+  after_compute("reduce-scatter", shard_elems, dt);
   NZ_NCCL_CHECK(ncclReduceScatter(full, out_shard, shard_elems, nccl_type(dt), ncclSum, g_comm, g_stream));
 }
 
 // sendcount = shard_elems; in place when shard == out_full + rank * shard_elems.
 void all_gather(const void* shard, void* out_full, size_t shard_elems, DType dt) {
-  after_compute();
+  after_compute("all-gather", shard_elems, dt);
   NZ_NCCL_CHECK(ncclAllGather(shard, out_full, shard_elems, nccl_type(dt), g_comm, g_stream));
 }
 
 void all_reduce(void* buf, size_t elems, DType dt) {
-  after_compute();
+  after_compute("all-reduce", elems, dt);
   NZ_NCCL_CHECK(ncclAllReduce(buf, buf, elems, nccl_type(dt), ncclSum, g_comm, g_stream));
 }
 
@@ -103,6 +123,44 @@ void join() {
   if (!g_comm) return;
   NZ_CUDA_CHECK(cudaEventRecord(g_outputs_ready, g_stream));
   NZ_CUDA_CHECK(cudaStreamWaitEvent(0, g_outputs_ready, 0));
+  memcpy(g_last_joined, g_last_issued, sizeof g_last_joined);
+  g_joined_pending = true;
+}
+
+// A collective whose peer has failed never completes: NCCL reports the failure only through
+// ncclCommGetAsyncError, and a host blocked in cudaMemcpy or cudaDeviceSynchronize behind it would
+// hang without a word. So before the host blocks on the GPU it waits here, polling, for the
+// collectives the compute stream has joined (those its next copy waits for anyway: no extra
+// serialisation), and ends the run naming the collective on an asynchronous error or after the
+// time limit. When they are done already this costs one cudaEventQuery.
+void wait_joined() {
+  if (!g_comm || !g_joined_pending) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double limit = timeout_seconds();
+  for (;;) {
+    const cudaError_t q = cudaEventQuery(g_outputs_ready);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) NZ_CUDA_CHECK(q);
+    ncclResult_t async = ncclSuccess;
+    NZ_NCCL_CHECK(ncclCommGetAsyncError(g_comm, &async));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(g_comm);  // releases the GPU from the collective; the run ends below
+      g_comm = nullptr;
+      ::nz::fatal(__FILE__, __LINE__, "NCCL error %d (%s) in %s (the last collective joined; last issued: %s)",
+                  int(async), ncclGetErrorString(async), g_last_joined, g_last_issued);
+    }
+    if (waited > limit) {
+      ncclCommAbort(g_comm);
+      g_comm = nullptr;
+      ::nz::fatal(__FILE__, __LINE__,
+                  "NCCL %s has not completed after %.0f s: a rank has likely died or stopped (last issued: %s). "
+                  "HINT: look for a rank that failed first; NZ_NCCL_TIMEOUT=seconds changes the limit",
+                  g_last_joined, waited, g_last_issued);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  g_joined_pending = false;
 }
 
 }  // namespace nccl

@@ -39,6 +39,10 @@ void reduce_scatter(const void* full, void* out_shard, size_t shard_elems, DType
 void all_gather(const void* shard, void* out_full, size_t shard_elems, DType dt);
 void all_reduce(void* buf, size_t elems, DType dt);
 void join();  // the compute stream waits for every collective issued so far
+// Before the host blocks on the GPU (a copy to the host, a synchronize; device.cpp calls it): wait
+// for the collectives joined so far, ending the run with the collective's name on an NCCL
+// asynchronous error or after NZ_NCCL_TIMEOUT seconds (default 600). No-op without NCCL.
+void wait_joined();
 
 }  // namespace nccl
 }  // namespace nz

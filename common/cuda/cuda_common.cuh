@@ -4,11 +4,21 @@
 // Storage types: kernels are templates over T = float or nz::bf16 and read/write through
 // nz::load / nz::store (dtype.h, __host__ __device__ under nvcc): every value is loaded to float,
 // the arithmetic is done in float, and the result is rounded to nearest even once when stored —
-// exactly the CPU reference's rule, so the two backends differ only by summation order.
+// exactly the CPU reference's rule. The two backends still differ in three ways, which is why the
+// tests compare them within a tolerance and never bit for bit:
+//  - summation order: warp-strided partial sums and butterflies, cuBLAS's own blocking;
+//  - fused multiply-adds: nvcc contracts a * b + c into one FMA (one rounding instead of two) by
+//    default in device code (--fmad=true); the Makefile's -ffp-contract=off reaches only the host
+//    compiler, so the CPU rounds twice where the GPU rounds once;
+//  - the math library: device expf, logf, tanhf, rsqrtf are CUDA's (a few ulp from the host libm's).
 //
 // Determinism: no kernel uses floating-point atomics. Every sum is either one thread's loop in a
 // fixed order, or a reduction with a fixed shape (warp butterfly + fixed tree over warps) whose
-// block size is a constant, so a kernel gives the same bits every run on the same GPU.
+// block size is a constant, so a kernel gives the same bits every run on the same GPU with the same
+// binary (the same FMA choices). cuBLAS documents the same: bitwise run to run on GPUs of the same
+// architecture and SM count with the same library version, on one stream (as here); another GPU
+// model or cuBLAS version may pick another algorithm. NCCL's sums are not in rank order (comm.h): bitwise across runs with the
+// same ranks and topology in practice, but NCCL does not promise it.
 #pragma once
 #include <cuda_runtime.h>  // __shfl_xor_sync, dim3
 

@@ -14,8 +14,10 @@
 //   fast      — (the default) the four products as batched cuBLAS GEMMs on tensor cores, with only
 //            the causal softmax and its backward as kernels (the end of this file). The scores are
 //            computed for the whole (T,T) square, so half the product is wasted; still far faster.
-#include "cuda_common.cuh"  // load/store, warp_sum, warp_max, scratch_buffer, NZ_CUDA_CHECK_LAUNCH
-#include "matmul_cublas.h"  // cublas_gemm_batched
+//            With --attention flash instead: kernels_flash_attention.cu, no (T,T) matrix at all.
+#include "cuda_common.cuh"      // load/store, warp_sum, warp_max, scratch_buffer, NZ_CUDA_CHECK_LAUNCH
+#include "flash_attention.h"    // flash_attention_forward, flash_attention_backward
+#include "matmul_cublas.h"      // cublas_gemm_batched
 
 namespace nz {
 namespace cuda {
@@ -309,6 +311,8 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
   check_heads(C, NH);
   const size_t rows = size_t(B) * NH * Tn;
   if (rows == 0) return;
+  if (kernels() == Kernels::Fast && attention() == Attention::Flash && flash_attention_fits<T>(Tn, C, NH))
+    return flash_attention_forward(out, reinterpret_cast<float*>(att), qkv, B, Tn, C, NH);  // att holds the lse
   if (kernels() == Kernels::Fast) return attention_forward_cublas(out, att, qkv, B, Tn, C, NH);
   const int warps = row_kernel_warps(Tn);
   const unsigned blocks = unsigned(ceil_div(rows, warps));
@@ -323,6 +327,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   check_heads(C, NH);
   const size_t rows = size_t(B) * NH * Tn;
   if (rows == 0) return;
+  if (kernels() == Kernels::Fast && attention() == Attention::Flash && flash_attention_fits<T>(Tn, C, NH))
+    return flash_attention_backward(dqkv, dout, qkv, reinterpret_cast<const float*>(att), B, Tn, C, NH);
   if (kernels() == Kernels::Fast) return attention_backward_cublas(dqkv, dout, qkv, att, B, Tn, C, NH);
   float* rowsums = static_cast<float*>(scratch_buffer(rows * sizeof(float)));  // (B,NH,T)
 

@@ -553,6 +553,7 @@ const char* cudaGetErrorName(cudaError_t err) {
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
   }
   return "cudaErrorUnknown";
 }
@@ -566,6 +567,7 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
   }
   return "unknown error";
 }
@@ -701,6 +703,16 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return valid_stream(stream) && g_handles.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
 }
+// NZ_EMU_NCCL_STUCK=error|hang (tests of nccl::wait_joined): a collective that never completes,
+// because a peer failed (NCCL reports ncclRemoteError) or silently (ncclInProgress forever).
+static const char* nccl_stuck() {
+  static const char* mode = getenv("NZ_EMU_NCCL_STUCK");
+  return mode;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (!g_handles.count(event)) return record(cudaErrorInvalidResourceHandle);
+  return nccl_stuck() ? cudaErrorNotReady : cudaSuccess;
+}
 
 // ============================================================================================
 // cuBLAS: cublasGemmEx
@@ -821,6 +833,8 @@ const char* ncclGetErrorString(ncclResult_t result) {
     case ncclSuccess: return "no error";
     case ncclInvalidArgument: return "invalid argument";
     case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
   }
   return "unknown result";
 }
@@ -859,6 +873,14 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   delete comm;
   return ncclSuccess;
 }
+// Collectives complete when they are called here, so there is never an error left to report
+// (unless NZ_EMU_NCCL_STUCK says otherwise, above).
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
+  if (!comm) return ncclInvalidArgument;
+  *async_error = !nccl_stuck() ? ncclSuccess : strcmp(nccl_stuck(), "error") == 0 ? ncclRemoteError : ncclInProgress;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
 
 namespace {
 

@@ -55,6 +55,7 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorNoDevice = 100,
+  cudaErrorNotReady = 600,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
 };
@@ -112,6 +113,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t event);  // done (work runs when queued), unless NZ_EMU_NCCL_STUCK
 
 // ---- the emulator itself ----
 namespace nz_emu {
