@@ -43,6 +43,9 @@ void Trainer::print_summary(double total_s) {
            "%d dim; %d GPU%s)\n",
            tok_s, mfu_str, flops_per_token(args.cfg, args.seq, layout.num_params), layout.num_params,
            args.cfg.layers, args.seq, args.cfg.dim, comm.gpus_in_use(), comm.gpus_in_use() == 1 ? "" : "s");
+    if (args.activation_checkpointing && hfu_at(tok_s) > 0)  // the recomputed forward, which MFU leaves out
+      printf("activation checkpointing: HFU %.1f%% (+%.3g FLOPs per token recomputed)\n", 100 * hfu_at(tok_s),
+             recompute_flops_per_token(args.cfg, args.seq));
   }
 }
 

@@ -9,6 +9,8 @@
 //   - zero_estimate --fit SIZE prints the batch the trainer picks.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "harness.h"
 #include "model.h"
 #include "zero_formulas.h"  // expected_device_peak
@@ -29,6 +31,15 @@ struct Case {
   uint64_t budget_bytes;
 };
 
+// run_trainer, once per (trainer, ranks, flags): the last test reuses a run of the first
+const RunResult& run(const std::string& stage, int N, const std::string& flags, const std::string& tag) {
+  static std::map<std::string, RunResult> done;
+  const std::string key = stage + " " + std::to_string(N) + " " + flags;
+  auto it = done.find(key);
+  if (it == done.end()) it = done.emplace(key, run_trainer(stage, N, flags, tag)).first;
+  return it->second;
+}
+
 uint64_t device_peak(const Json& rank) { return rank["ledger"]["device"]["peak"]["total"].u(); }
 
 }  // namespace
@@ -41,7 +52,7 @@ TEST(BatchFit, TheChosenBatchFitsAndOneMoreDoesNot) {
                  Case{"offload", 2, "fp32", false, "1.5MB", 1500000}}) {
     SCOPED_TRACE(std::string(c.stage) + " N=" + std::to_string(c.N) + " " + c.prec + (c.ckpt ? " checkpointed" : ""));
     const std::string flags = kFlags + "--precision " + c.prec + (c.ckpt ? " --activation-checkpointing" : "");
-    const RunResult fit = run_trainer(c.stage, c.N, flags + " --batch auto --memory-budget " + c.budget, "fit");
+    const RunResult& fit = run(c.stage, c.N, flags + " --batch auto --memory-budget " + c.budget, "fit");
     ASSERT_EQ(fit.exit_code, 0) << fit.output;
     const int B = int(fit.report["batch"].u());
     EXPECT_GE(B, 2) << "a budget that fits only one sequence tests little";
@@ -100,8 +111,8 @@ TEST(BatchFit, ZeroEstimateFitIsWhatTheTrainerPicks) {
   ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --seq 32 --world 3 --precision bf16 --fit 1MiB --json",
                         &out), 0) << out;
   const Json j = Json::parse(out);
-  const RunResult r = run_trainer("stage3", 3, kFlags + "--precision bf16 --activation-checkpointing --batch auto "
-                                  "--memory-budget 1MiB", "estimate");
+  const RunResult& r = run("stage3", 3, kFlags + "--precision bf16 --activation-checkpointing --batch auto "
+                           "--memory-budget 1MiB", "estimate");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   bool seen = false;
   for (const Json& e : j["estimates"].arr) {
