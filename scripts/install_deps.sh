@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what nanoZeRO needs and is missing: a C++ compiler and make, MPICH, GoogleTest, OpenBLAS, and
+# Installs what nanoZeRO needs and is missing: a C++ compiler and make, MPICH, GoogleTest, OpenBLAS,
+# nlohmann-json (header-only: DeepSpeed's config files, --config), and
 # Python 3 with the notebook packages (requirements.txt, pinned) in a virtual environment .venv/.
 # As root it installs with apt-get; otherwise it prints the exact command to run and stops.
 # nvcc is optional: when it is on PATH the CUDA backend is built too.
@@ -16,6 +17,8 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v timeout >/dev/null 2>&1 || missing+=(coreutils)
 # OpenBLAS, its OpenMP build: the CPU's fast matrix products (see the Makefile's BLAS lines)
 [ -f "/usr/include/$(gcc -print-multiarch 2>/dev/null)/openblas-openmp/cblas.h" ] || missing+=(libopenblas-openmp-dev)
+# nlohmann-json, header-only: reads DeepSpeed's config files (common/ds_config.cpp, --config)
+[ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
 
 if [ ${#missing[@]} -gt 0 ]; then
   cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
