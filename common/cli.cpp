@@ -16,7 +16,8 @@
 #include <vector>
 
 #include "check.h"
-#include "data.h"  // check_data_file
+#include "data.h"       // check_data_file
+#include "ds_config.h"  // read_ds_config: --config, DeepSpeed's JSON file
 
 namespace nz {
 
@@ -143,6 +144,7 @@ std::string default_data_path() {
 
 Args parse_args(int argc, char** argv, const char* program) {
   Args a;
+  bool from_config = false;  // the flags a --config file stands for are being applied
   auto pos_int = [](int* dst, long hi) {
     return [dst, hi](const std::string& f, const std::string& v) {
       *dst = int(parse_int(f, v, 1, hi, "a positive whole number"));
@@ -159,6 +161,7 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) {
          a.batch_auto = v == "auto";
          if (!a.batch_auto) a.batch = int(parse_int(f, v, 1, 1 << 16, "a positive whole number or auto"));
+         a.batch_given = true;
        }},
       {"--memory-budget", "SIZE", "--batch auto: bytes per rank for model states and activations (e.g. 64MiB, "
        "2GB; default on a GPU: its free memory)",
@@ -176,6 +179,15 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
       {"--warmup", "N", "linear warm-up steps before cosine decay (default 20; 0 for none)",
        [&](auto& f, auto& v) { a.warmup = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
+      {"--lr-schedule", "S", "after the warm-up: cosine (default: to lr/10 at the last step), warmup (DeepSpeed's "
+       "WarmupLR: constant) or warmup-decay (WarmupDecayLR: linear to 0)",
+       [&](auto&, auto& v) { a.lr_schedule = v; }},
+      {"--warmup-min-lr", "X", "warmup, warmup-decay: the learning rate the warm-up starts from (default 0)",
+       [&](auto& f, auto& v) { a.warmup_min_lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
+      {"--warmup-type", "T", "warmup, warmup-decay: log (DeepSpeed's default) or linear warm-up",
+       [&](auto&, auto& v) { a.warmup_type = v; }},
+      {"--lr-total-steps", "N", "warmup-decay: the step where the rate reaches 0 (default: --steps)",
+       pos_int(&a.lr_total_steps, 1 << 30)},
       {"--weight-decay", "X", "AdamW decoupled weight decay (default 0.1; none on biases and layernorms)",
        [&](auto& f, auto& v) { a.weight_decay = parse_float(f, v, 0, 10, "a number in [0, 10]"); }},
       {"--clip", "X", "clip the global gradient norm to X (default 1.0; 0 turns it off)",
@@ -186,24 +198,24 @@ Args parse_args(int argc, char** argv, const char* program) {
        "loss scaling)",
        [&](auto&, auto& v) { a.precision = v; }},
       {"--loss-scale", "X", "fp16: the initial loss scale (default 65536 = 2^16)",
-       [&](auto& f, auto& v) { a.loss_scale = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given = true; }},
+       [&](auto& f, auto& v) { a.loss_scale = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given |= !from_config; }},
       {"--loss-scale-window", "N", "fp16: clean steps before the scale doubles (default 1000; 0: a static scale)",
        [&](auto& f, auto& v) {
          a.loss_scale_window = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0"));
-         a.loss_scale_given = true;
+         a.loss_scale_given |= !from_config;
        }},
       {"--loss-scale-hysteresis", "H", "fp16: overflows before the scale is lowered (default 2)",
        [&](auto& f, auto& v) {
          a.loss_scale_hysteresis = int(parse_int(f, v, 1, 1 << 30, "a positive whole number"));
-         a.loss_scale_given = true;
+         a.loss_scale_given |= !from_config;
        }},
       {"--loss-scale-backoff", "F", "fp16: the scale is multiplied by F on overflow (default 0.5)",
        [&](auto& f, auto& v) {
          a.loss_scale_backoff = parse_float(f, v, 1e-6, 0.999999, "a factor in (0, 1)");
-         a.loss_scale_given = true;
+         a.loss_scale_given |= !from_config;
        }},
       {"--loss-scale-min", "X", "fp16: the smallest loss scale (default 1)",
-       [&](auto& f, auto& v) { a.loss_scale_min = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given = true; }},
+       [&](auto& f, auto& v) { a.loss_scale_min = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given |= !from_config; }},
       {"--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
        [&](auto&, auto& v) { a.data = v; }},
       {"--log-json", "PATH", "write rank 0's report: every step's loss, and every rank's ledger",
@@ -241,11 +253,35 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
       {"--activation-checkpointing", "", "keep only each block's input in the forward and recompute the block "
        "in its backward (less activation memory, one more forward)", nullptr},
+      {"--config", "FILE", "a DeepSpeed JSON config (README 'DeepSpeed config files'); flags given here override it",
+       [&](auto&, auto& v) { a.config = v; }},
       {"--quiet", "", "no per-step lines", nullptr},
   };
   // switches: flags without a value
   const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
                                                  {"--activation-checkpointing", &a.activation_checkpointing}};
+  auto find_flag = [&](const std::string& name) -> const Flag* {
+    for (const Flag& f : flags)
+      if (name == f.name) return &f;
+    return nullptr;
+  };
+
+  // --config first: the file's keys become flags, applied before the command line's (which win).
+  for (int i = 1; i < argc; i++) {
+    const std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) a.config = argv[i + 1];
+    else if (arg.compare(0, 9, "--config=") == 0) a.config = arg.substr(9);
+  }
+  if (!a.config.empty()) {
+    const DsConfig ds = read_ds_config(a.config, program);
+    from_config = true;
+    for (const auto& [flag, value] : ds.flags) {
+      if (switches.count(flag)) *switches.at(flag) = true;  // a key that turns a switch on
+      else find_flag(flag)->set(flag, value);
+    }
+    from_config = false;
+    a.train_batch_size = ds.train_batch_size;
+  }
 
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i];
@@ -268,9 +304,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
     }
-    const Flag* found = nullptr;
-    for (const Flag& f : flags)
-      if (arg == f.name) found = &f;
+    const Flag* found = find_flag(arg);
     if (!found) user_error("unknown flag %s; see %s --help for the list", arg.c_str(), program);
     if (eq == std::string::npos) {
       if (i + 1 >= argc) user_error("%s needs a value (%s); see --help", arg.c_str(), found->meta);
@@ -301,6 +335,10 @@ Args parse_args(int argc, char** argv, const char* program) {
   if (a.dtype == DType::F16 && a.loss_scale < a.loss_scale_min)
     user_error("--loss-scale %g: below --loss-scale-min %g; expected an initial scale >= the minimum",
                double(a.loss_scale), double(a.loss_scale_min));
+  if (a.lr_schedule != "cosine" && a.lr_schedule != "warmup" && a.lr_schedule != "warmup-decay")
+    user_error("--lr-schedule %s: unknown schedule; valid: cosine, warmup, warmup-decay", a.lr_schedule.c_str());
+  if (a.warmup_type != "log" && a.warmup_type != "linear")
+    user_error("--warmup-type %s: unknown warm-up; valid: log, linear", a.warmup_type.c_str());
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
     user_error("--device %s: unknown device; valid: auto, cpu, cuda", a.device.c_str());
   if (a.kernels != "fast" && a.kernels != "reference")

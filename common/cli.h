@@ -24,6 +24,12 @@ struct Args {
   int steps = 200;
   float lr = 3e-3f;  // peak learning rate
   int warmup = 20;   // linear warm-up steps, then cosine decay to lr/10
+  // the schedule after the warm-up (optim.h, lr_at): cosine to lr/10 (this project's), or
+  // DeepSpeed's WarmupLR ("warmup": constant) and WarmupDecayLR ("warmup-decay": linear to 0)
+  std::string lr_schedule = "cosine";
+  float warmup_min_lr = 0;            // DeepSpeed's schedules: where the warm-up starts
+  std::string warmup_type = "log";    // DeepSpeed's schedules: log (its default) or linear warm-up
+  int lr_total_steps = 0;             // warmup-decay: the step where it reaches 0 (0: --steps)
   float weight_decay = 0.1f;
   float clip = 1.0f; // global gradient-norm clipping; 0 turns it off
   uint64_t seed = 1337;
@@ -36,6 +42,10 @@ struct Args {
   float loss_scale_backoff = 0.5f; // the scale is multiplied by this on a (hysteresis-th) overflow
   float loss_scale_min = 1;        // it never goes below this
   bool loss_scale_given = false;   // a --loss-scale* flag was given (fp16 only)
+  // DeepSpeed's config file (ds_config.h): its path, and what needs the world size to check
+  std::string config;
+  long train_batch_size = 0;  // 0: not given; else micro-batch x accum x world (resolve_batch)
+  bool batch_given = false, accum_given = false;  // by the file or the command line
   // data and outputs
   std::string data;  // default: the corpus that ships with the project
   std::string log_json;

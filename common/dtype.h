@@ -6,6 +6,8 @@
 #include <cstddef>
 #if defined(__CUDA_ARCH__)
 #include <cuda_fp16.h>  // __half: the GPU's own conversion instructions
+#elif defined(__F16C__)
+#include <immintrin.h>  // _cvtsh_ss, _cvtss_sh: the CPU's own (x86 F16C)
 #endif
 
 #if defined(__CUDACC__)
@@ -44,11 +46,12 @@ struct f16 {
   uint16_t bits;
 };
 
+// The conversions in bits, for a CPU without F16C (and as the lesson); f16_to_f32 and f32_to_f16
+// below use the hardware's instructions where there are some: the same results (tests/test_kernels
+// checks both against a derivation from the definition, on all 65536 values and every rounding
+// boundary).
 // Exact: every fp16 is an fp32.
-NZ_HD inline float f16_to_f32(f16 x) {
-#if defined(__CUDA_ARCH__)
-  return __half2float(__ushort_as_half(x.bits));
-#else
+NZ_HD inline float f16_to_f32_soft(f16 x) {
   const uint32_t sign = uint32_t(x.bits & 0x8000u) << 16, exp = (x.bits >> 10) & 0x1fu, mant = x.bits & 0x3ffu;
   uint32_t u;
   if (exp == 0x1f) {
@@ -63,16 +66,11 @@ NZ_HD inline float f16_to_f32(f16 x) {
   float f;
   memcpy(&f, &u, 4);
   return f;
-#endif
 }
 
 // Round to nearest, ties to even: overflow (|x| >= 65520) becomes inf, tiny values become fp16
-// subnormals or zero, NaN stays NaN (quiet). The CPU recipe in bits; tests/test_kernels checks it
-// against the compiler's own conversion on all 65536 values and at every rounding boundary.
-NZ_HD inline f16 f32_to_f16(float f) {
-#if defined(__CUDA_ARCH__)
-  return f16{__half_as_ushort(__float2half_rn(f))};
-#else
+// subnormals or zero, NaN stays NaN (quiet).
+NZ_HD inline f16 f32_to_f16_soft(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
@@ -91,6 +89,24 @@ NZ_HD inline f16 f32_to_f16(float f) {
   const uint32_t rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
   if (rest > half || (rest == half && (h & 1u))) h++;
   return f16{uint16_t(sign | h)};
+}
+
+NZ_HD inline float f16_to_f32(f16 x) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(x.bits));
+#elif defined(__F16C__)
+  return _cvtsh_ss(x.bits);
+#else
+  return f16_to_f32_soft(x);
+#endif
+}
+NZ_HD inline f16 f32_to_f16(float f) {
+#if defined(__CUDA_ARCH__)
+  return f16{__half_as_ushort(__float2half_rn(f))};
+#elif defined(__F16C__)
+  return f16{uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT))};
+#else
+  return f32_to_f16_soft(f);
 #endif
 }
 

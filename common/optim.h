@@ -9,7 +9,8 @@
 
 namespace nz {
 
-// Linear warm-up to args.lr over args.warmup steps, then cosine decay to lr/10 at the last step.
+// Linear warm-up to args.lr over args.warmup steps, then cosine decay to lr/10 at the last step;
+// or, with --lr-schedule warmup / warmup-decay, DeepSpeed's WarmupLR / WarmupDecayLR.
 float lr_at(const Args& args, int step);
 
 // Global-norm clipping factor: clip / norm when the norm exceeds clip (and clip > 0), else 1.

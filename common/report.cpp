@@ -151,6 +151,24 @@ void Trainer::write_report() {
   j.kv("memory_budget", args.memory_budget);  // bytes per rank (--batch auto), 0 without
   j.kv("global_batch", args.global_batch);
   j.kv("steps", args.steps);
+  j.key("settings");  // the optimizer, schedule, loss-scale and offload settings in force (flags or --config)
+  j.begin_object();
+  j.kv("config", args.config);
+  j.kv("lr", double(args.lr));
+  j.kv("weight_decay", double(args.weight_decay));
+  j.kv("clip", double(args.clip));
+  j.kv("warmup", args.warmup);
+  j.kv("lr_schedule", args.lr_schedule);
+  j.kv("warmup_min_lr", double(args.warmup_min_lr));
+  j.kv("warmup_type", args.warmup_type);
+  j.kv("lr_total_steps", args.lr_total_steps);
+  j.kv("loss_scale", double(args.loss_scale));
+  j.kv("loss_scale_window", args.loss_scale_window);
+  j.kv("loss_scale_hysteresis", args.loss_scale_hysteresis);
+  j.kv("loss_scale_min", double(args.loss_scale_min));
+  j.kv("offload_to", args.offload_to);
+  j.kv("offload_dir", args.offload_dir);
+  j.end_object();
   j.kv("num_params", uint64_t(layout.num_params));
   j.kv("padded_params", uint64_t(layout.padded_total));
   j.kv("shard_params", uint64_t(layout.shard_total));

@@ -12,6 +12,7 @@
 #include "check.h"       // NZ_CHECK
 #include "checkpoint.h"  // save_model_from_units
 #include "ckpt.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
+#include "ds_config.h"   // resolve_batch (--config's train_batch_size)
 #include "watchdog.h"    // Watchdog: a rank that stops making progress ends the job
 #include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "ops.h"         // cpu::cast; set_kernels (kernels.h)
@@ -20,6 +21,7 @@ namespace nz {
 
 Trainer::Trainer(int argc, char** argv, Stage st)
     : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st), loss_scaler_(args) {
+  resolve_batch(args, world());  // --config's train_batch_size: checked, or the missing factor derived
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
   int cores = int(std::thread::hardware_concurrency());
   omp_set_num_threads(std::max(1, cores / comm.local_size()));

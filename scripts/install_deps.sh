@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what nanoZeRO needs and is missing: a C++ compiler and make, MPICH, GoogleTest, OpenBLAS, and
+# Installs what nanoZeRO needs and is missing: a C++ compiler and make, MPICH, GoogleTest, OpenBLAS,
+# nlohmann-json (header-only: DeepSpeed's config files, --config), and
 # Python 3 with the notebook packages (requirements.txt, pinned) in a virtual environment .venv/.
 # As root it installs with apt-get; otherwise it prints the exact command to run and stops.
 # nvcc is optional: when it is on PATH the CUDA backend is built too.
@@ -18,6 +19,8 @@ command -v timeout >/dev/null 2>&1 || missing+=(coreutils)
 [ -f "/usr/include/$(gcc -print-multiarch 2>/dev/null)/openblas-openmp/cblas.h" ] || missing+=(libopenblas-openmp-dev)
 # oneDNN: bf16 matrix products on the CPU's bf16 instructions, where it has them (common/gemm_bf16.h)
 [ -f /usr/include/oneapi/dnnl/dnnl.hpp ] || missing+=(libdnnl-dev)
+# nlohmann-json, header-only: reads DeepSpeed's config files (common/ds_config.cpp, --config)
+[ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
 
 if [ ${#missing[@]} -gt 0 ]; then
   cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"

@@ -107,6 +107,7 @@ void check_bitwise_equal() {
 
 TEST(CpuAdam, Fp32GradsBitwiseEqualToReference) { check_bitwise_equal<float>(); }
 TEST(CpuAdam, Bf16GradsBitwiseEqualToReference) { check_bitwise_equal<bf16>(); }
+TEST(CpuAdam, Fp16GradsBitwiseEqualToReference) { check_bitwise_equal<nz::f16>(); }
 
 // The check above can fail: the same update with the bias correction applied as a multiplication
 // by its reciprocal (a classic "optimization") differs from the reference in some elements.

@@ -986,7 +986,8 @@ TEST(Bf16Gemm, HardwareProductsWithinTheFp32SumBound) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Fp16: the CPU conversions (dtype.h) against two independent references:
+// Fp16: the CPU conversions (dtype.h: the bit recipe, and f32_to_f16 / f16_to_f32, which use F16C
+// where the CPU has it) against two independent references:
 //   - a derivation from the definition: an fp16 with bits (s, e, m) is (-1)^s 2^(e-15) (1 + m/1024),
 //     or 2^-14 m/1024 when e = 0; rounding to nearest-even is then a search over the sorted
 //     positive values, comparing exact distances in double;
@@ -1061,13 +1062,14 @@ std::vector<float> fp16_rounding_boundaries() {
 TEST(Fp16, WideningIsExactForAll65536Values) {
   int mismatches = 0;
   for (uint32_t h = 0; h < 65536; h++) {
-    const float got = nz::f16_to_f32(nz::f16{uint16_t(h)});
+    const float got = nz::f16_to_f32(nz::f16{uint16_t(h)}), soft = nz::f16_to_f32_soft(nz::f16{uint16_t(h)});
     const double want = fp16_ref::value(uint16_t(h));
     if (std::isnan(want)) {
-      mismatches += !std::isnan(got);
+      mismatches += !std::isnan(got) + !std::isnan(soft);
       continue;
     }
     mismatches += double(got) != want || std::signbit(got) != std::signbit(want);
+    mismatches += bits_of_f32(soft) != bits_of_f32(got);
 #if defined(__F16C__)
     mismatches += bits_of_f32(got) != bits_of_f32(_cvtsh_ss(uint16_t(h)));  // the hardware agrees
 #endif
@@ -1101,9 +1103,10 @@ TEST(Fp16, RoundsToNearestEvenAtEveryBoundary) {
   ASSERT_GT(xs.size(), 6u * 0x7BFF);
   int mismatches = 0, hardware_mismatches = 0;
   for (float x : xs) {
-    const uint16_t got = nz::f32_to_f16(x).bits, want = fp16_ref::round(x);
-    if (got != want && mismatches++ < 5)
-      ADD_FAILURE() << "fp32 " << x << " (0x" << std::hex << bits_of_f32(x) << "): got 0x" << got << ", want 0x" << want;
+    const uint16_t got = nz::f32_to_f16(x).bits, soft = nz::f32_to_f16_soft(x).bits, want = fp16_ref::round(x);
+    if ((got != want || soft != want) && mismatches++ < 5)
+      ADD_FAILURE() << "fp32 " << x << " (0x" << std::hex << bits_of_f32(x) << "): got 0x" << got << " (bit recipe 0x"
+                    << soft << "), want 0x" << want;
 #if defined(__F16C__)
     hardware_mismatches += got != uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
 #endif
@@ -1130,14 +1133,15 @@ TEST(Fp16, RandomValuesAgreeWithTheReferences) {
     const float x = f32_of_bits(uint32_t(rng.next() >> 32));
     if (std::isnan(x)) continue;
     mismatches += nz::f32_to_f16(x).bits != fp16_ref::round(x);
+    mismatches += nz::f32_to_f16_soft(x).bits != fp16_ref::round(x);
 #if defined(__F16C__)
-    mismatches += nz::f32_to_f16(x).bits != uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+    mismatches += nz::f32_to_f16_soft(x).bits != uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
 #endif
   }
   EXPECT_EQ(mismatches, 0);
   // NaN in, NaN out (quiet), whatever the payload
   for (uint32_t u : {0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FA00000u}) {
-    const uint16_t h = nz::f32_to_f16(f32_of_bits(u)).bits;
-    EXPECT_EQ(h & 0x7E00, 0x7E00) << std::hex << u;
+    EXPECT_EQ(nz::f32_to_f16(f32_of_bits(u)).bits & 0x7E00, 0x7E00) << std::hex << u;
+    EXPECT_EQ(nz::f32_to_f16_soft(f32_of_bits(u)).bits & 0x7E00, 0x7E00) << std::hex << u;
   }
 }
