@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>  // kept device blocks (pool_take)
 #include <string>
 
 #include "check.h"
@@ -69,6 +70,26 @@ void raw_free(void* p, Location loc) {
     return;
   }
   free(p);
+}
+
+// Kept device blocks by size (device.h). Never returned to CUDA: they live as long as the process.
+static std::multimap<size_t, void*>& kept_blocks() {
+  static std::multimap<size_t, void*> kept;
+  return kept;
+}
+
+void* pool_take(size_t bytes, Location loc) {
+  if (g_device != Device::CUDA || loc != Location::Device || bytes == 0) return raw_alloc(bytes, loc);
+  auto it = kept_blocks().find(bytes);
+  if (it == kept_blocks().end()) return raw_alloc(bytes, loc);
+  void* p = it->second;
+  kept_blocks().erase(it);
+  return p;
+}
+
+void pool_give(void* p, size_t bytes, Location loc) {
+  if (g_device != Device::CUDA || loc != Location::Device || bytes == 0) return raw_free(p, loc);
+  kept_blocks().emplace(bytes, p);
 }
 
 void fill_zero(void* p, size_t bytes, Location loc) {

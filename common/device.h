@@ -22,6 +22,18 @@ Device select_device(const char* choice, int local_rank, bool verbose);
 // Raw memory on the current device (CPU: 64-byte aligned host memory; CUDA: cudaMalloc).
 void* raw_alloc(size_t bytes, Location loc);
 void raw_free(void* p, Location loc);
+// Device blocks kept for reuse (stage3's gathered units: Buffer does this for Category::Gathered).
+// On CUDA, cudaMalloc and cudaFree for every gather would cost a driver call each, and cudaFree
+// synchronises the whole device, which would stall the very prefetch stage3 starts to overlap.
+// pool_take returns a kept block of exactly `bytes` (units repeat the same sizes) or a fresh one;
+// pool_give keeps it. Reuse needs no synchronisation of its own because every writer of a gathered
+// unit is ordered after the kernels already queued on the compute stream: NCCL's all-gather waits
+// for them on the GPU (comm_nccl.cu, after_compute), the MPI path copies in on the compute stream
+// itself. The rule that makes this hold: give a block back only after its gather was waited for
+// (stage3's release_unit follows gather_unit). Kept blocks show in cudaMemGetInfo, not in the
+// ledger, which counts a block from take to give. On the CPU these are raw_alloc and raw_free.
+void* pool_take(size_t bytes, Location loc);
+void pool_give(void* p, size_t bytes, Location loc);
 void fill_zero(void* p, size_t bytes, Location loc);
 // Copies between locations (device<->host); host<->host is memcpy.
 void copy_bytes(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes);

@@ -116,7 +116,8 @@ std::string Ledger::to_json() const {
 
 Buffer::Buffer(Category c, Location l, size_t bytes, std::string name)
     : bytes_(bytes), cat_(c), loc_(l), name_(std::move(name)) {
-  ptr_ = bytes ? raw_alloc(bytes, l) : nullptr;
+  // gathered units come and go every step: their device blocks are reused (device.h, pool_take)
+  ptr_ = !bytes ? nullptr : c == Category::Gathered ? pool_take(bytes, l) : raw_alloc(bytes, l);
   Ledger::get().on_alloc(cat_, loc_, bytes_, name_);
 }
 
@@ -136,7 +137,8 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 
 void Buffer::release() {
   if (ptr_ == nullptr && bytes_ == 0) return;
-  if (ptr_) raw_free(ptr_, loc_);
+  if (ptr_ && cat_ == Category::Gathered) pool_give(ptr_, bytes_, loc_);
+  else if (ptr_) raw_free(ptr_, loc_);
   Ledger::get().on_free(cat_, loc_, bytes_, name_);
   ptr_ = nullptr;
   bytes_ = 0;

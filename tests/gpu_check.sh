@@ -213,7 +213,8 @@ fi
 
 if ! gpu_visible; then
   skip_rest "no GPU" "${GPU_ROWS[@]}"
-  exit 0
+  ! grep -q -v -e '^PASS|' -e '^SKIP|' "$rows"
+  exit
 fi
 if grep -q -e '^FAIL|bundle' -e '^FAIL|host_libs' -e '^FAIL|mpirun' -e '^TIMEOUT|mpirun' "$rows"; then
   skip_rest "preflight failed" "${GPU_ROWS[@]}"

@@ -5,6 +5,7 @@
 # bundle (a temporary folder) whose trainers, tests and mpirun are small scripts printing what the
 # real ones print, and checks, in about 30 s:
 #   no_gpu       without a GPU: the preflight rows, every GPU row SKIP, the table, exit 0;
+#   no_gpu_fail  without a GPU, a failing preflight row: FAIL, the table, exit non-zero;
 #   all_pass     with NZ_GPU_CHECK_FAKE_GPU=1: every row PASS, tokens/s and MFU parsed into the table;
 #   row_timeout  a row that hangs is killed at its timeout, a row that fails is a FAIL row, the rows
 #                after them still run, the table is printed, exit non-zero;
@@ -65,6 +66,11 @@ ok=1
 if has_table no_gpu && [ $rc = 0 ] && table_row no_gpu PASS bundle >/dev/null && table_row no_gpu PASS mpirun >/dev/null &&
    [ "$(sed -n '/^== gpu_check/,$p' "$tmp/no_gpu.out" | grep -cE '^   SKIP ')" = 18 ]; then ok=0; fi
 result no_gpu $ok "expected the table with bundle and mpirun PASS, 18 SKIP rows and exit 0 (exit $rc)"
+
+run_case no_gpu_fail CUDA_VISIBLE_DEVICES=none NZ_GPU_CHECK_SIMULATE="fail:mpirun"
+ok=1
+if has_table no_gpu_fail && [ $rc != 0 ] && table_row no_gpu_fail FAIL mpirun | grep -q 'simulated failure'; then ok=0; fi
+result no_gpu_fail $ok "expected the mpirun row FAIL, the table, and a non-zero exit without a GPU too (exit $rc)"
 
 run_case all_pass NZ_GPU_CHECK_FAKE_GPU=1
 ok=1
