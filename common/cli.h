@@ -18,7 +18,6 @@ struct Args {
   bool batch_auto = false;      // --batch auto: the largest that fits --memory-budget (Trainer sets batch)
   uint64_t memory_budget = 0;   // bytes per rank; 0: the GPU's free memory (--batch auto)
   int global_batch = 0;         // sequences per optimizer step over all ranks; 0: batch x accum x N
-  bool accum_given = false;     // --accum was on the command line
   int seq = 64;      // sequence length
   int accum = 1;     // gradient accumulation steps
   int steps = 200;

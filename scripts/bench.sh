@@ -66,7 +66,7 @@ done
 echo
 echo "tokens/s, one process, $threads threads (fp32 unless marked); GFLOP/s: the matmuls' and attention's FLOPs at the fp32 rate;"
 echo "GEMM: nanoZeRO's matmuls / the BLAS's sgemm alone, GFLOP/s, same run"
-echo "bf16: products on this CPU's bf16 instructions ($bf16_how); bf16-wide: the same run with them widened to fp32 for sgemm"
+echo "bf16: its products on $bf16_how; bf16-wide: the same run with them widened to fp32 for sgemm"
 printf '%-22s %9s %9s %9s %9s %8s %9s %6s %13s\n' shape nanoZeRO bf16 bf16-wide reference GFLOP/s PyTorch ratio GEMM
 for r in "${rows[@]}"; do echo "$r"; done
 [ -n "$py" ] || echo "(PyTorch: not importable here; set NZ_TORCH_PYTHON to a python with torch to compare)"
