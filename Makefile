@@ -35,10 +35,12 @@ LDLIBS     := -lpthread $(BLAS_LIBS)
 # oneDNN (libdnnl-dev): bf16 products on the CPU's bf16 dot-product instructions (common/gemm_bf16.h).
 # `make DNNL=0` leaves it out (a build for a GPU machine, say): CPU bf16 products are then widened for sgemm.
 DNNL       ?= 1
+DNNL_LIBS  :=
 ifeq ($(DNNL),1)
   CXXFLAGS   += -DNZ_HAVE_DNNL
-  LDLIBS     += -ldnnl
+  DNNL_LIBS  := -ldnnl
 endif
+LDLIBS     += $(DNNL_LIBS)
 
 COMMON_SRC := $(wildcard common/*.cpp)
 COMMON_OBJ := $(COMMON_SRC:%.cpp=$(BUILD)/obj/%.o)
@@ -166,14 +168,15 @@ clean:
 # ---- the GPU bundle: built here (no GPU needed), run there with bash build/gpu-bundle/gpu_check.sh ----
 # Objects in $(BUILD)/gpu-bundle-build (sm_90 only, for the H100/H200 the check is sized for: set
 # CUDA_ARCH to change it), then scripts/gpu_bundle.sh gathers them, the MPI launcher and the
-# libraries they need into $(BUILD)/gpu-bundle and checks that every binary resolves there.
+# libraries they need into $(BUILD)/gpu-bundle and checks that every binary resolves there. DNNL=0:
+# oneDNN (40 MB) serves only the CPU's bf16 products, which a GPU run does not use.
 BUNDLE_BUILD := $(BUILD)/gpu-bundle-build
 BUNDLE_ARCH  ?= 90
 BUNDLE_BINS  := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUNDLE_BUILD)/bin/$(s))) \
                 $(addprefix $(BUNDLE_BUILD)/tests/,test_cuda_kernels test_cuda_comm test_cuda_stages)
 gpu-bundle:
 	@test "$(CUDA)" = 1 || { echo "make gpu-bundle: nvcc not found (CUDA=0); expected the CUDA toolkit on PATH: install it or set NVCC"; exit 2; }
-	@$(MAKE) --no-print-directory BUILD=$(BUNDLE_BUILD) NZ_BUNDLE=1 HOST_ARCH=x86-64-v3 CUDA_ARCH="$(BUNDLE_ARCH)" $(BUNDLE_BINS)
+	@$(MAKE) --no-print-directory BUILD=$(BUNDLE_BUILD) NZ_BUNDLE=1 DNNL=0 HOST_ARCH=x86-64-v3 CUDA_ARCH="$(BUNDLE_ARCH)" $(BUNDLE_BINS)
 	@bash scripts/gpu_bundle.sh $(BUNDLE_BUILD) $(BUILD)/gpu-bundle
 
 # keep intermediate objects (train.o) between builds

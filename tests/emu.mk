@@ -36,14 +36,14 @@ $(EMU_LIB): $(EMU_OBJ)
 
 $(EMU)/bin/%: $(EMU)/obj/%/train.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(EMU_LIB) -lpthread $(BLAS_LIBS) -o $@
+	$(CXX) $(LDFLAGS) $< $(EMU_LIB) -lpthread $(BLAS_LIBS) $(DNNL_LIBS) -o $@
 
 $(EMU)/tests/%: $(EMU)/obj/tests/%.o $(EMU)/obj/tests/gtest_mpi_main.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $^ -lgtest -lpthread $(BLAS_LIBS) -o $@
+	$(CXX) $(LDFLAGS) $^ -lgtest -lpthread $(BLAS_LIBS) $(DNNL_LIBS) -o $@
 
 $(EMU)/tests/emu_selftest: $(EMU)/obj/gen/tests/emu/selftest.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $^ -lpthread $(BLAS_LIBS) -o $@
+	$(CXX) $(LDFLAGS) $^ -lpthread $(BLAS_LIBS) $(DNNL_LIBS) -o $@
 
 -include $(shell find $(EMU)/obj -name '*.d' 2>/dev/null)

@@ -410,7 +410,11 @@ void check_flash_attention(int B, int Tn, int C, int NH, uint64_t seed) {
   std::memcpy(got_lse.data(), saved.data(), rows * sizeof(float));
   expect_close("attention lse " + tag, got_lse, lse, tol<float>());
   gpu::attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att.ptr(), B, Tn, C, NH);
-  expect_close("attention dqkv " + tag, d_dqkv.download(), dqkv, tol<T>());
+  // The CPU's backward reads P as it stored it, rounded to T; flash recomputes P in fp32. So in
+  // bf16 and fp16 the two gradients differ by P's rounding on top of the kernels' own: twice the
+  // kernels' tolerance (fp32 stores P exactly and keeps its own).
+  const Tol kernels = tol<T>(), with_p = std::is_same_v<T, float> ? kernels : Tol{2 * kernels.rel, 2 * kernels.floor};
+  expect_close("attention dqkv " + tag, d_dqkv.download(), dqkv, with_p);
   nz::set_attention(nz::Attention::Gemm);
 }
 
