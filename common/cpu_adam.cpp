@@ -41,7 +41,12 @@ int lanes() { return W; }
 static inline float sqrt_lanes(float x) { return std::sqrt(x); }
 static inline vf sqrt_lanes(vf x) {
 #if defined(__AVX512F__)
+// GCC 12's own _mm512_sqrt_ps reads an "undefined" vector it then masks away entirely, and warns
+// about it where it is inlined (a false alarm in the compiler's header, not here).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
   return _mm512_sqrt_ps(x);
+#pragma GCC diagnostic pop
 #elif defined(__AVX__)
   return _mm256_sqrt_ps(x);
 #elif defined(__SSE__)
