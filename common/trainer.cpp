@@ -59,8 +59,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
       printf("activation checkpointing: each block's input kept, its forward recomputed in its backward: "
              "activations %s per rank (%s without) | recompute %.4g FLOPs per token (+%.1f%% over the %.4g of a "
              "step; MFU leaves it out, HFU counts it)\n",
-             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, true))).c_str(),
-             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, false))).c_str(),
+             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, true, model->attention()))).c_str(),
+             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, false, model->attention()))).c_str(),
              recompute_flops_per_token(args.cfg, args.seq),
              100 * recompute_flops_per_token(args.cfg, args.seq) / flops_per_token(args.cfg, args.seq, layout.num_params),
              flops_per_token(args.cfg, args.seq, layout.num_params));
