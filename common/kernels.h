@@ -43,6 +43,11 @@ enum class Attention { Gemm, Flash };
 void set_attention(Attention a);
 Attention attention();
 inline const char* attention_name(Attention a) { return a == Attention::Flash ? "flash" : "gemm"; }
+// Whether a block's attention runs the flash kernels: the CUDA device, --kernels fast, --attention
+// flash, and a head size (C / NH) they take (else the CUDA fast path falls back to gemm). The model
+// asks once, when it allocates its activations: with flash in force it keeps only the log-sum-exp,
+// B*NH*T fp32, in place of the (B,NH,T,T) probabilities (model.cpp ActLayout).
+bool flash_attention_in_force(int C, int NH);
 
 namespace ref {  // the reference: read this one first
 #include "kernel_decls.inc"

@@ -32,8 +32,10 @@
 #include <omp.h>    // omp_in_parallel
 
 #include "check.h"      // NZ_CHECK
+#include "device.h"     // current_device (flash_attention_in_force)
 #include "gemm_bf16.h"  // bf16_gemm: bf16 products on the CPU's bf16 instructions
 #include "kernels.h"    // the declarations (kernel_decls.inc inside nz::cpu), set_kernels
+#include "cuda/flash_attention.h"  // cuda::flash_attention_fits (a header function: no CUDA needed)
 
 namespace nz {
 
@@ -45,6 +47,10 @@ Kernels kernels() { return g_kernels; }
 static Attention g_attention = Attention::Gemm;
 void set_attention(Attention a) { g_attention = a; }
 Attention attention() { return g_attention; }
+bool flash_attention_in_force(int C, int NH) {  // the CPU has no flash attention
+  return current_device() == Device::CUDA && g_kernels == Kernels::Fast && g_attention == Attention::Flash &&
+         cuda::flash_attention_fits(C, NH);
+}
 
 namespace cpu {
 

@@ -112,9 +112,16 @@ namespace {
 // for the last) is kept per block; the other entries of every block point at the same one block
 // of scratch, which the forward overwrites block after block and the backward refills by
 // recomputing the block it is about to differentiate.
+//
+// Attention saves what its backward reads: with the textbook / gemm kernels the softmax, all of
+// the (B,NH,T,T) probabilities; with flash attention in force (kernels.h) one number per row, the
+// log-sum-exp of the scores, (B,NH,T) fp32, from which the backward recomputes each probability.
+// Its `out` (the D = dout·out term) is recomputed by the flash backward into scratch rather than
+// read from atty, because the attention kernel interface (kernel_decls.inc) is the same on all
+// three backends and passes no `out`; the price is one more flash forward per backward.
 struct ActLayout {
   struct Layer {
-    size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res_att, ln2, ln2_mean, ln2_rstd, fch, fchg, res_out;
+    size_t ln1, ln1_mean, ln1_rstd, qkv, att /* or the lse */, atty, res_att, ln2, ln2_mean, ln2_rstd, fch, fchg, res_out;
   };
   size_t x0, lnf, lnf_mean, lnf_rstd, logits, losses;
   std::vector<Layer> layer;
@@ -122,7 +129,7 @@ struct ActLayout {
   // activation grads of one block, reused by every block
   size_t dx, dres, dtmp, dln, d4c, dqkv, grad_total = 0;
 
-  ActLayout(const GPTConfig& c, int B, int T, DType dt, bool checkpointing) {
+  ActLayout(const GPTConfig& c, int B, int T, DType dt, bool checkpointing, Attention attn) {
     const size_t BT = size_t(B) * T, C = c.dim, e = dtype_bytes(dt);
     const size_t a = dt == DType::F64 ? 8 : 4;  // mean/rstd/losses are fp32 (fp64 in tests)
     auto take = [](size_t& total, size_t bytes) {
@@ -136,7 +143,8 @@ struct ActLayout {
       l.ln1_mean = take(total, BT * a);
       l.ln1_rstd = take(total, BT * a);
       l.qkv = take(total, BT * 3 * C * e);
-      l.att = take(total, size_t(B) * c.heads * T * T * e);  // (B, NH, T, T): the softmax, all of it
+      if (attn == Attention::Flash) l.att = take(total, size_t(B) * c.heads * T * sizeof(float));  // lse (B,NH,T)
+      else l.att = take(total, size_t(B) * c.heads * T * T * e);  // (B, NH, T, T): the softmax, all of it
       l.atty = take(total, BT * C * e);
       l.res_att = take(total, BT * C * e);
       l.ln2 = take(total, BT * C * e);
@@ -169,16 +177,17 @@ struct ActLayout {
 };
 }  // namespace
 
-size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing) {
-  ActLayout a(cfg, B, T, dt, checkpointing);
+size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn) {
+  ActLayout a(cfg, B, T, dt, checkpointing, attn);
   size_t tokens = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
   return a.total + a.grad_total + 2 * tokens;
 }
 
 GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing)
-    : L_(layout), dt_(dt), ckpt_(checkpointing), B_(B), T_(T) {
+    : L_(layout), dt_(dt), ckpt_(checkpointing), B_(B), T_(T),
+      attn_(flash_attention_in_force(layout.cfg.dim, layout.cfg.heads) ? Attention::Flash : Attention::Gemm) {
   NZ_CHECK(T <= layout.cfg.ctx, "sequence %d longer than the context %d", T, layout.cfg.ctx);
-  ActLayout a(layout.cfg, B, T, dt, checkpointing);
+  ActLayout a(layout.cfg, B, T, dt, checkpointing, attn_);
   acts_ = Buffer(Category::Activations, Location::Device, a.total, "activations");
   grad_acts_ = Buffer(Category::Activations, Location::Device, a.grad_total, "activation grads");
   size_t tok_bytes = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
@@ -208,7 +217,7 @@ void GPT::backward(int u, const void* p, void* g) {
 }
 
 void GPT::probs_row(int row, float* out) const {
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_);
   const int V = L_.cfg.vocab;
   const size_t e = dtype_bytes(dt_);
   std::vector<char> raw(V * e);
@@ -222,7 +231,7 @@ void GPT::probs_row(int row, float* out) const {
 const void* GPT::layer_qkv(int l) const {
   // with activation checkpointing the blocks share one block of scratch: no layer's q, k, v is kept
   NZ_CHECK(!ckpt_, "layer_qkv: the model was built with activation checkpointing");
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_);
   return static_cast<const char*>(acts_.data()) + a.layer[l].qkv;
 }
 
@@ -235,7 +244,7 @@ void GPT::forward_t(int u, const T* p) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, NH = c.heads, BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_);
   const int* tokens = tokens_.as<int>();
   if (u == L_.embed_unit()) {
     // x0 (B,T,C) = wte[token] + wpe[position]
@@ -259,6 +268,10 @@ void GPT::forward_t(int u, const T* p) {
   T* res_out = ACT(T, s.res_out);
   ops::layernorm_forward<T>(ACT(T, s.ln1), ACT(A, s.ln1_mean), ACT(A, s.ln1_rstd), x, W(LN1W), W(LN1B), BT, C);
   ops::matmul_forward<T>(ACT(T, s.qkv), ACT(T, s.ln1), W(QKVW), W(QKVB), BT, C, 3 * C);
+  // att was sized for the attention chosen at construction; the kernels must still choose it
+  NZ_CHECK((attn_ == Attention::Flash) == flash_attention_in_force(C, NH),
+           "attention: the model was built for %s attention, the kernels now run the other",
+           attention_name(attn_));
   ops::attention_forward<T>(ACT(T, s.atty), ACT(T, s.att), ACT(T, s.qkv), b_, T_, C, NH);
   ops::matmul_forward<T>(res_att, ACT(T, s.atty), W(ATTPW), W(ATTPB), BT, C, C);
   ops::residual_forward<T>(res_att, x, res_att, size_t(BT) * C);
@@ -274,7 +287,7 @@ double GPT::head_forward_t(const T* wte) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_);
   // logits (BT,V) = lnf (BT,C) @ wte^T: the LM head is the token embedding, transposed (tied)
   T* logits = ACT(T, a.logits);
   ops::matmul_forward<T>(logits, ACT(T, a.lnf), wte, nullptr, BT, c.dim, c.vocab);
@@ -291,7 +304,7 @@ template <class T>
 void GPT::head_backward_t(const T* wte) {
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_);
   T* dlogits = ACT(T, a.logits);  // in place over the probabilities
   ops::softmax_xent_backward<T>(dlogits, dlogits, targets_.as<int>(), loss_scale_ / BT, BT, c.vocab);
   // d lnf_out (BT,C) = dlogits @ wte; the weight gradient waits for backward(embed)
@@ -303,7 +316,7 @@ void GPT::backward_t(int u, const T* p, T* g) {
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, NH = c.heads, BT = b_ * T_;
   const size_t n = size_t(BT) * C;
-  const ActLayout a(c, B_, T_, dt_, ckpt_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_);
   fill_zero(g, L_.units[u].padded * sizeof(T), Location::Device);  // weight grads accumulate
   T* dx = GACT(T, a.dx);  // in: d loss / d (this unit's output); out: d loss / d (its input)
   T* dtmp = GACT(T, a.dtmp);

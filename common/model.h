@@ -14,6 +14,7 @@
 
 #include "device.h"
 #include "dtype.h"
+#include "kernels.h"  // Attention, flash_attention_in_force
 #include "ledger.h"
 
 namespace nz {
@@ -83,9 +84,11 @@ void init_unit(const Layout& L, int u, uint64_t seed, float* out);
 std::vector<float> padded_params(const Layout& L, const std::vector<float>& weights);
 
 // Activation bytes the model allocates for a micro-batch of B sequences of length T, with or
-// without activation checkpointing (zero_formulas.h writes the same number out as a formula; the
-// tests compare the two, and the ledger with both).
-size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing = false);
+// without activation checkpointing, with the attention in force (Flash: each block keeps the
+// (B,NH,T) fp32 log-sum-exp instead of the (B,NH,T,T) probabilities) (zero_formulas.h writes the
+// same number out as a formula; the tests compare the two, and the ledger with both).
+size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing = false,
+                        Attention attn = Attention::Gemm);
 
 // Activation checkpointing (--activation-checkpointing): the forward keeps only each block's input
 // (the residual stream between blocks) and computes the block's internals into one block's worth
@@ -101,6 +104,9 @@ class GPT {
   GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing = false);
   const Layout& layout() const { return L_; }
   bool checkpointing() const { return ckpt_; }
+  // Flash when flash_attention_in_force (kernels.h) at construction: the activations keep only
+  // the log-sum-exp of attention (activation_bytes); Gemm otherwise (and always on the CPU).
+  Attention attention() const { return attn_; }
   DType dtype() const { return dt_; }
   int batch() const { return B_; }
   int seq() const { return T_; }
@@ -143,6 +149,7 @@ class GPT {
   DType dt_;
   bool ckpt_;          // activation checkpointing: keep block inputs, recompute the rest
   int B_, T_, b_ = 0;  // allocated batch, sequence length; rows used by the current batch
+  Attention attn_;     // what each block's att holds: the probabilities (Gemm) or the lse (Flash)
   float loss_scale_ = 1;  // fp16: the loss scale the backward starts from
   Buffer acts_;        // all saved activations, one block (see activation_bytes for the layout)
   Buffer grad_acts_;   // activation gradients of one block, reused block after block

@@ -74,7 +74,8 @@ void Trainer::print_memory_table() {
   std::string all = comm.gather_strings(mine.str(), "\n");
   if (rank() != 0) return;
   const StateBytes f = expected_state_bytes(stage, layout, dtype);
-  const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing);
+  const uint64_t acts =
+      expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing, model->attention());
   const Category cols[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
                            Category::AdamV, Category::Activations, Category::CommBuffers, Category::Gathered};
   printf("\nper-rank memory, peak bytes (%s, %d ranks, %s; formulas: zero_formulas.h)\n", stage_name(stage),
@@ -190,7 +191,8 @@ void Trainer::write_report() {
                      Category::CommBuffers, Category::Gathered})
     j.kv(category_name(c), f.of(c));
   j.kv("activations",
-       expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing));
+       expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing,
+                                 model->attention()));
   j.kv("host", f.host);
   j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));
   j.kv("link_elems_per_step", expected_link_elems(stage, layout, args.accum));

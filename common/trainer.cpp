@@ -25,6 +25,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
   int cores = int(std::thread::hardware_concurrency());
   omp_set_num_threads(std::max(1, cores / comm.local_size()));
+  set_kernels(args.kernels == "reference" ? Kernels::Reference : Kernels::Fast);
+  set_attention(args.attention == "flash" ? Attention::Flash : Attention::Gemm);  // before --batch auto: it sizes att
   if (args.batch_auto || args.global_batch > 0) settle_batch();  // sets args.batch, args.accum
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
@@ -35,8 +37,6 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
-  set_kernels(args.kernels == "reference" ? Kernels::Reference : Kernels::Fast);
-  set_attention(args.attention == "flash" ? Attention::Flash : Attention::Gemm);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
   dtype = args.dtype;
@@ -59,8 +59,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
       printf("activation checkpointing: each block's input kept, its forward recomputed in its backward: "
              "activations %s per rank (%s without) | recompute %.4g FLOPs per token (+%.1f%% over the %.4g of a "
              "step; MFU leaves it out, HFU counts it)\n",
-             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, true))).c_str(),
-             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, false))).c_str(),
+             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, true, model->attention()))).c_str(),
+             fmt_bytes(double(expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, false, model->attention()))).c_str(),
              recompute_flops_per_token(args.cfg, args.seq),
              100 * recompute_flops_per_token(args.cfg, args.seq) / flops_per_token(args.cfg, args.seq, layout.num_params),
              flops_per_token(args.cfg, args.seq, layout.num_params));
@@ -86,10 +86,15 @@ void Trainer::settle_batch() {
   const Layout L = make_layout(args.cfg, N);
   std::string budget_from = "--memory-budget";
   int fit = 0;
+  // the device (chosen here quietly, again later aloud) and the kernels decide attention's activations:
+  // flash attention in force keeps only its log-sum-exp (zero_formulas.h)
+  const Device device = args.batch_auto ? select_device(args.device.c_str(), comm.local_rank(), false) : Device::CPU;
+  const Attention attn =
+      flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
   if (args.batch_auto) {
     uint64_t budget = args.memory_budget;
     if (budget == 0) {  // the GPU's free memory, shared by the ranks on it; the smallest over all ranks
-      if (select_device(args.device.c_str(), comm.local_rank(), false) != Device::CUDA)
+      if (device != Device::CUDA)
         user_error("--batch auto: no GPU memory to measure on the CPU backend; give the budget per rank, e.g. "
                    "--memory-budget 256MiB");
       size_t free_bytes = 0, total_bytes = 0;
@@ -103,9 +108,9 @@ void Trainer::settle_batch() {
       budget_from = "the GPU's free memory (cudaMemGetInfo" + std::string(sharing > 1 ? ", shared by its ranks)" : ")");
     }
     args.memory_budget = budget;
-    fit = largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing, budget);
+    fit = largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing, budget, 1 << 16, attn);
     if (fit == 0) {
-      const uint64_t need = expected_device_peak(stage, L, 1, args.seq, args.dtype, args.activation_checkpointing);
+      const uint64_t need = expected_device_peak(stage, L, 1, args.seq, args.dtype, args.activation_checkpointing, attn);
       user_error("--batch auto: a micro-batch of 1 needs %s per rank, more than the budget of %s (%s); raise the "
                  "budget, or use a later stage, more ranks, --activation-checkpointing or a shorter --seq",
                  fmt_bytes(double(need)).c_str(), fmt_bytes(double(budget)).c_str(), budget_from.c_str());
@@ -129,15 +134,15 @@ void Trainer::settle_batch() {
   if (rank() == 0 && args.batch_auto) {
     const bool ck = args.activation_checkpointing;
     const StateBytes f = expected_state_bytes(stage, L, args.dtype);
-    const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, args.dtype, ck);
+    const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, args.dtype, ck, attn);
     printf("batch auto: micro-batch %d per rank, the largest that fits %s (%llu bytes) per rank (%s)%s: predicted peak %s = "
            "model states %s + activations %s (zero_formulas.h); %d would need %s\n",
            args.batch, fmt_bytes(double(args.memory_budget)).c_str(), (unsigned long long)args.memory_budget,
            budget_from.c_str(),
            args.batch < fit ? (" and divides the " + std::to_string(args.global_batch / N) + " sequences per rank").c_str() : "",
-           fmt_bytes(double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype, ck))).c_str(),
+           fmt_bytes(double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype, ck, attn))).c_str(),
            fmt_bytes(double(f.total() - f.host)).c_str(), fmt_bytes(double(acts)).c_str(), fit + 1,
-           fmt_bytes(double(expected_device_peak(stage, L, fit + 1, args.seq, args.dtype, ck))).c_str());
+           fmt_bytes(double(expected_device_peak(stage, L, fit + 1, args.seq, args.dtype, ck, attn))).c_str());
   }
   if (rank() == 0 && args.global_batch > 0)
     printf("global batch %d = %d ranks x micro-batch %d x accum %d\n", args.global_batch, N, args.batch, args.accum);

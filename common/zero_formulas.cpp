@@ -151,6 +151,8 @@ uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum, bool check
 //                         r(3BTCe): q, k, v;  2 r(4BTCe): fc before and after GELU;
 //                         r(B H T^2 e): the softmax, the full T x T of every head (the causal
 //                           upper triangle is zeros, kept to keep the kernels plain);
+//                           with flash attention in force (kernels.h) r(4 B H T) instead: one
+//                           fp32 log-sum-exp per row, whatever e;
 //                         4 r(BT f): mean and 1/std of the two layernorms
 //   a block's output      r(BTCe): res_out, the next block's input (lnf's for the last)
 //   the ends              r(BTCe) x0 (embedding out), r(BTCe) + 2 r(BT f) the final layernorm,
@@ -160,12 +162,13 @@ uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum, bool check
 //   tokens and targets    2 r(4BT)
 // Without checkpointing L blocks keep internals and output; with it L outputs and one block's
 // internals (the scratch each block is recomputed into).
-uint64_t expected_activation_bytes(const GPTConfig& c, int B, int T, DType dt, bool checkpointing) {
+uint64_t expected_activation_bytes(const GPTConfig& c, int B, int T, DType dt, bool checkpointing,
+                                   Attention attn) {
   auto r = [](uint64_t n) { return (n + 63) / 64 * 64; };
   const uint64_t BT = uint64_t(B) * T, C = c.dim, H = c.heads, V = c.vocab, L = c.layers;
   const uint64_t e = dtype_bytes(dt), f = dt == DType::F64 ? 8 : 4;
-  const uint64_t internals = 4 * r(BT * C * e) + r(3 * BT * C * e) + 2 * r(4 * BT * C * e) +
-                             r(uint64_t(B) * H * T * T * e) + 4 * r(BT * f);
+  const uint64_t softmax = attn == Attention::Flash ? r(4 * uint64_t(B) * H * T) : r(uint64_t(B) * H * T * T * e);
+  const uint64_t internals = 4 * r(BT * C * e) + r(3 * BT * C * e) + 2 * r(4 * BT * C * e) + softmax + 4 * r(BT * f);
   const uint64_t output = r(BT * C * e);
   const uint64_t blocks = checkpointing ? L * output + internals : L * (internals + output);
   const uint64_t ends = r(BT * C * e) + r(BT * C * e) + 2 * r(BT * f) + r(BT * V * e) + r(BT * f);
@@ -174,14 +177,15 @@ uint64_t expected_activation_bytes(const GPTConfig& c, int B, int T, DType dt, b
   return blocks + ends + grads + tokens;
 }
 
-uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing) {
+uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing,
+                              Attention attn) {
   const StateBytes b = expected_state_bytes(stage, L, dt);
-  return b.total() - b.host + expected_activation_bytes(L.cfg, B, T, dt, checkpointing);
+  return b.total() - b.host + expected_activation_bytes(L.cfg, B, T, dt, checkpointing, attn);
 }
 
 int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
-                          int max_batch) {
-  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing) <= budget; };
+                          int max_batch, Attention attn) {
+  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing, attn) <= budget; };
   if (!fits(1)) return 0;
   int lo = 1, hi = max_batch;  // fits(lo); the answer is in [lo, hi]
   while (lo < hi) {

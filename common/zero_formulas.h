@@ -43,19 +43,23 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt);
 // the same in every stage (ZeRO shards model states, not activations). Written out term by term in
 // zero_formulas.cpp (README "Activations"); the model's allocation (model.h) and the ledger's
 // activations peak equal it to the byte. With checkpointing, only the L block inputs and one
-// block's internals are kept (model.h).
-uint64_t expected_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing);
+// block's internals are kept (model.h). With attn = Flash (flash attention in force on the CUDA
+// device, GPT::attention()) each block keeps B*NH*T fp32 log-sums-exp instead of the B*NH*T*T
+// probabilities.
+uint64_t expected_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing,
+                                   Attention attn = Attention::Gemm);
 
 // The most bytes a rank holds on the device at once, for micro-batch B of length T: its model
 // states on the device (offload's host part left out) plus its activations. Every category's peak
 // is added as if they all peaked together, so the ledger's device peak is at most this; in these
 // trainers they do (the model states are allocated before the first forward and the activations
 // once), so it is equal (tests/test_batch_fit). What --batch auto fits into --memory-budget.
-uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing);
+uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing,
+                              Attention attn = Attention::Gemm);
 // The largest micro-batch B in 1..max_batch whose expected_device_peak fits in budget bytes, or 0
 // when even B = 1 does not (activations grow with B, nothing else does).
 int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
-                          int max_batch = 1 << 16);
+                          int max_batch = 1 << 16, Attention attn = Attention::Gemm);
 
 // Elements this rank sends per optimizer step in the model-state collectives, with K = accum
 // micro-steps. Stages 0 and 1 keep the full gradient, so they accumulate it locally and reduce

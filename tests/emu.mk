@@ -11,6 +11,8 @@ EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/cuda/*.cu))
 EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \
                 $(EMU)/obj/tests/emu/emu.o
 EMU_LIB      := $(EMU)/libnanozero_emu.a
+# the host libraries the common/ objects need: the BLAS, and oneDNN when built with it (Makefile DNNL)
+EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS)
 EMU_STAGES   := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
 EMU_TESTS    := $(patsubst tests/%.cpp,$(EMU)/tests/%,$(wildcard tests/test_cuda_*.cpp)) \
                 $(EMU)/tests/emu_selftest
@@ -36,14 +38,14 @@ $(EMU_LIB): $(EMU_OBJ)
 
 $(EMU)/bin/%: $(EMU)/obj/%/train.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(EMU_LIB) -lpthread $(BLAS_LIBS) $(DNNL_LIBS) -o $@
+	$(CXX) $(LDFLAGS) $< $(EMU_LIB) $(EMU_LIBS) -o $@
 
 $(EMU)/tests/%: $(EMU)/obj/tests/%.o $(EMU)/obj/tests/gtest_mpi_main.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $^ -lgtest -lpthread $(BLAS_LIBS) $(DNNL_LIBS) -o $@
+	$(CXX) $(LDFLAGS) $^ -lgtest $(EMU_LIBS) -o $@
 
 $(EMU)/tests/emu_selftest: $(EMU)/obj/gen/tests/emu/selftest.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $^ -lpthread $(BLAS_LIBS) $(DNNL_LIBS) -o $@
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
 
 -include $(shell find $(EMU)/obj -name '*.d' 2>/dev/null)

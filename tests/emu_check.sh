@@ -10,7 +10,8 @@
 #   3. build/emu/tests/test_cuda_comm: ranks sharing one GPU (the MPI path through pinned buffers)
 #      and one GPU per rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI);
 #   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp, and the
-#      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 4 steps of 16 tokens), once with
+#      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 4 steps of 16 tokens), and
+#      --attention flash's activations (the log-sum-exp formula) and --batch auto, once with
 #      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path);
 #   5. stage0_ddp trained with --attention flash against --attention gemm, fp32 and bf16;
 #   6. a stuck NCCL collective (a failed peer, or silence) ends the run naming the collective.

@@ -2,7 +2,10 @@
 //   - the model (in process, CPU): with checkpointing every unit's gradient is the same bits as
 //     without, in fp32, bf16 and fp64, and the ledger's activations peak drops to the formula's;
 //   - the formula (zero_formulas.h, written out term by term) equals what the model allocates, for
-//     every preset, several shapes, every precision, with and without checkpointing;
+//     every preset, several shapes, every precision, with and without checkpointing, with the gemm
+//     attention's (B,NH,T,T) probabilities and with flash attention's (B,NH,T) fp32 log-sum-exp
+//     (smaller by exactly the difference of those two terms per kept block);
+//   - on the CPU --attention flash changes nothing: the softmax is kept, the gradients are the same;
 //   - every stage in fp32 and in bf16, on 1 and on 3 ranks (3 pads the units), run as a learner
 //     runs it (stage0_ddp and stage3 in all four combinations; stage1, stage2 and offload in fp32
 //     on 3 ranks and bf16 on 1): with --activation-checkpointing every step's loss and grad norm
@@ -97,6 +100,15 @@ TEST(Checkpointing, FormulaEqualsWhatTheModelAllocates) {
             if (T > c.ctx) continue;
             EXPECT_EQ(expected_activation_bytes(c, B, T, dt, ckpt), activation_bytes(c, B, T, dt, ckpt))
                 << name << " B=" << B << " T=" << T << " " << dtype_name(dt) << " ckpt=" << ckpt;
+            // flash attention: each kept block holds B*NH*T fp32 instead of B*NH*T*T elements
+            const uint64_t flash = expected_activation_bytes(c, B, T, dt, ckpt, Attention::Flash);
+            EXPECT_EQ(flash, activation_bytes(c, B, T, dt, ckpt, Attention::Flash))
+                << name << " B=" << B << " T=" << T << " " << dtype_name(dt) << " ckpt=" << ckpt << " flash";
+            auto r64 = [](uint64_t n) { return (n + 63) / 64 * 64; };
+            const uint64_t blocks_kept = ckpt ? 1 : uint64_t(c.layers), rows = uint64_t(B) * c.heads * T;
+            EXPECT_EQ(expected_activation_bytes(c, B, T, dt, ckpt) - flash,
+                      blocks_kept * (r64(rows * T * dtype_bytes(dt)) - r64(rows * 4)))
+                << name << " B=" << B << " T=" << T << " " << dtype_name(dt) << " ckpt=" << ckpt;
           }
     // checkpointing keeps one block's internals instead of L: the saving is (L-1) of them
     const int B = 4, T = std::min(64, c.ctx);
@@ -106,6 +118,22 @@ TEST(Checkpointing, FormulaEqualsWhatTheModelAllocates) {
                                                          DType::F32, true);
     EXPECT_EQ(one_block, 0u) << "one layer: nothing to save";
   }
+}
+
+// The CPU has no flash attention: with --attention flash chosen (the trainers call set_attention)
+// the model still keeps the (B,NH,T,T) probabilities, and the ledger shows the gemm formula.
+TEST(FlashAttention, TheCpuModelKeepsTheSoftmax) {
+  const GPTConfig c{256, 16, 2, 24, 3};
+  const int B = 2, T = 12;
+  set_attention(Attention::Flash);
+  uint64_t peak = 0;
+  const std::vector<char> flash = gradients<float>(c, DType::F32, B, T, false, &peak);
+  set_attention(Attention::Gemm);
+  uint64_t gemm_peak = 0;
+  const std::vector<char> gemm = gradients<float>(c, DType::F32, B, T, false, &gemm_peak);
+  EXPECT_EQ(peak, expected_activation_bytes(c, B, T, DType::F32, false, Attention::Gemm));
+  EXPECT_EQ(peak, gemm_peak);
+  EXPECT_EQ(memcmp(flash.data(), gemm.data(), gemm.size()), 0) << "the CPU ran another attention";
 }
 
 // ---- every stage, run under mpirun ----

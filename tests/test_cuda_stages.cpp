@@ -9,6 +9,9 @@
 //     On the MPI path the sums are rank-ordered, so bitwise equality is expected and reported;
 //   - the memory ledger's model state (every category but scratch, per location, per rank) and the
 //     comm ledger (elements per step, host<->device elements) are identical to the CPU run's;
+//   - --attention flash keeps only attention's log-sum-exp: the activations formula with that term,
+//     exactly that much below the gemm run's, and the losses within the stage bound above; and
+//     --batch auto fits the batch by that formula;
 //   - the GPU trains the CPU's model: stage0_ddp's losses agree within fp32 1e-3, bf16 5e-2 over
 //     the same steps (the kernels differ from the CPU's in summation order, fused multiply-adds
 //     and the device math library: cuda_common.cuh).
@@ -22,6 +25,8 @@
 
 #include "device.h"  // nz::cuda_rt::device_count
 #include "harness.h"
+#include "model.h"          // nz::preset_config
+#include "zero_formulas.h"  // nz::expected_activation_bytes
 
 using namespace nzt;
 
@@ -160,6 +165,67 @@ TEST_F(CudaStages, CheckpointingTrainsTheSameBits) {
       EXPECT_EQ(plain.report["steps_log"][size_t(0)]["comm_elems"].u(), ckpt.report["steps_log"][size_t(0)]["comm_elems"].u());
     }
   }
+}
+
+// Flash attention (--attention flash) keeps only each row's log-sum-exp, B*NH*T fp32, where the gemm
+// attention keeps the (B,NH,T,T) probabilities: the activations peak is the formula with that term
+// (zero_formulas.h, Attention::Flash), smaller than the gemm run's by exactly the difference of the
+// two terms in every block (each 64-byte aligned, written out here), and the losses stay within the
+// bound of a change of summation order (the run is the same model through another kernel).
+TEST_F(CudaStages, FlashAttentionKeepsOnlyTheLogSumExp) {
+  nz::GPTConfig tiny;
+  ASSERT_TRUE(nz::preset_config("tiny", &tiny));
+  const int B = 2, T = kQuick ? 16 : 32, N = 1;
+  for (const char* prec : {"fp32", "bf16"}) {
+    SCOPED_TRACE(prec);
+    const nz::DType dt = std::string(prec) == "fp32" ? nz::DType::F32 : nz::DType::BF16;
+    const RunResult& gemm = run("stage0_ddp", N, prec, "cuda");
+    const RunResult& flash = run("stage0_ddp", N, prec, "cuda", " --attention flash");
+    ASSERT_EQ(gemm.exit_code, 0) << gemm.output;
+    ASSERT_EQ(flash.exit_code, 0) << flash.output;
+    ASSERT_EQ(flash.report["attention"].str, "flash");
+    const uint64_t a_gemm = gemm.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["activations"].u();
+    const uint64_t a_flash = flash.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["activations"].u();
+    EXPECT_EQ(a_gemm, nz::expected_activation_bytes(tiny, B, T, dt, false, nz::Attention::Gemm));
+    EXPECT_EQ(a_flash, nz::expected_activation_bytes(tiny, B, T, dt, false, nz::Attention::Flash));
+    EXPECT_EQ(flash.report["formula"]["activations"].u(), a_flash);
+    auto r64 = [](uint64_t n) { return (n + 63) / 64 * 64; };
+    const uint64_t rows = uint64_t(B) * tiny.heads * T;
+    EXPECT_EQ(a_gemm - a_flash, uint64_t(tiny.layers) * (r64(rows * T * nz::dtype_bytes(dt)) - r64(rows * 4)));
+    const double dl = max_abs_diff(step_values(gemm.report, "loss"), step_values(flash.report, "loss"));
+    printf("NZTABLE flash-attention stage0_ddp N=%d %s: activations %llu -> %llu bytes, max|dloss| %.2g vs gemm "
+           "(bound %.0e)\n", N, prec, (unsigned long long)a_gemm, (unsigned long long)a_flash, dl, stage_bound(prec).loss);
+    EXPECT_EQ(step_values(flash.report, "loss").size(), step_values(gemm.report, "loss").size());
+    EXPECT_LE(dl, stage_bound(prec).loss);
+  }
+}
+
+// --batch auto with flash attention fits the batch by the flash formula: a budget between the two
+// formulas' peaks at the same batch takes one sequence more than gemm's, and the ledger's peak is the
+// prediction (zero_formulas.h expected_device_peak, Attention::Flash) to the byte.
+TEST_F(CudaStages, FlashAttentionBatchAutoFitsByTheLogSumExpFormula) {
+  nz::GPTConfig tiny;
+  ASSERT_TRUE(nz::preset_config("tiny", &tiny));
+  const nz::Layout L = nz::make_layout(tiny, 1);
+  const int T = 32;
+  const uint64_t budget = 1500000;  // 1500KB: gemm fits 3 sequences, flash 4 (zero_estimate --fit)
+  std::map<std::string, int> fitted;
+  for (const char* a : {"gemm", "flash"}) {
+    SCOPED_TRACE(a);
+    const nz::Attention attn = std::string(a) == "flash" ? nz::Attention::Flash : nz::Attention::Gemm;
+    const RunResult r = run_trainer("stage0_ddp", 1,
+                                    "--preset tiny --seq 32 --steps 1 --eval-every 0 --eval-windows 1 --device cuda "
+                                    "--batch auto --memory-budget 1500KB --attention " + std::string(a), a);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const int B = int(r.report["batch"].u());
+    EXPECT_EQ(B, nz::largest_fitting_batch(nz::Stage::DDP, L, T, nz::DType::F32, false, budget, 1 << 16, attn));
+    EXPECT_EQ(r.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["total"].u(),
+              nz::expected_device_peak(nz::Stage::DDP, L, B, T, nz::DType::F32, false, attn));
+    fitted[a] = B;
+  }
+  printf("NZTABLE flash-attention batch auto stage0_ddp 1500KB: micro-batch %d (gemm) -> %d (flash)\n", fitted["gemm"],
+         fitted["flash"]);
+  EXPECT_GT(fitted["flash"], fitted["gemm"]);
 }
 
 TEST_F(CudaStages, GpuTrainsTheCpuModel) {

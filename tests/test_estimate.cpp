@@ -213,6 +213,26 @@ TEST(Estimate, SentPerStepMatchesTheCommLedgerWithAccumulation) {
   EXPECT_GT(checked, 0) << "no trainer binary in " << bin_dir();
 }
 
+// --attention flash: every kept block holds one fp32 log-sum-exp per head and token, B*H*T, instead of
+// the B*H*T*T probabilities (each term 64-byte aligned): L blocks' worth less without checkpointing,
+// one block's with it; the model states do not change.
+TEST(Estimate, FlashAttentionKeepsTheLogSumExpInsteadOfTheSoftmax) {
+  const uint64_t L = 12, H = 12, B = 2, T = 128;
+  auto r64 = [](uint64_t n) { return (n + 63) / 64 * 64; };
+  for (const char* prec : {"fp32", "bf16"}) {
+    SCOPED_TRACE(prec);
+    const uint64_t e = std::string(prec) == "fp32" ? 4 : 2;
+    const std::string flags = "--preset gpt2 --stage stage3 --world 4 --batch 2 --seq 128 --precision " + std::string(prec);
+    Json gemm = estimate_json(flags), flash = estimate_json(flags + " --attention flash");
+    EXPECT_EQ(gemm["attention"].str, "gemm");
+    EXPECT_EQ(flash["attention"].str, "flash");
+    const uint64_t per_block = r64(B * H * T * T * e) - r64(4 * B * H * T);
+    EXPECT_EQ(gemm["activations_plain"].u() - flash["activations_plain"].u(), L * per_block);
+    EXPECT_EQ(gemm["activations_checkpointed"].u() - flash["activations_checkpointed"].u(), per_block);
+    EXPECT_EQ(gemm["estimates"][size_t(0)]["model_state"].u(), flash["estimates"][size_t(0)]["model_state"].u());
+  }
+}
+
 // Bad input: one line naming the problem, exit code 2.
 TEST(Estimate, BadInputIsOneLineAndExitCodeTwo) {
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -232,6 +252,9 @@ TEST(Estimate, BadInputIsOneLineAndExitCodeTwo) {
       {"--accum two", "--accum two"},
       {"--accum 65537", "--accum 65537"},
       {"--accum", "needs a value"},
+      {"--attention fast", "unknown attention"},
+      {"--params 1B --attention flash", "counts activations"},
+      {"--dim 256 --heads 1 --attention flash", "above the flash kernels' 128"},
   };
   for (const auto& [flags, want] : cases) {
     std::string out;

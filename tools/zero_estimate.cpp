@@ -2,7 +2,7 @@
 //
 //   build/bin/zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision P]
 //                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]
-//                           [--activation-checkpointing] [--fit SIZE]
+//                           [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]
 //   build/bin/zero_estimate --paper-table
 //   build/bin/zero_estimate --quiz [--seed S] [--count N] [--check FILE]
 //
@@ -31,6 +31,7 @@
 
 #include "check.h"          // user_error
 #include "cli.h"            // fmt_bytes
+#include "cuda/flash_attention.h"  // cuda::flash_attention_fits: the head sizes flash attention takes
 #include "json.h"           // JsonWriter
 #include "model.h"          // presets, make_layout, activation_bytes
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
@@ -163,7 +164,7 @@ void print_paper_table() {
 void print_usage() {
   printf("usage: zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision fp32|bf16|fp16]\n"
          "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]\n"
-         "                     [--activation-checkpointing] [--fit SIZE]\n"
+         "                     [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]\n"
          "       zero_estimate --paper-table\n"
          "       zero_estimate --quiz [--seed S] [--count N] [--check FILE]\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
@@ -182,6 +183,9 @@ void print_usage() {
          "                 (S = padded params / N); the bytes do not depend on K\n"
          "  --activation-checkpointing   count the activations of a checkpointed run in the totals (the\n"
          "                 table prints both: block inputs plus one block, against every block's internals)\n"
+         "  --attention    gemm (default) or flash: the activations of a CUDA run with --attention flash, where\n"
+         "                 each block keeps one fp32 log-sum-exp per row, B*NH*T, instead of the B*NH*T*T\n"
+         "                 probabilities (the CPU has no flash attention: use gemm for CPU runs)\n"
          "  --fit SIZE     the largest micro-batch per rank whose device peak (model states on the device +\n"
          "                 activations) fits SIZE (64MiB, 2GB, ...), per stage, with and without checkpointing:\n"
          "                 what a trainer's --batch auto --memory-budget SIZE picks\n"
@@ -198,7 +202,7 @@ void print_usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string preset = "small", precision = "fp32", stage_arg = "all";
+  std::string preset = "small", precision = "fp32", stage_arg = "all", attention = "gemm";
   uint64_t raw_psi = 0;
   int layers = -1, dim = -1, heads = -1, batch = 4, seq = -1;  // seq: 64, or the context if shorter
   int accum = 1;                                                // micro-steps per optimizer step
@@ -237,6 +241,7 @@ int main(int argc, char** argv) {
     else if (a == "--count") quiz_count = parse_pos(a, v, 1000);
     else if (a == "--check") check_file = v;
     else if (a == "--fit") fit_budget = parse_bytes(a, v);
+    else if (a == "--attention") attention = v;
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
   if (paper) {
@@ -280,6 +285,14 @@ int main(int argc, char** argv) {
       user_error("--seq %d: longer than the model's context %d (preset %s); use --seq %d or less", seq, cfg.ctx,
                  preset.c_str(), cfg.ctx);
   }
+  if (attention != "gemm" && attention != "flash")
+    user_error("--attention %s: unknown attention; valid: gemm, flash", attention.c_str());
+  if (attention == "flash" && raw) user_error("--attention flash counts activations: drop --params, use --preset");
+  if (attention == "flash" && !cuda::flash_attention_fits(cfg.dim, cfg.heads))
+    user_error("--attention flash: head size %d (--dim %d / --heads %d) is above the flash kernels' %d, so a run "
+               "falls back to gemm; use more --heads, or --attention gemm", cfg.dim / cfg.heads, cfg.dim, cfg.heads,
+               cuda::kMaxFlashHeadSize);
+  const Attention attn = attention == "flash" ? Attention::Flash : Attention::Gemm;
   DType dt;
   if (precision == "fp32") dt = DType::F32;
   else if (precision == "bf16") dt = DType::BF16;
@@ -292,8 +305,8 @@ int main(int argc, char** argv) {
   else user_error("--stage %s: unknown stage; valid: stage0_ddp, stage1, stage2, stage3, offload (or 0..3), all",
                   stage_arg.c_str());
   // activations: the same in every stage (zero_formulas.h), with and without checkpointing
-  const uint64_t acts_plain = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, false);
-  const uint64_t acts_ckpt = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, true);
+  const uint64_t acts_plain = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, false, attn);
+  const uint64_t acts_ckpt = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, true, attn);
 
   std::vector<Estimate> out;
   for (int N : worlds) {
@@ -303,8 +316,8 @@ int main(int argc, char** argv) {
       out.back().activations_plain = acts_plain;
       out.back().activations_ckpt = acts_ckpt;
       if (fit_budget > 0) {
-        out.back().fit = largest_fitting_batch(s, L, seq, dt, false, fit_budget);
-        out.back().fit_ckpt = largest_fitting_batch(s, L, seq, dt, true, fit_budget);
+        out.back().fit = largest_fitting_batch(s, L, seq, dt, false, fit_budget, 1 << 16, attn);
+        out.back().fit_ckpt = largest_fitting_batch(s, L, seq, dt, true, fit_budget, 1 << 16, attn);
       }
     }
   }
@@ -323,6 +336,7 @@ int main(int argc, char** argv) {
       j.end_object();
       j.kv("batch", batch), j.kv("seq", seq);  // of the activations
       j.kv("activation_checkpointing", checkpointing);  // which activations the totals count
+      j.kv("attention", attention);                     // gemm: T x T probabilities; flash: lse
       j.kv("activations_plain", acts_plain);          // without checkpointing
       j.kv("activations_checkpointed", acts_ckpt);    // with it
     }
@@ -375,9 +389,9 @@ int main(int argc, char** argv) {
                             : "bf16 mixed: (2 + 2 + 12)Ψ, the paper's K = 12 (fp32 master, Adam m, v)");
   else
     printf("%s: %d layers, width %d, %d heads, context %d | Ψ = %zu parameters | %s | activations for batch %d x "
-           "seq %d\n",
+           "seq %d%s\n",
            preset.c_str(), cfg.layers, cfg.dim, cfg.heads, cfg.ctx, out.front().L.num_params, dtype_name(dt), batch,
-           seq);
+           seq, attn == Attention::Flash ? ", flash attention (each block keeps the log-sum-exp, not the T x T)" : "");
   // One block per world size: a row per category, a column per stage.
   printf("per-rank bytes from common/zero_formulas.h (kB, MB, GB = 1e3, 1e6, 1e9 bytes); elements sent per\n"
          "optimizer step with --accum %d micro-step%s\n", accum, accum == 1 ? "" : "s");

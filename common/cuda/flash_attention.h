@@ -2,17 +2,20 @@
 // the CUDA backend's choice when --attention flash; kernels_attention.cu dispatches to it.
 //   forward:  out (B,T,C) and lse (B,NH,T), the log of each row's softmax denominator
 //   backward: dqkv (B,T,3C) (overwrite), from dout, qkv and that lse
-// The lse is stored at the start of the (B,NH,T,T) att buffer the model already keeps (so the
-// model, the memory ledger and their tests are the same for both paths); flash_attention_fits says
-// when it fits there and the head size is within the kernels' limit.
+// The lse is passed in the kernel interface's att argument: the model, when flash attention is in
+// force (kernels.h flash_attention_in_force), allocates only those B*NH*T floats in att's place.
+// flash_attention_fits says whether the head size is within the kernels' limit.
 #pragma once
 #include "dtype.h"  // nz::bf16
 
 namespace nz {
 namespace cuda {
 
-template <class T>
-bool flash_attention_fits(int Tn, int C, int NH);
+// The head sizes the kernels take (their per-thread rows live in 48 KiB of shared memory); a plain
+// header function, so the model and zero_estimate ask it in builds without CUDA too.
+constexpr int kMaxFlashHeadSize = 128;
+inline bool flash_attention_fits(int C, int NH) { return C / NH <= kMaxFlashHeadSize; }
+
 template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH);
 template <class T>

@@ -311,8 +311,8 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
   check_heads(C, NH);
   const size_t rows = size_t(B) * NH * Tn;
   if (rows == 0) return;
-  if (kernels() == Kernels::Fast && attention() == Attention::Flash && flash_attention_fits<T>(Tn, C, NH))
-    return flash_attention_forward(out, reinterpret_cast<float*>(att), qkv, B, Tn, C, NH);  // att holds the lse
+  if (kernels() == Kernels::Fast && attention() == Attention::Flash && flash_attention_fits(C, NH))
+    return flash_attention_forward(out, reinterpret_cast<float*>(att), qkv, B, Tn, C, NH);  // att: the lse (B,NH,T)
   if (kernels() == Kernels::Fast) return attention_forward_cublas(out, att, qkv, B, Tn, C, NH);
   const int warps = row_kernel_warps(Tn);
   const unsigned blocks = unsigned(ceil_div(rows, warps));
@@ -327,7 +327,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   check_heads(C, NH);
   const size_t rows = size_t(B) * NH * Tn;
   if (rows == 0) return;
-  if (kernels() == Kernels::Fast && attention() == Attention::Flash && flash_attention_fits<T>(Tn, C, NH))
+  if (kernels() == Kernels::Fast && attention() == Attention::Flash && flash_attention_fits(C, NH))
     return flash_attention_backward(dqkv, dout, qkv, reinterpret_cast<const float*>(att), B, Tn, C, NH);
   if (kernels() == Kernels::Fast) return attention_backward_cublas(dqkv, dout, qkv, att, B, Tn, C, NH);
   float* rowsums = static_cast<float*>(scratch_buffer(rows * sizeof(float)));  // (B,NH,T)

@@ -39,7 +39,6 @@ namespace cuda {
 namespace {
 
 constexpr size_t kSmemLimit = 48 * 1024;  // dynamic shared memory without an opt-in
-constexpr int kMaxFlashHeadSize = 128;
 
 template <class T>
 __device__ inline const T* head_row(const T* qkv, int b, int t, int h, int which, int Tn, int C, int hs) {
@@ -255,12 +254,6 @@ int pick_tile(int hs, int row_arrays, int score_arrays, int vectors, size_t* sme
 }  // namespace
 
 template <class T>
-bool flash_attention_fits(int Tn, int C, int NH) {
-  // the lse (B,NH,T) floats live in the att buffer's (B,NH,T,T) elements: T * sizeof(T) >= 4
-  return C / NH <= kMaxFlashHeadSize && size_t(Tn) * sizeof(T) >= sizeof(float);
-}
-
-template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH) {
   size_t smem = 0;
   const int tile = pick_tile(C / NH, 4, 1, 0, &smem);
@@ -296,7 +289,6 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const float*
 }
 
 #define NZ_INSTANTIATE(T)                                                                          \
-  template bool flash_attention_fits<T>(int, int, int);                                           \
   template void flash_attention_forward<T>(T*, float*, const T*, int, int, int, int);             \
   template void flash_attention_backward<T>(T*, const T*, const T*, const float*, int, int, int, int);
 NZ_INSTANTIATE(float)
