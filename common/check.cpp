@@ -3,6 +3,8 @@
 
 #include <mpi.h>  // MPI_Abort, MPI_Initialized
 
+#include <unistd.h>  // usleep
+
 #include <cstdarg>
 
 namespace nz {
@@ -21,7 +23,12 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 1);  // take the other ranks down too: no hang
+  if (init && !fin) {
+    // The launcher forwards each rank's stderr through a pipe; MPI_Abort has it kill the job, and
+    // a line still in the pipe can be lost with it. A fifth of a second lets it through first.
+    usleep(200 * 1000);
+    MPI_Abort(MPI_COMM_WORLD, 1);  // take the other ranks down too: no hang
+  }
   exit(1);
 }
 
