@@ -45,6 +45,18 @@ __device__ inline const T* head_row(const T* qkv, int b, int t, int h, int which
   return qkv + (size_t(b) * Tn + t) * 3 * C + size_t(which) * C + size_t(h) * hs;
 }
 
+// Thread i's share of loading a tile of K and V into shared memory: key row tk into row i of Ks
+// and Vs (zeros past the sequence's end, so a partial last tile reads as keys that add nothing).
+template <class T>
+__device__ inline void load_kv_row(float* Ks, float* Vs, int ld, const T* qkv, int b, int tk, int i, int h,
+                                   int Tn, int C, int hs) {
+  const T* k_src = head_row(qkv, b, tk < Tn ? tk : 0, h, 1, Tn, C, hs);
+  for (int d = 0; d < hs; d++) {
+    Ks[i * ld + d] = tk < Tn ? load(k_src[d]) : 0.0f;
+    Vs[i * ld + d] = tk < Tn ? load(k_src[C + d]) : 0.0f;
+  }
+}
+
 __device__ inline float dot_rows(const float* x, const float* y, int n) {
   float s = 0.0f;
   for (int d = 0; d < n; d++) s += x[d] * y[d];
@@ -73,12 +85,7 @@ __global__ void flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, i
   const int last_key = std::min(q0 + tile, Tn) - 1;  // causal: no key after the tile's last query
   for (int k0 = 0; k0 <= last_key; k0 += tile) {
     __syncthreads();  // every thread is done with the previous K, V tile
-    const int tk = k0 + i;  // thread i loads key row tk
-    const T* k_src = head_row(qkv, b, tk < Tn ? tk : 0, h, 1, Tn, C, hs);
-    for (int d = 0; d < hs; d++) {
-      Ks[i * ld + d] = tk < Tn ? load(k_src[d]) : 0.0f;
-      Vs[i * ld + d] = tk < Tn ? load(k_src[C + d]) : 0.0f;
-    }
+    load_kv_row(Ks, Vs, ld, qkv, b, k0 + i, i, h, Tn, C, hs);
     __syncthreads();
     if (!active) continue;
     const int n = std::min(tile, t - k0 + 1);  // keys of this tile at or before t (>= 1)
@@ -151,12 +158,7 @@ __global__ void flash_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, c
   const int last_key = std::min(q0 + tile, Tn) - 1;
   for (int k0 = 0; k0 <= last_key; k0 += tile) {
     __syncthreads();
-    const int tk = k0 + i;
-    const T* k_src = head_row(qkv, b, tk < Tn ? tk : 0, h, 1, Tn, C, hs);
-    for (int d = 0; d < hs; d++) {
-      Ks[i * ld + d] = tk < Tn ? load(k_src[d]) : 0.0f;
-      Vs[i * ld + d] = tk < Tn ? load(k_src[C + d]) : 0.0f;
-    }
+    load_kv_row(Ks, Vs, ld, qkv, b, k0 + i, i, h, Tn, C, hs);
     __syncthreads();
     if (!active) continue;
     const int n = std::min(tile, t - k0 + 1);
