@@ -58,15 +58,17 @@ void Decoder::set_step(const int* tokens, int pos, int b) {
   copy_bytes(tokens_.data(), Location::Device, tokens, Location::Host, b * sizeof(int));
 }
 
-#define NZ_DISPATCH_DTYPE(dt, ...)                                     \
+// dtype.h's NZ_DISPATCH_DTYPE less fp16: inference runs fp32, bf16 and fp64 (no loss to scale)
+#define NZ_DECODER_DISPATCH(dt, ...)                                   \
   switch (dt) {                                                        \
     case DType::F32: { using T = float; __VA_ARGS__; break; }          \
     case DType::BF16: { using T = bf16; __VA_ARGS__; break; }          \
     case DType::F64: { using T = double; __VA_ARGS__; break; }         \
+    default: fatal(__FILE__, __LINE__, "the decoder runs fp32, bf16 or fp64, not %s", dtype_name(dt)); \
   }
 
-void Decoder::forward(int u, const void* p) { NZ_DISPATCH_DTYPE(dt_, forward_t<T>(u, (const T*)p)); }
-void Decoder::head_forward(const void* p) { NZ_DISPATCH_DTYPE(dt_, head_forward_t<T>((const T*)p)); }
+void Decoder::forward(int u, const void* p) { NZ_DECODER_DISPATCH(dt_, forward_t<T>(u, (const T*)p)); }
+void Decoder::head_forward(const void* p) { NZ_DECODER_DISPATCH(dt_, head_forward_t<T>((const T*)p)); }
 
 void Decoder::probs_row(int b, float* out) const {
   const StepLayout a(L_.cfg, B_, dt_);

@@ -117,6 +117,12 @@ void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src
   else memcpy(dst, src, bytes);
 }
 
+void copy_to_device_queued(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (g_device == Device::CUDA) cuda_rt::memcpy_queued(dst, src, bytes);
+  else memcpy(dst, src, bytes);
+}
+
 void copy_wait() {
   if (g_device == Device::CUDA) nccl::wait_joined();
   if (g_device == Device::CUDA) cuda_rt::copy_stream_sync();
@@ -137,6 +143,7 @@ void memset_zero(void*, size_t) { no_cuda(); }
 void memcpy_any(void*, const void*, size_t) { no_cuda(); }
 void memcpy_async(void*, const void*, size_t) { no_cuda(); }
 void copy_stream_sync() { no_cuda(); }
+void memcpy_queued(void*, const void*, size_t) { no_cuda(); }
 void synchronize() { no_cuda(); }
 void mem_get_info(size_t*, size_t*) { no_cuda(); }
 const char* device_name() { return "none"; }

@@ -45,6 +45,29 @@ void device_sync();
 void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes);
 void copy_wait();
 
+// A host->device copy queued on the compute stream, behind the kernels already queued there, that
+// does not make the host wait (a copy from ordinary host memory waits for the whole queue first).
+// src must be pinned (raw_alloc(.., Location::Host) on CUDA) and must not change until the copy
+// has run: after the next device_sync or copy to the host. On the CPU backend: memcpy.
+void copy_to_device_queued(void* dst, const void* src, size_t bytes);
+
+// A few bytes outside the ledger, which counts model state and activations: raw_alloc when made,
+// raw_free when destroyed (the model's loss total, its staging of token batches).
+class RawBlock {
+ public:
+  RawBlock(size_t bytes, Location loc) : p_(raw_alloc(bytes, loc)), loc_(loc) {}
+  ~RawBlock() { if (p_) raw_free(p_, loc_); }
+  RawBlock(RawBlock&& o) noexcept : p_(o.p_), loc_(o.loc_) { o.p_ = nullptr; }
+  RawBlock(const RawBlock&) = delete;
+  RawBlock& operator=(const RawBlock&) = delete;
+  RawBlock& operator=(RawBlock&&) = delete;
+  void* data() const { return p_; }
+
+ private:
+  void* p_;
+  Location loc_;
+};
+
 // ---- CUDA runtime hooks, implemented in common/cuda/runtime.cu when nvcc is available, and by
 // stubs in device.cpp otherwise. Nothing outside device.cpp and common/cuda/ calls these. ----
 namespace cuda_rt {
@@ -59,6 +82,7 @@ void memset_zero(void* p, size_t bytes);
 void memcpy_any(void* dst, const void* src, size_t bytes);  // cudaMemcpyDefault
 void memcpy_async(void* dst, const void* src, size_t bytes);  // on the copy stream (copy_bytes_async)
 void copy_stream_sync();                                       // wait for the copy stream
+void memcpy_queued(void* dst, const void* src, size_t bytes);  // on the compute stream (copy_to_device_queued)
 void synchronize();
 void mem_get_info(size_t* free_bytes, size_t* total_bytes);
 const char* device_name();

@@ -121,8 +121,10 @@ inline double exp_vec(double x) { return std::exp(x); }
 // along K, and sums each element's K terms in an order fixed by the shapes alone (its own block
 // sizes and kernel for this processor). So a call gives the same bits every time for the same
 // shapes and thread count — which is all the stages' bitwise comparisons need, since every stage
-// calls it with the same shapes. (OpenBLAS gives the same bits at any thread count, in fact;
-// tests/test_kernels.cpp checks that on every run.) The order differs from nz::ref's plain
+// calls it with the same shapes on as many threads. (With OpenBLAS's kernels for Intel's AVX-512
+// processors the bits are the same at any thread count too; with its Haswell kernels, which 0.3.21
+// also picks for processors it does not know, such as AMD's Zen 5, they are not:
+// tests/test_kernels.cpp checks what holds everywhere.) The order differs from nz::ref's plain
 // k = 0, 1, ... loop, so fast and reference agree within a rounding bound, not bit for bit:
 // tests/test_kernels_ref.cpp derives and checks it.
 //
@@ -709,6 +711,20 @@ double sum_squares(const T* x, size_t n) {
   return s;
 }
 
+template <class T>
+void sum_squares_to(double* result, const T* x, size_t n) {
+  *result = sum_squares(x, n);
+}
+
+// total = (first ? 0 : total) + sum of x in double, one running sum in index order: the same bits as
+// adding the batch's token losses on the host (a few thousand adds, not worth lanes).
+template <class A>
+void add_sum_to(double* total, const A* x, size_t n, bool first) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) sum += double(x[i]);
+  *total = first ? sum : *total + sum;
+}
+
 // dst = src converted: fp32 <-> bf16 rounds to nearest even; a same-type cast is a plain copy.
 template <class D, class S>
 void cast(D* dst, const S* src, size_t n) {
@@ -757,6 +773,7 @@ void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
   template void adamw_update<T>(float*, float*, float*, const T*, size_t, float, float, float,    \
                                 float, float, float, int);                                        \
   template double sum_squares<T>(const T*, size_t);                                               \
+  template void sum_squares_to<T>(double*, const T*, size_t);                                     \
   template void accumulate<T>(T*, const T*, size_t, float, bool);
 
 NZ_INSTANTIATE_KERNELS(float)
@@ -773,6 +790,8 @@ template void cast<float, f16>(float*, const f16*, size_t);
 template void cast<f16, float>(f16*, const float*, size_t);
 template void cast<f16, f16>(f16*, const f16*, size_t);
 template void cast<double, double>(double*, const double*, size_t);
+template void add_sum_to<float>(double*, const float*, size_t, bool);
+template void add_sum_to<double>(double*, const double*, size_t, bool);
 
 }  // namespace cpu
 }  // namespace nz

@@ -415,6 +415,19 @@ double sum_squares(const T* x, size_t n) {
   return sum;
 }
 
+template <class T>
+void sum_squares_to(double* result, const T* x, size_t n) {
+  *result = sum_squares(x, n);
+}
+
+// total = (first ? 0 : total) + sum of x in double, one running sum in order i = 0, 1, ..., n-1.
+template <class A>
+void add_sum_to(double* total, const A* x, size_t n, bool first) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) sum += double(x[i]);
+  *total = first ? sum : *total + sum;
+}
+
 // dst = src converted: fp32 <-> bf16 rounds to nearest even; a same-type cast copies.
 template <class D, class S>
 void cast(D* dst, const S* src, size_t n) {
@@ -457,6 +470,7 @@ void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
   template void adamw_update<T>(float*, float*, float*, const T*, size_t, float, float, float,    \
                                 float, float, float, int);                                        \
   template double sum_squares<T>(const T*, size_t);                                               \
+  template void sum_squares_to<T>(double*, const T*, size_t);                                     \
   template void accumulate<T>(T*, const T*, size_t, float, bool);
 
 NZ_INSTANTIATE_KERNELS(float)
@@ -473,6 +487,8 @@ template void cast<float, f16>(float*, const f16*, size_t);
 template void cast<f16, float>(f16*, const float*, size_t);
 template void cast<f16, f16>(f16*, const f16*, size_t);
 template void cast<double, double>(double*, const double*, size_t);
+template void add_sum_to<float>(double*, const float*, size_t, bool);
+template void add_sum_to<double>(double*, const double*, size_t, bool);
 
 }  // namespace ref
 }  // namespace nz

@@ -190,26 +190,49 @@ GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing)
   ActLayout a(layout.cfg, B, T, dt, checkpointing, attn_);
   acts_ = Buffer(Category::Activations, Location::Device, a.total, "activations");
   grad_acts_ = Buffer(Category::Activations, Location::Device, a.grad_total, "activation grads");
-  size_t tok_bytes = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
-  tokens_ = Buffer(Category::Activations, Location::Device, tok_bytes, "tokens");
-  targets_ = Buffer(Category::Activations, Location::Device, tok_bytes, "targets");
-  losses_host_.resize(size_t(B) * T);
+  tok_bytes_ = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
+  tokens_ = Buffer(Category::Activations, Location::Device, tok_bytes_, "tokens");
+  targets_ = Buffer(Category::Activations, Location::Device, tok_bytes_, "targets");
 }
 
 void GPT::set_batch(const int* tokens, const int* targets, int b) {
   NZ_CHECK(b >= 1 && b <= B_, "batch of %d rows, model allocated for %d", b, B_);
   b_ = b;
-  size_t bytes = size_t(b) * T_ * sizeof(int);
-  copy_bytes(tokens_.data(), Location::Device, tokens, Location::Host, bytes);
-  copy_bytes(targets_.data(), Location::Device, targets, Location::Host, bytes);
+  const size_t bytes = size_t(b) * T_ * sizeof(int);
+  if (current_device() != Device::CUDA) {
+    copy_bytes(tokens_.data(), Location::Device, tokens, Location::Host, bytes);
+    copy_bytes(targets_.data(), Location::Device, targets, Location::Host, bytes);
+    return;
+  }
+  // On a GPU a copy from ordinary host memory first waits for everything already queued (the last
+  // micro-step's backward). So the batch goes to a pinned staging slot and its copy is queued behind
+  // that work instead; the stream's order makes the kernels before it read the previous batch. A slot
+  // is refilled only after its copy has run: take_loss_sum (once per step) waits for the GPU and so
+  // frees them all; a run that never asks for its loss waits here once every kStagingSlots batches.
+  constexpr size_t kStagingSlots = 8;
+  if (next_staging_ == kStagingSlots) {
+    device_sync();
+    next_staging_ = 0;
+  }
+  if (next_staging_ == staging_.size()) staging_.emplace_back(2 * tok_bytes_, Location::Host);
+  char* slot = static_cast<char*>(staging_[next_staging_++].data());
+  memcpy(slot, tokens, bytes);
+  memcpy(slot + tok_bytes_, targets, bytes);
+  copy_to_device_queued(tokens_.data(), slot, bytes);
+  copy_to_device_queued(targets_.data(), slot + tok_bytes_, bytes);
 }
 
 
 void GPT::forward(int u, const void* p) { NZ_DISPATCH_DTYPE(dt_, forward_t<T>(u, (const T*)p)); }
-double GPT::head_forward(const void* p) {
-  double s = 0;
-  NZ_DISPATCH_DTYPE(dt_, s = head_forward_t<T>((const T*)p));
-  return s;
+void GPT::head_forward(const void* p) { NZ_DISPATCH_DTYPE(dt_, head_forward_t<T>((const T*)p)); }
+
+double GPT::take_loss_sum() {
+  double total = 0;  // (no head_forward since the last call: 0)
+  if (!loss_total_fresh_) copy_bytes(&total, Location::Host, loss_total_.data(), Location::Device, sizeof(double));
+  else device_sync();  // nothing to read, but the staging slots are free only once the GPU is done
+  loss_total_fresh_ = true;
+  next_staging_ = 0;  // the GPU has run every queued copy
+  return total;
 }
 void GPT::head_backward(const void* p) { NZ_DISPATCH_DTYPE(dt_, head_backward_t<T>((const T*)p)); }
 void GPT::backward(int u, const void* p, void* g) {
@@ -283,7 +306,7 @@ void GPT::forward_t(int u, const T* p) {
 }
 
 template <class T>
-double GPT::head_forward_t(const T* wte) {
+void GPT::head_forward_t(const T* wte) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
@@ -293,11 +316,10 @@ double GPT::head_forward_t(const T* wte) {
   ops::matmul_forward<T>(logits, ACT(T, a.lnf), wte, nullptr, BT, c.dim, c.vocab);
   // probabilities overwrite the logits; the backward turns them into dlogits in place
   ops::softmax_xent_forward<T>(ACT(A, a.losses), logits, logits, targets_.as<int>(), BT, c.vocab);
-  std::vector<A> losses(BT);
-  copy_bytes(losses.data(), Location::Host, ACT(A, a.losses), Location::Device, BT * sizeof(A));
-  double sum = 0;  // in token order, so every run and every stage adds the same way
-  for (int i = 0; i < BT; i++) sum += double(losses[i]);
-  return sum;
+  // the batch's sum, in double, added to the total where it was computed (in token order on the
+  // CPU; a fixed order on a GPU), so every run and every stage adds the same way
+  ops::add_sum_to<A>(static_cast<double*>(loss_total_.data()), ACT(A, a.losses), size_t(BT), loss_total_fresh_);
+  loss_total_fresh_ = false;
 }
 
 template <class T>

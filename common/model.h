@@ -112,13 +112,17 @@ class GPT {
   int seq() const { return T_; }
 
   // tokens, targets: host arrays of b*T ints (b <= B: evaluation may run a short last batch).
+  // The copy to the device is queued behind the work already queued: the host does not wait.
   void set_batch(const int* tokens, const int* targets, int b);
 
   // Forward of unit u given its parameters (a pointer to the unit's first element, anywhere).
   void forward(int u, const void* unit_params);
-  // LM head (the tied wte) + softmax cross-entropy. Returns the SUM of the per-token losses of the
-  // batch, in double, in token order (the trainer divides).
-  double head_forward(const void* embed_params);
+  // LM head (the tied wte) + softmax cross-entropy. Adds the SUM of the batch's per-token losses,
+  // in double, to a total kept on the device: the host does not wait for the GPU here.
+  void head_forward(const void* embed_params);
+  // The total of the batches' summed losses since the last call (the micro-steps of one training
+  // step; the trainer divides), then starts a new total. Waits for the GPU: once per step.
+  double take_loss_sum();
   // d loss / d logits (mean over the batch's tokens), then the gradient flowing into the final
   // layernorm. The LM head's weight gradient is NOT computed here: it is added to the tied
   // embedding's gradient by backward(embed_unit), so that gradient is complete in one place.
@@ -141,7 +145,7 @@ class GPT {
 
  private:
   template <class T> void forward_t(int u, const T* p);
-  template <class T> double head_forward_t(const T* wte);
+  template <class T> void head_forward_t(const T* wte);
   template <class T> void head_backward_t(const T* wte);
   template <class T> void backward_t(int u, const T* p, T* g);
 
@@ -154,7 +158,13 @@ class GPT {
   Buffer acts_;        // all saved activations, one block (see activation_bytes for the layout)
   Buffer grad_acts_;   // activation gradients of one block, reused block after block
   Buffer tokens_, targets_;
-  std::vector<double> losses_host_;
+  size_t tok_bytes_;   // tokens_' and targets_' size (B*T ints, rounded up to 64 bytes)
+  // Outside the ledger (a few bytes): the loss total (device) and, on a GPU, pinned host slots the
+  // token batches are staged in for their queued copies (set_batch).
+  RawBlock loss_total_{sizeof(double), Location::Device};
+  bool loss_total_fresh_ = true;  // the next head_forward starts the total (instead of adding to it)
+  std::vector<RawBlock> staging_;
+  size_t next_staging_ = 0;
 };
 
 }  // namespace nz

@@ -45,6 +45,8 @@ NZ_OP(softmax_xent_backward)
 NZ_OP(adamw_update)
 NZ_OP(sum_squares)
 NZ_OP(accumulate)
+NZ_OP(sum_squares_to)
+NZ_OP(add_sum_to)
 #undef NZ_OP
 
 template <class D, class S>

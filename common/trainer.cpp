@@ -293,7 +293,8 @@ double Trainer::evaluate() {
       model->forward(u, unit_access.acquire(u));
       unit_access.release(u);
     }
-    double s = model->head_forward(unit_access.acquire(layout.embed_unit()));
+    model->head_forward(unit_access.acquire(layout.embed_unit()));
+    const double s = model->take_loss_sum();
     unit_access.release(layout.embed_unit());
     if (real > 0) sum += s;
   }

@@ -46,13 +46,12 @@ int main(int argc, char** argv) {
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
-    double loss_sum = 0;
     for (int k = 0; k < run.args.accum; k++) {
       const bool last_micro_step = k == run.args.accum - 1;
       run.load_micro_batch(step, k);
       run.phase("forward");
       for (int u = 0; u < L.num_units(); u++) model.forward(u, P(u));
-      loss_sum += model.head_forward(P(EMBED));
+      model.head_forward(P(EMBED));  // adds the batch loss to the step total, on the device
       run.phase("backward");
       model.head_backward(P(EMBED));
       for (int u = L.num_units() - 1; u >= 0; u--) {
@@ -68,6 +67,7 @@ int main(int argc, char** argv) {
     run.phase("optimizer");
     // global gradient norm, summed slice by slice in the order the sharded stages sum it
     const double norm = std::sqrt(sq_sum_in_rank_order(L, dt, grads.data())) / run.loss_scale();  // fp16: stored scaled
+    const double loss_sum = model.take_loss_sum();  // the micro-steps' summed token losses
     if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
     const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
     // every rank updates every parameter, identically

@@ -70,7 +70,6 @@ int main(int argc, char** argv) {
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
-    double loss_sum = 0;
     for (int k = 0; k < run.args.accum; k++) {
       run.load_micro_batch(step, k);
       run.phase("forward");
@@ -82,7 +81,7 @@ int main(int argc, char** argv) {
       }
       const void* wte = gather_unit(EMBED);   // all-gather: the tied embedding again, for the LM head
       prefetch(LNF);                          // prefetch: the first unit of the backward
-      loss_sum += model.head_forward(wte);
+      model.head_forward(wte);  // adds the batch loss to the step total, on the device
       run.phase("backward");
       model.head_backward(wte);
       release_unit(EMBED);                    // release: the LM head is done with the embedding
@@ -106,6 +105,7 @@ int main(int argc, char** argv) {
     double sq = sq_sum_of_shard(L, dt, grads.data());
     comm.sum_scalars(&sq, 1);
     const double norm = std::sqrt(sq) / run.loss_scale();  // fp16: the gradients are stored scaled
+    const double loss_sum = model.take_loss_sum();  // the micro-steps' summed token losses
     if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
     const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
     for (int u = 0; u < L.num_units(); u++) {

@@ -43,7 +43,8 @@ namespace {
 // Mean loss of the model in double for the given parameters (full, padded, N = 1).
 double model_loss(GPT& m, const Layout& L, const std::vector<double>& p) {
   for (int u = 0; u < L.num_units(); u++) m.forward(u, p.data() + L.units[u].offset);
-  return m.head_forward(p.data()) / double(m.batch() * m.seq());
+  m.head_forward(p.data());
+  return m.take_loss_sum() / double(m.batch() * m.seq());
 }
 }  // namespace
 

@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
     int b = std::min(batch, n_windows - w);
     model.set_batch(toks.data() + size_t(w) * seq, tgts.data() + size_t(w) * seq, b);
     for (int u = 0; u < L.num_units(); u++) model.forward(u, params.data() + L.units[u].offset);
-    sum += model.head_forward(params.data());
+    model.head_forward(params.data());
+    sum += model.take_loss_sum();
     if (n_windows > 64 && (w / batch) % 32 == 0) fprintf(stderr, "\r%d/%d windows", w + b, n_windows);
   }
   if (n_windows > 64) fprintf(stderr, "\n");

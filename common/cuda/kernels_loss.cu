@@ -72,6 +72,20 @@ __global__ void sum_partials_kernel(double* result, const double* partials) {
   if (threadIdx.x == 0) *result = total;
 }
 
+// ---- a batch's token losses added to a running total, in double, on the device ----
+// One block: thread j adds x[j], x[j + kAddThreads], ... in order, then the block's fixed tree.
+// (A few thousand numbers: one block is plenty, and the total never leaves the GPU until the host
+// asks for it once per step.) Not the CPU's order, so the last bits of the loss differ from a CPU run.
+constexpr int kAddThreads = 1024;
+
+template <class A>
+__global__ void add_sum_kernel(double* total, const A* x, size_t n, bool first) {
+  double acc = 0.0;
+  for (size_t i = threadIdx.x; i < n; i += kAddThreads) acc += double(x[i]);
+  const double sum = block_sum(acc);
+  if (threadIdx.x == 0) *total = first ? sum : *total + sum;
+}
+
 }  // namespace
 
 template <class T>
@@ -87,6 +101,22 @@ void softmax_xent_backward(T* dlogits, const T* probs, const int* targets, float
   const size_t total = size_t(BT) * V;
   if (total == 0) return;
   softmax_xent_backward_kernel<T><<<grid_for(total, 256), 256>>>(dlogits, probs, targets, dloss, V, total);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void sum_squares_to(double* result, const T* x, size_t n) {
+  // (n = 0 too: the kernels then write 0) the kSumBlocks partial sums in the kernels' scratch buffer
+  double* partials = static_cast<double*>(scratch_buffer(kSumBlocks * sizeof(double)));
+  sum_squares_partial_kernel<T><<<kSumBlocks, kSumThreads>>>(partials, x, n);
+  NZ_CUDA_CHECK_LAUNCH();
+  sum_partials_kernel<<<1, kSumBlocks>>>(result, partials);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class A>
+void add_sum_to(double* total, const A* x, size_t n, bool first) {
+  add_sum_kernel<A><<<1, kAddThreads>>>(total, x, n, first);
   NZ_CUDA_CHECK_LAUNCH();
 }
 
@@ -108,11 +138,13 @@ double sum_squares(const T* x, size_t n) {
 #define NZ_INSTANTIATE(T)                                                                         \
   template void softmax_xent_forward<T>(acc_t<T>*, T*, const T*, const int*, int, int);           \
   template void softmax_xent_backward<T>(T*, const T*, const int*, float, int, int);              \
-  template double sum_squares<T>(const T*, size_t);
+  template double sum_squares<T>(const T*, size_t);                                               \
+  template void sum_squares_to<T>(double*, const T*, size_t);
 NZ_INSTANTIATE(float)
 NZ_INSTANTIATE(bf16)
 NZ_INSTANTIATE(f16)
 #undef NZ_INSTANTIATE
+template void add_sum_to<float>(double*, const float*, size_t, bool);
 
 }  // namespace cuda
 }  // namespace nz

@@ -93,6 +93,13 @@ void memcpy_async(void* dst, const void* src, size_t bytes) {
 
 void copy_stream_sync() { NZ_CUDA_CHECK(cudaStreamSynchronize(copy_stream())); }
 
+// On the default (compute) stream, so ordered after the kernels queued before it and before those
+// queued after it; from pinned memory it returns at once.
+void memcpy_queued(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  NZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, 0));
+}
+
 void synchronize() { NZ_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void mem_get_info(size_t* free_bytes, size_t* total_bytes) {
