@@ -550,6 +550,27 @@ TYPED_TEST(CudaKernels, SumSquares) {
     DeviceArray<T> d_x(x);
     const double got = gpu::sum_squares(d_x.ptr(), n);
     EXPECT_NEAR(got, want, 1e-10 * want) << "sum_squares n=" << n;
+    // the same sum left on the device (the norm reads many back in one copy): the same bits
+    DeviceArray<double> d_result = DeviceArray<double>::poisoned(1);
+    gpu::sum_squares_to(d_result.ptr(), d_x.ptr(), n);
+    EXPECT_EQ(d_result.download()[0], got) << "sum_squares_to n=" << n;
+  }
+}
+
+// A batch's token losses added to a running total on the device, in double: first = true starts it.
+using CudaLossTotal = CudaTest;
+TEST_F(CudaLossTotal, AddSumToKeepsARunningTotal) {
+  nz::Rng rng(114);
+  DeviceArray<double> d_total = DeviceArray<double>::poisoned(1);  // NaN: `first` must not read it
+  double want = 0;
+  for (size_t n : {size_t(1), size_t(777), size_t(5000)}) {  // 5000 > the block's 1024 threads
+    const auto x = random_array<float>(rng, n, 0.0f, 10.0f);
+    double sum = 0;
+    for (float v : x) sum += v;
+    want += sum;
+    DeviceArray<float> d_x(x);
+    gpu::add_sum_to(d_total.ptr(), d_x.ptr(), n, /*first=*/n == 1);
+    EXPECT_NEAR(d_total.download()[0], want, 1e-12 * want) << "after n=" << n;
   }
 }
 
