@@ -1,6 +1,7 @@
 # bundle_env.sh — sourced (not run) by the GPU bundle's gpu_check.sh and bundle_check.sh:
 #   source bundle_env.sh; bundle_env BUNDLE_DIR
 # Makes the bundle runnable where it lies:
+#   - unpacks its xz-compressed programs (bin/*.xz, tests/*.xz) beside themselves, once;
 #   - unpacks its xz-compressed libraries (lib/*.xz) once into a cache outside the bundle
 #     ($NZ_BUNDLE_CACHE, default /tmp/nanozero-bundle-libs.<size of the bundle's lib/>), with xz or,
 #     where xz is missing, Python's lzma;
@@ -66,6 +67,12 @@ bundle_env() {
   dir=$(cd "$1" && pwd) || { bundle_problem="no bundle at $1"; return 1; }
   export NZ_BUNDLE_DIR=$dir
   bundle_problem="" bundle_lib_dirs="" bundle_missing=""
+  for f in "$dir"/bin/*.xz "$dir"/tests/*.xz; do
+    [ -e "$f" ] || continue
+    [ -s "${f%.xz}" ] && continue
+    { bundle_unxz "$f" "${f%.xz}" && chmod +x "${f%.xz}"; } ||
+      { bundle_problem="cannot unpack $f beside itself (a read-only bundle? copy it somewhere writable)"; return 1; }
+  done
   cache=${NZ_BUNDLE_CACHE:-${TMPDIR:-/tmp}/nanozero-bundle-libs.$(cat "$dir"/lib/* 2>/dev/null | cksum | cut -d' ' -f1)}
   mkdir -p "$cache" || { bundle_problem="cannot create $cache (set NZ_BUNDLE_CACHE to a writable folder)"; return 1; }
   for f in "$dir"/lib/*.xz; do

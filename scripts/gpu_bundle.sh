@@ -3,7 +3,8 @@
 # gpu-bundle calls it after building the binaries with NZ_BUNDLE=1). That machine has the NVIDIA
 # driver, the CUDA toolkit (cuBLAS) and PyTorch's Python environment (NCCL as a pip package), but no
 # MPI and no GoogleTest, and can install nothing, so the folder carries the rest:
-#   bin/      the trainers           tests/   test_cuda_{kernels,comm,stages} (GoogleTest linked in)
+#   bin/      the trainers           tests/   test_cuda_{kernels,comm,stages} (GoogleTest linked in),
+#             all xz-compressed, unpacked beside themselves on first use by bundle_env.sh
 #   mpi/      MPICH's launcher (mpiexec.hydra, hydra_pmi_proxy) behind mpi/mpirun
 #   lib/      every shared library those need that is not in host_libs.txt; the two large ones
 #             (MPICH, OpenBLAS) xz-compressed, unpacked at run time by bundle_env.sh
@@ -22,6 +23,11 @@ compress_over=$((4 * 1024 * 1024))  # libraries larger than this travel xz-compr
 rm -rf "$out.tmp" && mkdir -p "$out.tmp"/{bin,tests,mpi,lib,data,scripts}
 for f in "$src"/bin/*; do strip -o "$out.tmp/bin/${f##*/}" "$f"; done
 for t in test_cuda_kernels test_cuda_comm test_cuda_stages; do strip -o "$out.tmp/tests/$t" "$src/tests/$t"; done
+# The programs travel xz-compressed too: each carries the whole library and the kernels for sm_90
+# (about 4 MiB, 1 compressed). bundle_env.sh unpacks each beside itself on first use.
+for f in "$out.tmp"/bin/* "$out.tmp"/tests/*; do
+  xz -9 -T2 -c "$f" >"$f.xz" && touch -r "$f" "$f.xz" && rm "$f"
+done
 
 # MPICH's launcher: mpiexec.hydra starts one hydra_pmi_proxy per host, found beside itself.
 hydra=$(readlink -f "$(command -v mpiexec.hydra || command -v mpiexec)")
@@ -45,7 +51,8 @@ cp scripts/tour_table.py "$out.tmp/scripts/"
 # The libraries: everything ldd resolves (transitively) that host_libs.txt does not name.
 allowed=$(grep -v '^#' scripts/host_libs.txt | awk 'NF {print $1}')
 is_host_lib() { grep -qxF "$1" <<<"$allowed"; }
-for f in "$out.tmp"/bin/* "$out.tmp"/tests/* "$out.tmp"/mpi/mpiexec.hydra "$out.tmp"/mpi/hydra_pmi_proxy; do
+for f in "$src"/bin/* "$src"/tests/test_cuda_kernels "$src"/tests/test_cuda_comm "$src"/tests/test_cuda_stages \
+         "$out.tmp"/mpi/mpiexec.hydra "$out.tmp"/mpi/hydra_pmi_proxy; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   is_host_lib "$name" && continue
@@ -71,4 +78,8 @@ if [ "$mib" -gt "$max_mib" ]; then
   echo "gpu-bundle: $out is $mib MiB, expected at most $max_mib MiB: look at du -a $out | sort -n | tail" >&2
   exit 1
 fi
-bash "$out/bundle_check.sh"
+# The check unpacks the programs beside themselves: run it on a copy, so the bundle stays compressed.
+check_copy=$(mktemp -d "${TMPDIR:-/tmp}/nanozero-bundle-check.XXXXXX")
+trap 'rm -rf "$check_copy"' EXIT
+cp -r "$out" "$check_copy/"
+bash "$check_copy/${out##*/}/bundle_check.sh"

@@ -169,11 +169,12 @@ cd "$B" || exit 1
 
 # ---- preflight ----
 missing=""
+source ./bundle_env.sh
+if bundle_env "$B"; then env_ok=1; else env_ok=0; fi  # (unpacks the programs: then look for them)
 for f in bin/stage0_ddp tests/test_cuda_kernels tests/test_cuda_comm tests/test_cuda_stages mpi/mpirun data/corpus.txt host_libs.txt; do
   [ -e "$f" ] || missing+="$f "
 done
-source ./bundle_env.sh
-if ! bundle_env "$B"; then
+if [ $env_ok = 0 ]; then
   row FAIL bundle "$bundle_problem"
 elif [ -n "$missing" ]; then
   row FAIL bundle "incomplete, missing: $missing(rebuild: make gpu-bundle)"
