@@ -7,6 +7,8 @@
 //    gradients start from random values so "+=" is checked too; both matmul implementations.
 //  - CudaCast: the four casts, bit for bit (special values included); fp16's too, NaN aside (a GPU
 //    writes its own NaN pattern: only "NaN stays NaN" is asked of it).
+//  - CudaKernels/*.ColumnSumsOverManyRows: the two-pass column sums (bias and layer norm parameter
+//    gradients) with 1, 4 and 256 row chunks, against the CPU and bit for bit on a second run.
 //  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics).
 //
 // Tolerances (|gpu - cpu| <= rel * |cpu| + floor * max|cpu| over the tensor): the two backends do
@@ -551,6 +553,63 @@ TYPED_TEST(CudaKernels, SumSquares) {
     const double got = gpu::sum_squares(d_x.ptr(), n);
     EXPECT_NEAR(got, want, 1e-10 * want) << "sum_squares n=" << n;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// column sums over many rows (column_sum.cuh): the bias gradient and layer norm's dw and db.
+// N = 785 cuts the rows into 4 chunks of 197 (the last one
+// partial); N = 70001 reaches the cap of 256 chunks (274 rows each); N = 3 is one chunk. C = 77
+// leaves a partial block of columns. Each is run twice: the same bits both times.
+
+template <class T>
+void check_column_sums(int N, int C, uint64_t seed) {
+  const std::string tag = "N=" + std::to_string(N) + " C=" + std::to_string(C);
+  SCOPED_TRACE(tag);
+  nz::Rng rng(seed);
+  const size_t n = size_t(N) * C;
+  const auto inp = random_array<T>(rng, n, -2.0f, 3.0f), dout = random_array<T>(rng, n);
+  const auto w = random_array<T>(rng, C, 0.5f, 1.5f), b = random_array<T>(rng, C);
+  const auto g0 = random_array<T>(rng, C), g1 = random_array<T>(rng, C);
+  std::vector<float> mean(N), rstd(N);
+  auto ln_out = poisoned<T>(n);
+  cpu::layernorm_forward(ln_out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+
+  // the CPU: matmul's dbias (alone: no dinp, no dw, so no inp or w either), layer norm's dw and db
+  auto dbias = g0, dw = g0, db = g1;
+  cpu::matmul_backward((T*)nullptr, (T*)nullptr, dbias.data(), dout.data(), inp.data(), (const T*)nullptr, N, 0, C);
+  auto dinp = poisoned<T>(n);
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                          rstd.data(), N, C);
+
+  DeviceArray<T> d_inp(inp), d_dout(dout), d_w(w);
+  DeviceArray<float> d_mean(mean), d_rstd(rstd);
+  std::vector<std::vector<T>> first;
+  for (int run = 0; run < 2; run++) {
+    DeviceArray<T> d_dbias(g0), d_dw(g0), d_db(g1);
+    auto d_dinp = DeviceArray<T>::poisoned(n);
+    gpu::matmul_backward((T*)nullptr, (T*)nullptr, d_dbias.ptr(), d_dout.ptr(), d_inp.ptr(), (const T*)nullptr,
+                         N, 0, C);
+    gpu::layernorm_backward(d_dinp.ptr(), d_dw.ptr(), d_db.ptr(), d_dout.ptr(), d_inp.ptr(), d_w.ptr(),
+                            d_mean.ptr(), d_rstd.ptr(), N, C);
+    std::vector<std::vector<T>> got = {d_dbias.download(), d_dinp.download(), d_dw.download(),
+                                       d_db.download()};
+    if (run == 0) {
+      expect_close("matmul dbias (+=) " + tag, got[0], dbias, tol<T>());
+      expect_close("layernorm dinp " + tag, got[1], dinp, tol<T>());
+      expect_close("layernorm dw (+=) " + tag, got[2], dw, tol<T>());
+      expect_close("layernorm db (+=) " + tag, got[3], db, tol<T>());
+      first = got;
+    } else {
+      for (size_t i = 0; i < got.size(); i++)
+        expect_bitwise("column sums, result " + std::to_string(i) + " of the second run " + tag, got[i], first[i]);
+    }
+  }
+}
+
+TYPED_TEST(CudaKernels, ColumnSumsOverManyRows) {
+  check_column_sums<TypeParam>(785, 77, 120);
+  check_column_sums<TypeParam>(3, 77, 121);
+  check_column_sums<TypeParam>(70001, 5, 122);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 // kernels_layernorm.cu — layer normalization over the last axis, forward and backward.
 //   norm = (x - mean) * rstd,   rstd = 1 / sqrt(var + 1e-5),   out = norm * w + b
 // Rows are independent, so one warp handles one row: its 32 lanes stride over the C channels and
-// combine their partial sums with the warp butterfly (warp_sum), a fixed order.
+// combine their partial sums with the warp butterfly (warp_sum), a fixed order. The gradients of w
+// and b are sums over rows instead: column_sum.cuh.
+#include "column_sum.cuh"   // add_column_sums: dw and db
 #include "cuda_common.cuh"  // load/store, warp_sum, NZ_CUDA_CHECK_LAUNCH
 
 namespace nz {
@@ -76,40 +78,22 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
 }
 
 // dw (C) += sum_n dout * norm,   db (C) += sum_n dout   (either may be null).
-// Sums over rows, so the work is split by column instead: block (32,32), threadIdx.x picks the
-// column (a warp reads 32 neighbouring channels), threadIdx.y one of 32 row groups; each thread
-// sums rows y, y+32, ... in order, then the 32 partials are added in a fixed tree. No atomics.
+// Sums over rows, one per channel: the two-pass column sums of column_sum.cuh (enough blocks to fill
+// the GPU, the same bits every run), with this prologue giving each element's two terms.
 template <class T>
-__global__ void layernorm_backward_params_kernel(T* dw, T* db, const T* dout, const T* inp,
-                                                 const float* mean, const float* rstd, int N, int C) {
-  __shared__ float dw_part[kWarpSize][kWarpSize + 1];
-  __shared__ float db_part[kWarpSize][kWarpSize + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int c = blockIdx.x * kWarpSize + tx;
-  float dw_sum = 0.0f, db_sum = 0.0f;
-  if (c < C) {
-    for (int n = ty; n < N; n += kWarpSize) {
-      const float dy = load(dout[size_t(n) * C + c]);
-      const float norm = (load(inp[size_t(n) * C + c]) - mean[n]) * rstd[n];
-      dw_sum += dy * norm;
-      db_sum += dy;
-    }
+struct LayerNormParamTerms {
+  const T* dout;
+  const T* inp;
+  const float* mean;
+  const float* rstd;
+  int C;
+  __device__ void operator()(int n, int c, float (&v)[2]) const {
+    const float dy = load(dout[size_t(n) * C + c]);
+    const float norm = (load(inp[size_t(n) * C + c]) - mean[n]) * rstd[n];
+    v[0] = dy * norm;  // dw
+    v[1] = dy;         // db
   }
-  dw_part[ty][tx] = dw_sum;
-  db_part[ty][tx] = db_sum;
-  __syncthreads();
-  for (int half = kWarpSize / 2; half > 0; half /= 2) {
-    if (ty < half) {
-      dw_part[ty][tx] += dw_part[ty + half][tx];
-      db_part[ty][tx] += db_part[ty + half][tx];
-    }
-    __syncthreads();
-  }
-  if (ty == 0 && c < C) {
-    if (dw) dw[c] = store<T>(load(dw[c]) + dw_part[0][tx]);
-    if (db) db[c] = store<T>(load(db[c]) + db_part[0][tx]);
-  }
-}
+};
 
 }  // namespace
 
@@ -132,12 +116,8 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
                                                                               rstd, N, C);
     NZ_CUDA_CHECK_LAUNCH();
   }
-  if (dw || db) {
-    const unsigned blocks = unsigned(ceil_div(C, kWarpSize));
-    layernorm_backward_params_kernel<T><<<blocks, dim3(kWarpSize, kWarpSize)>>>(dw, db, dout, inp, mean,
-                                                                              rstd, N, C);
-    NZ_CUDA_CHECK_LAUNCH();
-  }
+  if (dw || db)
+    add_column_sums(ColumnSumOutputs<T, 2>{{dw, db}}, LayerNormParamTerms<T>{dout, inp, mean, rstd, C}, N, C);
 }
 
 #define NZ_INSTANTIATE(T)                                                                        \
