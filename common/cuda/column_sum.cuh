@@ -1,6 +1,7 @@
 // column_sum.cuh — sums over the rows of an (N,C) matrix, one per column, deterministic and
-// filling the GPU: what a bias gradient (dbias = sum_n dout[n,:]) and layer norm's dw and db are.
-// Used by kernels_matmul.cu and kernels_layernorm.cu.
+// filling the GPU: what a bias gradient (dbias = sum_n dout[n,:]), layer norm's dw and db, and the
+// fused GELU backward's bias gradient are. Used by kernels_matmul.cu, kernels_layernorm.cu and
+// kernels_elementwise.cu.
 //
 // Why two passes. Columns are independent, so the plain kernel gives each block 32 columns and lets
 // its 32 x 32 threads walk all N rows. For gpt2 (C = 768) that is 24 blocks: a 132-SM H200 runs
@@ -21,7 +22,8 @@
 // same fused multiply-adds).
 //
 // The prologue. What is summed is not always the matrix itself: layer norm sums dout * norm and
-// dout. The caller passes a small struct f with
+// dout, the fused GELU backward sums the gradient it has just computed. The caller passes a small
+// struct f with
 //     __device__ void operator()(int n, int c, float (&v)[K]) const
 // that produces the K values element (n, c) contributes (K sums are formed side by side). Pass 1
 // calls it exactly once for every element, so it may also write an elementwise output.
