@@ -151,10 +151,9 @@ void Decoder::forward_t(int u, const T* p) {
   }
   attention_at<T>(ACT(T, a.atty), qkv, kcache, vcache, pos_, B, Tc, C, c.heads);
   ops::matmul_forward<T>(res_att, ACT(T, a.atty), W(ATTPW), W(ATTPB), B, C, C);
-  ops::residual_forward<T>(res_att, x, res_att, size_t(B) * C);
-  ops::layernorm_forward<T>(ACT(T, a.ln), ACT(A, a.mean), ACT(A, a.rstd), res_att, W(LN2W), W(LN2B), B, C);
-  ops::matmul_forward<T>(ACT(T, a.fch), ACT(T, a.ln), W(FCW), W(FCB), B, C, 4 * C);
-  ops::gelu_forward<T>(ACT(T, a.fchg), ACT(T, a.fch), size_t(B) * 4 * C);
+  ops::residual_layernorm_forward<T>(res_att, ACT(T, a.ln), ACT(A, a.mean), ACT(A, a.rstd), x, res_att, W(LN2W),
+                                     W(LN2B), B, C);
+  ops::matmul_bias_gelu_forward<T>(ACT(T, a.fch), ACT(T, a.fchg), ACT(T, a.ln), W(FCW), W(FCB), B, C, 4 * C);
   ops::matmul_forward<T>(ACT(T, a.tmp), ACT(T, a.fchg), W(FCPW), W(FCPB), B, 4 * C, C);
   ops::residual_forward<T>(x, res_att, ACT(T, a.tmp), size_t(B) * C);  // the next block's input
 }

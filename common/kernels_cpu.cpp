@@ -110,6 +110,29 @@ inline float exp_vec(float x) {
 // The double-precision build (finite-difference tests) keeps the library exp.
 inline double exp_vec(double x) { return std::exp(x); }
 
+// GELU (GPT-2's tanh approximation) as x * sig, sig = sigmoid(2u) = 0.5 (1 + tanh u),
+// u = sqrt(2/pi) (x + 0.044715 x^3): gelu_forward below says why. One definition of each, used by
+// the plain GELU kernels and by the fused ones, so that both give the same bits.
+template <class A>
+inline A gelu_sigmoid(A x) {
+  const A s = A(0.7978845608028654);  // sqrt(2/pi)
+  const A k = A(0.044715);
+  const A u = s * (x + k * x * x * x);
+  return A(1) / (A(1) + exp_vec(A(-2) * u));
+}
+template <class A>
+inline A gelu_of(A x) {
+  return x * gelu_sigmoid(x);
+}
+// d/dx [x sig] = sig + x * 2 sig (1 - sig) * du/dx,  du/dx = s (1 + 3 k x^2)
+template <class A>
+inline A gelu_grad_of(A x) {
+  const A s = A(0.7978845608028654);
+  const A k = A(0.044715);
+  const A sig = gelu_sigmoid(x);
+  return sig + x * A(2) * sig * (A(1) - sig) * s * (A(1) + A(3) * k * x * x);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Matrix products: one BLAS call each (sgemm, or dgemm for the double-precision tests).
 //   c (M,N) = alpha * op(a) (M,K) @ op(b) (K,N),   op(x) = x or x^T,   row-major, c overwritten
@@ -247,42 +270,64 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int 
 // ---------------------------------------------------------------------------------------------
 // layer norm
 
+namespace {
+// One row of layer norm: y (C) = (x - mean) * rstd * w + b (b may be null); *mean, *rstd saved.
+template <class T>
+inline void layernorm_row(T* y, acc_t<T>* mean, acc_t<T>* rstd, const T* x, const T* w, const T* b, int C) {
+  using A = acc_t<T>;
+  const A eps = A(1e-5);
+  A m = A(0);
+  for (int c = 0; c < C; c++) m += load(x[c]);
+  m /= A(C);
+  // two passes (sum of squared deviations) rather than E[x^2] - E[x]^2, which cancels badly
+  A var = A(0);
+  for (int c = 0; c < C; c++) {
+    A d = load(x[c]) - m;
+    var += d * d;
+  }
+  var /= A(C);
+  const A s = A(1) / std::sqrt(var + eps);
+  for (int c = 0; c < C; c++) {
+    A v = (load(x[c]) - m) * s * load(w[c]);
+    y[c] = store<T>(b ? v + load(b[c]) : v);
+  }
+  *mean = m;
+  *rstd = s;
+}
+}  // namespace
+
 // out (N,C) = (inp - mean) * rstd * w + b, per row;   w, b (C);   mean, rstd (N) saved
 template <class T>
 void layernorm_forward(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* inp, const T* w, const T* b,
                        int N, int C) {
-  using A = acc_t<T>;
-  const A eps = A(1e-5);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    layernorm_row(out + size_t(n) * C, mean + n, rstd + n, inp + size_t(n) * C, w, b, C);
+}
+
+// res (N,C) = a + b rounded to T (res may alias a or b), then out = layernorm(res), row by row: the
+// row of res is normalized while it is still in cache, instead of in a second pass over memory.
+// The same bits as residual_forward then layernorm_forward (the same expressions, in the same order).
+template <class T>
+void residual_layernorm_forward(T* res, T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* a, const T* b,
+                                const T* w, const T* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
-    const T* x = inp + size_t(n) * C;
-    A m = A(0);
-    for (int c = 0; c < C; c++) m += load(x[c]);
-    m /= A(C);
-    // two passes (sum of squared deviations) rather than E[x^2] - E[x]^2, which cancels badly
-    A var = A(0);
-    for (int c = 0; c < C; c++) {
-      A d = load(x[c]) - m;
-      var += d * d;
-    }
-    var /= A(C);
-    const A s = A(1) / std::sqrt(var + eps);
-    T* o = out + size_t(n) * C;
-    for (int c = 0; c < C; c++) {
-      A y = (load(x[c]) - m) * s * load(w[c]);
-      o[c] = store<T>(b ? y + load(b[c]) : y);
-    }
-    mean[n] = m;
-    rstd[n] = s;
+    const size_t row = size_t(n) * C;
+    for (int c = 0; c < C; c++) res[row + c] = store<T>(load(a[row + c]) + load(b[row + c]));
+    layernorm_row(out + row, mean + n, rstd + n, res + row, w, bias, C);
   }
 }
 
 // With norm = (x - mean) * rstd and dnorm = w * dout, per row:
-//   dinp = rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm))       (overwrite)
-//   dw += sum_n dout * norm;   db += sum_n dout                                 (accumulate)
+//   dinp = dskip + rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm))   (overwrite)
+//   dw += sum_n dout * norm;   db += sum_n dout                                     (accumulate)
+// dskip: the gradient of the skip connection beside the layer norm, added while the row is at hand
+// (null: none). The layer norm's part is rounded to T before the add, as when it was stored and
+// added by residual_forward: the same bits as the two ops.
 template <class T>
-void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
-                        const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C) {
+void layernorm_backward_residual(T* dinp, T* dw, T* db, const T* dskip, const T* dout, const T* inp,
+                                 const T* w, const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C) {
   using A = acc_t<T>;
   // dinp: rows are independent
 #pragma omp parallel for schedule(static)
@@ -300,10 +345,12 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
     dnorm_mean /= A(C);
     dnorm_norm_mean /= A(C);
     T* di = dinp + size_t(n) * C;
+    const T* skip = dskip ? dskip + size_t(n) * C : nullptr;
     for (int c = 0; c < C; c++) {
       A norm = (load(x[c]) - m) * s;
       A dnorm = load(w[c]) * load(d[c]);
-      di[c] = store<T>((dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+      const T g = store<T>((dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+      di[c] = skip ? store<T>(load(skip[c]) + load(g)) : g;
     }
   }
   // dw, db: sums over rows, so each thread owns a block of channels and walks the rows in order.
@@ -323,23 +370,30 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
       }
     }
     for (int c = c0; c < c1; c++) {
-      dw[c] = store<T>(load(dw[c]) + dw_sum[c - c0]);
+      if (dw) dw[c] = store<T>(load(dw[c]) + dw_sum[c - c0]);
       if (db) db[c] = store<T>(load(db[c]) + db_sum[c - c0]);
     }
   }
 }
 
+template <class T>
+void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                        const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C) {
+  layernorm_backward_residual(dinp, dw, db, static_cast<const T*>(nullptr), dout, inp, w, mean, rstd, N, C);
+}
+
 // ---------------------------------------------------------------------------------------------
 // matmul (a linear layer): three products, one BLAS call each (blas_gemm above)
 
-// out (N,OC) = inp (N,C) @ w^T + bias;   w (OC,C) (PyTorch's layout: one row per output), bias (OC)
-// The sum is formed first and the bias added to it, as in nz::ref. In bf16 the product runs on the
-// CPU's bf16 instructions where it has them (gemm_native), else the operands are widened to fp32
-// (exactly) for sgemm; either way the sum is an fp32 sum and the result is rounded once, when stored.
+namespace {
+// The product y (N,OC) = inp (N,C) @ w^T in A, before any bias and before the rounding to T: in out
+// itself where T = A (the BLAS writes it there), else in this thread's scratch. In bf16 the product
+// runs on the CPU's bf16 instructions where it has them (gemm_native), else the operands are widened
+// to fp32 (exactly) for sgemm; either way the sum is an fp32 sum. matmul_forward and
+// matmul_bias_gelu_forward finish it, rounding once when they store.
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
+acc_t<T>* linear_product(T* out, const T* inp, const T* w, int N, int C, int OC) {
   using A = acc_t<T>;
-  if (N == 0 || OC == 0) return;
   const bool widen = !std::is_same_v<T, A>;
   A* buf = scratch<A>(widen ? (size_t(N) * C + size_t(OC) * C + size_t(N) * OC) : 0);
   A* y = acc_dest<A>(out, buf + size_t(N) * C + size_t(OC) * C);
@@ -348,12 +402,41 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
     const View<A> wa = as_acc(w, OC, C, C, buf + size_t(N) * C);
     blas_gemm(false, true, N, OC, C, A(1), x.p, x.ld, wa.p, wa.ld, y, OC);
   }
-  if (!bias && !widen) return;
+  return y;
+}
+}  // namespace
+
+// out (N,OC) = inp (N,C) @ w^T + bias;   w (OC,C) (PyTorch's layout: one row per output), bias (OC)
+// The sum is formed first (linear_product) and the bias added to it, as in nz::ref.
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
+  using A = acc_t<T>;
+  if (N == 0 || OC == 0) return;
+  const A* y = linear_product(out, inp, w, N, C, OC);
+  if (!bias && std::is_same_v<T, A>) return;  // the BLAS wrote out, and there is nothing to add
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OC; o++) {
       const A v = y[size_t(n) * OC + o];
       out[size_t(n) * OC + o] = store<T>(bias ? v + load(bias[o]) : v);
+    }
+}
+
+// fc (N,OC) = inp @ w^T + bias;   fcg (N,OC) = gelu(fc)   (the MLP's first layer and its GELU)
+// The bias, the rounding to T and the GELU of the rounded value in one pass over the product, where
+// matmul_forward then gelu_forward make two: the same bits (the same expressions), fewer passes.
+template <class T>
+void matmul_bias_gelu_forward(T* fc, T* fcg, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
+  using A = acc_t<T>;
+  if (N == 0 || OC == 0) return;
+  const A* y = linear_product(fc, inp, w, N, C, OC);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      const size_t i = size_t(n) * OC + o;
+      const T v = store<T>(bias ? y[i] + load(bias[o]) : y[i]);
+      fc[i] = v;
+      fcg[i] = store<T>(gelu_of(load(v)));
     }
 }
 
@@ -562,16 +645,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
 // For very negative x, exp(-2u) overflows to inf and the sigmoid is 0, as it should be.
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n) {
-  using A = acc_t<T>;
-  const A s = A(0.7978845608028654);  // sqrt(2/pi)
-  const A k = A(0.044715);
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    const A x = load(inp[i]);
-    const A u = s * (x + k * x * x * x);
-    const A sig = A(1) / (A(1) + exp_vec(A(-2) * u));
-    out[i] = store<T>(x * sig);
-  }
+  for (size_t i = 0; i < n; i++) out[i] = store<T>(gelu_of(load(inp[i])));  // (gelu_of: at the top)
 }
 
 // dinp = dout * d/dx [x sig],  sig = sigmoid(2u)
@@ -579,16 +654,32 @@ void gelu_forward(T* out, const T* inp, size_t n) {
 // (the same as 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, with tanh u = 2 sig - 1)
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
-  using A = acc_t<T>;
-  const A s = A(0.7978845608028654);
-  const A k = A(0.044715);
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    const A x = load(inp[i]);
-    const A u = s * (x + k * x * x * x);
-    const A sig = A(1) / (A(1) + exp_vec(A(-2) * u));
-    const A grad = sig + x * A(2) * sig * (A(1) - sig) * s * (A(1) + A(3) * k * x * x);
-    dinp[i] = store<T>(grad * load(dout[i]));
+  for (size_t i = 0; i < n; i++) dinp[i] = store<T>(gelu_grad_of(load(inp[i])) * load(dout[i]));
+}
+
+// dinp (N,OC) = gelu'(inp) * dout (overwrite; may alias dout);  dbias (OC) += sum_n dinp[n,:]
+// GELU's backward and the bias gradient of the layer before it, in one pass: the bias gradient is
+// the column sum of the very gradient being written, so it is summed as it is made instead of read
+// back from memory by matmul_backward. As there, each thread owns a block of columns and walks the
+// rows in order, summing the values as stored (rounded to T): the same bits as the two ops.
+template <class T>
+void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int N, int OC) {
+  using A = acc_t<T>;
+  if (!dbias) return gelu_backward(dinp, inp, dout, size_t(N) * OC);
+#pragma omp parallel for schedule(static)
+  for (int o0 = 0; o0 < OC; o0 += kChannelBlock) {
+    const int o1 = std::min(o0 + kChannelBlock, OC);
+    A sum[kChannelBlock] = {};
+    for (int n = 0; n < N; n++) {
+      const size_t row = size_t(n) * OC;
+      for (int o = o0; o < o1; o++) {
+        const T d = store<T>(gelu_grad_of(load(inp[row + o])) * load(dout[row + o]));
+        dinp[row + o] = d;
+        sum[o - o0] += load(d);
+      }
+    }
+    for (int o = o0; o < o1; o++) dbias[o] = store<T>(load(dbias[o]) + sum[o - o0]);
   }
 }
 
@@ -761,12 +852,18 @@ void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
                                      int);                                                        \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,  \
                                       const acc_t<T>*, int, int);                                 \
+  template void residual_layernorm_forward<T>(T*, T*, acc_t<T>*, acc_t<T>*, const T*, const T*,   \
+                                              const T*, const T*, int, int);                      \
+  template void layernorm_backward_residual<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
+                                               const acc_t<T>*, const acc_t<T>*, int, int);       \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);               \
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);      \
+  template void matmul_bias_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int); \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                       \
   template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);      \
   template void gelu_forward<T>(T*, const T*, size_t);                                            \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);                                 \
+  template void gelu_backward_bias<T>(T*, T*, const T*, const T*, int, int);                      \
   template void residual_forward<T>(T*, const T*, const T*, size_t);                              \
   template void softmax_xent_forward<T>(acc_t<T>*, T*, const T*, const int*, int, int);           \
   template void softmax_xent_backward<T>(T*, const T*, const int*, float, int, int);              \

@@ -95,14 +95,29 @@ void layernorm_forward(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* inp, con
   }
 }
 
+// Fused with the residual connection that feeds it: res = a + b, rounded to T as residual_forward
+// stores it, then the layer norm of the stored res. Nothing more than the two ops in a row; nz::cpu
+// and the GPU do them row by row, so that a and b are read once and res is still in cache.
+template <class T>
+void residual_layernorm_forward(T* res, T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* a, const T* b,
+                                const T* w, const T* bias, int N, int C) {
+  residual_forward(res, a, b, size_t(N) * C);
+  layernorm_forward(out, mean, rstd, res, w, bias, N, C);
+}
+
 // With dnorm = w * dout, per row (the mean and rstd depend on every x of the row, hence the two
 // means over c):
 //   dinp[c] = (dnorm[c] - mean_c(dnorm) - norm[c] * mean_c(dnorm * norm)) * rstd   (overwrite)
 //   dw[c] += sum_n dout[n,c] * norm[n,c];   db[c] += sum_n dout[n,c]            (accumulate)
 // The sums over rows are formed first and added to the gradient once.
+//
+// In a transformer block the layer norm sits on a branch beside a skip connection, so the gradient
+// of its input is the sum of the two paths: dinp = dskip + (the above). With dskip, that sum is
+// formed here; the layer norm's part is rounded to T first, as if it had been stored and then added
+// by residual_forward, so the fused op gives the same bits as the two. dskip null: no skip path.
 template <class T>
-void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const acc_t<T>* mean,
-                        const acc_t<T>* rstd, int N, int C) {
+void layernorm_backward_residual(T* dinp, T* dw, T* db, const T* dskip, const T* dout, const T* inp,
+                                 const T* w, const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C) {
   using A = acc_t<T>;
   if (dinp) {  // (skipped if null)
     for (int n = 0; n < N; n++) {
@@ -120,7 +135,9 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
       for (int c = 0; c < C; c++) {
         const A norm = (load(x[c]) - mean[n]) * rstd[n];
         const A dnorm = load(w[c]) * load(d[c]);
-        dinp[size_t(n) * C + c] = store<T>((dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[n]);
+        const T g = store<T>((dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[n]);
+        const size_t i = size_t(n) * C + c;
+        dinp[i] = dskip ? store<T>(load(dskip[i]) + load(g)) : g;
       }
     }
   }
@@ -134,6 +151,12 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
     if (dw) dw[c] = store<T>(load(dw[c]) + dw_sum);
     if (db) db[c] = store<T>(load(db[c]) + db_sum);
   }
+}
+
+template <class T>
+void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const acc_t<T>* mean,
+                        const acc_t<T>* rstd, int N, int C) {
+  layernorm_backward_residual(dinp, dw, db, static_cast<const T*>(nullptr), dout, inp, w, mean, rstd, N, C);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -181,6 +204,15 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
       for (int n = 0; n < N; n++) sum += load(dout[size_t(n) * OC + o]);
       dbias[o] = store<T>(load(dbias[o]) + sum);
     }
+}
+
+// Fused with the GELU that follows the MLP's first layer: fc = inp @ w^T + bias (rounded to T),
+// fcg = gelu(fc). The textbook is the two ops in a row (gelu_forward is below); nz::cpu applies the
+// bias and the GELU in one pass over the product, and the GPU in one kernel after cuBLAS.
+template <class T>
+void matmul_bias_gelu_forward(T* fc, T* fcg, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
+  matmul_forward(fc, inp, w, bias, N, C, OC);
+  gelu_forward(fcg, fc, size_t(N) * OC);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,6 +360,22 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
   }
 }
 
+// Fused with the bias gradient of the linear layer whose output went into the GELU:
+//   dinp (N,OC) = gelu'(inp) * dout            (gelu_backward, overwrite; dinp may alias dout)
+//   dbias[o] += sum_n dinp[n,o]                (matmul_backward's dbias, of the stored dinp)
+// nz::cpu and the GPU form both in one pass over the (N,OC) gradient, instead of reading it again.
+template <class T>
+void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int N, int OC) {
+  using A = acc_t<T>;
+  gelu_backward(dinp, inp, dout, size_t(N) * OC);
+  if (dbias)
+    for (int o = 0; o < OC; o++) {
+      A sum = A(0);
+      for (int n = 0; n < N; n++) sum += load(dinp[size_t(n) * OC + o]);
+      dbias[o] = store<T>(load(dbias[o]) + sum);
+    }
+}
+
 // out = a + b, n elements (out may alias a or b). Its backward is the identity: the gradient
 // reaches both branches unchanged, so there is no kernel for it.
 template <class T>
@@ -458,12 +506,18 @@ void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
                                      int);                                                        \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,  \
                                       const acc_t<T>*, int, int);                                 \
+  template void residual_layernorm_forward<T>(T*, T*, acc_t<T>*, acc_t<T>*, const T*, const T*,   \
+                                              const T*, const T*, int, int);                      \
+  template void layernorm_backward_residual<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
+                                               const acc_t<T>*, const acc_t<T>*, int, int);       \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);               \
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);      \
+  template void matmul_bias_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int); \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                       \
   template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);      \
   template void gelu_forward<T>(T*, const T*, size_t);                                            \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);                                 \
+  template void gelu_backward_bias<T>(T*, T*, const T*, const T*, int, int);                      \
   template void residual_forward<T>(T*, const T*, const T*, size_t);                              \
   template void softmax_xent_forward<T>(acc_t<T>*, T*, const T*, const int*, int, int);           \
   template void softmax_xent_backward<T>(T*, const T*, const int*, float, int, int);              \

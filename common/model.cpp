@@ -297,10 +297,11 @@ void GPT::forward_t(int u, const T* p) {
            attention_name(attn_));
   ops::attention_forward<T>(ACT(T, s.atty), ACT(T, s.att), ACT(T, s.qkv), b_, T_, C, NH);
   ops::matmul_forward<T>(res_att, ACT(T, s.atty), W(ATTPW), W(ATTPB), BT, C, C);
-  ops::residual_forward<T>(res_att, x, res_att, size_t(BT) * C);
-  ops::layernorm_forward<T>(ACT(T, s.ln2), ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), res_att, W(LN2W), W(LN2B), BT, C);
-  ops::matmul_forward<T>(ACT(T, s.fch), ACT(T, s.ln2), W(FCW), W(FCB), BT, C, 4 * C);
-  ops::gelu_forward<T>(ACT(T, s.fchg), ACT(T, s.fch), size_t(BT) * 4 * C);
+  // res_att = x + res_att, and ln2 = layernorm(res_att) in the same pass (fused)
+  ops::residual_layernorm_forward<T>(res_att, ACT(T, s.ln2), ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), x, res_att,
+                                     W(LN2W), W(LN2B), BT, C);
+  // fch = ln2 @ fc_w^T + fc_b, and fchg = gelu(fch) (fused; both are kept for the backward)
+  ops::matmul_bias_gelu_forward<T>(ACT(T, s.fch), ACT(T, s.fchg), ACT(T, s.ln2), W(FCW), W(FCB), BT, C, 4 * C);
   ops::matmul_forward<T>(res_out, ACT(T, s.fchg), W(FCPW), W(FCPB), BT, 4 * C, C);
   ops::residual_forward<T>(res_out, res_att, res_out, size_t(BT) * C);
 }
@@ -374,18 +375,19 @@ void GPT::backward_t(int u, const T* p, T* g) {
   T* dqkv = GACT(T, a.dqkv);
   // MLP: out = res_att + fcproj(gelu(fc(ln2(res_att))))
   ops::matmul_backward<T>(d4c, G(FCPW), G(FCPB), dx, ACT(T, s.fchg), W(FCPW), BT, 4 * C, C);
-  ops::gelu_backward<T>(d4c, ACT(T, s.fch), d4c, size_t(BT) * 4 * C);
-  ops::matmul_backward<T>(dln, G(FCW), G(FCB), d4c, ACT(T, s.ln2), W(FCW), BT, C, 4 * C);
-  ops::layernorm_backward<T>(dtmp, G(LN2W), G(LN2B), dln, ACT(T, s.res_att), W(LN2W),
-                             ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), BT, C);
-  ops::residual_forward<T>(dres, dx, dtmp, n);  // d res_att: the skip path plus the MLP path
+  // through the GELU, and the fc bias gradient (the column sums of d4c) in the same pass (fused)
+  ops::gelu_backward_bias<T>(d4c, G(FCB), ACT(T, s.fch), d4c, BT, 4 * C);
+  ops::matmul_backward<T>(dln, G(FCW), nullptr, d4c, ACT(T, s.ln2), W(FCW), BT, C, 4 * C);
+  // d res_att = the skip path (dx) plus the MLP path through ln2 (fused)
+  ops::layernorm_backward_residual<T>(dres, G(LN2W), G(LN2B), dx, dln, ACT(T, s.res_att), W(LN2W),
+                                      ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), BT, C);
   // attention: res_att = x + attproj(attn(qkv(ln1(x))))
   ops::matmul_backward<T>(dln, G(ATTPW), G(ATTPB), dres, ACT(T, s.atty), W(ATTPW), BT, C, C);
   ops::attention_backward<T>(dqkv, dln, ACT(T, s.qkv), ACT(T, s.att), b_, T_, C, NH);
   ops::matmul_backward<T>(dln, G(QKVW), G(QKVB), dqkv, ACT(T, s.ln1), W(QKVW), BT, C, 3 * C);
-  ops::layernorm_backward<T>(dtmp, G(LN1W), G(LN1B), dln, x, W(LN1W), ACT(A, s.ln1_mean),
-                             ACT(A, s.ln1_rstd), BT, C);
-  ops::residual_forward<T>(dx, dres, dtmp, n);  // d x: the skip path plus the attention path
+  // d x = the skip path (dres) plus the attention path through ln1 (fused)
+  ops::layernorm_backward_residual<T>(dx, G(LN1W), G(LN1B), dres, dln, x, W(LN1W), ACT(A, s.ln1_mean),
+                                      ACT(A, s.ln1_rstd), BT, C);
 }
 
 }  // namespace nz

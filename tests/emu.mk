@@ -2,8 +2,9 @@
 # subset the backend uses, so every CUDA kernel, the cuBLAS and NCCL call sites and the trainers'
 # --device cuda paths run on a machine without a GPU (tests/emu_check.sh). Needs no CUDA toolkit.
 #   make emu     ->  $(EMU)/bin/<stages>, $(EMU)/tests/test_cuda_{kernels,comm,stages}
-# The common/cuda/*.cu files are rewritten by tests/emu/cu2cpp.pl (launch syntax only) and compiled
-# as C++ with tests/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on the include path.
+# The common/cuda/*.cu files (and *.cuh headers) are rewritten by tests/emu/cu2cpp.pl (launch syntax
+# only) and compiled as C++ with tests/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on
+# the include path.
 EMU          := $(BUILD)/emu
 EMU_CXXFLAGS := $(filter-out -DNZ_HAVE_CUDA -I$(CUDA_HOME)/include,$(CXXFLAGS)) \
                 -DNZ_HAVE_CUDA -Itests/emu/include -Icommon/cuda -Wno-unknown-pragmas
@@ -24,7 +25,14 @@ $(EMU)/gen/%.cpp: %.cu tests/emu/cu2cpp.pl
 	@mkdir -p $(dir $@)
 	perl tests/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
 
-$(EMU)/obj/gen/%.o: $(EMU)/gen/%.cpp
+# A header may launch kernels too (column_sum.cuh): every common/cuda/*.cuh is rewritten the same way
+# into the folder of the rewritten .cpp files, where their #include "x.cuh" finds it first.
+EMU_GEN_CUH  := $(patsubst %.cuh,$(EMU)/gen/%.cuh,$(wildcard common/cuda/*.cuh))
+$(EMU)/gen/%.cuh: %.cuh tests/emu/cu2cpp.pl
+	@mkdir -p $(dir $@)
+	perl tests/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
+
+$(EMU)/obj/gen/%.o: $(EMU)/gen/%.cpp $(EMU_GEN_CUH)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 

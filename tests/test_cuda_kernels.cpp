@@ -7,6 +7,9 @@
 //    gradients start from random values so "+=" is checked too; both matmul implementations.
 //  - CudaCast: the four casts, bit for bit (special values included); fp16's too, NaN aside (a GPU
 //    writes its own NaN pattern: only "NaN stays NaN" is asked of it).
+//  - CudaKernels/*.ColumnSumsOverManyRows: the two-pass column sums (bias and layer norm parameter
+//    gradients) with 1, 4 and 256 row chunks, against the CPU and bit for bit on a second run.
+//  - CudaKernels/*.Fused*: the fused ops (residual + layer norm, bias + GELU and their backwards).
 //  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics).
 //
 // Tolerances (|gpu - cpu| <= rel * |cpu| + floor * max|cpu| over the tensor): the two backends do
@@ -572,6 +575,147 @@ TEST_F(CudaLossTotal, AddSumToKeepsARunningTotal) {
     gpu::add_sum_to(d_total.ptr(), d_x.ptr(), n, /*first=*/n == 1);
     EXPECT_NEAR(d_total.download()[0], want, 1e-12 * want) << "after n=" << n;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// column sums over many rows (column_sum.cuh): the bias gradient, layer norm's dw and db, and the
+// fused GELU backward's bias gradient. N = 785 cuts the rows into 4 chunks of 197 (the last one
+// partial); N = 70001 reaches the cap of 256 chunks (274 rows each); N = 3 is one chunk. C = 77
+// leaves a partial block of columns. Each is run twice: the same bits both times.
+
+template <class T>
+void check_column_sums(int N, int C, uint64_t seed) {
+  const std::string tag = "N=" + std::to_string(N) + " C=" + std::to_string(C);
+  SCOPED_TRACE(tag);
+  nz::Rng rng(seed);
+  const size_t n = size_t(N) * C;
+  const auto inp = random_array<T>(rng, n, -2.0f, 3.0f), dout = random_array<T>(rng, n);
+  const auto w = random_array<T>(rng, C, 0.5f, 1.5f), b = random_array<T>(rng, C);
+  const auto g0 = random_array<T>(rng, C), g1 = random_array<T>(rng, C);
+  std::vector<float> mean(N), rstd(N);
+  auto ln_out = poisoned<T>(n);
+  cpu::layernorm_forward(ln_out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+
+  // the CPU: matmul's dbias (alone: no dinp, no dw, so no inp or w either), layer norm's dw and db,
+  // gelu_backward_bias's dinp and dbias
+  auto dbias = g0, dw = g0, db = g1, gelu_dbias = g1;
+  cpu::matmul_backward((T*)nullptr, (T*)nullptr, dbias.data(), dout.data(), inp.data(), (const T*)nullptr, N, 0, C);
+  auto dinp = poisoned<T>(n);
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                          rstd.data(), N, C);
+  auto gelu_dinp = poisoned<T>(n);
+  cpu::gelu_backward_bias(gelu_dinp.data(), gelu_dbias.data(), inp.data(), dout.data(), N, C);
+
+  DeviceArray<T> d_inp(inp), d_dout(dout), d_w(w);
+  DeviceArray<float> d_mean(mean), d_rstd(rstd);
+  std::vector<std::vector<T>> first;
+  for (int run = 0; run < 2; run++) {
+    DeviceArray<T> d_dbias(g0), d_dw(g0), d_db(g1), d_gelu_dbias(g1);
+    auto d_dinp = DeviceArray<T>::poisoned(n), d_gelu_dinp = DeviceArray<T>::poisoned(n);
+    gpu::matmul_backward((T*)nullptr, (T*)nullptr, d_dbias.ptr(), d_dout.ptr(), d_inp.ptr(), (const T*)nullptr,
+                         N, 0, C);
+    gpu::layernorm_backward(d_dinp.ptr(), d_dw.ptr(), d_db.ptr(), d_dout.ptr(), d_inp.ptr(), d_w.ptr(),
+                            d_mean.ptr(), d_rstd.ptr(), N, C);
+    gpu::gelu_backward_bias(d_gelu_dinp.ptr(), d_gelu_dbias.ptr(), d_inp.ptr(), d_dout.ptr(), N, C);
+    std::vector<std::vector<T>> got = {d_dbias.download(), d_dinp.download(), d_dw.download(),
+                                       d_db.download(), d_gelu_dinp.download(), d_gelu_dbias.download()};
+    if (run == 0) {
+      expect_close("matmul dbias (+=) " + tag, got[0], dbias, tol<T>());
+      expect_close("layernorm dinp " + tag, got[1], dinp, tol<T>());
+      expect_close("layernorm dw (+=) " + tag, got[2], dw, tol<T>());
+      expect_close("layernorm db (+=) " + tag, got[3], db, tol<T>());
+      expect_close("gelu_backward_bias dinp " + tag, got[4], gelu_dinp, tol<T>());
+      expect_close("gelu_backward_bias dbias (+=) " + tag, got[5], gelu_dbias, tol<T>());
+      first = got;
+    } else {
+      for (size_t i = 0; i < got.size(); i++)
+        expect_bitwise("column sums, result " + std::to_string(i) + " of the second run " + tag, got[i], first[i]);
+    }
+  }
+}
+
+TYPED_TEST(CudaKernels, ColumnSumsOverManyRows) {
+  check_column_sums<TypeParam>(785, 77, 120);
+  check_column_sums<TypeParam>(3, 77, 121);
+  check_column_sums<TypeParam>(70001, 5, 122);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the fused ops, against the CPU's (which tests/test_kernels.cpp checks against the unfused ops,
+// bit for bit), in place as the model calls them
+
+TYPED_TEST(CudaKernels, FusedResidualLayerNorm) {
+  using T = TypeParam;
+  nz::Rng rng(123);
+  const int N = kB * kT, C = kC;
+  const size_t n = size_t(N) * C;
+  const auto a = random_array<T>(rng, n, -2.0f, 3.0f), b = random_array<T>(rng, n);
+  const auto w = random_array<T>(rng, C, 0.5f, 1.5f), bias = random_array<T>(rng, C);
+  const auto dout = random_array<T>(rng, n), dskip = random_array<T>(rng, n);
+  const auto dw0 = random_array<T>(rng, C), db0 = random_array<T>(rng, C);
+
+  // forward: res = a + b over b (res_att = x + res_att), out = layernorm(res)
+  auto res = b, out = poisoned<T>(n);
+  std::vector<float> mean(N), rstd(N);
+  cpu::residual_layernorm_forward(res.data(), out.data(), mean.data(), rstd.data(), a.data(), res.data(), w.data(),
+                                  bias.data(), N, C);
+  DeviceArray<T> d_a(a), d_res(b), d_w(w), d_bias(bias);
+  auto d_out = DeviceArray<T>::poisoned(n);
+  auto d_mean = DeviceArray<float>::poisoned(N), d_rstd = DeviceArray<float>::poisoned(N);
+  gpu::residual_layernorm_forward(d_res.ptr(), d_out.ptr(), d_mean.ptr(), d_rstd.ptr(), d_a.ptr(), d_res.ptr(),
+                                  d_w.ptr(), d_bias.ptr(), N, C);
+  expect_close("residual_layernorm res", d_res.download(), res, tol<T>());
+  expect_close("residual_layernorm out", d_out.download(), out, tol<T>());
+  expect_close("residual_layernorm mean", d_mean.download(), mean, tol<float>());
+  expect_close("residual_layernorm rstd", d_rstd.download(), rstd, tol<float>());
+
+  // backward with the skip path, on the CPU's res, mean and rstd; dinp over dskip
+  auto dinp = dskip, dw = dw0, db = db0;
+  cpu::layernorm_backward_residual(dinp.data(), dw.data(), db.data(), dinp.data(), dout.data(), res.data(),
+                                   w.data(), mean.data(), rstd.data(), N, C);
+  DeviceArray<T> d_dinp(dskip), d_dout(dout), d_dw(dw0), d_db(db0);
+  d_res.upload(res);
+  d_mean.upload(mean);
+  d_rstd.upload(rstd);
+  gpu::layernorm_backward_residual(d_dinp.ptr(), d_dw.ptr(), d_db.ptr(), d_dinp.ptr(), d_dout.ptr(), d_res.ptr(),
+                                   d_w.ptr(), d_mean.ptr(), d_rstd.ptr(), N, C);
+  expect_close("layernorm_backward_residual dinp", d_dinp.download(), dinp, tol<T>());
+  expect_close("layernorm_backward_residual dw (+=)", d_dw.download(), dw, tol<T>());
+  expect_close("layernorm_backward_residual db (+=)", d_db.download(), db, tol<T>());
+}
+
+TYPED_TEST(CudaKernels, FusedBiasGelu) {
+  using T = TypeParam;
+  nz::Rng rng(124);
+  const int N = kB * kT, C = kC, OC = 4 * kC;
+  const auto inp = random_array<T>(rng, size_t(N) * C), w = random_array<T>(rng, size_t(OC) * C);
+  const auto bias = random_array<T>(rng, OC), dout = random_array<T>(rng, size_t(N) * OC);
+  const auto dbias0 = random_array<T>(rng, OC);
+  DeviceArray<T> d_inp(inp), d_w(w), d_bias(bias);
+  for (Kernels impl : kKernelChoices) {
+    for (bool with_bias : {true, false}) {
+      const std::string tag = std::string(nz::kernels_name(impl)) + (with_bias ? " bias" : " no bias");
+      auto fc = poisoned<T>(size_t(N) * OC), fcg = poisoned<T>(size_t(N) * OC);
+      cpu::matmul_bias_gelu_forward(fc.data(), fcg.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr,
+                                    N, C, OC);
+      nz::set_kernels(impl);
+      auto d_fc = DeviceArray<T>::poisoned(fc.size()), d_fcg = DeviceArray<T>::poisoned(fc.size());
+      gpu::matmul_bias_gelu_forward(d_fc.ptr(), d_fcg.ptr(), d_inp.ptr(), d_w.ptr(),
+                                    with_bias ? d_bias.ptr() : nullptr, N, C, OC);
+      nz::set_kernels(Kernels::Fast);
+      expect_close("matmul_bias_gelu fc " + tag, d_fc.download(), fc, tol<T>());
+      expect_close("matmul_bias_gelu fcg " + tag, d_fcg.download(), fcg, tol<T>());
+    }
+  }
+  // backward: d4c = gelu'(fc) * d4c in place, fc bias gradient from it (the CPU's fc as input)
+  auto fc = poisoned<T>(size_t(N) * OC), fcg = poisoned<T>(size_t(N) * OC);
+  cpu::matmul_bias_gelu_forward(fc.data(), fcg.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  auto d4c = dout, dbias = dbias0;
+  cpu::gelu_backward_bias(d4c.data(), dbias.data(), fc.data(), d4c.data(), N, OC);
+  DeviceArray<T> d_fc(fc), d_d4c(dout), d_dbias(dbias0);
+  gpu::gelu_backward_bias(d_d4c.ptr(), d_dbias.ptr(), d_fc.ptr(), d_d4c.ptr(), N, OC);
+  expect_close("gelu_backward_bias dinp", d_d4c.download(), d4c, tol<T>());
+  expect_close("gelu_backward_bias dbias (+=)", d_dbias.download(), dbias, tol<T>());
 }
 
 // ---------------------------------------------------------------------------------------------

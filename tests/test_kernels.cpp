@@ -6,6 +6,7 @@
 //  - KernelConventions: weight grads accumulate (+=), input grads are overwritten (=), null = none
 //  - AdamW:             one and two steps against the formula, decoupled decay, grad_scale
 //  - Bf16:              round to nearest even bit patterns; bf16 kernels = fp32 kernels rounded once
+//  - Fused:             the fused ops give the bits of the unfused ops they replace in the model
 //  - Determinism:       bitwise identical results with 1, 2 and 3 OpenMP threads; the tiled
 //                       matmul gives the textbook loop's bits
 #include <gtest/gtest.h>  // TEST, EXPECT_*
@@ -927,6 +928,96 @@ TEST(Determinism, BitwiseAcrossThreadCounts) {
     EXPECT_TRUE(bitwise_equal(r.probs, r1.probs)) << threads << " threads: softmax_xent_forward probs";
     EXPECT_TRUE(bitwise_equal(r.losses, r1.losses)) << threads << " threads: softmax_xent_forward losses";
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused: each fused op gives the bits of the unfused ops it replaces in the model (model.cpp), in
+// place as the model calls it, in every storage type, with 1 and 3 threads. The shapes leave a
+// partial block of channels (kChannelBlock = 64 in kernels_cpu.cpp: OC = 180).
+
+template <class T>
+std::vector<T> random_t(Rng& rng, size_t n, double lo = -1.0, double hi = 1.0) {
+  std::vector<T> v(n);
+  for (T& x : v) x = nz::store<T>(rng.uniform(lo, hi));
+  return v;
+}
+
+template <class T>
+void fused_same_bits_case(const char* type) {
+  using A = nz::acc_t<T>;
+  SCOPED_TRACE(type);
+  Rng rng(29);
+  const int n = 33, c = 45, oc = 4 * c;
+  const size_t nc = size_t(n) * c, noc = size_t(n) * oc;
+  const auto x = random_t<T>(rng, nc, -2, 3), att = random_t<T>(rng, nc), lw = random_t<T>(rng, c, 0.5, 1.5),
+             lb = random_t<T>(rng, c), fw = random_t<T>(rng, size_t(oc) * c), fb = random_t<T>(rng, oc),
+             dln = random_t<T>(rng, nc), dskip = random_t<T>(rng, nc), dfc = random_t<T>(rng, noc),
+             g0 = random_t<T>(rng, size_t(oc) * c);
+
+  // res_att = x + res_att; ln2 = layernorm(res_att)
+  std::vector<T> res_u = att, ln_u(nc), res_f = att, ln_f(nc);
+  std::vector<A> mean_u(n), rstd_u(n), mean_f(n), rstd_f(n);
+  cpu::residual_forward(res_u.data(), x.data(), res_u.data(), nc);
+  cpu::layernorm_forward(ln_u.data(), mean_u.data(), rstd_u.data(), res_u.data(), lw.data(), lb.data(), n, c);
+  cpu::residual_layernorm_forward(res_f.data(), ln_f.data(), mean_f.data(), rstd_f.data(), x.data(),
+                                  res_f.data(), lw.data(), lb.data(), n, c);
+  EXPECT_TRUE(bitwise_equal(res_f, res_u)) << "residual_layernorm_forward res";
+  EXPECT_TRUE(bitwise_equal(ln_f, ln_u)) << "residual_layernorm_forward out";
+  EXPECT_TRUE(bitwise_equal(mean_f, mean_u) && bitwise_equal(rstd_f, rstd_u)) << "residual_layernorm_forward mean, rstd";
+
+  // fch = ln2 @ fc_w^T + fc_b; fchg = gelu(fch)   (and without a bias)
+  for (bool with_bias : {true, false}) {
+    const T* bias = with_bias ? fb.data() : nullptr;
+    std::vector<T> fc_u(noc), fcg_u(noc), fc_f(noc), fcg_f(noc);
+    cpu::matmul_forward(fc_u.data(), ln_u.data(), fw.data(), bias, n, c, oc);
+    cpu::gelu_forward(fcg_u.data(), fc_u.data(), noc);
+    cpu::matmul_bias_gelu_forward(fc_f.data(), fcg_f.data(), ln_u.data(), fw.data(), bias, n, c, oc);
+    EXPECT_TRUE(bitwise_equal(fc_f, fc_u)) << "matmul_bias_gelu_forward fc, bias " << with_bias;
+    EXPECT_TRUE(bitwise_equal(fcg_f, fcg_u)) << "matmul_bias_gelu_forward fcg, bias " << with_bias;
+  }
+  std::vector<T> fch(noc), fchg(noc);
+  cpu::matmul_bias_gelu_forward(fch.data(), fchg.data(), ln_u.data(), fw.data(), fb.data(), n, c, oc);
+
+  // d4c = gelu'(fch) * d4c in place; dln, dFCW from it; dFCB: in matmul_backward, or fused
+  std::vector<T> d4c_u = dfc, dinp_u(nc), dw_u = g0, db_u(fb.size(), nz::store<T>(0.0));
+  std::vector<T> d4c_f = dfc, dinp_f(nc), dw_f = g0, db_f = db_u;
+  cpu::gelu_backward(d4c_u.data(), fch.data(), d4c_u.data(), noc);
+  cpu::matmul_backward(dinp_u.data(), dw_u.data(), db_u.data(), d4c_u.data(), ln_u.data(), fw.data(), n, c, oc);
+  cpu::gelu_backward_bias(d4c_f.data(), db_f.data(), fch.data(), d4c_f.data(), n, oc);
+  cpu::matmul_backward(dinp_f.data(), dw_f.data(), (T*)nullptr, d4c_f.data(), ln_u.data(), fw.data(), n, c, oc);
+  EXPECT_TRUE(bitwise_equal(d4c_f, d4c_u)) << "gelu_backward_bias dinp";
+  EXPECT_TRUE(bitwise_equal(db_f, db_u)) << "gelu_backward_bias dbias";
+  EXPECT_TRUE(bitwise_equal(dinp_f, dinp_u) && bitwise_equal(dw_f, dw_u)) << "matmul_backward after it";
+
+  // dres = dx + layernorm_backward(dln): into a temporary then residual_forward, or fused; and
+  // once more with dinp over the skip gradient, and once with no skip gradient
+  std::vector<T> tmp(nc), dres_u(nc), lw_u(lw.size(), nz::store<T>(0.5)), lbg_u = lw_u;
+  std::vector<T> dres_f(nc), lw_f = lw_u, lbg_f = lw_u;
+  cpu::layernorm_backward(tmp.data(), lw_u.data(), lbg_u.data(), dln.data(), res_u.data(), lw.data(),
+                          mean_u.data(), rstd_u.data(), n, c);
+  cpu::residual_forward(dres_u.data(), dskip.data(), tmp.data(), nc);
+  cpu::layernorm_backward_residual(dres_f.data(), lw_f.data(), lbg_f.data(), dskip.data(), dln.data(),
+                                   res_u.data(), lw.data(), mean_u.data(), rstd_u.data(), n, c);
+  EXPECT_TRUE(bitwise_equal(dres_f, dres_u)) << "layernorm_backward_residual dinp";
+  EXPECT_TRUE(bitwise_equal(lw_f, lw_u) && bitwise_equal(lbg_f, lbg_u)) << "layernorm_backward_residual dw, db";
+  std::vector<T> in_place = dskip;
+  cpu::layernorm_backward_residual(in_place.data(), (T*)nullptr, (T*)nullptr, in_place.data(), dln.data(),
+                                   res_u.data(), lw.data(), mean_u.data(), rstd_u.data(), n, c);
+  EXPECT_TRUE(bitwise_equal(in_place, dres_u)) << "layernorm_backward_residual, dinp over dskip";
+  std::vector<T> no_skip(nc);
+  cpu::layernorm_backward_residual(no_skip.data(), (T*)nullptr, (T*)nullptr, (const T*)nullptr, dln.data(),
+                                   res_u.data(), lw.data(), mean_u.data(), rstd_u.data(), n, c);
+  EXPECT_TRUE(bitwise_equal(no_skip, tmp)) << "layernorm_backward_residual without dskip";
+}
+
+TEST(Fused, SameBitsAsTheUnfusedOps) {
+  for (int threads : {1, 3})
+    with_threads(threads, [] {
+      fused_same_bits_case<float>("fp32");
+      fused_same_bits_case<bf16>("bf16");
+      fused_same_bits_case<nz::f16>("fp16");
+      fused_same_bits_case<double>("fp64");
+    });
 }
 
 // The stages compare their models bit for bit, yet they hand the kernels different buffers: stage3

@@ -704,6 +704,70 @@ TEST(FastVsRef, SoftmaxXent) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The fused ops of nz::ref give the bits of the unfused ones they replace in the model, in place as
+// the model calls them (tests/test_kernels.cpp checks the same of nz::cpu's; with the checks above,
+// fused fast and fused reference then agree as the unfused ones do).
+
+template <class T>
+void fused_case() {
+  using A = nz::acc_t<T>;
+  Check check("fused = unfused (nz::ref)", type_name<T>());
+  nz::Rng rng(11);
+  for (const Shape& s : kShapes) {
+    const int N = s.N(), C = s.C, OC = 4 * s.C;
+    const size_t nc = size_t(N) * C, noc = size_t(N) * OC;
+    const auto x = random_t<T>(rng, nc, -2, 3), att = random_t<T>(rng, nc, -1, 1),
+               w = random_t<T>(rng, C, 0.5, 1.5), b = random_t<T>(rng, C, -1, 1),
+               fw = random_t<T>(rng, size_t(OC) * C, -1, 1), fb = random_t<T>(rng, OC, -1, 1),
+               dln = random_t<T>(rng, nc, -1, 1), dskip = random_t<T>(rng, nc, -1, 1),
+               dfc = random_t<T>(rng, noc, -1, 1), g0 = random_t<T>(rng, OC, -1, 1),
+               g1 = random_t<T>(rng, C, -1, 1);
+    // residual + layer norm, res over its second input
+    std::vector<T> res_u = att, ln_u = nans<T>(nc), res_f = att, ln_f = nans<T>(nc);
+    std::vector<A> mean_u(N), rstd_u(N), mean_f(N), rstd_f(N);
+    ref::residual_forward(res_u.data(), x.data(), res_u.data(), nc);
+    ref::layernorm_forward(ln_u.data(), mean_u.data(), rstd_u.data(), res_u.data(), w.data(), b.data(), N, C);
+    ref::residual_layernorm_forward(res_f.data(), ln_f.data(), mean_f.data(), rstd_f.data(), x.data(),
+                                    res_f.data(), w.data(), b.data(), N, C);
+    check.same_bits(res_f, res_u, s.str());
+    check.same_bits(ln_f, ln_u, s.str());
+    check.same_bits(mean_f, mean_u, s.str());
+    check.same_bits(rstd_f, rstd_u, s.str());
+    // linear layer + GELU
+    std::vector<T> fc_u = nans<T>(noc), fcg_u = fc_u, fc_f = fc_u, fcg_f = fc_u;
+    ref::matmul_forward(fc_u.data(), ln_u.data(), fw.data(), fb.data(), N, C, OC);
+    ref::gelu_forward(fcg_u.data(), fc_u.data(), noc);
+    ref::matmul_bias_gelu_forward(fc_f.data(), fcg_f.data(), ln_u.data(), fw.data(), fb.data(), N, C, OC);
+    check.same_bits(fc_f, fc_u, s.str());
+    check.same_bits(fcg_f, fcg_u, s.str());
+    // GELU backward + the bias gradient, in place
+    std::vector<T> d_u = dfc, d_f = dfc, db_u = g0, db_f = g0;
+    ref::gelu_backward(d_u.data(), fc_u.data(), d_u.data(), noc);
+    ref::matmul_backward((T*)nullptr, (T*)nullptr, db_u.data(), d_u.data(), ln_u.data(), fw.data(), N, C, OC);
+    ref::gelu_backward_bias(d_f.data(), db_f.data(), fc_u.data(), d_f.data(), N, OC);
+    check.same_bits(d_f, d_u, s.str());
+    check.same_bits(db_f, db_u, s.str());
+    // layer norm backward + the skip path, dinp over dskip
+    std::vector<T> tmp = nans<T>(nc), dres_u = nans<T>(nc), dres_f = dskip;
+    std::vector<T> dw_u = g1, dbn_u = g1, dw_f = g1, dbn_f = g1;
+    ref::layernorm_backward(tmp.data(), dw_u.data(), dbn_u.data(), dln.data(), res_u.data(), w.data(),
+                            mean_u.data(), rstd_u.data(), N, C);
+    ref::residual_forward(dres_u.data(), dskip.data(), tmp.data(), nc);
+    ref::layernorm_backward_residual(dres_f.data(), dw_f.data(), dbn_f.data(), dres_f.data(), dln.data(),
+                                     res_u.data(), w.data(), mean_u.data(), rstd_u.data(), N, C);
+    check.same_bits(dres_f, dres_u, s.str());
+    check.same_bits(dw_f, dw_u, s.str());
+    check.same_bits(dbn_f, dbn_u, s.str());
+  }
+  check.print();
+}
+TEST(Fused, RefSameBitsAsTheUnfusedOps) {
+  fused_case<float>();
+  fused_case<bf16>();
+  fused_case<double>();
+}
+
+// ---------------------------------------------------------------------------------------------
 // sum_squares: nz::cpu keeps 8 lanes, nz::ref one running sum. Any order of summing n terms
 // x_i^2 >= 0 in double (unit roundoff 2^-53) is within gamma_d(n) S of the exact sum S (the
 // squares of fp32 and bf16 values are exact in double; gamma_d(n) also covers the rounding of a

@@ -1,7 +1,11 @@
 // kernels_elementwise.cu — the ops where each output element depends on a few inputs: embedding
-// (forward and its gather-style backward), GELU, residual, cast, gradient accumulation, AdamW.
+// (forward and its gather-style backward), GELU, residual, cast, gradient accumulation, AdamW; and
+// GELU's two fusions with the fc layer before it (its bias and GELU forward; GELU's backward and
+// the bias gradient).
 // Most are one grid-stride loop: thread i handles elements i, i + (all threads), ...
-#include "cuda_common.cuh"  // load/store, grid_for, NZ_CUDA_CHECK_LAUNCH
+#include "column_sum.cuh"   // add_column_sums: the bias gradient of gelu_backward_bias
+#include "cuda_common.cuh"  // load/store, grid_for, NZ_CUDA_CHECK_LAUNCH, kernels.h (nz::kernels)
+#include "matmul_cublas.h"  // cublas_matmul_forward: matmul_bias_gelu_forward's product
 
 namespace nz {
 namespace cuda {
@@ -61,28 +65,58 @@ __global__ void embedding_backward_wpe_kernel(T* dwpe, const T* dout, int B, int
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-template <class T>
-__global__ void gelu_forward_kernel(T* out, const T* inp, size_t n) {
-  NZ_GRID_STRIDE_LOOP(i, n) {
-    const float x = load(inp[i]);
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    out[i] = store<T>(0.5f * x * (1.0f + tanhf(u)));
-  }
+__device__ inline float gelu(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
 }
 
 // d gelu / dx = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx,   du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+__device__ inline float gelu_grad(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float th = tanhf(u);
+  const float sech2 = 1.0f - th * th;
+  const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
+}
+
+template <class T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, size_t n) {
+  NZ_GRID_STRIDE_LOOP(i, n) out[i] = store<T>(gelu(load(inp[i])));
+}
+
 template <class T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
-  NZ_GRID_STRIDE_LOOP(i, n) {
-    const float x = load(inp[i]);
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float th = tanhf(u);
-    const float sech2 = 1.0f - th * th;
-    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
-    dinp[i] = store<T>(grad * load(dout[i]));
+  NZ_GRID_STRIDE_LOOP(i, n) dinp[i] = store<T>(gelu_grad(load(inp[i])) * load(dout[i]));
+}
+
+// Fused with the fc layer before it (matmul_bias_gelu_forward): fc (N,OC) holds inp @ w^T from
+// cuBLAS; add the bias (may be null), round to T, and write both fc and gelu(fc) in the same pass.
+template <class T>
+__global__ void bias_gelu_kernel(T* fc, T* fcg, const T* bias, int OC, size_t total) {
+  NZ_GRID_STRIDE_LOOP(i, total) {
+    const T v = store<T>(bias ? load(fc[i]) + load(bias[i % OC]) : load(fc[i]));
+    fc[i] = v;
+    fcg[i] = store<T>(gelu(load(v)));
   }
 }
+
+// Fused with the bias gradient (gelu_backward_bias): each element's gradient is computed, stored,
+// and handed to the column sums (column_sum.cuh) as it was stored, so dbias is the column sum of
+// dinp without a second pass reading dinp back. Pass 1 of the column sums visits every element
+// exactly once, so every element of dinp is written exactly once. dinp may alias dout.
+template <class T>
+struct GeluBackwardTerm {
+  T* dinp;
+  const T* inp;
+  const T* dout;
+  int OC;
+  __device__ void operator()(int n, int o, float (&v)[1]) const {
+    const size_t i = size_t(n) * OC + o;
+    const T d = store<T>(gelu_grad(load(inp[i])) * load(dout[i]));
+    dinp[i] = d;
+    v[0] = load(d);
+  }
+};
 
 // ---- residual: out = a + b (out may alias a or b: each element is read, then written, by one thread)
 template <class T>
@@ -165,6 +199,32 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
 }
 
 template <class T>
+void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int N, int OC) {
+  if (!dbias) return gelu_backward(dinp, inp, dout, size_t(N) * OC);
+  add_column_sums(ColumnSumOutputs<T, 1>{{dbias}}, GeluBackwardTerm<T>{dinp, inp, dout, OC}, N, OC);
+}
+
+// fc = inp @ w^T + bias, fcg = gelu(fc). Reference kernels: the two ops one after the other (the
+// tiled matmul adds the bias). Fast: cuBLAS writes the product alone (beta = 0) and one kernel adds
+// the bias and applies the GELU, instead of a bias broadcast before cuBLAS and a GELU kernel after.
+// In bf16 and fp16 the product is then rounded to T before the bias is added (twice where the CPU
+// rounds once): the price of not keeping an fp32 copy of the (N,OC) product; within the tests'
+// tolerances.
+template <class T>
+void matmul_bias_gelu_forward(T* fc, T* fcg, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
+  const size_t total = size_t(N) * OC;
+  if (total == 0) return;
+  if (kernels() == Kernels::Reference) {
+    matmul_forward(fc, inp, w, bias, N, C, OC);
+    gelu_forward(fcg, fc, total);
+    return;
+  }
+  cublas_matmul_forward(fc, inp, w, N, C, OC, /*accumulate=*/false);
+  bias_gelu_kernel<T><<<grid_for(total, kBlock), kBlock>>>(fc, fcg, bias, OC, total);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
 void residual_forward(T* out, const T* a, const T* b, size_t n) {
   if (n == 0) return;
   residual_forward_kernel<T><<<grid_for(n, kBlock), kBlock>>>(out, a, b, n);
@@ -201,6 +261,8 @@ void adamw_update(float* p, float* m, float* v, const T* g, size_t n, float lr, 
   template void embedding_backward<T>(T*, T*, const T*, const int*, int, int, int);                \
   template void gelu_forward<T>(T*, const T*, size_t);                                             \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);                                  \
+  template void gelu_backward_bias<T>(T*, T*, const T*, const T*, int, int);                       \
+  template void matmul_bias_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int);  \
   template void residual_forward<T>(T*, const T*, const T*, size_t);                               \
   template void accumulate<T>(T*, const T*, size_t, float, bool);                                  \
   template void adamw_update<T>(float*, float*, float*, const T*, size_t, float, float, float,     \

@@ -2,6 +2,7 @@
 // on --kernels (nz::kernels(), kernels.h) to the tiled shared-memory kernel below (reference) or
 // cuBLAS (matmul_cublas.cu: fast, fp32 accumulation, no TF32); the bias kernels are shared by both.
 // Both compute every product in fp32 and round once when storing, so they agree within rounding.
+#include "column_sum.cuh"   // add_column_sums: the bias gradient
 #include "cuda_common.cuh"  // load/store, NZ_CUDA_CHECK_LAUNCH, kernels.h (nz::kernels)
 #include "matmul_cublas.h"  // cublas_matmul_forward, cublas_matmul_dinp, cublas_matmul_dweight
 
@@ -99,25 +100,14 @@ __global__ void broadcast_bias_kernel(T* out, const T* bias, int N, int OC) {
     out[i] = bias[i % OC];
 }
 
-// dbias (OC) += sum over rows of dout (N,OC). Block (32,32): threadIdx.x picks a column (reads of a
-// warp are contiguous), threadIdx.y one of 32 row groups; each thread sums rows y, y+32, ... in
-// order, then the 32 partial sums are added in a fixed tree. No atomics: the same bits every run.
+// dbias (OC) += sum over rows of dout (N,OC): the column sums of column_sum.cuh (two passes, so
+// that the GPU is full; the same bits every run), of dout itself.
 template <class T>
-__global__ void bias_grad_kernel(T* dbias, const T* dout, int N, int OC) {
-  __shared__ float partial[kWarpSize][kWarpSize + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int col = blockIdx.x * kWarpSize + tx;
-  float sum = 0.0f;
-  if (col < OC)
-    for (int n = ty; n < N; n += kWarpSize) sum += load(dout[long(n) * OC + col]);
-  partial[ty][tx] = sum;
-  __syncthreads();
-  for (int half = kWarpSize / 2; half > 0; half /= 2) {
-    if (ty < half) partial[ty][tx] += partial[ty + half][tx];
-    __syncthreads();
-  }
-  if (ty == 0 && col < OC) dbias[col] = store<T>(load(dbias[col]) + partial[0][tx]);
-}
+struct DoutValue {
+  const T* dout;
+  int OC;
+  __device__ void operator()(int n, int o, float (&v)[1]) const { v[0] = load(dout[size_t(n) * OC + o]); }
+};
 
 }  // namespace
 
@@ -148,10 +138,7 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
     if (tiled) matmul_tiled(dw, dout, Strided{1, OC}, inp, Strided{C, 1}, (const T*)nullptr, OC, C, N, true);
     else cublas_matmul_dweight(dw, dout, inp, N, C, OC);
   }
-  if (dbias && OC > 0) {
-    bias_grad_kernel<T><<<unsigned(ceil_div(OC, kWarpSize)), dim3(kWarpSize, kWarpSize)>>>(dbias, dout, N, OC);
-    NZ_CUDA_CHECK_LAUNCH();
-  }
+  if (dbias) add_column_sums(ColumnSumOutputs<T, 1>{{dbias}}, DoutValue<T>{dout, OC}, N, OC);
 }
 
 #define NZ_INSTANTIATE(T)                                                                         \

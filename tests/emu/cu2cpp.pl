@@ -1,5 +1,5 @@
 #!/usr/bin/env perl
-# cu2cpp.pl — turns a .cu file of common/cuda/ into C++ for nz_emu (tests/emu/include/cuda_runtime.h):
+# cu2cpp.pl — turns a .cu file (or a .cuh header) of common/cuda/ into C++ for nz_emu (tests/emu/include/cuda_runtime.h):
 #   name<<<grid, block[, smem[, stream]]>>>(args)  ->  ::nz_emu::launch(name, "name", grid, block...)(args)
 #   extern __shared__ float buf[];                  ->  float* buf = (the launch's dynamic shared memory)
 # Lines keep their numbers, and a #line directive names the original file, so compiler errors and
