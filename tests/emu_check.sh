@@ -4,7 +4,8 @@
 # --device cuda run for real, with the emulator's checks on (guard pages after every device buffer,
 # device memory unreachable from host code, poisoned fresh memory, barrier divergence, launch
 # limits). What it cannot tell (speed, the GPU's exact bits) tests/gpu_check.sh measures on a GPU.
-#   1. tests of the emulator: a correct kernel works; each deliberately broken one is stopped;
+#   1. tests of the emulator: a correct kernel works, and so do the emulated tensor cores (WMMA);
+#      each deliberately broken kernel is stopped or gives a wrong answer;
 #   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference;
 #      build/emu/tests/test_cuda_inference: the KV-cached decode step against the CPU decoder;
 #   3. build/emu/tests/test_cuda_comm: ranks sharing one GPU (the MPI path through pinned buffers)
@@ -46,10 +47,15 @@ selftest bad_launch ""
 selftest bad_lda ""
 selftest poisoned ""
 selftest missing_sync ""
+selftest wmma ""
+selftest wmma_missing_syncwarp ""
 selftest out_of_bounds "past the end of a 4000-byte device buffer"
 selftest host_deref "from host code"
 selftest divergent_sync "__syncthreads after some threads of the block exited"
 selftest partial_shuffle "a warp operation that not every lane reaches"
+selftest wmma_divergent "a warp operation that not every lane reaches"
+selftest wmma_bad_ldm "requires a multiple of 16 bytes"
+selftest wmma_misaligned "requires a 32-byte (256-bit) aligned pointer"
 
 # 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test> (tests/gtest_run.sh)
 source tests/gtest_run.sh
