@@ -4,7 +4,8 @@
 # --device cuda run for real, with the emulator's checks on (guard pages after every device buffer,
 # device memory unreachable from host code, poisoned fresh memory, barrier divergence, launch
 # limits). What it cannot tell (speed, the GPU's exact bits) tests/gpu_check.sh measures on a GPU.
-#   1. tests of the emulator: a correct kernel works; each deliberately broken one is stopped;
+#   1. tests of the emulator: a correct kernel works, and so do the emulated tensor cores (WMMA);
+#      each deliberately broken kernel is stopped or gives a wrong answer;
 #   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference;
 #      build/emu/tests/test_cuda_inference: the KV-cached decode step against the CPU decoder;
 #   3. build/emu/tests/test_cuda_comm: ranks sharing one GPU (the MPI path through pinned buffers)
@@ -13,7 +14,8 @@
 #      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 4 steps of 16 tokens), and
 #      --attention flash's activations (the log-sum-exp formula) and --batch auto, once with
 #      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path);
-#   5. stage0_ddp trained with --attention flash against --attention gemm, fp32 and bf16;
+#   5. stage0_ddp trained with --attention flash against --attention gemm, fp32 and bf16 (head size 8:
+#      the CUDA-core kernels), and bf16 with --heads 2 (head size 16: the tensor-core kernels);
 #   6. a stuck NCCL collective (a failed peer, or silence) ends the run naming the collective.
 # Prints NZRESULT lines (tests/run_all.sh); about 2 minutes on 2 cores after the build.
 set -u
@@ -46,10 +48,15 @@ selftest bad_launch ""
 selftest bad_lda ""
 selftest poisoned ""
 selftest missing_sync ""
+selftest wmma ""
+selftest wmma_missing_syncwarp ""
 selftest out_of_bounds "past the end of a 4000-byte device buffer"
 selftest host_deref "from host code"
 selftest divergent_sync "__syncthreads after some threads of the block exited"
 selftest partial_shuffle "a warp operation that not every lane reaches"
+selftest wmma_divergent "a warp operation that not every lane reaches"
+selftest wmma_bad_ldm "requires a multiple of 16 bytes"
+selftest wmma_misaligned "requires a 32-byte (256-bit) aligned pointer"
 
 # 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test> (tests/gtest_run.sh)
 source tests/gtest_run.sh
@@ -67,22 +74,26 @@ for l in stages_1gpu stages_2gpus; do grep '^NZTABLE stage .* N=2 ' "$log/$l.log
 
 # 5. flash attention in a whole training run: stage0_ddp --attention flash against --attention gemm,
 #    every step's loss within the bound test_cuda_stages grants a change of summation order
-#    (fp32 1e-5, bf16 2e-2): the same model, trained through the other kernel.
-for prec in fp32 bf16; do
+#    (fp32 1e-5, bf16 2e-2): the same model, trained through the other kernel. bf16.wmma runs the
+#    tensor-core kernels, which also round P and dS to bf16: one more rounding of relative size 2^-8,
+#    the size of those that bf16 storage makes in every activation, so the same bound holds.
+for run in fp32 bf16 bf16.wmma; do
+  prec=${run%%.*}
+  heads=$([ $run = bf16.wmma ] && echo "--heads 2" || echo "")  # tiny's width 32: head size 16, else 8
   bound=$([ $prec = fp32 ] && echo 1e-5 || echo 2e-2)
   for a in gemm flash; do
     timeout -k 5 120 "$EMU/bin/stage0_ddp" --device cuda --preset tiny --seq 16 --batch 2 --steps 4 --eval-every 0 \
-      --eval-windows 2 --precision $prec --attention $a >"$log/attention_$a.$prec.log" 2>&1
+      --eval-windows 2 --precision $prec $heads --attention $a >"$log/attention_$a.$run.log" 2>&1
   done
-  worst=$(paste <(grep -o '^step .*| loss [0-9.]*' "$log/attention_gemm.$prec.log" | awk '{print $NF}') \
-                <(grep -o '^step .*| loss [0-9.]*' "$log/attention_flash.$prec.log" | awk '{print $NF}') |
+  worst=$(paste <(grep -o '^step .*| loss [0-9.]*' "$log/attention_gemm.$run.log" | awk '{print $NF}') \
+                <(grep -o '^step .*| loss [0-9.]*' "$log/attention_flash.$run.log" | awk '{print $NF}') |
           awk 'BEGIN {w = -1} NF == 2 {d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d} END {print w}')
-  steps=$(grep -c '^step ' "$log/attention_flash.$prec.log")
-  if [ "$steps" = 4 ] && grep -q 'attention flash' "$log/attention_flash.$prec.log" &&
+  steps=$(grep -c '^step ' "$log/attention_flash.$run.log")
+  if [ "$steps" = 4 ] && grep -q 'attention flash' "$log/attention_flash.$run.log" &&
      awk -v w="$worst" -v b="$bound" 'BEGIN {exit !(w >= 0 && w <= b)}'; then
-    echo "NZRESULT PASS emu.flash_attention_training.$prec (4 steps, largest loss difference $worst <= $bound)"
+    echo "NZRESULT PASS emu.flash_attention_training.$run (4 steps, largest loss difference $worst <= $bound)"
   else
-    echo "NZRESULT FAIL emu.flash_attention_training.$prec ($steps steps, largest loss difference $worst, bound $bound; see $log/attention_flash.$prec.log)"
+    echo "NZRESULT FAIL emu.flash_attention_training.$run ($steps steps, largest loss difference $worst, bound $bound; see $log/attention_flash.$run.log)"
   fi
 done
 

@@ -10,7 +10,8 @@
 //  - CudaKernels/*.ColumnSumsOverManyRows: the two-pass column sums (bias and layer norm parameter
 //    gradients) with 1, 4 and 256 row chunks, against the CPU and bit for bit on a second run.
 //  - CudaKernels/*.Fused*: the fused ops (residual + layer norm, bias + GELU and their backwards).
-//  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics).
+//  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics),
+//    flash attention's tensor-core kernels included.
 //
 // Tolerances (|gpu - cpu| <= rel * |cpu| + floor * max|cpu| over the tensor): the two backends do
 // the same fp32 arithmetic in a different order (warp-strided sums, fused multiply-adds), so
@@ -34,6 +35,7 @@
 
 #include "device.h"             // nz::cuda_rt: device memory, device_count
 #include "dtype.h"              // nz::bf16, nz::load, nz::store
+#include "cuda/flash_attention.h"  // nz::cuda::flash_attention_uses_wmma (a header function)
 #include "kernels.h"            // nz::cpu::*, nz::cuda::*, nz::set_kernels
 #include "rng.h"                // nz::Rng
 
@@ -173,17 +175,21 @@ double as_double(T x) {
 }
 
 // got (GPU) against want (CPU), element by element; reports the first offender and the worst error.
+// extra, when given, is a further allowance per element (flash attention's tensor-core rounding).
 template <class T>
 void expect_close(const std::string& what, const std::vector<T>& got, const std::vector<T>& want,
-                  Tol t) {
+                  Tol t, const std::vector<double>& extra = {}) {
   ASSERT_EQ(got.size(), want.size()) << what;
+  if (!extra.empty()) {
+    ASSERT_EQ(extra.size(), want.size()) << what;
+  }
   double max_abs = 0.0;
   for (const T& w : want) max_abs = std::max(max_abs, std::fabs(as_double(w)));
   size_t bad = 0, first_bad = 0;
   double worst = 0.0;  // the largest |error| / allowed
   for (size_t i = 0; i < got.size(); i++) {
     const double g = as_double(got[i]), w = as_double(want[i]);
-    const double allowed = t.rel * std::fabs(w) + t.floor * max_abs;
+    const double allowed = t.rel * std::fabs(w) + t.floor * max_abs + (extra.empty() ? 0.0 : extra[i]);
     const bool ok = std::isnan(w) ? std::isnan(g) : (!std::isnan(g) && std::fabs(g - w) <= allowed);
     if (!std::isnan(g) && !std::isnan(w) && allowed > 0) worst = std::max(worst, std::fabs(g - w) / allowed);
     if (!ok && bad++ == 0) first_bad = i;
@@ -370,14 +376,26 @@ TYPED_TEST(CudaKernels, Attention) {
 // textbook attention, and what it saves in att's place, each row's log-sum-exp of the scores,
 // against that sum computed here in double from qkv. att is given only the (B,NH,T) floats the
 // model allocates for it (model.cpp ActLayout), so a write past them is caught. The reference runs
-// in fp32 on the same (T-valued) inputs: the flash kernels keep every probability in fp32 and round
-// only what they store, while the CPU attention in bf16/fp16 rounds its saved probabilities to T,
-// an error of the reference's own that would otherwise count against the kernel.
+// in fp32 on the same (T-valued) inputs: the CUDA-core kernels keep every probability in fp32 and
+// round only what they store, while the CPU attention in bf16/fp16 rounds its saved probabilities
+// to T, an error of the reference's own that would otherwise count against the kernel.
+//
+// The tensor-core kernels (bf16, fp16 with a head size that is a multiple of 16) do round inside:
+// P (forward and backward) and dS (backward) become T to enter the tensor cores. Each rounded value
+// is off by at most u |x| + eta (u = 2^-8 bf16, 2^-11 fp16; eta = half the smallest subnormal,
+// 2^-134 bf16, 2^-25 fp16), so each element is granted, beyond tol<T>, the first-order bound of
+// that rounding, computed here in double from the reference's own P (att) and dS:
+//   out[t][d]:  sum_t2 (u P[t][t2] + eta) |v[t2][d]|      dv[t2][d]: sum_t (u P[t][t2] + eta) |dout[t][d]|
+//   dq[t][d]:   scale sum_t2 (u |dS[t][t2]| + eta) |k[t2][d]|
+//   dk[t2][d]:  scale sum_t (u |dS[t][t2]| + eta) |q[t][d]|
+// (kernels_flash_attention.cu derives them). The CUDA-core kernels are granted tol<T> alone.
 template <class T>
-void check_flash_attention(int B, int Tn, int C, int NH, uint64_t seed) {
+void check_flash_attention(int B, int Tn, int C, int NH, bool expect_wmma, uint64_t seed) {
+  const bool wmma = nz::cuda::flash_attention_uses_wmma<T>(C, NH);
   const std::string tag = "flash B=" + std::to_string(B) + " T=" + std::to_string(Tn) + " C=" +
-                          std::to_string(C) + " NH=" + std::to_string(NH);
+                          std::to_string(C) + " NH=" + std::to_string(NH) + (wmma ? " (tensor cores)" : "");
   SCOPED_TRACE(tag);
+  ASSERT_EQ(wmma, expect_wmma) << "which kernels run";
   nz::Rng rng(seed);
   const int hs = C / NH;
   const size_t n_qkv = size_t(B) * Tn * 3 * C, n_out = size_t(B) * Tn * C, rows = size_t(B) * NH * Tn;
@@ -411,6 +429,39 @@ void check_flash_attention(int B, int Tn, int C, int NH, uint64_t seed) {
         lse[(size_t(b) * NH + h) * Tn + t] = float(m + std::log(sum));
       }
 
+  // The tensor-core rounding's allowance (above), for out and for dqkv = [dq | dk | dv].
+  std::vector<double> out_extra, dqkv_extra;
+  if (wmma) {
+    const double u = std::is_same_v<T, bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    const double eta = std::is_same_v<T, bf16> ? std::ldexp(1.0, -134) : std::ldexp(1.0, -25);
+    const double scale = 1.0 / std::sqrt(double(hs));
+    out_extra.assign(n_out, 0.0);
+    dqkv_extra.assign(n_qkv, 0.0);
+    auto x = [&](int b, int t, int part, int h, int d) {  // qkv (part 0, 1, 2: q, k, v) as double
+      return double(qkv_f[(size_t(b) * Tn + t) * 3 * C + size_t(part) * C + h * hs + d]);
+    };
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++)
+        for (int t = 0; t < Tn; t++) {
+          const size_t o = (size_t(b) * Tn + t) * C + h * hs;
+          double D = 0.0;  // dout[t]·out[t]
+          for (int d = 0; d < hs; d++) D += double(dout_f[o + d]) * double(out[o + d]);
+          for (int t2 = 0; t2 <= t; t2++) {
+            const double P = att[((size_t(b) * NH + h) * Tn + t) * Tn + t2];
+            double dP = 0.0;
+            for (int d = 0; d < hs; d++) dP += double(dout_f[o + d]) * x(b, t2, 2, h, d);
+            const double dS = P * (dP - D);
+            const size_t q_t = (size_t(b) * Tn + t) * 3 * C + h * hs, k_t2 = (size_t(b) * Tn + t2) * 3 * C + C + h * hs;
+            for (int d = 0; d < hs; d++) {
+              out_extra[o + d] += (u * P + eta) * std::fabs(x(b, t2, 2, h, d));
+              dqkv_extra[k_t2 + C + d] += (u * P + eta) * std::fabs(double(dout_f[o + d]));                // dv[t2]
+              dqkv_extra[q_t + d] += scale * (u * std::fabs(dS) + eta) * std::fabs(x(b, t2, 1, h, d));     // dq[t]
+              dqkv_extra[k_t2 + d] += scale * (u * std::fabs(dS) + eta) * std::fabs(x(b, t, 0, h, d));     // dk[t2]
+            }
+          }
+        }
+  }
+
   nz::set_kernels(Kernels::Fast);
   nz::set_attention(nz::Attention::Flash);
   DeviceArray<T> d_qkv(qkv), d_dout(dout);
@@ -419,18 +470,23 @@ void check_flash_attention(int B, int Tn, int C, int NH, uint64_t seed) {
   T* d_att = reinterpret_cast<T*>(d_lse.ptr());
   auto d_dqkv = DeviceArray<T>::poisoned(n_qkv);
   gpu::attention_forward(d_out.ptr(), d_att, d_qkv.ptr(), B, Tn, C, NH);
-  expect_close("attention out " + tag, as_float(d_out.download()), out, tol<T>());
+  expect_close("attention out " + tag, as_float(d_out.download()), out, tol<T>(), out_extra);
   const std::vector<float> got_lse = d_lse.download();
   expect_close("attention lse " + tag, got_lse, lse, tol<float>());
   gpu::attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att, B, Tn, C, NH);
-  expect_close("attention dqkv " + tag, as_float(d_dqkv.download()), dqkv, tol<T>());
+  expect_close("attention dqkv " + tag, as_float(d_dqkv.download()), dqkv, tol<T>(), dqkv_extra);
   nz::set_attention(nz::Attention::Gemm);
 }
 
+// fp32 always runs the CUDA-core kernels; bf16 and fp16 the tensor-core kernels when the head size is
+// a multiple of 16. Tiles: forward and dq 64 queries (keys by 32), dk/dv 32 keys (queries by 16).
 TYPED_TEST(CudaKernels, FlashAttention) {
-  check_flash_attention<TypeParam>(kB, kT, kC, kNH, 116);  // head size 12; T = 37: a partial last tile
-  check_flash_attention<TypeParam>(2, 33, 128, 2, 117);    // head size 64: 16-row tiles in dk, dv
-  check_flash_attention<TypeParam>(1, 20, 256, 2, 118);    // head size 128: 8-row tiles
+  using T = TypeParam;
+  const bool half_types = !std::is_same_v<T, float>;
+  check_flash_attention<T>(kB, kT, kC, kNH, false, 116);       // head size 12: CUDA cores; T = 37: a partial last tile
+  check_flash_attention<T>(1, 19, 32, 2, half_types, 117);     // head size 16: one fragment wide
+  check_flash_attention<T>(2, 70, 128, 2, half_types, 118);    // head size 64: two query tiles, the last partial
+  check_flash_attention<T>(2, 45, 256, 2, half_types, 119);    // head size 128: partial key tiles, two dk/dv blocks
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -754,6 +810,19 @@ TYPED_TEST(CudaKernels, RunToRunBitwise) {
       results.push_back(d_dqkv.download());
     }
     nz::set_kernels(Kernels::Fast);
+    {  // flash attention, head size 32 (C 64, 2 heads; qkv's and datt_out's first elements): in bf16
+       // and fp16 the tensor-core kernels
+      const int fC = 64, fNH = 2;
+      nz::set_attention(nz::Attention::Flash);
+      auto d_out = DeviceArray<T>::poisoned(size_t(N) * fC), d_dqkv = DeviceArray<T>::poisoned(size_t(N) * 3 * fC);
+      auto d_lse = DeviceArray<T>::poisoned(size_t(kB) * fNH * kT * sizeof(float) / sizeof(T));  // (B,NH,T) fp32
+      gpu::attention_forward(d_out.ptr(), d_lse.ptr(), d_qkv.ptr(), kB, kT, fC, fNH);
+      gpu::attention_backward(d_dqkv.ptr(), d_datt_out.ptr(), d_qkv.ptr(), d_lse.ptr(), kB, kT, fC, fNH);
+      nz::set_attention(nz::Attention::Gemm);
+      results.push_back(d_out.download());
+      results.push_back(d_lse.download());
+      results.push_back(d_dqkv.download());
+    }
     DeviceArray<T> d_dwte(std::vector<T>(size_t(5) * C, nz::store<T>(0.0f)));
     DeviceArray<T> d_dwpe(std::vector<T>(size_t(kT) * C, nz::store<T>(0.0f)));
     gpu::embedding_backward(d_dwte.ptr(), d_dwpe.ptr(), d_inp.ptr(), d_tokens.ptr(), kB, kT, C);

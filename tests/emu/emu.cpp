@@ -199,9 +199,9 @@ void install_segv_handler() { static SegvHandler once; }
 // Each CUDA thread of a block is a fiber with its own stack. A fiber is started once with
 // makecontext; after that every switch is a jump (jump_to below; no system call). The scheduler runs
 // every ready fiber until it blocks at a barrier or finishes, then releases whichever barrier is
-// complete: a warp's (shuffle, __syncwarp) when all 32 lanes are there at the same operation, the
-// block's (__syncthreads) when every thread is there. If neither is complete the kernel would
-// hang or misbehave on a GPU: that is an error here.
+// complete: a warp's (shuffle, __syncwarp, a WMMA *_sync call of mma.h) when all 32 lanes are there
+// at the same operation, the block's (__syncthreads) when every thread is there. If neither is
+// complete the kernel would hang or misbehave on a GPU: that is an error here.
 dim3 block_idx, block_dim, grid_dim;
 
 namespace {
@@ -210,7 +210,7 @@ constexpr int kWarp = 32;
 constexpr size_t kStackBytes = 256 * 1024;
 
 enum class State { Ready, AtSyncthreads, AtWarp, Done };
-enum class WarpOp { Syncwarp, Shuffle };
+enum class WarpOp { Syncwarp, Shuffle, Wmma };
 
 // Switching between fibers: GCC's and Clang's __builtin_setjmp/__builtin_longjmp save and restore
 // only the frame, stack pointer and resume address (the function calling __builtin_setjmp saves
@@ -238,7 +238,13 @@ struct WarpSlots {
 
 std::vector<Fiber*> g_fibers;
 std::vector<WarpSlots> g_warps;
-std::vector<unsigned char> g_dynamic_shared;
+// The launch's dynamic shared memory, its start aligned to 128 bytes (g_dynamic_shared_bytes
+// allocated with room to spare) as a GPU's shared window is, so that WMMA's 256-bit alignment rule
+// can be checked against offsets into it.
+constexpr size_t kSharedAlign = 128;
+std::vector<unsigned char> g_dynamic_shared_bytes;
+unsigned char* g_dynamic_shared = nullptr;
+size_t g_dynamic_shared_size = 0;
 JumpBuf g_scheduler;
 Fiber* g_starting = nullptr;
 void (*g_body)(void*) = nullptr;
@@ -310,7 +316,7 @@ const char* state_name(State s) {
                     state_name(f->state));
     if (f->state == State::AtWarp)
       len += snprintf(lanes + len, sizeof(lanes) - len, " #%u (%s)", f->warp_ops,
-                      f->op == WarpOp::Shuffle ? "shuffle" : "__syncwarp");
+                      f->op == WarpOp::Shuffle ? "shuffle" : f->op == WarpOp::Wmma ? "wmma" : "__syncwarp");
   }
   g_cur = g_fibers[first];
   fail("%s; warp %d: %s", why, warp, lanes);
@@ -384,7 +390,7 @@ void run_block() {
 
 const dim3& thread_idx() { return g_cur ? g_cur->tid : g_no_thread; }
 int lane_id() { return g_cur->lane; }
-void* dynamic_shared() { return g_dynamic_shared.data(); }
+void* dynamic_shared() { return g_dynamic_shared; }
 
 void syncthreads() {
   g_cur->state = State::AtSyncthreads;
@@ -396,6 +402,22 @@ void syncwarp() {
   g_cur->op = WarpOp::Syncwarp;
   g_cur->warp_ops++;
   yield_to_scheduler();
+}
+
+void wmma_barrier() {
+  g_cur->state = State::AtWarp;
+  g_cur->op = WarpOp::Wmma;
+  g_cur->warp_ops++;
+  yield_to_scheduler();
+}
+
+void wmma_check(const char* what, const void* p, unsigned ldm, size_t elem_bytes) {
+  if (ldm * elem_bytes % 16 != 0)
+    fail("wmma::%s with ldm %u: a GPU requires a multiple of 16 bytes (%zu elements)", what, ldm, 16 / elem_bytes);
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  if (c >= g_dynamic_shared && c < g_dynamic_shared + g_dynamic_shared_size && (c - g_dynamic_shared) % 32 != 0)
+    fail("wmma::%s at byte %zu of dynamic shared memory: a GPU requires a 32-byte (256-bit) aligned pointer", what,
+         size_t(c - g_dynamic_shared));
 }
 
 void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, int src_lane) {
@@ -472,7 +494,10 @@ void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, void (*body)
   install_segv_handler();
   while (g_fibers.size() < threads) g_fibers.push_back(new_fiber());
   g_warps.resize((threads + kWarp - 1) / kWarp);
-  g_dynamic_shared.assign(smem ? smem : 1, 0xff);
+  g_dynamic_shared_bytes.assign(smem + kSharedAlign, 0xff);
+  g_dynamic_shared = g_dynamic_shared_bytes.data() +
+                     (kSharedAlign - reinterpret_cast<uintptr_t>(g_dynamic_shared_bytes.data()) % kSharedAlign);
+  g_dynamic_shared_size = smem;
   g_block_threads = int(threads);
   g_body = body;
   g_body_ctx = ctx;
@@ -485,7 +510,7 @@ void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, void (*body)
     for (unsigned y = 0; y < grid.y; y++)
       for (unsigned x = 0; x < grid.x; x++) {
         block_idx = dim3(x, y, z);
-        if (smem) memset(g_dynamic_shared.data(), 0xff, smem);  // a new block's shared memory is garbage
+        if (smem) memset(g_dynamic_shared, 0xff, smem);  // a new block's shared memory is garbage
         run_block();
       }
   g_kernel = nullptr;

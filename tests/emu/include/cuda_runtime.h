@@ -6,8 +6,8 @@
 // into `::nz_emu::launch(k, "k", grid, block, smem)(args)`, and the .cu files are then compiled as
 // plain C++ with this directory first on the include path. A launch runs the blocks one after
 // another; inside a block every CUDA thread is a fiber (its own stack) on one OS thread, and the
-// fibers run until they reach __syncthreads, __syncwarp or a shuffle, where they wait for the rest
-// of their block or warp. Lanes run in a different order on every pass (forwards, then backwards),
+// fibers run until they reach __syncthreads, __syncwarp, a shuffle or a WMMA *_sync call (mma.h),
+// where they wait for the rest of their block or warp. Lanes run in a different order on every pass (forwards, then backwards),
 // so a missing __syncwarp/__syncthreads shows up as wrong results in the tests.
 //
 // What the emulator checks that real hardware would only do silently wrong (each is a fatal error
