@@ -284,7 +284,8 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 //   dk[t2]       = sum_{t>=t2} dscore[t,t2] * q[t]
 // dscore is kept for the whole head (T,T, in A), since dk needs a column of it.
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int NH) {
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, const T* /*out*/, int B, int Tn, int C,
+                        int NH) {
   using A = acc_t<T>;
   NZ_CHECK(C % NH == 0, "attention: C=%d is not a multiple of NH=%d", C, NH);
   const int hs = C / NH;
@@ -514,7 +515,7 @@ void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);      \
   template void matmul_bias_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int); \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                       \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);      \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int);      \
   template void gelu_forward<T>(T*, const T*, size_t);                                            \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);                                 \
   template void gelu_backward_bias<T>(T*, T*, const T*, const T*, int, int);                      \

@@ -383,7 +383,7 @@ void GPT::backward_t(int u, const T* p, T* g) {
                                       ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), BT, C);
   // attention: res_att = x + attproj(attn(qkv(ln1(x))))
   ops::matmul_backward<T>(dln, G(ATTPW), G(ATTPB), dres, ACT(T, s.atty), W(ATTPW), BT, C, C);
-  ops::attention_backward<T>(dqkv, dln, ACT(T, s.qkv), ACT(T, s.att), b_, T_, C, NH);
+  ops::attention_backward<T>(dqkv, dln, ACT(T, s.qkv), ACT(T, s.att), ACT(T, s.atty), b_, T_, C, NH);
   ops::matmul_backward<T>(dln, G(QKVW), G(QKVB), dqkv, ACT(T, s.ln1), W(QKVW), BT, C, 3 * C);
   // d x = the skip path (dres) plus the attention path through ln1 (fused)
   ops::layernorm_backward_residual<T>(dx, G(LN1W), G(LN1B), dres, dln, x, W(LN1W), ACT(A, s.ln1_mean),

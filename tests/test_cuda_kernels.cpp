@@ -346,7 +346,7 @@ void check_attention(int B, int Tn, int C, int NH, uint64_t seed) {
 
   auto out = poisoned<T>(n_out), att = poisoned<T>(n_att), dqkv = poisoned<T>(n_qkv);
   cpu::attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), out.data(), B, Tn, C, NH);
 
   DeviceArray<T> d_qkv(qkv), d_dout(dout);
   auto d_out = DeviceArray<T>::poisoned(n_out), d_att = DeviceArray<T>::poisoned(n_att);
@@ -356,7 +356,7 @@ void check_attention(int B, int Tn, int C, int NH, uint64_t seed) {
   expect_close("attention att " + tag, d_att.download(), att, tol<T>());
 
   d_att.upload(att);  // the backward on exactly the CPU's saved probabilities
-  gpu::attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att.ptr(), B, Tn, C, NH);
+  gpu::attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att.ptr(), d_out.ptr(), B, Tn, C, NH);
   expect_close("attention dqkv " + tag, d_dqkv.download(), dqkv, tol<T>());
 }
 
@@ -409,7 +409,7 @@ void check_flash_attention(int B, int Tn, int C, int NH, bool expect_wmma, uint6
   const std::vector<float> qkv_f = as_float(qkv), dout_f = as_float(dout);
   auto out = poisoned<float>(n_out), att = poisoned<float>(n_att), dqkv = poisoned<float>(n_qkv);
   cpu::attention_forward(out.data(), att.data(), qkv_f.data(), B, Tn, C, NH);
-  cpu::attention_backward(dqkv.data(), dout_f.data(), qkv_f.data(), att.data(), B, Tn, C, NH);
+  cpu::attention_backward(dqkv.data(), dout_f.data(), qkv_f.data(), att.data(), out.data(), B, Tn, C, NH);
 
   std::vector<float> lse(rows);  // log sum_{t2 <= t} exp(q[t]·k[t2] / sqrt(hs)), in double
   for (int b = 0; b < B; b++)
@@ -473,7 +473,7 @@ void check_flash_attention(int B, int Tn, int C, int NH, bool expect_wmma, uint6
   expect_close("attention out " + tag, as_float(d_out.download()), out, tol<T>(), out_extra);
   const std::vector<float> got_lse = d_lse.download();
   expect_close("attention lse " + tag, got_lse, lse, tol<float>());
-  gpu::attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att, B, Tn, C, NH);
+  gpu::attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att, d_out.ptr(), B, Tn, C, NH);
   expect_close("attention dqkv " + tag, as_float(d_dqkv.download()), dqkv, tol<T>(), dqkv_extra);
   nz::set_attention(nz::Attention::Gemm);
 }
@@ -804,7 +804,8 @@ TYPED_TEST(CudaKernels, RunToRunBitwise) {
       auto d_att = DeviceArray<T>::poisoned(size_t(kB) * kNH * kT * kT);
       auto d_dqkv = DeviceArray<T>::poisoned(size_t(N) * 3 * C);
       gpu::attention_forward(d_out.ptr(), d_att.ptr(), d_qkv.ptr(), kB, kT, C, kNH);
-      gpu::attention_backward(d_dqkv.ptr(), d_datt_out.ptr(), d_qkv.ptr(), d_att.ptr(), kB, kT, C, kNH);
+      gpu::attention_backward(d_dqkv.ptr(), d_datt_out.ptr(), d_qkv.ptr(), d_att.ptr(), d_out.ptr(), kB, kT, C,
+                              kNH);
       results.push_back(d_out.download());
       results.push_back(d_att.download());
       results.push_back(d_dqkv.download());
@@ -817,7 +818,8 @@ TYPED_TEST(CudaKernels, RunToRunBitwise) {
       auto d_out = DeviceArray<T>::poisoned(size_t(N) * fC), d_dqkv = DeviceArray<T>::poisoned(size_t(N) * 3 * fC);
       auto d_lse = DeviceArray<T>::poisoned(size_t(kB) * fNH * kT * sizeof(float) / sizeof(T));  // (B,NH,T) fp32
       gpu::attention_forward(d_out.ptr(), d_lse.ptr(), d_qkv.ptr(), kB, kT, fC, fNH);
-      gpu::attention_backward(d_dqkv.ptr(), d_datt_out.ptr(), d_qkv.ptr(), d_lse.ptr(), kB, kT, fC, fNH);
+      gpu::attention_backward(d_dqkv.ptr(), d_datt_out.ptr(), d_qkv.ptr(), d_lse.ptr(), d_out.ptr(), kB, kT, fC,
+                              fNH);
       nz::set_attention(nz::Attention::Gemm);
       results.push_back(d_out.download());
       results.push_back(d_lse.download());

@@ -234,7 +234,7 @@ TEST(KernelGrad, Attention) {
   };
   loss();  // saves att
   std::vector<double> dqkv(qkv.size(), 123.0);
-  cpu::attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, Tn, C, NH);
+  cpu::attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), out.data(), B, Tn, C, NH);
   expect_grad("attention dqkv", qkv, dqkv, loss);
 }
 
@@ -537,8 +537,8 @@ TEST(KernelConventions, InputGradsOverwrite) {
   std::vector<double> out(dout.size()), att(size_t(B) * NH * Tn * Tn);
   cpu::attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
   std::vector<double> d1(qkv.size(), 0.0), d2(qkv.size(), 7.0);
-  cpu::attention_backward(d1.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
-  cpu::attention_backward(d2.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
+  cpu::attention_backward(d1.data(), dout.data(), qkv.data(), att.data(), out.data(), B, Tn, C, NH);
+  cpu::attention_backward(d2.data(), dout.data(), qkv.data(), att.data(), out.data(), B, Tn, C, NH);
   EXPECT_TRUE(bitwise_equal(d1, d2));
 
   std::vector<double> g1(dout.size(), 0.0), g2(dout.size(), -3.0);
@@ -862,7 +862,8 @@ TEST(Determinism, BitwiseAcrossThreadCounts) {
       r.aout.resize(size_t(n) * c);
       r.dqkv.resize(qkv.size());
       cpu::attention_forward(r.aout.data(), r.att.data(), qkv.data(), b, t, c, nh);
-      cpu::attention_backward(r.dqkv.data(), datt_out.data(), qkv.data(), r.att.data(), b, t, c, nh);
+      cpu::attention_backward(r.dqkv.data(), datt_out.data(), qkv.data(), r.att.data(), r.aout.data(), b, t, c,
+                              nh);
       std::vector<float> mean(n), rstd(n);
       r.ln.resize(inp.size());
       cpu::layernorm_forward(r.ln.data(), mean.data(), rstd.data(), inp.data(), lw.data(), lb.data(), n, c);
@@ -1050,7 +1051,8 @@ TEST(Determinism, SameBitsWhereverTheOperandsLie) {
     cpu::matmul_backward(dinp.data() + s, dw.data() + s, db.data() + s, d.data() + s, x.data() + s,
                          wv.data() + s, n, c, oc);
     cpu::attention_forward(aout.data() + s, att.data() + s, q.data() + s, B, Tn, C, NH);
-    cpu::attention_backward(dqkv.data() + s, ad.data() + s, q.data() + s, att.data() + s, B, Tn, C, NH);
+    cpu::attention_backward(dqkv.data() + s, ad.data() + s, q.data() + s, att.data() + s, aout.data() + s, B, Tn,
+                            C, NH);
     std::vector<std::vector<float>> r;
     for (const auto* v : {&out, &dinp, &dw, &db, &att, &aout, &dqkv})
       r.emplace_back(v->begin() + s, v->end() - 8 + s);

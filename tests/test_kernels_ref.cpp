@@ -540,8 +540,8 @@ void attention_case() {
 
     const auto dout = random_t<T>(rng, out_r.size(), -1, 1);
     std::vector<T> dqkv_f = nans<T>(qkv.size()), dqkv_r = dqkv_f;
-    cpu::attention_backward(dqkv_f.data(), dout.data(), qkv.data(), att_r.data(), B, Tn, C, NH);
-    ref::attention_backward(dqkv_r.data(), dout.data(), qkv.data(), att_r.data(), B, Tn, C, NH);
+    cpu::attention_backward(dqkv_f.data(), dout.data(), qkv.data(), att_r.data(), out_r.data(), B, Tn, C, NH);
+    ref::attention_backward(dqkv_r.data(), dout.data(), qkv.data(), att_r.data(), out_r.data(), B, Tn, C, NH);
     // the absolute-value evaluation "~" of every element of dqkv
     std::vector<double> mag(qkv.size(), 0.0);
     for (int b = 0; b < B; b++)

@@ -136,7 +136,7 @@ void bench(const GPTConfig& cfg, int B, int Tn, int reps, bool fast) {
   add("attention_forward", L, 2 * 2 * att_macs,  // S = Q K^T, out = P V
       [&] { NZ_K(attention_forward)(y.data(), att.data(), qkv.data(), B, Tn, C, NH); });
   add("attention_backward", L, 4 * 2 * att_macs,  // dV, dP, dQ, dK
-      [&] { NZ_K(attention_backward)(dx.data(), dy.data(), qkv.data(), att.data(), B, Tn, C, NH); });
+      [&] { NZ_K(attention_backward)(dx.data(), dy.data(), qkv.data(), att.data(), y.data(), B, Tn, C, NH); });
   add("layernorm_forward", 2 * L + 1, 0, [&] {
     NZ_K(layernorm_forward)(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), BT, C);
   });

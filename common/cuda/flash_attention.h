@@ -30,8 +30,8 @@ inline bool flash_attention_uses_wmma(int C, int NH) {
 template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH);
 template <class T>
-void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, int B, int Tn, int C,
-                              int NH);
+void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const T* out, int B,
+                              int Tn, int C, int NH);
 
 }  // namespace cuda
 }  // namespace nz

@@ -322,13 +322,13 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 }
 
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, const T* out, int B, int Tn, int C,
                         int NH) {
   check_heads(C, NH);
   const size_t rows = size_t(B) * NH * Tn;
   if (rows == 0) return;
   if (kernels() == Kernels::Fast && attention() == Attention::Flash && flash_attention_fits(C, NH))
-    return flash_attention_backward(dqkv, dout, qkv, reinterpret_cast<const float*>(att), B, Tn, C, NH);
+    return flash_attention_backward(dqkv, dout, qkv, reinterpret_cast<const float*>(att), out, B, Tn, C, NH);
   if (kernels() == Kernels::Fast) return attention_backward_cublas(dqkv, dout, qkv, att, B, Tn, C, NH);
   float* rowsums = static_cast<float*>(scratch_buffer(rows * sizeof(float)));  // (B,NH,T)
 
@@ -346,7 +346,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
 
 #define NZ_INSTANTIATE(T)                                                                       \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                     \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);
+  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int);
 NZ_INSTANTIATE(float)
 NZ_INSTANTIATE(bf16)
 NZ_INSTANTIATE(f16)

@@ -21,9 +21,9 @@
 //   backward dq   one block per query tile: dq, key tiles streamed as in the forward;
 //   backward dkdv one block per key tile: dk and dv, query tiles streamed (only those at or after
 //                 the key tile: causal).
-// D needs out, which the backward's interface (kernel_decls.inc) does not pass, so it is recomputed
-// by the forward kernel into scratch. Each of the three recomputes p; that is the price of storing
-// (B,NH,T) floats instead of (B,NH,T,T) probabilities.
+// D needs out: the forward's output, which the model keeps anyway (it is the attention projection's
+// input), so a small kernel reads it and writes D (B,NH,T) before the two. Each of the two recomputes
+// p; that is the price of storing (B,NH,T) floats instead of (B,NH,T,T) probabilities.
 //
 // Two families of kernels compute this; flash_attention_uses_wmma (flash_attention.h) says which runs.
 //
@@ -754,16 +754,11 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, in
 }
 
 template <class T>
-void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, int B, int Tn, int C,
-                              int NH) {
-  // scratch: out recomputed (B,T,C), its lse (B,NH,T) (bitwise the saved one), D (B,NH,T)
-  const size_t rows = size_t(B) * NH * Tn, n_out = size_t(B) * Tn * C;
-  const size_t out_bytes = (n_out * sizeof(T) + 255) / 256 * 256;
-  char* scratch = static_cast<char*>(scratch_buffer(out_bytes + 2 * rows * sizeof(float)));
-  T* out = reinterpret_cast<T*>(scratch);
-  float* lse_again = reinterpret_cast<float*>(scratch + out_bytes);
-  float* D = lse_again + rows;
-  flash_attention_forward(out, lse_again, qkv, B, Tn, C, NH);
+void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const T* out, int B,
+                              int Tn, int C, int NH) {
+  // D (B,NH,T) in the kernels' scratch, from the forward's saved output
+  const size_t rows = size_t(B) * NH * Tn;
+  float* D = static_cast<float*>(scratch_buffer(rows * sizeof(float)));
   const int threads = 128;
   flash_backward_d_kernel<T><<<unsigned(ceil_div(rows, threads)), threads>>>(D, dout, out, B, Tn, C, NH);
   NZ_CUDA_CHECK_LAUNCH();
@@ -795,7 +790,7 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const float*
 
 #define NZ_INSTANTIATE(T)                                                                          \
   template void flash_attention_forward<T>(T*, float*, const T*, int, int, int, int);             \
-  template void flash_attention_backward<T>(T*, const T*, const T*, const float*, int, int, int, int);
+  template void flash_attention_backward<T>(T*, const T*, const T*, const float*, const T*, int, int, int, int);
 NZ_INSTANTIATE(float)
 NZ_INSTANTIATE(bf16)
 NZ_INSTANTIATE(f16)
