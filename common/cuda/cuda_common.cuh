@@ -45,9 +45,10 @@ inline unsigned grid_for(size_t n, int block) {
   return unsigned(g < cap ? g : cap);
 }
 
-// A device buffer the kernels use for temporaries: sum_squares' per-block partial sums, the
-// hand-written attention backward's per-row sums, and the cuBLAS attention's scores of one batch
-// element (NH*T*T fp32 plus as many storage-type elements: 75 MB for gpt2 at T = 1024 in bf16).
+// A device buffer the kernels use for temporaries: sum_squares' per-block partial sums, the column
+// sums' per-chunk partials (column_sum.cuh), flash attention's D, the hand-written attention
+// backward's per-row sums, and the cuBLAS attention's scores of one batch element (NH*T*T fp32 plus
+// as many storage-type elements: 75 MB for gpt2 at T = 1024 in bf16, the largest use).
 // It grows on demand and is kept for the life of the process; every use is on the default stream,
 // so consecutive uses never overlap. (runtime.cu; not tracked by the memory ledger: it shows up in
 // the difference between the ledger and cudaMemGetInfo that the trainers print.)
