@@ -6,6 +6,9 @@
 #include <unistd.h>  // usleep
 
 #include <cstdarg>
+#include <exception>  // std::set_terminate, std::current_exception
+#include <new>        // std::bad_alloc
+#include <string>
 
 namespace nz {
 
@@ -63,5 +66,33 @@ void user_error_this_rank(const char* fmt, ...) {
   va_start(ap, fmt);
   user_error_v(true, fmt, ap);
 }
+
+// No exception from a library (oneDNN, the C++ library's streams and allocator, JSON parsing) ever
+// reaches std::terminate's bare "terminate called after throwing ..." and an abort: whatever
+// escapes a program's main becomes one line and a clean end of the job, through fatal(). Installed
+// before main by this file's static initialiser; every program links this file.
+[[noreturn]] static void on_uncaught_exception() {
+  const char* what = "an unknown exception";
+  std::string text;
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      what = "out of memory (std::bad_alloc): use a smaller model, batch or --seq, or more ranks";
+    } catch (const std::exception& x) {
+      text = x.what();
+      what = text.c_str();
+    } catch (...) {
+    }
+  } else {
+    what = "std::terminate called with no exception";
+  }
+  fatal(__FILE__, __LINE__, "uncaught exception: %s", what);
+}
+
+[[maybe_unused]] static const bool terminate_handler_installed = [] {
+  std::set_terminate(on_uncaught_exception);
+  return true;
+}();
 
 }  // namespace nz

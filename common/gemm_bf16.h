@@ -16,13 +16,19 @@ namespace nz::cpu {
 
 // c (M,N) = op(a) (M,K) @ op(b) (K,N), fp32 result, row-major, c overwritten; op(x) = x or x^T,
 // as in blas_gemm(). Returns false, touching nothing, if this CPU has no bf16 dot-product
-// instructions (or NZ_CPU_BF16_GEMM=widen is set, to compare): the caller widens instead.
+// instructions oneDNN can use (it then has no bf16 matmul at all, or only a plain reference loop),
+// or NZ_CPU_BF16_GEMM=widen is set, to compare: the caller widens instead.
 // Same bits every call for the same shapes and thread count. Not to be called from inside a
 // parallel region.
 bool bf16_gemm(bool ta, bool tb, int M, int N, int K, const bf16* a, int lda, const bf16* b, int ldb,
                float* c, int ldc);
 
-// Whether bf16_gemm() runs on the hardware's bf16 instructions here (what the benchmark prints).
+// Whether bf16_gemm() runs on the hardware's bf16 instructions here, decided once per process
+// (oneDNN asked for a product on a small shape; any error it raises means no).
 bool bf16_gemm_available();
+
+// The path bf16 products take in this process, in words, for a run's header and the benchmark:
+// "oneDNN on the CPU's bf16 instructions (brg:avx512_core_bf16)" or "widened to fp32 for sgemm (...)".
+const char* bf16_gemm_path();
 
 }  // namespace nz::cpu

@@ -12,6 +12,7 @@
 #include "check.h"       // NZ_CHECK
 #include "checkpoint.h"  // save_model_from_units
 #include "ckpt.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
+#include "gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
 #include "ds_config.h"   // resolve_batch (--config's train_batch_size)
 #include "watchdog.h"    // Watchdog: a rank that stops making progress ends the job
 #include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
@@ -55,6 +56,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
            dtype_name(dtype), current_device() == Device::CUDA ? "cuda" : "cpu", args.batch, args.seq,
            args.accum, args.steps, omp_get_max_threads(), args.data.c_str(),
            data->train_bytes() + data->val_bytes());
+    if (dtype == DType::BF16 && current_device() == Device::CPU)  // which path, decided once (gemm_bf16.h)
+      printf("bf16 products: %s\n", cpu::bf16_gemm_path());
     if (args.activation_checkpointing)
       printf("activation checkpointing: each block's input kept, its forward recomputed in its backward: "
              "activations %s per rank (%s without) | recompute %.4g FLOPs per token (+%.1f%% over the %.4g of a "

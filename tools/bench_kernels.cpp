@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "check.h"      // user_error
-#include "gemm_bf16.h"  // bf16_gemm_available
+#include "gemm_bf16.h"  // bf16_gemm_path
 #include "kernels.h"    // nz::cpu::*, nz::ref::*
 #include "model.h"      // preset_config, make_layout
 
@@ -247,8 +247,7 @@ int main(int argc, char** argv) {
          "%d threads | best of %d\n", cfg.layers, cfg.dim, cfg.heads, cfg.vocab, batch, seq,
          precision.c_str(), kernels.c_str(), threads, reps);
   if (precision == "bf16")  // the matmuls' path: the CPU's bf16 instructions, or widened to fp32 for sgemm
-    printf("bf16 products: %s\n", nz::cpu::bf16_gemm_available() ? "the CPU's bf16 instructions (oneDNN)"
-                                                                   : "widened to fp32, sgemm");
+    printf("bf16 products: %s\n", nz::cpu::bf16_gemm_path());
   if (precision == "fp32") bench<float>(cfg, batch, seq, reps, kernels == "fast");
   else bench<bf16>(cfg, batch, seq, reps, kernels == "fast");
   return 0;
