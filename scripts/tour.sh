@@ -2,14 +2,26 @@
 # The main job (`make run`): every stage trains the same `small` model on the same data with 4 MPI
 # ranks, then one table compares them side by side: per-rank memory by category (measured by the
 # ledger, and the formula), final loss (identical, bit for bit), ms per step, and elements sent per step.
-# Override with environment variables, e.g.  NP=2 STEPS=50 make run
+# Override with environment variables, e.g.  NP=2 STEPS=50 make run, PRECISION=fp32 make run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NP=${NP:-4}
 STEPS=${STEPS:-450}
-# bf16: on a CPU with bf16 instructions its products run about 1.5x faster than fp32's (make bench),
-# which buys the batch of 6 that takes the model from babble to words in about the same time.
-FLAGS=${FLAGS:-"--preset small --batch 6 --seq 64 --precision bf16 --lr 3e-3 --warmup 15 --eval-every 50"}
+# The precision that is fastest on this CPU. bf16 where the CPU multiplies bf16 pairs itself
+# (AVX512-BF16, AMX): its products run about 1.5x faster than fp32's (make bench). Elsewhere (most
+# laptops: AVX2 without AVX-512, ARM) a bf16 product is widened to fp32 first, fp32's work plus the
+# widening, so the tour trains in fp32. The trainers decide the path once per process
+# (common/gemm_bf16.h) and say it in their header: one tiny bf16 step asks them.
+if [ -z "${PRECISION:-}" ]; then
+  said=$(mpirun -np 1 build/bin/stage0_ddp --preset tiny --seq 16 --batch 1 --steps 1 --eval-windows 1 \
+           --precision bf16 --quiet 2>&1 | grep -m1 '^bf16 products:' || true)
+  case "$said" in
+    *"bf16 instructions"*) PRECISION=bf16 ;;
+    *) PRECISION=fp32 ;;
+  esac
+  echo "precision: $PRECISION (${said:-no bf16 path reported}); PRECISION=bf16|fp32 chooses"
+fi
+FLAGS=${FLAGS:-"--preset small --batch 6 --seq 64 --precision $PRECISION --lr 3e-3 --warmup 15 --eval-every 50"}
 out=runs/tour
 mkdir -p "$out"
 stages=()
