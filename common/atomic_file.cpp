@@ -5,6 +5,7 @@
 #include <sys/stat.h>  // fchmod
 #include <unistd.h>  // write, fsync, close, unlink
 
+#include <algorithm>  // std::min
 #include <cerrno>
 #include <cstdio>   // rename
 #include <cstdlib>  // mkstemp
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "crc32c.h"
+#include "watchdog.h"  // heartbeat: a piece of the file written
 
 namespace nz {
 
@@ -56,7 +58,8 @@ bool AtomicFile::write(const void* data, size_t n) {
   crc_ = crc32c(crc_, p, n);
   bytes_ += n;
   while (n > 0) {
-    ssize_t k = ::write(fd_, p, n);
+    // at most 64 MiB a call, each a heartbeat: a big file on a slow disk is slow, not stuck
+    ssize_t k = ::write(fd_, p, std::min(n, size_t(64) << 20));
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
       if (k == 0) errno = EIO;
@@ -64,6 +67,7 @@ bool AtomicFile::write(const void* data, size_t n) {
       return false;
     }
     p += k, n -= size_t(k);
+    heartbeat();
   }
   return true;
 }

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "crc32c.h"
 #include "kernels.h"  // cpu::cast, to widen bf16 parameters to fp32
+#include "watchdog.h"  // heartbeat: a unit collected
 
 namespace nz {
 
@@ -44,6 +45,7 @@ size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, cons
       NZ_DISPATCH_TRAIN_DTYPE(dt, cpu::cast<float, T>(all.data() + at, (const T*)raw.data(), unit.numel));
     }
     release(u);
+    heartbeat();
   }
   if (writer) save_model(path, cfg, all);
   return all.size();

@@ -19,6 +19,7 @@
 #include "atomic_file.h"  // AtomicFile: temporary file, fsync, rename
 #include "check.h"
 #include "crc32c.h"
+#include "watchdog.h"     // heartbeat: a unit loaded (writes beat in AtomicFile)
 
 namespace nz {
 namespace {
@@ -490,6 +491,7 @@ int load_checkpoint(Comm& comm, const Args& args, const HeldState& h, const std:
     host.resize(s.size() * e);
     in.params(u, s.begin, s.end, host.data());
     copy_bytes((char*)h.params->data() + h.params_at(u) * e, Location::Device, host.data(), Location::Host, host.size());
+    heartbeat();
   }
   std::vector<float> arr;
   for (OptArray which : {OptArray::Master, OptArray::M, OptArray::V}) {  // its optimizer state
@@ -499,6 +501,7 @@ int load_checkpoint(Comm& comm, const Args& args, const HeldState& h, const std:
       arr.resize(s.size());
       in.array(which, u, s.begin, s.end, arr.data());
       h.opt->put(which, h.opt->state_offset(u), s.size(), arr.data());
+      heartbeat();
     }
   }
   if (h.scaler && m.has_loss_scale) h.scaler->restore(m.loss_scale);  // fp16

@@ -248,7 +248,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--resume", "DIR", "resume from a checkpoint (DIR/step-N), a checkpoint directory's newest valid one, or "
        "auto (--ckpt-dir's; from step 0 if none); --steps stays the total",
        [&](auto&, auto& v) { a.resume = v; }},
-      {"--watchdog", "SECONDS", "end the job, naming the rank, when a rank makes no progress this long "
+      {"--watchdog", "SECONDS", "end the job, naming the rank holding it up, when no rank makes progress this long "
        "(default 300; 0: off)",
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
       {"--activation-checkpointing", "", "keep only each block's input in the forward and recompute the block "

@@ -67,7 +67,7 @@ struct Args {
   int ckpt_every = 0;    // a checkpoint every K steps (and one at the end); 0: only at the end
   int ckpt_keep = 2;     // keep the newest M checkpoints
   std::string resume;    // a checkpoint, a --ckpt-dir, or "auto" (the newest valid one in --ckpt-dir)
-  int watchdog = 300;    // seconds without progress before the job is ended, naming the rank; 0: off
+  int watchdog = 300;    // seconds without progress on any rank before the job is ended, naming the rank; 0: off
 };
 
 // Parses and validates argv; prints --help and exits 0; on bad input prints one line, exits 2.

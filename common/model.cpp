@@ -2,15 +2,34 @@
 #include "model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>  // getenv
 #include <tuple>
 #include <cstring>
+#include <thread>   // std::this_thread::sleep_for
 
 #include "check.h"
 #include "ops.h"
 #include "rng.h"
+#include "watchdog.h"  // heartbeat
 
 namespace nz {
+
+namespace {
+// A unit's forward or backward is done: a heartbeat for the watchdog, so a long phase made of many
+// units (an evaluation of many windows, a big model's step) is seen alive. Test hook:
+// NZ_TEST_SLOW_UNIT_MS=M first sleeps M ms, which makes every phase slow but alive
+// (tests/fault_check.sh); never set in a real run.
+void unit_done() {
+  static const int slow_ms = [] {
+    const char* s = getenv("NZ_TEST_SLOW_UNIT_MS");
+    return s ? atoi(s) : 0;
+  }();
+  if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+  heartbeat();
+}
+}  // namespace
 
 // ---------------------------------------------------------------- presets and layout
 
@@ -223,8 +242,14 @@ void GPT::set_batch(const int* tokens, const int* targets, int b) {
 }
 
 
-void GPT::forward(int u, const void* p) { NZ_DISPATCH_DTYPE(dt_, forward_t<T>(u, (const T*)p)); }
-void GPT::head_forward(const void* p) { NZ_DISPATCH_DTYPE(dt_, head_forward_t<T>((const T*)p)); }
+void GPT::forward(int u, const void* p) {
+  NZ_DISPATCH_DTYPE(dt_, forward_t<T>(u, (const T*)p));
+  unit_done();
+}
+void GPT::head_forward(const void* p) {
+  NZ_DISPATCH_DTYPE(dt_, head_forward_t<T>((const T*)p));
+  unit_done();
+}
 
 double GPT::take_loss_sum() {
   double total = 0;  // (no head_forward since the last call: 0)
@@ -234,9 +259,13 @@ double GPT::take_loss_sum() {
   next_staging_ = 0;  // the GPU has run every queued copy
   return total;
 }
-void GPT::head_backward(const void* p) { NZ_DISPATCH_DTYPE(dt_, head_backward_t<T>((const T*)p)); }
+void GPT::head_backward(const void* p) {
+  NZ_DISPATCH_DTYPE(dt_, head_backward_t<T>((const T*)p));
+  unit_done();
+}
 void GPT::backward(int u, const void* p, void* g) {
   NZ_DISPATCH_DTYPE(dt_, backward_t<T>(u, (const T*)p, (T*)g));
+  unit_done();
 }
 
 void GPT::probs_row(int row, float* out) const {

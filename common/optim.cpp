@@ -9,6 +9,7 @@
 #include "cpu_adam.h"       // the fast host AdamW (offload)
 #include "offload_store.h"  // DiskState (offload to disk)
 #include "ops.h"
+#include "watchdog.h"       // heartbeat: an optimizer unit (or a disk chunk of one) is done
 
 namespace nz {
 
@@ -212,6 +213,7 @@ void AdamW::step(int u, void* params_slice, const void* grads_slice, float lr, f
   });
   if (dt_ == DType::BF16) ops::cast<bf16, float>((bf16*)params_slice, p32, n);  // rounded from the master
   if (dt_ == DType::F16) ops::cast<f16, float>((f16*)params_slice, p32, n);
+  heartbeat();
 }
 
 // ---- AdamW on the host (offload) ----
@@ -246,6 +248,7 @@ void HostAdamW::init_master(int u, const void* params_slice) {
     std::fill(disk_->m(), disk_->m() + count, 0.0f);  // m and v start at 0
     std::fill(disk_->v(), disk_->v() + count, 0.0f);
     disk_->write(base + a, count);
+    heartbeat();
   }
 }
 
@@ -261,12 +264,16 @@ void HostAdamW::step(int u, const void* grads_slice, void* params_out, float lr,
                                                              kBeta2, kEps, wd, grad_scale, t, (T*)out));
     });
   };
-  if (!disk_) return update(0, n, master_.as<float>() + base, m_.as<float>() + base, v_.as<float>() + base);
+  if (!disk_) {
+    update(0, n, master_.as<float>() + base, m_.as<float>() + base, v_.as<float>() + base);
+    return heartbeat();
+  }
   for (size_t a = 0; a < n; a += disk_->chunk()) {  // stream master, m, v through the host buffers
     const size_t count = std::min(disk_->chunk(), n - a);
     disk_->read(base + a, count);
     update(a, a + count, disk_->master(), disk_->m(), disk_->v());
     disk_->write(base + a, count);
+    heartbeat();
   }
 }
 

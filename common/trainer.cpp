@@ -190,6 +190,7 @@ void Trainer::init_params(int u, Slice part, void* dst) {
   const float* src = unit.data() + part.begin;
   NZ_DISPATCH_TRAIN_DTYPE(dtype, cpu::cast<T, float>((T*)conv.data(), src, part.size()));
   copy_bytes(dst, Location::Device, conv.data(), Location::Host, conv.size());
+  heartbeat();  // the watchdog's: set-up of a big model is long, but alive
 }
 
 void Trainer::load_micro_batch(int step, int k) {

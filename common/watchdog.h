@@ -1,14 +1,23 @@
-// watchdog.h — a job whose rank stops making progress ends, naming the rank, instead of hanging.
+// watchdog.h — a job that stops making progress ends, naming the rank that holds it up, instead of
+// hanging.
 //
-// Each rank publishes two heartbeats in a small shared-memory page: its *pulse*, refreshed every
-// half second by a background thread (it stops only when the whole process stops: SIGSTOP, a
-// frozen machine), and its *progress*, refreshed by the training loop at every phase of every
-// step. When a rank's own progress has been stale for --watchdog seconds (it is waiting in a
-// collective that never completes), it reads everyone's heartbeats: a rank whose pulse is stale
-// stopped; otherwise the rank whose progress is oldest is the one holding the job up. The lowest
-// rank that is not the culprit prints one line naming it, and every waiting rank exits (code 3),
-// which makes mpirun end the rest. So a stuck job ends within --watchdog + 1 seconds of its last
-// progress.
+// Progress means being alive, not finishing a phase in time: the work itself calls heartbeat() as
+// each small piece of it completes (a unit's forward or backward, an optimizer unit, a chunk of a
+// file written), so an evaluation of many windows or a long checkpoint write is slow, never stuck.
+//
+// Each rank publishes two heartbeats in a small shared-memory page: its *pulse*, refreshed ten
+// times a second by a background thread (it stops only when the whole process stops: SIGSTOP, a
+// frozen machine), and its *progress*: the time of its last heartbeat, with the phase and step it
+// is in. A rank waiting in a collective makes no progress of its own, but while the peer it waits
+// for still does, the job is alive. So the job is stuck when no rank has made progress for
+// --watchdog seconds. Then every rank reads everyone's heartbeats: a rank whose pulse is stale
+// stopped; otherwise the rank furthest behind (at the earliest step, with the fewest heartbeats in
+// it: every rank does the same work) is the one holding the job up, and the others got further,
+// then waited for it. The lowest rank that is not the culprit prints one line naming it, and every
+// waiting rank exits (code 3), which makes mpirun end the rest. So a stuck job ends within
+// --watchdog + 1 seconds of the last progress of any rank. What has no heartbeat inside —
+// one collective, one fsync, on a GPU the device work queued between two host waits — must fit
+// in --watchdog.
 //
 // The heartbeat pages live in files that are unlinked as soon as every rank has opened them, so
 // nothing is left behind. They need the ranks on one machine (shared memory): on several machines
@@ -17,9 +26,14 @@
 #include <atomic>
 #include <thread>
 
-#include "comm.h"
-
 namespace nz {
+
+class Comm;
+
+// A piece of work is done: this rank is alive and getting somewhere. Cheap (a clock read and two
+// atomic operations), callable from any thread, with or without a watchdog. Never call it while waiting
+// for another rank (in a collective): waiting is not progress.
+void heartbeat();
 
 class Watchdog {
  public:
@@ -27,7 +41,8 @@ class Watchdog {
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
-  // The training loop made progress: it is at `phase` of `step` (0-based; -1 during set-up).
+  // The training loop is at `phase` of `step` (0-based; -1 during set-up): a heartbeat, and what
+  // the report says about this rank.
   void progress(int step, const char* phase);
 
   struct Beat;  // one rank's heartbeats (watchdog.cpp)

@@ -6,6 +6,8 @@
 #     --resume auto falls back to the previous valid one (and still ends with the same model);
 #     --resume naming a damaged one is one line and exit 2;
 #   - a rank stopped with SIGSTOP ends the job within the watchdog's stated time, naming the rank;
+#     a rank slow but alive (phases longer than --watchdog) is not stopped; a rank alive but making
+#     no progress is named;
 #   - offload's disk files survive no crash: one rank killed, the directory is empty.
 # Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/.."
@@ -149,6 +151,40 @@ if [ -n "$stopped" ] && [ $rc != 0 ] && grep -q "watchdog: rank 1 stopped respon
    python3 -c "import sys; sys.exit(0 if $took <= 3 + 4 else 1)"; then
   pass "watchdog_names_stopped_rank (ended ${took} s after SIGSTOP, --watchdog 3)"
 else fail watchdog_names_stopped_rank "stopped '$stopped', exit $rc, ${took} s; log: $(grep -v '^step\|^rank\|^ ' "$tmp/wd.log" | tail -4)"; fi
+
+# ---- the watchdog measures liveness, not phase length: rank 1 slow but alive (each unit of its
+# forward, backward and evaluation first sleeps 400 ms: NZ_TEST_SLOW_UNIT_MS, a test hook in
+# common/model.cpp), so every phase lasts twice --watchdog 1 and rank 0 waits for it in stage3's
+# all-gathers: the job runs to its end, with the model of the same job unslowed ----
+slow="--preset tiny --seq 16 --batch 2 --eval-every 0 --eval-windows 4 --quiet --steps 1"
+mpirun -np 2 $bin/stage3 $slow --save-model "$tmp/fast.model" >/dev/null 2>&1
+start=$(date +%s.%N)
+out=$(timeout 60 mpirun -np 1 $bin/stage3 $slow --watchdog 1 --save-model "$tmp/slow.model" : \
+      -np 1 -env NZ_TEST_SLOW_UNIT_MS 400 $bin/stage3 $slow --watchdog 1 --save-model "$tmp/slow.model" 2>&1)
+rc=$?
+took=$(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')")
+# 3 phases (forward, backward, evaluation) of 5 units: at least 6 s when the hook works
+if [ $rc = 0 ] && ! grep -q watchdog <<<"$out" && cmp -s "$tmp/fast.model" "$tmp/slow.model" &&
+   python3 -c "import sys; sys.exit(0 if $took >= 6 else 1)"; then
+  pass "watchdog_spares_slow_but_alive_rank (${took} s, phases of 2 s, --watchdog 1)"
+else fail watchdog_spares_slow_but_alive_rank "exit $rc, ${took} s (6 s or more expected); got: $(grep -v '^rank\|^ ' <<<"$out" | tail -4)"; fi
+
+# ---- ... and a rank that is alive but makes no progress (it sleeps 10 min in a unit) while the
+# other waits for it is named, within --watchdog 1 + 1 s (and the start-up). stage1: the waiting
+# rank runs through its whole forward and backward first, milliseconds after the stuck one's last
+# heartbeat, so only how far each got, not when, tells them apart ----
+for r in 0 1; do
+  hook0=""; hook1=""
+  if [ $r = 0 ]; then hook0="-env NZ_TEST_SLOW_UNIT_MS 600000"; else hook1="-env NZ_TEST_SLOW_UNIT_MS 600000"; fi
+  start=$(date +%s.%N)
+  out=$(timeout 60 mpirun -np 1 $hook0 $bin/stage1 $slow --watchdog 1 : -np 1 $hook1 $bin/stage1 $slow --watchdog 1 2>&1)
+  rc=$?
+  took=$(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')")
+  if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "watchdog: rank $r has made no progress (.*in phase 'forward' of step 1)" <<<"$out" &&
+     python3 -c "import sys; sys.exit(0 if $took <= 1 + 4 else 1)"; then
+    pass "watchdog_names_rank_alive_but_stuck_$r (ended after ${took} s, --watchdog 1)"
+  else fail "watchdog_names_rank_alive_but_stuck_$r" "exit $rc, ${took} s; got: $(grep -v '^rank\|^ ' <<<"$out" | tail -4)"; fi
+done
 
 # ---- offload on disk: one rank killed, the other ended by mpirun: no file left ----
 od="$tmp/offload_dir"
