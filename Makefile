@@ -2,8 +2,9 @@
 #   make          build everything into build/ (trainers in build/bin/)
 #   make run      the main job: the tour of the stages on 4 MPI ranks (installs what is missing)
 #   make test     every test suite, ending with one line "N passed, N failed" (installs what is missing)
-#   make diff A=stage1 B=stage2    the lesson between two stages
+#   make diff A=stage1 B=stage2    the lesson between two stages (COLOR=always|never, WORDS=1: scripts/lesson_diff.sh)
 #   make exercise [E=NAME]         list the exercises, or write one for a learner; make check E=NAME grades it
+#   make notebooks                 Jupyter in .venv on notebooks/ (installed the first time), printing its URL
 #   make gpu-bundle                what the GPU check runs, built here for a GPU machine that has CUDA but
 #                                  no MPI and no GoogleTest: build/gpu-bundle/ (scripts/gpu_bundle.sh)
 # The CPU backend is always built. When nvcc is on PATH the CUDA backend is compiled into the same
@@ -77,7 +78,7 @@ TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp)) \
               $(patsubst inference/%.cpp,$(BUILD)/bin/%,$(wildcard inference/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
-.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots exercise check print-build-flags gpu-bundle
+.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots notebooks exercise check print-build-flags gpu-bundle
 all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
 
 # Fragments tests/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
@@ -145,6 +146,12 @@ bench-inference: all
 plots: deps
 	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)
 	@.venv/bin/python scripts/plots.py --out runs/plots
+
+# Jupyter on the notebooks, for a workshop (scripts/notebooks.sh: installs it into .venv the first time,
+# then serves until Ctrl-C, printing the URL; NOTEBOOK_IP=0.0.0.0 in a container). Not part of make test.
+notebooks: deps
+	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)
+	@bash scripts/notebooks.sh
 
 # ---- exercises (scripts/exercises.py): regions of the real files for a learner to write ----
 exercise:

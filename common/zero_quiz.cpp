@@ -37,9 +37,12 @@ std::string shape_text(const Shape& s) {
   return t;
 }
 
+// What each precision keeps per parameter, said in every question: the fp32 case has no master copy
+// (the params are the ones Adam updates), which a learner cannot guess from "fp32" alone.
 const char* precision_text(DType dt) {
-  return dt == DType::BF16 ? "bf16 mixed precision (bf16 params and grads, fp32 master, Adam m and v)"
-                           : "fp32 (params, grads, Adam m and v in fp32)";
+  return dt == DType::BF16 ? "bf16 mixed precision (bf16 params and grads, 2 bytes each; an fp32 master copy and "
+                             "Adam m and v, 4 bytes each)"
+                           : "fp32 (params, grads, Adam m and v, 4 bytes each; no separate master copy)";
 }
 
 template <class... A>
@@ -75,21 +78,36 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
       case 1: {  // elements sent per optimizer step, with accumulation
         const Stage s = zero[pick(4)];
         const int K = 1 + pick(8);
-        const double m = double(expected_comm_elems(s, paper_layout(psi, N), K)) / 1e6;
-        q.push_back({fmt("%s, %s on %d ranks with gradient accumulation over %d micro-steps (the gradient is "
-                         "reduced as real systems do: stages 0 and 1 once per step, stages 2 and 3 every "
-                         "micro-step): how many million elements does each rank send per optimizer step in the "
-                         "model-state collectives?", shape_text(shape).c_str(), stage_name(s), N, K),
-                     m, 0.01, "M elements"});
+        const Layout L = paper_layout(psi, N);
+        const double m = double(expected_comm_elems(s, L, K)) / 1e6;
+        // The paper counts a whole collective per rank: expected_comm_elems without its (N-1)/N.
+        const double paper_m = double(expected_comm_elems(s, L, K)) / double(N - 1) * double(N) / 1e6;
+        QuizQuestion qq{fmt("%s, %s on %d ranks with gradient accumulation over %d micro-steps (the gradient is "
+                            "reduced as real systems do: stages 0 and 1 once per step, stages 2 and 3 every "
+                            "micro-step): how many million elements does each rank send per optimizer step in the "
+                            "model-state collectives? Count either way: as the ZeRO paper does (a reduce-scatter "
+                            "or an all-gather of X elements costs X per rank), or exactly, as a ring sends them "
+                            "(X(N-1)/N per rank); both are accepted, and the grader says which you used.",
+                            shape_text(shape).c_str(), stage_name(s), N, K),
+                        m, 0.01, "M elements"};
+        qq.convention = "exact, with (N-1)/N";
+        qq.paper_answer = paper_m;
+        qq.paper_convention = "the ZeRO paper's count, without (N-1)/N";
+        q.push_back(qq);
         break;
       }
       case 2: {  // offload: host memory and the link
         const int K = 1 + pick(4);
         if (pick(2)) {
           const double gb = double(expected_state_bytes(Stage::Offload, paper_layout(psi, N), dt).host) / 1e9;
-          q.push_back({fmt("%s, %s, ZeRO-Offload (stage2 with the gradient slice, an fp32 master and Adam m, v "
-                           "in host memory) on %d ranks: how many GB (10^9 bytes) of host memory does each "
-                           "rank's optimizer side take?", shape_text(shape).c_str(), precision_text(dt), N),
+          // The host keeps an fp32 master copy of its slice in fp32 runs too (zero_formulas.cpp): the
+          // question says so, since "fp32, no separate master" holds on the device only.
+          q.push_back({fmt("%s, %s, ZeRO-Offload on %d ranks: stage2 on the device, and in each rank's host "
+                           "memory its slice of the gradient (in the params' precision), an fp32 master copy of "
+                           "its slice of the params (kept on the host in fp32 runs too, apart from the device's "
+                           "params) and Adam m and v (fp32) for that slice. How many GB (10^9 bytes) of host "
+                           "memory does each rank's optimizer side take?",
+                           shape_text(shape).c_str(), precision_text(dt), N),
                        gb, 0.01, "GB"});
         } else {
           const double m = double(expected_link_elems(Stage::Offload, paper_layout(psi, N), K)) / 1e6;
@@ -162,17 +180,43 @@ int check_quiz(uint64_t seed, int count, const std::string& path) {
   }
   int wrong = 0;
   for (size_t i = 0; i < q.size(); i++) {
-    const double want = q[i].answer, v = given[i];
-    const bool ok = std::isfinite(v) && (q[i].rel_tol == 0 ? v == want
-                                                           : std::fabs(v - want) <= q[i].rel_tol * std::fabs(want));
-    wrong += !ok;
+    const QuizQuestion& qi = q[i];
+    const double v = given[i];
+    auto matches = [&](double want) {
+      return std::isfinite(v) && std::isfinite(want) &&
+             (qi.rel_tol == 0 ? v == want : std::fabs(v - want) <= qi.rel_tol * std::fabs(want));
+    };
+    const bool exact = matches(qi.answer), paper = !exact && matches(qi.paper_answer);
+    const std::string tol = qi.rel_tol == 0 ? " exactly" : fmt(" within %g%%", qi.rel_tol * 100);
+    wrong += !(exact || paper);
     if (!std::isfinite(v)) printf("Q%zu  no answer\n", i + 1);
-    else if (ok) printf("Q%zu  right (%g %s)\n", i + 1, v, q[i].unit.c_str());
-    else printf("Q%zu  wrong: %g %s, expected %.4g%s\n", i + 1, v, q[i].unit.c_str(), want,
-                q[i].rel_tol == 0 ? " exactly" : fmt(" within %g%%", q[i].rel_tol * 100).c_str());
+    else if (exact && qi.convention.empty()) printf("Q%zu  right (%g %s)\n", i + 1, v, qi.unit.c_str());
+    else if (exact || paper)
+      printf("Q%zu  right (%g %s; %s)\n", i + 1, v, qi.unit.c_str(),
+             (exact ? qi.convention : qi.paper_convention).c_str());
+    else if (std::isnan(qi.paper_answer))
+      printf("Q%zu  wrong: %g %s, expected %.4g%s\n", i + 1, v, qi.unit.c_str(), qi.answer, tol.c_str());
+    else
+      printf("Q%zu  wrong: %g %s, expected %.4g (%s) or %.4g (%s)%s\n", i + 1, v, qi.unit.c_str(), qi.answer,
+             qi.convention.c_str(), qi.paper_answer, qi.paper_convention.c_str(), tol.c_str());
   }
   printf("score: %zu of %zu right\n", q.size() - wrong, q.size());
   return wrong;
+}
+
+void print_quiz_key(uint64_t seed, int count) {
+  const std::vector<QuizQuestion> q = make_quiz(seed, count);
+  printf("ZeRO quiz answer key (--seed %llu --count %d), for the instructor: a file of these lines scores 100%%\n",
+         (unsigned long long)seed, count);
+  for (size_t i = 0; i < q.size(); i++) {
+    const QuizQuestion& qi = q[i];
+    const std::string tol = qi.rel_tol == 0 ? "exactly" : fmt("within %d%%", int(qi.rel_tol * 100));
+    if (std::isnan(qi.paper_answer))
+      printf("Q%zu %.6g   # %s, %s\n", i + 1, qi.answer, qi.unit.c_str(), tol.c_str());
+    else
+      printf("Q%zu %.6g   # %s, %s (%s); also right: %.6g (%s)\n", i + 1, qi.answer, qi.unit.c_str(), tol.c_str(),
+             qi.convention.c_str(), qi.paper_answer, qi.paper_convention.c_str());
+  }
 }
 
 }  // namespace nz

@@ -10,7 +10,7 @@
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
-#include "trainer.h"  // Trainer: args, model, data, logging, reports (everything but the ZeRO idea)
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
 
@@ -26,15 +26,17 @@ int main(int argc, char** argv) {
 
   // ---- model state: full params; gradients and optimizer state only for my slices ----
   Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
-  Buffer grads(Category::Grads, Location::Host, L.shard_total * e, "grads (my slices)");  // offload: host
+  Buffer grads(Category::Grads, Location::Host, L.shard_total * e, "grads (my slices)");  // P_g
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
-  // offload: where one unit's reduced slice lands on the host before it is accumulated (staging)
-  Buffer landing(Category::Scratch, Location::Host, L.max_unit_padded / L.world * e, "grad slice landing");
+  Buffer landing(Category::Scratch, Location::Host, L.max_unit_padded / L.world * e,
+                 "grad slice landing");  // offload: where a reduced slice lands before it is added
   params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
-  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements I own of unit u
+  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer
-  auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e); };
+  auto my_P = [&](int u) {
+    return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e);
+  };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
   // offload: host<->device copies of my slices, counted in the comm ledger's link counters. The
   // host waits for what comes down (it reads it next); what goes up travels while the CPU works.
@@ -48,18 +50,19 @@ int main(int argc, char** argv) {
     comm.count_link(false, elems, elems * e);
   };
   // offload: the host AdamW writes my updated slice over my spent gradient slice (each element is
-  // read before it is written), so the gradient buffer doubles as the outbox copied up: no second eS
+  // read before it is written): the gradient buffer is also the outbox copied up, no second eS
   auto outbox = [&](int u) { return my_G(u); };
   // offload: master, m, v for my slices on the host (or on disk); AdamW runs on the CPU
   const Location state_at = run.args.offload_to == "disk" ? Location::Disk : Location::Host;
   HostAdamW host_adam(L, owned_shards(L, rank), dt, state_at, run.args);
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
-    to_host(outbox(u), my_P(u), owned(u));  // offload: the master starts from my slice, copied down
+    to_host(outbox(u), my_P(u), owned(u));  // offload: the master starts as my slice, copied down
     host_adam.init_master(u, outbox(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  run.checkpoint_state(params);  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  run.checkpoint_state(params);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -78,7 +81,8 @@ int main(int argc, char** argv) {
         comm.reduce_scatter(bucket.data(), mine, owned(u), dt);
         // offload: my reduced slice goes down to the host and is accumulated there
         to_host(landing.data(), mine, owned(u));
-        accumulate_grads(dt, my_G(u), landing.data(), owned(u), run.grad_average_scale(), k == 0, Location::Host);
+        accumulate_grads(dt, my_G(u), landing.data(), owned(u), run.grad_average_scale(), k == 0,
+                         Location::Host);
       }
     }
     run.phase("optimizer");
@@ -87,11 +91,12 @@ int main(int argc, char** argv) {
     comm.sum_scalars(&sq, 1);
     const double norm = std::sqrt(sq) / run.loss_scale();  // fp16: the gradients are stored scaled
     const double loss_sum = model.take_loss_sum();  // the micro-steps' summed token losses
-    if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
-    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
+    if (run.skip_step(step, loss_sum, norm)) continue;  // fp16: an overflow on any rank, no update
+    // clip, and undo the loss scale
+    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
     for (int u = 0; u < L.num_units(); u++) {
       // begin exercise: offload_optimizer
-      // offload: AdamW on the CPU, my gradient slice in, my updated slice out (its copy up overlaps the next unit)
+      // offload: AdamW on the CPU for my slice; its copy up overlaps the next unit's update
       host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());
       to_device(my_P(u), outbox(u), owned(u));
       // end exercise: offload_optimizer

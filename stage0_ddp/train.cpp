@@ -10,12 +10,12 @@
 // once per optimizer step, never per micro-step.)
 //
 // Per rank, Ψ parameters (P with padding): params eP, grads eP (+ one unit's eU on its way in),
-// Adam m + v 8P (+ master 4P in bf16 and fp16): 16 bytes per parameter, N times over. That redundancy is
-// what ZeRO removes. Communication per step: one all-reduce of P elements, 2(N-1)P/N sent per rank.
+// Adam m + v 8P (+ master 4P in bf16, fp16): 16 bytes per parameter, N times over: the redundancy
+// ZeRO removes. Communication per step: one all-reduce of P elements, 2(N-1)P/N sent per rank.
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
-#include "trainer.h"  // Trainer: args, model, data, logging, reports (everything but the ZeRO idea)
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
 
@@ -30,19 +30,22 @@ int main(int argc, char** argv) {
 
   // ---- model state: everything full-size on every rank ----
   Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
-  Buffer grads(Category::Grads, Location::Device, L.padded_total * e, "grads (summed over my micro-steps)");
-  Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e, "grads (one unit, this micro-step)");
+  Buffer grads(Category::Grads, Location::Device, L.padded_total * e,
+               "grads (summed over my micro-steps)");
+  Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e,
+                   "grads (one unit, this micro-step)");
   params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
   auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u
-  AdamW adam(L, whole_units(L), dt, run.args);                              // m, v for every element
+  AdamW adam(L, whole_units(L), dt, run.args);  // m, v for every element
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, P(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  run.checkpoint_state(params);  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  run.checkpoint_state(params);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -56,7 +59,7 @@ int main(int argc, char** argv) {
       model.head_backward(P(EMBED));
       for (int u = L.num_units() - 1; u >= 0; u--) {
         model.backward(u, P(u), unit_grad.data());
-        accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);  // local: no communication
+        accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);  // no communication
         if (last_micro_step) {  // unit u's gradient is complete on this rank: synchronise it once
           // all-reduce: every rank gets the sum of every rank's gradient for this unit
           comm.all_reduce(G(u), numel(u), dt);
@@ -65,13 +68,16 @@ int main(int argc, char** argv) {
       }
     }
     run.phase("optimizer");
-    // global gradient norm, summed slice by slice in the order the sharded stages sum it
-    const double norm = std::sqrt(sq_sum_in_rank_order(L, dt, grads.data())) / run.loss_scale();  // fp16: stored scaled
+    // global gradient norm, summed in the order the sharded stages sum it (fp16: stored scaled)
+    const double norm = std::sqrt(sq_sum_in_rank_order(L, dt, grads.data())) / run.loss_scale();
     const double loss_sum = model.take_loss_sum();  // the micro-steps' summed token losses
-    if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
-    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
+    if (run.skip_step(step, loss_sum, norm)) continue;  // fp16: an overflow on any rank, no update
+    // clip, and undo the loss scale
+    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
     // every rank updates every parameter, identically
-    for (int u = 0; u < L.num_units(); u++) adam.step(u, P(u), G(u), run.lr(), scale, run.adam_step());
+    for (int u = 0; u < L.num_units(); u++) {
+      adam.step(u, P(u), G(u), run.lr(), scale, run.adam_step());
+    }
     run.end_step(step, loss_sum, norm);
   }
   run.finish();

@@ -15,7 +15,7 @@
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
-#include "trainer.h"  // Trainer: args, model, data, logging, reports (everything but the ZeRO idea)
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
 
@@ -31,23 +31,30 @@ int main(int argc, char** argv) {
 
   // ---- model state: full params and grads; optimizer state only for my slices ----
   Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
-  Buffer grads(Category::Grads, Location::Device, L.padded_total * e, "grads (summed over my micro-steps)");
-  Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e, "grads (one unit, this micro-step)");
+  Buffer grads(Category::Grads, Location::Device, L.padded_total * e,
+               "grads (summed over my micro-steps)");
+  Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e,
+                   "grads (one unit, this micro-step)");
   params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
   auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u
-  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements I own of unit u
+  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // P_os: my slice of unit u, in the full buffers (slice `rank`)
-  auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e); };
-  auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].offset + L.shard(u, rank).begin, e); };
-  AdamW adam(L, owned_shards(L, rank), dt, run.args);                       // P_os: m, v for my slices only
+  auto my_P = [&](int u) {
+    return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e);
+  };
+  auto my_G = [&](int u) {
+    return elem_ptr(grads, L.units[u].offset + L.shard(u, rank).begin, e);
+  };
+  AdamW adam(L, owned_shards(L, rank), dt, run.args);  // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, my_P(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  run.checkpoint_state(params);  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  run.checkpoint_state(params);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -61,7 +68,7 @@ int main(int argc, char** argv) {
       model.head_backward(P(EMBED));
       for (int u = L.num_units() - 1; u >= 0; u--) {
         model.backward(u, P(u), unit_grad.data());
-        accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);  // local: no communication
+        accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);  // no communication
         if (last_micro_step) {  // unit u's gradient is complete on this rank: synchronise it once
           // begin exercise: stage1_reduce_scatter
           // reduce-scatter: each rank receives only the summed gradient of the slice it owns
@@ -77,11 +84,12 @@ int main(int argc, char** argv) {
     comm.sum_scalars(&sq, 1);
     const double norm = std::sqrt(sq) / run.loss_scale();  // fp16: the gradients are stored scaled
     const double loss_sum = model.take_loss_sum();  // the micro-steps' summed token losses
-    if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
-    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
+    if (run.skip_step(step, loss_sum, norm)) continue;  // fp16: an overflow on any rank, no update
+    // clip, and undo the loss scale
+    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
     for (int u = 0; u < L.num_units(); u++) {
       // begin exercise: stage1_update_and_gather
-      adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());  // P_os: update my slice only
+      adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());  // P_os: my slice only
       // all-gather: every rank receives every rank's updated slice, so all hold the full model
       comm.all_gather(my_P(u), P(u), owned(u), dt);
       // end exercise: stage1_update_and_gather

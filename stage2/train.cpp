@@ -5,14 +5,14 @@
 // bucket, for the moment between its backward and its reduce-scatter. Each rank keeps just its
 // owned slice. The price: a rank can no longer sum its full gradient locally over micro-steps, so
 // with --accum K every micro-step reduce-scatters each unit and adds the received slice into the
-// owned slice (a stage 2 that overwrote instead would silently train on the last micro-batch only).
+// owned slice (a stage 2 that overwrote it would silently train on the last micro-batch only).
 //
 // Communication per step: K reduce-scatters + one all-gather, (K+1)(N-1)P/N per rank, where stage1
-// sends 2(N-1)P/N whatever K is. Per rank: params eP, grads eS + one bucket eU, Adam 8S (+ master 4S).
+// sends 2(N-1)P/N at any K. Per rank: params eP, grads eS + one bucket eU, Adam 8S (+ master 4S).
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
-#include "trainer.h"  // Trainer: args, model, data, logging, reports (everything but the ZeRO idea)
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
 
@@ -32,17 +32,20 @@ int main(int argc, char** argv) {
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
   params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
-  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements I own of unit u
+  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer
-  auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e); };
+  auto my_P = [&](int u) {
+    return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e);
+  };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
-  AdamW adam(L, owned_shards(L, rank), dt, run.args);                       // P_os: m, v for my slices only
+  AdamW adam(L, owned_shards(L, rank), dt, run.args);  // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, my_P(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  run.checkpoint_state(params);  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  run.checkpoint_state(params);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -70,10 +73,11 @@ int main(int argc, char** argv) {
     comm.sum_scalars(&sq, 1);
     const double norm = std::sqrt(sq) / run.loss_scale();  // fp16: the gradients are stored scaled
     const double loss_sum = model.take_loss_sum();  // the micro-steps' summed token losses
-    if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
-    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
+    if (run.skip_step(step, loss_sum, norm)) continue;  // fp16: an overflow on any rank, no update
+    // clip, and undo the loss scale
+    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
     for (int u = 0; u < L.num_units(); u++) {
-      adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());  // P_os: update my slice only
+      adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());  // P_os: my slice only
       // all-gather: every rank receives every rank's updated slice, so all hold the full model
       comm.all_gather(my_P(u), P(u), owned(u), dt);
     }

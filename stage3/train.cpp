@@ -15,7 +15,7 @@
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend
-#include "trainer.h"  // Trainer: args, model, data, logging, reports (everything but the ZeRO idea)
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
 
@@ -30,29 +30,30 @@ int main(int argc, char** argv) {
   GPT& model = *run.model;
   Comm& comm = run.comm;
 
-  // ---- model state: params, gradients and optimizer state only for my slices ----
-  Buffer params(Category::Params, Location::Device, L.shard_total * e, "params (my slices)");  // P_p
+  // ---- model state: params (P_p), gradients and optimizer state only for my slices ----
+  Buffer params(Category::Params, Location::Device, L.shard_total * e, "params (my slices)");
   Buffer grads(Category::Grads, Location::Device, L.shard_total * e, "grads (my slices)");  // P_g
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
   params.zero();
-  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements I own of unit u
+  auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // my slice of unit u, packed in the sharded parameter and gradient buffers
   auto my_P = [&](int u) { return elem_ptr(params, L.units[u].shard_offset, e); };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
-  AdamW adam(L, owned_shards(L, rank), dt, run.args);                       // P_os: m, v for my slices only
+  AdamW adam(L, owned_shards(L, rank), dt, run.args);  // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.shard(u, rank), my_P(u));  // P_p: only my slice is ever initialised
     adam.init_master(u, my_P(u));
   }
 
   // ---- gather and release: a unit's full parameters exist only while it is in use ----
-  std::vector<Buffer> gathered(L.num_units());        // unit u's full parameters (ledger: gathered)
+  std::vector<Buffer> gathered(L.num_units());        // unit u's full params (ledger: gathered)
   std::vector<CommRequest> in_flight(L.num_units());  // unit u's all-gather, until waited for
   // begin exercise: stage3_gather_release
   // all-gather, started: every rank's slice of unit u, into a fresh buffer of the unit's size
   auto gather_start = [&](int u) {
     const Unit& unit = L.units[u];
-    gathered[u] = Buffer(Category::Gathered, Location::Device, unit.padded * e, "gathered " + unit.name);
+    gathered[u] = Buffer(Category::Gathered, Location::Device, unit.padded * e,
+                         "gathered " + unit.name);
     in_flight[u] = comm.all_gather_start(my_P(u), gathered[u].data(), owned(u), dt);
   };
   // unit u's full parameters: gathered now, or the prefetch already started is waited for
@@ -65,8 +66,9 @@ int main(int argc, char** argv) {
   auto prefetch = [&](int u) { if (run.args.prefetch) gather_start(u); };
   auto release_unit = [&](int u) { gathered[u].release(); };  // release: only my slice stays
   // end exercise: stage3_gather_release
-  run.unit_access = UnitAccess{gather_unit, release_unit};  // validation and the model file, unit by unit
-  run.checkpoint_state(params);  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  run.unit_access = UnitAccess{gather_unit, release_unit};  // validation, model file: unit by unit
+  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  run.checkpoint_state(params);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -79,7 +81,7 @@ int main(int argc, char** argv) {
         model.forward(u, p);
         release_unit(u);                      // release: unit u, until it is needed again
       }
-      const void* wte = gather_unit(EMBED);   // all-gather: the tied embedding again, for the LM head
+      const void* wte = gather_unit(EMBED);   // all-gather: the embedding again, for the LM head
       prefetch(LNF);                          // prefetch: the first unit of the backward
       model.head_forward(wte);  // adds the batch loss to the step total, on the device
       run.phase("backward");
@@ -92,8 +94,8 @@ int main(int argc, char** argv) {
         if (u - 1 > EMBED) prefetch(u - 1);   // prefetch: the next unit of the backward
         model.backward(u, p, bucket.data());
         release_unit(u);                      // release: unit u, until the next forward
-        // reduce-scatter, every micro-step: each rank receives only the summed gradient of the slice
-        // it owns; the embedding's comes last, once, with both the LM head's and the lookups' parts
+        // reduce-scatter, every micro-step: each rank receives only the summed gradient of the
+        // slice it owns; the embedding's comes last, once: the LM head's part and the lookups'
         void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);
         comm.reduce_scatter(bucket.data(), mine, owned(u), dt);
         accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), k == 0);
@@ -106,10 +108,11 @@ int main(int argc, char** argv) {
     comm.sum_scalars(&sq, 1);
     const double norm = std::sqrt(sq) / run.loss_scale();  // fp16: the gradients are stored scaled
     const double loss_sum = model.take_loss_sum();  // the micro-steps' summed token losses
-    if (run.skip_step(step, loss_sum, norm)) continue;      // fp16: an overflow on any rank, no update
-    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();  // clip, and undo the scale
+    if (run.skip_step(step, loss_sum, norm)) continue;  // fp16: an overflow on any rank, no update
+    // clip, and undo the loss scale
+    const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
     for (int u = 0; u < L.num_units(); u++) {
-      adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());  // P_os: update my slice only
+      adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());  // P_os: my slice only
       // no all-gather here: the next forward gathers each unit just before it needs it (P_p)
     }
     run.end_step(step, loss_sum, norm);

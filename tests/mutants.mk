@@ -16,7 +16,7 @@
 # result is bit for bit stage2's.)
 STAGE2_MUTANTS := no_average wrong_slice last_microbatch_only
 STAGE2_MUTANT_SED_no_average := s/run\.grad_average_scale()/1.0f/
-STAGE2_MUTANT_SED_wrong_slice := /auto my_P = /s/L\.shard(u, rank)\.begin/L.shard(u, (rank + 1) % L.world).begin/
+STAGE2_MUTANT_SED_wrong_slice := s/L\.units\[u\]\.offset + L\.shard(u, rank)\.begin/L.units[u].offset + L.shard(u, (rank + 1) % L.world).begin/
 STAGE2_MUTANT_SED_last_microbatch_only := /accumulate_grads(/s/k == 0)/true)/
 
 STAGE2_MUTANT_BINS := $(STAGE2_MUTANTS:%=$(BUILD)/bin/mutant_stage2_%)

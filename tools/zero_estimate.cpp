@@ -4,7 +4,7 @@
 //                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]
 //                           [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]
 //   build/bin/zero_estimate --paper-table
-//   build/bin/zero_estimate --quiz [--seed S] [--count N] [--check FILE]
+//   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE]
 //
 // The numbers come from common/zero_formulas.h and model.h (make_layout): the
 // same functions the trainers print beside their memory ledger and the tests assert against it,
@@ -166,7 +166,7 @@ void print_usage() {
          "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]\n"
          "                     [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]\n"
          "       zero_estimate --paper-table\n"
-         "       zero_estimate --quiz [--seed S] [--count N] [--check FILE]\n"
+         "       zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE]\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
          "formulas (common/zero_formulas.h), allocating nothing.\n"
          "  --preset       model preset: %s (default small, like the trainers)\n"
@@ -192,8 +192,9 @@ void print_usage() {
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
          "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
-         "  --quiz         numeric questions from these formulas, then their answer key (--seed S,\n"
+         "  --quiz         numeric questions from these formulas, without their answers (--seed S,\n"
          "                 default 1, picks the questions; --count N, default 10)\n"
+         "  --key          with --quiz: the answer key instead, for the instructor\n"
          "  --check FILE   with --quiz: grade the answers in FILE (lines `Q<n> <number>`, in each\n"
          "                 question's unit); exit 0 when all are right, 1 otherwise\n",
          preset_names());
@@ -207,7 +208,7 @@ int main(int argc, char** argv) {
   int layers = -1, dim = -1, heads = -1, batch = 4, seq = -1;  // seq: 64, or the context if shorter
   int accum = 1;                                                // micro-steps per optimizer step
   std::vector<int> worlds = {1};
-  bool json = false, paper = false, have_preset = false, quiz = false, checkpointing = false;
+  bool json = false, paper = false, have_preset = false, quiz = false, key = false, checkpointing = false;
   uint64_t fit_budget = 0;  // --fit SIZE
   int vocab = -1, quiz_count = 10;
   uint64_t quiz_seed = 1;
@@ -221,6 +222,7 @@ int main(int argc, char** argv) {
     if (a == "--json") { json = true; continue; }
     if (a == "--paper-table") { paper = true; continue; }
     if (a == "--quiz") { quiz = true; continue; }
+    if (a == "--key") { key = true; continue; }
     if (a == "--offload") { stage_arg = "offload"; continue; }
     if (a == "--activation-checkpointing") { checkpointing = true; continue; }
     if (i + 1 >= argc) user_error("%s needs a value, or is unknown; see zero_estimate --help", a.c_str());
@@ -249,17 +251,20 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!check_file.empty() && !quiz) user_error("--check grades a quiz: add --quiz (with the quiz's --seed and --count)");
+  if (key && !quiz) user_error("--key prints a quiz's answer key: add --quiz (with the quiz's --seed and --count)");
+  if (key && !check_file.empty()) user_error("--key and --check both given; expected one: --key prints the key, --check grades");
   if (quiz) {
     if (!check_file.empty()) return check_quiz(quiz_seed, quiz_count, check_file) == 0 ? 0 : 1;
+    if (key) {
+      print_quiz_key(quiz_seed, quiz_count);
+      return 0;
+    }
+    // the questions only: the key is the instructor's (--key), never printed beside them
     const std::vector<QuizQuestion> q = make_quiz(quiz_seed, quiz_count);
     printf("ZeRO quiz (--seed %llu --count %d): answer in each question's unit, one line each, e.g. `Q1 12.5`,\n"
            "then grade with: zero_estimate --quiz --seed %llu --count %d --check answers.txt\n\n",
            (unsigned long long)quiz_seed, quiz_count, (unsigned long long)quiz_seed, quiz_count);
     for (size_t i = 0; i < q.size(); i++) printf("Q%zu. %s\n\n", i + 1, q[i].text.c_str());
-    printf("answer key (a file of these lines scores 100%%):\n");
-    for (size_t i = 0; i < q.size(); i++)
-      printf("Q%zu %.6g   # %s%s\n", i + 1, q[i].answer, q[i].unit.c_str(),
-             q[i].rel_tol == 0 ? ", exactly" : (", within " + std::to_string(int(q[i].rel_tol * 100)) + "%").c_str());
     return 0;
   }
 
