@@ -10,6 +10,8 @@
 #include <new>        // std::bad_alloc
 #include <string>
 
+#include "atomic_file.h"  // remove_unfinished_temp_files: MPI_Abort runs no exit handlers
+
 namespace nz {
 
 void fatal(const char* file, int line, const char* fmt, ...) {
@@ -23,6 +25,7 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   va_end(ap);
   fprintf(stderr, "%s\n", msg);
   fflush(stderr);
+  remove_unfinished_temp_files();
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
