@@ -37,8 +37,14 @@ size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, cons
                              bool writer, const std::function<const void*(int u)>& acquire,
                              const std::function<void(int u)>& release);
 // Reads and checks a model file: the header against sane limits and against the file's size
-// before anything is allocated, then the checksum. Anything wrong is one line with a HINT, exit 2.
+// before anything is allocated, then the checksum, then that every weight is finite (a run that
+// diverged saves NaN or Inf under a valid checksum). Anything wrong is one line with a HINT, exit 2.
 // `flag` names the option the path came from.
 void load_model(const std::string& path, GPTConfig* cfg, std::vector<float>* params, const char* flag = "--model");
+
+// The first of n values that is NaN or infinite; n when every one is finite.
+size_t first_non_finite(const float* p, size_t n);
+// Element k of unit u, for messages: "unit block2, fc_w[17]".
+std::string element_name(const Layout& L, int u, size_t k);
 
 }  // namespace nz

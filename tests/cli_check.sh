@@ -99,6 +99,11 @@ cp "$tmp/good.model" "$tmp/vocab16.model"
 patch "$tmp/vocab16.model" 12 "struct.pack('<i', 16)"
 expect_error model_vocab_16 "inconsistent header" build/bin/gpt_sample --model "$tmp/vocab16.model" --prompt hi
 expect_error model_not_a_file "not a regular file" build/bin/gpt_eval --model "$tmp/adir" --data data/corpus.txt
+# a NaN weight under a valid checksum (what a diverged run saves): refused by every reader, named
+cp "$tmp/good.model" "$tmp/nan.model"
+python3 tests/craft_files.py nan_model "$tmp/nan.model" 9000  # wte is 256 x 32 = 8192 weights: wpe[808]
+expect_error eval_nan_weight "weight 9000 (unit embed, wpe\[808\]) is nan" build/bin/gpt_eval --model "$tmp/nan.model" --data data/corpus.txt --windows 4
+expect_error sample_nan_weight "weight 9000 (unit embed, wpe\[808\]) is nan" build/bin/gpt_sample --model "$tmp/nan.model" --prompt hi
 # A version 1 file (no checksum) still loads, with a note, and scores exactly as the version 2 file.
 head -c -4 "$tmp/good.model" >"$tmp/v1.model"
 patch "$tmp/v1.model" 8 "struct.pack('<I', 1)"
