@@ -248,6 +248,10 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--resume", "DIR", "resume from a checkpoint (DIR/step-N), a checkpoint directory's newest valid one, or "
        "auto (--ckpt-dir's; from step 0 if none); --steps stays the total",
        [&](auto&, auto& v) { a.resume = v; }},
+      {"--ckpt-overwrite", "", "let this run remove another run's checkpoints from --ckpt-dir (else refused)",
+       nullptr},
+      {"--resume-changed", "", "resume even though --seed, --lr, --weight-decay, --clip, --warmup, --batch, --seq "
+       "or --accum differ from the checkpoint's (else refused)", nullptr},
       {"--watchdog", "SECONDS", "end the job, naming the rank, when a rank makes no progress this long "
        "(default 300; 0: off)",
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
@@ -259,7 +263,9 @@ Args parse_args(int argc, char** argv, const char* program) {
   };
   // switches: flags without a value
   const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
-                                                 {"--activation-checkpointing", &a.activation_checkpointing}};
+                                                 {"--activation-checkpointing", &a.activation_checkpointing},
+                                                 {"--ckpt-overwrite", &a.ckpt_overwrite},
+                                                 {"--resume-changed", &a.resume_changed}};
   auto find_flag = [&](const std::string& name) -> const Flag* {
     for (const Flag& f : flags)
       if (name == f.name) return &f;

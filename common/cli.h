@@ -67,6 +67,8 @@ struct Args {
   int ckpt_every = 0;    // a checkpoint every K steps (and one at the end); 0: only at the end
   int ckpt_keep = 2;     // keep the newest M checkpoints
   std::string resume;    // a checkpoint, a --ckpt-dir, or "auto" (the newest valid one in --ckpt-dir)
+  bool ckpt_overwrite = false;  // remove another run's checkpoints from --ckpt-dir instead of refusing it
+  bool resume_changed = false;  // resume with settings other than the checkpoint's (else refused)
   int watchdog = 300;    // seconds without progress before the job is ended, naming the rank; 0: off
 };
 

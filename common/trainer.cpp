@@ -37,6 +37,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     resume_from_ = find_resume_checkpoint(comm, args);
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
+  run_id_ = claim_checkpoint_dir(comm, args, resume_from_);  // --ckpt-dir: this run's alone, or one line
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
@@ -177,6 +178,7 @@ HeldState Trainer::held_state() {
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
   h.rank = rank();
+  h.run_id = run_id_;
   NZ_CHECK(h.params_full || held_params_->bytes() == layout.shard_total * elem_bytes,
            "checkpoint_state: params buffer of %zu bytes is neither all units nor this rank's slices",
            held_params_->bytes());

@@ -125,6 +125,7 @@ class Trainer {
   Buffer* held_params_ = nullptr;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)
+  uint64_t run_id_ = 0;      // ckpt.h: claim_checkpoint_dir
   int first_step_ = 0;
   double verify_ms_ = 0;   // finding and verifying the checkpoint to resume from
   int current_step_ = -1;  // for the watchdog's messages

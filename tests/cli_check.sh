@@ -55,7 +55,7 @@ missing=""
 for f in --preset --layers --dim --heads --batch --seq --accum --steps --lr --warmup --weight-decay --clip \
          --seed --precision --data --log-json --eval-every --save-model --device --ckpt-dir --ckpt-every \
          --ckpt-keep --resume --watchdog --loss-scale --loss-scale-window --loss-scale-hysteresis \
-         --loss-scale-backoff --loss-scale-min; do
+         --loss-scale-backoff --loss-scale-min --ckpt-overwrite --resume-changed; do
   grep -q -- "$f" <<<"$help" || missing+=" $f"
 done
 if [ -z "$missing" ]; then echo "NZRESULT PASS cli.help_lists_flags"; else echo "NZRESULT FAIL cli.help_lists_flags (missing:$missing)"; fi
