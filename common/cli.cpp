@@ -60,7 +60,47 @@ std::string file_identity(const std::string& path) {
   return "path " + path;
 }
 
+// The absolute path `path` names, with symbolic links, "." and ".." resolved: realpath() of the
+// longest part that exists, then the rest taken name by name (a path not made yet).
+std::string canonical_path(const std::string& path) {
+  std::string head = path.empty() ? "." : path, tail;
+  char real[PATH_MAX];
+  while (!realpath(head.c_str(), real)) {  // strip names until what is left exists
+    while (head.size() > 1 && head.back() == '/') head.pop_back();
+    const size_t slash = head.rfind('/');
+    const std::string name = slash == std::string::npos ? head : head.substr(slash + 1);
+    tail = tail.empty() ? name : name + "/" + tail;
+    head = slash == std::string::npos ? "." : slash == 0 ? "/" : head.substr(0, slash);
+  }
+  std::vector<std::string> parts;
+  std::string out = real, part;
+  for (size_t at = 0; at <= tail.size(); at++) {
+    if (at < tail.size() && tail[at] != '/') {
+      part += tail[at];
+      continue;
+    }
+    if (part == "..") {
+      if (out.size() > 1) out = out.substr(0, std::max<size_t>(out.rfind('/'), 1));
+    } else if (!part.empty() && part != ".") {
+      out += (out == "/" ? "" : "/") + part;
+    }
+    part.clear();
+  }
+  return out;
+}
+
 }  // namespace
+
+void check_not_inside(const char* flag, const std::string& path, const char* dir_flag, const std::string& dir) {
+  if (path.empty() || dir.empty()) return;
+  const std::string p = canonical_path(path), d = canonical_path(dir);
+  struct stat a, b;
+  const bool same = p == d || (stat(path.c_str(), &a) == 0 && stat(dir.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+                               a.st_ino == b.st_ino);
+  if (same || p.compare(0, d.size() + 1, d == "/" ? "/" : d + "/") == 0)
+    user_error("%s %s: %s %s %s; expected a path outside it: pass another %s", flag, path.c_str(),
+               same ? "is" : "lies inside", dir_flag, dir.c_str(), flag);
+}
 
 void check_output_file(const char* flag, const std::string& path) {
   struct stat st;
@@ -400,6 +440,13 @@ Args parse_args(int argc, char** argv, const char* program) {
         user_error("%s %s and %s %s: the same file; expected %s: pass another path", named[j].first,
                    named[j].second.c_str(), named[i].first, named[i].second.c_str(),
                    i == 0 ? "outputs that never overwrite the input" : "a separate file for each output");
+  // Nothing goes into the checkpoint directory but checkpoints (its clean-up removes step
+  // directories), nothing is read from it but them, and nothing is written into the checkpoint
+  // being resumed from.
+  for (const auto& [flag, path] : {named[0], named[1], named[2], std::make_pair("--config", a.config)})
+    check_not_inside(flag, path, "--ckpt-dir", a.ckpt_dir);
+  if (a.resume != "auto")
+    for (const auto& [flag, path] : {named[1], named[2]}) check_not_inside(flag, path, "--resume", a.resume);
   // --data: a regular file of bounded size (a FIFO would block, /dev/zero never end).
   check_data_file(a.data);
   if (access(a.data.c_str(), R_OK) != 0)

@@ -43,7 +43,14 @@ int main(int argc, char** argv) {
     else user_error("unknown flag %s; see consolidate --help", a.c_str());
   }
   if (ckpt.empty() || out.empty()) user_error("--ckpt DIR and --out FILE are required; see consolidate --help");
-  check_output_file("--out", out);
+  // Every file it writes, checked before anything is read: none may land inside the checkpoint it reads.
+  std::vector<std::string> outputs = {out};
+  if (with_optimizer)
+    for (const char* suffix : {".master", ".adam_m", ".adam_v"}) outputs.push_back(out + suffix);
+  for (const std::string& o : outputs) {
+    check_output_file("--out", o);
+    check_not_inside("--out", o, "--ckpt", ckpt);
+  }
 
   std::vector<std::string> notes;
   std::string why;
