@@ -38,8 +38,8 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   exit(1);
 }
 
-// Prints the line (if `speak`), then ends this rank with exit code 2.
-[[noreturn]] static void user_error_v(bool speak, const char* fmt, va_list ap) {
+// Prints the line (if `speak`), then ends this rank with `code`.
+[[noreturn]] static void user_error_v(bool speak, const char* fmt, va_list ap, int code = 2) {
   if (speak) {
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
@@ -50,7 +50,7 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (init && !fin) MPI_Finalize();  // every rank validates the same input and exits the same way
-  exit(2);
+  exit(code);  // (exit handlers remove any temporary file still being written: atomic_file.h)
 }
 
 void user_error(const char* fmt, ...) {
@@ -68,6 +68,16 @@ void user_error_this_rank(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   user_error_v(true, fmt, ap);
+}
+
+void run_error(const char* fmt, ...) {
+  int init = 0, fin = 0, rank = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  va_list ap;
+  va_start(ap, fmt);
+  user_error_v(rank == 0, fmt, ap, 1);
 }
 
 // No exception from a library (oneDNN, the C++ library's streams and allocator, JSON parsing) ever

@@ -3,6 +3,8 @@
 
 #include <sys/stat.h>  // stat: the file's size before reading it
 
+#include <mpi.h>       // MPI_Bcast: every rank learns whether the model file was written
+
 #include <cerrno>
 #include <cmath>  // std::isfinite
 #include <cstdio>
@@ -15,7 +17,7 @@
 
 namespace nz {
 
-void save_model(const std::string& path, const GPTConfig& c, const std::vector<float>& params, const char* flag) {
+bool write_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params, std::string* why) {
   NZ_CHECK(params.size() == param_count_formula(c), "save_model: %zu parameters for a model of %zu",
            params.size(), param_count_formula(c));
   AtomicFile f(path);
@@ -25,14 +27,21 @@ void save_model(const std::string& path, const GPTConfig& c, const std::vector<f
       f.write(params.data(), n * 4);
   const uint32_t crc = f.crc();  // of every byte before it
   f.write(&crc, 4);
-  if (!f.commit())
+  if (f.commit()) return true;
+  *why = f.error();
+  return false;
+}
+
+void save_model(const std::string& path, const GPTConfig& c, const std::vector<float>& params, const char* flag) {
+  std::string why;
+  if (!write_model_file(path, c, params, &why))
     user_error("%s %s: %s; nothing was replaced. HINT: choose a writable path with free space", flag, path.c_str(),
-               f.error().c_str());
+               why.c_str());
 }
 
 size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
                              bool writer, const std::function<const void*(int u)>& acquire,
-                             const std::function<void(int u)>& release) {
+                             const std::function<void(int u)>& release, std::string* error) {
   std::vector<float> all;  // Ψ floats, built on the writer only
   for (int u = 0; u < layout.num_units(); u++) {
     const Unit& unit = layout.units[u];
@@ -46,7 +55,13 @@ size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, cons
     }
     release(u);
   }
-  if (writer) save_model(path, cfg, all);
+  error->clear();
+  if (writer) write_model_file(path, cfg, all, error);
+  // every rank learns the writer's verdict (rank 0), so all end the run the same way
+  uint64_t len = error->size();
+  MPI_Bcast(&len, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  error->resize(len);
+  if (len) MPI_Bcast(&(*error)[0], int(len), MPI_CHAR, 0, MPI_COMM_WORLD);
   return all.size();
 }
 

@@ -11,7 +11,7 @@
 #     time, is refused before training; the clean-up removes only the files it wrote; stale
 #     temporary files are ignored on resume and removed by the next write;
 #   - values no run writes (step -1, a NaN weight under valid checksums, a checkpoint past --steps)
-#     are one line and exit 2.
+#     are one line and exit 2; a run whose checkpoints or report all fail to be written exits 1.
 # Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/.."
 bin=${NZ_BIN_DIR:-build/bin}
@@ -166,6 +166,14 @@ if [ $rc = 0 ] && grep -q "^note: resuming with changed settings: --seed 9 (was 
    [ "$(grep '^run ' "$tmp/keep/step-00000003/MANIFEST")" = "$(grep '^run ' "$tmp/keep/step-00000004/MANIFEST")" ]; then
   pass resume_changed_goes_on_as_the_same_run
 else fail resume_changed_goes_on_as_the_same_run "exit $rc; got: $out"; fi
+# a run that writes none of its checkpoints (a file stands where its step directory would go)
+# ends with one line and exit 1, its model file written
+mkdir -p "$tmp/nosave" && : >"$tmp/nosave/step-00000002"
+out=$(mpirun -np 1 $bin/stage1 $two --ckpt-dir "$tmp/nosave" --save-model "$tmp/nosave.model" 2>&1); rc=$?
+if [ $rc = 1 ] && [ "$(grep -c '^error' <<<"$out")" = 1 ] && [ -s "$tmp/nosave.model" ] &&
+   grep -q "^error: the run finished, but no checkpoint written in $tmp/nosave (1 try failed" <<<"$out"; then
+  pass no_checkpoint_written_exits_1
+else fail no_checkpoint_written_exits_1 "exit $rc; got: $(grep -v '^step\|^rank\|^ ' <<<"$out")"; fi
 
 # ---- a disk that fills up: the checkpoint that does not fit is a warning, the run goes on, the
 # previous checkpoint stays valid and no partial shard is left (a 700 kB tmpfs holds one checkpoint
@@ -182,6 +190,22 @@ if [ -n "$ns" ]; then
      grep -q "^files: 0" <<<"$out" && grep -q "^MANIFEST" <<<"$out" && cmp -s "$tmp/tiny_ref.model" "$tmp/full_disk.model"; then
     pass full_disk_checkpoint_is_a_warning
   else fail full_disk_checkpoint_is_a_warning "exit $rc; got: $(grep -v '^step\|^rank\|^ ' <<<"$out")"; fi
+  # a model file or a report that does not fit (a 4 kB tmpfs): one line and exit 1 once the rest is
+  # written; no temporary file is left on the full disk
+  mkdir -p "$tmp/tiny_fs"
+  for what in model report; do
+    if [ $what = model ]; then outs="--save-model $tmp/tiny_fs/m.model --log-json $tmp/late.json"; kept=$tmp/late.json
+    else outs="--save-model $tmp/late.model --log-json $tmp/tiny_fs/r.json"; kept=$tmp/late.model; fi
+    out=$($ns sh -c "mount -t tmpfs -o size=4k tmpfs '$tmp/tiny_fs' && timeout -k 5 120 mpirun -np 2 $bin/stage1 $two $outs; \
+          rc=\$?; echo left: \$(ls -A '$tmp/tiny_fs'); exit \$rc" 2>&1)
+    rc=$?
+    flag=$([ $what = model ] && echo --save-model || echo --log-json)
+    if [ $rc = 1 ] && [ "$(grep -c '^error' <<<"$out")" = 1 ] && grep -q "^left: *$" <<<"$out" && [ -s "$kept" ] &&
+       grep -q "^error: the run finished, but $flag $tmp/tiny_fs/.*No space left on device" <<<"$out"; then
+      pass "full_disk_${what}_exits_1_leaving_no_temp_file"
+    else fail "full_disk_${what}_exits_1_leaving_no_temp_file" "exit $rc; got: $(grep -v '^step\|^rank\|^ ' <<<"$out")"; fi
+    rm -f "$kept"
+  done
 else
   echo "NZRESULT SKIP fault.full_disk_checkpoint_is_a_warning (no private mount namespace to mount a small tmpfs in)"
 fi
