@@ -2,20 +2,84 @@
 #include "atomic_file.h"
 
 #include <fcntl.h>     // open
+#include <limits.h>    // PATH_MAX
+#include <signal.h>    // sigaction: removing the temporary files on SIGTERM, SIGINT, SIGHUP
 #include <sys/stat.h>  // fchmod
 #include <unistd.h>  // write, fsync, close, unlink
 
 #include <algorithm>  // std::min
+#include <atomic>
 #include <cerrno>
 #include <cstdio>   // rename
-#include <cstdlib>  // mkstemp
+#include <cstdlib>  // mkstemp, atexit
 #include <cstring>  // strerror
+#include <mutex>    // std::call_once
 #include <vector>
 
 #include "crc32c.h"
 #include "watchdog.h"  // heartbeat: a piece of the file written
 
 namespace nz {
+
+// ---- the temporary files being written now ----
+// Kept where an exit(), fatal() or a signal handler can find them: fixed slots of plain bytes,
+// since a signal handler may neither allocate nor take a lock. A slot is 0 (free), 1 (being
+// filled) or 2 (holds the path of a temporary file to remove).
+namespace {
+constexpr int kTempSlots = 64;  // writers alive at once: a shard and a MANIFEST at most, in practice
+char temp_paths[kTempSlots][PATH_MAX];
+std::atomic<int> temp_state[kTempSlots];
+
+void on_termination_signal(int sig) {
+  remove_unfinished_temp_files();
+  raise(sig);  // SA_RESETHAND restored the default action: the process ends as it would have
+}
+
+void install_cleanup_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::atexit(remove_unfinished_temp_files);  // exit(): user_error skips the writers' destructors
+    signal(SIGXFSZ, SIG_IGN);  // a file-size limit (ulimit -f) becomes a failed write (EFBIG), not a kill
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+      struct sigaction old;
+      if (sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+        continue;  // someone else handles it: leave theirs alone
+      struct sigaction sa;
+      memset(&sa, 0, sizeof sa);
+      sa.sa_handler = on_termination_signal;
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = SA_RESETHAND;
+      sigaction(sig, &sa, nullptr);
+    }
+  });
+}
+
+int register_temp(const std::string& path) {
+  install_cleanup_once();
+  if (path.size() >= PATH_MAX) return -1;
+  for (int i = 0; i < kTempSlots; i++) {
+    int expected = 0;
+    if (temp_state[i].compare_exchange_strong(expected, 1)) {
+      memcpy(temp_paths[i], path.c_str(), path.size() + 1);
+      temp_state[i].store(2);
+      return i;
+    }
+  }
+  return -1;  // no slot free: the destructor still removes it
+}
+}  // namespace
+
+void remove_unfinished_temp_files() {
+  for (int i = 0; i < kTempSlots; i++)
+    if (temp_state[i].load() == 2) unlink(temp_paths[i]);
+}
+
+std::string temp_file_target(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  // mkstemp's six characters follow ".tmp."
+  if (at == std::string::npos || at == 0 || name.size() != at + 5 + 6) return "";
+  return name.substr(0, at);
+}
 
 std::string dir_of(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -31,6 +95,7 @@ void sync_dir(const std::string& dir) {
 }
 
 AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+  install_cleanup_once();
   std::string name = path + ".tmp.XXXXXX";
   std::vector<char> buf(name.begin(), name.end());
   buf.push_back('\0');
@@ -40,12 +105,20 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
     return;
   }
   tmp_ = buf.data();
+  slot_ = register_temp(tmp_);
   fchmod(fd_, 0644);  // what fopen would have made (umask aside): readable by the tools
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) close(fd_);
+  remove_temp();
+}
+
+void AtomicFile::remove_temp() {
   if (!tmp_.empty()) unlink(tmp_.c_str());
+  tmp_.clear();
+  if (slot_ >= 0) temp_state[slot_].store(0);
+  slot_ = -1;
 }
 
 void AtomicFile::fail(const char* what) {
@@ -73,13 +146,16 @@ bool AtomicFile::write(const void* data, size_t n) {
 }
 
 bool AtomicFile::commit() {
-  if (!ok()) return false;
-  if (fsync(fd_) != 0) fail("cannot flush it to the disk");
-  if (close(fd_) != 0) fail("write failed on close");
+  if (ok() && fsync(fd_) != 0) fail("cannot flush it to the disk");
+  if (fd_ >= 0 && close(fd_) != 0) fail("write failed on close");
   fd_ = -1;
   if (ok() && rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename it into place");
-  if (!ok()) return false;
+  if (!ok()) {
+    remove_temp();  // now, not at the destructor: the caller may exit() on the error (user_error)
+    return false;
+  }
   tmp_.clear();  // it has the target's name now: nothing to remove
+  remove_temp();
   sync_dir(dir_of(path_));
   return true;
 }

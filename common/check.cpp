@@ -10,6 +10,8 @@
 #include <new>        // std::bad_alloc
 #include <string>
 
+#include "atomic_file.h"  // remove_unfinished_temp_files: MPI_Abort runs no exit handlers
+
 namespace nz {
 
 void fatal(const char* file, int line, const char* fmt, ...) {
@@ -23,6 +25,7 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   va_end(ap);
   fprintf(stderr, "%s\n", msg);
   fflush(stderr);
+  remove_unfinished_temp_files();
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
@@ -35,8 +38,8 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   exit(1);
 }
 
-// Prints the line (if `speak`), then ends this rank with exit code 2.
-[[noreturn]] static void user_error_v(bool speak, const char* fmt, va_list ap) {
+// Prints the line (if `speak`), then ends this rank with `code`.
+[[noreturn]] static void user_error_v(bool speak, const char* fmt, va_list ap, int code = 2) {
   if (speak) {
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
@@ -47,7 +50,7 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (init && !fin) MPI_Finalize();  // every rank validates the same input and exits the same way
-  exit(2);
+  exit(code);  // (exit handlers remove any temporary file still being written: atomic_file.h)
 }
 
 void user_error(const char* fmt, ...) {
@@ -65,6 +68,16 @@ void user_error_this_rank(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   user_error_v(true, fmt, ap);
+}
+
+void run_error(const char* fmt, ...) {
+  int init = 0, fin = 0, rank = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  va_list ap;
+  va_start(ap, fmt);
+  user_error_v(rank == 0, fmt, ap, 1);
 }
 
 // No exception from a library (oneDNN, the C++ library's streams and allocator, JSON parsing) ever

@@ -11,6 +11,10 @@ namespace nz {
 [[noreturn]] void user_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // The same, printed by the calling rank whatever its number (a failure found on one rank only).
 [[noreturn]] void user_error_this_rank(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// A run that trained but could not write what it was asked to (the model file, the report, any
+// checkpoint): one line, exit code 1, not 2 (the input was fine, and a relaunch may succeed; what
+// was written stays). Every rank calls it at the same point; rank 0 prints the line.
+[[noreturn]] void run_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 }  // namespace nz
 
 #define NZ_CHECK(cond, ...)                                        \

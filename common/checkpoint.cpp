@@ -3,7 +3,10 @@
 
 #include <sys/stat.h>  // stat: the file's size before reading it
 
+#include <mpi.h>       // MPI_Bcast: every rank learns whether the model file was written
+
 #include <cerrno>
+#include <cmath>  // std::isfinite
 #include <cstdio>
 #include <cstring>
 
@@ -15,7 +18,7 @@
 
 namespace nz {
 
-void save_model(const std::string& path, const GPTConfig& c, const std::vector<float>& params, const char* flag) {
+bool write_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params, std::string* why) {
   NZ_CHECK(params.size() == param_count_formula(c), "save_model: %zu parameters for a model of %zu",
            params.size(), param_count_formula(c));
   AtomicFile f(path);
@@ -25,14 +28,21 @@ void save_model(const std::string& path, const GPTConfig& c, const std::vector<f
       f.write(params.data(), n * 4);
   const uint32_t crc = f.crc();  // of every byte before it
   f.write(&crc, 4);
-  if (!f.commit())
+  if (f.commit()) return true;
+  *why = f.error();
+  return false;
+}
+
+void save_model(const std::string& path, const GPTConfig& c, const std::vector<float>& params, const char* flag) {
+  std::string why;
+  if (!write_model_file(path, c, params, &why))
     user_error("%s %s: %s; nothing was replaced. HINT: choose a writable path with free space", flag, path.c_str(),
-               f.error().c_str());
+               why.c_str());
 }
 
 size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
                              bool writer, const std::function<const void*(int u)>& acquire,
-                             const std::function<void(int u)>& release) {
+                             const std::function<void(int u)>& release, std::string* error) {
   std::vector<float> all;  // Ψ floats, built on the writer only
   for (int u = 0; u < layout.num_units(); u++) {
     const Unit& unit = layout.units[u];
@@ -47,8 +57,28 @@ size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, cons
     release(u);
     heartbeat();
   }
-  if (writer) save_model(path, cfg, all);
+  error->clear();
+  if (writer) write_model_file(path, cfg, all, error);
+  // every rank learns the writer's verdict (rank 0), so all end the run the same way
+  uint64_t len = error->size();
+  MPI_Bcast(&len, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  error->resize(len);
+  if (len) MPI_Bcast(&(*error)[0], int(len), MPI_CHAR, 0, MPI_COMM_WORLD);
   return all.size();
+}
+
+size_t first_non_finite(const float* p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!std::isfinite(p[i])) return i;
+  return n;
+}
+
+std::string element_name(const Layout& L, int u, size_t k) {
+  const Unit& unit = L.units[u];
+  for (const TensorSpec& t : unit.tensors)
+    if (k >= t.offset && k < t.offset + t.numel)
+      return "unit " + unit.name + ", " + t.name + "[" + std::to_string(k - t.offset) + "]";
+  return "unit " + unit.name + ", padding element " + std::to_string(k);
 }
 
 void load_model(const std::string& path, GPTConfig* c, std::vector<float>* params, const char* flag) {
@@ -108,17 +138,28 @@ void load_model(const std::string& path, GPTConfig* c, std::vector<float>* param
                (unsigned long long)n);
   if (version < 2) {
     fprintf(stderr, "note: %s %s: a version 1 model file, which has no checksum; saving it again adds one\n", flag, p);
-    return;
+  } else {
+    uint32_t crc = crc32c(0, kModelMagic, 8);
+    crc = crc32c(crc, &version, 4);
+    crc = crc32c(crc, h, sizeof h);
+    crc = crc32c(crc, &n, 8);
+    crc = crc32c(crc, params->data(), n * 4);
+    if (crc != stored)
+      user_error("%s %s: checksum mismatch (CRC-32C %08x, the file says %08x): the parameters are damaged. HINT: "
+                 "save the model again, or consolidate it from a checkpoint",
+                 flag, p, crc, stored);
   }
-  uint32_t crc = crc32c(0, kModelMagic, 8);
-  crc = crc32c(crc, &version, 4);
-  crc = crc32c(crc, h, sizeof h);
-  crc = crc32c(crc, &n, 8);
-  crc = crc32c(crc, params->data(), n * 4);
-  if (crc != stored)
-    user_error("%s %s: checksum mismatch (CRC-32C %08x, the file says %08x): the parameters are damaged. HINT: save "
-               "the model again, or consolidate it from a checkpoint",
-               flag, p, crc, stored);
+  // A diverged run saves NaN or Inf weights under a valid checksum: they would only give NaN logits.
+  const size_t bad = first_non_finite(params->data(), n);
+  if (bad < n) {
+    const Layout L = make_layout(*c, 1);  // one rank: no padding, units back to back as in the file
+    int u = 0;
+    size_t at = 0;
+    while (bad >= at + L.units[u].numel) at += L.units[u++].numel;
+    user_error("%s %s: weight %zu (%s) is %g; expected finite weights (the run that saved it diverged). HINT: use a "
+               "model from before the divergence (consolidate an earlier checkpoint) or train again with a lower --lr",
+               flag, p, bad, element_name(L, u, bad - at).c_str(), double((*params)[bad]));
+  }
 }
 
 }  // namespace nz

@@ -24,21 +24,31 @@ constexpr uint32_t kModelVersion = 2;
 constexpr size_t kModelHeaderBytes = 8 + 4 + 5 * 4 + 8;
 
 // Writes a fresh temporary file, fsyncs it and renames it over PATH (atomic_file.h): a crash never
-// leaves a half-written model file. params: Ψ floats in layout order. `flag` names the option the
-// path came from, for the one-line error (exit 2) if it cannot be written.
+// leaves a half-written model file. params: Ψ floats in layout order. False and *why when it
+// cannot be written (the disk full): PATH is then untouched and no temporary file is left.
+bool write_model_file(const std::string& path, const GPTConfig& cfg, const std::vector<float>& params,
+                      std::string* why);
+// write_model_file, or one line (exit 2) naming `flag`, the option the path came from.
 void save_model(const std::string& path, const GPTConfig& cfg, const std::vector<float>& params,
                 const char* flag = "--save-model");
 // The model file of a trained model whose parameters live unit by unit on the device, in storage
 // type dt (what every stage holds). Collective: every rank calls it, because acquire(u) may gather
 // unit u (stage3) and release(u) frees it again; only the writer (rank 0) widens each unit's
-// numel elements to fp32, in layout order, and writes PATH with save_model. Returns Ψ, the
-// number of parameters written (0 on the other ranks).
+// numel elements to fp32, in layout order, and writes PATH with write_model_file. Returns Ψ, the
+// number of parameters written (0 on the other ranks); *error is "" or, on every rank, why the
+// writer could not write the file.
 size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
                              bool writer, const std::function<const void*(int u)>& acquire,
-                             const std::function<void(int u)>& release);
+                             const std::function<void(int u)>& release, std::string* error);
 // Reads and checks a model file: the header against sane limits and against the file's size
-// before anything is allocated, then the checksum. Anything wrong is one line with a HINT, exit 2.
+// before anything is allocated, then the checksum, then that every weight is finite (a run that
+// diverged saves NaN or Inf under a valid checksum). Anything wrong is one line with a HINT, exit 2.
 // `flag` names the option the path came from.
 void load_model(const std::string& path, GPTConfig* cfg, std::vector<float>* params, const char* flag = "--model");
+
+// The first of n values that is NaN or infinite; n when every one is finite.
+size_t first_non_finite(const float* p, size_t n);
+// Element k of unit u, for messages: "unit block2, fc_w[17]".
+std::string element_name(const Layout& L, int u, size_t k);
 
 }  // namespace nz

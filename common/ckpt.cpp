@@ -4,6 +4,7 @@
 #include <dirent.h>    // opendir: listing the checkpoints
 #include <fcntl.h>     // open
 #include <mpi.h>       // MPI_Bcast, MPI_Gather: rank 0 decides, every rank learns
+#include <sys/file.h>  // flock: one job at a time in a --ckpt-dir
 #include <sys/stat.h>  // mkdir, stat
 #include <unistd.h>    // pread, unlink, rmdir
 
@@ -11,15 +12,21 @@
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>   // std::isfinite
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>  // std::unique_ptr
+#include <random>  // std::random_device: the run's id
 #include <sstream>
+#include <thread>  // std::this_thread::sleep_for
 
 #include "atomic_file.h"  // AtomicFile: temporary file, fsync, rename
 #include "check.h"
+#include "checkpoint.h"   // first_non_finite, element_name
 #include "crc32c.h"
 #include "watchdog.h"     // heartbeat: a unit loaded (writes beat in AtomicFile)
+#include "kernels.h"      // cpu::cast: stored bf16/fp16 params widened to be checked
 
 namespace nz {
 namespace {
@@ -60,16 +67,36 @@ bool exists(const std::string& p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
 }
-// A checkpoint directory: its MANIFEST goes first, so a half-removed one is never valid.
+// A name a checkpoint writer gives a file in a step directory: MANIFEST, rank-R.shard (R: five or
+// more digits), or the temporary file (atomic_file.h) of either.
+bool is_checkpoint_file(const std::string& name, bool temporary) {
+  const std::string base = temporary ? temp_file_target(name) : name;
+  if (base == "MANIFEST") return true;
+  if (base.size() < 16 || base.compare(0, 5, "rank-") != 0 || base.compare(base.size() - 6, 6, ".shard") != 0)
+    return false;
+  for (size_t i = 5; i < base.size() - 6; i++)
+    if (base[i] < '0' || base[i] > '9') return false;
+  return true;
+}
+// Removes the files of `dir` a checkpoint writer makes (all of them, or only the temporary ones);
+// anything else in it stays.
+void remove_checkpoint_files(const std::string& dir, bool temporary_only) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (is_checkpoint_file(e->d_name, true) || (!temporary_only && is_checkpoint_file(e->d_name, false)))
+        names.push_back(e->d_name);
+    closedir(d);
+  }
+  for (const std::string& n : names) unlink((dir + "/" + n).c_str());
+}
+// A checkpoint directory: its MANIFEST goes first, so a half-removed one is never valid; then
+// the shards; the directory itself only if nothing else (a file the user put there) is left.
 void remove_checkpoint(const std::string& dir) {
   unlink((dir + "/MANIFEST").c_str());
   sync_dir(dir);
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink((dir + "/" + e->d_name).c_str());
-    closedir(d);
-  }
-  rmdir(dir.c_str());
+  remove_checkpoint_files(dir, false);
+  rmdir(dir.c_str());  // fails, and leaves it, when it is not empty
 }
 
 // Rank 0's string, on every rank.
@@ -82,15 +109,33 @@ std::string broadcast(const std::string& s) {
   return out;
 }
 
+// The run's id, when it starts from step 0: random, never 0 (which marks a checkpoint from before ids).
+uint64_t fresh_run_id() {
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0)  // the clock and pid too, in case random_device is a fixed sequence somewhere
+    id = ((uint64_t(rd()) << 32) | rd()) ^
+         uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9E3779B97F4A7C15ull ^
+         uint64_t(getpid()) << 40;
+  return id;
+}
+
+std::string run_name(uint64_t id) {
+  char s[24];
+  snprintf(s, sizeof s, "%016" PRIx64, id);
+  return s;
+}
+
 // The shard header's precision code.
 uint32_t precision_code(DType dt) { return dt == DType::F32 ? 0u : dt == DType::BF16 ? 1u : 2u; }
 DType precision_of(const std::string& p) { return p == "bf16" ? DType::BF16 : p == "fp16" ? DType::F16 : DType::F32; }
 
 std::string manifest_text(const Args& a, Stage stage, int world, int step, const std::vector<Manifest::File>& files,
-                          const LossScaler* scaler) {
+                          const LossScaler* scaler, uint64_t run_id) {
   std::ostringstream o;
   char buf[256];
   o << "nanozero-checkpoint 1\n";
+  o << "run " << run_name(run_id) << "\n";
   o << "step " << step << "\n" << "stage " << stage_name(stage) << "\n" << "world " << world << "\n";
   o << "precision " << a.precision << "\n";
   o << "model " << a.cfg.vocab << " " << a.cfg.ctx << " " << a.cfg.layers << " " << a.cfg.dim << " " << a.cfg.heads
@@ -121,28 +166,117 @@ std::string manifest_text(const Args& a, Stage stage, int world, int step, const
 
 }  // namespace
 
+// ---------------------------------------------------------------- the run and its directory
+
+namespace {
+int lock_fd = -1;  // DIR/LOCK, locked by rank 0 until the process ends (the kernel lets go at any exit)
+
+// Rank 0: makes --ckpt-dir and takes its lock. "" or the one line to end the run with.
+std::string lock_checkpoint_dir(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return "--ckpt-dir " + dir + ": cannot create it (" + strerror(errno) + "); expected a writable directory: pass another";
+  const std::string path = dir + "/LOCK";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return "--ckpt-dir " + dir + ": cannot create " + path + " (" + strerror(errno) +
+           "); expected a writable directory: fix its permissions or pass another";
+  // A job relaunched at once (scripts/train_resilient.sh) may find its predecessor's rank 0 not
+  // quite gone: a few seconds of patience before calling the directory taken.
+  int rc = -1;
+  for (int tries = 0; tries < 30 && (rc = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EWOULDBLOCK; tries++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (rc != 0 && errno == EWOULDBLOCK) {
+    char holder[128] = "";
+    const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+    holder[n > 0 ? n : 0] = '\0';
+    if (char* nl = strchr(holder, '\n')) *nl = '\0';
+    close(fd);
+    return "--ckpt-dir " + dir + ": another job is writing checkpoints there now (it holds " + path +
+           (holder[0] ? std::string(": ") + holder : std::string()) +
+           "); expected a directory no running job uses: wait for that job to end, or pass another --ckpt-dir";
+  }
+  if (rc == 0) {  // whose it is, for the message above in another job
+    char me[128], host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    const int len = snprintf(me, sizeof me, "pid %d on %s\n", int(getpid()), host);
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, me, size_t(len), 0) < 0) {}  // only a courtesy
+  }
+  // rc != 0 with another errno: a file system without locks (some network ones); go on without
+  lock_fd = fd;
+  return "";
+}
+}  // namespace
+
+uint64_t claim_checkpoint_dir(Comm& comm, const Args& args, const std::string& resume_from) {
+  uint64_t id = 0;
+  std::string problem;
+  if (comm.rank() == 0) {
+    Manifest m;
+    std::string why;
+    id = !resume_from.empty() && read_manifest(resume_from, &m, &why) ? m.run_id : fresh_run_id();
+    if (!args.ckpt_dir.empty()) problem = lock_checkpoint_dir(args.ckpt_dir);
+    if (!args.ckpt_dir.empty() && problem.empty()) {
+      // Another run's checkpoints here would be replaced step by step and removed by the clean-up.
+      std::vector<std::string> others;
+      uint64_t other_id = 0;
+      for (auto& [s, d] : list_checkpoints(args.ckpt_dir))
+        if (read_manifest(d, &m, &why) && m.run_id != id) {
+          if (others.empty()) other_id = m.run_id;
+          others.push_back(d);
+        }
+      if (!others.empty() && !args.ckpt_overwrite) {
+        problem = "--ckpt-dir " + args.ckpt_dir + ": holds " + std::to_string(others.size()) + " checkpoint" +
+                  (others.size() == 1 ? "" : "s") + " of another run (run " + run_name(other_id) + ", newest " +
+                  others.front() + "); expected a directory for this run's own checkpoints: pass another --ckpt-dir, " +
+                  (resume_from.empty() ? "resume that run (--resume auto), " : "") +
+                  "or add --ckpt-overwrite to remove them";
+      } else if (!others.empty()) {
+        for (const std::string& d : others) remove_checkpoint(d);
+        sync_dir(args.ckpt_dir);
+        fprintf(stderr, "note: --ckpt-overwrite: removed %zu checkpoint%s of another run (newest %s) from %s\n",
+                others.size(), others.size() == 1 ? "" : "s", others.front().c_str(), args.ckpt_dir.c_str());
+        fflush(stderr);
+      }
+    }
+  }
+  MPI_Bcast(&id, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  problem = broadcast(problem);
+  if (!problem.empty()) user_error("%s", problem.c_str());
+  return id;
+}
+
 // ---------------------------------------------------------------- writing
 
-void save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState& h, int steps_done) {
+bool save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState& h, int steps_done) {
   const auto t0 = std::chrono::steady_clock::now();
   const Layout& L = *h.L;
   const int rank = comm.rank(), world = comm.size();
   const std::string dir = step_dir(args.ckpt_dir, steps_done);
-  // Rank 0 makes the directory; a MANIFEST already there (an older run reached this step) goes
-  // first, so the directory is not a checkpoint again until this one is complete.
+  // Rank 0 makes the directory; a MANIFEST already there (an older try of this run reached this
+  // step) goes first, so the directory is not a checkpoint again until this one is complete.
+  // Temporary files that a killed write left in any step directory go too: the directory is this
+  // run's (its lock), and the other ranks start their files only after this.
   std::string problem;
   if (rank == 0) {
     mkdir(args.ckpt_dir.c_str(), 0755);
-    unlink((dir + "/MANIFEST").c_str());
-    sync_dir(dir);
-    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) problem = "cannot create " + dir + ": " + strerror(errno);
-    sync_dir(args.ckpt_dir);
+    for (auto& [s, d] : list_checkpoints(args.ckpt_dir)) remove_checkpoint_files(d, true);
+    Manifest there;
+    std::string why;
+    if (read_manifest(dir, &there, &why) && there.run_id != h.run_id) {
+      problem = dir + " holds a checkpoint of another run (run " + run_name(there.run_id) + "), left as it is";
+    } else {
+      unlink((dir + "/MANIFEST").c_str());
+      sync_dir(dir);
+      if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) problem = "cannot create " + dir + ": " + strerror(errno);
+      sync_dir(args.ckpt_dir);
+    }
   }
   problem = broadcast(problem);
 
   // Every rank writes its shard: the header, then its params, then master, m, v.
-  AtomicFile f(dir + "/" + shard_name(rank));
+  std::unique_ptr<AtomicFile> f;
   if (problem.empty()) {
+    f = std::make_unique<AtomicFile>(dir + "/" + shard_name(rank));
     const OptimizerState& opt = *h.opt;
     const int U = L.num_units();
     uint32_t head[6] = {kShardVersion, uint32_t(rank), uint32_t(world), precision_code(h.dt), uint32_t(U),
@@ -152,66 +286,77 @@ void save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState&
       Slice p = h.params_range(u), o = opt.owned()[u];
       ranges.insert(ranges.end(), {p.begin, p.end, o.begin, o.end});
     }
-    f.write(kShardMagic, 8) && f.write(head, sizeof head) && f.write(ranges.data(), ranges.size() * 8);
+    f->write(kShardMagic, 8) && f->write(head, sizeof head) && f->write(ranges.data(), ranges.size() * 8);
     const size_t e = dtype_bytes(h.dt);
     std::vector<char> chunk(kChunkElems * 4);
-    for (int u = 0; u < U && f.ok(); u++) {  // params, in the storage type, straight from the device
+    for (int u = 0; u < U && f->ok(); u++) {  // params, in the storage type, straight from the device
       const size_t n = h.params_range(u).size(), at = h.params_at(u);
-      for (size_t a = 0; a < n && f.ok(); a += kChunkElems) {
+      for (size_t a = 0; a < n && f->ok(); a += kChunkElems) {
         const size_t k = std::min(kChunkElems, n - a);
         copy_bytes(chunk.data(), Location::Host, (char*)h.params->data() + (at + a) * e, Location::Device, k * e);
-        f.write(chunk.data(), k * e);
+        f->write(chunk.data(), k * e);
       }
     }
     for (OptArray which : {OptArray::Master, OptArray::M, OptArray::V}) {
       if (which == OptArray::Master && !opt.has_master()) continue;
-      for (size_t a = 0; a < opt.owned_elems() && f.ok(); a += kChunkElems) {  // packed: all units in order
+      for (size_t a = 0; a < opt.owned_elems() && f->ok(); a += kChunkElems) {  // packed: all units in order
         const size_t k = std::min(kChunkElems, opt.owned_elems() - a);
         h.opt->get(which, a, k, (float*)chunk.data());
-        f.write(chunk.data(), k * 4);
+        f->write(chunk.data(), k * 4);
       }
     }
-    if (!f.commit()) problem = dir + "/" + shard_name(rank) + ": " + f.error();
+    if (!f->commit()) problem = dir + "/" + shard_name(rank) + ": " + f->error();
   }
   // Rank 0 learns every shard's size and checksum (or what went wrong), then writes the MANIFEST.
   struct Report {
     uint64_t bytes;
     uint32_t crc, ok;
-  } mine{f.bytes(), f.crc(), problem.empty() ? 1u : 0u};
+  } mine{f ? f->bytes() : 0, f ? f->crc() : 0, problem.empty() ? 1u : 0u};
   std::vector<Report> all(world);
   MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
-  std::string problems = comm.gather_strings(problem.empty() ? "" : problem + "; ", "");
-  if (rank != 0) return;
-  if (!problems.empty()) {
-    problems.resize(problems.size() - 2);  // the last "; "
-    fprintf(stderr, "warning: checkpoint at step %d not written (%s); training goes on\n", steps_done,
-            problems.c_str());
-    return;
-  }
-  std::vector<Manifest::File> files;
-  for (int r = 0; r < world; r++) files.push_back({shard_name(r), all[r].bytes, all[r].crc});
-  const std::string text = manifest_text(args, stage, world, steps_done, files, h.scaler);
-  AtomicFile m(dir + "/MANIFEST");
-  m.write(text.data(), text.size());
-  if (!m.commit()) {
-    fprintf(stderr, "warning: checkpoint at step %d: cannot write %s/MANIFEST (%s); training goes on\n", steps_done,
-            dir.c_str(), m.error().c_str());
-    return;
-  }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  // Keep the newest --ckpt-keep complete checkpoints up to this one; older ones, and incomplete
-  // ones older than this one, go. Newer directories (a run that went further) are left alone.
-  int kept = 0;
-  for (auto& [s, d] : list_checkpoints(args.ckpt_dir)) {
-    if (s > steps_done) continue;
-    if (exists(d + "/MANIFEST") && kept < args.ckpt_keep) kept++;
-    else if (s < steps_done) remove_checkpoint(d);
-  }
-  const uint64_t payload = h.params_bytes() + h.optimizer_bytes();
-  printf("checkpoint %s: %" PRIu64 " bytes per rank (params %" PRIu64 " + optimizer %" PRIu64
-         " = the ledger's params, master, Adam m and v; header %zu) written in %.1f ms\n",
-         dir.c_str(), payload, h.params_bytes(), h.optimizer_bytes(), shard_header_bytes(L.num_units()), ms);
-  fflush(stdout);
+  const bool said_once = !f && rank != 0;  // rank 0's problem before any shard: every rank has it
+  std::string problems = comm.gather_strings(problem.empty() || said_once ? "" : problem + "; ", "");
+  auto finish_on_rank0 = [&]() -> bool {
+    if (!problems.empty()) {
+      problems.resize(problems.size() - 2);  // the last "; "
+      fprintf(stderr, "warning: checkpoint at step %d not written (%s); training goes on\n", steps_done,
+              problems.c_str());
+      return false;
+    }
+    std::vector<Manifest::File> files;
+    for (int r = 0; r < world; r++) files.push_back({shard_name(r), all[r].bytes, all[r].crc});
+    const std::string text = manifest_text(args, stage, world, steps_done, files, h.scaler, h.run_id);
+    AtomicFile m(dir + "/MANIFEST");
+    m.write(text.data(), text.size());
+    if (!m.commit()) {
+      fprintf(stderr, "warning: checkpoint at step %d: cannot write %s/MANIFEST (%s); training goes on\n", steps_done,
+              dir.c_str(), m.error().c_str());
+      return false;
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // Keep the newest --ckpt-keep of this run's complete checkpoints up to this one; its older ones,
+    // and incomplete ones older than this one, go. Newer directories (a try of this run that went
+    // further) and another run's checkpoints (--ckpt-overwrite let them be) are left alone.
+    int kept = 0;
+    for (auto& [s, d] : list_checkpoints(args.ckpt_dir)) {
+      if (s > steps_done) continue;
+      Manifest old;
+      std::string why;
+      const bool complete = read_manifest(d, &old, &why);
+      if (complete && old.run_id != h.run_id) continue;
+      if (complete && kept < args.ckpt_keep) kept++;
+      else if (s < steps_done) remove_checkpoint(d);
+    }
+    const uint64_t payload = h.params_bytes() + h.optimizer_bytes();
+    printf("checkpoint %s: %" PRIu64 " bytes per rank (params %" PRIu64 " + optimizer %" PRIu64
+           " = the ledger's params, master, Adam m and v; header %zu) written in %.1f ms\n",
+           dir.c_str(), payload, h.params_bytes(), h.optimizer_bytes(), shard_header_bytes(L.num_units()), ms);
+    fflush(stdout);
+    return true;
+  };
+  int written = rank == 0 ? int(finish_on_rank0()) : 0;
+  MPI_Bcast(&written, 1, MPI_INT, 0, MPI_COMM_WORLD);  // every rank counts the checkpoints written
+  return written != 0;
 }
 
 // ---------------------------------------------------------------- manifest and verification
@@ -244,7 +389,8 @@ bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
   while (std::getline(lines, line)) {
     std::istringstream l(line);
     l >> key;
-    if (key == "step") l >> m->step;
+    if (key == "run") l >> std::hex >> m->run_id;
+    else if (key == "step") l >> m->step;
     else if (key == "stage") l >> m->stage;
     else if (key == "world") l >> m->world;
     else if (key == "precision") l >> m->precision;
@@ -269,10 +415,32 @@ bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
       m->files.push_back(f);
     }
   }
-  if (m->world < 1 || int(m->files.size()) != m->world || m->num_params != param_count_formula(m->cfg) ||
-      (m->precision != "fp32" && m->precision != "bf16" && m->precision != "fp16") ||
+  // Every number within what a run can write (a crafted or damaged one must not train from step -1,
+  // nor size a layout of a billion layers), the step the directory's name says, and the shards
+  // named as the writer names them (a MANIFEST never points outside its directory).
+  const GPTConfig& c = m->cfg;
+  const bool model_ok = c.vocab == 256 && c.ctx >= 1 && c.ctx <= (1 << 20) && c.layers >= 0 && c.layers <= 4096 &&
+                        c.dim >= 1 && c.dim <= (1 << 16) && c.heads >= 1 && c.dim % c.heads == 0 &&
+                        m->num_params == param_count_formula(c);
+  bool files_ok = m->world >= 1 && m->world <= (1 << 20) && int(m->files.size()) == m->world;
+  for (int r = 0; files_ok && r < m->world; r++) files_ok = m->files[r].name == shard_name(r);
+  if (!files_ok || !model_ok || (m->precision != "fp32" && m->precision != "bf16" && m->precision != "fp16") ||
       (m->precision == "fp16") != m->has_loss_scale) {
     *why = "MANIFEST inconsistent (world size, files, model or precision)";
+    return false;
+  }
+  const std::string base = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
+  const LossScaleState& ls = m->loss_scale;
+  const bool finite = std::isfinite(m->lr) && std::isfinite(m->weight_decay) && std::isfinite(m->clip);
+  if (m->step < 0 || m->step > (1 << 30) || (step_of(base) >= 0 && step_of(base) != m->step) || m->steps < 1 ||
+      m->steps > (1 << 30) || m->warmup < 0 || m->batch < 1 || m->seq < 1 || m->seq > c.ctx || m->accum < 1 ||
+      !finite || m->lr < 0 || m->weight_decay < 0 || m->clip < 0 ||
+      (m->has_loss_scale && (!std::isfinite(ls.scale) || ls.scale <= 0 || ls.iter < 0 || ls.last_overflow_iter < -1 ||
+                             ls.hysteresis_left < 0 || ls.skipped < 0 || ls.skipped > m->step))) {
+    char s[200];
+    snprintf(s, sizeof s, "MANIFEST out of range (step %d, steps %d, warmup %d, batch %d, seq %d, accum %d, or a "
+             "setting or loss-scale counter no run writes)", m->step, m->steps, m->warmup, m->batch, m->seq, m->accum);
+    *why = s;
     return false;
   }
   return true;
@@ -348,6 +516,40 @@ static void check_compatible(const Args& args, const Manifest& m, const std::str
                m.precision.c_str(), args.precision.c_str(), m.precision.c_str());
 }
 
+// What this run sets differently from the run that wrote `m`: " --flag now (was then)" each.
+// --steps is apart: a larger one is the way to train on from a finished run.
+static std::string changed_settings(const Args& args, const Manifest& m) {
+  std::string changed;
+  auto note = [&](const char* flag, const std::string& now, const std::string& then) {
+    if (now != then) changed += std::string(" ") + flag + " " + now + " (was " + then + ")";
+  };
+  char a[32], b[32];
+  auto f = [](char* s, float x) { return snprintf(s, 32, "%.9g", x), std::string(s); };
+  note("--seed", std::to_string(args.seed), std::to_string(m.seed));
+  note("--lr", f(a, args.lr), f(b, m.lr));
+  note("--weight-decay", f(a, args.weight_decay), f(b, m.weight_decay));
+  note("--clip", f(a, args.clip), f(b, m.clip));
+  note("--warmup", std::to_string(args.warmup), std::to_string(m.warmup));
+  note("--batch", std::to_string(args.batch), std::to_string(m.batch));
+  note("--seq", std::to_string(args.seq), std::to_string(m.seq));
+  note("--accum", std::to_string(args.accum), std::to_string(m.accum));
+  return changed;
+}
+
+// Before anything is made: the checkpoint is one this run can go on from.
+static void check_resumable(const Args& args, const Manifest& m, const std::string& dir) {
+  check_compatible(args, m, dir);
+  if (m.step > args.steps)
+    user_error("--resume %s: a checkpoint of %d steps, already past --steps %d; expected --steps of %d or more (the "
+               "total, not the steps to add): give a larger --steps",
+               dir.c_str(), m.step, args.steps, m.step);
+  const std::string changed = changed_settings(args, m);
+  if (!changed.empty() && !args.resume_changed)
+    user_error("--resume %s: this run's settings differ from the ones its checkpoint was trained with:%s; expected "
+               "the same: pass the old values, or add --resume-changed to go on with the new ones",
+               dir.c_str(), changed.c_str());
+}
+
 std::string find_resume_checkpoint(Comm& comm, const Args& args) {
   const bool automatic = args.resume == "auto";
   const std::string where = automatic ? args.ckpt_dir : args.resume;
@@ -370,7 +572,7 @@ std::string find_resume_checkpoint(Comm& comm, const Args& args) {
                "starts from scratch when there is none",
                where.c_str(), why.c_str());
   Manifest m;
-  if (!dir.empty() && read_manifest(dir, &m, &why)) check_compatible(args, m, dir);  // before anything is made
+  if (!dir.empty() && read_manifest(dir, &m, &why)) check_resumable(args, m, dir);  // before anything is made
   return dir;
 }
 
@@ -461,23 +663,11 @@ int load_checkpoint(Comm& comm, const Args& args, const HeldState& h, const std:
   Manifest m;
   std::string why;
   if (!read_manifest(dir, &m, &why)) user_error("--resume %s: %s. HINT: resume from another checkpoint", dir.c_str(), why.c_str());
-  check_compatible(args, m, dir);
-  if (comm.rank() == 0) {
-    std::string changed;
-    auto note = [&](const char* flag, const std::string& now, const std::string& then) {
-      if (now != then) changed += std::string(" ") + flag + " " + now + " (was " + then + ")";
-    };
-    char a[32], b[32];
-    auto f = [](char* s, float x) { return snprintf(s, 32, "%.9g", x), std::string(s); };
-    note("--lr", f(a, args.lr), f(b, m.lr));
-    note("--weight-decay", f(a, args.weight_decay), f(b, m.weight_decay));
-    note("--clip", f(a, args.clip), f(b, m.clip));
-    note("--seed", std::to_string(args.seed), std::to_string(m.seed));
-    note("--warmup", std::to_string(args.warmup), std::to_string(m.warmup));
-    note("--steps", std::to_string(args.steps), std::to_string(m.steps));
-    note("--batch", std::to_string(args.batch), std::to_string(m.batch));
-    note("--seq", std::to_string(args.seq), std::to_string(m.seq));
-    note("--accum", std::to_string(args.accum), std::to_string(m.accum));
+  check_resumable(args, m, dir);
+  if (comm.rank() == 0) {  // what check_resumable lets change (--steps; the rest with --resume-changed)
+    std::string changed = changed_settings(args, m);
+    if (args.steps != m.steps)
+      changed += " --steps " + std::to_string(args.steps) + " (was " + std::to_string(m.steps) + ")";
     if (!changed.empty())
       fprintf(stderr, "note: resuming with changed settings:%s; the run goes on from step %d with them\n",
               changed.c_str(), m.step);
@@ -485,25 +675,44 @@ int load_checkpoint(Comm& comm, const Args& args, const HeldState& h, const std:
   CheckpointReader in(dir, m);
   const Layout& L = *h.L;
   const size_t e = dtype_bytes(h.dt);
+  // A diverged run's checkpoint holds NaN or Inf under valid checksums: found as it is read (the
+  // first on this rank), then the ranks agree on the first of all, so every rank ends the same way.
+  std::string bad;
+  auto check_finite = [&](const char* what, int u, size_t begin, const float* p, size_t n) {
+    const size_t i = bad.empty() ? first_non_finite(p, n) : n;
+    if (i < n)
+      bad = std::string(what) + " " + element_name(L, u, begin + i) + " is " + (std::isnan(p[i]) ? "nan" : "inf");
+  };
   std::vector<char> host;
+  std::vector<float> arr;
   for (int u = 0; u < L.num_units(); u++) {  // the params this rank holds now
     Slice s = h.params_range(u);
     host.resize(s.size() * e);
     in.params(u, s.begin, s.end, host.data());
+    arr.resize(s.size());
+    NZ_DISPATCH_TRAIN_DTYPE(h.dt, cpu::cast<float, T>(arr.data(), (const T*)host.data(), s.size()));
+    check_finite("parameter", u, s.begin, arr.data(), arr.size());
     copy_bytes((char*)h.params->data() + h.params_at(u) * e, Location::Device, host.data(), Location::Host, host.size());
     heartbeat();
   }
-  std::vector<float> arr;
   for (OptArray which : {OptArray::Master, OptArray::M, OptArray::V}) {  // its optimizer state
     if (which == OptArray::Master && !h.opt->has_master()) continue;
     for (int u = 0; u < L.num_units(); u++) {
       Slice s = h.opt->owned()[u];
       arr.resize(s.size());
       in.array(which, u, s.begin, s.end, arr.data());
+      check_finite(which == OptArray::Master ? "master weight" : which == OptArray::M ? "Adam m" : "Adam v", u,
+                   s.begin, arr.data(), arr.size());
       h.opt->put(which, h.opt->state_offset(u), s.size(), arr.data());
       heartbeat();
     }
   }
+  std::string first = comm.gather_strings(bad.empty() ? "" : bad + "\n", "");  // rank order
+  first = broadcast(first.substr(0, first.find('\n')));
+  if (!first.empty())
+    user_error("--resume %s: %s; expected finite values (the run diverged before this checkpoint). HINT: resume "
+               "from an earlier checkpoint, perhaps with a lower --lr (and --resume-changed)",
+               dir.c_str(), first.c_str());
   if (h.scaler && m.has_loss_scale) h.scaler->restore(m.loss_scale);  // fp16
   return m.step;
 }

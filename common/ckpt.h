@@ -7,8 +7,16 @@
 //   MANIFEST           written last, by rank 0, once every shard is on the disk: the step, the
 //                      run's configuration, and each shard's size and CRC-32C (a text file; it
 //                      also names the next learning rate, Adam step and first sequence index;
-//                      in fp16 it holds the loss scaler's state, loss_scale.h).
-// A directory without a complete, valid MANIFEST is not a checkpoint. Nothing else has state: a
+//                      in fp16 it holds the loss scaler's state, loss_scale.h), and the run's id.
+// A directory without a complete, valid MANIFEST is not a checkpoint.
+//
+// A run owns its --ckpt-dir: rank 0 holds a lock on DIR/LOCK while the run lives (a second job
+// writing there at the same time is refused), and every checkpoint carries the run's id, a random
+// 64-bit number chosen when the run starts from step 0 and kept when it resumes. A fresh run in a
+// directory holding another run's checkpoints is refused before its first step (--ckpt-overwrite
+// removes them instead); the --ckpt-keep clean-up removes only this run's checkpoints, and of a
+// step directory only the files a run writes there (MANIFEST, rank-R.shard, their temporary files):
+// the directory itself goes only when nothing else is left in it. Nothing else has state: a
 // micro-batch is a pure function of (seed, step, micro-step, accum, world, rank) (data.h), Adam's
 // step count is step + 1, the learning rate a function of the step. So the step is the data
 // position and the schedule position, and the seed the whole RNG state. (fp16: Adam and the
@@ -50,6 +58,7 @@ struct HeldState {
   OptimizerState* opt = nullptr;
   LossScaler* scaler = nullptr;  // fp16: its state is saved and restored too
   int rank = 0;
+  uint64_t run_id = 0;  // claim_checkpoint_dir's: recorded in every MANIFEST this run writes
   Slice params_range(int u) const { return params_full ? L->full(u) : L->shard(u, rank); }
   // where unit u's params range starts in the params buffer, in elements
   size_t params_at(int u) const { return params_full ? L->units[u].offset : L->units[u].shard_offset; }
@@ -59,6 +68,7 @@ struct HeldState {
 
 // The MANIFEST, parsed.
 struct Manifest {
+  uint64_t run_id = 0;  // 0: written before checkpoints carried one
   int step = 0, world = 0;
   std::string stage, precision;
   GPTConfig cfg;
@@ -75,25 +85,40 @@ struct Manifest {
   std::vector<File> files;  // one per rank, in rank order
 };
 
+// Collective, once, before training (after find_resume_checkpoint). Settles the run's id: the
+// resumed checkpoint's, or else a fresh random one (rank 0's, broadcast). With --ckpt-dir, claims
+// the directory: makes it, takes its lock, and checks that it holds no checkpoint of another run
+// (with --ckpt-overwrite: removes them, with a note). A directory another job holds, or one with
+// another run's checkpoints, is one line and exit 2. Returns the id.
+uint64_t claim_checkpoint_dir(Comm& comm, const Args& args, const std::string& resume_from);
+
 // Collective. Writes the checkpoint of `steps_done` completed steps into args.ckpt_dir, then keeps
-// only the newest args.ckpt_keep. Rank 0 prints one line (size per rank, time). A failure (disk
-// full) is a warning and the training goes on: no MANIFEST, so no checkpoint.
-void save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState& held, int steps_done);
+// only the newest args.ckpt_keep of this run's. Rank 0 prints one line (size per rank, time). A
+// failure (disk full) is a warning and the training goes on: no MANIFEST, so no checkpoint.
+// Returns, on every rank, whether the checkpoint was written. Stale temporary files of an earlier
+// write that was killed (*.tmp.*) are removed first.
+bool save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState& held, int steps_done);
 
 // Collective. The checkpoint --resume names (a checkpoint, or a directory of them: its newest
 // valid one; "auto": the newest valid one in --ckpt-dir). Each invalid one skipped is a note on
 // stderr. Returns "" for "auto" when there is none (the run starts from step 0); an explicit
-// --resume that is not a valid checkpoint is one line and exit 2.
+// --resume that is not a valid checkpoint is one line and exit 2. So is a checkpoint of another
+// model or precision, one already past --steps, or one whose recorded settings (--seed, --lr,
+// --weight-decay, --clip, --warmup, --batch, --seq, --accum) differ from this run's unless
+// --resume-changed is given; a larger --steps is a note.
 std::string find_resume_checkpoint(Comm& comm, const Args& args);
 
 // Collective. Loads this rank's state from checkpoint `dir` (already verified), whatever stage
 // and world size wrote it. Returns the number of steps it holds. A checkpoint of another model
-// or precision is one line and exit 2; changed hyperparameters are notes.
+// or precision is one line and exit 2; changed settings (find_resume_checkpoint) are notes. A
+// parameter, master weight or Adam moment that is NaN or infinite (a diverged run's checkpoint,
+// checksums and all) is one line naming the first, and exit 2.
 int load_checkpoint(Comm& comm, const Args& args, const HeldState& held, const std::string& dir);
 
 // ---- single-process pieces (consolidate, tests) ----
 
-// Parses DIR/MANIFEST; false and *why if it is missing or damaged.
+// Parses DIR/MANIFEST; false and *why if it is missing or damaged, or a value is out of range (a
+// negative step, a step other than DIR's name says, a counter or a setting no run writes).
 bool read_manifest(const std::string& dir, Manifest* m, std::string* why);
 // read_manifest, then every shard's size and checksum. False and *why at the first problem.
 bool verify_checkpoint(const std::string& dir, Manifest* m, std::string* why);

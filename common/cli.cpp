@@ -60,7 +60,47 @@ std::string file_identity(const std::string& path) {
   return "path " + path;
 }
 
+// The absolute path `path` names, with symbolic links, "." and ".." resolved: realpath() of the
+// longest part that exists, then the rest taken name by name (a path not made yet).
+std::string canonical_path(const std::string& path) {
+  std::string head = path.empty() ? "." : path, tail;
+  char real[PATH_MAX];
+  while (!realpath(head.c_str(), real)) {  // strip names until what is left exists
+    while (head.size() > 1 && head.back() == '/') head.pop_back();
+    const size_t slash = head.rfind('/');
+    const std::string name = slash == std::string::npos ? head : head.substr(slash + 1);
+    tail = tail.empty() ? name : name + "/" + tail;
+    head = slash == std::string::npos ? "." : slash == 0 ? "/" : head.substr(0, slash);
+  }
+  std::vector<std::string> parts;
+  std::string out = real, part;
+  for (size_t at = 0; at <= tail.size(); at++) {
+    if (at < tail.size() && tail[at] != '/') {
+      part += tail[at];
+      continue;
+    }
+    if (part == "..") {
+      if (out.size() > 1) out = out.substr(0, std::max<size_t>(out.rfind('/'), 1));
+    } else if (!part.empty() && part != ".") {
+      out += (out == "/" ? "" : "/") + part;
+    }
+    part.clear();
+  }
+  return out;
+}
+
 }  // namespace
+
+void check_not_inside(const char* flag, const std::string& path, const char* dir_flag, const std::string& dir) {
+  if (path.empty() || dir.empty()) return;
+  const std::string p = canonical_path(path), d = canonical_path(dir);
+  struct stat a, b;
+  const bool same = p == d || (stat(path.c_str(), &a) == 0 && stat(dir.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+                               a.st_ino == b.st_ino);
+  if (same || p.compare(0, d.size() + 1, d == "/" ? "/" : d + "/") == 0)
+    user_error("%s %s: %s %s %s; expected a path outside it: pass another %s", flag, path.c_str(),
+               same ? "is" : "lies inside", dir_flag, dir.c_str(), flag);
+}
 
 void check_output_file(const char* flag, const std::string& path) {
   struct stat st;
@@ -248,6 +288,10 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--resume", "DIR", "resume from a checkpoint (DIR/step-N), a checkpoint directory's newest valid one, or "
        "auto (--ckpt-dir's; from step 0 if none); --steps stays the total",
        [&](auto&, auto& v) { a.resume = v; }},
+      {"--ckpt-overwrite", "", "let this run remove another run's checkpoints from --ckpt-dir (else refused)",
+       nullptr},
+      {"--resume-changed", "", "resume even though --seed, --lr, --weight-decay, --clip, --warmup, --batch, --seq "
+       "or --accum differ from the checkpoint's (else refused)", nullptr},
       {"--watchdog", "SECONDS", "end the job, naming the rank holding it up, when no rank makes progress this long "
        "(default 300; 0: off)",
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
@@ -259,7 +303,9 @@ Args parse_args(int argc, char** argv, const char* program) {
   };
   // switches: flags without a value
   const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
-                                                 {"--activation-checkpointing", &a.activation_checkpointing}};
+                                                 {"--activation-checkpointing", &a.activation_checkpointing},
+                                                 {"--ckpt-overwrite", &a.ckpt_overwrite},
+                                                 {"--resume-changed", &a.resume_changed}};
   auto find_flag = [&](const std::string& name) -> const Flag* {
     for (const Flag& f : flags)
       if (name == f.name) return &f;
@@ -394,6 +440,13 @@ Args parse_args(int argc, char** argv, const char* program) {
         user_error("%s %s and %s %s: the same file; expected %s: pass another path", named[j].first,
                    named[j].second.c_str(), named[i].first, named[i].second.c_str(),
                    i == 0 ? "outputs that never overwrite the input" : "a separate file for each output");
+  // Nothing goes into the checkpoint directory but checkpoints (its clean-up removes step
+  // directories), nothing is read from it but them, and nothing is written into the checkpoint
+  // being resumed from.
+  for (const auto& [flag, path] : {named[0], named[1], named[2], std::make_pair("--config", a.config)})
+    check_not_inside(flag, path, "--ckpt-dir", a.ckpt_dir);
+  if (a.resume != "auto")
+    for (const auto& [flag, path] : {named[1], named[2]}) check_not_inside(flag, path, "--resume", a.resume);
   // --data: a regular file of bounded size (a FIFO would block, /dev/zero never end).
   check_data_file(a.data);
   if (access(a.data.c_str(), R_OK) != 0)

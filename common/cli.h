@@ -67,6 +67,8 @@ struct Args {
   int ckpt_every = 0;    // a checkpoint every K steps (and one at the end); 0: only at the end
   int ckpt_keep = 2;     // keep the newest M checkpoints
   std::string resume;    // a checkpoint, a --ckpt-dir, or "auto" (the newest valid one in --ckpt-dir)
+  bool ckpt_overwrite = false;  // remove another run's checkpoints from --ckpt-dir instead of refusing it
+  bool resume_changed = false;  // resume with settings other than the checkpoint's (else refused)
   int watchdog = 300;    // seconds without progress on any rank before the job is ended, naming the rank; 0: off
 };
 
@@ -77,6 +79,10 @@ std::string default_data_path();
 // An output file (--save-model, --log-json, a tool's --out): exits 2 with one line unless it names
 // a file (not a directory, nor ending in '/') in a writable directory.
 void check_output_file(const char* flag, const std::string& path);
+// Exits 2 with one line if `path` (given with `flag`) is directory `dir` (given with `dir_flag`) or
+// lies anywhere inside it, however either is spelled (symbolic links, "..", a path not made yet):
+// an output written into a checkpoint would damage it, or be removed with it.
+void check_not_inside(const char* flag, const std::string& path, const char* dir_flag, const std::string& dir);
 // "64MiB", "2GB", "1.5GiB", "500kB", "123456" (bytes) -> bytes; a bad size exits 2 naming `flag`.
 uint64_t parse_bytes(const std::string& flag, const std::string& v);
 // Float formatting for messages.

@@ -37,6 +37,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     resume_from_ = find_resume_checkpoint(comm, args);
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
+  run_id_ = claim_checkpoint_dir(comm, args, resume_from_);  // --ckpt-dir: this run's alone, or one line
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
@@ -177,6 +178,7 @@ HeldState Trainer::held_state() {
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
   h.rank = rank();
+  h.run_id = run_id_;
   NZ_CHECK(h.params_full || held_params_->bytes() == layout.shard_total * elem_bytes,
            "checkpoint_state: params buffer of %zu bytes is neither all units nor this rank's slices",
            held_params_->bytes());
@@ -269,7 +271,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   if (!args.ckpt_dir.empty() && ckpt_due) {
     if (!held_params_) user_error("--ckpt-dir: this trainer does not register its state (Trainer::checkpoint_state)");
     phase("checkpoint");
-    save_checkpoint(comm, args, stage, held_state(), step + 1);
+    (save_checkpoint(comm, args, stage, held_state(), step + 1) ? ckpts_written_ : ckpts_failed_)++;
   }
 }
 
@@ -313,16 +315,26 @@ void Trainer::finish() {
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
   print_summary(total_s);
   if (current_device() == Device::CUDA) print_gpu_memory_check();
+  std::string failed;  // what could not be written: said once everything else is written
   if (!args.save_model.empty()) {
     phase("save");
     // every rank takes part (stage3 gathers each unit); rank 0 writes
+    std::string why;
     size_t n = save_model_from_units(args.save_model, args.cfg, layout, dtype, rank() == 0, unit_access.acquire,
-                                     unit_access.release);
-    if (rank() == 0) printf("model written to %s (%zu parameters, fp32)\n", args.save_model.c_str(), n);
+                                     unit_access.release, &why);
+    if (!why.empty()) failed += "; --save-model " + args.save_model + ": " + why;
+    else if (rank() == 0) printf("model written to %s (%zu parameters, fp32)\n", args.save_model.c_str(), n);
   }
   print_memory_table();
-  write_report();
+  const std::string report_failed = write_report();
+  if (!report_failed.empty()) failed += "; --log-json " + args.log_json + ": " + report_failed;
+  if (!args.ckpt_dir.empty() && ckpts_written_ == 0 && ckpts_failed_ > 0)
+    failed += "; no checkpoint written in " + args.ckpt_dir + " (" + std::to_string(ckpts_failed_) +
+              (ckpts_failed_ == 1 ? " try" : " tries") + " failed; see the warnings above)";
   fflush(stdout);
+  if (!failed.empty())
+    run_error("the run finished, but%s; expected every output written: free space or choose writable paths and run "
+              "again (--resume auto goes on from its newest checkpoint)", failed.c_str() + 1);
 }
 
 }  // namespace nz

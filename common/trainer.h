@@ -77,7 +77,9 @@ class Trainer {
   // loss_sum: this rank's summed token losses over its micro-batches. Prints the step line,
   // records it, and runs validation when due.
   void end_step(int step, double loss_sum, double grad_norm);
-  // Final validation, the model file, the memory table and the JSON report.
+  // Final validation, the model file, the memory table and the JSON report. A model file or report
+  // that cannot be written, or no checkpoint written at all (--ckpt-dir), ends the run with one
+  // line and exit code 1 once everything else is written (check.h, run_error).
   void finish();
 
   // Checkpoints (ckpt.h, README "Checkpoints"). The stage registers what it holds — its params
@@ -100,7 +102,7 @@ class Trainer {
   void print_summary(double total_s);        // "done:" and, on GPUs, "throughput:"
   void print_gpu_memory_check();             // the ledger against cudaMemGetInfo
   void print_memory_table();
-  void write_report();
+  std::string write_report();  // "" or, on every rank, why --log-json could not be written
   LossScaler loss_scaler_;
   int updates_done_ = 0;          // optimizer updates applied before this step
   float step_loss_scale_ = 1;     // the scale of this step's backward
@@ -125,6 +127,8 @@ class Trainer {
   Buffer* held_params_ = nullptr;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)
+  uint64_t run_id_ = 0;      // ckpt.h: claim_checkpoint_dir
+  int ckpts_written_ = 0, ckpts_failed_ = 0;
   int first_step_ = 0;
   double verify_ms_ = 0;   // finding and verifying the checkpoint to resume from
   int current_step_ = -1;  // for the watchdog's messages

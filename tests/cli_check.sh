@@ -55,7 +55,7 @@ missing=""
 for f in --preset --layers --dim --heads --batch --seq --accum --steps --lr --warmup --weight-decay --clip \
          --seed --precision --data --log-json --eval-every --save-model --device --ckpt-dir --ckpt-every \
          --ckpt-keep --resume --watchdog --loss-scale --loss-scale-window --loss-scale-hysteresis \
-         --loss-scale-backoff --loss-scale-min; do
+         --loss-scale-backoff --loss-scale-min --ckpt-overwrite --resume-changed; do
   grep -q -- "$f" <<<"$help" || missing+=" $f"
 done
 if [ -z "$missing" ]; then echo "NZRESULT PASS cli.help_lists_flags"; else echo "NZRESULT FAIL cli.help_lists_flags (missing:$missing)"; fi
@@ -83,6 +83,19 @@ expect_error ckpt_every_without_dir "needs --ckpt-dir" $bin $tiny --ckpt-every 2
 expect_error resume_auto_without_dir "needs --ckpt-dir" $bin $tiny --resume auto
 expect_error resume_missing "not a directory" $bin $tiny --resume "$tmp/none"
 expect_error resume_not_a_checkpoint "no checkpoints" $bin $tiny --resume "$tmp/adir"
+# nothing written into the checkpoint directory but checkpoints, nor into the one resumed from;
+# however spelled, made yet or not (checked before training: one line, nothing left behind)
+expect_error save_model_is_ckpt_dir "--save-model $tmp/ck: is --ckpt-dir $tmp/ck" $bin $tiny --ckpt-dir "$tmp/ck" --save-model "$tmp/ck"
+if ls "$tmp"/ck* >/dev/null 2>&1; then echo "NZRESULT FAIL cli.save_model_is_ckpt_dir_leaves_nothing ($(ls -d "$tmp"/ck*))"
+else echo "NZRESULT PASS cli.save_model_is_ckpt_dir_leaves_nothing"; fi
+expect_error log_json_is_ckpt_dir "is --ckpt-dir" $bin $tiny --ckpt-dir "$tmp/adir/../ck2" --log-json "$tmp/ck2"
+mkdir -p "$tmp/ckd" && cp data/corpus.txt "$tmp/ckd/c.txt"
+expect_error log_json_inside_ckpt_dir "lies inside --ckpt-dir" $bin $tiny --ckpt-dir "$tmp/ckd" --log-json "$tmp/ckd/r.json"
+ln -s "$tmp/ckd" "$tmp/alias"
+expect_error save_model_inside_ckpt_dir_by_symlink "lies inside --ckpt-dir" $bin $tiny --ckpt-dir "$tmp/ckd" --save-model "$tmp/alias/m.model"
+expect_error data_inside_ckpt_dir "--data $tmp/ckd/c.txt: lies inside --ckpt-dir" $bin $tiny --ckpt-dir "$tmp/ckd" --data "$tmp/ckd/c.txt"
+if [ "$(ls "$tmp/ckd")" = c.txt ]; then echo "NZRESULT PASS cli.refused_ckpt_dir_untouched"
+else echo "NZRESULT FAIL cli.refused_ckpt_dir_untouched ($(ls "$tmp/ckd"))"; fi
 
 # ---- the model file: a checksum, and a header checked before anything is allocated ----
 # (layout: README "Model file": magic 8, version 4, five int32 at 12..31, the count at 32..39)
@@ -99,6 +112,11 @@ cp "$tmp/good.model" "$tmp/vocab16.model"
 patch "$tmp/vocab16.model" 12 "struct.pack('<i', 16)"
 expect_error model_vocab_16 "inconsistent header" build/bin/gpt_sample --model "$tmp/vocab16.model" --prompt hi
 expect_error model_not_a_file "not a regular file" build/bin/gpt_eval --model "$tmp/adir" --data data/corpus.txt
+# a NaN weight under a valid checksum (what a diverged run saves): refused by every reader, named
+cp "$tmp/good.model" "$tmp/nan.model"
+python3 tests/craft_files.py nan_model "$tmp/nan.model" 9000  # wte is 256 x 32 = 8192 weights: wpe[808]
+expect_error eval_nan_weight "weight 9000 (unit embed, wpe\[808\]) is nan" build/bin/gpt_eval --model "$tmp/nan.model" --data data/corpus.txt --windows 4
+expect_error sample_nan_weight "weight 9000 (unit embed, wpe\[808\]) is nan" build/bin/gpt_sample --model "$tmp/nan.model" --prompt hi
 # A version 1 file (no checksum) still loads, with a note, and scores exactly as the version 2 file.
 head -c -4 "$tmp/good.model" >"$tmp/v1.model"
 patch "$tmp/v1.model" 8 "struct.pack('<I', 1)"
@@ -154,3 +172,17 @@ expect_error consolidate_no_args "--ckpt DIR and --out FILE are required" build/
 expect_error consolidate_missing_ckpt "not a directory" build/bin/consolidate --ckpt "$tmp/none" --out "$tmp/c.model"
 expect_error consolidate_not_a_checkpoint "no checkpoints" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/c.model"
 expect_error consolidate_out_is_a_directory "a directory" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/adir"
+# --out inside the checkpoint it reads (its own MANIFEST): refused, the checkpoint untouched
+mpirun -np 1 $bin $tiny --steps 2 --ckpt-dir "$tmp/cons" --save-model "$tmp/cons.model" >/dev/null 2>&1
+sum=$(md5sum <"$tmp/cons/step-00000002/MANIFEST")
+expect_error consolidate_out_is_its_manifest "--out $tmp/cons/step-00000002/MANIFEST: lies inside --ckpt" \
+  build/bin/consolidate --ckpt "$tmp/cons/step-00000002" --out "$tmp/cons/step-00000002/MANIFEST"
+unchanged consolidate_input_untouched "$tmp/cons/step-00000002/MANIFEST" "$sum"
+ln -s "$tmp/cons/step-00000002/MANIFEST" "$tmp/x.adam_m"  # --with-optimizer's OUT.adam_m, by a symbolic link
+expect_error consolidate_optimizer_out_inside "--out $tmp/x.adam_m: lies inside --ckpt" \
+  build/bin/consolidate --ckpt "$tmp/cons" --out "$tmp/x" --with-optimizer
+unchanged consolidate_input_untouched_by_link "$tmp/cons/step-00000002/MANIFEST" "$sum"
+# and --save-model inside the checkpoint a run resumes from
+expect_error save_model_inside_resumed_checkpoint "lies inside --resume" $bin $tiny --steps 3 \
+  --resume "$tmp/cons/step-00000002" --save-model "$tmp/cons/step-00000002/rank-00000.shard"
+unchanged resumed_checkpoint_untouched "$tmp/cons/step-00000002/MANIFEST" "$sum"

@@ -8,7 +8,12 @@
 #   - a rank stopped with SIGSTOP ends the job within the watchdog's stated time, naming the rank;
 #     a rank slow but alive (phases longer than --watchdog) is not stopped; a rank alive but making
 #     no progress is named;
-#   - offload's disk files survive no crash: one rank killed, the directory is empty.
+#   - offload's disk files survive no crash: one rank killed, the directory is empty;
+#   - a --ckpt-dir belongs to one run: another run (another --seed), or a second job at the same
+#     time, is refused before training; the clean-up removes only the files it wrote; stale
+#     temporary files are ignored on resume and removed by the next write;
+#   - values no run writes (step -1, a NaN weight under valid checksums, a checkpoint past --steps)
+#     are one line and exit 2; a run whose checkpoints or report all fail to be written exits 1.
 # Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/.."
 bin=${NZ_BIN_DIR:-build/bin}
@@ -16,6 +21,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass() { echo "NZRESULT PASS fault.$1"; }
 fail() { echo "NZRESULT FAIL fault.$1 ($2)"; }
+# name, the command's exit code, the exit code wanted, a pattern its one line must hold, its output
+one_line() {
+  if [ "$2" = "$3" ] && [ "$(grep -c . <<<"$5")" = 1 ] && grep -q -- "$4" <<<"$5"; then pass "$1"
+  else fail "$1" "exit $2, want $3 and one line with '$4'; got: $5"; fi
+}
 
 # The pid of rank $2 of the job whose command line contains $1 (a path unique to that job).
 rank_pid() {
@@ -93,6 +103,80 @@ resume_auto missing_manifest_falls_back "step-00000004: no MANIFEST" 3
 printf 'x' >>"$cd2/step-00000003/MANIFEST"
 resume_auto damaged_manifest_falls_back "step-00000003: MANIFEST damaged" 2
 
+# ---- values no run writes, under valid checksums (tests/craft_files.py recomputes them) ----
+out=$(mpirun -np 2 $bin/stage1 ${tiny/--steps 6/--steps 1} --resume "$cd2/step-00000002" 2>&1); rc=$?
+one_line resume_past_steps_is_one_line $rc 2 "a checkpoint of 2 steps, already past --steps 1" "$out"
+mkdir -p "$tmp/crafted" && cp -r "$cd2/step-00000002" "$tmp/crafted/negative"
+python3 tests/craft_files.py manifest "$tmp/crafted/negative" step -1
+out=$(mpirun -np 2 $bin/stage1 $tiny --resume "$tmp/crafted/negative" 2>&1); rc=$?
+one_line manifest_step_minus_one_is_one_line $rc 2 "MANIFEST out of range (step -1" "$out"
+cp -r "$cd2/step-00000002" "$tmp/crafted/step-00000002"
+python3 tests/craft_files.py nan_shard "$tmp/crafted/step-00000002" 0 5
+out=$(mpirun -np 2 $bin/stage1 $tiny --resume "$tmp/crafted/step-00000002" 2>&1); rc=$?
+# (found as the state is loaded, after the run's header lines: one error line, and no step taken)
+one_line nan_parameter_in_checkpoint_is_one_line $rc 2 "parameter unit embed, wte\[5\] is nan" \
+  "$(grep -v '^device: \|^stage1 | \|^fp32 | ' <<<"$out")"
+out=$($bin/consolidate --ckpt "$tmp/crafted/step-00000002" --out "$tmp/nan.model" 2>&1); rc=$?
+one_line consolidate_refuses_nan_parameter $rc 2 "parameter unit embed, wte\[5\] is nan" "$out"
+
+# ---- a --ckpt-dir belongs to one run (np 1, 2 steps: what is checked is who writes where) ----
+two="--preset tiny --seq 16 --batch 2 --warmup 1 --eval-every 0 --eval-windows 1 --quiet --steps 2"
+own="$tmp/own"
+mpirun -np 1 $bin/stage1 $two --ckpt-dir "$own" --ckpt-every 1 --ckpt-keep 5 >/dev/null 2>&1
+sums() { (cd "$own" && md5sum step-*/* | sort); }
+before=$(sums)
+out=$(mpirun -np 1 $bin/stage1 $two --seed 7 --ckpt-dir "$own" 2>&1); rc=$?
+one_line another_runs_ckpt_dir_is_refused $rc 2 "holds 2 checkpoints of another run" "$out"
+out=$(mpirun -np 1 $bin/stage1 ${two/--steps 2/--steps 3} --seed 7 --ckpt-dir "$own" --resume auto 2>&1); rc=$?
+one_line resume_with_another_seed_is_refused $rc 2 "settings differ .*--seed 7 (was 1337)" "$out"
+if [ "$before" = "$(sums)" ]; then pass refused_runs_leave_checkpoints_untouched
+else fail refused_runs_leave_checkpoints_untouched "$(diff <(echo "$before") <(sums))"; fi
+# another job holding the directory's lock (flock(1) stands in for it) is refused, not raced
+if command -v flock >/dev/null; then
+  (exec 9>>"$own/LOCK"; flock 9 && exec sleep 30) &  # the lock lives as long as that sleep
+  holder=$!
+  sleep 0.3
+  out=$(mpirun -np 1 $bin/stage1 $two --ckpt-dir "$own" --resume auto 2>&1); rc=$?
+  kill $holder 2>/dev/null; wait $holder 2>/dev/null
+  one_line concurrent_job_in_ckpt_dir_is_refused $rc 2 "another job is writing checkpoints there now" "$out"
+fi
+# --ckpt-overwrite: the other run's checkpoints go (a note), this run's take their place
+out=$(mpirun -np 1 $bin/stage1 $two --seed 7 --ckpt-dir "$own" --ckpt-overwrite 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "^note: --ckpt-overwrite: removed 2 checkpoints of another run" <<<"$out" &&
+   [ "$(ls "$own")" = "$(printf 'LOCK\nstep-00000002')" ] && grep -qx "seed 7" "$own/step-00000002/MANIFEST"; then
+  pass ckpt_overwrite_replaces_another_run
+else fail ckpt_overwrite_replaces_another_run "exit $rc; dir: $(ls "$own"); got: $out"; fi
+# stale temporary files of a killed write: ignored on resume, removed by the next write; a file
+# of the user's that only looks like one stays
+for f in rank-00000.shard.tmp.AbC123 MANIFEST.tmp.XyZ789 notes.tmp.abcdef; do echo partial >"$own/step-00000002/$f"; done
+out=$(mpirun -np 1 $bin/stage1 ${two/--steps 2/--steps 3} --seed 7 --ckpt-dir "$own" --resume auto 2>&1); rc=$?
+left=$(cd "$own/step-00000002" && ls | tr '\n' ' ')
+if [ $rc = 0 ] && grep -q "^resumed from $own/step-00000002: 2 of 3" <<<"$out" &&
+   [ "$left" = "MANIFEST notes.tmp.abcdef rank-00000.shard " ]; then
+  pass stale_temp_files_ignored_then_removed
+else fail stale_temp_files_ignored_then_removed "exit $rc; step-00000002 holds: $left; got: $(tail -3 <<<"$out")"; fi
+# --ckpt-keep's clean-up removes what it wrote, never a file of the user's (nor its directory)
+mkdir -p "$tmp/keep/step-00000001" && echo mine >"$tmp/keep/step-00000001/notes.txt"
+out=$(mpirun -np 1 $bin/stage1 ${two/--steps 2/--steps 3} --ckpt-dir "$tmp/keep" --ckpt-every 1 --ckpt-keep 1 2>&1); rc=$?
+if [ $rc = 0 ] && [ "$(ls "$tmp/keep" | tr '\n' ' ')" = "LOCK step-00000001 step-00000003 " ] &&
+   [ "$(ls "$tmp/keep/step-00000001")" = notes.txt ]; then pass ckpt_keep_spares_the_users_files
+else fail ckpt_keep_spares_the_users_files "exit $rc; left: $(cd "$tmp/keep" && ls -R | tr '\n' ' ')"; fi
+# --resume-changed goes on with new settings (a note says which), as the same run: same id
+out=$(mpirun -np 1 $bin/stage1 ${two/--steps 2/--steps 4} --seed 9 --ckpt-dir "$tmp/keep" --resume auto --resume-changed 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "^note: resuming with changed settings: --seed 9 (was 1337) --steps 4 (was 3)" <<<"$out" &&
+   [ -n "$(grep '^run ' "$tmp/keep/step-00000003/MANIFEST")" ] &&
+   [ "$(grep '^run ' "$tmp/keep/step-00000003/MANIFEST")" = "$(grep '^run ' "$tmp/keep/step-00000004/MANIFEST")" ]; then
+  pass resume_changed_goes_on_as_the_same_run
+else fail resume_changed_goes_on_as_the_same_run "exit $rc; got: $out"; fi
+# a run that writes none of its checkpoints (a file stands where its step directory would go)
+# ends with one line and exit 1, its model file written
+mkdir -p "$tmp/nosave" && : >"$tmp/nosave/step-00000002"
+out=$(mpirun -np 1 $bin/stage1 $two --ckpt-dir "$tmp/nosave" --save-model "$tmp/nosave.model" 2>&1); rc=$?
+if [ $rc = 1 ] && [ "$(grep -c '^error' <<<"$out")" = 1 ] && [ -s "$tmp/nosave.model" ] &&
+   grep -q "^error: the run finished, but no checkpoint written in $tmp/nosave (1 try failed" <<<"$out"; then
+  pass no_checkpoint_written_exits_1
+else fail no_checkpoint_written_exits_1 "exit $rc; got: $(grep -v '^step\|^rank\|^ ' <<<"$out")"; fi
+
 # ---- a disk that fills up: the checkpoint that does not fit is a warning, the run goes on, the
 # previous checkpoint stays valid and no partial shard is left (a 700 kB tmpfs holds one checkpoint
 # of 2 x 278 kB; private mount namespace as in offload_check.sh; skipped where not allowed) ----
@@ -108,6 +192,22 @@ if [ -n "$ns" ]; then
      grep -q "^files: 0" <<<"$out" && grep -q "^MANIFEST" <<<"$out" && cmp -s "$tmp/tiny_ref.model" "$tmp/full_disk.model"; then
     pass full_disk_checkpoint_is_a_warning
   else fail full_disk_checkpoint_is_a_warning "exit $rc; got: $(grep -v '^step\|^rank\|^ ' <<<"$out")"; fi
+  # a model file or a report that does not fit (a 4 kB tmpfs): one line and exit 1 once the rest is
+  # written; no temporary file is left on the full disk
+  mkdir -p "$tmp/tiny_fs"
+  for what in model report; do
+    if [ $what = model ]; then outs="--save-model $tmp/tiny_fs/m.model --log-json $tmp/late.json"; kept=$tmp/late.json
+    else outs="--save-model $tmp/late.model --log-json $tmp/tiny_fs/r.json"; kept=$tmp/late.model; fi
+    out=$($ns sh -c "mount -t tmpfs -o size=4k tmpfs '$tmp/tiny_fs' && timeout -k 5 120 mpirun -np 2 $bin/stage1 $two $outs; \
+          rc=\$?; echo left: \$(ls -A '$tmp/tiny_fs'); exit \$rc" 2>&1)
+    rc=$?
+    flag=$([ $what = model ] && echo --save-model || echo --log-json)
+    if [ $rc = 1 ] && [ "$(grep -c '^error' <<<"$out")" = 1 ] && grep -q "^left: *$" <<<"$out" && [ -s "$kept" ] &&
+       grep -q "^error: the run finished, but $flag $tmp/tiny_fs/.*No space left on device" <<<"$out"; then
+      pass "full_disk_${what}_exits_1_leaving_no_temp_file"
+    else fail "full_disk_${what}_exits_1_leaving_no_temp_file" "exit $rc; got: $(grep -v '^step\|^rank\|^ ' <<<"$out")"; fi
+    rm -f "$kept"
+  done
 else
   echo "NZRESULT SKIP fault.full_disk_checkpoint_is_a_warning (no private mount namespace to mount a small tmpfs in)"
 fi

@@ -9,12 +9,18 @@
 //   - a checkpoint of another model or precision: one line, exit 2;
 //   - reshard: a stage1 checkpoint of 4 ranks resumed by stage3 and by stage0_ddp on 3 ranks
 //     (accum 1) gives the same model, bit for bit;
-//   - consolidate: the merged model file is byte for byte the one stage0_ddp saves at that step.
+//   - consolidate: the merged model file is byte for byte the one stage0_ddp saves at that step;
+//   - no temporary file outlives its writer: not a failed commit, an exit() nor SIGTERM.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <map>
 
+#include "../common/atomic_file.h"
 #include "../common/crc32c.h"
 #include "harness.h"
 
@@ -220,5 +226,46 @@ TEST(Checkpoint, ResumingAnotherModelOrPrecisionIsOneLine) {
               std::string::npos) << r.output;
     EXPECT_NE(r.output.find("HINT"), std::string::npos) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "one line: " << r.output;
+  }
+}
+
+// A temporary file (PATH.tmp.XXXXXX) never outlives its writer: a failed commit removes it at once
+// (its caller may exit() on the error, as user_error does, and skip the destructor), and so do an
+// exit() and a SIGTERM (what mpirun sends a stopped job) with a writer still writing.
+TEST(AtomicFile, NoTemporaryFileOutlivesItsWriter) {
+  const std::string dir = fresh_dir("atomic");
+  auto temporary_files = [&] {
+    int n = 0;
+    if (DIR* d = opendir(dir.c_str())) {
+      while (dirent* e = readdir(d)) n += strstr(e->d_name, ".tmp.") != nullptr;
+      closedir(d);
+    }
+    return n;
+  };
+  {
+    const std::string target = dir + "/target";  // a directory that is not empty: the rename fails
+    mkdir(target.c_str(), 0755);
+    fclose(fopen((target + "/inside").c_str(), "w"));
+    nz::AtomicFile f(target);
+    ASSERT_TRUE(f.write("x", 1));
+    EXPECT_EQ(temporary_files(), 1);
+    EXPECT_FALSE(f.commit());
+    EXPECT_EQ(temporary_files(), 0) << "a failed commit leaves its temporary file: " << f.error();
+  }
+  for (const char* how : {"exit", "SIGTERM"}) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("NZ_KEEP_TEST_FILES", "1", 1);  // the scratch directory is the parent's to remove
+      nz::AtomicFile f(dir + "/partial");
+      f.write("partial", 7);
+      if (strcmp(how, "exit") == 0) exit(2);  // no destructor runs
+      raise(SIGTERM);
+      _exit(99);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    if (strcmp(how, "exit") == 0) EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+    else EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "the signal still ends it: " << status;
+    EXPECT_EQ(temporary_files(), 0) << how << " left the temporary file";
   }
 }

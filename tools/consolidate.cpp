@@ -43,7 +43,14 @@ int main(int argc, char** argv) {
     else user_error("unknown flag %s; see consolidate --help", a.c_str());
   }
   if (ckpt.empty() || out.empty()) user_error("--ckpt DIR and --out FILE are required; see consolidate --help");
-  check_output_file("--out", out);
+  // Every file it writes, checked before anything is read: none may land inside the checkpoint it reads.
+  std::vector<std::string> outputs = {out};
+  if (with_optimizer)
+    for (const char* suffix : {".master", ".adam_m", ".adam_v"}) outputs.push_back(out + suffix);
+  for (const std::string& o : outputs) {
+    check_output_file("--out", o);
+    check_not_inside("--out", o, "--ckpt", ckpt);
+  }
 
   std::vector<std::string> notes;
   std::string why;
@@ -57,8 +64,19 @@ int main(int argc, char** argv) {
   CheckpointReader in(dir, m);
   const Layout& L = in.layout();
 
+  std::vector<float> all(L.num_params);  // one array at a time: the params, then master, m, v
+  // A diverged run's checkpoint (NaN, Inf under valid checksums) is no model: the first such value, named.
+  auto check_finite = [&](const char* what) {
+    const size_t bad = first_non_finite(all.data(), all.size());
+    if (bad == all.size()) return;
+    int u = 0;
+    size_t at = 0;
+    while (bad >= at + L.units[u].numel) at += L.units[u++].numel;
+    user_error("--ckpt %s: %s %s is %g; expected finite values (the run diverged before this checkpoint). HINT: "
+               "consolidate an earlier checkpoint (DIR/step-N)",
+               dir.c_str(), what, element_name(L, u, bad - at).c_str(), double(all[bad]));
+  };
   // Each unit's numel parameters (its padding left out), in layout order, as fp32.
-  std::vector<float> all(L.num_params);
   std::vector<char> raw;
   size_t at = 0;
   for (int u = 0; u < L.num_units(); u++) {
@@ -68,6 +86,7 @@ int main(int argc, char** argv) {
     NZ_DISPATCH_TRAIN_DTYPE(in.dtype(), cpu::cast<float, T>(all.data() + at, (const T*)raw.data(), n));
     at += n;
   }
+  check_finite("parameter");
   save_model(out, m.cfg, all, "--out");
   printf("%s: step %d of a %s run on %d rank%s -> %s (%zu parameters, fp32)\n", dir.c_str(), m.step, m.stage.c_str(),
          m.world, m.world == 1 ? "" : "s", out.c_str(), all.size());
@@ -83,6 +102,7 @@ int main(int argc, char** argv) {
       in.array(p.which, u, 0, L.units[u].numel, all.data() + at);
       at += L.units[u].numel;
     }
+    check_finite(p.suffix + 1);
     save_model(out + p.suffix, m.cfg, all, "--out");
     printf("  and %s%s\n", out.c_str(), p.suffix);
   }
