@@ -56,6 +56,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
            dtype_name(dtype), current_device() == Device::CUDA ? "cuda" : "cpu", args.batch, args.seq,
            args.accum, args.steps, omp_get_max_threads(), args.data.c_str(),
            data->train_bytes() + data->val_bytes());
+    for (const std::string& note : args.config_notes) printf("note: %s\n", note.c_str());  // --config's ignored keys
     if (dtype == DType::BF16 && current_device() == Device::CPU)  // which path, decided once (gemm_bf16.h)
       printf("bf16 products: %s\n", cpu::bf16_gemm_path());
     if (args.activation_checkpointing)
@@ -129,8 +130,9 @@ void Trainer::settle_batch() {
       args.batch = std::min(fit, per_rank);
       while (per_rank % args.batch != 0) args.batch--;
     } else if (per_rank % args.batch != 0) {
-      user_error("--global-batch %d on %d ranks: %d sequences per rank, not a multiple of --batch %d; expected a "
-                 "batch that divides %d", args.global_batch, N, per_rank, args.batch, per_rank);
+      user_error("--global-batch %d on %d ranks: %d sequences per rank, not a multiple of %s; expected a batch "
+                 "that divides %d", args.global_batch, N, per_rank,
+                 args.origin("--batch", std::to_string(args.batch)).c_str(), per_rank);
     }
     args.accum = per_rank / args.batch;
   }

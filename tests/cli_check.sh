@@ -154,3 +154,10 @@ expect_error consolidate_no_args "--ckpt DIR and --out FILE are required" build/
 expect_error consolidate_missing_ckpt "not a directory" build/bin/consolidate --ckpt "$tmp/none" --out "$tmp/c.model"
 expect_error consolidate_not_a_checkpoint "no checkpoints" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/c.model"
 expect_error consolidate_out_is_a_directory "a directory" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/adir"
+
+# ---- --lr-schedule constant: lr at every step, and no --warmup beside it ----
+out=$(mpirun -np 1 $bin --preset tiny --seq 16 --steps 3 --eval-windows 2 --lr 2e-3 --lr-schedule constant 2>&1)
+if [ "$(grep -c '^step .* lr 2.00e-03 ' <<<"$out")" = 3 ]; then echo "NZRESULT PASS cli.lr_schedule_constant"
+else echo "NZRESULT FAIL cli.lr_schedule_constant ($out)"; fi
+expect_error constant_with_warmup "--warmup 5: the learning rate is constant" $bin $tiny --lr-schedule constant --warmup 5
+
