@@ -377,6 +377,13 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--attention %s: unknown attention; valid: gemm, flash", a.attention.c_str());
   if (a.offload_to != "cpu" && a.offload_to != "disk")
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
+  // A stage's own flag given to another stage would be ignored there: refused, naming the stage that uses it.
+  const std::pair<const char*, const char*> stage_flags[] = {
+      {"--offload-to", "offload"}, {"--offload-dir", "offload"}, {"--offload-chunk", "offload"}, {"--prefetch", "stage3"}};
+  for (const auto& [flag, user] : stage_flags)
+    if (typed.count(flag) && std::string(program) != user)
+      user_error("%s %s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",
+                 flag, typed[flag].c_str(), program, user, user);
   if (a.offload_to == "disk" && a.offload_dir.empty())
     user_error("--offload-to disk needs --offload-dir DIR (an existing, writable directory)");
   if (a.offload_to == "disk") {  // whether it has room is checked when the files are made (offload_store.h)

@@ -155,6 +155,13 @@ expect_error consolidate_missing_ckpt "not a directory" build/bin/consolidate --
 expect_error consolidate_not_a_checkpoint "no checkpoints" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/c.model"
 expect_error consolidate_out_is_a_directory "a directory" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/adir"
 
+# ---- flags a stage does not use are refused, naming the stage that uses them ----
+expect_error offload_flag_on_stage2 "--offload-to disk: stage2 does not use it, expected it with build/bin/offload" \
+  build/bin/stage2 $tiny --offload-to disk --offload-dir "$tmp/adir"
+expect_error offload_chunk_on_stage3 "--offload-chunk 100: stage3 does not use it" build/bin/stage3 $tiny --offload-chunk 100
+expect_error prefetch_on_stage1 "--prefetch 0: stage1 does not use it, expected it with build/bin/stage3" \
+  build/bin/stage1 $tiny --prefetch=0
+
 # ---- --lr-schedule constant: lr at every step, and no --warmup beside it ----
 out=$(mpirun -np 1 $bin --preset tiny --seq 16 --steps 3 --eval-windows 2 --lr 2e-3 --lr-schedule constant 2>&1)
 if [ "$(grep -c '^step .* lr 2.00e-03 ' <<<"$out")" = 3 ]; then echo "NZRESULT PASS cli.lr_schedule_constant"
