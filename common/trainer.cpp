@@ -3,7 +3,10 @@
 #include "trainer.h"
 
 #include <omp.h>
+#include <unistd.h>      // sysconf: this machine's memory
 
+#include <algorithm>     // std::all_of
+#include <climits>       // INT_MAX
 #include <cstdio>
 #include <thread>
 
@@ -20,6 +23,55 @@
 
 namespace nz {
 
+namespace {
+
+// A model (with its batch) that cannot fit this machine is one line before anything is allocated,
+// not an allocation failure later: the formulas' bytes per rank (zero_formulas.h), times the ranks
+// sharing the memory, against the memory there is (the GPU's, and the host's for offload's state;
+// on the CPU backend everything is in host memory). A necessary condition only: what the ledger
+// does not count (libraries, scratch) comes on top.
+void check_model_fits(const Args& args, Stage stage, const Comm& comm) {
+  const Layout L = make_layout(args.cfg, comm.size());
+  const Device device_kind = select_device(args.device.c_str(), comm.local_rank(), false);  // quietly: once more aloud later
+  const Attention attn = flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
+  const double device = double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype,
+                                                    args.activation_checkpointing, attn));
+  const double host = double(expected_state_bytes(stage, L, args.dtype).host);
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  int sharing = comm.local_size();  // ranks sharing the memory that does not fit
+  double need = (device + host) * sharing, have = ram;
+  const char* where = "host memory";
+  if (device_kind == Device::CUDA) {
+    size_t free_bytes = 0, total_bytes = 0;
+    cuda_rt::mem_get_info(&free_bytes, &total_bytes);
+    const int gpus = cuda_rt::device_count();
+    int on_gpu = 0;  // local ranks on my GPU (select_device: local rank l uses GPU l % gpus)
+    for (int l = 0; l < comm.local_size(); l++) on_gpu += l % gpus == comm.local_rank() % gpus;
+    if (device * on_gpu > double(total_bytes)) {
+      sharing = on_gpu, need = device * on_gpu, have = double(total_bytes), where = "GPU memory";
+    } else {
+      need = host * comm.local_size();
+    }
+  }
+  // every rank stops alike (the others would wait in the next collective), the first that cannot
+  // fit saying why in one line
+  const int mine = ram > 0 && need > have ? comm.rank() : INT_MAX;
+  int first = mine;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == INT_MAX) return;
+  if (comm.rank() == first)
+    user_error_this_rank(
+        "--preset %s with %d layers, width %d: %zu parameters and their batch need %s of %s (%s, %d rank%s sharing "
+        "it; zero_formulas.h), expected at most the %s there is; use a smaller model (--layers, --dim), a smaller "
+        "--batch or --seq, a later stage or more machines",
+        args.preset.c_str(), args.cfg.layers, args.cfg.dim, L.num_params, fmt_bytes(need).c_str(), where,
+        stage_name(stage), sharing, sharing == 1 ? "" : "s", fmt_bytes(have).c_str());
+  MPI_Finalize();
+  exit(2);
+}
+
+}  // namespace
+
 Trainer::Trainer(int argc, char** argv, Stage st)
     : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st), loss_scaler_(args) {
   resolve_batch(args, world());  // --config's train_batch_size: checked, or the missing factor derived
@@ -31,6 +83,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   if (args.batch_auto || args.global_batch > 0) settle_batch();  // sets args.batch, args.accum
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
+  check_model_fits(args, stage, comm);  // one line, before anything is printed or allocated
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
   if (!args.resume.empty()) {
     const auto t0 = std::chrono::steady_clock::now();

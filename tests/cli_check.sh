@@ -162,6 +162,9 @@ expect_error offload_chunk_on_stage3 "--offload-chunk 100: stage3 does not use i
 expect_error prefetch_on_stage1 "--prefetch 0: stage1 does not use it, expected it with build/bin/stage3" \
   build/bin/stage1 $tiny --prefetch=0
 
+# ---- a model that cannot fit is one line, before anything is allocated ----
+expect_error model_cannot_fit "expected at most the" $bin $tiny --preset tiny --layers 1000 --dim 65536 --heads 4096
+
 # ---- --lr-schedule constant: lr at every step, and no --warmup beside it ----
 out=$(mpirun -np 1 $bin --preset tiny --seq 16 --steps 3 --eval-windows 2 --lr 2e-3 --lr-schedule constant 2>&1)
 if [ "$(grep -c '^step .* lr 2.00e-03 ' <<<"$out")" = 3 ]; then echo "NZRESULT PASS cli.lr_schedule_constant"
