@@ -377,6 +377,18 @@ void Trainer::finish() {
   print_memory_table();
   write_report();
   fflush(stdout);
+  // fp16: a run whose every step overflowed never updated the model. Its report and model file
+  // are written (to see why); then it fails, on every rank alike (the skips were agreed).
+  const bool all_skipped = !steps_.empty() && std::all_of(steps_.begin(), steps_.end(), [](const StepRecord& s) { return s.skipped; });
+  char initial[32];
+  snprintf(initial, sizeof initial, "%g", double(args.loss_scale));
+  if (all_skipped)
+    user_error("fp16: all %zu steps of this run were skipped (the gradients overflowed at every step; loss scale %g at "
+               "the last, %s), expected at least one update: the model is untrained; lower %s, or %s",
+               steps_.size(), double(steps_.back().loss_scale),
+               args.loss_scale_window > 0 ? "dynamic" : "static",
+               args.origin("--loss-scale", initial).c_str(),
+               args.loss_scale_window > 0 ? "run more steps" : "use a dynamic scale (--loss-scale-window > 0)");
 }
 
 }  // namespace nz

@@ -171,3 +171,10 @@ if [ "$(grep -c '^step .* lr 2.00e-03 ' <<<"$out")" = 3 ]; then echo "NZRESULT P
 else echo "NZRESULT FAIL cli.lr_schedule_constant ($out)"; fi
 expect_error constant_with_warmup "--warmup 5: the learning rate is constant" $bin $tiny --lr-schedule constant --warmup 5
 
+# ---- fp16: a run whose every step overflowed says so and fails; its report is still written ----
+out=$(mpirun -np 1 $bin $tiny --steps 2 --precision fp16 --loss-scale 1e30 --loss-scale-window 0 --log-json "$tmp/skip.json" 2>&1)
+rc=$?
+if [ $rc = 2 ] && grep -q "^fp16: 2 of 2 steps skipped" <<<"$out" && grep -q "^error: fp16: all 2 steps of this run were skipped" <<<"$out" &&
+   [ -s "$tmp/skip.json" ]; then echo "NZRESULT PASS cli.fp16_every_step_skipped_fails"
+else echo "NZRESULT FAIL cli.fp16_every_step_skipped_fails (exit $rc; $out)"; fi
+
