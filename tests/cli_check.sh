@@ -178,3 +178,31 @@ if [ $rc = 2 ] && grep -q "^fp16: 2 of 2 steps skipped" <<<"$out" && grep -q "^e
    [ -s "$tmp/skip.json" ]; then echo "NZRESULT PASS cli.fp16_every_step_skipped_fails"
 else echo "NZRESULT FAIL cli.fp16_every_step_skipped_fails (exit $rc; $out)"; fi
 
+# ---- train_resilient.sh: the user's --resume is the first launch's; relaunches take --resume auto ----
+cat >"$tmp/job.sh" <<'JOB'
+#!/usr/bin/env bash
+# fails on its first launch (exit 3), succeeds on the next; each launch's arguments go to $LAUNCHES
+echo "$*" >>"$LAUNCHES"
+[ "$(wc -l <"$LAUNCHES")" -ge 2 ]
+JOB
+chmod +x "$tmp/job.sh"
+resilient() {  # name, then the job's arguments
+  local name=$1
+  shift
+  rm -f "$tmp/launches"
+  LAUNCHES="$tmp/launches" scripts/train_resilient.sh --restarts 2 -- "$tmp/job.sh" "$@" >/dev/null 2>&1
+}
+resilient given --ckpt-dir "$tmp/ck" --resume "$tmp/ck/step-5" --steps 10
+first=$(sed -n 1p "$tmp/launches") second=$(sed -n 2p "$tmp/launches")
+if [ "$first" = "--ckpt-dir $tmp/ck --resume $tmp/ck/step-5 --steps 10" ] && [ "$second" = "--ckpt-dir $tmp/ck --steps 10 --resume auto" ]
+then echo "NZRESULT PASS cli.resilient_keeps_users_resume_on_first_launch"
+else echo "NZRESULT FAIL cli.resilient_keeps_users_resume_on_first_launch (first: '$first'; second: '$second')"; fi
+resilient given_eq --ckpt-dir="$tmp/ck" --resume="$tmp/ck/step-5"
+first=$(sed -n 1p "$tmp/launches") second=$(sed -n 2p "$tmp/launches")
+if [ "$first" = "--ckpt-dir=$tmp/ck --resume=$tmp/ck/step-5" ] && [ "$second" = "--ckpt-dir=$tmp/ck --resume auto" ]
+then echo "NZRESULT PASS cli.resilient_keeps_users_resume_equals_form"
+else echo "NZRESULT FAIL cli.resilient_keeps_users_resume_equals_form (first: '$first'; second: '$second')"; fi
+resilient none --ckpt-dir "$tmp/ck"
+if [ "$(cat "$tmp/launches")" = "--ckpt-dir $tmp/ck --resume auto
+--ckpt-dir $tmp/ck --resume auto" ]; then echo "NZRESULT PASS cli.resilient_resume_auto_without_users"
+else echo "NZRESULT FAIL cli.resilient_resume_auto_without_users ($(cat "$tmp/launches"))"; fi
