@@ -220,7 +220,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--warmup", "N", "linear warm-up steps before cosine decay (default 20; 0 for none)",
        [&](auto& f, auto& v) { a.warmup = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
       {"--lr-schedule", "S", "after the warm-up: cosine (default: to lr/10 at the last step), warmup (DeepSpeed's "
-       "WarmupLR: constant) or warmup-decay (WarmupDecayLR: linear to 0)",
+       "WarmupLR: constant) or warmup-decay (WarmupDecayLR: linear to 0); or constant (no warm-up: DeepSpeed "
+       "without a scheduler)",
        [&](auto&, auto& v) { a.lr_schedule = v; }},
       {"--warmup-min-lr", "X", "warmup, warmup-decay: the learning rate the warm-up starts from (default 0)",
        [&](auto& f, auto& v) { a.warmup_min_lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
@@ -312,18 +313,32 @@ Args parse_args(int argc, char** argv, const char* program) {
     return nullptr;
   };
 
-  // --config first: the file's keys become flags, applied before the command line's (which win).
+  // The flags on the command line (flag -> value, the last one wins): --config's "auto" takes
+  // values from here, and a few checks below need to know what the user typed.
+  std::map<std::string, std::string> typed;
   for (int i = 1; i < argc; i++) {
     const std::string arg = argv[i];
-    if (arg == "--config" && i + 1 < argc) a.config = argv[i + 1];
-    else if (arg.compare(0, 9, "--config=") == 0) a.config = arg.substr(9);
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    if (!find_flag(name)) continue;  // an unknown flag is reported by the pass below
+    if (eq != std::string::npos) typed[name] = arg.substr(eq + 1);
+    else if (switches.count(name)) typed[name] = "";
+    else if (i + 1 < argc) typed[name] = argv[++i];
   }
+
+  // --config first: the file's keys become flags, applied before the command line's (which win).
+  // Each is set under the name of its key, so a value out of the flag's range is reported as the
+  // key the user wrote ("--config ds.json: gradient_accumulation_steps 100000: out of range ...").
+  if (typed.count("--config")) a.config = typed["--config"];
   if (!a.config.empty()) {
-    const DsConfig ds = read_ds_config(a.config, program);
+    const DsConfig ds = read_ds_config(a.config, program, typed);
+    a.config_notes = ds.notes;
     from_config = true;
-    for (const auto& [flag, value] : ds.flags) {
-      if (switches.count(flag)) *switches.at(flag) = true;  // a key that turns a switch on
-      else find_flag(flag)->set(flag, value);
+    for (const ConfigFlag& c : ds.flags) {
+      const std::string key = "--config " + a.config + ": " + c.key;
+      if (switches.count(c.flag)) *switches.at(c.flag) = true;  // a key that turns a switch on
+      else find_flag(c.flag)->set(key, c.value);
+      a.config_keys[c.flag] = key + " " + c.shown;
     }
     from_config = false;
     a.train_batch_size = ds.train_batch_size;
@@ -339,6 +354,7 @@ Args parse_args(int argc, char** argv, const char* program) {
     }
     if (switches.count(arg)) {
       *switches.at(arg) = true;
+      a.config_keys.erase(arg);
       continue;
     }
     const std::string before_eq = arg.substr(0, arg.find('='));
@@ -357,6 +373,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       value = argv[++i];
     }
     found->set(arg, value);
+    a.config_keys.erase(arg);  // the command line's value overrides the file's
   }
 
   // ---- cross-field validation ----
@@ -378,11 +395,24 @@ Args parse_args(int argc, char** argv, const char* program) {
   if (a.loss_scale_given && a.dtype != DType::F16)
     user_error("--loss-scale*: loss scaling is for --precision fp16 only (this run is %s); drop the flag or add "
                "--precision fp16", a.precision.c_str());
+  auto number = [](double x) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%g", x);
+    return std::string(buf);
+  };
   if (a.dtype == DType::F16 && a.loss_scale < a.loss_scale_min)
-    user_error("--loss-scale %g: below --loss-scale-min %g; expected an initial scale >= the minimum",
-               double(a.loss_scale), double(a.loss_scale_min));
-  if (a.lr_schedule != "cosine" && a.lr_schedule != "warmup" && a.lr_schedule != "warmup-decay")
-    user_error("--lr-schedule %s: unknown schedule; valid: cosine, warmup, warmup-decay", a.lr_schedule.c_str());
+    user_error("%s: below %s; expected an initial scale >= the minimum",
+               a.origin("--loss-scale", number(a.loss_scale)).c_str(),
+               a.origin("--loss-scale-min", number(a.loss_scale_min)).c_str());
+  if (a.lr_schedule != "cosine" && a.lr_schedule != "warmup" && a.lr_schedule != "warmup-decay" &&
+      a.lr_schedule != "constant")
+    user_error("--lr-schedule %s: unknown schedule; valid: cosine, warmup, warmup-decay, constant", a.lr_schedule.c_str());
+  if (a.lr_schedule == "constant" && typed.count("--warmup"))
+    user_error("--warmup %d: the learning rate is constant (%s), expected no warm-up; add --lr-schedule cosine or "
+               "warmup%s, or drop --warmup", a.warmup,
+               a.config_keys.count("--lr-schedule") ? ("--config " + a.config + " has no scheduler section").c_str()
+                                                    : "--lr-schedule constant",
+               a.config_keys.count("--lr-schedule") ? " (or a scheduler section to the config)" : "");
   if (a.warmup_type != "log" && a.warmup_type != "linear")
     user_error("--warmup-type %s: unknown warm-up; valid: log, linear", a.warmup_type.c_str());
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
@@ -393,6 +423,13 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--attention %s: unknown attention; valid: gemm, flash", a.attention.c_str());
   if (a.offload_to != "cpu" && a.offload_to != "disk")
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
+  // A stage's own flag given to another stage would be ignored there: refused, naming the stage that uses it.
+  const std::pair<const char*, const char*> stage_flags[] = {
+      {"--offload-to", "offload"}, {"--offload-dir", "offload"}, {"--offload-chunk", "offload"}, {"--prefetch", "stage3"}};
+  for (const auto& [flag, user] : stage_flags)
+    if (typed.count(flag) && std::string(program) != user)
+      user_error("%s %s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",
+                 flag, typed[flag].c_str(), program, user, user);
   if (a.offload_to == "disk" && a.offload_dir.empty())
     user_error("--offload-to disk needs --offload-dir DIR (an existing, writable directory)");
   if (a.offload_to == "disk") {  // whether it has room is checked when the files are made (offload_store.h)
@@ -403,15 +440,15 @@ Args parse_args(int argc, char** argv, const char* program) {
     else if (!S_ISDIR(st.st_mode)) why = "not a directory";
     else if (access(dir, W_OK | X_OK) != 0) why = std::string("not writable: ") + strerror(errno);
     if (!why.empty())
-      user_error("--offload-dir %s: %s; expected an existing, writable directory: create it or pass another", dir,
-                 why.c_str());
+      user_error("%s: %s; expected an existing, writable directory: create it or pass another",
+                 a.origin("--offload-dir", dir).c_str(), why.c_str());
   }
   if (a.memory_budget > 0 && !a.batch_auto)
     user_error("--memory-budget %s: it sizes --batch auto; add --batch auto, or drop --memory-budget",
                fmt_bytes(double(a.memory_budget)).c_str());
   if (a.global_batch > 0 && a.accum_given)
-    user_error("--global-batch %d and --accum %d: the global batch sets the accumulation; give one of them",
-               a.global_batch, a.accum);
+    user_error("--global-batch %d and %s: the global batch sets the accumulation; give one of them", a.global_batch,
+               a.origin("--accum", std::to_string(a.accum)).c_str());
   if (a.batch_auto && a.memory_budget == 0 && a.device == "cpu")
     user_error("--batch auto on the CPU needs --memory-budget SIZE (e.g. --memory-budget 256MiB): there is no "
                "device memory to measure");

@@ -1,7 +1,9 @@
 // cli.h — the command line, parsed once and identical for every stage and tool.
 // Bad values get one line (flag, value, what is valid) and exit code 2 before anything is allocated.
 #pragma once
+#include <map>
 #include <string>
+#include <vector>
 
 #include "dtype.h"
 #include "model.h"
@@ -24,7 +26,8 @@ struct Args {
   float lr = 3e-3f;  // peak learning rate
   int warmup = 20;   // linear warm-up steps, then cosine decay to lr/10
   // the schedule after the warm-up (optim.h, lr_at): cosine to lr/10 (this project's), or
-  // DeepSpeed's WarmupLR ("warmup": constant) and WarmupDecayLR ("warmup-decay": linear to 0)
+  // DeepSpeed's WarmupLR ("warmup": constant) and WarmupDecayLR ("warmup-decay": linear to 0), or
+  // "constant": lr at every step, no warm-up (DeepSpeed without a scheduler section)
   std::string lr_schedule = "cosine";
   float warmup_min_lr = 0;            // DeepSpeed's schedules: where the warm-up starts
   std::string warmup_type = "log";    // DeepSpeed's schedules: log (its default) or linear warm-up
@@ -43,8 +46,17 @@ struct Args {
   bool loss_scale_given = false;   // a --loss-scale* flag was given (fp16 only)
   // DeepSpeed's config file (ds_config.h): its path, and what needs the world size to check
   std::string config;
-  long train_batch_size = 0;  // 0: not given; else micro-batch x accum x world (resolve_batch)
+  long long train_batch_size = 0;  // 0: not given; else micro-batch x accum x world (resolve_batch)
   bool batch_given = false, accum_given = false;  // by the file or the command line
+  // The flags whose value the file set (and the command line did not): flag -> "--config FILE:
+  // key VALUE", the key and value as written in the file. An error names what the user wrote:
+  // origin("--accum", "4") is "--accum 4" when typed, the config's key when the file set it.
+  std::map<std::string, std::string> config_keys;
+  std::vector<std::string> config_notes;  // one line per key that changes nothing here (the trainer prints them)
+  std::string origin(const std::string& flag, const std::string& value) const {
+    auto it = config_keys.find(flag);
+    return it != config_keys.end() ? it->second : flag + " " + value;
+  }
   // data and outputs
   std::string data;  // default: the corpus that ships with the project
   std::string log_json;

@@ -1,7 +1,9 @@
 // data.cpp — reading the corpus and cutting windows from it.
 #include "data.h"
 
+#include <fcntl.h>     // open: O_NONBLOCK (read_input_file)
 #include <sys/stat.h>  // fstat: a regular file only
+#include <unistd.h>    // read, close
 
 #include <cerrno>
 #include <cmath>
@@ -14,16 +16,49 @@
 
 namespace nz {
 
-void check_data_file(const std::string& path) {
+void check_input_file(const char* flag, const std::string& path, uint64_t max_bytes, const char* what) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0)
-    user_error("--data %s: cannot read it (%s); give a readable text file", path.c_str(), strerror(errno));
+    user_error("%s %s: cannot read it (%s), expected %s; give a readable file", flag, path.c_str(), strerror(errno), what);
   if (!S_ISREG(st.st_mode))
-    user_error("--data %s: not a regular file (a directory, pipe or device); give a text file", path.c_str());
-  if (uint64_t(st.st_size) > kMaxDataBytes)
-    user_error("--data %s: %llu bytes, more than the limit of %llu (every rank reads the whole file into memory); "
-               "give a smaller file", path.c_str(), (unsigned long long)st.st_size, (unsigned long long)kMaxDataBytes);
+    user_error("%s %s: not a regular file (%s), expected %s; give a file", flag, path.c_str(),
+               S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a pipe" : "a device or socket", what);
+  if (uint64_t(st.st_size) > max_bytes)
+    user_error("%s %s: %llu bytes, more than the limit of %llu, expected %s; give a smaller file", flag, path.c_str(),
+               (unsigned long long)st.st_size, (unsigned long long)max_bytes, what);
 }
+
+std::string read_input_file(const char* flag, const std::string& path, uint64_t max_bytes, const char* what) {
+  check_input_file(flag, path, max_bytes, what);
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    user_error("%s %s: cannot open it (%s), expected %s; give a readable file", flag, path.c_str(), strerror(errno), what);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) > max_bytes) {
+    close(fd);
+    user_error("%s %s: changed while being opened, expected %s of at most %llu bytes; give a file nothing else writes",
+               flag, path.c_str(), what, (unsigned long long)max_bytes);
+  }
+  std::string text;
+  char buf[1 << 16];
+  ssize_t n;
+  while (text.size() <= max_bytes && (n = read(fd, buf, sizeof buf)) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      user_error("%s %s: read error (%s), expected %s; check the file", flag, path.c_str(), strerror(err), what);
+    }
+    text.append(buf, size_t(n));
+  }
+  close(fd);
+  if (text.size() > max_bytes)
+    user_error("%s %s: grew past the limit of %llu bytes while being read, expected %s; give a file nothing else writes",
+               flag, path.c_str(), (unsigned long long)max_bytes, what);
+  return text;
+}
+
+void check_data_file(const std::string& path) { check_input_file("--data", path, kMaxDataBytes, "a text file"); }
 
 uint64_t min_data_bytes(int B, int T) {
   // split as the constructor does: train = n - n/10, validation = n/10

@@ -10,8 +10,16 @@ namespace nz {
 // The largest --data file: every rank reads the whole file into memory.
 constexpr uint64_t kMaxDataBytes = uint64_t(1) << 30;
 
-// Exits 2 with one line unless `path` is a regular file of at most kMaxDataBytes (checked without
-// opening it: opening a FIFO blocks, and /dev/zero never ends).
+// Exits 2 with one line naming `flag` unless `path` is a regular file of at most max_bytes, checked
+// without opening it: opening a FIFO blocks, /dev/zero never ends, and a directory is no file.
+// what: what the file should be, for the message ("a text file", "a DeepSpeed JSON config").
+void check_input_file(const char* flag, const std::string& path, uint64_t max_bytes, const char* what);
+// The whole of such a file: checked first, then opened without blocking (O_NONBLOCK) and checked
+// again on the open descriptor (the path may have been swapped for a FIFO in between), and read
+// up to max_bytes. Any failure is one line naming `flag`, exit 2.
+std::string read_input_file(const char* flag, const std::string& path, uint64_t max_bytes, const char* what);
+
+// check_input_file for --data: at most kMaxDataBytes.
 void check_data_file(const std::string& path);
 
 // The fewest bytes a file needs for batches of B windows of T tokens: its first 90% must hold B*T+1

@@ -14,6 +14,7 @@
 namespace nz {
 
 float lr_at(const Args& a, int step) {
+  if (a.lr_schedule == "constant") return a.lr;  // DeepSpeed without a scheduler: the optimizer's rate
   if (a.lr_schedule != "cosine") {
     // DeepSpeed's WarmupLR and WarmupDecayLR at scheduler iteration `step`: min + (max - min) * gamma,
     // gamma rising over the warm-up (log(t + 1) / log(W), or t / W; W at least 2), then 1

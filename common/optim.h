@@ -10,7 +10,8 @@
 namespace nz {
 
 // Linear warm-up to args.lr over args.warmup steps, then cosine decay to lr/10 at the last step;
-// or, with --lr-schedule warmup / warmup-decay, DeepSpeed's WarmupLR / WarmupDecayLR.
+// or, with --lr-schedule warmup / warmup-decay, DeepSpeed's WarmupLR / WarmupDecayLR; or, with
+// --lr-schedule constant (a --config without a scheduler section), args.lr at every step.
 float lr_at(const Args& args, int step);
 
 // Global-norm clipping factor: clip / norm when the norm exceeds clip (and clip > 0), else 1.

@@ -36,6 +36,12 @@ void Trainer::print_summary(double total_s) {
          "%.1f ms/step\n",
          args.steps, total_s, steps_.empty() ? 0.0 : steps_.back().loss, last_val_loss_,
          data->unigram_baseline(), n ? ms / n : 0.0);
+  if (dtype == DType::F16) {  // how many steps fp16's loss scaling skipped
+    int skipped = 0;
+    for (const StepRecord& s : steps_) skipped += s.skipped;
+    printf("fp16: %d of %zu steps skipped for overflow (no update), loss scale %g at the last\n", skipped,
+           steps_.size(), steps_.empty() ? 0.0 : double(steps_.back().loss_scale));
+  }
   if (current_device() == Device::CUDA && n > 0) {
     const double tokens = double(world()) * args.accum * args.batch * args.seq;
     const double tok_s = tokens / (ms / n / 1000);

@@ -3,7 +3,10 @@
 #include "trainer.h"
 
 #include <omp.h>
+#include <unistd.h>      // sysconf: this machine's memory
 
+#include <algorithm>     // std::all_of
+#include <climits>       // INT_MAX
 #include <cstdio>
 #include <thread>
 
@@ -20,6 +23,55 @@
 
 namespace nz {
 
+namespace {
+
+// A model (with its batch) that cannot fit this machine is one line before anything is allocated,
+// not an allocation failure later: the formulas' bytes per rank (zero_formulas.h), times the ranks
+// sharing the memory, against the memory there is (the GPU's, and the host's for offload's state;
+// on the CPU backend everything is in host memory). A necessary condition only: what the ledger
+// does not count (libraries, scratch) comes on top.
+void check_model_fits(const Args& args, Stage stage, const Comm& comm) {
+  const Layout L = make_layout(args.cfg, comm.size());
+  const Device device_kind = select_device(args.device.c_str(), comm.local_rank(), false);  // quietly: once more aloud later
+  const Attention attn = flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
+  const double device = double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype,
+                                                    args.activation_checkpointing, attn));
+  const double host = double(expected_state_bytes(stage, L, args.dtype).host);
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  int sharing = comm.local_size();  // ranks sharing the memory that does not fit
+  double need = (device + host) * sharing, have = ram;
+  const char* where = "host memory";
+  if (device_kind == Device::CUDA) {
+    size_t free_bytes = 0, total_bytes = 0;
+    cuda_rt::mem_get_info(&free_bytes, &total_bytes);
+    const int gpus = cuda_rt::device_count();
+    int on_gpu = 0;  // local ranks on my GPU (select_device: local rank l uses GPU l % gpus)
+    for (int l = 0; l < comm.local_size(); l++) on_gpu += l % gpus == comm.local_rank() % gpus;
+    if (device * on_gpu > double(total_bytes)) {
+      sharing = on_gpu, need = device * on_gpu, have = double(total_bytes), where = "GPU memory";
+    } else {
+      need = host * comm.local_size();
+    }
+  }
+  // every rank stops alike (the others would wait in the next collective), the first that cannot
+  // fit saying why in one line
+  const int mine = ram > 0 && need > have ? comm.rank() : INT_MAX;
+  int first = mine;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == INT_MAX) return;
+  if (comm.rank() == first)
+    user_error_this_rank(
+        "--preset %s with %d layers, width %d: %zu parameters and their batch need %s of %s (%s, %d rank%s sharing "
+        "it; zero_formulas.h), expected at most the %s there is; use a smaller model (--layers, --dim), a smaller "
+        "--batch or --seq, a later stage or more machines",
+        args.preset.c_str(), args.cfg.layers, args.cfg.dim, L.num_params, fmt_bytes(need).c_str(), where,
+        stage_name(stage), sharing, sharing == 1 ? "" : "s", fmt_bytes(have).c_str());
+  MPI_Finalize();
+  exit(2);
+}
+
+}  // namespace
+
 Trainer::Trainer(int argc, char** argv, Stage st)
     : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st), loss_scaler_(args) {
   resolve_batch(args, world());  // --config's train_batch_size: checked, or the missing factor derived
@@ -31,6 +83,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   if (args.batch_auto || args.global_batch > 0) settle_batch();  // sets args.batch, args.accum
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
+  check_model_fits(args, stage, comm);  // one line, before anything is printed or allocated
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
   if (!args.resume.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -57,6 +110,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
            dtype_name(dtype), current_device() == Device::CUDA ? "cuda" : "cpu", args.batch, args.seq,
            args.accum, args.steps, omp_get_max_threads(), args.data.c_str(),
            data->train_bytes() + data->val_bytes());
+    for (const std::string& note : args.config_notes) printf("note: %s\n", note.c_str());  // --config's ignored keys
     if (dtype == DType::BF16 && current_device() == Device::CPU)  // which path, decided once (gemm_bf16.h)
       printf("bf16 products: %s\n", cpu::bf16_gemm_path());
     if (args.activation_checkpointing)
@@ -130,8 +184,9 @@ void Trainer::settle_batch() {
       args.batch = std::min(fit, per_rank);
       while (per_rank % args.batch != 0) args.batch--;
     } else if (per_rank % args.batch != 0) {
-      user_error("--global-batch %d on %d ranks: %d sequences per rank, not a multiple of --batch %d; expected a "
-                 "batch that divides %d", args.global_batch, N, per_rank, args.batch, per_rank);
+      user_error("--global-batch %d on %d ranks: %d sequences per rank, not a multiple of %s; expected a batch "
+                 "that divides %d", args.global_batch, N, per_rank,
+                 args.origin("--batch", std::to_string(args.batch)).c_str(), per_rank);
     }
     args.accum = per_rank / args.batch;
   }
@@ -335,6 +390,18 @@ void Trainer::finish() {
   if (!failed.empty())
     run_error("the run finished, but%s; expected every output written: free space or choose writable paths and run "
               "again (--resume auto goes on from its newest checkpoint)", failed.c_str() + 1);
+  // fp16: a run whose every step overflowed never updated the model. Its report and model file
+  // are written (to see why); then it fails, on every rank alike (the skips were agreed).
+  const bool all_skipped = !steps_.empty() && std::all_of(steps_.begin(), steps_.end(), [](const StepRecord& s) { return s.skipped; });
+  char initial[32];
+  snprintf(initial, sizeof initial, "%g", double(args.loss_scale));
+  if (all_skipped)
+    user_error("fp16: all %zu steps of this run were skipped (the gradients overflowed at every step; loss scale %g at "
+               "the last, %s), expected at least one update: the model is untrained; lower %s, or %s",
+               steps_.size(), double(steps_.back().loss_scale),
+               args.loss_scale_window > 0 ? "dynamic" : "static",
+               args.origin("--loss-scale", initial).c_str(),
+               args.loss_scale_window > 0 ? "run more steps" : "use a dynamic scale (--loss-scale-window > 0)");
 }
 
 }  // namespace nz

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +25,7 @@
 #include "check.h"
 #include "checkpoint.h"  // load_model
 #include "comm.h"
+#include "data.h"        // read_input_file: a regular file of bounded size (as --data)
 #include "decoder.h"     // Decoder, kv_cache_bytes
 #include "device.h"
 #include "kernels.h"     // set_kernels
@@ -38,6 +38,12 @@
 using namespace nz;
 
 namespace {
+
+// --batch's largest: each sequence has its own KV cache, so --prompts may not hold more lines.
+constexpr int kMaxBatch = 4096;
+// --prompts: at most kMaxBatch prompts, each at most a model's context (1024 positions in the
+// presets): a few MB; the file is read whole, so it is bounded like --data, but far lower.
+constexpr uint64_t kMaxPromptsBytes = uint64_t(16) << 20;
 
 struct Options {
   std::string model, preset, prompt = "\n", prompts_file, weights = "device", weights_dir, device = "cpu";
@@ -210,7 +216,7 @@ Options parse(int argc, char** argv) {
           "  --model PATH          a model file written by a trainer's --save-model\n"
           "  --preset NAME         instead of --model: a randomly initialised %s (timing only)\n"
           "  --prompt TEXT         text to continue (default: a newline)\n"
-          "  --prompts FILE        one prompt per line; sequence b continues line b %% lines\n"
+          "  --prompts FILE        one prompt per line (at most 4096); sequence b continues line b %% lines\n"
           "  --batch B             sequences decoded together (default: 1, or the lines of --prompts)\n"
           "  --length N            bytes to generate per sequence (default 200)\n"
           "  --window T            positions the model may use, at most its context (default: the context);\n"
@@ -238,7 +244,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--preset") o.preset = next();
     else if (a == "--prompt") o.prompt = next();
     else if (a == "--prompts") o.prompts_file = next();
-    else if (a == "--batch") o.batch = parse_int(a, next(), 1, 4096);
+    else if (a == "--batch") o.batch = parse_int(a, next(), 1, kMaxBatch);
     else if (a == "--length") o.length = parse_int(a, next(), 1, 1 << 20);
     else if (a == "--window") o.window = parse_int(a, next(), 1, 1 << 20);
     else if (a == "--kv-cache") o.kv_cache = parse_int(a, next(), 0, 1);
@@ -282,10 +288,19 @@ std::vector<std::string> read_prompts(const Options& o) {
   if (o.prompts_file.empty()) {
     lines.push_back(o.prompt);
   } else {
-    std::ifstream f(o.prompts_file);
-    if (!f) user_error("--prompts %s: cannot open it; give a text file with one prompt per line", o.prompts_file.c_str());
-    std::string line;
-    while (std::getline(f, line)) lines.push_back(line);
+    // a regular file of bounded size, checked before it is opened (a FIFO would block, /dev/zero
+    // never end), then at most kMaxBatch lines: one sequence, and one KV cache, per line
+    const std::string text =
+        read_input_file("--prompts", o.prompts_file, kMaxPromptsBytes, "a text file with one prompt per line");
+    for (size_t at = 0; at < text.size();) {
+      size_t end = text.find('\n', at);
+      if (end == std::string::npos) end = text.size();
+      if (lines.size() == size_t(kMaxBatch))
+        user_error("--prompts %s: more than %d lines, expected at most %d prompts (--batch's largest: each is a "
+                   "sequence with its own KV cache); split the file", o.prompts_file.c_str(), kMaxBatch, kMaxBatch);
+      lines.push_back(text.substr(at, end - at));
+      at = end + 1;
+    }
     if (lines.empty()) user_error("--prompts %s: no lines; give one prompt per line", o.prompts_file.c_str());
   }
   for (size_t i = 0; i < lines.size(); i++)

@@ -186,3 +186,55 @@ unchanged consolidate_input_untouched_by_link "$tmp/cons/step-00000002/MANIFEST"
 expect_error save_model_inside_resumed_checkpoint "lies inside --resume" $bin $tiny --steps 3 \
   --resume "$tmp/cons/step-00000002" --save-model "$tmp/cons/step-00000002/rank-00000.shard"
 unchanged resumed_checkpoint_untouched "$tmp/cons/step-00000002/MANIFEST" "$sum"
+
+# ---- flags a stage does not use are refused, naming the stage that uses them ----
+expect_error offload_flag_on_stage2 "--offload-to disk: stage2 does not use it, expected it with build/bin/offload" \
+  build/bin/stage2 $tiny --offload-to disk --offload-dir "$tmp/adir"
+expect_error offload_chunk_on_stage3 "--offload-chunk 100: stage3 does not use it" build/bin/stage3 $tiny --offload-chunk 100
+expect_error prefetch_on_stage1 "--prefetch 0: stage1 does not use it, expected it with build/bin/stage3" \
+  build/bin/stage1 $tiny --prefetch=0
+
+# ---- a model that cannot fit is one line, before anything is allocated ----
+expect_error model_cannot_fit "expected at most the" $bin $tiny --preset tiny --layers 1000 --dim 65536 --heads 4096
+
+# ---- --lr-schedule constant: lr at every step, and no --warmup beside it ----
+out=$(mpirun -np 1 $bin --preset tiny --seq 16 --steps 3 --eval-windows 2 --lr 2e-3 --lr-schedule constant 2>&1)
+if [ "$(grep -c '^step .* lr 2.00e-03 ' <<<"$out")" = 3 ]; then echo "NZRESULT PASS cli.lr_schedule_constant"
+else echo "NZRESULT FAIL cli.lr_schedule_constant ($out)"; fi
+expect_error constant_with_warmup "--warmup 5: the learning rate is constant" $bin $tiny --lr-schedule constant --warmup 5
+
+# ---- fp16: a run whose every step overflowed says so and fails; its report is still written ----
+out=$(mpirun -np 1 $bin $tiny --steps 2 --precision fp16 --loss-scale 1e30 --loss-scale-window 0 --log-json "$tmp/skip.json" 2>&1)
+rc=$?
+if [ $rc = 2 ] && grep -q "^fp16: 2 of 2 steps skipped" <<<"$out" && grep -q "^error: fp16: all 2 steps of this run were skipped" <<<"$out" &&
+   [ -s "$tmp/skip.json" ]; then echo "NZRESULT PASS cli.fp16_every_step_skipped_fails"
+else echo "NZRESULT FAIL cli.fp16_every_step_skipped_fails (exit $rc; $out)"; fi
+
+# ---- train_resilient.sh: the user's --resume is the first launch's; relaunches take --resume auto ----
+cat >"$tmp/job.sh" <<'JOB'
+#!/usr/bin/env bash
+# fails on its first launch (exit 3), succeeds on the next; each launch's arguments go to $LAUNCHES
+echo "$*" >>"$LAUNCHES"
+[ "$(wc -l <"$LAUNCHES")" -ge 2 ]
+JOB
+chmod +x "$tmp/job.sh"
+resilient() {  # name, then the job's arguments
+  local name=$1
+  shift
+  rm -f "$tmp/launches"
+  LAUNCHES="$tmp/launches" scripts/train_resilient.sh --restarts 2 -- "$tmp/job.sh" "$@" >/dev/null 2>&1
+}
+resilient given --ckpt-dir "$tmp/ck" --resume "$tmp/ck/step-5" --steps 10
+first=$(sed -n 1p "$tmp/launches") second=$(sed -n 2p "$tmp/launches")
+if [ "$first" = "--ckpt-dir $tmp/ck --resume $tmp/ck/step-5 --steps 10" ] && [ "$second" = "--ckpt-dir $tmp/ck --steps 10 --resume auto" ]
+then echo "NZRESULT PASS cli.resilient_keeps_users_resume_on_first_launch"
+else echo "NZRESULT FAIL cli.resilient_keeps_users_resume_on_first_launch (first: '$first'; second: '$second')"; fi
+resilient given_eq --ckpt-dir="$tmp/ck" --resume="$tmp/ck/step-5"
+first=$(sed -n 1p "$tmp/launches") second=$(sed -n 2p "$tmp/launches")
+if [ "$first" = "--ckpt-dir=$tmp/ck --resume=$tmp/ck/step-5" ] && [ "$second" = "--ckpt-dir=$tmp/ck --resume auto" ]
+then echo "NZRESULT PASS cli.resilient_keeps_users_resume_equals_form"
+else echo "NZRESULT FAIL cli.resilient_keeps_users_resume_equals_form (first: '$first'; second: '$second')"; fi
+resilient none --ckpt-dir "$tmp/ck"
+if [ "$(cat "$tmp/launches")" = "--ckpt-dir $tmp/ck --resume auto
+--ckpt-dir $tmp/ck --resume auto" ]; then echo "NZRESULT PASS cli.resilient_resume_auto_without_users"
+else echo "NZRESULT FAIL cli.resilient_resume_auto_without_users ($(cat "$tmp/launches"))"; fi

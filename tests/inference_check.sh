@@ -139,3 +139,19 @@ expect_error unknown_weights "--weights gpu" $gen --model "$tmp/tiny.model" --we
 expect_error bad_kv_cache "--kv-cache 2" $gen --model "$tmp/tiny.model" --kv-cache 2
 expect_error no_model "give --model" $gen --prompt hi
 expect_error int8_sharded "not supported" $gen --model "$tmp/tiny.model" --weights sharded --weights-int8
+# --prompts: the checks and caps --data has (a regular file of bounded size, never opened when it
+# is not one), and at most 4096 lines (--batch's largest: one sequence and one KV cache per line)
+mkfifo "$tmp/prompts.fifo"
+mkdir -p "$tmp/prompts.dir"
+expect_error prompts_fifo "--prompts $tmp/prompts.fifo: not a regular file (a pipe)" timeout 20 $gen --model "$tmp/tiny.model" --prompts "$tmp/prompts.fifo"
+expect_error prompts_dev_zero "--prompts /dev/zero: not a regular file" timeout 20 $gen --model "$tmp/tiny.model" --prompts /dev/zero
+expect_error prompts_directory "not a regular file (a directory)" $gen --model "$tmp/tiny.model" --prompts "$tmp/prompts.dir"
+expect_error prompts_missing "cannot read it" $gen --model "$tmp/tiny.model" --prompts "$tmp/none.txt"
+head -c $((16 * 1024 * 1024 + 1)) /dev/zero | tr '\0' 'a' >"$tmp/prompts.huge"
+expect_error prompts_too_large "more than the limit of 16777216" $gen --model "$tmp/tiny.model" --prompts "$tmp/prompts.huge"
+seq 1 4097 >"$tmp/prompts.4097"
+expect_error prompts_past_batch_cap "more than 4096 lines" timeout 60 $gen --model "$tmp/tiny.model" --prompts "$tmp/prompts.4097" --length 1
+seq 1 4096 | head -c -1 >"$tmp/prompts.4096"  # the last line without its newline: still 4096 prompts
+out=$($gen --model "$tmp/tiny.model" --prompts "$tmp/prompts.4096" --batch 2 --length 1 --quiet 2>&1)
+if [ $? = 0 ] && [ "$(sed -n 1p <<<"$out" | cut -c1-5)" = "[0] 1" ]; then pass prompts_at_batch_cap_accepted
+else fail prompts_at_batch_cap_accepted "$out"; fi

@@ -4,7 +4,8 @@
 //     fp32 master, Adam's m and v and Adam's step count are untouched, bit for bit (checkpoint
 //     shards after steps 1, 2 and 3 are the same bytes; m and v are still zero; the model is the
 //     one a run with learning rate 0 writes), and the scale backs off by the rule (hysteresis
-//     first, then the backoff factor, never below the minimum);
+//     first, then the backoff factor, never below the minimum); such a run, whose model was never
+//     updated, still writes its report and model file, then says so in one line and exits 2;
 //   - after `window` clean steps in a row the scale doubles; a window of 0 keeps it static;
 //   - skipped steps leave the learning-rate schedule where it was (DeepSpeed's engine steps its
 //     scheduler only after a real update): the lr of each step is lr_at(updates applied so far);
@@ -32,6 +33,18 @@ std::string fresh_dir(const std::string& name) {
 }
 
 std::vector<double> scales_of(const Json& report) { return step_values(report, "loss_scale"); }
+
+// A run whose every step overflows: it writes its report (read here) and its model file, then
+// fails with one line saying that no step updated the model.
+RunResult run_all_skipped(const std::string& stage, int N, const std::string& flags, const std::string& tag) {
+  static int counter = 0;
+  const std::string report = temp_dir() + "/all_skipped_" + tag + std::to_string(counter++) + ".json";
+  RunResult r = run_trainer(stage, N, flags + " --log-json " + report, tag);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("\nerror: fp16: all 3 steps of this run were skipped"), std::string::npos) << r.output;
+  r.report = Json::parse(read_file(report));
+  return r;
+}
 
 // The trainers' schedule (optim.h, lr_at) at schedule position t, written out in the same fp32
 // operations: linear warm-up over `warmup` steps to lr, then cosine to lr/10 at the last step.
@@ -92,8 +105,7 @@ TEST(LossScale, ForcedOverflowSkipsEveryStepAndLeavesTheStateUntouched) {
   for (const char* stage : kStages) {
     SCOPED_TRACE(stage);
     const std::string dir = fresh_dir(std::string("forced_") + stage);
-    RunResult r = run_trainer(stage, N, flags + " --ckpt-dir " + dir, "forced");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    RunResult r = run_all_skipped(stage, N, flags + " --ckpt-dir " + dir, "forced");
     EXPECT_EQ(skipped_steps(r.report), steps);
     const float s0 = 1e30f;
     EXPECT_EQ(scales_of(r.report), (std::vector<double>{s0, s0, double(s0 * 0.5f)}));
@@ -109,9 +121,8 @@ TEST(LossScale, ForcedOverflowSkipsEveryStepAndLeavesTheStateUntouched) {
     // the params are the initial ones: the model a learning rate of 0 leaves
     EXPECT_TRUE(same_model_bits(r.model_path, frozen.model_path));
   }
-  RunResult quarter = run_trainer("stage2", N, kTiny + "--steps 3 --loss-scale 1e30 --loss-scale-hysteresis 1 "
-                                                "--loss-scale-backoff 0.25", "quarter");
-  ASSERT_EQ(quarter.exit_code, 0) << quarter.output;
+  RunResult quarter = run_all_skipped("stage2", N, kTiny + "--steps 3 --loss-scale 1e30 --loss-scale-hysteresis 1 "
+                                                    "--loss-scale-backoff 0.25", "quarter");
   const float q0 = 1e30f, q1 = q0 * 0.25f, q2 = q1 * 0.25f;
   EXPECT_EQ(scales_of(quarter.report), (std::vector<double>{q0, q1, q2}));
   // the minimum stops the backoff; an overflow at the minimum ends the run (as DeepSpeed does)
