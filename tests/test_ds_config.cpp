@@ -68,7 +68,9 @@ TEST(DsConfig, ShippedConfigsRunTheirBinaries) {
       EXPECT_EQ(s["loss_scale_hysteresis"].u(), file["fp16"]["hysteresis"].u());
       EXPECT_EQ(s["loss_scale_min"].d(), file["fp16"]["min_loss_scale"].d());
     }
-    if (std::string(c.binary) == "offload") EXPECT_EQ(s["offload_to"].str, "cpu");
+    if (std::string(c.binary) == "offload") {
+      EXPECT_EQ(s["offload_to"].str, "cpu");
+    }
   }
 }
 
