@@ -16,26 +16,48 @@ BUILD      := build
 CUDA_ARCH  ?= 80 90   # plus PTX for the last one, so newer GPUs can run it
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDA       ?= $(if $(CUDA_HOME),1,0)
+# The machine the binaries are for (x86_64-linux-gnu, aarch64-linux-gnu): the compiler's target.
+# A build for another architecture (64-bit ARM from an x86-64 machine, say) sets CXX to that
+# target's compiler and SYSROOT to a root file system holding its libraries: they are found under
+# $(SYSROOT) here and at their usual paths where the binaries run. MPI_CFLAGS and MPI_LIBS then say
+# where MPI's headers are and name its library: what mpicxx adds by itself.
+TARGET     := $(shell $(CXX) -dumpmachine 2>/dev/null)
+MULTIARCH  := $(shell $(CXX) -print-multiarch 2>/dev/null)
+SYSROOT    ?=
+MPI_CFLAGS ?=
+MPI_LIBS   ?=
 # The CPU the binaries are compiled for: this machine's, unless they are built for another one
-# (make gpu-bundle: x86-64-v3, any x86-64 CPU of the last ten years with AVX2).
+# (make gpu-bundle: x86-64-v3, any x86-64 CPU of the last ten years with AVX2; a cross-build for ARM:
+# armv8-a, every 64-bit ARM CPU). On ARM, GCC's flag for "this machine's CPU" is -mcpu=native (its
+# architecture, extensions and tuning); any other HOST_ARCH there is an architecture (-march).
 HOST_ARCH  ?= native
+ifneq ($(filter aarch64%,$(TARGET)),)
+  ARCH_FLAGS := $(if $(filter native,$(HOST_ARCH)),-mcpu=native,-march=$(HOST_ARCH))
+else
+  ARCH_FLAGS := -march=$(HOST_ARCH)
+endif
 
 # The CPU fast path's matrix products: OpenBLAS in its OpenMP build (Debian's libopenblas-openmp-dev,
 # which scripts/install_deps.sh installs), named by its directory so that it is this build and not
 # another BLAS: it then runs on each rank's own OpenMP threads, one pool per rank.
-MULTIARCH  := $(shell gcc -print-multiarch 2>/dev/null)
-BLAS_INC   := /usr/include/$(MULTIARCH)/openblas-openmp
+BLAS_INC   := $(SYSROOT)/usr/include/$(MULTIARCH)/openblas-openmp
 BLAS_DIR   := /usr/lib/$(MULTIARCH)/openblas-openmp
-BLAS_LIBS  := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
+BLAS_LIBS  := -L$(SYSROOT)$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 # -ffp-contract=off: no fused multiply-add unless written, so a kernel gives the same bits
 # wherever it is called from (the stages are compared bit for bit).
-CXXFLAGS   := -std=c++17 -O3 -march=$(HOST_ARCH) -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
-              -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
+CXXFLAGS   := -std=c++17 -O3 $(ARCH_FLAGS) -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
+              -Wno-unused-parameter -Icommon -I$(BLAS_INC) $(MPI_CFLAGS) -MMD -MP
 LDFLAGS    := -fopenmp
-LDLIBS     := -lpthread $(BLAS_LIBS)
+LDLIBS     := -lpthread $(BLAS_LIBS) $(MPI_LIBS)
 # oneDNN (libdnnl-dev): bf16 products on the CPU's bf16 dot-product instructions (common/gemm_bf16.h).
 # `make DNNL=0` leaves it out (a build for a GPU machine, say): CPU bf16 products are then widened for sgemm.
-DNNL       ?= 1
+# Beyond x86-64 it is optional (Debian builds it for 64-bit ARM, not for every architecture): used
+# where it is installed.
+ifneq ($(filter x86_64%,$(TARGET)),)
+  DNNL     ?= 1
+else
+  DNNL     ?= $(if $(wildcard $(SYSROOT)/usr/include/oneapi/dnnl/dnnl.hpp),1,0)
+endif
 DNNL_LIBS  :=
 ifeq ($(DNNL),1)
   CXXFLAGS   += -DNZ_HAVE_DNNL

@@ -1,7 +1,8 @@
 // cpu_adam.cpp — the fast host AdamW (cpu_adam.h).
 //
 // What makes it fast, and why each choice keeps the bits of nz::cpu::adamw_update:
-//  - SIMD: W elements at a time in GCC vector types (8 floats with AVX, 16 with AVX-512). +, -, *,
+//  - SIMD: W elements at a time in GCC vector types (8 floats with AVX, 16 with AVX-512, 4 with SSE
+//    or with 64-bit ARM's NEON, where GCC turns the lane loop of sqrt_lanes into one FSQRT). +, -, *,
 //    / and sqrt are correctly rounded IEEE operations in every lane, so lane i computes exactly what
 //    the scalar loop computes for element i. The per-element formula below is ONE template used for
 //    both the vector body and the scalar tail, so the two cannot drift apart.

@@ -22,7 +22,8 @@ template <class T>
 void adamw_update(float* p, float* m, float* v, const T* g, size_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, float grad_scale, int t, T* p_out = nullptr);
 
-// SIMD lanes per step of the vector loop on this build (16 with AVX-512, 8 with AVX, 4 otherwise).
+// SIMD lanes per step of the vector loop on this build (16 with AVX-512, 8 with AVX, 4 otherwise:
+// SSE, or NEON on 64-bit ARM).
 int lanes();
 
 }  // namespace nz::cpu_adam

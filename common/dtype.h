@@ -9,6 +9,8 @@
 #elif defined(__F16C__)
 #include <immintrin.h>  // _cvtsh_ss, _cvtss_sh: the CPU's own (x86 F16C)
 #endif
+// (64-bit ARM needs no header: every ARMv8 CPU converts fp16 <-> fp32 itself, FCVT, through GCC's
+// __fp16 storage type, which is IEEE binary16 there.)
 
 #if defined(__CUDACC__)
 #define NZ_HD __host__ __device__
@@ -47,9 +49,9 @@ struct f16 {
 };
 
 // The conversions in bits, for a CPU without F16C (and as the lesson); f16_to_f32 and f32_to_f16
-// below use the hardware's instructions where there are some: the same results (tests/test_kernels
-// checks both against a derivation from the definition, on all 65536 values and every rounding
-// boundary).
+// below use the hardware's instructions where there are some (x86 with F16C, every 64-bit ARM): the
+// same results (tests/test_kernels checks both against a derivation from the definition, on all
+// 65536 values and every rounding boundary).
 // Exact: every fp16 is an fp32.
 NZ_HD inline float f16_to_f32_soft(f16 x) {
   const uint32_t sign = uint32_t(x.bits & 0x8000u) << 16, exp = (x.bits >> 10) & 0x1fu, mant = x.bits & 0x3ffu;
@@ -96,6 +98,10 @@ NZ_HD inline float f16_to_f32(f16 x) {
   return __half2float(__ushort_as_half(x.bits));
 #elif defined(__F16C__)
   return _cvtsh_ss(x.bits);
+#elif defined(__aarch64__)
+  __fp16 h;
+  memcpy(&h, &x.bits, 2);
+  return float(h);
 #else
   return f16_to_f32_soft(x);
 #endif
@@ -105,6 +111,11 @@ NZ_HD inline f16 f32_to_f16(float f) {
   return f16{__half_as_ushort(__float2half_rn(f))};
 #elif defined(__F16C__)
   return f16{uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT))};
+#elif defined(__aarch64__)  // FCVT rounds as the FPCR says: to nearest even, Linux's default
+  const __fp16 h = __fp16(f);
+  f16 r;
+  memcpy(&r.bits, &h, 2);
+  return r;
 #else
   return f32_to_f16_soft(f);
 #endif

@@ -7,27 +7,40 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The Debian name of this machine's architecture's library folder: x86_64-linux-gnu, aarch64-linux-gnu, ...
+multiarch=$(gcc -print-multiarch 2>/dev/null || true)
 missing=()
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || missing+=(mpich libmpich-dev)
-[ -f /usr/include/gtest/gtest.h ] && { [ -f /usr/lib/x86_64-linux-gnu/libgtest.a ] || [ -f /usr/lib/libgtest.a ] || ls /usr/lib/*/libgtest.* >/dev/null 2>&1; } || missing+=(libgtest-dev)
+[ -f /usr/include/gtest/gtest.h ] && { [ -f "/usr/lib/$multiarch/libgtest.a" ] || [ -f /usr/lib/libgtest.a ] || ls /usr/lib/*/libgtest.* >/dev/null 2>&1; } || missing+=(libgtest-dev)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v timeout >/dev/null 2>&1 || missing+=(coreutils)
 # OpenBLAS, its OpenMP build: the CPU's fast matrix products (see the Makefile's BLAS lines)
-[ -f "/usr/include/$(gcc -print-multiarch 2>/dev/null)/openblas-openmp/cblas.h" ] || missing+=(libopenblas-openmp-dev)
-# oneDNN: bf16 matrix products on the CPU's bf16 instructions, where it has them (common/gemm_bf16.h)
-[ -f /usr/include/oneapi/dnnl/dnnl.hpp ] || missing+=(libdnnl-dev)
+[ -f "/usr/include/$multiarch/openblas-openmp/cblas.h" ] || missing+=(libopenblas-openmp-dev)
+# oneDNN: bf16 matrix products on the CPU's bf16 instructions, where it has them (common/gemm_bf16.h).
+# Debian builds it for x86-64 and 64-bit ARM, not for every architecture: beyond x86-64 it is optional,
+# installed where apt has it, and the Makefile builds without it where it is absent (DNNL=0).
+optional=()
+if [ ! -f /usr/include/oneapi/dnnl/dnnl.hpp ]; then
+  if [ "$multiarch" = x86_64-linux-gnu ]; then missing+=(libdnnl-dev); else optional+=(libdnnl-dev); fi
+fi
 # nlohmann-json, header-only: reads DeepSpeed's config files (common/ds_config.cpp, --config)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+
+# An optional package is wanted where apt has it (asked again after apt-get update, below).
+apt_has() { apt-cache show "$1" >/dev/null 2>&1; }
+for p in "${optional[@]}"; do apt_has "$p" && missing+=("$p"); done
 
 if [ ${#missing[@]} -gt 0 ]; then
   cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
   if [ "$(id -u)" = 0 ]; then
-    echo "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get update -qq
+    for p in "${optional[@]}"; do [[ " ${missing[*]} " != *" $p "* ]] && apt_has "$p" && missing+=("$p"); done
+    echo "installing: ${missing[*]}"
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     echo "nanoZeRO needs: ${missing[*]}"
     echo "run as root:  sudo sh -c '$cmd'"

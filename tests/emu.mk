@@ -12,8 +12,9 @@ EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/cuda/*.cu))
 EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \
                 $(EMU)/obj/tests/emu/emu.o
 EMU_LIB      := $(EMU)/libnanozero_emu.a
-# the host libraries the common/ objects need: the BLAS, and oneDNN when built with it (Makefile DNNL)
-EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS)
+# the host libraries the common/ objects need: the BLAS, oneDNN when built with it (Makefile DNNL), and
+# MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
+EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS) $(MPI_LIBS)
 EMU_STAGES   := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
 EMU_TESTS    := $(patsubst tests/%.cpp,$(EMU)/tests/%,$(wildcard tests/test_cuda_*.cpp)) \
                 $(EMU)/tests/emu_selftest

@@ -20,8 +20,25 @@
 #include <limits>      // std::numeric_limits
 #include <vector>
 
+// The hardware's fp32 <-> fp16, where there is some: the Fp16 tests' second reference.
 #if defined(__F16C__)
-#include <immintrin.h>  // _cvtss_sh, _cvtsh_ss: the hardware's fp32 <-> fp16 (the Fp16 tests' second reference)
+#include <immintrin.h>  // _cvtss_sh, _cvtsh_ss (x86 F16C)
+#define HARDWARE_FP16 1
+static float hardware_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+static uint16_t hardware_f32_to_f16(float x) { return uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
+#elif defined(__aarch64__)  // FCVT, through GCC's __fp16 (IEEE binary16 on 64-bit ARM)
+#define HARDWARE_FP16 1
+static float hardware_f16_to_f32(uint16_t h) {
+  __fp16 x;
+  std::memcpy(&x, &h, 2);
+  return float(x);
+}
+static uint16_t hardware_f32_to_f16(float x) {
+  const __fp16 h = __fp16(x);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
 #endif
 
 #include "dtype.h"      // bf16, f32_to_bf16, bf16_to_f32, f16, f32_to_f16, f16_to_f32, acc_t
@@ -1206,8 +1223,8 @@ TEST(Fp16, WideningIsExactForAll65536Values) {
     }
     mismatches += double(got) != want || std::signbit(got) != std::signbit(want);
     mismatches += bits_of_f32(soft) != bits_of_f32(got);
-#if defined(__F16C__)
-    mismatches += bits_of_f32(got) != bits_of_f32(_cvtsh_ss(uint16_t(h)));  // the hardware agrees
+#if defined(HARDWARE_FP16)
+    mismatches += bits_of_f32(got) != bits_of_f32(hardware_f16_to_f32(uint16_t(h)));  // the hardware agrees
 #endif
   }
   EXPECT_EQ(mismatches, 0);
@@ -1243,8 +1260,8 @@ TEST(Fp16, RoundsToNearestEvenAtEveryBoundary) {
     if ((got != want || soft != want) && mismatches++ < 5)
       ADD_FAILURE() << "fp32 " << x << " (0x" << std::hex << bits_of_f32(x) << "): got 0x" << got << " (bit recipe 0x"
                     << soft << "), want 0x" << want;
-#if defined(__F16C__)
-    hardware_mismatches += got != uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+#if defined(HARDWARE_FP16)
+    hardware_mismatches += got != hardware_f32_to_f16(x);
 #endif
   }
   EXPECT_EQ(mismatches, 0);
@@ -1270,8 +1287,8 @@ TEST(Fp16, RandomValuesAgreeWithTheReferences) {
     if (std::isnan(x)) continue;
     mismatches += nz::f32_to_f16(x).bits != fp16_ref::round(x);
     mismatches += nz::f32_to_f16_soft(x).bits != fp16_ref::round(x);
-#if defined(__F16C__)
-    mismatches += nz::f32_to_f16_soft(x).bits != uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+#if defined(HARDWARE_FP16)
+    mismatches += nz::f32_to_f16_soft(x).bits != hardware_f32_to_f16(x);
 #endif
   }
   EXPECT_EQ(mismatches, 0);

@@ -120,7 +120,9 @@ TEST(Zero12, Fp16ContractOverTwelveSteps) {
     ASSERT_EQ(ref.exit_code, 0) << ref.output;
     ASSERT_EQ(step_values(ref.report, "loss").size(), size_t(kFp16Steps));
     const int n_skipped = skipped_steps(ref.report);
-    if (accum == 1) EXPECT_GE(n_skipped, 1) << "the accum-1 case must exercise skipped steps";
+    if (accum == 1) {
+      EXPECT_GE(n_skipped, 1) << "the accum-1 case must exercise skipped steps";
+    }
     for (const char* stage : kStages) {
       const RunResult& r = run(stage, N, accum, "fp16");
       ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -129,8 +131,9 @@ TEST(Zero12, Fp16ContractOverTwelveSteps) {
       printf("fp16 %s N=%d accum=%d, %d steps (%d skipped in stage0_ddp): %s\n", stage, N, accum, kFp16Steps,
              n_skipped, summary.c_str());
       for (const std::string& p : problems) ADD_FAILURE() << stage << ": " << p;
-      if (accum == 1 || sums_micro_steps_locally(stage))
+      if (accum == 1 || sums_micro_steps_locally(stage)) {
         EXPECT_EQ(step_values(r.report, "loss_scale"), step_values(ref.report, "loss_scale"));
+      }
     }
   }
 }
