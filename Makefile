@@ -7,6 +7,8 @@
 #   make notebooks                 Jupyter in .venv on notebooks/ (installed the first time), printing its URL
 #   make gpu-bundle                what the GPU check runs, built here for a GPU machine that has CUDA but
 #                                  no MPI and no GoogleTest: build/gpu-bundle/ (scripts/gpu_bundle.sh)
+#   make arm64-check               64-bit ARM from this x86-64 machine: a cross-build, and a smoke test
+#                                  under emulation (scripts/arm64_check.sh)
 # The CPU backend is always built. When nvcc is on PATH the CUDA backend is compiled into the same
 # binaries (no GPU is needed to build); `make CUDA=0` leaves it out.
 
@@ -17,7 +19,7 @@ CUDA_ARCH  ?= 80 90   # plus PTX for the last one, so newer GPUs can run it
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDA       ?= $(if $(CUDA_HOME),1,0)
 # The machine the binaries are for (x86_64-linux-gnu, aarch64-linux-gnu): the compiler's target.
-# A build for another architecture (64-bit ARM from an x86-64 machine, say) sets CXX to that
+# A build for another architecture (make arm64-check: ARM64 from an x86-64 machine) sets CXX to that
 # target's compiler and SYSROOT to a root file system holding its libraries: they are found under
 # $(SYSROOT) here and at their usual paths where the binaries run. MPI_CFLAGS and MPI_LIBS then say
 # where MPI's headers are and name its library: what mpicxx adds by itself.
@@ -27,7 +29,7 @@ SYSROOT    ?=
 MPI_CFLAGS ?=
 MPI_LIBS   ?=
 # The CPU the binaries are compiled for: this machine's, unless they are built for another one
-# (make gpu-bundle: x86-64-v3, any x86-64 CPU of the last ten years with AVX2; a cross-build for ARM:
+# (make gpu-bundle: x86-64-v3, any x86-64 CPU of the last ten years with AVX2; make arm64-check:
 # armv8-a, every 64-bit ARM CPU). On ARM, GCC's flag for "this machine's CPU" is -mcpu=native (its
 # architecture, extensions and tuning); any other HOST_ARCH there is an architecture (-march).
 HOST_ARCH  ?= native
@@ -100,7 +102,8 @@ TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp)) \
               $(patsubst inference/%.cpp,$(BUILD)/bin/%,$(wildcard inference/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
-.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots notebooks exercise check print-build-flags gpu-bundle
+.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots notebooks exercise check print-build-flags gpu-bundle \
+        arm64-check
 all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
 
 # Fragments tests/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
@@ -207,6 +210,12 @@ gpu-bundle:
 	@test "$(CUDA)" = 1 || { echo "make gpu-bundle: nvcc not found (CUDA=0); expected the CUDA toolkit on PATH: install it or set NVCC"; exit 2; }
 	@$(MAKE) --no-print-directory BUILD=$(BUNDLE_BUILD) NZ_BUNDLE=1 DNNL=0 HOST_ARCH=x86-64-v3 CUDA_ARCH="$(BUNDLE_ARCH)" $(BUNDLE_BINS)
 	@bash scripts/gpu_bundle.sh $(BUNDLE_BUILD) $(BUILD)/gpu-bundle
+
+# ---- 64-bit ARM, from this x86-64 machine: a cross-build and a smoke test under QEMU (README, "64-bit ARM") ----
+# Its own builds and the arm64 Debian root it builds against are in build/arm64-check; not part of
+# make test (it takes many minutes more).
+arm64-check:
+	@bash scripts/arm64_check.sh
 
 # keep intermediate objects (train.o) between builds
 .SECONDARY:
