@@ -4,6 +4,7 @@
 #   make test     every test suite, ending with one line "N passed, N failed" (installs what is missing)
 #   make diff A=stage1 B=stage2    the lesson between two stages (COLOR=always|never, WORDS=1: scripts/lesson_diff.sh)
 #   make exercise [E=NAME]         list the exercises, or write one for a learner; make check E=NAME grades it
+#                                  (HINT=2: find-the-bug's stronger hint); make exercise-key [E=NAME]: the answers
 #   make notebooks                 Jupyter in .venv on notebooks/ (installed the first time), printing its URL
 #   make gpu-bundle                what the GPU check runs, built here for a GPU machine that has CUDA but
 #                                  no MPI and no GoogleTest: build/gpu-bundle/ (scripts/gpu_bundle.sh)
@@ -102,8 +103,8 @@ TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp)) \
               $(patsubst inference/%.cpp,$(BUILD)/bin/%,$(wildcard inference/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
-.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots notebooks exercise check print-build-flags gpu-bundle \
-        arm64-check
+.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots notebooks exercise exercise-key check \
+        print-build-flags gpu-bundle arm64-check
 all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
 
 # Fragments tests/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
@@ -184,7 +185,11 @@ exercise:
 
 check: deps
 	@$(MAKE) --no-print-directory -s $(STAGE_BINS)
-	@python3 scripts/exercises.py check $(E)
+	@python3 scripts/exercises.py check $(E) $(if $(HINT),--hint $(HINT))
+
+# for instructors: the answers to the find-the-bug exercises (kept encoded in scripts/exercise_bugs.dat)
+exercise-key:
+	@python3 scripts/exercises.py key $(E)
 
 # what scripts/exercises.py compiles a learner's file with
 print-build-flags:

@@ -27,6 +27,12 @@ static MPI_Datatype mpi_type(DType dt) {
 
 static bool on_gpu() { return current_device() == Device::CUDA; }
 
+// The activity log (ledger.h): an all-gather into `out` started or waited for, named by its buffer.
+static void note_gather(const char* what, const void* out) {
+  const BufferExtent* ext = Ledger::get().buffer_at(out);
+  Ledger::get().note(what, ext ? ext->name : "?");
+}
+
 // out[i] = c_0[i] + c_1[i] + ... + c_{N-1}[i], left to right, where c_r is slice r of `full`.
 template <class T>
 static void sum_slices_in_rank_order(const T* full, T* out, size_t shard, int n_ranks) {
@@ -43,6 +49,8 @@ static void sum_slices_in_rank_order(const T* full, T* out, size_t shard, int n_
 void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType dt) {
   const size_t esz = dtype_bytes(dt), shard_bytes = shard_elems * esz;
   const size_t full_bytes = shard_bytes * size_;
+  check_span(full, full_bytes, "reduce_scatter: the full buffer (N slices)");
+  check_span(out_shard, shard_bytes, "reduce_scatter: the output slice");
   stats_.add(CommOp::ReduceScatter, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
              uint64_t(size_ - 1) * shard_bytes);
   if (nccl_) {  // one GPU per rank: NCCL sums on the GPUs, in its own order
@@ -81,7 +89,11 @@ void Comm::all_gather(const void* shard, void* out_full, size_t shard_elems, DTy
 CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t shard_elems, DType dt) {
   const size_t esz = dtype_bytes(dt), shard_bytes = shard_elems * esz;
   char* own_slice = static_cast<char*>(out_full) + size_t(rank_) * shard_bytes;
+  check_span(shard, shard_bytes, "all_gather: the slice sent");
+  check_span(out_full, shard_bytes * size_, "all_gather: the output (N slices)");
   CommRequest r;
+  r.gathering_into = out_full;
+  note_gather("gather_start", out_full);
   stats_.add(CommOp::AllGather, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
              uint64_t(size_ - 1) * shard_bytes);
   if (nccl_) {  // queued on the comm stream; wait() makes the compute stream wait for it
@@ -111,6 +123,8 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
 // laptop), a rank spinning inside MPI steals the core another rank needs to finish its compute,
 // and every collective waits for that rank. So after a short spin the waiter sleeps between polls.
 void Comm::wait(CommRequest& r) {
+  if (r.gathering_into && r.active()) note_gather("gather_wait", r.gathering_into);
+  r.gathering_into = nullptr;
   if (r.on_comm_stream) {  // NCCL: kernels queued after this see the gathered data
     nccl::join();
     r.on_comm_stream = false;
@@ -132,6 +146,7 @@ void Comm::wait(CommRequest& r) {
 void Comm::all_reduce(void* buf, size_t elems, DType dt) {
   NZ_CHECK(elems % size_ == 0, "all_reduce of %zu elements over %d ranks: pad to a multiple", elems,
            size_);
+  check_span(buf, elems * dtype_bytes(dt), "all_reduce: the buffer");
   const size_t shard = elems / size_;
   const size_t shard_bytes = shard * dtype_bytes(dt);
   void* own_slice = static_cast<char*>(buf) + size_t(rank_) * shard_bytes;

@@ -40,6 +40,7 @@ namespace nz {
 struct CommRequest {
   MPI_Request req = MPI_REQUEST_NULL;
   bool on_comm_stream = false;
+  const void* gathering_into = nullptr;  // an all-gather's output, named in the activity log (ledger.h)
   bool active() const { return req != MPI_REQUEST_NULL || on_comm_stream; }
 };
 
@@ -63,6 +64,9 @@ class Comm {
   // Sum of x over the ranks that share this rank's GPU (memory reconciliation). Not counted.
   double sum_on_my_gpu(double x);
 
+  // Every collective first checks the memory it is given against the ledger (check_span): a buffer
+  // too small for the elements, or released, stops the job with the buffer's name.
+  //
   // Sum over ranks of `full` (N * shard_elems elements); this rank's slice of the sum lands in
   // `out_shard`. `full` is used as the receive buffer and left overwritten. out_shard may be
   // this rank's own slice of `full`.

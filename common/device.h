@@ -22,6 +22,10 @@ Device select_device(const char* choice, int local_rank, bool verbose);
 // Raw memory on the current device (CPU: 64-byte aligned host memory; CUDA: cudaMalloc).
 void* raw_alloc(size_t bytes, Location loc);
 void raw_free(void* p, Location loc);
+// With NZ_GUARD_BUFFERS=1 (CPU backend; the exercise grader sets it) raw_alloc puts every block
+// flush against this many bytes of inaccessible memory, which no other allocation can take: an
+// access past the block's end faults, and the ledger names the block of a pointer there. 0 otherwise.
+size_t guard_after(size_t bytes);
 // Device blocks kept for reuse (stage3's gathered units: Buffer does this for Category::Gathered).
 // On CUDA, cudaMalloc and cudaFree for every gather would cost a driver call each, and cudaFree
 // synchronises the whole device, which would stall the very prefetch stage3 starts to overlap.
@@ -31,7 +35,9 @@ void raw_free(void* p, Location loc);
 // for them on the GPU (comm_nccl.cu, after_compute), the MPI path copies in on the compute stream
 // itself. The rule that makes this hold: give a block back only after its gather was waited for
 // (stage3's release_unit follows gather_unit). Kept blocks show in cudaMemGetInfo, not in the
-// ledger, which counts a block from take to give. On the CPU these are raw_alloc and raw_free.
+// ledger, which counts a block from take to give. The CPU keeps them too: a released unit's memory
+// then goes to no other allocation, so a use after release is named (ledger.h, check_span) instead
+// of reading whatever was put there next.
 void* pool_take(size_t bytes, Location loc);
 void pool_give(void* p, size_t bytes, Location loc);
 void fill_zero(void* p, size_t bytes, Location loc);
@@ -42,6 +48,8 @@ void device_sync();
 // Offload's host<->device copies: on CUDA queued on a copy stream of their own, after the device
 // work already queued, and asynchronous for the host (Location::Host memory is pinned), so the CPU
 // can work while they run; copy_wait() waits for all of them. On the CPU backend: memcpy, no wait.
+// Both sides are checked against the ledger (ledger.h, check_span_at): each must be where it is said
+// to be, so a copy that would fail on a GPU fails on the CPU too.
 void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes);
 void copy_wait();
 

@@ -1,6 +1,7 @@
 // ledger.cpp — counting bytes, keeping the timeline, writing the JSON report.
 #include "ledger.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -75,6 +76,36 @@ void Ledger::on_free(Category c, Location l, size_t bytes, const std::string& na
   record(c, l, -int64_t(bytes), name);
 }
 
+void Ledger::note(const char* what, const std::string& name) {
+  if (step_ <= timeline_last_step_) activity_.push_back({now_ms() - t0_, step_, what, name});
+}
+
+void Ledger::track(const void* p, size_t bytes, Location l, const std::string& name) {
+  if (!p) return;
+  const uintptr_t b = uintptr_t(p), e = b + bytes + guard_after(bytes);
+  // released buffers whose memory this one now uses are forgotten (and live ones cannot overlap)
+  auto it = extents_.lower_bound(b);
+  if (it != extents_.begin() && std::prev(it)->second.begin + std::prev(it)->second.reach > b) --it;
+  while (it != extents_.end() && it->first < std::max(e, b + 1)) it = extents_.erase(it);
+  extents_[b] = BufferExtent{b, bytes, bytes + guard_after(bytes), l, name, false};
+}
+
+void Ledger::untrack(const void* p, bool remember) {
+  auto it = extents_.find(uintptr_t(p));
+  if (it == extents_.end()) return;
+  if (remember) it->second.released = true;
+  else extents_.erase(it);
+}
+
+const BufferExtent* Ledger::buffer_at(const void* p) const {
+  const uintptr_t a = uintptr_t(p);
+  auto it = extents_.upper_bound(a);
+  if (it == extents_.begin()) return nullptr;
+  --it;
+  const BufferExtent& ext = it->second;
+  return a < ext.begin + std::max<size_t>(ext.reach, 1) ? &ext : nullptr;
+}
+
 std::string Ledger::to_json() const {
   JsonWriter j;
   j.begin_object();
@@ -108,6 +139,17 @@ std::string Ledger::to_json() const {
     j.end_object();
   }
   j.end_array();
+  j.key("activity");
+  j.begin_array();
+  for (const ActivityEvent& e : activity_) {
+    j.begin_object();
+    j.kv("t_ms", e.t_ms);
+    j.kv("step", e.step);
+    j.kv("what", e.what);
+    j.kv("name", e.name);
+    j.end_object();
+  }
+  j.end_array();
   j.end_object();
   return j.str();
 }
@@ -119,6 +161,7 @@ Buffer::Buffer(Category c, Location l, size_t bytes, std::string name)
   // gathered units come and go every step: their device blocks are reused (device.h, pool_take)
   ptr_ = !bytes ? nullptr : c == Category::Gathered ? pool_take(bytes, l) : raw_alloc(bytes, l);
   Ledger::get().on_alloc(cat_, loc_, bytes_, name_);
+  Ledger::get().track(ptr_, bytes_, loc_, name_);
 }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
@@ -137,6 +180,9 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 
 void Buffer::release() {
   if (ptr_ == nullptr && bytes_ == 0) return;
+  // a released gathered block stays in the pool (device.h): no other allocation can take its
+  // memory, so a later use of it is known to be a use after release
+  Ledger::get().untrack(ptr_, /*remember=*/cat_ == Category::Gathered);
   if (ptr_ && cat_ == Category::Gathered) pool_give(ptr_, bytes_, loc_);
   else if (ptr_) raw_free(ptr_, loc_);
   Ledger::get().on_free(cat_, loc_, bytes_, name_);
@@ -146,6 +192,27 @@ void Buffer::release() {
 
 void Buffer::zero() {
   if (ptr_) fill_zero(ptr_, bytes_, loc_);
+}
+
+// ---- checks of the memory an operation is given ----
+
+static const BufferExtent* checked_extent(const void* p, size_t bytes, const char* use) {
+  const BufferExtent* ext = Ledger::get().buffer_at(p);
+  if (!ext) return nullptr;
+  const size_t at = uintptr_t(p) - ext->begin;
+  NZ_CHECK(!ext->released, "%s: points into buffer \"%s\", which was released before this use", use, ext->name.c_str());
+  NZ_CHECK(at <= ext->bytes && bytes <= ext->bytes - at,
+           "%s: bytes [%zu, %zu) of buffer \"%s\" run past its end (%zu bytes)", use, at, at + bytes,
+           ext->name.c_str(), ext->bytes);
+  return ext;
+}
+
+void check_span(const void* p, size_t bytes, const char* use) { checked_extent(p, bytes, use); }
+
+void check_span_at(const void* p, size_t bytes, Location at, const char* use) {
+  const BufferExtent* ext = checked_extent(p, bytes, use);
+  NZ_CHECK(!ext || ext->loc == at, "%s: points into buffer \"%s\" in %s memory; expected %s memory", use,
+           ext->name.c_str(), location_name(ext->loc), location_name(at));
 }
 
 }  // namespace nz

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,29 @@ struct LedgerEvent {
   uint64_t loc_total; // bytes in use at this location after the event
 };
 
+// Which buffer holds an address, and where that buffer lives: kept for every Buffer while it lives,
+// and for released gathered units (their blocks stay in the pool, device.h) until their memory is
+// taken again, so that a use after release is named.
+struct BufferExtent {
+  uintptr_t begin = 0;
+  size_t bytes = 0;
+  size_t reach = 0;  // the addresses it owns: its bytes, and the guard after them (device.h, guard_after)
+  Location loc = Location::Device;
+  std::string name;
+  bool released = false;
+};
+
+// One event of the activity log: an all-gather started ("gather_start") or waited for
+// ("gather_wait", the name is its output buffer's), a unit's computation begun or ended
+// ("compute_begin", "compute_end": "forward block 1", "head backward", ...). The log shows what
+// overlapped what (stage3's prefetch), which the memory timeline cannot.
+struct ActivityEvent {
+  double t_ms;
+  int step;
+  const char* what;
+  std::string name;
+};
+
 class Ledger {
  public:
   static Ledger& get();  // one per process (one process per rank)
@@ -64,6 +88,16 @@ class Ledger {
   void set_timeline_last_step(int s) { timeline_last_step_ = s; }
   const std::vector<LedgerEvent>& timeline() const { return events_; }
 
+  // The activity log (ActivityEvent), kept for the same steps as the timeline.
+  void note(const char* what, const std::string& name);
+  const std::vector<ActivityEvent>& activity() const { return activity_; }
+
+  // Where each Buffer's memory is (Buffer calls track and untrack): buffer_at(p) is the buffer that
+  // holds address p, or nullptr when p is in none the ledger knows of (a test's own memory, the stack).
+  void track(const void* p, size_t bytes, Location l, const std::string& name);
+  void untrack(const void* p, bool remember);  // remember: keep it, marked released
+  const BufferExtent* buffer_at(const void* p) const;
+
   // Forget everything (tests that build several models in one process).
   void reset();
   std::string to_json() const;
@@ -79,6 +113,8 @@ class Ledger {
   int timeline_last_step_ = 1;
   std::string phase_ = "setup";
   std::vector<LedgerEvent> events_;
+  std::vector<ActivityEvent> activity_;
+  std::map<uintptr_t, BufferExtent> extents_;  // by first byte
   double t0_;
 };
 
@@ -109,5 +145,14 @@ class Buffer {
   Location loc_ = Location::Device;
   std::string name_;
 };
+
+// Stops the job with a message naming the buffer when [p, p + bytes) is not inside one live buffer:
+// a slice pointer past its buffer's end (a size in the wrong unit, float arithmetic on a bf16
+// buffer), or memory released before this use. `use` says what the memory is for ("the
+// reduce-scatter's output"). Memory the ledger does not know of passes.
+void check_span(const void* p, size_t bytes, const char* use);
+// The same, and the buffer must live at `at`: host code cannot compute on device memory, and a copy
+// must come from where its source is (offload's host optimizer and its copy up).
+void check_span_at(const void* p, size_t bytes, Location at, const char* use);
 
 }  // namespace nz

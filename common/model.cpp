@@ -242,12 +242,28 @@ void GPT::set_batch(const int* tokens, const int* targets, int b) {
 }
 
 
+// Each unit's computation checks the parameters it is given (the whole unit, in a live buffer: a
+// stage3 unit released or never gathered is named, not read) and marks its begin and end in the
+// ledger's activity log, where stage3's prefetch can be seen to overlap it.
+void GPT::begin_compute(const char* what, int u, const void* p) {
+  const std::string name = std::string(what) + " " + L_.units[u].name;
+  if (p) check_span(p, L_.units[u].padded * dtype_bytes(dt_), ("the parameters of the " + name).c_str());
+  Ledger::get().note("compute_begin", name);
+}
+void GPT::end_compute(const char* what, int u) {
+  Ledger::get().note("compute_end", std::string(what) + " " + L_.units[u].name);
+}
+
 void GPT::forward(int u, const void* p) {
+  begin_compute("forward", u, p);
   NZ_DISPATCH_DTYPE(dt_, forward_t<T>(u, (const T*)p));
+  end_compute("forward", u);
   unit_done();
 }
 void GPT::head_forward(const void* p) {
+  begin_compute("head forward", L_.embed_unit(), p);
   NZ_DISPATCH_DTYPE(dt_, head_forward_t<T>((const T*)p));
+  end_compute("head forward", L_.embed_unit());
   unit_done();
 }
 
@@ -260,11 +276,16 @@ double GPT::take_loss_sum() {
   return total;
 }
 void GPT::head_backward(const void* p) {
+  begin_compute("head backward", L_.embed_unit(), p);
   NZ_DISPATCH_DTYPE(dt_, head_backward_t<T>((const T*)p));
+  end_compute("head backward", L_.embed_unit());
   unit_done();
 }
 void GPT::backward(int u, const void* p, void* g) {
+  begin_compute("backward", u, p);
+  check_span(g, L_.units[u].padded * dtype_bytes(dt_), ("the gradient of backward " + L_.units[u].name).c_str());
   NZ_DISPATCH_DTYPE(dt_, backward_t<T>(u, (const T*)p, (T*)g));
+  end_compute("backward", u);
   unit_done();
 }
 

@@ -144,6 +144,8 @@ class GPT {
   const void* layer_qkv(int l) const;
 
  private:
+  void begin_compute(const char* what, int u, const void* p);  // checks p, notes the activity (model.cpp)
+  void end_compute(const char* what, int u);
   template <class T> void forward_t(int u, const T* p);
   template <class T> void head_forward_t(const T* wte);
   template <class T> void head_backward_t(const T* wte);

@@ -39,6 +39,8 @@ float clip_scale(double grad_norm, float clip) {
 }
 
 void accumulate_grads(DType dt, void* dst, const void* src, size_t n, float scale, bool first, Location where) {
+  check_span_at(dst, n * dtype_bytes(dt), where, "accumulate_grads: the destination");
+  check_span_at(src, n * dtype_bytes(dt), where, "accumulate_grads: the source");
   if (where != Location::Device) {  // host memory: the CPU kernel, whatever the backend
     NZ_DISPATCH_DTYPE(dt, cpu::accumulate<T>((T*)dst, (const T*)src, n, scale, first));
     return;
@@ -206,6 +208,8 @@ void AdamW::init_master(int u, const void* params_slice) {
 
 void AdamW::step(int u, void* params_slice, const void* grads_slice, float lr, float grad_scale, int t) {
   const size_t n = owned_[u].size(), base = state_offset_[u];
+  check_span_at(params_slice, n * dtype_bytes(dt_), Location::Device, "AdamW step: the parameter slice");
+  check_span_at(grads_slice, n * dtype_bytes(dt_), Location::Device, "AdamW step: the gradient slice");
   float* p32 = master_.empty() ? (float*)params_slice : master_.as<float>() + base;
   float *m = m_.as<float>() + base, *v = v_.as<float>() + base;
   for_each_piece(L_.units[u], owned_[u], 0, n, weight_decay_, [&](size_t i, size_t len, float wd) {
@@ -255,6 +259,9 @@ void HostAdamW::init_master(int u, const void* params_slice) {
 
 void HostAdamW::step(int u, const void* grads_slice, void* params_out, float lr, float grad_scale, int t) {
   const size_t n = owned_[u].size(), base = state_offset_[u], e = dtype_bytes(dt_);
+  // the CPU reads and writes these: host memory only (the device's parameters get the result by a copy)
+  check_span_at(grads_slice, n * e, Location::Host, "host AdamW step: the gradient slice");
+  check_span_at(params_out, n * e, Location::Host, "host AdamW step: the output (updated parameters)");
   // elements [begin, end) of the slice, with master, m, v pointing at element `begin`
   auto update = [&](size_t begin, size_t end, float* p32, float* m, float* v) {
     for_each_piece(L_.units[u], owned_[u], begin, end, weight_decay_, [&](size_t i, size_t len, float wd) {

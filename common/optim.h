@@ -17,6 +17,9 @@ float lr_at(const Args& args, int step);
 // Global-norm clipping factor: clip / norm when the norm exceeds clip (and clip > 0), else 1.
 float clip_scale(double grad_norm, float clip);
 
+// The memory these are given is checked against the ledger (check_span_at): the right size, alive,
+// and where it must be (an AdamW step on the device's memory, the host AdamW on the host's).
+//
 // Gradient accumulation over micro-steps, in the storage type:
 // dst = (first ? 0 : dst) + src * scale.
 // where: Location::Host runs it on the CPU whatever the backend (offload's gradients are on the host).

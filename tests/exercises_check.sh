@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The exercise graders are tested: for every exercise (scripts/exercises.py), the reference
-# solution — the real code of the region — must pass, and each known wrong solution must fail with
-# the hint it is expected to get; each find-the-bug copy must fail and the real file pass. Also:
-# `make exercise` lists every exercise, writes a learner copy that does not compile into a pass by
-# itself, and refuses to overwrite a learner's work. Prints NZRESULT lines for tests/run_all.sh.
+# The exercise graders are tested (tests/exercise_selftest.py): for every exercise of
+# scripts/exercises.py the reference solution — the real code of the region — and correct variants
+# pass, in fp32, bf16 and fp16; each wrong solution of the catalogue fails with the hint it is
+# expected to get; crashes, hangs, build errors and NaN losses become verdicts; each find-the-bug
+# copy fails with its first hint only. Also: `make exercise` lists every exercise, writes a learner
+# copy that does not compile into a pass by itself, and refuses to overwrite a learner's work.
+# Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/.."
-python3 scripts/exercises.py selftest
+python3 tests/exercise_selftest.py
 
 # the learner's copy: the TODO in place of the region, never a silent overwrite
 tmp=$(mktemp -d)
@@ -35,6 +37,10 @@ else
 fi
 rm -f "$copy"
 if [ -e "$tmp/saved" ]; then cp "$tmp/saved" "$copy"; fi
+out=$(python3 scripts/exercises.py check bug_stage2_a --hint 3 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'HINT=3: no such hint' <<<"$out" &&
+  echo "NZRESULT PASS exercise.no_such_hint_is_one_line_exit_2" ||
+  echo "NZRESULT FAIL exercise.no_such_hint_is_one_line_exit_2 (exit $rc): $out"
 out=$(python3 scripts/exercises.py make no_such_exercise 2>&1); rc=$?
 [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && echo "NZRESULT PASS exercise.unknown_name_is_one_line_exit_2" ||
   echo "NZRESULT FAIL exercise.unknown_name_is_one_line_exit_2 (exit $rc): $out"

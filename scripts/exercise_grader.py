@@ -1,0 +1,768 @@
+"""The exercise grader: builds a learner's trainer, runs it beside the real one, and turns every
+outcome into a verdict with a hint (scripts/exercises.py is the command line and the catalogue).
+
+What it checks, on every configuration (CONFIGS: fp32, bf16 and fp16, 2 and 3 ranks, with and
+without accumulation; stage3 also without prefetch), against the real trainer built on this
+machine and run with the same flags (never against stored numbers: bf16 products differ between
+CPUs):
+  - the model: every step's loss and gradient norm, and the saved model, bit for bit; or, where the
+    learner's arithmetic is another rounding order of the same sums, within 4 units of roundoff of
+    the precision (the verdict says so; exercises whose lesson is the order itself demand bits);
+  - the memory ledger: peak bytes of every category at every location, on every rank;
+  - the comm ledger: calls and elements of every collective, and the host<->device link;
+  - what a CPU run cannot time but can order (stage3): from the ledger's activity log, every
+    gather the real trainer overlaps with a unit's computation must overlap one here too;
+  - placement and bounds: the library checks every buffer it is given against the ledger (a slice
+    past its buffer's end, a released unit, host code on device memory) and stops the run, naming
+    the buffer; the stack printed by exercise_support.cpp gives the learner's line.
+Every failure is a verdict: a build error (the compiler's first error, at the learner's line), a
+crash (the library's, glibc's or the signal's own message, and the learner's line), a hang (the
+watchdog ends it in seconds, naming the rank and phase), NaN or infinite losses; the grader itself
+never ends in a traceback.
+"""
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import threading
+from array import array
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+WORK = os.path.join(BUILD, "exercises")  # grader builds and runs
+SUPPORT_SRC = os.path.join(ROOT, "scripts", "exercise_support.cpp")
+
+FLAGS = ("--preset tiny --seq 32 --batch 2 --steps 4 --lr 3e-3 --warmup 2 --clip 0.5 "
+         "--eval-every 0 --eval-windows 4 --quiet")
+# fp16 starts from a small loss scale that grows (window 4): no step of these short runs overflows,
+# so every step updates the model (the default 2^16 skips them all on this tiny model).
+FP16_FLAGS = "--loss-scale 1024 --loss-scale-window 4"
+WATCHDOG_S = 5     # a rank without progress this long ends the run (common/watchdog.h)
+RUN_TIMEOUT_S = 60  # and if even the watchdog cannot (a rank spinning in set-up), this does
+# unit roundoff of each precision: the size of one rounding error, relative
+UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
+ROUNDING_UNITS = 4  # "another rounding order" when every logged number is within this many of them
+ELEM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+class Config:
+    """One run: ranks, accumulation, precision, extra flags."""
+
+    def __init__(self, n, accum, precision="fp32", extra=""):
+        self.n, self.accum, self.precision, self.extra = n, accum, precision, extra
+
+    @property
+    def label(self):
+        s = f"{self.n} ranks, --accum {self.accum}, {self.precision}"
+        return s + (f", {self.extra}" if self.extra else "")
+
+    @property
+    def flags(self):
+        f = f"--accum {self.accum} --precision {self.precision} {self.extra}"
+        return f + (" " + FP16_FLAGS if self.precision == "fp16" else "")
+
+    @property
+    def tag(self):
+        return re.sub(r"\W+", "", f"{self.n}_{self.accum}_{self.precision}_{self.extra}")
+
+    def fp32_twin(self):
+        return Config(self.n, self.accum, "fp32", self.extra)
+
+    def same(self, other):
+        return self.tag == other.tag
+
+
+# The order is the order of the verdict: fp32 first (the plain arithmetic), then the same shape in
+# bf16 (a failure there, after fp32 passed, is about the precision), fp16 on a second shape (2 ranks,
+# accumulation 2: when it fails, its fp32 twin is run to tell the precision from the shape), then
+# accumulation 3 in fp32. 3 ranks pad every unit.
+CONFIGS = [Config(3, 1), Config(3, 1, "bf16"), Config(2, 2, "fp16"), Config(3, 3)]
+STAGE3_CONFIGS = CONFIGS + [Config(3, 1, "fp32", "--prefetch 0")]
+
+
+def configs_for(stage):
+    return STAGE3_CONFIGS if stage == "stage3" else CONFIGS
+
+
+class GraderError(Exception):
+    """Something the grader needs is missing (the real trainers not built): said in one line."""
+
+
+# ---- building ----
+
+_build_lock = threading.Lock()
+_flags_cache = {}
+
+
+def build_flags():
+    if not _flags_cache:
+        out = subprocess.run(["make", "-s", "--no-print-directory", "print-build-flags"], cwd=ROOT,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise GraderError("could not read the build flags from the Makefile: " + out.stderr.strip())
+        for line in out.stdout.splitlines():
+            k, _, v = line.partition("=")
+            _flags_cache[k.strip()] = v.strip()
+    return _flags_cache
+
+
+def learner_cxxflags():
+    # -O0: the trainer file only drives the loops (the numbers are computed by the library, built as
+    # usual), so its optimisation level does not change a bit, and it compiles in seconds. -g: the
+    # lines of a crash's stack.
+    return re.sub(r"-O\d", "-O0", build_flags()["CXXFLAGS"]).replace("-MMD -MP", "") + " -g"
+
+
+def _run_quiet(cmd):
+    return subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True)
+
+
+def prepared_objects():
+    """The precompiled header every learner's file is compiled with (the library's headers: most of a
+    trainer's compile time) and the crash-reporting object, built once and again when their
+    sources or the flags change. Returns (pch_header, support_object)."""
+    f = build_flags()
+    d = os.path.join(WORK, "prepared")
+    header, gch = os.path.join(d, "exercise.h"), os.path.join(d, "exercise.h.gch")
+    support = os.path.join(d, "exercise_support.o")
+    stamp = os.path.join(d, "flags")
+    with _build_lock:
+        os.makedirs(d, exist_ok=True)
+        flags = f["CXX"] + " " + learner_cxxflags()
+        headers = [os.path.join(ROOT, "common", h) for h in os.listdir(os.path.join(ROOT, "common"))
+                   if h.endswith(".h")]
+        newest = max(os.path.getmtime(h) for h in headers + [SUPPORT_SRC])
+        fresh = (os.path.exists(stamp) and open(stamp).read() == flags and os.path.exists(gch)
+                 and os.path.exists(support) and min(os.path.getmtime(gch), os.path.getmtime(support)) > newest)
+        if not fresh:
+            with open(header, "w") as h:
+                h.write('#include "ops.h"\n#include "trainer.h"\n')
+            for cmd in (f"{flags} -c -x c++-header {header} -o {gch}.tmp && mv {gch}.tmp {gch}",
+                        f"{flags} -c {SUPPORT_SRC} -o {support}"):
+                c = _run_quiet(cmd)
+                if c.returncode != 0:
+                    raise GraderError("internal: could not prepare the grader's build: " + c.stderr.strip()[:2000])
+            with open(stamp, "w") as s:
+                s.write(flags)
+    return header, support
+
+
+def first_compile_error(errors, source, source_text):
+    """The compiler's first error, at the learner's line where the compiler names one."""
+    lines = errors.splitlines()
+    first = next((i for i, l in enumerate(lines) if re.search(r":\d+:\d+: (fatal )?error: ", l)), None)
+    if first is None:
+        tail = [l for l in lines if l.strip()]
+        return ["  " + l for l in tail[:6]] or ["  (no message from the compiler)"]
+    m = re.match(r"(.*?):(\d+):\d+: (?:fatal )?error: (.*)", lines[first])
+    where, line_no, msg = m.group(1), int(m.group(2)), m.group(3)
+    if os.path.abspath(where) != os.path.abspath(source):
+        # an error inside a header, caused by a call in the learner's file: the learner's line from
+        # the "required from here" / "In instantiation" context around it
+        for l in lines[max(0, first - 8):first + 8]:
+            mm = re.match(r"(.*?):(\d+):\d+:", l)
+            if mm and os.path.abspath(mm.group(1)) == os.path.abspath(source):
+                line_no, where = int(mm.group(2)), source
+                break
+    out = [f"  line {line_no}: error: {msg}" if where == source else f"  {lines[first]}"]
+    if where == source:
+        src = source_text.split("\n")
+        if 0 < line_no <= len(src):
+            out.append(f"  {line_no:5d} | {src[line_no - 1].rstrip()}")
+    return out
+
+
+def compile_learner(ex, source, out_dir):
+    """Builds the learner's trainer; returns (binary, None) or (None, verdict lines)."""
+    f = build_flags()
+    header, support = prepared_objects()
+    os.makedirs(out_dir, exist_ok=True)
+    obj = os.path.join(out_dir, "learner.o")
+    binary = os.path.join(out_dir, ex.stage)
+    c = _run_quiet(f"{f['CXX']} {learner_cxxflags()} -include {header} -Winvalid-pch -c {source} -o {obj}")
+    if c.returncode != 0:
+        with open(source, errors="replace") as s:
+            return None, first_compile_error(c.stderr, source, s.read())
+    if ex.path.startswith("common/"):  # the collective layer: the real trainer, the learner's comm.o first
+        objs = f"{os.path.join(BUILD, 'obj', ex.stage, 'train.o')} {obj}"
+    else:
+        objs = obj
+    c = _run_quiet(f"{f['CXX']} {f['LDFLAGS']} {support} {objs} {f['LIB']} {f['LDLIBS']} -o {binary}")
+    if c.returncode != 0:
+        errs = [l for l in c.stderr.splitlines() if "error" in l or "undefined" in l] or c.stderr.splitlines()
+        return None, ["  (linking) " + l for l in errs[:4]]
+    return binary, None
+
+
+# ---- running ----
+
+def run(binary, cfg, tag, guard=True):
+    """One run of a trainer. Returns a dict: rc, output, hung, and (when it finished) report, model.
+    guard: every buffer followed by inaccessible memory (an overrun faults where it happens)."""
+    os.makedirs(WORK, exist_ok=True)
+    base = os.path.join(WORK, tag)
+    for p in (base + ".json", base + ".model"):
+        if os.path.exists(p):
+            os.remove(p)
+    cmd = (f"mpirun -np {cfg.n} {binary} {FLAGS} {cfg.flags} --watchdog {WATCHDOG_S} "
+           f"--log-json {base}.json --save-model {base}.model")
+    res = {"rc": None, "output": "", "hung": False}
+    env = dict(os.environ, NZ_GUARD_BUFFERS="1") if guard else None  # common/device.h, guard_after
+    p = subprocess.Popen(cmd, shell=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True, env=env)
+    try:
+        out, _ = p.communicate(timeout=RUN_TIMEOUT_S)
+        res["rc"] = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the launcher and every rank: this run's own process group
+        out, _ = p.communicate()
+        res["hung"] = True
+    res["output"] = out.decode(errors="replace")
+    if res["rc"] == 0:
+        try:
+            with open(base + ".json") as f:
+                res["report"] = json.load(f)
+            with open(base + ".model", "rb") as f:
+                res["model"] = f.read()
+        except (OSError, ValueError) as e:
+            res["rc"] = -1
+            res["output"] += f"\n(the run ended but its report could not be read: {e})"
+    return res
+
+
+_ref_lock = threading.Lock()
+
+
+def reference_run(stage, cfg):
+    """The real trainer's run, cached until the binary changes."""
+    binary = os.path.join(BUILD, "bin", stage)
+    if not os.path.exists(binary):
+        raise GraderError(f"{os.path.relpath(binary, ROOT)} is not built: `make check` builds it "
+                          f"(or make {os.path.relpath(binary, ROOT)})")
+    base = os.path.join(WORK, f"ref_{stage}_{cfg.tag}")
+    with _ref_lock:
+        if (os.path.exists(base + ".json") and os.path.exists(base + ".model")
+                and os.path.getmtime(base + ".json") > os.path.getmtime(binary)):
+            try:
+                with open(base + ".json") as f, open(base + ".model", "rb") as g:
+                    return {"rc": 0, "report": json.load(f), "model": g.read(), "output": ""}
+            except (OSError, ValueError):
+                pass
+        r = run(binary, cfg, os.path.basename(base), guard=False)
+    if r.get("rc") != 0:
+        raise GraderError(f"internal: the real {stage} failed ({cfg.label}):\n{r.get('output', '')[-2000:]}")
+    return r
+
+
+# ---- what a failed run says ----
+
+def learner_lines(binary, output, source, source_text):
+    """The learner's lines on the stack a dying rank printed (exercise_support.cpp), innermost first."""
+    frames = re.findall(r"nz_grader: frame (\S+) \+0x([0-9a-f]+)", output)
+    offsets = [off for obj, off in frames if os.path.realpath(obj) == os.path.realpath(binary)]
+    if not offsets:
+        return []
+    c = subprocess.run(["addr2line", "-e", binary] + ["0x" + o for o in offsets[:40]], capture_output=True, text=True)
+    found = []
+    src = source_text.split("\n")
+    for l in c.stdout.splitlines():
+        m = re.match(r"(.*?):(\d+)", l)
+        if m and os.path.basename(m.group(1)) == os.path.basename(source) and m.group(2) != "0":
+            n = int(m.group(2))
+            if n not in [x for x, _ in found] and 0 < n <= len(src):
+                found.append((n, src[n - 1].strip()))
+    return found
+
+
+GLIBC_HEAP = re.compile(r"(free\(\): [^\n]*|malloc\(\): [^\n]*|double free or corruption[^\n]*|"
+                        r"corrupted [^\n]*|munmap_chunk\(\): [^\n]*|realloc\(\): [^\n]*|malloc_consolidate\(\)[^\n]*)")
+
+
+def failure_verdict(res):
+    """(what happened, hint) for a run that did not finish: a hang, a stop, a crash."""
+    out = res.get("output", "")
+    hang_hint = ("a collective that only some ranks call (inside an `if` on the rank, or a loop whose "
+                 "count differs between ranks) waits forever for the others; so does a wait for something "
+                 "that was never started")
+    m = re.search(r"error: watchdog: rank (\d+) (.*?)\(last progress ([\d.]+) s ago, ([^)]*)\)", out)
+    if m:
+        return (f"your trainer hung: rank {m.group(1)} made no progress for {WATCHDOG_S} s ({m.group(4)}), "
+                f"and the watchdog ended the run", hang_hint)
+    if res.get("hung"):
+        return f"your trainer did not finish within {RUN_TIMEOUT_S} s", hang_hint
+    m = re.search(r"internal error at [^:]+:\d+: (.*)", out)
+    if m:
+        msg = m.group(1).strip()
+        if "released before this use" in msg:
+            hint = ("a unit's gathered parameters were released while still needed: release a unit only "
+                    "after the computation that reads it, and gather it again for its next use")
+        elif "past its end" in msg or "past the end" in msg:
+            hint = ("a slice or a size that does not fit its buffer: count in elements of the run's type "
+                    "(owned(u) elements of e = run.elem_bytes bytes), point with elem_ptr or the my_P/my_G "
+                    "helpers, and pass dt (run.dtype) to the collectives")
+        elif "memory; expected" in msg:
+            hint = ("host code cannot read or write device memory (on a GPU it would crash): the host "
+                    "optimizer reads and writes host buffers, and the update reaches the device's "
+                    "parameters only through the copy up (to_device, counted on the link)")
+        else:
+            hint = None
+        return f"your trainer was stopped: {msg}", hint
+    m = GLIBC_HEAP.search(out)
+    if m:
+        return (f"your trainer crashed: the C library found its heap corrupted (\"{m.group(1).strip()}\")",
+                "something wrote past the end of a buffer (or freed memory twice): check the offsets and "
+                "sizes of the slices you write, in elements of the run's type")
+    m = re.search(r"nz_grader: rank (\d+): signal (\d+) \(([^)]*)\)", out)
+    if m:
+        sig = int(m.group(2))
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        hint = ("a pointer that does not point into a buffer: a null or stale pointer, or one past the end "
+                "of its buffer" if name in ("SIGSEGV", "SIGBUS") else None)
+        return f"your trainer crashed on rank {m.group(1)}: {name} ({m.group(3)})", hint
+    m = re.search(r"^(Abort.*|Fatal error in [^\n]*)$", out, re.M)
+    if m and "MPI" in out:  # MPI itself found the ranks' calls inconsistent
+        return (f"MPI stopped your trainer: {m.group(1).strip()[:300]}",
+                "the ranks called different collectives, or the same ones with different sizes: " + hang_hint)
+    m = re.search(r"^error: (.*)$", out, re.M)
+    if m:
+        return f"your trainer stopped with an error: {m.group(1).strip()}", None
+    m = re.search(r"signal (\d+)", out) or re.search(r"EXIT CODE: (\d+)", out)
+    if m:
+        sig = int(m.group(1))
+        sig = sig - 128 if sig > 128 else sig
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"your trainer was killed ({name}) with no message of its own", None
+    lines = [l for l in out.splitlines() if l.strip()]
+    return "your trainer failed (exit code %s): %s" % (res.get("rc"), lines[-1] if lines else "no output"), None
+
+
+# ---- comparing ----
+
+CATS = ["params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "gathered", "activations", "scratch"]
+OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast"]
+
+
+def finite(x):
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def fmt(x):
+    return f"{x:.9g}" if isinstance(x, (int, float)) else "null (not a number)"
+
+
+def model_floats(blob):
+    """The parameters of a model file (common/checkpoint.h): a 40-byte header, Ψ floats, a CRC."""
+    a = array("f")
+    a.frombytes(blob[40:40 + (len(blob) - 44) // 4 * 4])
+    return a
+
+
+def not_finite(ref, got):
+    """The first step whose loss or gradient norm is NaN or infinite here but a number in the real run."""
+    for i, (a, b) in enumerate(zip(ref["report"]["steps_log"], got["report"]["steps_log"])):
+        for k, what in (("loss", "loss"), ("grad_norm", "gradient norm")):
+            if finite(a.get(k)) and not finite(b.get(k)):
+                return i, what
+    return None
+
+
+def overlaps(activity):
+    """Each all-gather of the activity log (ledger.h): (its buffer's name, whether a unit's computation
+    ended between its start and its wait, whether the first computation after its wait is the
+    gathered unit's own — waited for when needed)."""
+    out, open_at = [], {}
+    for i, e in enumerate(activity):
+        if e["what"] == "gather_start":
+            open_at.setdefault(e["name"], []).append(i)
+        elif e["what"] == "gather_wait" and open_at.get(e["name"]):
+            s = open_at[e["name"]].pop(0)
+            overlapped = any(x["what"] == "compute_end" for x in activity[s + 1:i])
+            unit = e["name"].split(" ", 1)[-1]  # "gathered block1" -> "block1"
+            nxt = next((x["name"] for x in activity[i + 1:] if x["what"] == "compute_begin"), "")
+            out.append((e["name"], overlapped, nxt.endswith(" " + unit)))
+    return out
+
+
+def compare(ref, got, prefetch):
+    """Everything that differs, as (kind, message, data), in the order a learner should read it."""
+    R, G = ref["report"], got["report"]
+    diffs = []
+    rl, gl = R["steps_log"], G["steps_log"]
+    steps = []  # the first step whose loss differs, and the first whose gradient norm does: earliest first
+    for i, (a, b) in enumerate(zip(rl, gl)):
+        if a["loss"] != b["loss"]:
+            steps.append((i, 1, ("loss", f"step {i + 1}: loss {fmt(b['loss'])}, expected {fmt(a['loss'])}", i)))
+            break
+    for i, (a, b) in enumerate(zip(rl, gl)):  # (the norm is computed after the step's loss)
+        if a["grad_norm"] != b["grad_norm"]:
+            ratio = b["grad_norm"] / a["grad_norm"] if finite(a["grad_norm"]) and finite(b["grad_norm"]) \
+                and a["grad_norm"] else float("inf")
+            steps.append((i, 0, ("norm", f"step {i + 1}: gradient norm {fmt(b['grad_norm'])}, expected "
+                                         f"{fmt(a['grad_norm'])}", (i, ratio))))
+            break
+    diffs += [d for _, _, d in sorted(steps, key=lambda x: (x[0], x[1]))]
+    if len(rl) != len(gl):
+        diffs.append(("steps", f"the run logged {len(gl)} steps, expected {len(rl)}", None))
+    if ref["model"] != got["model"]:
+        diffs.append(("model", "the saved model's bytes differ from the real trainer's", None))
+    for rr, gr in zip(R["ranks"], G["ranks"]):
+        for loc in ("device", "host", "disk"):
+            for c in CATS:
+                a = rr["ledger"][loc]["peak"].get(c, 0)
+                b = gr["ledger"][loc]["peak"].get(c, 0)
+                if a != b:
+                    diffs.append(("memory", f"rank {rr['rank']}: {c} on the {loc} peaked at {b:,} bytes, "
+                                            f"expected {a:,}", (c, loc, a, b)))
+        for op in OPS:
+            a, b = rr["comm"][op], gr["comm"][op]
+            if a["calls"] != b["calls"] or a["elems_sent"] != b["elems_sent"]:
+                diffs.append(("comm", f"rank {rr['rank']}: {op} sent {b['elems_sent']:,} elements in {b['calls']} "
+                                      f"calls, expected {a['elems_sent']:,} in {a['calls']}",
+                              (op, a["calls"], b["calls"], a["elems_sent"], b["elems_sent"])))
+    for i, (a, b) in enumerate(zip(rl, gl)):
+        for k in ("to_host_elems", "to_device_elems"):
+            if a.get(k, 0) != b.get(k, 0):
+                diffs.append(("link", f"step {i + 1}: {k.replace('_elems', '').replace('_', ' ')} "
+                                      f"{b.get(k, 0):,} elements, expected {a.get(k, 0):,}",
+                              (k, a.get(k, 0), b.get(k, 0))))
+                break
+    if prefetch:
+        for rr, gr in zip(R["ranks"], G["ranks"]):
+            want = overlaps(rr["ledger"].get("activity", []))
+            have = overlaps(gr["ledger"].get("activity", []))
+            n_want = sum(1 for _, o, _ in want if o)
+            n_have = sum(1 for _, o, _ in have if o)
+            if n_have < n_want:
+                # the first gather the real trainer overlaps and this one does not: matched by the
+                # buffer's name and how many times it was gathered before
+                def keyed(gathers):
+                    seen, out = {}, {}
+                    for g in gathers:
+                        seen[g[0]] = seen.get(g[0], 0) + 1
+                        out[(g[0], seen[g[0]])] = g
+                    return out
+                mine = keyed(have)
+                first = next((mine[k] for k, g in keyed(want).items() if g[1] and k in mine and not mine[k][1]), None)
+                diffs.append(("overlap", f"rank {rr['rank']}: {n_have} of the {len(have)} all-gathers of steps "
+                                         f"1-2 overlapped a unit's computation, expected {n_want}", first))
+                break
+    return diffs
+
+
+def within_rounding(ref, got, precision):
+    """Whether two runs of the same model differ only as sums added in another order do: step 1's
+    loss (the forward before any update) identical, every step's loss and gradient norm within
+    ROUNDING_UNITS units of roundoff of the precision, and the saved models within as much,
+    relative, in the 2-norm. (Wrong models differ by far more: a missing average by a factor, a
+    wrong slice or a lost update by whole percents.)"""
+    tol = ROUNDING_UNITS * UNIT_ROUNDOFF[precision]
+    rl, gl = ref["report"]["steps_log"], got["report"]["steps_log"]
+    if len(rl) != len(gl) or not rl or rl[0]["loss"] != gl[0]["loss"]:
+        return False
+    for a, b in zip(rl, gl):
+        for k in ("loss", "grad_norm"):
+            x, y = a.get(k), b.get(k)
+            if x == y:
+                continue
+            if not (finite(x) and finite(y)) or abs(x - y) > tol * abs(x):
+                return False
+    pa, pb = model_floats(ref["model"]), model_floats(got["model"])
+    if len(pa) != len(pb):
+        return False
+    diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(pa, pb)))
+    norm = math.sqrt(sum(x * x for x in pa))
+    return diff <= tol * norm
+
+
+# ---- hints ----
+
+def precision_hints(cfg, diffs, crashed_msg=None):
+    """A configuration in bf16 or fp16 failed where the same shape passed in fp32: the mistake
+    assumes 4-byte floats."""
+    p = cfg.precision
+    if crashed_msg is not None:
+        return [f"right in fp32, but in {p} (2-byte elements) it does not fit its buffer: a hard-coded "
+                f"DType::F32 for dt, a (float*) cast for pointer arithmetic into a {p} buffer, or "
+                f"sizeof(float) in a size? Use dt = run.dtype, e = run.elem_bytes and elem_ptr"]
+    out = []
+    for kind, _, data in diffs:
+        if kind == "memory":
+            c, loc, want, got = data
+            if want and got == 2 * want:
+                out.append(f"in {p} \"{c}\" holds twice the bytes it should: a size counted in 4-byte floats "
+                           f"(sizeof(float))? A buffer of n elements is n * e bytes (e = run.elem_bytes, 2 in {p})")
+    if any(k in ("loss", "norm", "model") for k, _, _ in diffs):
+        out.append(f"right in fp32 but not in {p}: something assumes 4-byte elements — a DType::F32 passed "
+                   f"where the run's dt belongs, pointer arithmetic on a (float*) into a {p} buffer, or "
+                   f"sizeof(float) in an offset. Use dt = run.dtype, e = run.elem_bytes and elem_ptr")
+    return out
+
+
+def hints(ex, cfg, diffs, passed, rounding_only):
+    """What the differences most likely mean; each hint follows from the lines printed above it."""
+    n, accum = cfg.n, cfg.accum
+    kinds = {d[0] for d in diffs}
+    out = []
+    comm = {d[2][0]: d[2] for d in diffs if d[0] == "comm"}
+    for kind, _, data in diffs:
+        if kind == "comm":
+            op, want, got, want_e, got_e = data
+            if want == got:
+                out.append(f"{op} is called as often as it should be but sends {got_e:,} elements instead of "
+                           f"{want_e:,}: each rank sends owned(u) elements of the run's type")
+            elif op == "all_reduce" and got > want:
+                out.append("an all-reduce leaves the whole sum on every rank; here each rank should receive "
+                           "only its slice (reduce_scatter)")
+            elif op == "all_gather" and got < want and ex.stage == "stage3":
+                out.append("fewer all-gathers than the real stage3: every use of a unit (forward, LM head, "
+                           "backward) gathers it afresh; a buffer kept from an earlier use can hold parameters "
+                           "from before the optimizer step")
+            elif op == "all_gather" and got < want:
+                out.append("every rank needs every other rank's updated slice: all-gather after the update")
+            elif op == "all_gather" and got > want and ex.stage == "stage3":
+                out.append("more all-gathers than the real stage3: is a unit gathered that needs no "
+                           "parameters (the embedding's backward), or gathered again while its prefetch is "
+                           "in flight?")
+            elif op == "all_gather" and got > want:
+                out.append("more all-gathers than needed: one per unit per step, after the update")
+            elif op == "reduce_scatter" and ex.stage == "stage1":
+                out.append(f"stage1 reduce-scatters each unit once per step, on the last micro-step ({want} "
+                           f"calls on this run), got {got}")
+            elif op == "reduce_scatter":
+                out.append(f"one reduce-scatter per unit per micro-step ({want} calls on this run), got {got}")
+        if kind == "memory":
+            cat, loc, want, got = data
+            if cat == "gathered" and got > want and "all_gather" in comm and comm["all_gather"][2] < comm["all_gather"][1]:
+                out.append("gathered units stay alive too long, so fewer are gathered again: release each "
+                           "unit right after the computation that uses it")
+            elif cat == "gathered" and got > want and "--prefetch 0" in cfg.extra:
+                out.append("with --prefetch 0 only one unit may be gathered at a time: prefetch only when "
+                           "run.args.prefetch is set")
+            elif cat == "gathered" and got > want:
+                out.append("gathered units stay alive too long: release each unit right after use")
+            elif cat == "gathered" and got == 0 and want > 0:
+                out.append("nothing was booked as gathered: a unit's gathered parameters are a Buffer of "
+                           "Category::Gathered")
+            elif cat == "gathered" and got < want:
+                out.append("fewer units gathered at once than the real stage3: with --prefetch 1 the next "
+                           "unit's all-gather starts before the current unit computes")
+            elif cat == "grads" and got > want:
+                out.append("the gradient kept is larger than the slice this rank owns")
+            elif want and got == 0:
+                out.append(f"nothing was booked as {cat} on the {loc}: is a buffer booked in another category?")
+        if kind == "link":
+            k, want, got = data
+            if k == "to_device_elems":
+                out.append("the updated slice must go up to the device once per unit per step (to_device: "
+                           "owned(u) elements), and nothing else")
+            else:
+                out.append("each micro-step's reduced slice goes down to the host once per unit (to_host: "
+                           "owned(u) elements)")
+        if kind == "steps":
+            out.append("the training loop ran another number of steps: the loops around your region decide "
+                       "the steps; leave them as they are")
+        if kind == "overlap":
+            first = data
+            if first and not first[2]:  # its wait came before another unit's computation
+                out.append(f"the all-gather of \"{first[0]}\" was waited for right after it started: a prefetch "
+                           f"must only start the gather (all_gather_start) and return; gather_unit waits for it "
+                           f"when the unit is needed, so that it travels while the current unit computes")
+            elif first:  # waited for when needed, but started too late
+                out.append(f"the all-gather of \"{first[0]}\" started only after the current unit's computation "
+                           f"had ended: prefetch the next unit before model.forward / model.backward of this one")
+            else:
+                out.append("no all-gather travels while a unit computes: a prefetch must start the next unit's "
+                           "gather before this unit's computation, and wait for it only when it is needed")
+    if kinds & {"loss", "norm", "model"}:
+        norm = next((d for d in diffs if d[0] == "norm"), None)
+        loss = next((d for d in diffs if d[0] == "loss"), None)
+        if ex.exact and rounding_only:
+            out.append("almost right: the same numbers added in another order. Add in rank order 0, 1, ..., "
+                       "N-1, starting from rank 0's value, in acc_t<T> (fp32 for 2-byte types), rounded once")
+        elif ex.exact:
+            out.append("each output must be the sum of all N ranks' contributions, read from slice r of "
+                       "`full` at r * shard + i")
+        elif norm and norm[2][0] == 0 and any(
+                abs(norm[2][1] - m) < 1e-3 * m for m in {n * accum, n, accum} if m > 1):
+            out.append(f"the gradient is {norm[2][1]:.3g} times too large: the sum over ranks and micro-steps "
+                       f"must be averaged (run.grad_average_scale() = 1/(N * accum))")
+        elif norm and norm[2][0] == 0 and any(
+                abs(norm[2][1] - 1 / m) < 1e-3 / m for m in {n * accum, n, accum} if m > 1):
+            out.append(f"the gradient is {1 / norm[2][1]:.3g} times too small: averaged twice?")
+        elif accum > 1 and any(c.accum == 1 and c.precision == cfg.precision for c in passed) and ex.stage == "stage1":
+            out.append("right with --accum 1 but not with accumulation: G(u) holds the sum of this rank's "
+                       "micro-steps; reduce-scatter it once, on the last micro-step, and average by "
+                       "run.grad_average_scale()")
+        elif accum > 1 and any(c.accum == 1 and c.precision == cfg.precision for c in passed):
+            out.append("right with --accum 1 but not with accumulation: every micro-step must reduce, and add "
+                       "its slice (the first micro-step writes, the others add)")
+        elif loss and loss[2] == 0:
+            out.append("the very first forward differs: the parameters it reads are not the full, current ones")
+        elif norm and norm[2][0] == 0:
+            out.append("step 1's gradient is wrong: is the reduced sum in the slice you own (my_G(u)), and the "
+                       "sum of all ranks' gradients?")
+        elif (norm or loss) and ex.stage == "stage3":
+            out.append("step 1 is right but a later step is not: a later forward reads parameters other than "
+                       "the updated ones — a unit gathered before the optimizer step (kept, or prefetched "
+                       "across it) is stale")
+        elif norm or loss:
+            out.append("the gradient is right but the update is not: update the slice you own with its own "
+                       "gradient and scale, then bring every rank every updated slice")
+        else:
+            out.append("every logged step matches but the saved model does not: the last step's update (or what "
+                       "brings it to every rank) is wrong")
+    seen, unique = set(), []
+    for h in out:
+        if h not in seen:
+            seen.add(h)
+            unique.append(h)
+    return unique
+
+
+# ---- grading ----
+
+def grade(ex, source, quiet=False, tag=None, hint_level=1):
+    """Returns (passed, verdict text). Never raises: whatever goes wrong is a verdict."""
+    lines = []
+
+    def p(s=""):
+        lines.append(s)
+        if not quiet:
+            print(s, flush=True)
+
+    try:
+        ok = _grade(ex, source, p, tag or ex.name, hint_level)
+    except GraderError as e:
+        p(f"FAIL {ex.name}: the grader could not run: {e}")
+        ok = False
+    except Exception as e:  # a verdict, never a traceback: say what the grader could not read
+        p(f"FAIL {ex.name}: the grader could not read your trainer's results ({type(e).__name__}: {e}); "
+          f"run `make check E={ex.name}` again, and report it if it persists")
+        ok = False
+    return ok, "\n".join(lines)
+
+
+def _grade(ex, source, p, tag, hint_level):
+    with open(source, errors="replace") as f:
+        source_text = f.read()
+    out_dir = os.path.join(WORK, tag)
+    binary, errors = compile_learner(ex, source, out_dir)
+    if not binary:
+        p(f"FAIL {ex.name}: your code does not compile:")
+        for l in errors:
+            p(l)
+        return False
+
+    def show_hints(hs):
+        if ex.bug:  # find the bug: the exercise's own hints, which guide without naming it
+            hs = ex.bug_hints[:hint_level]
+            if hint_level < len(ex.bug_hints):
+                hs = hs + [f"(a stronger hint: make check E={ex.name} HINT={hint_level + 1})"]
+        for h in dict.fromkeys(hs):  # (each once, in order)
+            p("  hint: " + h)
+
+    passed, rounded = [], []
+    results = {}
+
+    def one(cfg):
+        if cfg.tag not in results:
+            ref = reference_run(ex.stage, cfg)
+            results[cfg.tag] = (ref, run(binary, cfg, f"learner_{tag}"))
+        return results[cfg.tag]
+
+    def failed_here(cfg):
+        """The verdict for cfg, or None when it passes (bits, or rounding where allowed)."""
+        ref, got = one(cfg)
+        if got.get("rc") != 0:
+            what, hint = failure_verdict(got)
+            where = learner_lines(binary, got.get("output", ""), source, source_text)
+            return ("crash", what, hint, where)
+        nf = not_finite(ref, got)
+        if nf:
+            i, what = nf
+            return ("nan", f"step {i + 1}: the {what} is not a number (NaN or infinite), where the real "
+                           f"{ex.stage}'s is {fmt(ref['report']['steps_log'][i]['loss' if what == 'loss' else 'grad_norm'])}",
+                    "a division by zero in a scale, or memory read before it was written (a gradient slice "
+                    "added to, not written, on the first micro-step; a unit used before its gather was waited "
+                    "for)", [])
+        diffs = compare(ref, got, prefetch=ex.stage == "stage3" and "--prefetch 0" not in cfg.extra)
+        if not diffs:
+            return None
+        numeric_only = all(d[0] in ("loss", "norm", "model") for d in diffs)
+        rounding = numeric_only and within_rounding(ref, got, cfg.precision)
+        if rounding and not ex.exact:
+            rounded.append(cfg)
+            return None
+        return ("diff", diffs, rounding, [])
+
+    for cfg in configs_for(ex.stage):
+        v = failed_here(cfg)
+        if v is None:
+            if any(cfg is r for r in rounded):
+                p(f"  ok   {cfg.label}: the same model, another rounding order (within {ROUNDING_UNITS} units "
+                  f"of {cfg.precision} roundoff); the same memory and communication")
+            else:
+                p(f"  ok   {cfg.label}: the same model, memory and communication as the real {ex.stage}")
+            passed.append(cfg)
+            continue
+        # a failure in bf16 or fp16: is it about the precision? The same shape in fp32 says.
+        about_precision = False
+        if cfg.precision != "fp32":
+            twin = cfg.fp32_twin()
+            if any(c.same(twin) for c in passed):
+                about_precision = True
+            else:
+                tv = failed_here(twin)
+                if tv is None:
+                    about_precision = True
+                    passed.append(twin)
+                else:
+                    cfg, v = twin, tv  # the plain arithmetic is wrong already: say that
+        kind = v[0]
+        if kind in ("crash", "nan"):
+            _, what, hint, where = v
+            p(f"FAIL {ex.name} ({cfg.label}): {what}")
+            for n, text in [w for w in where if not w[1].startswith("#")][:3]:
+                p(f"  at line {n} of your {ex.file}: {text}")
+            hs = [hint] if hint else []
+            if about_precision:
+                hs = precision_hints(cfg, [], crashed_msg=what)
+            show_hints(hs)
+            return False
+        _, diffs, rounding, _ = v
+        p(f"FAIL {ex.name} ({cfg.label}), compared with the real {ex.stage}:")
+        for _, msg, _ in diffs[:6]:
+            p("  - " + msg)
+        if len(diffs) > 6:
+            p(f"  - ... and {len(diffs) - 6} more differences")
+        if about_precision:
+            hs = precision_hints(cfg, diffs)
+            if ex.exact and rounding:
+                hs = [f"right in fp32; in {cfg.precision} the sums differ by rounding: add in acc_t<T> (fp32) "
+                      f"and round to T once, at the end (store<T>)"]
+        else:
+            hs = hints(ex, cfg, diffs, passed, rounding)
+        show_hints(hs)
+        return False
+    n_cfg = len(configs_for(ex.stage))
+    what = ("losses, gradient norms, saved model, memory by category, collectives, host<->device traffic"
+            + (", prefetch overlap" if ex.stage == "stage3" else ""))
+    if rounded:
+        exact = [c for c in configs_for(ex.stage) if not any(c is r for r in rounded)]
+        p(f"PASS {ex.name}: the same model as the real {ex.stage}, another rounding order: your arithmetic adds "
+          f"the same numbers in another order, so the results agree within {ROUNDING_UNITS} units of roundoff on "
+          f"{len(rounded)} of {n_cfg} configurations" + (f" and bit for bit on {'; '.join(c.label for c in exact)}"
+                                                       if exact else "")
+          + "; memory, collectives and traffic are the real ones everywhere")
+    else:
+        p(f"PASS {ex.name}: bit for bit the real {ex.stage} on {n_cfg} configurations in fp32, bf16 and fp16 "
+          f"({what})")
+    return True
