@@ -53,15 +53,20 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   exit(code);  // (exit handlers remove any temporary file still being written: atomic_file.h)
 }
 
-void user_error(const char* fmt, ...) {
-  // Every rank checks the same input and reaches the same verdict: rank 0 says it once.
+// This rank's number while MPI is up, else 0 (an error before MPI_Init or after MPI_Finalize).
+static int rank_if_running() {
   int init = 0, fin = 0, rank = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+void user_error(const char* fmt, ...) {
+  // Every rank checks the same input and reaches the same verdict: rank 0 says it once.
   va_list ap;
   va_start(ap, fmt);
-  user_error_v(rank == 0, fmt, ap);
+  user_error_v(rank_if_running() == 0, fmt, ap);
 }
 
 void user_error_this_rank(const char* fmt, ...) {
@@ -71,13 +76,9 @@ void user_error_this_rank(const char* fmt, ...) {
 }
 
 void run_error(const char* fmt, ...) {
-  int init = 0, fin = 0, rank = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   va_list ap;
   va_start(ap, fmt);
-  user_error_v(rank == 0, fmt, ap, 1);
+  user_error_v(rank_if_running() == 0, fmt, ap, 1);
 }
 
 // No exception from a library (oneDNN, the C++ library's streams and allocator, JSON parsing) ever
