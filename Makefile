@@ -156,7 +156,7 @@ test: deps
 	@bash tests/run_all.sh
 
 bench-adam: all
-	@$(BUILD)/bin/bench_adam
+	@bash scripts/bench_adam.sh
 
 # CPU speed: tokens/s and GFLOP/s on two model shapes (1M and 11M parameters), by op, against the BLAS (and PyTorch
 # where it imports)

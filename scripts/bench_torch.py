@@ -1,12 +1,17 @@
 """bench_torch.py — the same GPT training step in PyTorch, on the CPU, for `make bench` to compare.
 
     python scripts/bench_torch.py --layers 6 --dim 384 --heads 6 --seq 256 --batch 4 [--steps 8]
+    python scripts/bench_torch.py --adam 10000000 [--reps 5]   # PyTorch's fused CPU AdamW alone
 
 The model of common/model.h: byte vocabulary (256), learned positions, pre-norm blocks (layernorm,
 causal self-attention, layernorm, MLP with tanh GELU), a final layernorm and the LM head tied to
 the token embedding; cross-entropy, backward, AdamW. fp32 (or bf16 autocast with --precision bf16),
 one process on every core. Prints one line: BENCH tokens_per_s=... ms_per_step=...
-PyTorch is not a dependency of the project: scripts/bench.sh runs this only where torch imports.
+With --adam N: one AdamW step of torch.optim.AdamW(fused=True) on N fp32 parameters, the best of
+--reps, as `make bench-adam` compares it with the host AdamW (scripts/bench_adam.sh): BENCH
+adam_elems_per_s=...
+PyTorch is not a dependency of the project: scripts/bench.sh and bench_adam.sh run this only where
+torch imports.
 """
 import argparse
 import math
@@ -51,14 +56,34 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def bench_adam(n, reps):
+    """Elements per second of PyTorch's fused CPU AdamW, with the hyperparameters bench_adam uses."""
+    g = torch.Generator().manual_seed(0)
+    p = nn.Parameter(0.02 * torch.randn(n, generator=g))
+    p.grad = 0.001 * torch.randn(n, generator=g)
+    opt = torch.optim.AdamW([p], lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+    opt.step()  # first step: the state (m, v) is allocated here, not timed
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        opt.step()
+        best = min(best, time.perf_counter() - t0)
+    print(f"BENCH adam_elems_per_s={n / best:.4e} n={n} torch={torch.__version__} "
+          f"threads={torch.get_num_threads()}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     for name, default in (("layers", 6), ("dim", 384), ("heads", 6), ("seq", 256), ("batch", 4), ("steps", 8)):
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    ap.add_argument("--adam", type=int, default=0, help="time only a fused AdamW step on N parameters")
+    ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
     torch.manual_seed(0)
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
+    if a.adam:
+        return bench_adam(a.adam, a.reps)
     model = GPT(a.layers, a.dim, a.heads, a.seq)
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
