@@ -38,7 +38,7 @@ for s in stage0_ddp stage1 stage2 stage3 offload; do
   [ -x "build/bin/$s" ] && stages+=("$s")
 done
 echo "nanoZeRO tour: ${stages[*]} | $NP ranks | $FLAGS $SCHEDULE"
-echo "stage0_ddp trains $STEPS steps; the ZeRO rungs train its first $COMPARE (COMPARE=$STEPS: all of them)"
+echo "stage0_ddp trains $STEPS steps; the ZeRO rungs train its first $COMPARE (COMPARE=$STEPS make run: all of them)"
 for s in "${stages[@]}"; do rm -f "$out/$s.json" "$out/$s.model"; done  # nothing of an earlier tour is read
 for s in "${stages[@]}"; do
   echo
