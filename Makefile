@@ -216,7 +216,7 @@ gpu-bundle:
 	@$(MAKE) --no-print-directory BUILD=$(BUNDLE_BUILD) NZ_BUNDLE=1 DNNL=0 HOST_ARCH=x86-64-v3 CUDA_ARCH="$(BUNDLE_ARCH)" $(BUNDLE_BINS)
 	@bash scripts/gpu_bundle.sh $(BUNDLE_BUILD) $(BUILD)/gpu-bundle
 
-# ---- 64-bit ARM, from this x86-64 machine: a cross-build and a smoke test under QEMU (README, "64-bit ARM") ----
+# ---- 64-bit ARM, from this x86-64 machine: a cross-build and a smoke test under QEMU (docs/cpus.md, "64-bit ARM") ----
 # Its own builds and the arm64 Debian root it builds against are in build/arm64-check; not part of
 # make test (it takes many minutes more).
 arm64-check:

@@ -1,7 +1,7 @@
 // checkpoint.h — the model file: one self-describing file, written atomically, with a checksum.
 // (The sharded training checkpoint, with optimizer state, is ckpt.h.)
 //
-// Format (little-endian), documented in the README ("Model file"):
+// Format (little-endian), documented in docs/files.md ("Model file"):
 //   bytes 0..7    magic: the ASCII bytes "NZGPTMDL"
 //   uint32        version (2; version 1 files, without the checksum, still load, with a note)
 //   int32 x 5     vocab, ctx, layers, dim, heads

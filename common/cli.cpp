@@ -264,7 +264,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--eval-every", "N", "validation loss every N steps (default 50; 0: only at the end)",
        [&](auto& f, auto& v) { a.eval_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
       {"--eval-windows", "N", "validation windows of --seq tokens (default 32)", pos_int(&a.eval_windows, 1 << 24)},
-      {"--save-model", "PATH", "write the trained model (format: README, 'Model file')",
+      {"--save-model", "PATH", "write the trained model (format: docs/files.md, 'Model file')",
        [&](auto&, auto& v) { a.save_model = v; }},
       {"--device", "D", "auto (default: CUDA if a GPU is visible), cpu, or cuda",
        [&](auto&, auto& v) { a.device = v; }},
@@ -281,7 +281,7 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto&, auto& v) { a.offload_dir = v; }},
       {"--offload-chunk", "N", "offload --offload-to disk: elements streamed through host memory at a time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
-      {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (README 'Checkpoints'; made if missing)",
+      {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
        [&](auto&, auto& v) { a.ckpt_dir = v; }},
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
        [&](auto& f, auto& v) { a.ckpt_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
@@ -298,7 +298,7 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
       {"--activation-checkpointing", "", "keep only each block's input in the forward and recompute the block "
        "in its backward (less activation memory, one more forward)", nullptr},
-      {"--config", "FILE", "a DeepSpeed JSON config (README 'DeepSpeed config files'); flags given here override it",
+      {"--config", "FILE", "a DeepSpeed JSON config (docs/deepspeed_config.md); flags given here override it",
        [&](auto&, auto& v) { a.config = v; }},
       {"--quiet", "", "no per-step lines", nullptr},
   };

@@ -74,7 +74,7 @@ struct Args {
   long offload_chunk = 1 << 20;      // offload disk: elements streamed per chunk
   bool quiet = false;                // no per-step lines (tests)
   bool activation_checkpointing = false;  // keep block inputs only; recompute each block in its backward
-  // checkpoints and fault tolerance (README "Checkpoints")
+  // checkpoints and fault tolerance (docs/checkpoints.md)
   std::string ckpt_dir;  // where checkpoints go (DIR/step-N); none without it
   int ckpt_every = 0;    // a checkpoint every K steps (and one at the end); 0: only at the end
   int ckpt_keep = 2;     // keep the newest M checkpoints

@@ -2,8 +2,8 @@
 //
 // Determinism: every reduction adds the contributions in rank order 0, 1, ..., N-1, for every
 // element, whatever the collective. So all_reduce == reduce_scatter + all_gather bit for bit, and
-// the ZeRO stages compute the same numbers as plain data parallelism (README "Exactly the same
-// model" says exactly when, with gradient accumulation).
+// the ZeRO stages compute the same numbers as plain data parallelism (docs/stages.md, "Exactly the
+// same model", says exactly when, with gradient accumulation).
 //
 // How reduce_scatter does it on MPI: one in-place all-to-all moves every rank's contribution to
 // slice r onto rank r (each rank sends (N-1)/N of the buffer, the same volume as a ring), then

@@ -145,7 +145,7 @@ struct Reader {
         std::string list;
         for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
         fail(key, "unknown or unsupported key, expected " + (where.empty() ? std::string("a top-level key: ") : where + "'s keys: ") +
-                      list + ", or one of DeepSpeed's that change nothing here (README 'DeepSpeed config files'); remove it");
+                      list + ", or one of DeepSpeed's that change nothing here (docs/deepspeed_config.md); remove it");
       }
       const json& v = it.value();
       const Kind kind = ne->second.kind;

@@ -1,7 +1,7 @@
 // ds_config.h — DeepSpeed's configuration file (--config ds_config.json), read as the command line.
 //
-// Each key that applies here becomes the flag it means (a table in ds_config.cpp, README "DeepSpeed
-// config files"), and those flags are applied BEFORE the command line's: a flag given on the
+// Each key that applies here becomes the flag it means (a table in ds_config.cpp,
+// docs/deepspeed_config.md), and those flags are applied BEFORE the command line's: a flag given on the
 // command line overrides the file. A config means what it means to DeepSpeed, as far as this
 // project can do it:
 //   - a key of DeepSpeed's that changes nothing here (a tuning knob such as overlap_comm, a

@@ -1,7 +1,7 @@
 // model.h — the GPT-2 model: config and presets, the flat parameter layout in units, and the
 // forward/backward of one unit at a time (the trainer drives the unit loop).
 //
-// Units, in forward order (README "Units and sharding"):
+// Units, in forward order (docs/stages.md, "Units and sharding"):
 //   unit 0          "embed":  wte (V,C) token embedding, tied to the LM head; wpe (maxT,C)
 //   units 1..L      "block l": ln1 w,b (C) | qkv w (3C,C), b (3C) | attproj w (C,C), b (C) |
 //                             ln2 w,b (C) | fc w (4C,C), b (4C) | fcproj w (C,4C), b (C)

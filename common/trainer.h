@@ -82,7 +82,7 @@ class Trainer {
   // line and exit code 1 once everything else is written (check.h, run_error).
   void finish();
 
-  // Checkpoints (ckpt.h, README "Checkpoints"). The stage registers what it holds — its params
+  // Checkpoints (ckpt.h, docs/checkpoints.md). The stage registers what it holds — its params
   // buffer (all units, or its slices in stage3), with its optimizer (the one it made: optim.h) —
   // once both are initialised; with --resume they are overwritten here from the checkpoint, and
   // the step loop starts at first_step(). end_step() writes a checkpoint when one is due

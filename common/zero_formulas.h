@@ -2,7 +2,7 @@
 // layout (padding included). The trainers print these beside the ledger, the tests assert
 // ledger == formula to the byte, and zero_estimate prints them without allocating anything.
 //
-// Notation (README "The memory ledger"): P = padded parameter count (Ψ plus the zeros that pad each unit to a
+// Notation (docs/memory.md, "The memory ledger"): P = padded parameter count (Ψ plus the zeros that pad each unit to a
 // multiple of N), S = P / N (the elements each rank owns), U = the largest unit (padded),
 // e = bytes per element of the storage type (4 for fp32, 2 for bf16 and fp16).
 #pragma once
@@ -41,7 +41,7 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt);
 // Activation bytes per rank for a micro-batch of B sequences of length T: what the forward saves
 // for the backward, the backward's activation gradients of one block, and the tokens and targets;
 // the same in every stage (ZeRO shards model states, not activations). Written out term by term in
-// zero_formulas.cpp (README "Activations"); the model's allocation (model.h) and the ledger's
+// zero_formulas.cpp (docs/memory.md, "Activations"); the model's allocation (model.h) and the ledger's
 // activations peak equal it to the byte. With checkpointing, only the L block inputs and one
 // block's internals are kept (model.h). With attn = Flash (flash attention in force on the CUDA
 // device, GPT::attention()) each block keeps B*NH*T fp32 log-sums-exp instead of the B*NH*T*T

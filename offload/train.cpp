@@ -1,12 +1,11 @@
 // offload — ZeRO-Offload: stage2 on the device, the optimizer's memory and work on the host.
 //
-// As in stage2, rank r owns slice r of every unit. The device keeps only what forward and backward
-// need: the full params (eP) and the bucket (eU). My gradient slices (eS), an fp32 master of them
-// (4S, in fp32 too: the host cannot update the device's params in place) and Adam's m, v (8S) live
-// in host memory (--offload-to disk: master, m, v in files, offload_store.h). Per micro-step my
-// reduced slice goes down and is accumulated on the host; per step the CPU runs AdamW (HostAdamW,
-// bitwise the device's) and my updated slice goes up before the all-gather: K S down + S up per
-// step with --accum K (the paper's 2S at K = 1). The collectives are stage2's.
+// Idea:  stage2, the optimizer on the host: per micro-step my reduced slice goes down and is
+//        summed there; per step the CPU runs AdamW (HostAdamW, bitwise the device's) and my slice
+//        goes up before the all-gather. --offload-to disk: master, m, v on disk (offload_store.h).
+// Holds: device: params eP, bucket eU; host: grads eS, master 4S (in fp32 too), Adam m + v 8S.
+// Sends: per step: stage2's collectives, plus K·S elements down and S up (2S at K = 1).
+// Docs:  README.md (the ladder); docs/stages.md (units, slices, the contract); docs/memory.md.
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend

@@ -10,7 +10,7 @@
     make exercise-key [E=NAME]    for instructors: the answer to a find-the-bug exercise
 
 Because the regions are cut from the files the tests check, an exercise can never drift from the
-code. The grader (scripts/exercise_grader.py) is the project's own equality contract (README
+code. The grader (scripts/exercise_grader.py) is the project's own equality contract (docs/stages.md,
 "Exactly the same model"), in every precision the lesson uses: the learner's trainer must train the
 same model as the real one, hold the same bytes in every memory category, send the same elements in
 the same collectives and move the same bytes between host and device, on several world sizes,

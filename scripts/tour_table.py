@@ -68,7 +68,7 @@ def main(args):
         ("host<->dev", lambda r: f"{(r['steps_log'][-1]['to_host_elems'] + r['steps_log'][-1]['to_device_elems']) / 1e6:.3f}M"),
     ]:
         print(f"{label:14}" + "".join(f"{fn(r):>{w}}" for r in reps))
-    # The equality contract (README "Exactly the same model"): with accum 1 every stage is bit for
+    # The equality contract (docs/stages.md, "Exactly the same model"): with accum 1 every stage is bit for
     # bit the same; with accum K > 1 stage0_ddp and stage1 sum micro-steps locally and the others
     # reduce every micro-step, so each group is bit for bit the same and the groups differ in the
     # last bits (summation order).

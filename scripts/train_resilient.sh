@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # train_resilient.sh — run a training job, and when it fails, relaunch it from its newest valid
-# checkpoint (README "Checkpoints").
+# checkpoint (docs/checkpoints.md).
 #
 #   scripts/train_resilient.sh [--restarts R] -- mpirun -np N build/bin/<stage> ... --ckpt-dir DIR ...
 #

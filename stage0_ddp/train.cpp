@@ -1,17 +1,11 @@
 // stage0_ddp — plain data parallelism, the baseline every ZeRO stage is diffed against.
 //
-// Every rank holds the full parameters, the full gradients and the full optimizer state. Each
-// rank runs forward and backward on its own micro-batches and adds each unit's gradient into its
-// full gradient buffer, with no communication: with --accum K the gradient is summed locally over
-// the K micro-steps. Only the last micro-step's backward synchronises: as soon as a unit's
-// gradient is complete, it is all-reduced in place (summed over ranks, in rank order) and
-// averaged. Then every rank applies the same AdamW update to the same numbers, so the replicas
-// stay identical without ever sending a parameter. (This is PyTorch DDP's no_sync: communicate
-// once per optimizer step, never per micro-step.)
-//
-// Per rank, Ψ parameters (P with padding): params eP, grads eP (+ one unit's eU on its way in),
-// Adam m + v 8P (+ master 4P in bf16, fp16): 16 bytes per parameter, N times over: the redundancy
-// ZeRO removes. Communication per step: one all-reduce of P elements, 2(N-1)P/N sent per rank.
+// Idea:  a full replica per rank. The gradient is summed locally over the K micro-steps; the last
+//        one's backward all-reduces each complete unit (rank order) and averages; every rank then
+//        applies the same AdamW to the same numbers, so replicas stay equal (PyTorch's no_sync).
+// Holds: params eP, grads eP + eU, Adam m + v 8P (+ master 4P): 16 B/param, N times over.
+// Sends: per step, at any K: one all-reduce, 2(N-1)P/N elements per rank.
+// Docs:  README.md (the ladder); docs/stages.md (units, slices, the contract); docs/memory.md.
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend

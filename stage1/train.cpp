@@ -1,17 +1,11 @@
 // stage1 — ZeRO stage 1 (P_os): shard the optimizer states.
 //
-// Each unit is padded to a multiple of N and rank r owns slice r of every unit. Only the owned
-// slices get Adam moments (and, in bf16, an fp32 master copy). As in stage0, each rank adds each
-// unit's gradient into its full gradient buffer, with no communication, over the K micro-steps;
-// only the last micro-step's backward synchronises. But instead of an all-reduce, the complete
-// gradient of a unit is reduce-scattered: rank r receives the sum over ranks of slice r only, the
-// slice it owns. AdamW updates only the owned slice; an all-gather then brings every rank the
-// others' updated slices.
-//
-// The gradient buffer is still full-size, because the local accumulation over micro-steps needs
-// all of it; after the reduce-scatter only the owned slice is read. Communication per step:
-// reduce-scatter + all-gather move the same elements as stage0's all-reduce, 2(N-1)P/N per rank.
-// Per rank: params eP, grads eP (+ one unit's eU on its way in), Adam 8S (+ master 4S).
+// Idea:  rank r owns slice r of every unit and keeps Adam (and the master) for it only. The
+//        gradient is summed locally as in stage0; the last micro-step reduce-scatters each unit to
+//        the slice owners; AdamW updates my slice; an all-gather brings the others' slices.
+// Holds: params eP, grads eP + eU, Adam m + v 8S (+ master 4S): the gradient stays full.
+// Sends: per step, at any K: reduce-scatter + all-gather, 2(N-1)P/N elements per rank.
+// Docs:  README.md (the ladder); docs/stages.md (units, slices, the contract); docs/memory.md.
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend

@@ -1,14 +1,11 @@
 // stage2 — ZeRO stage 2 (P_os+g): shard the gradients too.
 //
-// As in stage1, rank r owns slice r of every unit and keeps optimizer state only for it. Now the
-// gradient is sharded as well: the full-size gradient of a unit exists only in one reusable
-// bucket, for the moment between its backward and its reduce-scatter. Each rank keeps just its
-// owned slice. The price: a rank can no longer sum its full gradient locally over micro-steps, so
-// with --accum K every micro-step reduce-scatters each unit and adds the received slice into the
-// owned slice (a stage 2 that overwrote it would silently train on the last micro-batch only).
-//
-// Communication per step: K reduce-scatters + one all-gather, (K+1)(N-1)P/N per rank, where stage1
-// sends 2(N-1)P/N at any K. Per rank: params eP, grads eS + one bucket eU, Adam 8S (+ master 4S).
+// Idea:  a unit's full gradient exists only in one reused bucket until its reduce-scatter; I keep
+//        my slice, so every micro-step reduce-scatters each unit and adds the slice into mine
+//        (a stage 2 that overwrote it would silently train on the last micro-batch only).
+// Holds: params eP, grads eS + one bucket eU, Adam m + v 8S (+ master 4S).
+// Sends: per step: K reduce-scatters + one all-gather, (K+1)(N-1)P/N elements per rank.
+// Docs:  README.md (the ladder); docs/stages.md (units, slices, the contract); docs/memory.md.
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend

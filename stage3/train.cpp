@@ -1,17 +1,12 @@
 // stage3 — ZeRO stage 3 (P_os+g+p): shard the parameters too.
 //
-// As in stage2, rank r owns slice r of every unit; now it stores only that slice of the parameters
-// too. A unit's full parameters exist only while it runs: all-gathered into a fresh buffer just
-// before, released just after, and gathered again for its backward. The tied embedding is gathered
-// for the input and again for the LM head; its own backward needs no parameters. With --prefetch 1
-// the next unit's all-gather starts before the current unit computes, so the two can overlap: at
-// most two units are alive at once. Gather order per micro-step: embed, blocks 1..L, lnf, embed
-// (LM head), lnf, blocks L..1.
-//
-// Communication per micro-step: 2P elements gathered, P reduce-scattered: 3(N-1)S sent per rank,
-// 3K(N-1)S per step with --accum K (stage2: (K+1)(N-1)S). Per rank: params eS, grads eS + one
-// bucket eU, Adam 8S (+ master 4S), plus the gathered units (zero_formulas.cpp, Z3: the largest
-// two neighbours in the gather order).
+// Idea:  my slice of the parameters only: a unit is all-gathered just before it runs, released
+//        after, gathered again for its backward (the tied embedding also for the LM head); with
+//        --prefetch 1 the next gather starts before this unit computes. Gathers per micro-step:
+//        embed, blocks 1..L, lnf, embed (LM head), lnf, blocks L..1.
+// Holds: params eS, grads eS + one bucket eU, Adam m + v 8S (+ master 4S), ≤ 2 gathered units.
+// Sends: per micro-step 2P gathered + P reduce-scattered: 3K(N-1)S elements per rank per step.
+// Docs:  README.md (the ladder); docs/stages.md (units, slices, the contract); docs/memory.md.
 #include <cmath>      // std::sqrt
 
 #include "ops.h"      // kernels on the run's backend

@@ -98,7 +98,7 @@ if [ "$(ls "$tmp/ckd")" = c.txt ]; then echo "NZRESULT PASS cli.refused_ckpt_dir
 else echo "NZRESULT FAIL cli.refused_ckpt_dir_untouched ($(ls "$tmp/ckd"))"; fi
 
 # ---- the model file: a checksum, and a header checked before anything is allocated ----
-# (layout: README "Model file": magic 8, version 4, five int32 at 12..31, the count at 32..39)
+# (layout: docs/files.md, "Model file": magic 8, version 4, five int32 at 12..31, the count at 32..39)
 patch() {  # file, offset, python expression for the bytes
   python3 -c "import sys,struct; f=open(sys.argv[1],'r+b'); f.seek(int(sys.argv[2])); f.write($3); f.close()" "$1" "$2"
 }

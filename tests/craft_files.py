@@ -5,7 +5,7 @@ readers must then refuse on their own (tests/fault_check.sh, tests/cli_check.sh)
 
   craft_files.py manifest DIR KEY VALUE      set MANIFEST line "KEY ..." to "KEY VALUE"
   craft_files.py nan_shard DIR RANK [INDEX]  parameter INDEX (default 0) of rank-RANK.shard := NaN
-  craft_files.py nan_model FILE INDEX        weight INDEX of a model file := NaN (format: README)
+  craft_files.py nan_model FILE INDEX        weight INDEX of a model file := NaN (format: docs/files.md)
 """
 import struct
 import sys

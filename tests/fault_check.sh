@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fault tolerance (README "Checkpoints"), each against an uninterrupted run of the same job:
+# Fault tolerance (docs/checkpoints.md), each against an uninterrupted run of the same job:
 #   - kill -9 one rank mid-run under scripts/train_resilient.sh: the relaunched job ends with the
 #     same model file, byte for byte;
 #   - a checkpoint with a flipped byte, a truncated shard or no MANIFEST is detected, named, and

@@ -122,7 +122,7 @@ inline double max_abs_diff(const std::vector<double>& a, const std::vector<doubl
   return m;
 }
 
-// The parameters stored in a model file (fp32, layout order; README "Model file": a 40-byte
+// The parameters stored in a model file (fp32, layout order; docs/files.md, "Model file": a 40-byte
 // header whose last field is the count Ψ, then Ψ floats, then the checksum).
 inline std::vector<float> model_params(const std::string& path) {
   std::string raw = read_file(path);
@@ -181,7 +181,7 @@ inline Verdict compare_runs(const RunResult& ref, const RunResult& x) {
   return v;
 }
 
-// ---- the equality contract between the stages (README "Exactly the same model") ----
+// ---- the equality contract between the stages (docs/stages.md, "Exactly the same model") ----
 //
 // Two ways of averaging a gradient over N ranks and K micro-steps:
 //   "local"   (stage0_ddp, stage1): each rank sums its K micro-step gradients x_rk itself, then

@@ -103,7 +103,7 @@ check int8_embedding_kept_params_bytes "$(stat params_stored "$tmp/e.txt")" $((E
 # ---- int8's loss change on the shipped corpus, for a briefly trained small model ----
 # Every weight moves by at most half its block's scale, 1/254 of the block's largest |w|: a
 # relative change below 0.4% per weight. The validation loss must move by less than 0.01 nats/byte
-# (the tour's trained model moves by 5e-4: README "Inference"); a broken scale or block moves it by
+# (the tour's trained model moves by 5e-4: docs/inference.md); a broken scale or block moves it by
 # whole nats.
 mpirun -np 1 build/bin/stage0_ddp --preset small --batch 4 --seq 64 --lr 3e-3 --warmup 4 --steps 12 --quiet \
   --eval-windows 2 --save-model "$tmp/small.model" >/dev/null 2>&1

@@ -10,7 +10,7 @@
 //     runs it (stage0_ddp and stage3 in all four combinations; stage1, stage2 and offload in fp32
 //     on 3 ranks and bf16 on 1): with --activation-checkpointing every step's loss and grad norm
 //     and the saved model are the bits of the run without it (stage0_ddp's: at accum 1 every stage
-//     trains the same bits as stage0_ddp, README "Exactly the same model", so one run without the
+//     trains the same bits as stage0_ddp, docs/stages.md, "Exactly the same model", so one run without the
 //     flag per precision and N serves every stage; stage3's own run without it is compared too, in
 //     fp32 on 3 ranks, comm ledger and all);
 //     each rank's activations peak is the formula (with and without), every other category's peak

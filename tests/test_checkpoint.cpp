@@ -1,11 +1,11 @@
-// test_checkpoint.cpp — sharded checkpoints (README "Checkpoints"), tested against independent
+// test_checkpoint.cpp — sharded checkpoints (docs/checkpoints.md), tested against independent
 // truth: an uninterrupted run, the memory ledger, the published CRC-32C check values.
 //   - CRC-32C: the check value of "123456789" and RFC 3720's test vectors;
 //   - resume: a run stopped at step K and resumed with the same --steps ends with the same model
 //     file, byte for byte, and the same losses for steps K+1.., for every stage, N = 1..4, with
 //     accumulation, in fp32 and bf16, offload on both tiers;
 //   - size: each shard holds exactly the ledger's params + master + Adam m, v of its rank (plus
-//     the header the README documents), and that is the formula's;
+//     the header docs/checkpoints.md documents), and that is the formula's;
 //   - a checkpoint of another model or precision: one line, exit 2;
 //   - reshard: a stage1 checkpoint of 4 ranks resumed by stage3 and by stage0_ddp on 3 ranks
 //     (accum 1) gives the same model, bit for bit;
@@ -144,7 +144,7 @@ TEST(Checkpoint, CheckpointingDoesNotChangeTheRun) {
   EXPECT_TRUE(compare_runs(plain, ck.run).identical()) << compare_runs(plain, ck.run).str();
 }
 
-// Each rank's shard = the README's header + exactly what the ledger says the rank holds of params,
+// Each rank's shard = the header of docs/checkpoints.md + exactly what the ledger says the rank holds of params,
 // master and Adam m, v (summed over device, host and disk), which is also the formula's.
 TEST(Checkpoint, ShardBytesEqualTheLedgersModelState) {
   for (const char* stage : kStages)

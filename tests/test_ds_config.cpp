@@ -195,7 +195,7 @@ TEST(DsConfig, BadConfigsAreOneLineExit2) {
 
 namespace {
 
-// DeepSpeed's keys that change nothing in these trainers (README "DeepSpeed config files"): each
+// DeepSpeed's keys that change nothing in these trainers (docs/deepspeed_config.md): each
 // must be accepted with exactly one note line naming it. A section listed here is noted whole.
 const std::set<std::string> kNoEffect = {
     "steps_per_print", "wall_clock_breakdown", "memory_breakdown", "zero_allow_untested_optimizer", "aio",

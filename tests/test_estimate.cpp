@@ -64,7 +64,7 @@ TEST(Estimate, PrintsThePaperTable) {
   EXPECT_EQ(rows, 6);  // N = 1, 4, 16, 64, 256, 1024
 }
 
-// GPT-2's shape: the layout counted by hand (units padded to N), then the README ledger table of bytes
+// GPT-2's shape: the layout counted by hand (units padded to N), then the ledger table (docs/memory.md) of bytes
 // per parameter per stage, and the elements each rank sends per optimizer step of K micro-steps:
 // stages 0 and 1 accumulate the full gradient locally and reduce it once, 2(N-1)S whatever K;
 // stage2 and offload reduce-scatter every micro-step and all-gather once, (K+1)(N-1)S; stage3

@@ -1,5 +1,5 @@
 // test_zero12.cpp — ZeRO stages 1 and 2 against plain data parallelism, run under mpirun as a
-// learner runs them. What must hold (README "Exactly the same model"; harness.h, the contract):
+// learner runs them. What must hold (docs/stages.md, "Exactly the same model"; harness.h, the contract):
 //   - stage1: every step's loss and grad norm, and the saved model, are bit for bit stage0_ddp's,
 //     for N = 1..4 ranks (3 pads the units), with and without accumulation, clipping active;
 //   - stage2: the same at accum 1; at accum K > 1 it sums in the other order (reduce every

@@ -1,4 +1,4 @@
-// consolidate — merge a sharded checkpoint into one model file (README "Checkpoints").
+// consolidate — merge a sharded checkpoint into one model file (docs/checkpoints.md).
 //
 //   build/bin/consolidate --ckpt DIR --out model.bin [--with-optimizer]
 //
@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       printf("usage: consolidate --ckpt DIR --out model.bin [--with-optimizer]\n"
              "  --ckpt            a checkpoint (DIR/step-N), or a --ckpt-dir: its newest valid checkpoint\n"
-             "  --out             the model file to write (format: README, 'Model file')\n"
+             "  --out             the model file to write (format: docs/files.md, 'Model file')\n"
              "  --with-optimizer  also OUT.adam_m, OUT.adam_v (and OUT.master in bf16), in the same format\n");
       return 0;
     }
