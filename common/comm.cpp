@@ -9,9 +9,9 @@
 #include <ctime>
 #include <vector>
 
-#include "check.h"           // NZ_CHECK
-#include "cuda/comm_nccl.h"  // nz::nccl
-#include "device.h"          // current_device, copy_bytes
+#include "runtime/check.h"           // NZ_CHECK
+#include "kernels/cuda/comm_nccl.h"  // nz::nccl
+#include "runtime/device.h"          // current_device, copy_bytes
 
 namespace nz {
 

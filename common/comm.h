@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "comm_stats.h"  // CommStats, the comm ledger
-#include "dtype.h"
+#include "kernels/dtype.h"
 #include "ledger.h"  // Buffer (the pinned staging copy of the MPI path on GPUs)
 
 namespace nz {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "device.h"  // Location, raw_alloc
+#include "runtime/device.h"  // Location, raw_alloc
 
 namespace nz {
 

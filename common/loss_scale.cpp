@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "check.h"  // user_error
+#include "runtime/check.h"  // user_error
 
 namespace nz {
 

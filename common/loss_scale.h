@@ -18,12 +18,12 @@
 // steps the LR scheduler only when the optimizer really stepped): the update count, not the step
 // index, is the schedule's and Adam's clock.
 #pragma once
-#include "cli.h"
+#include "runtime/cli.h"
 #include "comm.h"
 
 namespace nz {
 
-// Everything the scaler remembers: a checkpoint stores it (ckpt.h), so a resumed fp16 run goes on
+// Everything the scaler remembers: a checkpoint stores it (checkpoint.h), so a resumed fp16 run goes on
 // with the same scale, the same hysteresis and the same count of skipped steps.
 struct LossScaleState {
   float scale = 1;

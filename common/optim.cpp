@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "check.h"
-#include "cpu_adam.h"       // the fast host AdamW (offload)
-#include "offload_store.h"  // DiskState (offload to disk)
-#include "ops.h"
-#include "watchdog.h"       // heartbeat: an optimizer unit (or a disk chunk of one) is done
+#include "runtime/check.h"
+#include "kernels/cpu_adam.h"       // the fast host AdamW (offload)
+#include "offload/offload_store.h"  // DiskState (offload to disk)
+#include "kernels/ops.h"
+#include "runtime/watchdog.h"       // heartbeat: an optimizer unit (or a disk chunk of one) is done
 
 namespace nz {
 

@@ -3,7 +3,7 @@
 #include <memory>
 #include <vector>
 
-#include "cli.h"
+#include "runtime/cli.h"
 #include "ledger.h"
 #include "model.h"
 
@@ -46,7 +46,7 @@ double sq_sum_of_shard(const Layout& L, DType dt, const void* shard_grads, Locat
 std::vector<Slice> whole_units(const Layout& L);           // stage0: everything
 std::vector<Slice> owned_shards(const Layout& L, int rank); // stages 1-3: slice `rank` of each unit
 
-// What a checkpoint (ckpt.h) needs from an optimizer: the slices it owns, where each unit's slice
+// What a checkpoint (checkpoint.h) needs from an optimizer: the slices it owns, where each unit's slice
 // starts in the packed state, and a way to copy each of its fp32 arrays (the master copy, m, v)
 // to and from host memory, wherever it lives (device, host, disk).
 enum class OptArray { Master, M, V };

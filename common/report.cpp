@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <sstream>
 
-#include "atomic_file.h"    // AtomicFile: the report written whole or not at all
-#include "device.h"         // current_device, cuda_rt
-#include "json.h"           // JsonWriter
-#include "mfu.h"            // flops_per_token, peak_flops, mfu
+#include "io/atomic_file.h"    // AtomicFile: the report written whole or not at all
+#include "runtime/device.h"         // current_device, cuda_rt
+#include "runtime/json.h"           // JsonWriter
+#include "runtime/mfu.h"            // flops_per_token, peak_flops, mfu
 #include "trainer.h"        // Trainer, whose report members this file defines
 #include "zero_formulas.h"  // expected_state_bytes, activation_bytes, expected_*_elems
 

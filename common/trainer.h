@@ -5,7 +5,7 @@
 //
 // Defined in two files: trainer.cpp (set-up, step bookkeeping, validation, finish) and report.cpp
 // (what the run reports at the end: the summary, the per-rank memory table, the JSON report).
-// The model file is written by checkpoint.h, MFU computed by mfu.h.
+// The model file is written by model_file.h, MFU computed by mfu.h.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "check.h"  // NZ_CHECK (elem_ptr)
-#include "cli.h"
+#include "runtime/check.h"  // NZ_CHECK (elem_ptr)
+#include "runtime/cli.h"
 #include "comm.h"
-#include "data.h"
+#include "runtime/data.h"
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"
@@ -82,7 +82,7 @@ class Trainer {
   // line and exit code 1 once everything else is written (check.h, run_error).
   void finish();
 
-  // Checkpoints (ckpt.h, README "Checkpoints"). The stage registers what it holds — its params
+  // Checkpoints (checkpoint.h, README "Checkpoints"). The stage registers what it holds — its params
   // buffer (all units, or its slices in stage3), with its optimizer (the one it made: optim.h) —
   // once both are initialised; with --resume they are overwritten here from the checkpoint, and
   // the step loop starts at first_step(). end_step() writes a checkpoint when one is due
@@ -123,11 +123,11 @@ class Trainer {
   std::vector<std::pair<int, double>> evals_;
   std::vector<double> peak_device_mb_;  // per rank, at the last step
   // checkpoints
-  struct HeldState held_state();  // what checkpoint_state registered (ckpt.h)
+  struct HeldState held_state();  // what checkpoint_state registered (checkpoint.h)
   Buffer* held_params_ = nullptr;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)
-  uint64_t run_id_ = 0;      // ckpt.h: claim_checkpoint_dir
+  uint64_t run_id_ = 0;      // checkpoint.h: claim_checkpoint_dir
   int ckpts_written_ = 0, ckpts_failed_ = 0;
   int first_step_ = 0;
   double verify_ms_ = 0;   // finding and verifying the checkpoint to resume from

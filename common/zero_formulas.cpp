@@ -3,7 +3,7 @@
 
 #include <algorithm>  // std::max
 
-#include "check.h"
+#include "runtime/check.h"
 
 namespace nz {
 

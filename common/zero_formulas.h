@@ -9,9 +9,10 @@
 #include <cstdint>
 #include <string>
 
-#include "dtype.h"
+#include "kernels/dtype.h"
 #include "ledger.h"
-#include "model.h"
+#include "kernels/kernels.h"  // Attention
+#include "layout.h"
 
 namespace nz {
 

@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
+#include "runtime/check.h"
 #include "comm.h"
 #include "ledger.h"
 #include "model.h"
-#include "quant.h"
+#include "inference/quant.h"
 
 namespace nz {
 

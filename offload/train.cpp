@@ -9,7 +9,7 @@
 // step with --accum K (the paper's 2S at K = 1). The collectives are stage2's.
 #include <cmath>      // std::sqrt
 
-#include "ops.h"      // kernels on the run's backend
+#include "kernels/ops.h"  // kernels on the run's backend
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     host_adam.init_master(u, outbox(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
   run.checkpoint_state(params);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {

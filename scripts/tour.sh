@@ -11,7 +11,7 @@ STEPS=${STEPS:-450}
 # (AVX512-BF16, AMX): its products run about 1.5x faster than fp32's (make bench). Elsewhere (most
 # laptops: AVX2 without AVX-512, ARM) a bf16 product is widened to fp32 first, fp32's work plus the
 # widening, so the tour trains in fp32. The trainers decide the path once per process
-# (common/gemm_bf16.h) and say it in their header: one tiny bf16 step asks them.
+# (common/kernels/gemm_bf16.h) and say it in their header: one tiny bf16 step asks them.
 if [ -z "${PRECISION:-}" ]; then
   said=$(mpirun -np 1 build/bin/stage0_ddp --preset tiny --seq 16 --batch 1 --steps 1 --eval-windows 1 \
            --precision bf16 --quiet 2>&1 | grep -m1 '^bf16 products:' || true)

@@ -14,7 +14,7 @@
 // ZeRO removes. Communication per step: one all-reduce of P elements, 2(N-1)P/N sent per rank.
 #include <cmath>      // std::sqrt
 
-#include "ops.h"      // kernels on the run's backend
+#include "kernels/ops.h"  // kernels on the run's backend
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     adam.init_master(u, P(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
   run.checkpoint_state(params);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {

@@ -11,7 +11,7 @@
 // sends 2(N-1)P/N at any K. Per rank: params eP, grads eS + one bucket eU, Adam 8S (+ master 4S).
 #include <cmath>      // std::sqrt
 
-#include "ops.h"      // kernels on the run's backend
+#include "kernels/ops.h"  // kernels on the run's backend
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     adam.init_master(u, my_P(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
   run.checkpoint_state(params);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {

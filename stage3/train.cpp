@@ -14,7 +14,7 @@
 // two neighbours in the gather order).
 #include <cmath>      // std::sqrt
 
-#include "ops.h"      // kernels on the run's backend
+#include "kernels/ops.h"  // kernels on the run's backend
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   auto release_unit = [&](int u) { gathered[u].release(); };  // release: only my slice stays
   // end exercise: stage3_gather_release
   run.unit_access = UnitAccess{gather_unit, release_unit};  // validation, model file: unit by unit
-  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
+  // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
   run.checkpoint_state(params);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {

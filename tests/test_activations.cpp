@@ -25,9 +25,9 @@
 
 #include "harness.h"
 #include "ledger.h"
-#include "mfu.h"            // recompute_flops_per_token
+#include "runtime/mfu.h"            // recompute_flops_per_token
 #include "model.h"
-#include "rng.h"
+#include "runtime/rng.h"
 #include "zero_formulas.h"  // expected_activation_bytes, expected_comm_elems
 
 using namespace nz;

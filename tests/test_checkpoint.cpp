@@ -20,8 +20,8 @@
 
 #include <map>
 
-#include "../common/atomic_file.h"
-#include "../common/crc32c.h"
+#include "io/atomic_file.h"
+#include "io/crc32c.h"
 #include "harness.h"
 
 using namespace nzt;

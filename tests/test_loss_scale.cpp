@@ -55,7 +55,7 @@ float lr_at(float lr, int warmup, int steps, int t) {
   return min_lr + 0.5f * (lr - min_lr) * (1.0f + std::cos(float(M_PI) * progress));
 }
 
-// One shard file, split as ckpt.h describes it: header, params, then fp32 master, m, v of the
+// One shard file, split as checkpoint.h describes it: header, params, then fp32 master, m, v of the
 // owned slices (the optimizer ranges of the header, summed).
 struct Shard {
   std::string bytes;

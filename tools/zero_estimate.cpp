@@ -29,13 +29,13 @@
 #include <string>
 #include <vector>
 
-#include "check.h"          // user_error
-#include "cli.h"            // fmt_bytes
-#include "cuda/flash_attention.h"  // cuda::flash_attention_fits: the head sizes flash attention takes
-#include "json.h"           // JsonWriter
+#include "runtime/check.h"          // user_error
+#include "runtime/cli.h"            // fmt_bytes
+#include "kernels/cuda/flash_attention.h"  // cuda::flash_attention_fits: the head sizes flash attention takes
+#include "runtime/json.h"           // JsonWriter
 #include "model.h"          // presets, make_layout, activation_bytes
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
-#include "zero_quiz.h"      // make_quiz, check_quiz
+#include "tools/zero_quiz.h"      // make_quiz, check_quiz
 
 using namespace nz;
 

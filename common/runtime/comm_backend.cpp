@@ -1,0 +1,110 @@
+// comm_backend.cpp — which transport carries the collectives of comm.cpp: MPI start-up and the
+// node-local ranks, which ranks share a GPU, NCCL (one GPU per rank) or MPI through a pinned
+// host staging buffer (ranks sharing a GPU), and the NCCL stubs of a build without CUDA.
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "runtime/check.h"           // user_error, fatal
+#include "comm.h"
+#include "kernels/cuda/comm_nccl.h"  // nz::nccl (stubs below in a build without CUDA)
+#include "runtime/device.h"          // current_device
+#include "ledger.h"          // Buffer, for the staging copy
+
+namespace nz {
+
+Comm::Comm(int* argc, char*** argv) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) MPI_Init(argc, argv);
+  Ledger::get();  // exists before this Comm, so it outlives the staging buffer
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm node;  // the ranks on this machine: picks the GPU and the threads per rank
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
+  oversubscribed_ = local_size_ > int(std::thread::hardware_concurrency());
+}
+
+Comm::~Comm() {
+  staging_.release();
+  if (nccl_) nccl::finalize();
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (gpu_comm_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&gpu_comm_);
+  if (!fin) MPI_Finalize();
+}
+
+void Comm::use_device_backend() {
+  if (current_device() != Device::CUDA) return;
+  // Which ranks on this machine share my GPU? Compare the GPUs' bus ids rather than trusting
+  // local_rank % GPUs: a scheduler that gives each rank its own CUDA_VISIBLE_DEVICES shows every
+  // rank "GPU 0", and yet no two share one.
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  char mine[nccl::kBusIdBytes] = {};
+  nccl::gpu_bus_id(mine);
+  std::vector<char> ids(size_t(local_size_) * sizeof mine);
+  MPI_Allgather(mine, int(sizeof mine), MPI_CHAR, ids.data(), int(sizeof mine), MPI_CHAR, node);
+  int first = local_rank_;  // the lowest local rank on my GPU
+  for (int r = local_size_ - 1; r >= 0; r--)
+    if (memcmp(&ids[size_t(r) * sizeof mine], mine, sizeof mine) == 0) first = r;
+  MPI_Comm_split(node, first, rank_, &gpu_comm_);  // the ranks on my GPU
+  MPI_Comm_free(&node);
+  MPI_Comm_size(gpu_comm_, &ranks_on_my_gpu_);
+  int first_on_gpu = first == local_rank_, own_gpu = ranks_on_my_gpu_ == 1, all_own = 0;
+  MPI_Allreduce(&first_on_gpu, &gpus_in_use_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&own_gpu, &all_own, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const char* force = getenv("NZ_COMM");
+  if (force && *force && strcmp(force, "mpi") != 0)
+    user_error("NZ_COMM=%s: unknown collectives backend; valid: mpi (forces the MPI path on GPUs), "
+               "or leave it unset", force);
+  // NCCL needs one GPU per rank (it refuses two ranks on one GPU); sharing ranks take the MPI path.
+  nccl_ = all_own && nccl::compiled() && !(force && *force);
+  if (!nccl_) return;
+  char id[nccl::kUniqueIdBytes] = {};
+  if (rank_ == 0) nccl::unique_id(id);
+  MPI_Bcast(id, int(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD);  // NCCL is bootstrapped over MPI
+  nccl::init(id, size_, rank_);
+}
+
+double Comm::sum_on_my_gpu(double x) {
+  if (gpu_comm_ == MPI_COMM_NULL) return x;
+  double sum = 0;
+  MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, gpu_comm_);
+  return sum;
+}
+
+// ---- staging: MPI works on host memory; on the CUDA backend without NCCL (ranks sharing a GPU)
+// device data is copied through one host buffer, pinned (raw_alloc on CUDA), grown to the largest
+// unit. Tracked in the ledger as host scratch, not model state. cudaMemcpy to and from pinned
+// memory returns only when the copy is done, so the buffer is free again when a call returns. ----
+void* Comm::staging(size_t bytes) {
+  if (staging_.bytes() < bytes) {
+    staging_.release();  // the old one first: never both at once
+    staging_ = Buffer(Category::Scratch, Location::Host, bytes, "mpi staging (pinned)");
+  }
+  return staging_.data();
+}
+
+#ifndef NZ_HAVE_CUDA
+// ---- stubs: a build without CUDA never chooses NCCL ----
+namespace nccl {
+[[noreturn]] static void no_nccl() { fatal(__FILE__, __LINE__, "NCCL backend not compiled in"); }
+bool compiled() { return false; }
+void gpu_bus_id(char*) { no_nccl(); }
+void unique_id(char*) { no_nccl(); }
+void init(const char*, int, int) { no_nccl(); }
+void finalize() {}
+void reduce_scatter(const void*, void*, size_t, DType) { no_nccl(); }
+void all_gather(const void*, void*, size_t, DType) { no_nccl(); }
+void all_reduce(void*, size_t, DType) { no_nccl(); }
+void wait_joined() {}
+void join() {}
+}  // namespace nccl
+#endif
+
+}  // namespace nz
