@@ -18,7 +18,6 @@
 // steps the LR scheduler only when the optimizer really stepped): the update count, not the step
 // index, is the schedule's and Adam's clock.
 #pragma once
-#include "runtime/cli.h"
 #include "comm.h"
 
 namespace nz {
@@ -31,9 +30,20 @@ struct LossScaleState {
   int hysteresis_left = 0, skipped = 0;
 };
 
+// The scaler's settings (the trainer fills them from --precision and the --loss-scale* flags),
+// DeepSpeed's defaults.
+struct LossScaleConfig {
+  bool enabled = false;   // fp16 only; otherwise the scale is 1 and nothing is exchanged
+  float initial = 65536;  // the initial scale, 2^16
+  int window = 1000;      // clean steps in a row before the scale doubles; 0: a static scale
+  int hysteresis = 2;     // overflows tolerated before the scale is lowered
+  float backoff = 0.5f;   // the scale is multiplied by this on a (hysteresis-th) overflow
+  float min = 1;          // it never goes below this
+};
+
 class LossScaler {
  public:
-  explicit LossScaler(const Args& args);
+  explicit LossScaler(const LossScaleConfig& cfg);
   bool enabled() const { return enabled_; }
   float scale() const { return scale_; }  // 1 when disabled
   int skipped() const { return skipped_; }

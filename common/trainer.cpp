@@ -70,10 +70,45 @@ void check_model_fits(const Args& args, Stage stage, const Comm& comm) {
   exit(2);
 }
 
+// ---- the command line into the core's config structs: the one place the core meets Args ----
+
+LossScaleConfig loss_scale_config(const Args& a) {
+  return {a.dtype == DType::F16, a.loss_scale, a.loss_scale_window, a.loss_scale_hysteresis,
+          a.loss_scale_backoff, a.loss_scale_min};
+}
+
+ScheduleConfig schedule_config(const Args& a) {
+  return {a.lr, a.warmup, a.steps, a.lr_schedule, a.warmup_min_lr, a.warmup_type, a.lr_total_steps};
+}
+
+CheckpointConfig checkpoint_config(const Args& a) {
+  CheckpointConfig c;
+  c.ckpt_dir = a.ckpt_dir;
+  c.ckpt_keep = a.ckpt_keep;
+  c.ckpt_overwrite = a.ckpt_overwrite;
+  c.resume = a.resume;
+  c.resume_changed = a.resume_changed;
+  c.cfg = a.cfg;
+  c.precision = a.precision;
+  c.seed = a.seed;
+  c.lr = a.lr, c.weight_decay = a.weight_decay, c.clip = a.clip;
+  c.warmup = a.warmup, c.steps = a.steps, c.batch = a.batch, c.seq = a.seq, c.accum = a.accum;
+  c.schedule = schedule_config(a);
+  return c;
+}
+
 }  // namespace
 
+void Trainer::configs_from_args() {
+  adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
+  schedule = schedule_config(args);
+  offload = {args.offload_dir, size_t(args.offload_chunk)};
+  checkpoint = checkpoint_config(args);
+}
+
 Trainer::Trainer(int argc, char** argv, Stage st)
-    : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st), loss_scaler_(args) {
+    : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st),
+      loss_scaler_(loss_scale_config(args)) {
   resolve_batch(args, world());  // --config's train_batch_size: checked, or the missing factor derived
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
   int cores = int(std::thread::hardware_concurrency());
@@ -84,13 +119,14 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
   check_model_fits(args, stage, comm);  // one line, before anything is printed or allocated
+  configs_from_args();                  // after settle_batch: the batch and accum are final
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
   if (!args.resume.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
-    resume_from_ = find_resume_checkpoint(comm, args);
+    resume_from_ = find_resume_checkpoint(comm, checkpoint);
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  run_id_ = claim_checkpoint_dir(comm, args, resume_from_);  // --ckpt-dir: this run's alone, or one line
+  run_id_ = claim_checkpoint_dir(comm, checkpoint, resume_from_);  // --ckpt-dir: this run's alone, or one line
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
@@ -214,7 +250,7 @@ void Trainer::checkpoint_state(Buffer& params) {
   held_optimizer_ = OptimizerState::current();
   if (resume_from_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
-  first_step_ = load_checkpoint(comm, args, held_state(), resume_from_);
+  first_step_ = load_checkpoint(comm, checkpoint, held_state(), resume_from_);
   MPI_Barrier(MPI_COMM_WORLD);  // every rank has loaded
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (rank() == 0) {
@@ -326,7 +362,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   if (!args.ckpt_dir.empty() && ckpt_due) {
     if (!held_params_) user_error("--ckpt-dir: this trainer does not register its state (Trainer::checkpoint_state)");
     phase("checkpoint");
-    (save_checkpoint(comm, args, stage, held_state(), step + 1) ? ckpts_written_ : ckpts_failed_)++;
+    (save_checkpoint(comm, checkpoint, stage, held_state(), step + 1) ? ckpts_written_ : ckpts_failed_)++;
   }
 }
 

@@ -20,7 +20,10 @@
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"
+#include "io/checkpoint.h"  // CheckpointConfig
+#include "offload/host_adamw.h"  // HostAdamW, OffloadConfig (the offload stage)
 #include "optim.h"
+#include "schedule.h"
 #include "zero_formulas.h"
 
 namespace nz {
@@ -38,8 +41,14 @@ class Trainer {
   ~Trainer();
 
   Comm comm;
-  Args args;
+  Args args;  // the command line; the core below takes only the config structs made from it
   Stage stage;
+  // The command line's settings for each part of the core, filled from args in one place
+  // (trainer.cpp, configs_from_args): the optimizer, the schedule, offload's state, checkpoints.
+  AdamWConfig adamw;
+  ScheduleConfig schedule;
+  OffloadConfig offload;
+  CheckpointConfig checkpoint;
   Layout layout;
   DType dtype;
   size_t elem_bytes;  // of the storage type
@@ -60,7 +69,7 @@ class Trainer {
   // The optimizer's clock: the learning rate and Adam's 1-based step count of this step's update.
   // Both count the updates applied so far, which is the step index unless fp16 skipped steps
   // (loss_scale.h: a skipped step moves neither the schedule nor Adam, as in DeepSpeed).
-  float lr() const { return lr_at(args, updates_done_); }
+  float lr() const { return lr_at(schedule, updates_done_); }
   int adam_step() const { return updates_done_ + 1; }
   // fp16 loss scaling (loss_scale.h): the scale this step's backward multiplied the loss by (1 in
   // fp32 and bf16). Gradients are stored scaled; the stages divide the norm and the update by it.
@@ -94,6 +103,7 @@ class Trainer {
   // --batch auto (the largest micro-batch whose predicted peak fits the memory budget) and
   // --global-batch (the accumulation that reaches it): sets args.batch and args.accum.
   void settle_batch();
+  void configs_from_args();  // adamw, schedule, offload, checkpoint from args
   // Mean validation loss over args.eval_windows windows, split over the ranks.
   double evaluate();
   // report.cpp

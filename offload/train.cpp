@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   auto outbox = [&](int u) { return my_G(u); };
   // offload: master, m, v for my slices on the host (or on disk); AdamW runs on the CPU
   const Location state_at = run.args.offload_to == "disk" ? Location::Disk : Location::Host;
-  HostAdamW host_adam(L, owned_shards(L, rank), dt, state_at, run.args);
+  HostAdamW host_adam(L, owned_shards(L, rank), dt, state_at, run.adamw, run.offload);
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     to_host(outbox(u), my_P(u), owned(u));  // offload: the master starts as my slice, copied down

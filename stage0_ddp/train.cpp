@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
   auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u
-  AdamW adam(L, whole_units(L), dt, run.args);  // m, v for every element
+  AdamW adam(L, whole_units(L), dt, run.adamw);  // m, v for every element
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, P(u));

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   auto my_G = [&](int u) {
     return elem_ptr(grads, L.units[u].offset + L.shard(u, rank).begin, e);
   };
-  AdamW adam(L, owned_shards(L, rank), dt, run.args);  // P_os: m, v for my slices only
+  AdamW adam(L, owned_shards(L, rank), dt, run.adamw);  // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, my_P(u));

@@ -130,7 +130,7 @@ std::string run_name(uint64_t id) {
 uint32_t precision_code(DType dt) { return dt == DType::F32 ? 0u : dt == DType::BF16 ? 1u : 2u; }
 DType precision_of(const std::string& p) { return p == "bf16" ? DType::BF16 : p == "fp16" ? DType::F16 : DType::F32; }
 
-std::string manifest_text(const Args& a, Stage stage, int world, int step, const std::vector<Manifest::File>& files,
+std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int step, const std::vector<Manifest::File>& files,
                           const LossScaler* scaler, uint64_t run_id) {
   std::ostringstream o;
   char buf[256];
@@ -152,7 +152,7 @@ std::string manifest_text(const Args& a, Stage stage, int world, int step, const
     o << buf;
   }
   // for the reader: where the run goes on (the step is the data position; not parsed)
-  snprintf(buf, sizeof buf, "next_lr %.9g\nnext_adam_t %d\nnext_sequence %llu\n", lr_at(a, step - ls.skipped),
+  snprintf(buf, sizeof buf, "next_lr %.9g\nnext_adam_t %d\nnext_sequence %llu\n", lr_at(a.schedule, step - ls.skipped),
            step - ls.skipped + 1, (unsigned long long)step * a.accum * world * a.batch);
   o << buf;
   for (const Manifest::File& f : files) {
@@ -207,7 +207,7 @@ std::string lock_checkpoint_dir(const std::string& dir) {
 }
 }  // namespace
 
-uint64_t claim_checkpoint_dir(Comm& comm, const Args& args, const std::string& resume_from) {
+uint64_t claim_checkpoint_dir(Comm& comm, const CheckpointConfig& args, const std::string& resume_from) {
   uint64_t id = 0;
   std::string problem;
   if (comm.rank() == 0) {
@@ -247,7 +247,7 @@ uint64_t claim_checkpoint_dir(Comm& comm, const Args& args, const std::string& r
 
 // ---------------------------------------------------------------- writing
 
-bool save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState& h, int steps_done) {
+bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, const HeldState& h, int steps_done) {
   const auto t0 = std::chrono::steady_clock::now();
   const Layout& L = *h.L;
   const int rank = comm.rank(), world = comm.size();
@@ -504,7 +504,7 @@ std::string find_checkpoint(const std::string& path, std::vector<std::string>* n
 }
 
 // The model and the precision must be the run's; anything else may change (notes, load_checkpoint).
-static void check_compatible(const Args& args, const Manifest& m, const std::string& dir) {
+static void check_compatible(const CheckpointConfig& args, const Manifest& m, const std::string& dir) {
   const GPTConfig& c = args.cfg;
   if (m.cfg.vocab != c.vocab || m.cfg.ctx != c.ctx || m.cfg.layers != c.layers || m.cfg.dim != c.dim ||
       m.cfg.heads != c.heads)
@@ -518,7 +518,7 @@ static void check_compatible(const Args& args, const Manifest& m, const std::str
 
 // What this run sets differently from the run that wrote `m`: " --flag now (was then)" each.
 // --steps is apart: a larger one is the way to train on from a finished run.
-static std::string changed_settings(const Args& args, const Manifest& m) {
+static std::string changed_settings(const CheckpointConfig& args, const Manifest& m) {
   std::string changed;
   auto note = [&](const char* flag, const std::string& now, const std::string& then) {
     if (now != then) changed += std::string(" ") + flag + " " + now + " (was " + then + ")";
@@ -537,7 +537,7 @@ static std::string changed_settings(const Args& args, const Manifest& m) {
 }
 
 // Before anything is made: the checkpoint is one this run can go on from.
-static void check_resumable(const Args& args, const Manifest& m, const std::string& dir) {
+static void check_resumable(const CheckpointConfig& args, const Manifest& m, const std::string& dir) {
   check_compatible(args, m, dir);
   if (m.step > args.steps)
     user_error("--resume %s: a checkpoint of %d steps, already past --steps %d; expected --steps of %d or more (the "
@@ -550,7 +550,7 @@ static void check_resumable(const Args& args, const Manifest& m, const std::stri
                dir.c_str(), changed.c_str());
 }
 
-std::string find_resume_checkpoint(Comm& comm, const Args& args) {
+std::string find_resume_checkpoint(Comm& comm, const CheckpointConfig& args) {
   const bool automatic = args.resume == "auto";
   const std::string where = automatic ? args.ckpt_dir : args.resume;
   std::string dir, why;
@@ -659,7 +659,7 @@ void CheckpointReader::array(OptArray which, int u, size_t a, size_t b, float* d
   read_range(false, int(which), u, a, b, 4, (char*)dst);
 }
 
-int load_checkpoint(Comm& comm, const Args& args, const HeldState& h, const std::string& dir) {
+int load_checkpoint(Comm& comm, const CheckpointConfig& args, const HeldState& h, const std::string& dir) {
   Manifest m;
   std::string why;
   if (!read_manifest(dir, &m, &why)) user_error("--resume %s: %s. HINT: resume from another checkpoint", dir.c_str(), why.c_str());

@@ -36,11 +36,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cli.h"
 #include "comm.h"
 #include "loss_scale.h"  // LossScaler, LossScaleState (fp16)
-#include "model.h"
+#include "layout.h"
 #include "optim.h"
+#include "schedule.h"  // ScheduleConfig: the next update's learning rate, in the MANIFEST
 #include "zero_formulas.h"  // Stage
 
 namespace nz {
@@ -48,6 +48,24 @@ namespace nz {
 constexpr char kShardMagic[8] = {'N', 'Z', 'C', 'K', 'S', 'H', 'R', 'D'};
 constexpr uint32_t kShardVersion = 1;
 inline size_t shard_header_bytes(int units) { return 8 + 6 * 4 + size_t(units) * 4 * 8; }
+
+// Where checkpoints go and which one to resume, with the run's settings that every MANIFEST records
+// and a resume compares (the trainer fills it from the command line: --ckpt-dir, --ckpt-keep,
+// --ckpt-overwrite, --resume, --resume-changed, and the model, precision and training flags).
+struct CheckpointConfig {
+  std::string ckpt_dir;          // DIR/step-N; none without it
+  int ckpt_keep = 2;             // keep the newest M checkpoints
+  bool ckpt_overwrite = false;   // remove another run's checkpoints from ckpt_dir instead of refusing it
+  std::string resume;            // a checkpoint, a ckpt_dir, or "auto"
+  bool resume_changed = false;   // resume with settings other than the checkpoint's (else refused)
+  // the run's settings
+  GPTConfig cfg;
+  std::string precision;
+  uint64_t seed = 0;
+  float lr = 0, weight_decay = 0, clip = 0;
+  int warmup = 0, steps = 0, batch = 0, seq = 0, accum = 0;
+  ScheduleConfig schedule;
+};
 
 // What one rank holds, as its stage registered it (Trainer::checkpoint_state).
 struct HeldState {
@@ -90,14 +108,14 @@ struct Manifest {
 // the directory: makes it, takes its lock, and checks that it holds no checkpoint of another run
 // (with --ckpt-overwrite: removes them, with a note). A directory another job holds, or one with
 // another run's checkpoints, is one line and exit 2. Returns the id.
-uint64_t claim_checkpoint_dir(Comm& comm, const Args& args, const std::string& resume_from);
+uint64_t claim_checkpoint_dir(Comm& comm, const CheckpointConfig& args, const std::string& resume_from);
 
 // Collective. Writes the checkpoint of `steps_done` completed steps into args.ckpt_dir, then keeps
 // only the newest args.ckpt_keep of this run's. Rank 0 prints one line (size per rank, time). A
 // failure (disk full) is a warning and the training goes on: no MANIFEST, so no checkpoint.
 // Returns, on every rank, whether the checkpoint was written. Stale temporary files of an earlier
 // write that was killed (*.tmp.*) are removed first.
-bool save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState& held, int steps_done);
+bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, const HeldState& held, int steps_done);
 
 // Collective. The checkpoint --resume names (a checkpoint, or a directory of them: its newest
 // valid one; "auto": the newest valid one in --ckpt-dir). Each invalid one skipped is a note on
@@ -106,14 +124,14 @@ bool save_checkpoint(Comm& comm, const Args& args, Stage stage, const HeldState&
 // model or precision, one already past --steps, or one whose recorded settings (--seed, --lr,
 // --weight-decay, --clip, --warmup, --batch, --seq, --accum) differ from this run's unless
 // --resume-changed is given; a larger --steps is a note.
-std::string find_resume_checkpoint(Comm& comm, const Args& args);
+std::string find_resume_checkpoint(Comm& comm, const CheckpointConfig& args);
 
 // Collective. Loads this rank's state from checkpoint `dir` (already verified), whatever stage
 // and world size wrote it. Returns the number of steps it holds. A checkpoint of another model
 // or precision is one line and exit 2; changed settings (find_resume_checkpoint) are notes. A
 // parameter, master weight or Adam moment that is NaN or infinite (a diverged run's checkpoint,
 // checksums and all) is one line naming the first, and exit 2.
-int load_checkpoint(Comm& comm, const Args& args, const HeldState& held, const std::string& dir);
+int load_checkpoint(Comm& comm, const CheckpointConfig& args, const HeldState& held, const std::string& dir);
 
 // ---- single-process pieces (consolidate, tests) ----
 

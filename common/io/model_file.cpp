@@ -12,6 +12,7 @@
 
 #include "io/atomic_file.h"  // AtomicFile: temporary file, fsync, rename
 #include "runtime/check.h"
+#include "runtime/device.h"  // copy_bytes
 #include "io/crc32c.h"
 #include "kernels/kernels.h"  // cpu::cast, to widen bf16 parameters to fp32
 #include "runtime/watchdog.h"  // heartbeat: a unit collected

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.h"
 #include "layout.h"
 
 namespace nz {

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "runtime/check.h"
-#include "runtime/cli.h"  // fmt_bytes
 
 namespace nz {
 namespace {

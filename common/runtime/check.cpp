@@ -109,4 +109,13 @@ void run_error(const char* fmt, ...) {
   return true;
 }();
 
+std::string fmt_bytes(double b) {
+  char buf[32];
+  if (b >= 1e9) snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6) snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
+  else if (b >= 1e3) snprintf(buf, sizeof buf, "%.1f kB", b / 1e3);
+  else snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
 }  // namespace nz

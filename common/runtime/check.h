@@ -1,7 +1,9 @@
-// check.h — fatal checks that name the file and line, and one-line user errors.
+// check.h — fatal checks that name the file and line, one-line user errors, and the byte counts
+// their messages print.
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 namespace nz {
 // Internal invariant broken: print where, and abort the whole job.
@@ -15,6 +17,8 @@ namespace nz {
 // checkpoint): one line, exit code 1, not 2 (the input was fine, and a relaunch may succeed; what
 // was written stays). Every rank calls it at the same point; rank 0 prints the line.
 [[noreturn]] void run_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// Bytes for messages: "1.50 MB", "512 B".
+std::string fmt_bytes(double bytes);
 }  // namespace nz
 
 #define NZ_CHECK(cond, ...)                                        \

@@ -158,15 +158,6 @@ uint64_t parse_bytes(const std::string& flag, const std::string& v) {
   return uint64_t(x * it->second);
 }
 
-std::string fmt_bytes(double b) {
-  char buf[32];
-  if (b >= 1e9) snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-  else if (b >= 1e6) snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
-  else if (b >= 1e3) snprintf(buf, sizeof buf, "%.1f kB", b / 1e3);
-  else snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
-
 std::string default_data_path() {
   const char* rel = "data/corpus.txt";
   if (access(rel, R_OK) == 0) return rel;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "runtime/check.h"  // fmt_bytes (for the files that print sizes beside the flags)
 #include "layout.h"
 
 namespace nz {
@@ -97,7 +98,5 @@ void check_output_file(const char* flag, const std::string& path);
 void check_not_inside(const char* flag, const std::string& path, const char* dir_flag, const std::string& dir);
 // "64MiB", "2GB", "1.5GiB", "500kB", "123456" (bytes) -> bytes; a bad size exits 2 naming `flag`.
 uint64_t parse_bytes(const std::string& flag, const std::string& v);
-// Float formatting for messages.
-std::string fmt_bytes(double bytes);
 
 }  // namespace nz
