@@ -87,6 +87,20 @@ class Comm {
   // Every rank's string, concatenated on rank 0 (reports). Not counted.
   std::string gather_strings(const std::string& mine, const char* separator);
 
+  // ---- the control channel: what the ranks agree on to run the job, not model state ----
+  // Flags, run ids, rank 0's verdicts and file names, barriers. Blocking, on MPI, and never
+  // counted: the comm ledger stays the ledger of the model's traffic, which the formulas predict.
+  void control_barrier() const;
+  int control_min(int mine) const;            // the smallest over the ranks, on every rank
+  uint64_t control_min(uint64_t mine) const;
+  void control_broadcast(void* data, size_t bytes, int root = 0) const;  // rank root's bytes, on every rank
+  std::string control_broadcast(const std::string& s) const;             // rank 0's string, on every rank
+  // Ends this rank quietly with `code` (MPI finalized): the other ranks' half of an error one rank
+  // reports (check.h, user_error_this_rank).
+  [[noreturn]] void exit_quietly(int code) const;
+  // Every rank's `bytes` bytes at `mine`, in rank order, into `all` on rank 0 (size() * bytes).
+  void control_gather(const void* mine, size_t bytes, void* all) const;
+
   const CommStats& stats() const { return stats_; }
   // Offload's copies over the host<->device link: no collective, but the same ledger.
   void count_link(bool to_host, size_t elems, size_t bytes) { stats_.add_link(to_host, elems, bytes); }

@@ -134,7 +134,6 @@ OptimizerState::OptimizerState(const Layout& L, std::vector<Slice> owned, DType 
   NZ_CHECK(int(owned_.size()) == L.num_units(), "one slice per unit");
   NZ_CHECK(dt_ != DType::F64, "AdamW: storage must be fp32, bf16 or fp16");
   total_ = pack_slices(owned_, &state_offset_);
-  current_ = this;
 }
 
 void OptimizerState::get(OptArray a, size_t at, size_t n, float* host) {

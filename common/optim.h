@@ -70,14 +70,10 @@ void for_each_piece(const Unit& unit, Slice own, size_t begin, size_t end, float
 // starts in the packed state, and a way to copy each of its fp32 arrays (the master copy, m, v)
 // to and from host memory, wherever it lives (device, host, disk).
 enum class OptArray { Master, M, V };
-// Each optimizer registers itself on construction as its process's optimizer (a rank has one),
-// so the trainer's checkpoints find it without each stage naming it.
+// The stage hands its optimizer to the trainer's checkpoints (Trainer::checkpoint_state).
 class OptimizerState {
  public:
-  virtual ~OptimizerState() {
-    if (current_ == this) current_ = nullptr;
-  }
-  static OptimizerState* current() { return current_; }
+  virtual ~OptimizerState() = default;
   const std::vector<Slice>& owned() const { return owned_; }
   size_t state_offset(int u) const { return state_offset_[u]; }
   size_t owned_elems() const { return total_; }
@@ -99,9 +95,6 @@ class OptimizerState {
   std::vector<size_t> state_offset_;  // where unit u's slice starts in m, v, master
   size_t total_ = 0;
   Buffer m_, v_, master_;
-
- private:
-  static inline OptimizerState* current_ = nullptr;
 };
 
 // AdamW (decoupled weight decay; none on biases and layernorm parameters, nor on padding), on

@@ -56,8 +56,7 @@ void check_model_fits(const Args& args, Stage stage, const Comm& comm) {
   // every rank stops alike (the others would wait in the next collective), the first that cannot
   // fit saying why in one line
   const int mine = ram > 0 && need > have ? comm.rank() : INT_MAX;
-  int first = mine;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const int first = comm.control_min(mine);
   if (first == INT_MAX) return;
   if (comm.rank() == first)
     user_error_this_rank(
@@ -66,8 +65,7 @@ void check_model_fits(const Args& args, Stage stage, const Comm& comm) {
         "--batch or --seq, a later stage or more machines",
         args.preset.c_str(), args.cfg.layers, args.cfg.dim, L.num_params, fmt_bytes(need).c_str(), where,
         stage_name(stage), sharing, sharing == 1 ? "" : "s", fmt_bytes(have).c_str());
-  MPI_Finalize();
-  exit(2);
+  comm.exit_quietly(2);
 }
 
 // ---- the command line into the core's config structs: the one place the core meets Args ----
@@ -197,8 +195,7 @@ void Trainer::settle_batch() {
       int sharing = 0;  // local ranks on my GPU (select_device: local rank l uses GPU l % gpus)
       for (int l = 0; l < comm.local_size(); l++) sharing += l % gpus == comm.local_rank() % gpus;
       uint64_t mine = free_bytes / uint64_t(std::max(sharing, 1));
-      MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-      budget = mine;
+      budget = comm.control_min(mine);
       budget_from = "the GPU's free memory (cudaMemGetInfo" + std::string(sharing > 1 ? ", shared by its ranks)" : ")");
     }
     args.memory_budget = budget;
@@ -244,14 +241,14 @@ void Trainer::settle_batch() {
   fflush(stdout);
 }
 
-void Trainer::checkpoint_state(Buffer& params) {
-  NZ_CHECK(OptimizerState::current() != nullptr, "checkpoint_state: the stage has made no optimizer");
+void Trainer::checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& optimizer) {
   held_params_ = &params;
-  held_optimizer_ = OptimizerState::current();
+  params_held_ = held;
+  held_optimizer_ = &optimizer;
   if (resume_from_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
   first_step_ = load_checkpoint(comm, checkpoint, held_state(), resume_from_);
-  MPI_Barrier(MPI_COMM_WORLD);  // every rank has loaded
+  comm.control_barrier();  // every rank has loaded
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (rank() == 0) {
     printf("resumed from %s: %d of %d steps done, verified (every shard's size and CRC-32C) in %.1f ms, loaded "
@@ -265,14 +262,14 @@ HeldState Trainer::held_state() {
   h.L = &layout;
   h.dt = dtype;
   h.params = held_params_;
-  h.params_full = held_params_->bytes() == layout.padded_total * elem_bytes;  // else this rank's slices
+  h.params_full = params_held_ == ParamsHeld::AllUnits;  // else this rank's slices
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
   h.rank = rank();
   h.run_id = run_id_;
-  NZ_CHECK(h.params_full || held_params_->bytes() == layout.shard_total * elem_bytes,
-           "checkpoint_state: params buffer of %zu bytes is neither all units nor this rank's slices",
-           held_params_->bytes());
+  NZ_CHECK(held_params_->bytes() == (h.params_full ? layout.padded_total : layout.shard_total) * elem_bytes,
+           "checkpoint_state: a params buffer of %zu bytes, but the stage says it holds %s",
+           held_params_->bytes(), h.params_full ? "all units" : "its own slices");
   return h;
 }
 
@@ -411,7 +408,7 @@ void Trainer::finish() {
     phase("save");
     // every rank takes part (stage3 gathers each unit); rank 0 writes
     std::string why;
-    size_t n = save_model_from_units(args.save_model, args.cfg, layout, dtype, rank() == 0, unit_access.acquire,
+    size_t n = save_model_from_units(comm, args.save_model, args.cfg, layout, dtype, rank() == 0, unit_access.acquire,
                                      unit_access.release, &why);
     if (!why.empty()) failed += "; --save-model " + args.save_model + ": " + why;
     else if (rank() == 0) printf("model written to %s (%zu parameters, fp32)\n", args.save_model.c_str(), n);

@@ -92,11 +92,11 @@ class Trainer {
   void finish();
 
   // Checkpoints (checkpoint.h, README "Checkpoints"). The stage registers what it holds — its params
-  // buffer (all units, or its slices in stage3), with its optimizer (the one it made: optim.h) —
-  // once both are initialised; with --resume they are overwritten here from the checkpoint, and
+  // buffer (held: all units, or its own slices in stage3) and its optimizer (optim.h) — once both
+  // are initialised; with --resume they are overwritten here from the checkpoint, and
   // the step loop starts at first_step(). end_step() writes a checkpoint when one is due
   // (--ckpt-dir, --ckpt-every).
-  void checkpoint_state(Buffer& params);
+  void checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& optimizer);
   int first_step() const { return first_step_; }
 
  private:
@@ -135,6 +135,7 @@ class Trainer {
   // checkpoints
   struct HeldState held_state();  // what checkpoint_state registered (checkpoint.h)
   Buffer* held_params_ = nullptr;
+  ParamsHeld params_held_ = ParamsHeld::AllUnits;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)
   uint64_t run_id_ = 0;      // checkpoint.h: claim_checkpoint_dir

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
   // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
-  run.checkpoint_state(params);
+  run.checkpoint_state(params, ParamsHeld::AllUnits, adam);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   // end exercise: stage3_gather_release
   run.unit_access = UnitAccess{gather_unit, release_unit};  // validation, model file: unit by unit
   // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
-  run.checkpoint_state(params);
+  run.checkpoint_state(params, ParamsHeld::OwnSlices, adam);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);

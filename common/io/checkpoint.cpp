@@ -3,7 +3,6 @@
 
 #include <dirent.h>    // opendir: listing the checkpoints
 #include <fcntl.h>     // open
-#include <mpi.h>       // MPI_Bcast, MPI_Gather: rank 0 decides, every rank learns
 #include <sys/file.h>  // flock: one job at a time in a --ckpt-dir
 #include <sys/stat.h>  // mkdir, stat
 #include <unistd.h>    // pread, unlink, rmdir
@@ -99,15 +98,6 @@ void remove_checkpoint(const std::string& dir) {
   rmdir(dir.c_str());  // fails, and leaves it, when it is not empty
 }
 
-// Rank 0's string, on every rank.
-std::string broadcast(const std::string& s) {
-  uint64_t n = s.size();
-  MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  std::string out = s;
-  out.resize(n);
-  if (n) MPI_Bcast(&out[0], int(n), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return out;
-}
 
 // The run's id, when it starts from step 0: random, never 0 (which marks a checkpoint from before ids).
 uint64_t fresh_run_id() {
@@ -239,8 +229,8 @@ uint64_t claim_checkpoint_dir(Comm& comm, const CheckpointConfig& args, const st
       }
     }
   }
-  MPI_Bcast(&id, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  problem = broadcast(problem);
+  comm.control_broadcast(&id, sizeof id);
+  problem = comm.control_broadcast(problem);
   if (!problem.empty()) user_error("%s", problem.c_str());
   return id;
 }
@@ -271,7 +261,7 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
       sync_dir(args.ckpt_dir);
     }
   }
-  problem = broadcast(problem);
+  problem = comm.control_broadcast(problem);
 
   // Every rank writes its shard: the header, then its params, then master, m, v.
   std::unique_ptr<AtomicFile> f;
@@ -313,7 +303,7 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
     uint32_t crc, ok;
   } mine{f ? f->bytes() : 0, f ? f->crc() : 0, problem.empty() ? 1u : 0u};
   std::vector<Report> all(world);
-  MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
+  comm.control_gather(&mine, sizeof mine, all.data());
   const bool said_once = !f && rank != 0;  // rank 0's problem before any shard: every rank has it
   std::string problems = comm.gather_strings(problem.empty() || said_once ? "" : problem + "; ", "");
   auto finish_on_rank0 = [&]() -> bool {
@@ -355,7 +345,7 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
     return true;
   };
   int written = rank == 0 ? int(finish_on_rank0()) : 0;
-  MPI_Bcast(&written, 1, MPI_INT, 0, MPI_COMM_WORLD);  // every rank counts the checkpoints written
+  comm.control_broadcast(&written, sizeof written);  // every rank counts the checkpoints written
   return written != 0;
 }
 
@@ -565,8 +555,8 @@ std::string find_resume_checkpoint(Comm& comm, const CheckpointConfig& args) {
     fflush(stdout);
     fflush(stderr);
   }
-  dir = broadcast(dir);
-  why = broadcast(why);
+  dir = comm.control_broadcast(dir);
+  why = comm.control_broadcast(why);
   if (dir.empty() && !automatic)
     user_error("--resume %s: %s. HINT: give a checkpoint (DIR/step-N) or a --ckpt-dir holding one; --resume auto "
                "starts from scratch when there is none",
@@ -708,7 +698,7 @@ int load_checkpoint(Comm& comm, const CheckpointConfig& args, const HeldState& h
     }
   }
   std::string first = comm.gather_strings(bad.empty() ? "" : bad + "\n", "");  // rank order
-  first = broadcast(first.substr(0, first.find('\n')));
+  first = comm.control_broadcast(first.substr(0, first.find('\n')));
   if (!first.empty())
     user_error("--resume %s: %s; expected finite values (the run diverged before this checkpoint). HINT: resume "
                "from an earlier checkpoint, perhaps with a lower --lr (and --resume-changed)",

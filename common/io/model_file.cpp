@@ -3,13 +3,13 @@
 
 #include <sys/stat.h>  // stat: the file's size before reading it
 
-#include <mpi.h>       // MPI_Bcast: every rank learns whether the model file was written
 
 #include <cerrno>
 #include <cmath>  // std::isfinite
 #include <cstdio>
 #include <cstring>
 
+#include "comm.h"            // control_broadcast: every rank learns whether the file was written
 #include "io/atomic_file.h"  // AtomicFile: temporary file, fsync, rename
 #include "runtime/check.h"
 #include "runtime/device.h"  // copy_bytes
@@ -41,7 +41,7 @@ void save_model(const std::string& path, const GPTConfig& c, const std::vector<f
                why.c_str());
 }
 
-size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
+size_t save_model_from_units(Comm& comm, const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
                              bool writer, const std::function<const void*(int u)>& acquire,
                              const std::function<void(int u)>& release, std::string* error) {
   std::vector<float> all;  // Ψ floats, built on the writer only
@@ -61,10 +61,7 @@ size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, cons
   error->clear();
   if (writer) write_model_file(path, cfg, all, error);
   // every rank learns the writer's verdict (rank 0), so all end the run the same way
-  uint64_t len = error->size();
-  MPI_Bcast(&len, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  error->resize(len);
-  if (len) MPI_Bcast(&(*error)[0], int(len), MPI_CHAR, 0, MPI_COMM_WORLD);
+  *error = comm.control_broadcast(*error);
   return all.size();
 }
 

@@ -20,6 +20,8 @@
 
 namespace nz {
 
+class Comm;  // comm.h
+
 constexpr char kModelMagic[8] = {'N', 'Z', 'G', 'P', 'T', 'M', 'D', 'L'};
 constexpr uint32_t kModelVersion = 2;
 constexpr size_t kModelHeaderBytes = 8 + 4 + 5 * 4 + 8;
@@ -38,7 +40,7 @@ void save_model(const std::string& path, const GPTConfig& cfg, const std::vector
 // numel elements to fp32, in layout order, and writes PATH with write_model_file. Returns Ψ, the
 // number of parameters written (0 on the other ranks); *error is "" or, on every rank, why the
 // writer could not write the file.
-size_t save_model_from_units(const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
+size_t save_model_from_units(Comm& comm, const std::string& path, const GPTConfig& cfg, const Layout& layout, DType dt,
                              bool writer, const std::function<const void*(int u)>& acquire,
                              const std::function<void(int u)>& release, std::string* error);
 // Reads and checks a model file: the header against sane limits and against the file's size

@@ -2,7 +2,6 @@
 #include "runtime/watchdog.h"
 
 #include <fcntl.h>     // open
-#include <mpi.h>       // MPI_Bcast, MPI_Barrier
 #include <sys/mman.h>  // mmap
 #include <time.h>      // clock_gettime
 #include <unistd.h>    // ftruncate, unlink, _exit
@@ -61,7 +60,7 @@ Watchdog::Watchdog(Comm& comm, int seconds) : rank_(comm.rank()), world_(comm.si
     snprintf(dir, sizeof dir, "%s/nanozero-watchdog.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) dir[0] = 0;
   }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  comm.control_broadcast(dir, sizeof dir);
   if (!dir[0]) return;  // no temporary directory: no watchdog
   auto path = [&](int r) { return std::string(dir) + "/rank." + std::to_string(r); };
   auto map = [&](int r, bool create) -> Beat* {
@@ -80,11 +79,11 @@ Watchdog::Watchdog(Comm& comm, int seconds) : rank_(comm.rank()), world_(comm.si
     mine_->step = -1;
     snprintf(mine_->phase, sizeof mine_->phase, "setup");
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  comm.control_barrier();
   all_ = new Beat*[world_];
-  int ok = mine_ != nullptr, all_ok = 0;
+  int ok = mine_ != nullptr;
   for (int r = 0; r < world_; r++) ok = (all_[r] = map(r, false)) && ok;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // (also: everyone has opened them)
+  const int all_ok = comm.control_min(ok);  // (also: everyone has opened them)
   if (rank_ == 0) {
     for (int r = 0; r < world_; r++) unlink(path(r).c_str());
     rmdir(dir);
