@@ -25,7 +25,7 @@ FLAGS=${FLAGS:-"--preset small --batch 6 --seq 64 --precision $PRECISION --lr 3e
 out=runs/tour
 mkdir -p "$out"
 stages=()
-for s in stage0_ddp stage1 stage2 stage3 offload; do
+for s in $(grep '^[a-z]' stages.txt); do
   [ -x "build/bin/$s" ] && stages+=("$s")
 done
 echo "nanoZeRO tour: ${stages[*]} | $NP ranks | $FLAGS --steps $STEPS"

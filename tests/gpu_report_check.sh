@@ -23,10 +23,10 @@ trap '[ -z "${NZ_KEEP_TEST_FILES:-}" ] && rm -rf "$tmp"' EXIT
 make_bundle() {  # DIR: a fake bundle around the real scripts
   local b=$1 f
   mkdir -p "$b"/{bin,tests,mpi,lib,data,scripts}
-  cp tests/gpu_check.sh dev/gpu_bundle/bundle_env.sh dev/gpu_bundle/bundle_check.sh dev/gpu_bundle/host_libs.txt "$b/"
+  cp stages.txt tests/gpu_check.sh dev/gpu_bundle/bundle_env.sh dev/gpu_bundle/bundle_check.sh dev/gpu_bundle/host_libs.txt "$b/"
   cp "$(type -P true)" "$b/bin/elf_probe"  # one real ELF file for bundle_check.sh (needs libc only)
   : >"$b/data/corpus.txt"
-  for f in stage0_ddp stage1 stage2 stage3 offload; do
+  for f in $(grep '^[a-z]' stages.txt); do
     cat >"$b/bin/$f" <<'EOF'
 #!/usr/bin/env bash
 echo "cuda: fake GPU (sm_90)"

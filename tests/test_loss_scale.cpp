@@ -24,7 +24,7 @@ namespace {
 
 const std::string kTiny =
     "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --precision fp16 ";
-const char* kStages[] = {"stage0_ddp", "stage1", "stage2", "stage3", "offload"};
+const std::vector<const char*>& kStages = all_stages();  // stages.txt
 
 std::string fresh_dir(const std::string& name) {
   std::string d = temp_dir() + "/" + name;

@@ -44,7 +44,7 @@ exec "$here/mpiexec.hydra" "$@"
 EOF
 chmod +x "$out.tmp/mpi/mpirun"
 
-cp tests/gpu_check.sh tests/gtest_run.sh dev/gpu_bundle/bundle_env.sh dev/gpu_bundle/bundle_check.sh dev/gpu_bundle/host_libs.txt "$out.tmp/"
+cp stages.txt tests/gpu_check.sh tests/gtest_run.sh dev/gpu_bundle/bundle_env.sh dev/gpu_bundle/bundle_check.sh dev/gpu_bundle/host_libs.txt "$out.tmp/"
 cp data/corpus.txt "$out.tmp/data/"
 cp scripts/tour_table.py "$out.tmp/scripts/"
 
