@@ -103,7 +103,8 @@ class Comm {
 
   const CommStats& stats() const { return stats_; }
   // Offload's copies over the host<->device link: no collective, but the same ledger.
-  void count_link(bool to_host, size_t elems, size_t bytes) { stats_.add_link(to_host, elems, bytes); }
+  void count_to_host(size_t elems, size_t bytes) { stats_.add_link(/*to_host=*/true, elems, bytes); }
+  void count_to_device(size_t elems, size_t bytes) { stats_.add_link(/*to_host=*/false, elems, bytes); }
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;

@@ -18,7 +18,7 @@ namespace nz {
 enum class Category {
   Params,       // model parameters in the storage type (full or this rank's shard)
   Grads,        // gradients in the storage type (full or this rank's shard)
-  Master,       // fp32 master copy of the parameters (bf16 mode only)
+  Master,       // fp32 master copy of the parameters (bf16 and fp16 modes; offload: always)
   AdamM,        // Adam first moment, fp32
   AdamV,        // Adam second moment, fp32
   Activations,  // what the forward saves for the backward, plus the backward's activation grads

@@ -9,9 +9,11 @@
 // `window` clean steps in a row S is doubled again. With hysteresis H, only the H-th overflow since
 // the last change lowers S (DeepSpeed's delayed_shift); a clean growth window re-arms H.
 //
-// The decision must be the same on every rank, or the replicas (or shards) drift apart: each rank
-// looks at the gradients it holds, and one collective (an all-reduce MAX of a one-element flag,
-// counted in the comm ledger as "overflow_flag") makes it common. Only fp16 runs do any of this;
+// The decision must be the same on every rank, or the replicas (or shards) drift apart. The trainer
+// decides from the global gradient norm, already summed over the ranks and so equal on every
+// rank; one collective (an all-reduce MAX of a one-element flag, counted in the comm ledger as
+// "overflow_flag") still confirms it, as DeepSpeed's overflow check does, so the skip stays a
+// collective decision even for a caller that looks only at the gradients it holds. Only fp16 runs do any of this;
 // in fp32 and bf16 the scale is 1 and nothing is exchanged.
 //
 // Skipped steps also leave the learning-rate schedule where it was, as DeepSpeed does (its engine
@@ -48,7 +50,7 @@ class LossScaler {
   float scale() const { return scale_; }  // 1 when disabled
   int skipped() const { return skipped_; }
   // Once per step, after the gradients are complete. local_overflow: this rank saw an inf or NaN
-  // in the gradients it holds. Agrees over the ranks (one collective), updates the scale, and
+  // (the trainer passes the global norm's verdict, the same on every rank). Agrees over the ranks (one collective), updates the scale, and
   // returns true when the step must be skipped. Disabled: returns false, no communication.
   bool overflowed(Comm& comm, bool local_overflow);
   LossScaleState state() const { return {scale_, iter_, last_overflow_iter_, hysteresis_left_, skipped_}; }

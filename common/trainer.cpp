@@ -307,7 +307,9 @@ void Trainer::begin_step(int step) {
 }
 
 bool Trainer::skip_step(int step, double loss_sum, double grad_norm) {
-  // an inf or NaN anywhere in the gradients makes the squared norm inf or NaN
+  // an inf or NaN anywhere in the gradients makes the squared norm inf or NaN. grad_norm is global
+  // (summed over the ranks), so every rank passes the same verdict; the scaler's one-element
+  // all-reduce confirms it (loss_scale.h says why it is kept: counted as overflow_flag).
   if (!loss_scaler_.overflowed(comm, !std::isfinite(grad_norm))) return false;
   step_skipped_ = true;
   end_step(step, loss_sum, grad_norm);

@@ -30,7 +30,6 @@ int main(int argc, char** argv) {
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
   Buffer landing(Category::Scratch, Location::Host, L.max_unit_padded / L.world * e,
                  "grad slice landing");  // offload: where a reduced slice lands before it is added
-  params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer
@@ -43,11 +42,11 @@ int main(int argc, char** argv) {
   auto to_host = [&](void* dst, const void* src, size_t elems) {
     copy_bytes_async(dst, Location::Host, src, Location::Device, elems * e);
     copy_wait();
-    comm.count_link(true, elems, elems * e);
+    comm.count_to_host(elems, elems * e);
   };
   auto to_device = [&](void* dst, const void* src, size_t elems) {
     copy_bytes_async(dst, Location::Device, src, Location::Host, elems * e);
-    comm.count_link(false, elems, elems * e);
+    comm.count_to_device(elems, elems * e);
   };
   // offload: the host AdamW writes my updated slice over my spent gradient slice (each element is
   // read before it is written): the gradient buffer is also the outbox copied up, no second eS

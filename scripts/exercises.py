@@ -278,7 +278,7 @@ EXERCISES = [
         right=[("copies and counts the copy itself",
                 "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
                 "copy_bytes_async(my_P(u), Location::Device, outbox(u), Location::Host, owned(u) * e);\n"
-                "comm.count_link(false, owned(u), owned(u) * e);", BITS)]),
+                "comm.count_to_device(owned(u), owned(u) * e);", BITS)]),
     Exercise(
         "comm_rank_ordered_sum", "common/comm.cpp", "stage2",
         "the collective layer: add the N ranks' contributions to my slice, in rank order",

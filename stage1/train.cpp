@@ -35,7 +35,6 @@ int main(int argc, char** argv) {
                "grads (summed over my micro-steps)");
   Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e,
                    "grads (one unit, this micro-step)");
-  params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
   auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u

@@ -30,7 +30,6 @@ int main(int argc, char** argv) {
   Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
   Buffer grads(Category::Grads, Location::Device, L.shard_total * e, "grads (my slices)");  // P_g
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
-  params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer

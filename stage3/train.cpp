@@ -34,7 +34,6 @@ int main(int argc, char** argv) {
   Buffer params(Category::Params, Location::Device, L.shard_total * e, "params (my slices)");
   Buffer grads(Category::Grads, Location::Device, L.shard_total * e, "grads (my slices)");  // P_g
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
-  params.zero();
   auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // my slice of unit u, packed in the sharded parameter and gradient buffers
   auto my_P = [&](int u) { return elem_ptr(params, L.units[u].shard_offset, e); };

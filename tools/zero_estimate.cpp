@@ -73,7 +73,7 @@ Estimate estimate(Stage s, const Layout& L, DType dt, bool raw, uint64_t activat
   for (Category c : kStateCats) (location_of(s, c) == Location::Host ? e.host : e.device) += e.b.of(c);
   NZ_CHECK(e.host == e.b.host, "host bytes %llu, formula %llu", (unsigned long long)e.host,
            (unsigned long long)e.b.host);
-  e.comm_elems = expected_comm_elems(s, L, accum, checkpointing);
+  e.comm_elems = expected_comm_elems(s, L, accum);  // the same with checkpointing (zero_formulas.h)
   e.link_elems = expected_link_elems(s, L, accum);
   return e;
 }

@@ -2,11 +2,11 @@
 //
 // The same declarations (kernel_decls.inc) exist three times:
 //   nz::ref  — kernels_ref.cpp: the textbook loops, what a learner reads first; the fast kernels
-//              are tested against it. Instantiated for float, bf16 and double.
+//              are tested against it. Instantiated for float, bf16, fp16 and double.
 //   nz::cpu  — kernels_cpu.cpp: the same functions made fast (the matrix products through a BLAS,
 //              the rest vectorized and threaded), what runs on machines without a GPU.
-//              Instantiated for float, bf16 and double (double is for the finite-difference tests).
-//   nz::cuda — common/kernels/cuda/*.cu: hand-written CUDA kernels, float and bf16, on device pointers; the
+//              Instantiated for float, bf16, fp16 and double (double: the finite-difference tests).
+//   nz::cuda — common/kernels/cuda/*.cu: hand-written CUDA kernels, float, bf16 and fp16, on device pointers; the
 //              matrix products also through cuBLAS.
 // T is the storage type; arithmetic is done in acc_t<T> (fp32, or double).
 //

@@ -1,4 +1,7 @@
-// cli.h — the command line, parsed once and identical for every stage and tool.
+// cli.h — the trainers' command line: parsed once (parse_args), identical for every stage. The
+// tools parse their own flags (consolidate, gpt_eval, gpt_sample, zero_estimate, generate; the
+// DeepSpeed file has its reader, ds_config.h), with the helpers below for what they share. The
+// core never sees Args: the trainer turns it into each part's config struct (trainer.cpp).
 // Bad values get one line (flag, value, what is valid) and exit code 2 before anything is allocated.
 #pragma once
 #include <map>
