@@ -16,7 +16,6 @@
 #include "io/model_file.h"  // save_model_from_units
 #include "io/checkpoint.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
-#include "runtime/ds_config.h"   // resolve_batch (--config's train_batch_size)
 #include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
 #include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)

@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
   auto prefetch = [&](int u) { if (run.args.prefetch) gather_start(u); };
   auto release_unit = [&](int u) { gathered[u].release(); };  // release: only my slice stays
   // end exercise: stage3_gather_release
+  // The prefetch order: the unit a micro-step needs after unit u (FSDP2 records it in its first
+  // forward; here it is written down). Forward: embed, blocks, lnf, then the embedding again for
+  // the LM head. Backward: lnf down to block 0; the embedding's backward needs no parameters.
+  auto prefetch_after_forward = [&](int u) { prefetch(u < LNF ? u + 1 : EMBED); };
+  auto prefetch_after_backward = [&](int u) { if (u - 1 > EMBED) prefetch(u - 1); };
   run.unit_access = UnitAccess{gather_unit, release_unit};  // validation, model file: unit by unit
   // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
   run.checkpoint_state(params, ParamsHeld::OwnSlices, adam);
@@ -76,7 +81,7 @@ int main(int argc, char** argv) {
       run.phase("forward");
       for (int u = 0; u < L.num_units(); u++) {
         const void* p = gather_unit(u);       // all-gather: unit u, just before it runs
-        prefetch(u < LNF ? u + 1 : EMBED);    // prefetch: the next unit (after lnf, the LM head's)
+        prefetch_after_forward(u);            // prefetch: the next unit (after lnf, the LM head's)
         model.forward(u, p);
         release_unit(u);                      // release: unit u, until it is needed again
       }
@@ -90,7 +95,7 @@ int main(int argc, char** argv) {
         // begin exercise: stage3_backward
         // all-gather: unit u again for its backward; the embedding's backward needs no parameters
         const void* p = u == EMBED ? nullptr : gather_unit(u);
-        if (u - 1 > EMBED) prefetch(u - 1);   // prefetch: the next unit of the backward
+        prefetch_after_backward(u);           // prefetch: the next unit of the backward
         model.backward(u, p, bucket.data());
         release_unit(u);                      // release: unit u, until the next forward
         // reduce-scatter, every micro-step: each rank receives only the summed gradient of the

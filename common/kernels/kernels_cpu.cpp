@@ -17,7 +17,7 @@
 //
 // Speed: the matrix products (most of the time of a step) are BLAS calls, attention's as a batch
 // over all heads; a layer's bf16 products go to the CPU's bf16 instructions (gemm_bf16.h); softmax and GELU use exp_vec(), an exp the compiler can vectorize; sum_squares
-// keeps 8 running sums in fixed lanes. tools/bench_kernels times every kernel, `make bench` a step.
+// keeps 8 running sums in fixed lanes. dev/bench/bench_kernels times every kernel, `make bench` a step.
 //
 // Conventions (kernels.h): weight/bias gradients accumulate (+=), input gradients are overwritten
 // (=), a null bias / dbias / dinp pointer means "none".

@@ -482,4 +482,43 @@ Args parse_args(int argc, char** argv, const char* program) {
   return a;
 }
 
+void resolve_batch(Args& a, int world) {
+  const long long tbs = a.train_batch_size;
+  if (tbs == 0 || a.global_batch > 0) return;  // --global-batch: the command line's train_batch_size wins
+  const std::string t = "--config " + a.config + ": train_batch_size " + std::to_string(tbs);
+  const std::string B = a.origin("--batch", std::to_string(a.batch)), K = a.origin("--accum", std::to_string(a.accum));
+  constexpr long long kMax = 1 << 16;  // --batch's and --accum's largest
+  if (a.batch_auto)
+    user_error("%s and --batch auto: the micro-batch would be chosen by memory, expected a fixed one beside "
+               "train_batch_size; give --batch B, or remove train_batch_size", t.c_str());
+  if (a.batch_given && a.accum_given) {
+    if ((long long)a.batch * a.accum * world != tbs)
+      user_error("%s, but micro-batch %d x accumulation %d x %d ranks = %lld (%s, %s), expected them to agree; change "
+                 "one of them, or -np", t.c_str(), a.batch, a.accum, world, (long long)a.batch * a.accum * world,
+                 B.c_str(), K.c_str());
+    return;
+  }
+  if (a.batch_given) {  // accumulation = train_batch_size / (micro-batch x ranks)
+    const long long per_step = (long long)a.batch * world;
+    if (tbs % per_step != 0)
+      user_error("%s is not a multiple of micro-batch %d x %d ranks (%s), expected a multiple of %lld; change one of "
+                 "them", t.c_str(), a.batch, world, B.c_str(), per_step);
+    if (tbs / per_step > kMax)
+      user_error("%s needs an accumulation of %lld (micro-batch %d x %d ranks), expected at most %lld; raise the "
+                 "micro-batch, or lower train_batch_size", t.c_str(), tbs / per_step, a.batch, world, kMax);
+    a.accum = int(tbs / per_step);
+    return;
+  }
+  if (!a.accum_given) a.accum = 1;  // neither: no accumulation, the micro-batch takes it all
+  const long long per_batch = (long long)a.accum * world;
+  if (tbs % per_batch != 0)
+    user_error("%s is not a multiple of accumulation %d x %d ranks (%s), expected a multiple of %lld; change one of "
+               "them", t.c_str(), a.accum, world, a.accum_given ? K.c_str() : "the default", per_batch);
+  if (tbs / per_batch > kMax)
+    user_error("%s needs a micro-batch of %lld per rank (accumulation %d x %d ranks), expected at most %lld; give "
+               "gradient_accumulation_steps (or --accum), or lower train_batch_size", t.c_str(), tbs / per_batch,
+               a.accum, world, kMax);
+  a.batch = int(tbs / per_batch);
+}
+
 }  // namespace nz

@@ -99,6 +99,11 @@ void check_output_file(const char* flag, const std::string& path);
 // lies anywhere inside it, however either is spelled (symbolic links, "..", a path not made yet):
 // an output written into a checkpoint would damage it, or be removed with it.
 void check_not_inside(const char* flag, const std::string& path, const char* dir_flag, const std::string& dir);
+// --config's train_batch_size (ds_config.h) against the micro-batch and accumulation in force (from the file or the command
+// line) and the world size: checks them when all three are given, else derives the missing one
+// (DeepSpeed's rule); one line and exit 2 when they cannot agree or the derived one is out of
+// range. A no-op without train_batch_size, or with --global-batch (the command line's own).
+void resolve_batch(Args& a, int world);
 // "64MiB", "2GB", "1.5GiB", "500kB", "123456" (bytes) -> bytes; a bad size exits 2 naming `flag`.
 uint64_t parse_bytes(const std::string& flag, const std::string& v);
 

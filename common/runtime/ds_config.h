@@ -20,15 +20,14 @@
 // flag the user did not type.
 //
 // train_batch_size = micro-batch x accumulation x world size needs the world size, so it is kept
-// here and checked (or used to derive the missing one) once the ranks are known: resolve_batch().
+// here and checked (or used to derive the missing one) once the ranks are known: resolve_batch()
+// (cli.h; it sets the command line's batch and accumulation, so it lives with the command line).
 #pragma once
 #include <map>
 #include <string>
 #include <vector>
 
 namespace nz {
-
-struct Args;
 
 // One flag a key of the file stands for.
 struct ConfigFlag {
@@ -50,10 +49,5 @@ struct DsConfig {
 DsConfig read_ds_config(const std::string& path, const std::string& program,
                         const std::map<std::string, std::string>& command_line);
 
-// train_batch_size against the micro-batch and accumulation in force (from the file or the command
-// line) and the world size: checks them when all three are given, else derives the missing one
-// (DeepSpeed's rule); one line and exit 2 when they cannot agree or the derived one is out of
-// range. A no-op without train_batch_size, or with --global-batch (the command line's own).
-void resolve_batch(Args& a, int world);
 
 }  // namespace nz
