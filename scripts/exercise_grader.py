@@ -138,7 +138,7 @@ def prepared_objects():
                  and os.path.exists(support) and min(os.path.getmtime(gch), os.path.getmtime(support)) > newest)
         if not fresh:
             with open(header, "w") as h:
-                h.write('#include "ops.h"\n#include "trainer.h"\n')
+                h.write('#include "kernels/ops.h"\n#include "trainer.h"\n')
             for cmd in (f"{flags} -c -x c++-header {header} -o {gch}.tmp && mv {gch}.tmp {gch}",
                         f"{flags} -c {SUPPORT_SRC} -o {support}"):
                 c = _run_quiet(cmd)
