@@ -53,15 +53,15 @@ int main(int argc, char** argv) {
   auto outbox = [&](int u) { return my_G(u); };
   // offload: master, m, v for my slices on the host (or on disk); AdamW runs on the CPU
   const Location state_at = run.args.offload_to == "disk" ? Location::Disk : Location::Host;
-  HostAdamW host_adam(L, owned_shards(L, rank), dt, state_at, run.adamw, run.offload);
+  HostAdamW adam(L, owned_shards(L, rank), dt, state_at, run.adamw, run.offload);
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     to_host(outbox(u), my_P(u), owned(u));  // offload: the master starts as my slice, copied down
-    host_adam.init_master(u, outbox(u));
+    adam.init_master(u, outbox(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
   // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
-  run.checkpoint_state(params, ParamsHeld::AllUnits, host_adam);
+  run.checkpoint_state(params, ParamsHeld::AllUnits, adam);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     for (int u = 0; u < L.num_units(); u++) {
       // begin exercise: offload_optimizer
       // offload: AdamW on the CPU for my slice; its copy up overlaps the next unit's update
-      host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());
+      adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());
       to_device(my_P(u), outbox(u), owned(u));
       // end exercise: offload_optimizer
     }

@@ -256,27 +256,27 @@ EXERCISES = [
         ["My gradient slice my_G(u) is in host memory. Run the host AdamW on it, writing my",
          "updated parameters (storage type) into outbox(u), then copy them up into my slice of",
          "the device's parameters, my_P(u) (the all-gather that follows sends them to the others).",
-         "Hints: host_adam.step(u, grads_slice, params_out, run.lr(), scale, run.adam_step());",
+         "Hints: adam.step(u, grads_slice, params_out, run.lr(), scale, run.adam_step());",
          "to_device(dst, src, elems). The host computes on host memory only.", PRECISION_TODO],
         wrong=[("never copies the update up", "link",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());", "up to the device"),
+                "adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());", "up to the device"),
                ("copies the update to slice 0 of the unit", "slice",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
+                "adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
                 "to_device(P(u), outbox(u), owned(u));", "update"),
                ("ignores the clipping scale", "scale",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), 1.0f, run.adam_step());\n"
+                "adam.step(u, my_G(u), outbox(u), run.lr(), 1.0f, run.adam_step());\n"
                 "to_device(my_P(u), outbox(u), owned(u));", "update"),
                ("the host AdamW writes into the device's parameters (a copy still counted)", "placement",
-                "host_adam.step(u, my_G(u), my_P(u), run.lr(), scale, run.adam_step());\n"
+                "adam.step(u, my_G(u), my_P(u), run.lr(), scale, run.adam_step());\n"
                 "to_device(outbox(u), my_P(u), owned(u));", "in device memory; expected host memory"),
                ("copies in the wrong direction", "placement",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
+                "adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
                 "to_device(outbox(u), my_P(u), owned(u));", "expected device memory"),
                ("copies bytes where to_device takes elements", "bytes",
                 [("to_device(my_P(u), outbox(u), owned(u));", "to_device(my_P(u), outbox(u), owned(u) * e);")],
                 "past its end")],
         right=[("copies and counts the copy itself",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
+                "adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
                 "copy_bytes_async(my_P(u), Location::Device, outbox(u), Location::Host, owned(u) * e);\n"
                 "comm.count_to_device(owned(u), owned(u) * e);", BITS)]),
     Exercise(
