@@ -239,6 +239,11 @@ void Comm::control_gather(const void* mine, size_t bytes, void* all) const {
   MPI_Gather(mine, int(bytes), MPI_BYTE, all, int(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
 }
 
+void Comm::abort_job(int code) const {
+  if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
 void Comm::exit_quietly(int code) const {
   MPI_Finalize();
   exit(code);

@@ -98,6 +98,9 @@ class Comm {
   // Ends this rank quietly with `code` (MPI finalized): the other ranks' half of an error one rank
   // reports (check.h, user_error_this_rank).
   [[noreturn]] void exit_quietly(int code) const;
+  // Ends the whole job now with `code` (MPI_Abort when there are other ranks): a failure in the
+  // middle of a step that the other ranks cannot wait for (offload's disk, offload_store.h).
+  [[noreturn]] void abort_job(int code) const;
   // Every rank's `bytes` bytes at `mine`, in rank order, into `all` on rank 0 (size() * bytes).
   void control_gather(const void* mine, size_t bytes, void* all) const;
 

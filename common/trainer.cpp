@@ -99,7 +99,7 @@ CheckpointConfig checkpoint_config(const Args& a) {
 void Trainer::configs_from_args() {
   adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
   schedule = schedule_config(args);
-  offload = {args.offload_dir, size_t(args.offload_chunk)};
+  offload = {args.offload_dir, size_t(args.offload_chunk), &comm};
   checkpoint = checkpoint_config(args);
 }
 

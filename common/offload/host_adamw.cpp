@@ -19,7 +19,8 @@ HostAdamW::HostAdamW(const Layout& L, std::vector<Slice> owned, DType dt, Locati
   size_t largest = 0;
   for (const Slice& s : owned_) largest = std::max(largest, s.size());
   if (where == Location::Disk) {  // master, m, v in files, a chunk at a time in memory
-    disk_ = std::make_unique<DiskState>(offload.dir, total_, std::min<size_t>(offload.chunk_elems, largest));
+    NZ_CHECK(offload.comm != nullptr, "HostAdamW: the disk tier needs the run's Comm (OffloadConfig::comm)");
+    disk_ = std::make_unique<DiskState>(*offload.comm, offload.dir, total_, std::min<size_t>(offload.chunk_elems, largest));
     return;
   }
   m_ = Buffer(Category::AdamM, Location::Host, total_ * sizeof(float), "adam m");

@@ -8,11 +8,14 @@
 
 namespace nz {
 
+class Comm;  // comm.h
+
 // Where offload's optimizer state lives beyond the device (the trainer fills it from the command
 // line: --offload-dir, --offload-chunk).
 struct OffloadConfig {
   std::string dir;               // Location::Disk: the folder of the state files
   size_t chunk_elems = 1 << 20;  // Location::Disk: elements streamed per chunk
+  const Comm* comm = nullptr;    // Location::Disk: the run's ranks, which agree on a failed reservation
 };
 
 // The same AdamW for ZeRO-Offload, run by the CPU on state in host memory (or on disk): an fp32

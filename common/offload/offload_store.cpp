@@ -2,7 +2,6 @@
 #include "offload/offload_store.h"
 
 #include <fcntl.h>     // posix_fallocate
-#include <mpi.h>       // MPI_Allreduce: every rank agrees before anyone exits
 #include <signal.h>    // signal (SIGXFSZ)
 #include <unistd.h>    // pread, pwrite, unlink, close
 
@@ -11,17 +10,11 @@
 #include <cstring>
 #include <vector>
 
+#include "comm.h"  // the control channel: every rank agrees before anyone exits
 #include "runtime/check.h"
 
 namespace nz {
 namespace {
-
-int world_rank() {
-  int init = 0, rank = 0;
-  MPI_Initialized(&init);
-  if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
 
 // pread / pwrite of all `bytes`, resuming after short transfers and signals.
 bool transfer_all(bool write, int fd, char* p, size_t bytes, off_t at) {
@@ -39,11 +32,11 @@ bool transfer_all(bool write, int fd, char* p, size_t bytes, off_t at) {
 
 }  // namespace
 
-DiskState::DiskState(const std::string& dir, size_t elems, size_t chunk_elems)
-    : dir_(dir), elems_(elems), chunk_(chunk_elems) {
+DiskState::DiskState(const Comm& comm, const std::string& dir, size_t elems, size_t chunk_elems)
+    : comm_(comm), dir_(dir), elems_(elems), chunk_(chunk_elems) {
   NZ_CHECK(elems > 0 && chunk_elems > 0, "DiskState: empty state or chunk");
   const size_t bytes = elems * sizeof(float);
-  const int rank = world_rank();
+  const int rank = comm.rank();
   signal(SIGXFSZ, SIG_IGN);  // a file-size limit (ulimit -f) becomes an error (EFBIG), not a kill
   // What is wrong, if anything, with the directory on this rank (one line for the user).
   // (The command line has checked that it exists and is a writable directory; this is what is left.)
@@ -71,14 +64,11 @@ DiskState::DiskState(const std::string& dir, size_t elems, size_t chunk_elems)
               strerror(err) + "; free some space or pass another directory";
   }
   // Collective: every rank learns whether any rank failed; the first one that did says why.
-  int mine = error.empty() ? INT_MAX : rank, first = mine, init = 0;
-  MPI_Initialized(&init);
-  if (init) MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const int first = comm.control_min(error.empty() ? INT_MAX : rank);
   if (first != INT_MAX) {
     remove_files();
     if (rank == first) user_error_this_rank("--offload-dir %s: %s", dir.c_str(), error.c_str());
-    if (init) MPI_Finalize();  // the others exit with the same code, silently
-    exit(2);
+    comm.exit_quietly(2);  // the others exit with the same code, silently
   }
   for (File& f : files_) Ledger::get().on_alloc(f.cat, Location::Disk, bytes, std::string(f.what) + " file");
   for (int i = 0; i < 3; i++)
@@ -120,11 +110,7 @@ void DiskState::transfer(bool write, int i, size_t at, size_t n, float* p) {
           write ? "write" : "read", files_[i].what, strerror(errno));
   fflush(stderr);
   remove_files();
-  int init = 0, size = 1;
-  MPI_Initialized(&init);
-  if (init) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
-  exit(2);
+  comm_.abort_job(2);
 }
 
 }  // namespace nz

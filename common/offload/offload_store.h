@@ -15,13 +15,15 @@
 
 namespace nz {
 
+class Comm;  // comm.h: the control channel, for the ranks' agreement on a failure
+
 class DiskState {
  public:
   // Three files of `elems` floats (zeros) in `dir`, counted in the ledger at Location::Disk, and
   // three host buffers of chunk_elems floats (ledger: scratch, host). A missing, unusable or full
   // directory is a user error (one line, exit 2), agreed on by every rank (collective: no rank is
   // left waiting), and leaves no file behind.
-  DiskState(const std::string& dir, size_t elems, size_t chunk_elems);
+  DiskState(const Comm& comm, const std::string& dir, size_t elems, size_t chunk_elems);
   ~DiskState();
   DiskState(const DiskState&) = delete;
   DiskState& operator=(const DiskState&) = delete;
@@ -38,6 +40,7 @@ class DiskState {
   void write_array(int i, size_t at, size_t n, const float* src);
 
  private:
+  const Comm& comm_;
   struct File {
     Category cat;
     const char* what;  // "master", "adam_m", "adam_v"
