@@ -1,7 +1,10 @@
 // check.cpp — fatal() for broken invariants, user_error() for bad input.
 #include "runtime/check.h"
 
-#include <mpi.h>  // MPI_Abort, MPI_Initialized
+// MPI_Abort, MPI_Finalize, MPI_Initialized: the one file outside Comm that calls MPI itself. An
+// error can stop the job from anywhere, before a Comm exists or with none at hand; these calls end
+// processes and carry no data, so nothing here belongs in the comm ledger.
+#include <mpi.h>
 
 #include <unistd.h>  // usleep
 
