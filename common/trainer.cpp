@@ -100,7 +100,7 @@ void Trainer::configs_from_args() {
   adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
   schedule = schedule_config(args);
   offload = {args.offload_dir, size_t(args.offload_chunk), &comm};
-  checkpoint = checkpoint_config(args);
+  checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));
 }
 
 Trainer::Trainer(int argc, char** argv, Stage st)
@@ -120,10 +120,10 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
   if (!args.resume.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
-    resume_from_ = find_resume_checkpoint(comm, checkpoint);
+    resume_from_ = find_resume_checkpoint(comm, *checkpoint_);
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  run_id_ = claim_checkpoint_dir(comm, checkpoint, resume_from_);  // --ckpt-dir: this run's alone, or one line
+  run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
@@ -246,7 +246,7 @@ void Trainer::checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& 
   held_optimizer_ = &optimizer;
   if (resume_from_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
-  first_step_ = load_checkpoint(comm, checkpoint, held_state(), resume_from_);
+  first_step_ = load_checkpoint(comm, *checkpoint_, held_state(), resume_from_);
   comm.control_barrier();  // every rank has loaded
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (rank() == 0) {
@@ -360,7 +360,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   if (!args.ckpt_dir.empty() && ckpt_due) {
     if (!held_params_) user_error("--ckpt-dir: this trainer does not register its state (Trainer::checkpoint_state)");
     phase("checkpoint");
-    (save_checkpoint(comm, checkpoint, stage, held_state(), step + 1) ? ckpts_written_ : ckpts_failed_)++;
+    (save_checkpoint(comm, *checkpoint_, stage, held_state(), step + 1) ? ckpts_written_ : ckpts_failed_)++;
   }
 }
 

@@ -20,13 +20,14 @@
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"
-#include "io/checkpoint.h"  // CheckpointConfig
 #include "offload/host_adamw.h"  // HostAdamW, OffloadConfig (the offload stage)
 #include "optim.h"
 #include "schedule.h"
 #include "zero_formulas.h"
 
 namespace nz {
+
+struct CheckpointConfig;  // io/checkpoint.h: the trainer keeps it; the stages never see it
 
 // How a stage makes a unit's full parameters available: stages 0-2 point into their full buffer;
 // stage3 gathers the unit and releases it afterwards.
@@ -44,11 +45,11 @@ class Trainer {
   Args args;  // the command line; the core below takes only the config structs made from it
   Stage stage;
   // The command line's settings for each part of the core, filled from args in one place
-  // (trainer.cpp, configs_from_args): the optimizer, the schedule, offload's state, checkpoints.
+  // (trainer.cpp, configs_from_args): the optimizer, the schedule, offload's state (and, private
+  // below, the checkpoints').
   AdamWConfig adamw;
   ScheduleConfig schedule;
   OffloadConfig offload;
-  CheckpointConfig checkpoint;
   Layout layout;
   DType dtype;
   size_t elem_bytes;  // of the storage type
@@ -134,6 +135,7 @@ class Trainer {
   std::vector<double> peak_device_mb_;  // per rank, at the last step
   // checkpoints
   struct HeldState held_state();  // what checkpoint_state registered (checkpoint.h)
+  std::unique_ptr<CheckpointConfig> checkpoint_;
   Buffer* held_params_ = nullptr;
   ParamsHeld params_held_ = ParamsHeld::AllUnits;
   OptimizerState* held_optimizer_ = nullptr;

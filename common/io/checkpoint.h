@@ -67,10 +67,6 @@ struct CheckpointConfig {
   ScheduleConfig schedule;
 };
 
-// Which parameters a rank holds, as its stage says: every unit whole (stages 0-2, offload), or
-// only its own slice of each unit (stage3).
-enum class ParamsHeld { AllUnits, OwnSlices };
-
 // What one rank holds, as its stage registered it (Trainer::checkpoint_state).
 struct HeldState {
   const Layout* L = nullptr;
