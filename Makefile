@@ -7,7 +7,7 @@
 #                                  (HINT=2: find-the-bug's stronger hint); make exercise-key [E=NAME]: the answers
 #   make notebooks                 Jupyter in .venv on notebooks/ (installed the first time), printing its URL
 #   make gpu-bundle                what the GPU check runs, built here for a GPU machine that has CUDA but
-#                                  no MPI and no GoogleTest: build/gpu-bundle/ (scripts/gpu_bundle.sh)
+#                                  no MPI and no GoogleTest: build/gpu-bundle/ (dev/gpu_bundle/gpu_bundle.sh)
 #   make arm64-check               64-bit ARM from this x86-64 machine: a cross-build, and a smoke test
 #                                  under emulation (scripts/arm64_check.sh)
 # The CPU backend is always built. When nvcc is on PATH the CUDA backend is compiled into the same
@@ -49,10 +49,10 @@ BLAS_LIBS  := -L$(SYSROOT)$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 # -ffp-contract=off: no fused multiply-add unless written, so a kernel gives the same bits
 # wherever it is called from (the stages are compared bit for bit).
 CXXFLAGS   := -std=c++17 -O3 $(ARCH_FLAGS) -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
-              -Wno-unused-parameter -Icommon -I$(BLAS_INC) $(MPI_CFLAGS) -MMD -MP
+              -Wno-unused-parameter -Icommon -I. -I$(BLAS_INC) $(MPI_CFLAGS) -MMD -MP
 LDFLAGS    := -fopenmp
 LDLIBS     := -lpthread $(BLAS_LIBS) $(MPI_LIBS)
-# oneDNN (libdnnl-dev): bf16 products on the CPU's bf16 dot-product instructions (common/gemm_bf16.h).
+# oneDNN (libdnnl-dev): bf16 products on the CPU's bf16 dot-product instructions (common/kernels/gemm_bf16.h).
 # `make DNNL=0` leaves it out (a build for a GPU machine, say): CPU bf16 products are then widened for sgemm.
 # Beyond x86-64 it is optional (Debian builds it for 64-bit ARM, not for every architecture): used
 # where it is installed.
@@ -68,16 +68,19 @@ ifeq ($(DNNL),1)
 endif
 LDLIBS     += $(DNNL_LIBS)
 
-COMMON_SRC := $(wildcard common/*.cpp)
+# The library: the core (common/*.cpp, what a learner reads), its rooms (common/kernels, runtime, io,
+# offload), and the inference pieces the tools and tests share (inference/decoder, quant). Includes
+# name the room from common/ ("kernels/kernels.h") or from the root ("inference/decoder.h").
+COMMON_SRC := $(wildcard common/*.cpp common/*/*.cpp) inference/decoder.cpp inference/quant.cpp
 COMMON_OBJ := $(COMMON_SRC:%.cpp=$(BUILD)/obj/%.o)
 
 ifeq ($(CUDA),1)
   CXXFLAGS   += -DNZ_HAVE_CUDA -I$(CUDA_HOME)/include
-  NVCCFLAGS  := -std=c++17 -O3 -ccbin $(CXX) -DNZ_HAVE_CUDA -Icommon -MMD -MP \
+  NVCCFLAGS  := -std=c++17 -O3 -ccbin $(CXX) -DNZ_HAVE_CUDA -Icommon -I. -MMD -MP \
                 -Xcompiler -fopenmp,-ffp-contract=off --expt-relaxed-constexpr \
                 $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
-  CUDA_SRC   := $(wildcard common/cuda/*.cu)
+  CUDA_SRC   := $(wildcard common/kernels/cuda/*.cu)
   CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
   LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lcublas
 endif
@@ -93,24 +96,26 @@ ifeq ($(NZ_BUNDLE),1)
   BLAS_LIBS  := -L$(BLAS_DIR) -lopenblas
   LDFLAGS    += -static-libstdc++ -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib'
   LDLIBS     := -lpthread $(BLAS_LIBS) -L$(CUDA_HOME)/lib64 -lcudart_static -lnccl -lcublasLt -lcublas -ldl -lrt
-  LINK_EXTRA := $(BUILD)/obj/common/bundle/glibc_compat.o
+  LINK_EXTRA := $(BUILD)/obj/dev/gpu_bundle/glibc_compat.o
 endif
 
 LIB        := $(BUILD)/libnanozero.a
-STAGES     := stage0_ddp stage1 stage2 stage3 offload
+STAGES     := $(shell grep '^[a-z]' stages.txt)  # the rungs, in order: stages.txt, the one list
 STAGE_BINS := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin/$(s)))
-TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp)) \
-              $(patsubst inference/%.cpp,$(BUILD)/bin/%,$(wildcard inference/*.cpp))
+# tools/zero_quiz.cpp is part of zero_estimate, not a program of its own; dev/bench/ holds the benches
+TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(filter-out tools/zero_quiz.cpp,$(wildcard tools/*.cpp))) \
+              $(BUILD)/bin/generate \
+              $(patsubst dev/bench/%.cpp,$(BUILD)/bin/%,$(wildcard dev/bench/*.cpp))
 TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
 
 .PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots notebooks exercise exercise-key check \
         print-build-flags gpu-bundle arm64-check
 all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
 
-# Fragments tests/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
+# Fragments tests/*.mk and dev/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
 # the tests) to EXTRA_BINS; `make all` builds them too.
 EXTRA_BINS :=
--include $(sort $(wildcard tests/*.mk))
+-include $(sort $(wildcard tests/*.mk dev/*.mk))
 extra: $(EXTRA_BINS)
 
 $(BUILD)/obj/%.o: %.cpp
@@ -130,6 +135,15 @@ $(BUILD)/bin/%: $(BUILD)/obj/%/train.o $(LIB) $(LINK_EXTRA)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
 
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB) $(LINK_EXTRA)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
+
+$(BUILD)/bin/zero_estimate: $(BUILD)/obj/tools/zero_estimate.o $(BUILD)/obj/tools/zero_quiz.o $(LIB) $(LINK_EXTRA)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter-out $(LIB) $(LINK_EXTRA),$^) $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
+
+# dev/bench/: the benches (make bench-adam, make bench)
+$(BUILD)/bin/%: $(BUILD)/obj/dev/bench/%.o $(LIB) $(LINK_EXTRA)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
 
@@ -204,7 +218,7 @@ clean:
 
 # ---- the GPU bundle: built here (no GPU needed), run there with bash build/gpu-bundle/gpu_check.sh ----
 # Objects in $(BUILD)/gpu-bundle-build (sm_90 only, for the H100/H200 the check is sized for: set
-# CUDA_ARCH to change it), then scripts/gpu_bundle.sh gathers them, the MPI launcher and the
+# CUDA_ARCH to change it), then dev/gpu_bundle/gpu_bundle.sh gathers them, the MPI launcher and the
 # libraries they need into $(BUILD)/gpu-bundle and checks that every binary resolves there. DNNL=0:
 # oneDNN (40 MB) serves only the CPU's bf16 products, which a GPU run does not use.
 BUNDLE_BUILD := $(BUILD)/gpu-bundle-build
@@ -214,7 +228,7 @@ BUNDLE_BINS  := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUNDLE_B
 gpu-bundle:
 	@test "$(CUDA)" = 1 || { echo "make gpu-bundle: nvcc not found (CUDA=0); expected the CUDA toolkit on PATH: install it or set NVCC"; exit 2; }
 	@$(MAKE) --no-print-directory BUILD=$(BUNDLE_BUILD) NZ_BUNDLE=1 DNNL=0 HOST_ARCH=x86-64-v3 CUDA_ARCH="$(BUNDLE_ARCH)" $(BUNDLE_BINS)
-	@bash scripts/gpu_bundle.sh $(BUNDLE_BUILD) $(BUILD)/gpu-bundle
+	@bash dev/gpu_bundle/gpu_bundle.sh $(BUNDLE_BUILD) $(BUILD)/gpu-bundle
 
 # ---- 64-bit ARM, from this x86-64 machine: a cross-build and a smoke test under QEMU (docs/cpus.md, "64-bit ARM") ----
 # Its own builds and the arm64 Debian root it builds against are in build/arm64-check; not part of

@@ -5,13 +5,14 @@
 
 #include <omp.h>
 
+#include <climits>  // INT_MAX
 #include <cstring>
 #include <ctime>
 #include <vector>
 
-#include "check.h"           // NZ_CHECK
-#include "cuda/comm_nccl.h"  // nz::nccl
-#include "device.h"          // current_device, copy_bytes
+#include "runtime/check.h"           // NZ_CHECK
+#include "kernels/cuda/comm_nccl.h"  // nz::nccl
+#include "runtime/device.h"          // current_device, copy_bytes
 
 namespace nz {
 
@@ -201,6 +202,51 @@ std::vector<double> Comm::gather_scalar(double x) {
   wait(req);
   stats_.add(CommOp::Scalars, uint64_t(size_ - 1), uint64_t(size_ - 1) * 8, uint64_t(size_ - 1) * 8);
   return all;
+}
+
+// ---- the control channel (not counted) ----
+
+void Comm::control_barrier() const { MPI_Barrier(MPI_COMM_WORLD); }
+
+int Comm::control_min(int mine) const {
+  int out = mine;
+  MPI_Allreduce(&mine, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return out;
+}
+
+uint64_t Comm::control_min(uint64_t mine) const {
+  uint64_t out = mine;
+  MPI_Allreduce(&mine, &out, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  return out;
+}
+
+void Comm::control_broadcast(void* data, size_t bytes, int root) const {
+  NZ_CHECK(bytes <= size_t(INT_MAX), "control_broadcast: %zu bytes", bytes);
+  if (bytes) MPI_Bcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD);
+}
+
+std::string Comm::control_broadcast(const std::string& s) const {
+  uint64_t n = s.size();
+  control_broadcast(&n, sizeof n);
+  std::string out = s;
+  out.resize(n);
+  control_broadcast(out.data(), n);
+  return out;
+}
+
+void Comm::control_gather(const void* mine, size_t bytes, void* all) const {
+  NZ_CHECK(bytes <= size_t(INT_MAX), "control_gather: %zu bytes", bytes);
+  MPI_Gather(mine, int(bytes), MPI_BYTE, all, int(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
+void Comm::abort_job(int code) const {
+  if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
+void Comm::exit_quietly(int code) const {
+  MPI_Finalize();
+  exit(code);
 }
 
 std::string Comm::gather_strings(const std::string& mine, const char* separator) {

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "comm_stats.h"  // CommStats, the comm ledger
-#include "dtype.h"
+#include "kernels/dtype.h"
 #include "ledger.h"  // Buffer (the pinned staging copy of the MPI path on GPUs)
 
 namespace nz {
@@ -87,9 +87,27 @@ class Comm {
   // Every rank's string, concatenated on rank 0 (reports). Not counted.
   std::string gather_strings(const std::string& mine, const char* separator);
 
+  // ---- the control channel: what the ranks agree on to run the job, not model state ----
+  // Flags, run ids, rank 0's verdicts and file names, barriers. Blocking, on MPI, and never
+  // counted: the comm ledger stays the ledger of the model's traffic, which the formulas predict.
+  void control_barrier() const;
+  int control_min(int mine) const;            // the smallest over the ranks, on every rank
+  uint64_t control_min(uint64_t mine) const;
+  void control_broadcast(void* data, size_t bytes, int root = 0) const;  // rank root's bytes, on every rank
+  std::string control_broadcast(const std::string& s) const;             // rank 0's string, on every rank
+  // Ends this rank quietly with `code` (MPI finalized): the other ranks' half of an error one rank
+  // reports (check.h, user_error_this_rank).
+  [[noreturn]] void exit_quietly(int code) const;
+  // Ends the whole job now with `code` (MPI_Abort when there are other ranks): a failure in the
+  // middle of a step that the other ranks cannot wait for (offload's disk, offload_store.h).
+  [[noreturn]] void abort_job(int code) const;
+  // Every rank's `bytes` bytes at `mine`, in rank order, into `all` on rank 0 (size() * bytes).
+  void control_gather(const void* mine, size_t bytes, void* all) const;
+
   const CommStats& stats() const { return stats_; }
   // Offload's copies over the host<->device link: no collective, but the same ledger.
-  void count_link(bool to_host, size_t elems, size_t bytes) { stats_.add_link(to_host, elems, bytes); }
+  void count_to_host(size_t elems, size_t bytes) { stats_.add_link(/*to_host=*/true, elems, bytes); }
+  void count_to_device(size_t elems, size_t bytes) { stats_.add_link(/*to_host=*/false, elems, bytes); }
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;

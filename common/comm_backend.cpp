@@ -6,10 +6,10 @@
 #include <thread>
 #include <vector>
 
-#include "check.h"           // user_error, fatal
+#include "runtime/check.h"           // user_error, fatal
 #include "comm.h"
-#include "cuda/comm_nccl.h"  // nz::nccl (stubs below in a build without CUDA)
-#include "device.h"          // current_device
+#include "kernels/cuda/comm_nccl.h"  // nz::nccl (stubs below in a build without CUDA)
+#include "runtime/device.h"          // current_device
 #include "ledger.h"          // Buffer, for the staging copy
 
 namespace nz {

@@ -1,7 +1,7 @@
 // comm_stats.cpp — counting into the comm ledger, differencing it per step, and its JSON form.
 #include "comm_stats.h"
 
-#include "json.h"
+#include "runtime/json.h"
 
 namespace nz {
 

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "check.h"
-#include "json.h"
+#include "runtime/check.h"
+#include "runtime/json.h"
 
 namespace nz {
 

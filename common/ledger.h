@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "device.h"  // Location, raw_alloc
+#include "runtime/device.h"  // Location, raw_alloc
 
 namespace nz {
 
 enum class Category {
   Params,       // model parameters in the storage type (full or this rank's shard)
   Grads,        // gradients in the storage type (full or this rank's shard)
-  Master,       // fp32 master copy of the parameters (bf16 mode only)
+  Master,       // fp32 master copy of the parameters (bf16 and fp16 modes; offload: always)
   AdamM,        // Adam first moment, fp32
   AdamV,        // Adam second moment, fp32
   Activations,  // what the forward saves for the backward, plus the backward's activation grads

@@ -3,19 +3,19 @@
 
 #include <algorithm>
 
-#include "check.h"  // user_error
+#include "runtime/check.h"  // user_error
 
 namespace nz {
 
-LossScaler::LossScaler(const Args& a)
-    : enabled_(a.dtype == DType::F16),
-      dynamic_(a.loss_scale_window > 0),
-      scale_(enabled_ ? a.loss_scale : 1.0f),
-      backoff_(a.loss_scale_backoff),
-      min_(a.loss_scale_min),
-      window_(a.loss_scale_window),
-      hysteresis_(a.loss_scale_hysteresis),
-      hysteresis_left_(a.loss_scale_hysteresis) {}
+LossScaler::LossScaler(const LossScaleConfig& c)
+    : enabled_(c.enabled),
+      dynamic_(c.window > 0),
+      scale_(enabled_ ? c.initial : 1.0f),
+      backoff_(c.backoff),
+      min_(c.min),
+      window_(c.window),
+      hysteresis_(c.hysteresis),
+      hysteresis_left_(c.hysteresis) {}
 
 void LossScaler::restore(const LossScaleState& s) {
   scale_ = s.scale;

@@ -1,18 +1,14 @@
-// optim.h — AdamW over the slices a rank owns, the learning-rate schedule, gradient clipping.
+// optim.h — AdamW over the slices a rank owns; gradient accumulation, averaging, norms and clipping.
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <vector>
 
-#include "cli.h"
+#include "kernels/dtype.h"
+#include "layout.h"
 #include "ledger.h"
-#include "model.h"
 
 namespace nz {
-
-// Linear warm-up to args.lr over args.warmup steps, then cosine decay to lr/10 at the last step;
-// or, with --lr-schedule warmup / warmup-decay, DeepSpeed's WarmupLR / WarmupDecayLR; or, with
-// --lr-schedule constant (a --config without a scheduler section), args.lr at every step.
-float lr_at(const Args& args, int step);
 
 // Global-norm clipping factor: clip / norm when the norm exceeds clip (and clip > 0), else 1.
 float clip_scale(double grad_norm, float clip);
@@ -46,18 +42,38 @@ double sq_sum_of_shard(const Layout& L, DType dt, const void* shard_grads, Locat
 std::vector<Slice> whole_units(const Layout& L);           // stage0: everything
 std::vector<Slice> owned_shards(const Layout& L, int rank); // stages 1-3: slice `rank` of each unit
 
-// What a checkpoint (ckpt.h) needs from an optimizer: the slices it owns, where each unit's slice
+// AdamW's hyper-parameters (the trainer fills them from the command line). The learning rate is
+// not here: it changes every update (schedule.h) and is passed to each step.
+struct AdamWConfig {
+  float weight_decay = 0.1f;  // decoupled; matrices and embeddings only (TensorSpec::decay)
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+};
+
+// Walks the tensors that elements [begin, end) of unit u's owned slice `own` cross, calling
+// fn(i, n, weight_decay) for each piece (i: where the piece starts, counted from the slice's first
+// element; n: its length). Weight decay applies to matrices and embeddings only; the padding after
+// the last tensor is a piece of its own (gradient 0, no decay: it stays 0).
+template <class Fn>
+void for_each_piece(const Unit& unit, Slice own, size_t begin, size_t end, float weight_decay, Fn fn) {
+  size_t pos = own.begin + begin;
+  auto piece = [&](size_t stop, float wd) {  // unit elements [pos, stop)
+    stop = std::min(stop, own.begin + end);
+    if (stop <= pos) return;
+    fn(pos - own.begin, stop - pos, wd);
+    pos = stop;
+  };
+  for (const TensorSpec& ts : unit.tensors) piece(ts.offset + ts.numel, ts.decay ? weight_decay : 0.0f);
+  piece(own.end, 0.0f);  // padding
+}
+
+// What a checkpoint (checkpoint.h) needs from an optimizer: the slices it owns, where each unit's slice
 // starts in the packed state, and a way to copy each of its fp32 arrays (the master copy, m, v)
 // to and from host memory, wherever it lives (device, host, disk).
 enum class OptArray { Master, M, V };
-// Each optimizer registers itself on construction as its process's optimizer (a rank has one),
-// so the trainer's checkpoints find it without each stage naming it.
+// The stage hands its optimizer to the trainer's checkpoints (Trainer::checkpoint_state).
 class OptimizerState {
  public:
-  virtual ~OptimizerState() {
-    if (current_ == this) current_ = nullptr;
-  }
-  static OptimizerState* current() { return current_; }
+  virtual ~OptimizerState() = default;
   const std::vector<Slice>& owned() const { return owned_; }
   size_t state_offset(int u) const { return state_offset_[u]; }
   size_t owned_elems() const { return total_; }
@@ -70,18 +86,15 @@ class OptimizerState {
 
  protected:
   // One slice per unit, packed end to end in m, v and master; the state buffers are the subclass's.
-  OptimizerState(const Layout& L, std::vector<Slice> owned, DType param_dtype, float weight_decay);
+  OptimizerState(const Layout& L, std::vector<Slice> owned, DType param_dtype, const AdamWConfig& cfg);
   const Buffer& array(OptArray a) const { return a == OptArray::Master ? master_ : a == OptArray::M ? m_ : v_; }
   const Layout& L_;
   DType dt_;
-  float weight_decay_;
+  AdamWConfig cfg_;
   std::vector<Slice> owned_;
   std::vector<size_t> state_offset_;  // where unit u's slice starts in m, v, master
   size_t total_ = 0;
   Buffer m_, v_, master_;
-
- private:
-  static inline OptimizerState* current_ = nullptr;
 };
 
 // AdamW (decoupled weight decay; none on biases and layernorm parameters, nor on padding), on
@@ -89,7 +102,7 @@ class OptimizerState {
 // slices. In fp32 mode the parameters are their own master copy and are updated in place.
 class AdamW : public OptimizerState {
  public:
-  AdamW(const Layout& L, std::vector<Slice> owned, DType param_dtype, const Args& args);
+  AdamW(const Layout& L, std::vector<Slice> owned, DType param_dtype, const AdamWConfig& cfg);
   // master = fp32(params) for unit u's owned slice (device memory). No-op in fp32 mode.
   void init_master(int u, const void* params_slice);
   // One step on unit u's owned slice: params_slice and grads_slice point at the slice's first
@@ -97,28 +110,6 @@ class AdamW : public OptimizerState {
   void step(int u, void* params_slice, const void* grads_slice, float lr, float grad_scale, int t);
 };
 
-// The same AdamW for ZeRO-Offload, run by the CPU on state in host memory (or on disk): an fp32
-// master of the owned slices (in fp32 mode too: the parameters themselves stay on the device), m
-// and v, updated by the fast host kernel (cpu_adam.h, bitwise equal to the device's AdamW). The
-// gradient slice is read from host memory, and the updated slice is written, in the storage type,
-// to a host buffer for the trainer to copy up. Location::Disk: master, m and v live in files
-// (offload_store.h), streamed through host buffers of args.offload_chunk elements.
-class DiskState;
-class HostAdamW : public OptimizerState {
- public:
-  HostAdamW(const Layout& L, std::vector<Slice> owned, DType param_dtype, Location where, const Args& args);
-  ~HostAdamW();
-  // master = fp32(params) for unit u's owned slice; params_slice is in host memory.
-  void init_master(int u, const void* params_slice);
-  // One step on unit u's owned slice: grads_slice (host) in, updated params_out (host, storage
-  // type) out. params_out may be grads_slice itself (each gradient is read before it is overwritten).
-  void step(int u, const void* grads_slice, void* params_out, float lr, float grad_scale, int t);
-  bool has_master() const override { return true; }  // the device's params cannot be updated in place
-  void get(OptArray a, size_t at, size_t n, float* host) override;
-  void put(OptArray a, size_t at, size_t n, const float* host) override;
-
- private:
-  std::unique_ptr<DiskState> disk_;  // Location::Disk only
-};
+// The same AdamW on the CPU, for ZeRO-Offload: HostAdamW (offload/host_adamw.h).
 
 }  // namespace nz

@@ -1,15 +1,14 @@
 // report.cpp — what a run reports when it ends: the summary lines, the GPU memory check, the
 // per-rank memory table against the formulas, and the JSON report (--log-json). Rank 0 prints;
 // every rank takes part, since each contributes its own numbers.
-#include <mpi.h>  // MPI_Bcast: every rank learns whether the report was written
 
 #include <cstdio>
 #include <sstream>
 
-#include "atomic_file.h"    // AtomicFile: the report written whole or not at all
-#include "device.h"         // current_device, cuda_rt
-#include "json.h"           // JsonWriter
-#include "mfu.h"            // flops_per_token, peak_flops, mfu
+#include "io/atomic_file.h"    // AtomicFile: the report written whole or not at all
+#include "runtime/device.h"         // current_device, cuda_rt
+#include "runtime/json.h"           // JsonWriter
+#include "runtime/mfu.h"            // flops_per_token, peak_flops, mfu
 #include "trainer.h"        // Trainer, whose report members this file defines
 #include "zero_formulas.h"  // expected_state_bytes, activation_bytes, expected_*_elems
 
@@ -114,14 +113,6 @@ void Trainer::print_memory_table() {
          layout.padded_total, layout.shard_total);
 }
 
-// Rank 0's string, on every rank: so that every rank ends the run the same way (Trainer::finish).
-static std::string rank0s(std::string s) {
-  uint64_t n = s.size();
-  MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  s.resize(n);
-  if (n) MPI_Bcast(&s[0], int(n), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return s;
-}
 
 // --log-json: the run's configuration, the formulas, the step log and every rank's ledger and
 // comm counts, in one file that rank 0 writes (atomic_file.h: never half a report).
@@ -136,7 +127,7 @@ std::string Trainer::write_report() {
   mine.end_object();
   std::string ranks = comm.gather_strings(mine.str(), ",");
   if (args.log_json.empty()) return "";
-  if (rank() != 0) return rank0s("");
+  if (rank() != 0) return comm.control_broadcast("");
 
   JsonWriter j;
   j.begin_object();
@@ -257,7 +248,7 @@ std::string Trainer::write_report() {
 
   AtomicFile out(args.log_json);  // a fresh temporary file, fsync'd, renamed: never half a report
   out.write(j.str().data(), j.str().size());
-  return rank0s(out.commit() ? "" : out.error());
+  return comm.control_broadcast(out.commit() ? "" : out.error());
 }
 
 }  // namespace nz

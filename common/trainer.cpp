@@ -12,14 +12,13 @@
 
 #include <cmath>         // std::isfinite
 
-#include "check.h"       // NZ_CHECK
-#include "checkpoint.h"  // save_model_from_units
-#include "ckpt.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
-#include "gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
-#include "ds_config.h"   // resolve_batch (--config's train_batch_size)
-#include "watchdog.h"    // Watchdog: a rank that stops making progress ends the job
-#include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
-#include "ops.h"         // cpu::cast; set_kernels (kernels.h)
+#include "runtime/check.h"       // NZ_CHECK
+#include "io/model_file.h"  // save_model_from_units
+#include "io/checkpoint.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
+#include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
+#include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
+#include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
+#include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)
 
 namespace nz {
 
@@ -56,8 +55,7 @@ void check_model_fits(const Args& args, Stage stage, const Comm& comm) {
   // every rank stops alike (the others would wait in the next collective), the first that cannot
   // fit saying why in one line
   const int mine = ram > 0 && need > have ? comm.rank() : INT_MAX;
-  int first = mine;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const int first = comm.control_min(mine);
   if (first == INT_MAX) return;
   if (comm.rank() == first)
     user_error_this_rank(
@@ -66,14 +64,48 @@ void check_model_fits(const Args& args, Stage stage, const Comm& comm) {
         "--batch or --seq, a later stage or more machines",
         args.preset.c_str(), args.cfg.layers, args.cfg.dim, L.num_params, fmt_bytes(need).c_str(), where,
         stage_name(stage), sharing, sharing == 1 ? "" : "s", fmt_bytes(have).c_str());
-  MPI_Finalize();
-  exit(2);
+  comm.exit_quietly(2);
+}
+
+// ---- the command line into the core's config structs: the one place the core meets Args ----
+
+LossScaleConfig loss_scale_config(const Args& a) {
+  return {a.dtype == DType::F16, a.loss_scale, a.loss_scale_window, a.loss_scale_hysteresis,
+          a.loss_scale_backoff, a.loss_scale_min};
+}
+
+ScheduleConfig schedule_config(const Args& a) {
+  return {a.lr, a.warmup, a.steps, a.lr_schedule, a.warmup_min_lr, a.warmup_type, a.lr_total_steps};
+}
+
+CheckpointConfig checkpoint_config(const Args& a) {
+  CheckpointConfig c;
+  c.ckpt_dir = a.ckpt_dir;
+  c.ckpt_keep = a.ckpt_keep;
+  c.ckpt_overwrite = a.ckpt_overwrite;
+  c.resume = a.resume;
+  c.resume_changed = a.resume_changed;
+  c.cfg = a.cfg;
+  c.precision = a.precision;
+  c.seed = a.seed;
+  c.lr = a.lr, c.weight_decay = a.weight_decay, c.clip = a.clip;
+  c.warmup = a.warmup, c.steps = a.steps, c.batch = a.batch, c.seq = a.seq, c.accum = a.accum;
+  c.schedule = schedule_config(a);
+  return c;
 }
 
 }  // namespace
 
+void Trainer::configs_from_args() {
+  adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
+  schedule = schedule_config(args);
+  offload = {args.offload_dir, size_t(args.offload_chunk), &comm};
+  checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));
+}
+
 Trainer::Trainer(int argc, char** argv, Stage st)
-    : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st), loss_scaler_(args) {
+    : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st),
+      loss_scaler_(loss_scale_config(args)) {
   resolve_batch(args, world());  // --config's train_batch_size: checked, or the missing factor derived
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
   int cores = int(std::thread::hardware_concurrency());
@@ -84,13 +116,14 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
   check_model_fits(args, stage, comm);  // one line, before anything is printed or allocated
+  configs_from_args();                  // after settle_batch: the batch and accum are final
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
   if (!args.resume.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
-    resume_from_ = find_resume_checkpoint(comm, args);
+    resume_from_ = find_resume_checkpoint(comm, *checkpoint_);
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  run_id_ = claim_checkpoint_dir(comm, args, resume_from_);  // --ckpt-dir: this run's alone, or one line
+  run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
   select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
@@ -161,8 +194,7 @@ void Trainer::settle_batch() {
       int sharing = 0;  // local ranks on my GPU (select_device: local rank l uses GPU l % gpus)
       for (int l = 0; l < comm.local_size(); l++) sharing += l % gpus == comm.local_rank() % gpus;
       uint64_t mine = free_bytes / uint64_t(std::max(sharing, 1));
-      MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-      budget = mine;
+      budget = comm.control_min(mine);
       budget_from = "the GPU's free memory (cudaMemGetInfo" + std::string(sharing > 1 ? ", shared by its ranks)" : ")");
     }
     args.memory_budget = budget;
@@ -208,14 +240,14 @@ void Trainer::settle_batch() {
   fflush(stdout);
 }
 
-void Trainer::checkpoint_state(Buffer& params) {
-  NZ_CHECK(OptimizerState::current() != nullptr, "checkpoint_state: the stage has made no optimizer");
+void Trainer::checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& optimizer) {
   held_params_ = &params;
-  held_optimizer_ = OptimizerState::current();
+  params_held_ = held;
+  held_optimizer_ = &optimizer;
   if (resume_from_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
-  first_step_ = load_checkpoint(comm, args, held_state(), resume_from_);
-  MPI_Barrier(MPI_COMM_WORLD);  // every rank has loaded
+  first_step_ = load_checkpoint(comm, *checkpoint_, held_state(), resume_from_);
+  comm.control_barrier();  // every rank has loaded
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (rank() == 0) {
     printf("resumed from %s: %d of %d steps done, verified (every shard's size and CRC-32C) in %.1f ms, loaded "
@@ -229,14 +261,14 @@ HeldState Trainer::held_state() {
   h.L = &layout;
   h.dt = dtype;
   h.params = held_params_;
-  h.params_full = held_params_->bytes() == layout.padded_total * elem_bytes;  // else this rank's slices
+  h.params_full = params_held_ == ParamsHeld::AllUnits;  // else this rank's slices
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
   h.rank = rank();
   h.run_id = run_id_;
-  NZ_CHECK(h.params_full || held_params_->bytes() == layout.shard_total * elem_bytes,
-           "checkpoint_state: params buffer of %zu bytes is neither all units nor this rank's slices",
-           held_params_->bytes());
+  NZ_CHECK(held_params_->bytes() == (h.params_full ? layout.padded_total : layout.shard_total) * elem_bytes,
+           "checkpoint_state: a params buffer of %zu bytes, but the stage says it holds %s",
+           held_params_->bytes(), h.params_full ? "all units" : "its own slices");
   return h;
 }
 
@@ -274,7 +306,9 @@ void Trainer::begin_step(int step) {
 }
 
 bool Trainer::skip_step(int step, double loss_sum, double grad_norm) {
-  // an inf or NaN anywhere in the gradients makes the squared norm inf or NaN
+  // an inf or NaN anywhere in the gradients makes the squared norm inf or NaN. grad_norm is global
+  // (summed over the ranks), so every rank passes the same verdict; the scaler's one-element
+  // all-reduce confirms it (loss_scale.h says why it is kept: counted as overflow_flag).
   if (!loss_scaler_.overflowed(comm, !std::isfinite(grad_norm))) return false;
   step_skipped_ = true;
   end_step(step, loss_sum, grad_norm);
@@ -326,7 +360,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   if (!args.ckpt_dir.empty() && ckpt_due) {
     if (!held_params_) user_error("--ckpt-dir: this trainer does not register its state (Trainer::checkpoint_state)");
     phase("checkpoint");
-    (save_checkpoint(comm, args, stage, held_state(), step + 1) ? ckpts_written_ : ckpts_failed_)++;
+    (save_checkpoint(comm, *checkpoint_, stage, held_state(), step + 1) ? ckpts_written_ : ckpts_failed_)++;
   }
 }
 
@@ -375,7 +409,7 @@ void Trainer::finish() {
     phase("save");
     // every rank takes part (stage3 gathers each unit); rank 0 writes
     std::string why;
-    size_t n = save_model_from_units(args.save_model, args.cfg, layout, dtype, rank() == 0, unit_access.acquire,
+    size_t n = save_model_from_units(comm, args.save_model, args.cfg, layout, dtype, rank() == 0, unit_access.acquire,
                                      unit_access.release, &why);
     if (!why.empty()) failed += "; --save-model " + args.save_model + ": " + why;
     else if (rank() == 0) printf("model written to %s (%zu parameters, fp32)\n", args.save_model.c_str(), n);

@@ -5,7 +5,7 @@
 //
 // Defined in two files: trainer.cpp (set-up, step bookkeeping, validation, finish) and report.cpp
 // (what the run reports at the end: the summary, the per-rank memory table, the JSON report).
-// The model file is written by checkpoint.h, MFU computed by mfu.h.
+// The model file is written by model_file.h, MFU computed by mfu.h.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -13,17 +13,21 @@
 #include <string>
 #include <vector>
 
-#include "check.h"  // NZ_CHECK (elem_ptr)
-#include "cli.h"
+#include "runtime/check.h"  // NZ_CHECK (elem_ptr)
+#include "runtime/cli.h"
 #include "comm.h"
-#include "data.h"
+#include "runtime/data.h"
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"
+#include "offload/host_adamw.h"  // HostAdamW, OffloadConfig (the offload stage)
 #include "optim.h"
+#include "schedule.h"
 #include "zero_formulas.h"
 
 namespace nz {
+
+struct CheckpointConfig;  // io/checkpoint.h: the trainer keeps it; the stages never see it
 
 // How a stage makes a unit's full parameters available: stages 0-2 point into their full buffer;
 // stage3 gathers the unit and releases it afterwards.
@@ -38,8 +42,14 @@ class Trainer {
   ~Trainer();
 
   Comm comm;
-  Args args;
+  Args args;  // the command line; the core below takes only the config structs made from it
   Stage stage;
+  // The command line's settings for each part of the core, filled from args in one place
+  // (trainer.cpp, configs_from_args): the optimizer, the schedule, offload's state (and, private
+  // below, the checkpoints').
+  AdamWConfig adamw;
+  ScheduleConfig schedule;
+  OffloadConfig offload;
   Layout layout;
   DType dtype;
   size_t elem_bytes;  // of the storage type
@@ -60,7 +70,7 @@ class Trainer {
   // The optimizer's clock: the learning rate and Adam's 1-based step count of this step's update.
   // Both count the updates applied so far, which is the step index unless fp16 skipped steps
   // (loss_scale.h: a skipped step moves neither the schedule nor Adam, as in DeepSpeed).
-  float lr() const { return lr_at(args, updates_done_); }
+  float lr() const { return lr_at(schedule, updates_done_); }
   int adam_step() const { return updates_done_ + 1; }
   // fp16 loss scaling (loss_scale.h): the scale this step's backward multiplied the loss by (1 in
   // fp32 and bf16). Gradients are stored scaled; the stages divide the norm and the update by it.
@@ -82,18 +92,19 @@ class Trainer {
   // line and exit code 1 once everything else is written (check.h, run_error).
   void finish();
 
-  // Checkpoints (ckpt.h, docs/checkpoints.md). The stage registers what it holds — its params
-  // buffer (all units, or its slices in stage3), with its optimizer (the one it made: optim.h) —
-  // once both are initialised; with --resume they are overwritten here from the checkpoint, and
+  // Checkpoints (io/checkpoint.h, docs/checkpoints.md). The stage registers what it holds — its params
+  // buffer (held: all units, or its own slices in stage3) and its optimizer (optim.h) — once both
+  // are initialised; with --resume they are overwritten here from the checkpoint, and
   // the step loop starts at first_step(). end_step() writes a checkpoint when one is due
   // (--ckpt-dir, --ckpt-every).
-  void checkpoint_state(Buffer& params);
+  void checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& optimizer);
   int first_step() const { return first_step_; }
 
  private:
   // --batch auto (the largest micro-batch whose predicted peak fits the memory budget) and
   // --global-batch (the accumulation that reaches it): sets args.batch and args.accum.
   void settle_batch();
+  void configs_from_args();  // adamw, schedule, offload, checkpoint from args
   // Mean validation loss over args.eval_windows windows, split over the ranks.
   double evaluate();
   // report.cpp
@@ -123,11 +134,13 @@ class Trainer {
   std::vector<std::pair<int, double>> evals_;
   std::vector<double> peak_device_mb_;  // per rank, at the last step
   // checkpoints
-  struct HeldState held_state();  // what checkpoint_state registered (ckpt.h)
+  struct HeldState held_state();  // what checkpoint_state registered (checkpoint.h)
+  std::unique_ptr<CheckpointConfig> checkpoint_;
   Buffer* held_params_ = nullptr;
+  ParamsHeld params_held_ = ParamsHeld::AllUnits;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)
-  uint64_t run_id_ = 0;      // ckpt.h: claim_checkpoint_dir
+  uint64_t run_id_ = 0;      // checkpoint.h: claim_checkpoint_dir
   int ckpts_written_ = 0, ckpts_failed_ = 0;
   int first_step_ = 0;
   double verify_ms_ = 0;   // finding and verifying the checkpoint to resume from

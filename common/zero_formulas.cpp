@@ -3,7 +3,7 @@
 
 #include <algorithm>  // std::max
 
-#include "check.h"
+#include "runtime/check.h"
 
 namespace nz {
 
@@ -118,7 +118,7 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
   return b;
 }
 
-uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum, bool checkpointing) {
+uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum) {
   const uint64_t N = L.world, S = L.shard_total, K = accum;
   switch (stage) {
     case Stage::DDP:
@@ -135,7 +135,7 @@ uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum, bool check
       //   reduce-scatter of every unit's gradient                                S
       const uint64_t s_E = L.units.empty() ? 0 : L.units[L.embed_unit()].padded / N;
       const uint64_t forward = S + s_E, backward = S - s_E;
-      const uint64_t recompute = 0;  // with `checkpointing` or without: the backward's gather serves it
+      const uint64_t recompute = 0;  // with activation checkpointing or without: the backward's gather serves it
       return K * (N - 1) * (forward + backward + recompute + S);  // = 3K(N-1)S
     }
   }

@@ -9,9 +9,10 @@
 #include <cstdint>
 #include <string>
 
-#include "dtype.h"
+#include "kernels/dtype.h"
 #include "ledger.h"
-#include "model.h"
+#include "kernels/kernels.h"  // Attention
+#include "layout.h"
 
 namespace nz {
 
@@ -71,11 +72,11 @@ int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool ch
 //   stage3:        3 K (N-1) S                (gather in forward and backward, reduce-scatter)
 //   offload:       as stage2, plus host<->device: K S down (grad slices) + S up (params)
 // With K = 1 these are the paper's 2Ψ(N-1)/N and 3Ψ(N-1)/N per rank.
-// Activation checkpointing (`checkpointing`) recomputes each block's forward in its backward: it
-// needs the block's full parameters, which stages 0-2 always hold; stage3 gathers them for the
-// backward anyway, and the recomputation runs on that same gathered buffer, so it sends nothing
-// more (zero_formulas.cpp writes stage3's gathers out unit by unit, the recomputation's included).
-uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum, bool checkpointing = false);
+// Activation checkpointing changes nothing here, so it is no parameter: the recomputation of each
+// block's forward in its backward needs the block's full parameters, which stages 0-2 always
+// hold; stage3 gathers them for the backward anyway, and the recomputation runs on that same
+// gathered buffer (zero_formulas.cpp writes stage3's gathers out unit by unit).
+uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum);
 uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offload only, else 0
 // fp16 only (loss_scale.h): every stage agrees once per step on whether the gradients overflowed,
 // a one-element all-reduce MAX: N - 1 elements per rank per step (4 bytes each). 0 in fp32, bf16.

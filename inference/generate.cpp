@@ -6,7 +6,7 @@
 //
 // A decode step feeds position s of every sequence (a prompt byte while the prompt lasts, then the
 // byte sampled at the previous step) and samples position s + 1. With --kv-cache 1 (the default)
-// each step computes one row per op and appends K and V to the cache (common/decoder.h); with
+// each step computes one row per op and appends K and V to the cache (inference/decoder.h); with
 // --kv-cache 0 it runs the full forward over every position so far, the reference: with the
 // reference kernels both give the same probabilities to the bit, so the same text.
 //
@@ -22,18 +22,18 @@
 #include <thread>
 #include <vector>
 
-#include "check.h"
-#include "checkpoint.h"  // load_model
+#include "runtime/check.h"
+#include "io/model_file.h"  // load_model
 #include "comm.h"
-#include "data.h"        // read_input_file: a regular file of bounded size (as --data)
-#include "decoder.h"     // Decoder, kv_cache_bytes
-#include "device.h"
-#include "kernels.h"     // set_kernels
+#include "runtime/data.h"        // read_input_file: a regular file of bounded size (as --data)
+#include "inference/decoder.h"     // Decoder, kv_cache_bytes
+#include "runtime/device.h"
+#include "kernels/kernels.h"     // set_kernels
 #include "model.h"
-#include "ops.h"         // cpu::cast
-#include "rng.h"
-#include "sampling.h"    // sample_byte
-#include "weights.h"     // Weights, Placement
+#include "kernels/ops.h"         // cpu::cast
+#include "runtime/rng.h"
+#include "inference/sampling.h"    // sample_byte
+#include "inference/weights.h"     // Weights, Placement
 
 using namespace nz;
 

@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
+#include "runtime/check.h"
 #include "comm.h"
 #include "ledger.h"
 #include "model.h"
-#include "quant.h"
+#include "inference/quant.h"
 
 namespace nz {
 
@@ -177,7 +177,7 @@ inline void Weights::start(int u) {
     src = static_cast<char*>(staging_.data());
   }
   // host -> device: the unit as stored, just before it runs
-  comm_.count_link(false, L_.units[u].padded, bytes);
+  comm_.count_to_device(L_.units[u].padded, bytes);
   link_bytes_ += bytes;
   if (!quantised(u)) {
     copy_bytes_async(dst, Location::Device, src, Location::Host, bytes);

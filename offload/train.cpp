@@ -8,7 +8,7 @@
 // Docs:  README.md (the ladder); docs/stages.md (units, slices, the contract); docs/memory.md.
 #include <cmath>      // std::sqrt
 
-#include "ops.h"      // kernels on the run's backend
+#include "kernels/ops.h"  // kernels on the run's backend
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -29,7 +29,6 @@ int main(int argc, char** argv) {
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
   Buffer landing(Category::Scratch, Location::Host, L.max_unit_padded / L.world * e,
                  "grad slice landing");  // offload: where a reduced slice lands before it is added
-  params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer
@@ -42,26 +41,26 @@ int main(int argc, char** argv) {
   auto to_host = [&](void* dst, const void* src, size_t elems) {
     copy_bytes_async(dst, Location::Host, src, Location::Device, elems * e);
     copy_wait();
-    comm.count_link(true, elems, elems * e);
+    comm.count_to_host(elems, elems * e);
   };
   auto to_device = [&](void* dst, const void* src, size_t elems) {
     copy_bytes_async(dst, Location::Device, src, Location::Host, elems * e);
-    comm.count_link(false, elems, elems * e);
+    comm.count_to_device(elems, elems * e);
   };
   // offload: the host AdamW writes my updated slice over my spent gradient slice (each element is
   // read before it is written): the gradient buffer is also the outbox copied up, no second eS
   auto outbox = [&](int u) { return my_G(u); };
   // offload: master, m, v for my slices on the host (or on disk); AdamW runs on the CPU
   const Location state_at = run.args.offload_to == "disk" ? Location::Disk : Location::Host;
-  HostAdamW host_adam(L, owned_shards(L, rank), dt, state_at, run.args);
+  HostAdamW adam(L, owned_shards(L, rank), dt, state_at, run.adamw, run.offload);
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     to_host(outbox(u), my_P(u), owned(u));  // offload: the master starts as my slice, copied down
-    host_adam.init_master(u, outbox(u));
+    adam.init_master(u, outbox(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
-  run.checkpoint_state(params);
+  // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
+  run.checkpoint_state(params, ParamsHeld::AllUnits, adam);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -96,7 +95,7 @@ int main(int argc, char** argv) {
     for (int u = 0; u < L.num_units(); u++) {
       // begin exercise: offload_optimizer
       // offload: AdamW on the CPU for my slice; its copy up overlaps the next unit's update
-      host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());
+      adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());
       to_device(my_P(u), outbox(u), owned(u));
       // end exercise: offload_optimizer
     }

@@ -33,7 +33,7 @@ train_tok_s() {  # flags...
 field() { sed -nE "s/.*[ ]$1=([0-9.]+).*/\1/p" <<<"$2" | tail -1; }
 
 rows=()
-# whether bf16 products run on the CPU's own bf16 instructions (common/gemm_bf16.h); bench_kernels reports it
+# whether bf16 products run on the CPU's own bf16 instructions (common/kernels/gemm_bf16.h); bench_kernels reports it
 bf16_how=$("$BIN/bench_kernels" --preset small --batch 1 --seq 8 --reps 1 --precision bf16 | sed -nE 's/^bf16 products: (.*)/\1/p')
 for s in "${shapes[@]}"; do
   IFS='|' read -r name model B T <<<"$s"

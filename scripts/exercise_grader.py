@@ -39,7 +39,7 @@ FLAGS = ("--preset tiny --seq 32 --batch 2 --steps 4 --lr 3e-3 --warmup 2 --clip
 # fp16 starts from a small loss scale that grows (window 4): no step of these short runs overflows,
 # so every step updates the model (the default 2^16 skips them all on this tiny model).
 FP16_FLAGS = "--loss-scale 1024 --loss-scale-window 4"
-WATCHDOG_S = 5     # a rank without progress this long ends the run (common/watchdog.h)
+WATCHDOG_S = 5     # a rank without progress this long ends the run (common/runtime/watchdog.h)
 RUN_TIMEOUT_S = 60  # and if even the watchdog cannot (a rank spinning in set-up), this does
 # unit roundoff of each precision: the size of one rounding error, relative
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
@@ -138,7 +138,7 @@ def prepared_objects():
                  and os.path.exists(support) and min(os.path.getmtime(gch), os.path.getmtime(support)) > newest)
         if not fresh:
             with open(header, "w") as h:
-                h.write('#include "ops.h"\n#include "trainer.h"\n')
+                h.write('#include "kernels/ops.h"\n#include "trainer.h"\n')
             for cmd in (f"{flags} -c -x c++-header {header} -o {gch}.tmp && mv {gch}.tmp {gch}",
                         f"{flags} -c {SUPPORT_SRC} -o {support}"):
                 c = _run_quiet(cmd)
@@ -209,7 +209,7 @@ def run(binary, cfg, tag, guard=True):
     cmd = (f"mpirun -np {cfg.n} {binary} {FLAGS} {cfg.flags} --watchdog {WATCHDOG_S} "
            f"--log-json {base}.json --save-model {base}.model")
     res = {"rc": None, "output": "", "hung": False}
-    env = dict(os.environ, NZ_GUARD_BUFFERS="1") if guard else None  # common/device.h, guard_after
+    env = dict(os.environ, NZ_GUARD_BUFFERS="1") if guard else None  # common/runtime/device.h, guard_after
     p = subprocess.Popen(cmd, shell=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          start_new_session=True, env=env)
     try:
@@ -359,7 +359,7 @@ def fmt(x):
 
 
 def model_floats(blob):
-    """The parameters of a model file (common/checkpoint.h): a 40-byte header, Ψ floats, a CRC."""
+    """The parameters of a model file (common/io/model_file.h): a 40-byte header, Ψ floats, a CRC."""
     a = array("f")
     a.frombytes(blob[40:40 + (len(blob) - 44) // 4 * 4])
     return a

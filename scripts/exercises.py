@@ -220,7 +220,7 @@ EXERCISES = [
          "backward needs none: pass nullptr), start the next unit's gather early, run",
          "model.backward(u, params, bucket.data()), release the unit, then reduce-scatter the",
          "bucket and add my averaged slice into my_G(u) (the first micro-step writes).",
-         "Hints: gather_unit(u), prefetch(u - 1) (not past block 1: the embedding needs no gather),",
+         "Hints: gather_unit(u), prefetch_after_backward(u) (the next unit of the backward),",
          "release_unit(u), comm.reduce_scatter, accumulate_grads(..., run.grad_average_scale(), k == 0).",
          PRECISION_TODO],
         wrong=[("gathers the embedding for its backward", "collective",
@@ -231,13 +231,13 @@ EXERCISES = [
                 [("model.backward(u, p, bucket.data());\nrelease_unit(u);",
                   "release_unit(u);\nmodel.backward(u, p, bucket.data());\n")], "released before this use"),
                ("a prefetch that waits at once", "blocking-prefetch",
-                [("if (u - 1 > EMBED) prefetch(u - 1);",
+                [("prefetch_after_backward(u);",
                   "if (u - 1 > EMBED) { prefetch(u - 1); comm.wait(in_flight[u - 1]); }")],
                 "waited for right after it started"),
                ("prefetches after the unit's backward", "blocking-prefetch",
-                [("if (u - 1 > EMBED) prefetch(u - 1);", ""),
+                [("prefetch_after_backward(u);", ""),
                  ("model.backward(u, p, bucket.data());",
-                  "model.backward(u, p, bucket.data());\nif (u - 1 > EMBED) prefetch(u - 1);")],
+                  "model.backward(u, p, bucket.data());\nprefetch_after_backward(u);")],
                 "started only after"),
                ("points into the bucket with float pointer arithmetic", "pointer",
                 [("void* mine = elem_ptr(bucket, L.shard(u, rank).begin, e);",
@@ -247,8 +247,8 @@ EXERCISES = [
                ("passes no parameters to any unit's backward", "crash",
                 [("u == EMBED ? nullptr : gather_unit(u)", "nullptr")], "SIGSEGV")],
         right=[("prefetches before gathering its own unit",
-                [("const void* p = u == EMBED ? nullptr : gather_unit(u);\nif (u - 1 > EMBED) prefetch(u - 1);",
-                  "if (u - 1 > EMBED) prefetch(u - 1);\nconst void* p = u == EMBED ? nullptr : gather_unit(u);")],
+                [("const void* p = u == EMBED ? nullptr : gather_unit(u);\nprefetch_after_backward(u);",
+                  "prefetch_after_backward(u);\nconst void* p = u == EMBED ? nullptr : gather_unit(u);")],
                 BITS)]),
     Exercise(
         "offload_optimizer", "offload/train.cpp", "offload",
@@ -256,29 +256,29 @@ EXERCISES = [
         ["My gradient slice my_G(u) is in host memory. Run the host AdamW on it, writing my",
          "updated parameters (storage type) into outbox(u), then copy them up into my slice of",
          "the device's parameters, my_P(u) (the all-gather that follows sends them to the others).",
-         "Hints: host_adam.step(u, grads_slice, params_out, run.lr(), scale, run.adam_step());",
+         "Hints: adam.step(u, grads_slice, params_out, run.lr(), scale, run.adam_step());",
          "to_device(dst, src, elems). The host computes on host memory only.", PRECISION_TODO],
         wrong=[("never copies the update up", "link",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());", "up to the device"),
+                "adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());", "up to the device"),
                ("copies the update to slice 0 of the unit", "slice",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
+                "adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
                 "to_device(P(u), outbox(u), owned(u));", "update"),
                ("ignores the clipping scale", "scale",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), 1.0f, run.adam_step());\n"
+                "adam.step(u, my_G(u), outbox(u), run.lr(), 1.0f, run.adam_step());\n"
                 "to_device(my_P(u), outbox(u), owned(u));", "update"),
                ("the host AdamW writes into the device's parameters (a copy still counted)", "placement",
-                "host_adam.step(u, my_G(u), my_P(u), run.lr(), scale, run.adam_step());\n"
+                "adam.step(u, my_G(u), my_P(u), run.lr(), scale, run.adam_step());\n"
                 "to_device(outbox(u), my_P(u), owned(u));", "in device memory; expected host memory"),
                ("copies in the wrong direction", "placement",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
+                "adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
                 "to_device(outbox(u), my_P(u), owned(u));", "expected device memory"),
                ("copies bytes where to_device takes elements", "bytes",
                 [("to_device(my_P(u), outbox(u), owned(u));", "to_device(my_P(u), outbox(u), owned(u) * e);")],
                 "past its end")],
         right=[("copies and counts the copy itself",
-                "host_adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
+                "adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\n"
                 "copy_bytes_async(my_P(u), Location::Device, outbox(u), Location::Host, owned(u) * e);\n"
-                "comm.count_link(false, owned(u), owned(u) * e);", BITS)]),
+                "comm.count_to_device(owned(u), owned(u) * e);", BITS)]),
     Exercise(
         "comm_rank_ordered_sum", "common/comm.cpp", "stage2",
         "the collective layer: add the N ranks' contributions to my slice, in rank order",

@@ -19,14 +19,14 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v timeout >/dev/null 2>&1 || missing+=(coreutils)
 # OpenBLAS, its OpenMP build: the CPU's fast matrix products (see the Makefile's BLAS lines)
 [ -f "/usr/include/$multiarch/openblas-openmp/cblas.h" ] || missing+=(libopenblas-openmp-dev)
-# oneDNN: bf16 matrix products on the CPU's bf16 instructions, where it has them (common/gemm_bf16.h).
+# oneDNN: bf16 matrix products on the CPU's bf16 instructions, where it has them (common/kernels/gemm_bf16.h).
 # Debian builds it for x86-64 and 64-bit ARM, not for every architecture: beyond x86-64 it is optional,
 # installed where apt has it, and the Makefile builds without it where it is absent (DNNL=0).
 optional=()
 if [ ! -f /usr/include/oneapi/dnnl/dnnl.hpp ]; then
   if [ "$multiarch" = x86_64-linux-gnu ]; then missing+=(libdnnl-dev); else optional+=(libdnnl-dev); fi
 fi
-# nlohmann-json, header-only: reads DeepSpeed's config files (common/ds_config.cpp, --config)
+# nlohmann-json, header-only: reads DeepSpeed's config files (common/runtime/ds_config.cpp, --config)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
 
 # An optional package is wanted where apt has it (asked again after apt-get update, below).

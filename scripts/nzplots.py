@@ -26,7 +26,8 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 REPO = Path(__file__).resolve().parent.parent
-STAGES = ["stage0_ddp", "stage1", "stage2", "stage3", "offload"]
+STAGES = [l.strip() for l in (Path(__file__).resolve().parent.parent / "stages.txt").read_text().splitlines()
+          if l[:1].isalpha()]  # the rungs, in order (stages.txt)
 # What each stage shards, as the paper names it.
 STAGE_LABEL = {"stage0_ddp": "stage0 (DDP)", "stage1": "stage1 (P_os)", "stage2": "stage2 (P_os+g)",
                "stage3": "stage3 (P_os+g+p)", "offload": "offload (stage2 + host)"}

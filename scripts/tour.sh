@@ -19,7 +19,7 @@ COMPARE=${COMPARE:-100}
 # (AVX512-BF16, AMX): its products run about 1.5x faster than fp32's (make bench). Elsewhere (most
 # laptops: AVX2 without AVX-512, ARM) a bf16 product is widened to fp32 first, fp32's work plus the
 # widening, so the tour trains in fp32. The trainers decide the path once per process
-# (common/gemm_bf16.h) and say it in their header: one tiny bf16 step asks them.
+# (common/kernels/gemm_bf16.h) and say it in their header: one tiny bf16 step asks them.
 if [ -z "${PRECISION:-}" ]; then
   said=$(mpirun -np 1 build/bin/stage0_ddp --preset tiny --seq 16 --batch 1 --steps 1 --eval-windows 1 \
            --precision bf16 --quiet 2>&1 | grep -m1 '^bf16 products:' || true)
@@ -34,7 +34,7 @@ SCHEDULE="--lr-schedule warmup-decay --warmup-type linear --lr-total-steps $STEP
 out=runs/tour
 mkdir -p "$out"
 stages=()
-for s in stage0_ddp stage1 stage2 stage3 offload; do
+for s in $(grep '^[a-z]' stages.txt); do
   [ -x "build/bin/$s" ] && stages+=("$s")
 done
 echo "nanoZeRO tour: ${stages[*]} | $NP ranks | $FLAGS $SCHEDULE"

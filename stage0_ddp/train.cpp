@@ -8,7 +8,7 @@
 // Docs:  README.md (the ladder); docs/stages.md (units, slices, the contract); docs/memory.md.
 #include <cmath>      // std::sqrt
 
-#include "ops.h"      // kernels on the run's backend
+#include "kernels/ops.h"  // kernels on the run's backend
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -28,18 +28,17 @@ int main(int argc, char** argv) {
                "grads (summed over my micro-steps)");
   Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e,
                    "grads (one unit, this micro-step)");
-  params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
   auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u
-  AdamW adam(L, whole_units(L), dt, run.args);  // m, v for every element
+  AdamW adam(L, whole_units(L), dt, run.adamw);  // m, v for every element
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, P(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
-  run.checkpoint_state(params);
+  // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
+  run.checkpoint_state(params, ParamsHeld::AllUnits, adam);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);

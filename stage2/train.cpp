@@ -8,7 +8,7 @@
 // Docs:  README.md (the ladder); docs/stages.md (units, slices, the contract); docs/memory.md.
 #include <cmath>      // std::sqrt
 
-#include "ops.h"      // kernels on the run's backend
+#include "kernels/ops.h"  // kernels on the run's backend
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -27,7 +27,6 @@ int main(int argc, char** argv) {
   Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
   Buffer grads(Category::Grads, Location::Device, L.shard_total * e, "grads (my slices)");  // P_g
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
-  params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // my slice of unit u: in the full parameter buffer, and packed in the sharded gradient buffer
@@ -35,14 +34,14 @@ int main(int argc, char** argv) {
     return elem_ptr(params, L.units[u].offset + L.shard(u, rank).begin, e);
   };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
-  AdamW adam(L, owned_shards(L, rank), dt, run.args);  // P_os: m, v for my slices only
+  AdamW adam(L, owned_shards(L, rank), dt, run.adamw);  // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, my_P(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
-  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
-  run.checkpoint_state(params);
+  // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
+  run.checkpoint_state(params, ParamsHeld::AllUnits, adam);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);

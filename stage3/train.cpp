@@ -9,7 +9,7 @@
 // Docs:  README.md (the ladder); docs/stages.md (units, slices, the contract); docs/memory.md.
 #include <cmath>      // std::sqrt
 
-#include "ops.h"      // kernels on the run's backend
+#include "kernels/ops.h"  // kernels on the run's backend
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -29,12 +29,11 @@ int main(int argc, char** argv) {
   Buffer params(Category::Params, Location::Device, L.shard_total * e, "params (my slices)");
   Buffer grads(Category::Grads, Location::Device, L.shard_total * e, "grads (my slices)");  // P_g
   Buffer bucket(Category::CommBuffers, Location::Device, L.max_unit_padded * e, "grad bucket");
-  params.zero();
   auto owned = [&](int u) { return L.units[u].padded / L.world; };          // elements in my slice
   // my slice of unit u, packed in the sharded parameter and gradient buffers
   auto my_P = [&](int u) { return elem_ptr(params, L.units[u].shard_offset, e); };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
-  AdamW adam(L, owned_shards(L, rank), dt, run.args);  // P_os: m, v for my slices only
+  AdamW adam(L, owned_shards(L, rank), dt, run.adamw);  // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.shard(u, rank), my_P(u));  // P_p: only my slice is ever initialised
     adam.init_master(u, my_P(u));
@@ -61,9 +60,14 @@ int main(int argc, char** argv) {
   auto prefetch = [&](int u) { if (run.args.prefetch) gather_start(u); };
   auto release_unit = [&](int u) { gathered[u].release(); };  // release: only my slice stays
   // end exercise: stage3_gather_release
+  // The prefetch order: the unit a micro-step needs after unit u (FSDP2 records it in its first
+  // forward; here it is written down). Forward: embed, blocks, lnf, then the embedding again for
+  // the LM head. Backward: lnf down to block 0; the embedding's backward needs no parameters.
+  auto prefetch_after_forward = [&](int u) { prefetch(u < LNF ? u + 1 : EMBED); };
+  auto prefetch_after_backward = [&](int u) { if (u - 1 > EMBED) prefetch(u - 1); };
   run.unit_access = UnitAccess{gather_unit, release_unit};  // validation, model file: unit by unit
-  // checkpoints hold what this rank holds; --resume restores it here (ckpt.h)
-  run.checkpoint_state(params);
+  // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
+  run.checkpoint_state(params, ParamsHeld::OwnSlices, adam);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -72,7 +76,7 @@ int main(int argc, char** argv) {
       run.phase("forward");
       for (int u = 0; u < L.num_units(); u++) {
         const void* p = gather_unit(u);       // all-gather: unit u, just before it runs
-        prefetch(u < LNF ? u + 1 : EMBED);    // prefetch: the next unit (after lnf, the LM head's)
+        prefetch_after_forward(u);            // prefetch: the next unit (after lnf, the LM head's)
         model.forward(u, p);
         release_unit(u);                      // release: unit u, until it is needed again
       }
@@ -86,7 +90,7 @@ int main(int argc, char** argv) {
         // begin exercise: stage3_backward
         // all-gather: unit u again for its backward; the embedding's backward needs no parameters
         const void* p = u == EMBED ? nullptr : gather_unit(u);
-        if (u - 1 > EMBED) prefetch(u - 1);   // prefetch: the next unit of the backward
+        prefetch_after_backward(u);           // prefetch: the next unit of the backward
         model.backward(u, p, bucket.data());
         release_unit(u);                      // release: unit u, until the next forward
         // reduce-scatter, every micro-step: each rank receives only the summed gradient of the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The bf16 paths as a laptop CPU without AVX-512 runs them, on whatever CPU runs the tests: oneDNN
 # is capped at AVX2 (ONEDNN_MAX_CPU_ISA, read once when a process starts), where oneDNN 2.x has no
-# bf16 matmul at all and throws instead of offering one (common/gemm_bf16.cpp must catch that and
+# bf16 matmul at all and throws instead of offering one (common/kernels/gemm_bf16.cpp must catch that and
 # widen). So a regression in the decision is caught by CI on any machine, not only on an AVX2 one.
 #   - the kernel tests of bf16 products pass under the cap (and decline, untouched, every shape);
 #   - a bf16 training run under the cap says it widens, exits 0, and trains exactly the model of

@@ -55,7 +55,7 @@ def main():
         data = bytearray(open(d + "/" + name, "rb").read())
         units = struct.unpack_from("<I", data, 8 + 4 * 4)[0]  # header: magic, version, rank, world, precision, U
         precision = struct.unpack_from("<I", data, 8 + 3 * 4)[0]
-        at = 8 + 6 * 4 + 32 * units  # the params follow the header (ckpt.h)
+        at = 8 + 6 * 4 + 32 * units  # the params follow the header (checkpoint.h)
         if precision == 0:
             struct.pack_into("<f", data, at + 4 * index, float("nan"))
         else:  # bf16 and fp16: an all-ones exponent with a mantissa is NaN in both

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# emu_check.sh — the CUDA backend on nz_emu, the CPU emulator of CUDA in tests/emu/ (no GPU and no
+# emu_check.sh — the CUDA backend on nz_emu, the CPU emulator of CUDA in dev/emu/ (no GPU and no
 # CUDA toolkit needed): every CUDA kernel, the cuBLAS and NCCL call sites, and every trainer with
 # --device cuda run for real, with the emulator's checks on (guard pages after every device buffer,
 # device memory unreachable from host code, poisoned fresh memory, barrier divergence, launch

@@ -23,10 +23,10 @@ trap '[ -z "${NZ_KEEP_TEST_FILES:-}" ] && rm -rf "$tmp"' EXIT
 make_bundle() {  # DIR: a fake bundle around the real scripts
   local b=$1 f
   mkdir -p "$b"/{bin,tests,mpi,lib,data,scripts}
-  cp tests/gpu_check.sh scripts/bundle_env.sh scripts/bundle_check.sh scripts/host_libs.txt "$b/"
+  cp stages.txt tests/gpu_check.sh dev/gpu_bundle/bundle_env.sh dev/gpu_bundle/bundle_check.sh dev/gpu_bundle/host_libs.txt "$b/"
   cp "$(type -P true)" "$b/bin/elf_probe"  # one real ELF file for bundle_check.sh (needs libc only)
   : >"$b/data/corpus.txt"
-  for f in stage0_ddp stage1 stage2 stage3 offload; do
+  for f in $(grep '^[a-z]' stages.txt); do
     cat >"$b/bin/$f" <<'EOF'
 #!/usr/bin/env bash
 echo "cuda: fake GPU (sm_90)"
@@ -129,7 +129,7 @@ result build_fails $ok "expected a FAIL row named build quoting the error, and t
 
 # nccl_in_python: a library only a Python environment holds (PyTorch's nvidia-nccl-cu13 layout)
 mkdir -p "$tmp/py/nvidia/nccl/lib" && : >"$tmp/py/nvidia/nccl/lib/libnz_fake_nccl.so.2"
-found=$(source scripts/bundle_env.sh && PYTHONPATH="$tmp/py" bundle_find_lib libnz_fake_nccl.so.2)
+found=$(source dev/gpu_bundle/bundle_env.sh && PYTHONPATH="$tmp/py" bundle_find_lib libnz_fake_nccl.so.2)
 ok=1
 [ "$found" = "$tmp/py/nvidia/nccl/lib" ] && ok=0
 result nccl_in_python $ok "expected bundle_env.sh to find it in $tmp/py/nvidia/nccl/lib, found '${found}'"

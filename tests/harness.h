@@ -4,12 +4,14 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,20 @@ inline std::string temp_dir() {
 inline std::string bin_dir() {
   const char* d = getenv("NZ_BIN_DIR");
   return d && *d ? d : "build/bin";
+}
+
+// The rungs of the ladder, in order: stages.txt (the one list the Makefile and the scripts read
+// too), from the directory the tests run in (the repository's root). Missing: the test stops.
+inline const std::vector<const char*>& all_stages() {
+  static const std::vector<const char*> names = [] {
+    std::vector<const char*> v;
+    std::ifstream f("stages.txt");
+    if (!f) throw std::runtime_error("stages.txt not found: run the tests from the repository's root");
+    for (std::string line; std::getline(f, line);)
+      if (!line.empty() && std::isalpha((unsigned char)line[0])) v.push_back(strdup(line.c_str()));
+    return v;
+  }();
+  return names;
 }
 
 // Runs a shell command, capturing stdout and stderr.

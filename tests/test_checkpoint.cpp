@@ -20,8 +20,8 @@
 
 #include <map>
 
-#include "../common/atomic_file.h"
-#include "../common/crc32c.h"
+#include "io/atomic_file.h"
+#include "io/crc32c.h"
 #include "harness.h"
 
 using namespace nzt;
@@ -31,7 +31,7 @@ namespace {
 const std::string kTiny = "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 "
                           "--clip 0.5 ";
 const int kSteps = 6, kStop = 3;  // checkpoints every 3 steps: the resumed run starts at step 3
-const char* kStages[] = {"stage0_ddp", "stage1", "stage2", "stage3", "offload"};
+const std::vector<const char*>& kStages = all_stages();  // stages.txt
 
 std::string step_dir(const std::string& ckpt_dir, int step) {
   char name[32];

@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "cpu_adam.h"
-#include "kernels.h"  // nz::cpu::adamw_update, the reference
+#include "kernels/cpu_adam.h"
+#include "kernels/kernels.h"  // nz::cpu::adamw_update, the reference
 
 using namespace nz;
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "comm.h"
-#include "device.h"  // select_device, nz::cuda_rt (device memory)
-#include "rng.h"
+#include "runtime/device.h"  // select_device, nz::cuda_rt (device memory)
+#include "runtime/rng.h"
 
 using namespace nz;
 

@@ -1,5 +1,5 @@
-// test_cuda_inference.cpp — the CUDA decode path (common/decoder.cpp on the CUDA backend, the
-// kernels of common/cuda/kernels_decode.cu) against the CPU decoder, which tests/test_inference.cpp
+// test_cuda_inference.cpp — the CUDA decode path (inference/decoder.cpp on the CUDA backend, the
+// kernels of common/kernels/cuda/kernels_decode.cu) against the CPU decoder, which tests/test_inference.cpp
 // checks against the full forward to the bit.
 //
 // Tolerance on the probabilities, |cuda - cpu| <= 1e-4 in fp32 and 2e-2 in bf16 (absolute; every
@@ -15,13 +15,13 @@
 #include <cstring>
 #include <vector>
 
-#include "decoder.h"
-#include "device.h"
-#include "kernels.h"
+#include "inference/decoder.h"
+#include "runtime/device.h"
+#include "kernels/kernels.h"
 #include "model.h"
-#include "ops.h"
-#include "quant.h"
-#include "rng.h"
+#include "kernels/ops.h"
+#include "inference/quant.h"
+#include "runtime/rng.h"
 
 using namespace nz;
 

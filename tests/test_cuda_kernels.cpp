@@ -1,5 +1,5 @@
-// test_cuda_kernels.cpp — every CUDA kernel (common/cuda/) against the CPU reference (nz::cpu::*,
-// common/kernels_cpu.cpp), which test_kernels.cpp checks against finite differences.
+// test_cuda_kernels.cpp — every CUDA kernel (common/kernels/cuda/) against the CPU reference (nz::cpu::*,
+// common/kernels/kernels_cpu.cpp), which test_kernels.cpp checks against finite differences.
 //
 //  - CudaKernels/fp32, CudaKernels/bf16, CudaKernels/fp16: each op on fresh random inputs of awkward sizes (none a
 //    multiple of a block, a tile or a warp), identical inputs on both backends, every GPU output
@@ -33,11 +33,11 @@
 #include <type_traits>  // std::is_same_v
 #include <vector>
 
-#include "device.h"             // nz::cuda_rt: device memory, device_count
-#include "dtype.h"              // nz::bf16, nz::load, nz::store
-#include "cuda/flash_attention.h"  // nz::cuda::flash_attention_uses_wmma (a header function)
-#include "kernels.h"            // nz::cpu::*, nz::cuda::*, nz::set_kernels
-#include "rng.h"                // nz::Rng
+#include "runtime/device.h"             // nz::cuda_rt: device memory, device_count
+#include "kernels/dtype.h"              // nz::bf16, nz::load, nz::store
+#include "kernels/cuda/flash_attention.h"  // nz::cuda::flash_attention_uses_wmma (a header function)
+#include "kernels/kernels.h"            // nz::cpu::*, nz::cuda::*, nz::set_kernels
+#include "runtime/rng.h"                // nz::Rng
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include <cstdlib>  // getenv
 #include <map>
 
-#include "device.h"  // nz::cuda_rt::device_count
+#include "runtime/device.h"  // nz::cuda_rt::device_count
 #include "harness.h"
 #include "model.h"          // nz::preset_config
 #include "zero_formulas.h"  // nz::expected_activation_bytes
@@ -32,7 +32,7 @@ using namespace nzt;
 
 namespace {
 
-// NZ_TEST_QUICK=1 (tests/emu_check.sh, where kernels run on the CPU emulator, tests/emu/):
+// NZ_TEST_QUICK=1 (tests/emu_check.sh, where kernels run on the CPU emulator, dev/emu/):
 // 4 steps of 16 tokens instead of 8 of 32. The bounds stay as stated.
 const bool kQuick = getenv("NZ_TEST_QUICK") && std::string(getenv("NZ_TEST_QUICK")) == "1";
 const std::string kFlags =

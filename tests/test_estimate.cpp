@@ -16,7 +16,7 @@ using namespace nzt;
 
 namespace {
 
-const char* kStages[] = {"stage0_ddp", "stage1", "stage2", "stage3", "offload"};
+const std::vector<const char*>& kStages = all_stages();  // stages.txt
 const char* kStateCats[] = {"params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "gathered"};
 
 Json estimate_json(const std::string& flags) {
@@ -142,15 +142,14 @@ TEST(Estimate, RawParameterCountIsThePapersModelStates) {
   EXPECT_EQ(sent.size(), j["estimates"].size());
 }
 
-// The estimate is what the ledger measures: every stage that is built, N = 1..4 in fp32 (N = 3
+// The estimate is what the ledger measures: every stage of stages.txt (a missing binary fails), N = 1..4 in fp32 (N = 3
 // pads the units) and N = 3 in bf16, on every rank, each category at the location it claims.
 TEST(Estimate, MatchesTheLedgerOfRealRunsForEveryBuiltStage) {
   const std::string shape = "--preset tiny --seq 32 --batch 2";
-  std::string skipped;
   int checked = 0;
   for (const char* stage : kStages) {
     if (!have_binary(stage)) {
-      skipped += std::string(" ") + stage;
+      ADD_FAILURE() << bin_dir() << "/" << stage << " is missing; expected every stage of stages.txt: build them (make)";
       continue;
     }
     std::vector<std::pair<int, std::string>> runs = {{1, "fp32"}, {2, "fp32"}, {3, "fp32"}, {4, "fp32"}, {3, "bf16"}};
@@ -188,18 +187,20 @@ TEST(Estimate, MatchesTheLedgerOfRealRunsForEveryBuiltStage) {
       checked++;
     }
   }
-  printf("checked %d runs against zero_estimate; stages skipped (no binary in %s):%s\n", checked, bin_dir().c_str(),
-         skipped.empty() ? " none" : skipped.c_str());
-  EXPECT_GT(checked, 0) << "no trainer binary in " << bin_dir();
+  printf("checked %d runs against zero_estimate\n", checked);
+  EXPECT_EQ(checked, 5 * int(kStages.size()));
 }
 
-// The elements sent per step are what the comm ledger counts: every built stage, N = 3, --accum 3
+// The elements sent per step are what the comm ledger counts: every stage (a missing binary fails), N = 3, --accum 3
 // (rank 0, the last step), and offload's host link, down and up together.
 TEST(Estimate, SentPerStepMatchesTheCommLedgerWithAccumulation) {
   const std::string shape = "--preset tiny --seq 32 --batch 2";
   int checked = 0;
   for (const char* stage : kStages) {
-    if (!have_binary(stage)) continue;
+    if (!have_binary(stage)) {
+      ADD_FAILURE() << bin_dir() << "/" << stage << " is missing; expected every stage of stages.txt: build them (make)";
+      continue;
+    }
     SCOPED_TRACE(stage);
     RunResult run = run_trainer(stage, 3, shape + " --accum 3 --steps 2 --eval-every 0 --eval-windows 4 --device cpu",
                                 "est_accum");
@@ -210,7 +211,7 @@ TEST(Estimate, SentPerStepMatchesTheCommLedgerWithAccumulation) {
     EXPECT_EQ(last["to_host_elems"].u() + last["to_device_elems"].u(), est["link_elems_per_step"].u());
     checked++;
   }
-  EXPECT_GT(checked, 0) << "no trainer binary in " << bin_dir();
+  EXPECT_EQ(checked, int(kStages.size()));
 }
 
 // --attention flash: every kept block holds one fp32 log-sum-exp per head and token, B*H*T, instead of

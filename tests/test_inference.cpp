@@ -1,4 +1,4 @@
-// test_inference.cpp — KV-cached decoding (common/decoder.h) against the full forward (model.h).
+// test_inference.cpp — KV-cached decoding (inference/decoder.h) against the full forward (model.h).
 //
 // Truth: GPT::forward over the whole sequence at once, the model the trainers train. The decoder
 // feeds the same sequence one position at a time, B sequences together; at every position its
@@ -11,13 +11,13 @@
 #include <cstring>
 #include <vector>
 
-#include "decoder.h"
-#include "kernels.h"
+#include "inference/decoder.h"
+#include "kernels/kernels.h"
 #include "ledger.h"
 #include "model.h"
-#include "ops.h"
-#include "quant.h"
-#include "rng.h"
+#include "kernels/ops.h"
+#include "inference/quant.h"
+#include "runtime/rng.h"
 
 using namespace nz;
 

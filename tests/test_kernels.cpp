@@ -1,4 +1,4 @@
-// test_kernels.cpp — the CPU reference kernels (common/kernels_cpu.cpp) against the math.
+// test_kernels.cpp — the CPU reference kernels (common/kernels/kernels_cpu.cpp) against the math.
 //
 //  - KernelGrad:        every backward against central finite differences, in double precision
 //  - KernelForward:     forward properties a gradient check cannot see (causal mask, known values,
@@ -41,9 +41,9 @@ static uint16_t hardware_f32_to_f16(float x) {
 }
 #endif
 
-#include "dtype.h"      // bf16, f32_to_bf16, bf16_to_f32, f16, f32_to_f16, f16_to_f32, acc_t
-#include "gemm_bf16.h"  // bf16_gemm: bf16 products on the CPU's bf16 instructions
-#include "kernels.h"  // nz::cpu::*
+#include "kernels/dtype.h"      // bf16, f32_to_bf16, bf16_to_f32, f16, f32_to_f16, f16_to_f32, acc_t
+#include "kernels/gemm_bf16.h"  // bf16_gemm: bf16 products on the CPU's bf16 instructions
+#include "kernels/kernels.h"  // nz::cpu::*
 
 namespace {
 

@@ -20,9 +20,9 @@
 #include <type_traits>  // std::is_same_v
 #include <vector>
 
-#include "dtype.h"    // bf16, load, store, acc_t
-#include "kernels.h"  // nz::cpu::*, nz::ref::*
-#include "rng.h"      // nz::Rng
+#include "kernels/dtype.h"    // bf16, load, store, acc_t
+#include "kernels/kernels.h"  // nz::cpu::*, nz::ref::*
+#include "runtime/rng.h"      // nz::Rng
 
 namespace {
 

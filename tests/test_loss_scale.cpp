@@ -24,7 +24,7 @@ namespace {
 
 const std::string kTiny =
     "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --precision fp16 ";
-const char* kStages[] = {"stage0_ddp", "stage1", "stage2", "stage3", "offload"};
+const std::vector<const char*>& kStages = all_stages();  // stages.txt
 
 std::string fresh_dir(const std::string& name) {
   std::string d = temp_dir() + "/" + name;
@@ -55,7 +55,7 @@ float lr_at(float lr, int warmup, int steps, int t) {
   return min_lr + 0.5f * (lr - min_lr) * (1.0f + std::cos(float(M_PI) * progress));
 }
 
-// One shard file, split as ckpt.h describes it: header, params, then fp32 master, m, v of the
+// One shard file, split as checkpoint.h describes it: header, params, then fp32 master, m, v of the
 // owned slices (the optimizer ranges of the header, summed).
 struct Shard {
   std::string bytes;

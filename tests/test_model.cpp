@@ -6,10 +6,10 @@
 #include <cmath>
 #include <vector>
 
-#include "data.h"
+#include "runtime/data.h"
 #include "ledger.h"
 #include "model.h"
-#include "rng.h"
+#include "runtime/rng.h"
 
 using namespace nz;
 

@@ -8,7 +8,7 @@
 
 #include "comm.h"
 #include "ledger.h"
-#include "rng.h"
+#include "runtime/rng.h"
 
 using namespace nz;
 

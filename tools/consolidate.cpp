@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "check.h"       // user_error
-#include "checkpoint.h"  // save_model: the model file
-#include "ckpt.h"        // find_checkpoint, CheckpointReader
-#include "cli.h"         // check_output_file
-#include "kernels.h"     // cpu::cast (bf16 -> fp32)
+#include "runtime/check.h"       // user_error
+#include "io/model_file.h"  // save_model: the model file
+#include "io/checkpoint.h"        // find_checkpoint, CheckpointReader
+#include "runtime/cli.h"         // check_output_file
+#include "kernels/kernels.h"     // cpu::cast (bf16 -> fp32)
 
 using namespace nz;
 

@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "checkpoint.h"
+#include "runtime/check.h"
+#include "io/model_file.h"
 #include "comm.h"
-#include "data.h"
-#include "device.h"
+#include "runtime/data.h"
+#include "runtime/device.h"
 #include "model.h"
-#include "quant.h"
+#include "inference/quant.h"
 
 using namespace nz;
 

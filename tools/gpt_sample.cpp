@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "checkpoint.h"
+#include "runtime/check.h"
+#include "io/model_file.h"
 #include "comm.h"
-#include "device.h"
+#include "runtime/device.h"
 #include "model.h"
-#include "rng.h"
-#include "sampling.h"
+#include "runtime/rng.h"
+#include "inference/sampling.h"
 
 using namespace nz;
 

@@ -29,13 +29,13 @@
 #include <string>
 #include <vector>
 
-#include "check.h"          // user_error
-#include "cli.h"            // fmt_bytes
-#include "cuda/flash_attention.h"  // cuda::flash_attention_fits: the head sizes flash attention takes
-#include "json.h"           // JsonWriter
+#include "runtime/check.h"          // user_error
+#include "runtime/cli.h"            // fmt_bytes
+#include "kernels/cuda/flash_attention.h"  // cuda::flash_attention_fits: the head sizes flash attention takes
+#include "runtime/json.h"           // JsonWriter
 #include "model.h"          // presets, make_layout, activation_bytes
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
-#include "zero_quiz.h"      // make_quiz, check_quiz
+#include "tools/zero_quiz.h"      // make_quiz, check_quiz
 
 using namespace nz;
 
@@ -73,7 +73,7 @@ Estimate estimate(Stage s, const Layout& L, DType dt, bool raw, uint64_t activat
   for (Category c : kStateCats) (location_of(s, c) == Location::Host ? e.host : e.device) += e.b.of(c);
   NZ_CHECK(e.host == e.b.host, "host bytes %llu, formula %llu", (unsigned long long)e.host,
            (unsigned long long)e.b.host);
-  e.comm_elems = expected_comm_elems(s, L, accum, checkpointing);
+  e.comm_elems = expected_comm_elems(s, L, accum);  // the same with checkpointing (zero_formulas.h)
   e.link_elems = expected_link_elems(s, L, accum);
   return e;
 }

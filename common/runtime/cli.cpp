@@ -1,0 +1,524 @@
+// cli.cpp — flag parsing and validation.
+#include "runtime/cli.h"
+
+#include <sys/stat.h>  // stat (--offload-dir)
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "runtime/check.h"
+#include "runtime/data.h"       // check_data_file
+#include "runtime/ds_config.h"  // read_ds_config: --config, DeepSpeed's JSON file
+
+namespace nz {
+
+namespace {
+
+struct Flag {
+  const char* name;
+  const char* meta;
+  const char* help;
+  std::function<void(const std::string& flag, const std::string& value)> set;
+};
+
+long parse_int(const std::string& flag, const std::string& v, long lo, long hi, const char* what) {
+  errno = 0;
+  char* end = nullptr;
+  long x = strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || (errno == ERANGE && x < lo))
+    user_error("%s %s: expected %s; e.g. %s %ld", flag.c_str(), v.c_str(), what, flag.c_str(), lo > 0 ? lo : 1);
+  if (x < lo || x > hi || errno == ERANGE)  // the limit it broke, by name
+    user_error("%s %s: out of range: expected %s from %ld to %ld", flag.c_str(), v.c_str(), what, lo, hi);
+  return x;
+}
+
+float parse_float(const std::string& flag, const std::string& v, double lo, double hi, const char* what) {
+  char* end = nullptr;
+  double x = strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi)
+    user_error("%s %s: expected %s", flag.c_str(), v.c_str(), what);
+  return float(x);
+}
+
+// What a path refers to, so that two spellings of one file compare equal: device and inode when
+// it exists; otherwise its directory's real path and its name.
+std::string file_identity(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  char real[PATH_MAX];
+  if (realpath(dir.empty() ? "/" : dir.c_str(), real)) return std::string("path ") + real + "/" + path.substr(path.rfind('/') + 1);
+  return "path " + path;
+}
+
+// The absolute path `path` names, with symbolic links, "." and ".." resolved: realpath() of the
+// longest part that exists, then the rest taken name by name (a path not made yet).
+std::string canonical_path(const std::string& path) {
+  std::string head = path.empty() ? "." : path, tail;
+  char real[PATH_MAX];
+  while (!realpath(head.c_str(), real)) {  // strip names until what is left exists
+    while (head.size() > 1 && head.back() == '/') head.pop_back();
+    const size_t slash = head.rfind('/');
+    const std::string name = slash == std::string::npos ? head : head.substr(slash + 1);
+    tail = tail.empty() ? name : name + "/" + tail;
+    head = slash == std::string::npos ? "." : slash == 0 ? "/" : head.substr(0, slash);
+  }
+  std::vector<std::string> parts;
+  std::string out = real, part;
+  for (size_t at = 0; at <= tail.size(); at++) {
+    if (at < tail.size() && tail[at] != '/') {
+      part += tail[at];
+      continue;
+    }
+    if (part == "..") {
+      if (out.size() > 1) out = out.substr(0, std::max<size_t>(out.rfind('/'), 1));
+    } else if (!part.empty() && part != ".") {
+      out += (out == "/" ? "" : "/") + part;
+    }
+    part.clear();
+  }
+  return out;
+}
+
+}  // namespace
+
+void check_not_inside(const char* flag, const std::string& path, const char* dir_flag, const std::string& dir) {
+  if (path.empty() || dir.empty()) return;
+  const std::string p = canonical_path(path), d = canonical_path(dir);
+  struct stat a, b;
+  const bool same = p == d || (stat(path.c_str(), &a) == 0 && stat(dir.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+                               a.st_ino == b.st_ino);
+  if (same || p.compare(0, d.size() + 1, d == "/" ? "/" : d + "/") == 0)
+    user_error("%s %s: %s %s %s; expected a path outside it: pass another %s", flag, path.c_str(),
+               same ? "is" : "lies inside", dir_flag, dir.c_str(), flag);
+}
+
+void check_output_file(const char* flag, const std::string& path) {
+  struct stat st;
+  if (path.back() == '/' || (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+    user_error("%s %s: a directory; expected a file name: add one, e.g. %s %s%smodel.bin", flag, path.c_str(), flag,
+               path.c_str(), path.back() == '/' ? "" : "/");
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    user_error("%s %s: exists and is not a regular file; expected a file to write: choose another path", flag,
+               path.c_str());
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  if (dir.empty()) dir = "/";
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    user_error("%s %s: cannot write to directory %s (%s); choose a writable path", flag, path.c_str(), dir.c_str(),
+               strerror(errno));
+}
+
+namespace {
+
+// An output directory (--ckpt-dir): an existing writable directory, or one that can be made.
+void check_output_dir(const char* flag, const std::string& dir) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      user_error("%s %s: not a directory; expected a directory (it is made if missing): choose another path", flag,
+                 dir.c_str());
+    if (access(dir.c_str(), W_OK | X_OK) != 0)
+      user_error("%s %s: not writable (%s); expected a writable directory: fix its permissions or pass another", flag,
+                 dir.c_str(), strerror(errno));
+    return;
+  }
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  std::string parent = trimmed.find('/') == std::string::npos ? "." : trimmed.substr(0, trimmed.rfind('/'));
+  if (parent.empty()) parent = "/";
+  if (access(parent.c_str(), W_OK | X_OK) != 0)
+    user_error("%s %s: cannot be made: %s is not a writable directory (%s); create it or pass another", flag,
+               dir.c_str(), parent.c_str(), strerror(errno));
+}
+
+}  // namespace
+
+uint64_t parse_bytes(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = strtod(v.c_str(), &end);
+  std::string unit = end ? end : "";
+  for (char& ch : unit) ch = char(tolower(ch));
+  static const std::map<std::string, double> units = {
+      {"", 1},         {"b", 1},          {"kb", 1e3},       {"mb", 1e6},       {"gb", 1e9},         {"tb", 1e12},
+      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  auto it = units.find(unit);
+  if (v.empty() || end == v.c_str() || it == units.end() || !std::isfinite(x) || x <= 0 || x * it->second < 1 ||
+      x * it->second > 1e18)
+    user_error("%s %s: expected a size in bytes, e.g. %s 64MiB, 2GB, 1.5GiB or 500000000 (units: B, kB, MB, GB, TB, "
+               "KiB, MiB, GiB, TiB)", flag.c_str(), v.c_str(), flag.c_str());
+  return uint64_t(x * it->second);
+}
+
+std::string default_data_path() {
+  const char* rel = "data/corpus.txt";
+  if (access(rel, R_OK) == 0) return rel;
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {  // <repo>/build/bin/<program> -> <repo>/data/corpus.txt
+    exe[n] = '\0';
+    std::string p(exe);
+    for (int up = 0; up < 3 && p.find('/') != std::string::npos; up++) p = p.substr(0, p.rfind('/'));
+    std::string cand = p + "/" + rel;
+    if (access(cand.c_str(), R_OK) == 0) return cand;
+  }
+  return rel;
+}
+
+Args parse_args(int argc, char** argv, const char* program) {
+  Args a;
+  bool from_config = false;  // the flags a --config file stands for are being applied
+  auto pos_int = [](int* dst, long hi) {
+    return [dst, hi](const std::string& f, const std::string& v) {
+      *dst = int(parse_int(f, v, 1, hi, "a positive whole number"));
+    };
+  };
+  std::vector<Flag> flags = {
+      {"--preset", "NAME", "model preset: tiny, small (default), gpt2",
+       [&](auto&, auto& v) { a.preset = v; }},
+      {"--layers", "N", "override the preset's number of transformer blocks", pos_int(&a.layers, 1000)},
+      {"--dim", "N", "override the preset's width (channels)", pos_int(&a.dim, 1 << 16)},
+      {"--heads", "N", "override the preset's attention heads (must divide --dim)", pos_int(&a.heads, 1 << 12)},
+      {"--batch", "B", "micro-batch per rank, in sequences (default 4), or auto: the largest that fits "
+       "--memory-budget",
+       [&](auto& f, auto& v) {
+         a.batch_auto = v == "auto";
+         if (!a.batch_auto) a.batch = int(parse_int(f, v, 1, 1 << 16, "a positive whole number or auto"));
+         a.batch_given = true;
+       }},
+      {"--memory-budget", "SIZE", "--batch auto: bytes per rank for model states and activations (e.g. 64MiB, "
+       "2GB; default on a GPU: its free memory)",
+       [&](auto& f, auto& v) { a.memory_budget = parse_bytes(f, v); }},
+      {"--global-batch", "G", "sequences per optimizer step over all ranks: sets --accum to G / (ranks x batch)",
+       pos_int(&a.global_batch, 1 << 30)},
+      {"--seq", "T", "sequence length (at most the model's context; default 64)", pos_int(&a.seq, 1 << 20)},
+      {"--accum", "K", "gradient accumulation steps per optimizer step (default 1)",
+       [&](auto& f, auto& v) {
+         a.accum = int(parse_int(f, v, 1, 1 << 16, "a positive whole number"));
+         a.accum_given = true;
+       }},
+      {"--steps", "N", "optimizer steps (default 200)", pos_int(&a.steps, 1 << 30)},
+      {"--lr", "X", "peak learning rate (default 3e-3; 0 computes gradients without moving the weights)",
+       [&](auto& f, auto& v) { a.lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
+      {"--warmup", "N", "linear warm-up steps before cosine decay (default 20; 0 for none)",
+       [&](auto& f, auto& v) { a.warmup = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
+      {"--lr-schedule", "S", "after the warm-up: cosine (default: to lr/10 at the last step), warmup (DeepSpeed's "
+       "WarmupLR: constant) or warmup-decay (WarmupDecayLR: linear to 0); or constant (no warm-up: DeepSpeed "
+       "without a scheduler)",
+       [&](auto&, auto& v) { a.lr_schedule = v; }},
+      {"--warmup-min-lr", "X", "warmup, warmup-decay: the learning rate the warm-up starts from (default 0)",
+       [&](auto& f, auto& v) { a.warmup_min_lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
+      {"--warmup-type", "T", "warmup, warmup-decay: log (DeepSpeed's default) or linear warm-up",
+       [&](auto&, auto& v) { a.warmup_type = v; }},
+      {"--lr-total-steps", "N", "warmup-decay: the step where the rate reaches 0 (default: --steps)",
+       pos_int(&a.lr_total_steps, 1 << 30)},
+      {"--weight-decay", "X", "AdamW decoupled weight decay (default 0.1; none on biases and layernorms)",
+       [&](auto& f, auto& v) { a.weight_decay = parse_float(f, v, 0, 10, "a number in [0, 10]"); }},
+      {"--clip", "X", "clip the global gradient norm to X (default 1.0; 0 turns it off)",
+       [&](auto& f, auto& v) { a.clip = parse_float(f, v, 0, 1e9, "a number >= 0"); }},
+      {"--seed", "N", "random seed for initialisation and data order (default 1337)",
+       [&](auto& f, auto& v) { a.seed = uint64_t(parse_int(f, v, 0, LONG_MAX, "a whole number >= 0")); }},
+      {"--precision", "P", "storage type of params, grads, activations: fp32 (default), bf16, or fp16 (with "
+       "loss scaling)",
+       [&](auto&, auto& v) { a.precision = v; }},
+      {"--loss-scale", "X", "fp16: the initial loss scale (default 65536 = 2^16)",
+       [&](auto& f, auto& v) { a.loss_scale = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given |= !from_config; }},
+      {"--loss-scale-window", "N", "fp16: clean steps before the scale doubles (default 1000; 0: a static scale)",
+       [&](auto& f, auto& v) {
+         a.loss_scale_window = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0"));
+         a.loss_scale_given |= !from_config;
+       }},
+      {"--loss-scale-hysteresis", "H", "fp16: overflows before the scale is lowered (default 2)",
+       [&](auto& f, auto& v) {
+         a.loss_scale_hysteresis = int(parse_int(f, v, 1, 1 << 30, "a positive whole number"));
+         a.loss_scale_given |= !from_config;
+       }},
+      {"--loss-scale-backoff", "F", "fp16: the scale is multiplied by F on overflow (default 0.5)",
+       [&](auto& f, auto& v) {
+         a.loss_scale_backoff = parse_float(f, v, 1e-6, 0.999999, "a factor in (0, 1)");
+         a.loss_scale_given |= !from_config;
+       }},
+      {"--loss-scale-min", "X", "fp16: the smallest loss scale (default 1)",
+       [&](auto& f, auto& v) { a.loss_scale_min = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given |= !from_config; }},
+      {"--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
+       [&](auto&, auto& v) { a.data = v; }},
+      {"--log-json", "PATH", "write rank 0's report: every step's loss, and every rank's ledger",
+       [&](auto&, auto& v) { a.log_json = v; }},
+      {"--eval-every", "N", "validation loss every N steps (default 50; 0: only at the end)",
+       [&](auto& f, auto& v) { a.eval_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
+      {"--eval-windows", "N", "validation windows of --seq tokens (default 32)", pos_int(&a.eval_windows, 1 << 24)},
+      {"--save-model", "PATH", "write the trained model (format: docs/files.md, 'Model file')",
+       [&](auto&, auto& v) { a.save_model = v; }},
+      {"--device", "D", "auto (default: CUDA if a GPU is visible), cpu, or cuda",
+       [&](auto&, auto& v) { a.device = v; }},
+      {"--kernels", "K", "fast (default: BLAS on the CPU, cuBLAS on CUDA) or reference (the hand-written ones)",
+       [&](auto&, auto& v) { a.kernels = v; }},
+      {"--attention", "A", "CUDA attention with --kernels fast: gemm (default: batched cuBLAS, the T x T scores in "
+                           "memory) or flash (tiles in shared memory, no T x T matrix)",
+       [&](auto&, auto& v) { a.attention = v; }},
+      {"--prefetch", "0|1", "stage3: gather the next unit while this one computes (default 1)",
+       [&](auto& f, auto& v) { a.prefetch = int(parse_int(f, v, 0, 1, "0 or 1")); }},
+      {"--offload-to", "WHERE", "offload: keep the optimizer state in cpu memory (default) or on disk",
+       [&](auto&, auto& v) { a.offload_to = v; }},
+      {"--offload-dir", "DIR", "offload --offload-to disk: directory for the optimizer files",
+       [&](auto&, auto& v) { a.offload_dir = v; }},
+      {"--offload-chunk", "N", "offload --offload-to disk: elements streamed through host memory at a time",
+       [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
+      {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
+       [&](auto&, auto& v) { a.ckpt_dir = v; }},
+      {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
+       [&](auto& f, auto& v) { a.ckpt_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
+      {"--ckpt-keep", "M", "keep the newest M checkpoints (default 2)", pos_int(&a.ckpt_keep, 1 << 20)},
+      {"--resume", "DIR", "resume from a checkpoint (DIR/step-N), a checkpoint directory's newest valid one, or "
+       "auto (--ckpt-dir's; from step 0 if none); --steps stays the total",
+       [&](auto&, auto& v) { a.resume = v; }},
+      {"--ckpt-overwrite", "", "let this run remove another run's checkpoints from --ckpt-dir (else refused)",
+       nullptr},
+      {"--resume-changed", "", "resume even though --seed, --lr, --weight-decay, --clip, --warmup, --batch, --seq "
+       "or --accum differ from the checkpoint's (else refused)", nullptr},
+      {"--watchdog", "SECONDS", "end the job, naming the rank holding it up, when no rank makes progress this long "
+       "(default 300; 0: off)",
+       [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
+      {"--activation-checkpointing", "", "keep only each block's input in the forward and recompute the block "
+       "in its backward (less activation memory, one more forward)", nullptr},
+      {"--config", "FILE", "a DeepSpeed JSON config (docs/deepspeed_config.md); flags given here override it",
+       [&](auto&, auto& v) { a.config = v; }},
+      {"--quiet", "", "no per-step lines", nullptr},
+  };
+  // switches: flags without a value
+  const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
+                                                 {"--activation-checkpointing", &a.activation_checkpointing},
+                                                 {"--ckpt-overwrite", &a.ckpt_overwrite},
+                                                 {"--resume-changed", &a.resume_changed}};
+  auto find_flag = [&](const std::string& name) -> const Flag* {
+    for (const Flag& f : flags)
+      if (name == f.name) return &f;
+    return nullptr;
+  };
+
+  // The flags on the command line (flag -> value, the last one wins): --config's "auto" takes
+  // values from here, and a few checks below need to know what the user typed.
+  std::map<std::string, std::string> typed;
+  for (int i = 1; i < argc; i++) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    if (!find_flag(name)) continue;  // an unknown flag is reported by the pass below
+    if (eq != std::string::npos) typed[name] = arg.substr(eq + 1);
+    else if (switches.count(name)) typed[name] = "";
+    else if (i + 1 < argc) typed[name] = argv[++i];
+  }
+
+  // --config first: the file's keys become flags, applied before the command line's (which win).
+  // Each is set under the name of its key, so a value out of the flag's range is reported as the
+  // key the user wrote ("--config ds.json: gradient_accumulation_steps 100000: out of range ...").
+  if (typed.count("--config")) a.config = typed["--config"];
+  if (!a.config.empty()) {
+    const DsConfig ds = read_ds_config(a.config, program, typed);
+    a.config_notes = ds.notes;
+    from_config = true;
+    for (const ConfigFlag& c : ds.flags) {
+      const std::string key = "--config " + a.config + ": " + c.key;
+      if (switches.count(c.flag)) *switches.at(c.flag) = true;  // a key that turns a switch on
+      else find_flag(c.flag)->set(key, c.value);
+      a.config_keys[c.flag] = key + " " + c.shown;
+    }
+    from_config = false;
+    a.train_batch_size = ds.train_batch_size;
+  }
+
+  for (int i = 1; i < argc; i++) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      printf("usage: mpirun -np N %s [flags]\n\n", program);
+      for (const Flag& f : flags) printf("  %-15s %-6s %s\n", f.name, f.meta, f.help);
+      printf("  %-15s %-6s %s\n", "--help", "", "this list");
+      exit(0);
+    }
+    if (switches.count(arg)) {
+      *switches.at(arg) = true;
+      a.config_keys.erase(arg);
+      continue;
+    }
+    const std::string before_eq = arg.substr(0, arg.find('='));
+    if (switches.count(before_eq))  // a switch: it has no value to give
+      user_error("%s: %s takes no value; write %s alone", arg.c_str(), before_eq.c_str(), before_eq.c_str());
+    std::string value;
+    size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    const Flag* found = find_flag(arg);
+    if (!found) user_error("unknown flag %s; see %s --help for the list", arg.c_str(), program);
+    if (eq == std::string::npos) {
+      if (i + 1 >= argc) user_error("%s needs a value (%s); see --help", arg.c_str(), found->meta);
+      value = argv[++i];
+    }
+    found->set(arg, value);
+    a.config_keys.erase(arg);  // the command line's value overrides the file's
+  }
+
+  // ---- cross-field validation ----
+  if (!preset_config(a.preset, &a.cfg))
+    user_error("--preset %s: unknown preset; valid: %s", a.preset.c_str(), preset_names());
+  if (a.layers > 0) a.cfg.layers = a.layers;
+  if (a.dim > 0) a.cfg.dim = a.dim;
+  if (a.heads > 0) a.cfg.heads = a.heads;
+  if (a.cfg.dim % a.cfg.heads != 0)
+    user_error("--heads %d: must divide the width %d (--dim); e.g. --heads %d", a.cfg.heads,
+               a.cfg.dim, a.cfg.dim % 4 == 0 ? 4 : 1);
+  if (a.seq > a.cfg.ctx)
+    user_error("--seq %d: longer than the model's context %d (preset %s); use --seq %d or less",
+               a.seq, a.cfg.ctx, a.preset.c_str(), a.cfg.ctx);
+  if (a.precision == "fp32") a.dtype = DType::F32;
+  else if (a.precision == "bf16") a.dtype = DType::BF16;
+  else if (a.precision == "fp16") a.dtype = DType::F16;
+  else user_error("--precision %s: unknown precision; valid: fp32, bf16, fp16", a.precision.c_str());
+  if (a.loss_scale_given && a.dtype != DType::F16)
+    user_error("--loss-scale*: loss scaling is for --precision fp16 only (this run is %s); drop the flag or add "
+               "--precision fp16", a.precision.c_str());
+  auto number = [](double x) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%g", x);
+    return std::string(buf);
+  };
+  if (a.dtype == DType::F16 && a.loss_scale < a.loss_scale_min)
+    user_error("%s: below %s; expected an initial scale >= the minimum",
+               a.origin("--loss-scale", number(a.loss_scale)).c_str(),
+               a.origin("--loss-scale-min", number(a.loss_scale_min)).c_str());
+  if (a.lr_schedule != "cosine" && a.lr_schedule != "warmup" && a.lr_schedule != "warmup-decay" &&
+      a.lr_schedule != "constant")
+    user_error("--lr-schedule %s: unknown schedule; valid: cosine, warmup, warmup-decay, constant", a.lr_schedule.c_str());
+  if (a.lr_schedule == "constant" && typed.count("--warmup"))
+    user_error("--warmup %d: the learning rate is constant (%s), expected no warm-up; add --lr-schedule cosine or "
+               "warmup%s, or drop --warmup", a.warmup,
+               a.config_keys.count("--lr-schedule") ? ("--config " + a.config + " has no scheduler section").c_str()
+                                                    : "--lr-schedule constant",
+               a.config_keys.count("--lr-schedule") ? " (or a scheduler section to the config)" : "");
+  if (a.warmup_type != "log" && a.warmup_type != "linear")
+    user_error("--warmup-type %s: unknown warm-up; valid: log, linear", a.warmup_type.c_str());
+  if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
+    user_error("--device %s: unknown device; valid: auto, cpu, cuda", a.device.c_str());
+  if (a.kernels != "fast" && a.kernels != "reference")
+    user_error("--kernels %s: unknown kernels; valid: fast, reference", a.kernels.c_str());
+  if (a.attention != "gemm" && a.attention != "flash")
+    user_error("--attention %s: unknown attention; valid: gemm, flash", a.attention.c_str());
+  if (a.offload_to != "cpu" && a.offload_to != "disk")
+    user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
+  // A stage's own flag given to another stage would be ignored there: refused, naming the stage that uses it.
+  const std::pair<const char*, const char*> stage_flags[] = {
+      {"--offload-to", "offload"}, {"--offload-dir", "offload"}, {"--offload-chunk", "offload"}, {"--prefetch", "stage3"}};
+  for (const auto& [flag, user] : stage_flags)
+    if (typed.count(flag) && std::string(program) != user)
+      user_error("%s %s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",
+                 flag, typed[flag].c_str(), program, user, user);
+  if (a.offload_to == "disk" && a.offload_dir.empty())
+    user_error("--offload-to disk needs --offload-dir DIR (an existing, writable directory)");
+  if (a.offload_to == "disk") {  // whether it has room is checked when the files are made (offload_store.h)
+    struct stat st;
+    const char* dir = a.offload_dir.c_str();
+    std::string why;
+    if (stat(dir, &st) != 0) why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode)) why = "not a directory";
+    else if (access(dir, W_OK | X_OK) != 0) why = std::string("not writable: ") + strerror(errno);
+    if (!why.empty())
+      user_error("%s: %s; expected an existing, writable directory: create it or pass another",
+                 a.origin("--offload-dir", dir).c_str(), why.c_str());
+  }
+  if (a.memory_budget > 0 && !a.batch_auto)
+    user_error("--memory-budget %s: it sizes --batch auto; add --batch auto, or drop --memory-budget",
+               fmt_bytes(double(a.memory_budget)).c_str());
+  if (a.global_batch > 0 && a.accum_given)
+    user_error("--global-batch %d and %s: the global batch sets the accumulation; give one of them", a.global_batch,
+               a.origin("--accum", std::to_string(a.accum)).c_str());
+  if (a.batch_auto && a.memory_budget == 0 && a.device == "cpu")
+    user_error("--batch auto on the CPU needs --memory-budget SIZE (e.g. --memory-budget 256MiB): there is no "
+               "device memory to measure");
+  if (a.ckpt_every > 0 && a.ckpt_dir.empty())
+    user_error("--ckpt-every %d needs --ckpt-dir DIR (where the checkpoints go)", a.ckpt_every);
+  if (a.resume == "auto" && a.ckpt_dir.empty())
+    user_error("--resume auto needs --ckpt-dir DIR (where to look for the newest valid checkpoint)");
+  if (!a.resume.empty() && a.resume != "auto") {
+    struct stat st;
+    if (stat(a.resume.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      user_error("--resume %s: not a directory; expected a checkpoint (DIR/step-N), a --ckpt-dir, or auto",
+                 a.resume.c_str());
+  }
+  // Outputs are checked now, not after an hour of training: each must be writable, a file where a
+  // file is meant, and not the same file as an input or another output.
+  if (a.data.empty()) a.data = default_data_path();
+  if (!a.save_model.empty()) check_output_file("--save-model", a.save_model);
+  if (!a.log_json.empty()) check_output_file("--log-json", a.log_json);
+  if (!a.ckpt_dir.empty()) check_output_dir("--ckpt-dir", a.ckpt_dir);
+  const std::pair<const char*, std::string> named[] = {
+      {"--data", a.data}, {"--save-model", a.save_model}, {"--log-json", a.log_json}};
+  for (int i = 0; i < 3; i++)
+    for (int j = i + 1; j < 3; j++)
+      if (!named[i].second.empty() && !named[j].second.empty() &&
+          file_identity(named[i].second) == file_identity(named[j].second))
+        user_error("%s %s and %s %s: the same file; expected %s: pass another path", named[j].first,
+                   named[j].second.c_str(), named[i].first, named[i].second.c_str(),
+                   i == 0 ? "outputs that never overwrite the input" : "a separate file for each output");
+  // Nothing goes into the checkpoint directory but checkpoints (its clean-up removes step
+  // directories), nothing is read from it but them, and nothing is written into the checkpoint
+  // being resumed from.
+  for (const auto& [flag, path] : {named[0], named[1], named[2], std::make_pair("--config", a.config)})
+    check_not_inside(flag, path, "--ckpt-dir", a.ckpt_dir);
+  if (a.resume != "auto")
+    for (const auto& [flag, path] : {named[1], named[2]}) check_not_inside(flag, path, "--resume", a.resume);
+  // --data: a regular file of bounded size (a FIFO would block, /dev/zero never end).
+  check_data_file(a.data);
+  if (access(a.data.c_str(), R_OK) != 0)
+    user_error("--data %s: cannot read it (%s); give a readable text file", a.data.c_str(), strerror(errno));
+  return a;
+}
+
+void resolve_batch(Args& a, int world) {
+  const long long tbs = a.train_batch_size;
+  if (tbs == 0 || a.global_batch > 0) return;  // --global-batch: the command line's train_batch_size wins
+  const std::string t = "--config " + a.config + ": train_batch_size " + std::to_string(tbs);
+  const std::string B = a.origin("--batch", std::to_string(a.batch)), K = a.origin("--accum", std::to_string(a.accum));
+  constexpr long long kMax = 1 << 16;  // --batch's and --accum's largest
+  if (a.batch_auto)
+    user_error("%s and --batch auto: the micro-batch would be chosen by memory, expected a fixed one beside "
+               "train_batch_size; give --batch B, or remove train_batch_size", t.c_str());
+  if (a.batch_given && a.accum_given) {
+    if ((long long)a.batch * a.accum * world != tbs)
+      user_error("%s, but micro-batch %d x accumulation %d x %d ranks = %lld (%s, %s), expected them to agree; change "
+                 "one of them, or -np", t.c_str(), a.batch, a.accum, world, (long long)a.batch * a.accum * world,
+                 B.c_str(), K.c_str());
+    return;
+  }
+  if (a.batch_given) {  // accumulation = train_batch_size / (micro-batch x ranks)
+    const long long per_step = (long long)a.batch * world;
+    if (tbs % per_step != 0)
+      user_error("%s is not a multiple of micro-batch %d x %d ranks (%s), expected a multiple of %lld; change one of "
+                 "them", t.c_str(), a.batch, world, B.c_str(), per_step);
+    if (tbs / per_step > kMax)
+      user_error("%s needs an accumulation of %lld (micro-batch %d x %d ranks), expected at most %lld; raise the "
+                 "micro-batch, or lower train_batch_size", t.c_str(), tbs / per_step, a.batch, world, kMax);
+    a.accum = int(tbs / per_step);
+    return;
+  }
+  if (!a.accum_given) a.accum = 1;  // neither: no accumulation, the micro-batch takes it all
+  const long long per_batch = (long long)a.accum * world;
+  if (tbs % per_batch != 0)
+    user_error("%s is not a multiple of accumulation %d x %d ranks (%s), expected a multiple of %lld; change one of "
+               "them", t.c_str(), a.accum, world, a.accum_given ? K.c_str() : "the default", per_batch);
+  if (tbs / per_batch > kMax)
+    user_error("%s needs a micro-batch of %lld per rank (accumulation %d x %d ranks), expected at most %lld; give "
+               "gradient_accumulation_steps (or --accum), or lower train_batch_size", t.c_str(), tbs / per_batch,
+               a.accum, world, kMax);
+  a.batch = int(tbs / per_batch);
+}
+
+}  // namespace nz

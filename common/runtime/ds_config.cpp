@@ -1,0 +1,468 @@
+// ds_config.cpp — DeepSpeed's JSON config, translated key by key into this project's flags.
+#include "runtime/ds_config.h"
+
+#include <cmath>
+#include <cstdint>
+#include <nlohmann/json.hpp>  // nlohmann::json (Debian: nlohmann-json3-dev; scripts/install_deps.sh)
+#include <set>
+
+#include "runtime/check.h"  // user_error
+#include "runtime/data.h"   // read_input_file: a regular file of bounded size, never a FIFO
+
+namespace nz {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kMaxConfigBytes = 1 << 20;  // DeepSpeed's configs are a few kB
+constexpr int kMaxConfigDepth = 32;            // theirs nest 4 levels deep
+
+// Text from the file made fit for a one-line message: control characters escaped, at most 80
+// characters (a key or a string may be anything, newlines and megabytes included).
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (out.size() >= 80) return out + "...";
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
+// A value as a message shows it: a scalar as written, an array or an object by its kind. Never
+// dumped whole: dumping recurses as deep as the value nests.
+std::string shown(const json& v) {
+  if (v.is_object()) return "an object {...}";
+  if (v.is_array()) return "an array [...]";
+  return printable(v.dump());
+}
+
+bool is_auto(const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
+
+// The keys of DeepSpeed's that change nothing here: what each does there, and why nothing changes
+// here. Each is accepted with one note line; its value must still have the type DeepSpeed wants.
+enum class Kind { Bool, Size, Section };  // Size: a number >= 0, or "auto"
+struct NoEffect {
+  Kind kind;
+  const char* why;
+};
+const std::map<std::string, NoEffect> kNoEffect = {
+    {"steps_per_print", {Kind::Size, "DeepSpeed logs its progress every N steps; here every step prints its line (--quiet: none)"}},
+    {"wall_clock_breakdown", {Kind::Bool, "DeepSpeed times the forward, backward and optimizer step apart; here each step's "
+                                          "time is in its line and in --log-json"}},
+    {"memory_breakdown", {Kind::Bool, "DeepSpeed prints its memory use as it trains; here the memory ledger reports every "
+                                      "byte at the end"}},
+    {"zero_allow_untested_optimizer", {Kind::Bool, "lets DeepSpeed run ZeRO with an optimizer of the user's own; here the "
+                                                   "optimizer is always this project's AdamW"}},
+    {"aio", {Kind::Section, "DeepSpeed's asynchronous I/O for NVMe offload; the disk tier here reads and writes its files "
+                            "a chunk at a time (--offload-chunk)"}},
+    {"zero_optimization.overlap_comm", {Kind::Bool, "DeepSpeed overlaps the gradient reduction with the backward on a "
+                                                    "second CUDA stream; here each unit's collective runs in turn, with "
+                                                    "the same result"}},
+    {"zero_optimization.contiguous_gradients", {Kind::Bool, "DeepSpeed copies gradients into one contiguous buffer as "
+                                                            "they are made; here they live in one flat buffer from the start"}},
+    {"zero_optimization.reduce_bucket_size", {Kind::Size, "elements DeepSpeed reduces at a time; here the bucket is one "
+                                                          "unit (the embeddings, a block, the final norm)"}},
+    {"zero_optimization.allgather_bucket_size", {Kind::Size, "elements DeepSpeed all-gathers at a time; here one unit at "
+                                                             "a time"}},
+    {"zero_optimization.allgather_partitions", {Kind::Bool, "all-gather (true) or one broadcast per rank (false) to "
+                                                            "rebuild the parameters: the same values; here the stage "
+                                                            "decides its collective"}},
+    {"zero_optimization.reduce_scatter", {Kind::Bool, "reduce-scatter (true) or all-reduce (false) for the gradients: "
+                                                      "the same values; here the stage decides its collective"}},
+    {"zero_optimization.round_robin_gradients", {Kind::Bool, "spreads the copies of gradients to the host over the "
+                                                             "ranks (offload); here each rank copies its own slices"}},
+    {"zero_optimization.sub_group_size", {Kind::Size, "parameters DeepSpeed's stage-3 optimizer updates at a time; here "
+                                                      "the optimizer updates one unit's slice at a time"}},
+    {"zero_optimization.stage3_prefetch_bucket_size", {Kind::Size, "parameters DeepSpeed gathers ahead of their use; "
+                                                                   "here the next unit is gathered ahead (--prefetch)"}},
+    {"zero_optimization.stage3_param_persistence_threshold", {Kind::Size, "DeepSpeed leaves parameters smaller than "
+                                                                          "this unsharded; here every unit is sharded"}},
+    {"zero_optimization.stage3_max_live_parameters", {Kind::Size, "DeepSpeed's limit on parameters gathered at once; "
+                                                                  "here at most two units are"}},
+    {"zero_optimization.stage3_max_reuse_distance", {Kind::Size, "DeepSpeed keeps a gathered parameter that is used "
+                                                                 "again this soon; here each unit is released after use"}},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save",
+     {Kind::Bool, "DeepSpeed gathers the 16-bit weights into one file when it saves; here --save-model always writes "
+                  "the whole model (fp32)"}},
+    {"zero_optimization.stage3_gather_fp16_weights_on_model_save",
+     {Kind::Bool, "DeepSpeed gathers the 16-bit weights into one file when it saves; here --save-model always writes "
+                  "the whole model (fp32)"}},
+    {"zero_optimization.offload_optimizer.pin_memory", {Kind::Bool, "DeepSpeed page-locks its host buffers for faster "
+                                                                    "copies; here host memory is pinned whenever a GPU "
+                                                                    "is used"}},
+    {"zero_optimization.offload_optimizer.buffer_count", {Kind::Size, "DeepSpeed's buffers for swapping optimizer state "
+                                                                      "to NVMe; the disk tier here streams through one "
+                                                                      "chunk (--offload-chunk)"}},
+    {"activation_checkpointing.contiguous_memory_optimization",
+     {Kind::Bool, "DeepSpeed copies the checkpoints into one buffer; here every block input already lives in one arena"}},
+    {"activation_checkpointing.number_checkpoints", {Kind::Size, "sizes DeepSpeed's contiguous checkpoint buffer; here "
+                                                                 "the arena holds one input per block"}},
+    {"activation_checkpointing.synchronize_checkpoint_boundary",
+     {Kind::Bool, "DeepSpeed waits for the device at each checkpoint (for profiling); nothing to time apart here"}},
+};
+
+// "auto" for these flags is resolved by another flag too (the command line's own way to say it).
+const std::map<std::string, std::string> kAlsoResolvedBy = {{"--accum", "--global-batch"}};
+const std::map<std::string, const char*> kMeta = {{"--batch", "B"}, {"--accum", "K"}, {"--lr", "X"},
+                                                   {"--weight-decay", "X"}, {"--clip", "X"}, {"--precision", "P"},
+                                                   {"--warmup", "N"}, {"--warmup-min-lr", "X"}};
+
+// One config being read: its path (for the messages), the command line ("auto" takes its values
+// from there) and the flags it stands for.
+struct Reader {
+  std::string path;
+  const std::map<std::string, std::string>& command_line;
+  DsConfig out;
+  std::vector<std::pair<std::string, std::string>> auto_missing;  // {key, flag}: "auto", and no flag to fill it
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    if (key.empty()) user_error("--config %s: %s", path.c_str(), what.c_str());  // the file as a whole
+    user_error("--config %s: %s: %s", path.c_str(), printable(key).c_str(), what.c_str());
+  }
+  static std::string join(const std::string& where, const std::string& key) {
+    return where.empty() ? key : where + "." + key;
+  }
+  void note(const std::string& key, const std::string& what) {
+    out.notes.push_back("--config " + path + ": " + printable(key) + ": " + what);
+  }
+  // Every key of `obj` must be one of `known` (read by the caller) or one of DeepSpeed's keys that
+  // change nothing here (checked for its type and noted once, here).
+  void only(const json& obj, const std::string& where, const std::set<std::string>& known) {
+    if (!obj.is_object()) fail(where, "expected an object { ... }, got " + shown(obj) + "; write the section as one");
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      if (known.count(it.key())) continue;
+      const std::string key = join(where, it.key());
+      auto ne = kNoEffect.find(key);
+      if (ne == kNoEffect.end()) {
+        std::string list;
+        for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+        fail(key, "unknown or unsupported key, expected " + (where.empty() ? std::string("a top-level key: ") : where + "'s keys: ") +
+                      list + ", or one of DeepSpeed's that change nothing here (docs/deepspeed_config.md); remove it");
+      }
+      const json& v = it.value();
+      const Kind kind = ne->second.kind;
+      if (kind == Kind::Bool && !v.is_boolean()) fail(key, "expected true or false, got " + shown(v) + "; write one");
+      if (kind == Kind::Size && !is_auto(v) && !v.is_null() && !(v.is_number() && v.get<double>() >= 0))
+        fail(key, "expected a number >= 0 or \"auto\", got " + shown(v) + "; write one");
+      if (kind == Kind::Section && !v.is_object()) fail(key, "expected an object { ... }, got " + shown(v) + "; write one");
+      note(key, std::string(ne->second.why) + ": ignored");
+    }
+  }
+  // "auto": the value of `flag` on the command line, which is applied after the file anyway, so
+  // nothing is taken from here. Without the flag it is remembered, and refused at the end with
+  // every such flag in one line.
+  bool take_auto(const json& v, const std::string& key, const std::string& flag) {
+    if (!is_auto(v)) return false;
+    auto also = kAlsoResolvedBy.find(flag);
+    if (!command_line.count(flag) && (also == kAlsoResolvedBy.end() || !command_line.count(also->second)))
+      auto_missing.push_back({key, flag});
+    return true;
+  }
+  double number(const json& v, const std::string& key) const {
+    if (is_auto(v)) fail(key, "\"auto\": no command-line flag stands for this key, expected a number; write one");
+    if (!v.is_number()) fail(key, "expected a number, got " + shown(v) + "; write one");
+    return v.get<double>();
+  }
+  // A whole number in [lo, hi], written as an integer or as a float without a fraction (DeepSpeed's
+  // examples write 5e8). Checked before any conversion, so no value wraps around.
+  long long whole(const json& v, const std::string& key, long long lo = 0, long long hi = INT64_MAX) const {
+    const std::string range = "expected a whole number " + (hi == INT64_MAX ? ">= " + std::to_string(lo)
+                                                                          : "from " + std::to_string(lo) + " to " + std::to_string(hi));
+    if (is_auto(v)) fail(key, "\"auto\": no command-line flag stands for this key, " + range + "; write one");
+    if (!v.is_number()) fail(key, "got " + shown(v) + ", " + range + "; write one");
+    long long x;
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > uint64_t(hi)) fail(key, shown(v) + ": out of range, " + range + "; change it");
+      x = (long long)v.get<uint64_t>();
+    } else if (v.is_number_integer()) {
+      x = v.get<int64_t>();
+    } else {
+      const double d = v.get<double>();
+      if (d != std::floor(d)) fail(key, shown(v) + ": not whole, " + range + "; change it");
+      if (!(d >= double(lo) && d <= double(hi))) fail(key, shown(v) + ": out of range, " + range + "; change it");
+      x = (long long)d;
+    }
+    if (x < lo || x > hi) fail(key, shown(v) + ": out of range, " + range + "; change it");
+    return x;
+  }
+  bool boolean(const json& v, const std::string& key) const {
+    if (!v.is_boolean()) fail(key, "expected true or false, got " + shown(v) + "; write one");
+    return v.get<bool>();
+  }
+  std::string text(const json& v, const std::string& key) const {
+    if (!v.is_string()) fail(key, "expected a string, got " + shown(v) + "; write one");
+    return v.get<std::string>();
+  }
+  // flag = value, for `key`, whose value the file shows as `as_written`.
+  void flag(const std::string& f, const std::string& value, const std::string& key, const std::string& as_written) {
+    out.flags.push_back({f, value, key, as_written});
+  }
+  // A number as its flag reads it: the shortest text that reads back as the same double.
+  void number_flag(const std::string& f, const json& v, const std::string& key) {
+    number(v, key);
+    flag(f, v.dump(), key, shown(v));
+  }
+  void whole_flag(const std::string& f, const json& v, const std::string& key) {
+    flag(f, std::to_string(whole(v, key)), key, shown(v));
+  }
+  // enabled of the fp16 or bf16 section: false when absent (DeepSpeed's default); "auto" is
+  // whether the command line's --precision is this one.
+  bool enabled(const json& section, const std::string& name) {
+    if (!section.contains("enabled")) return false;
+    const json& e = section["enabled"];
+    if (take_auto(e, name + ".enabled", "--precision"))
+      return command_line.count("--precision") && command_line.at("--precision") == name;
+    return boolean(e, name + ".enabled");
+  }
+};
+
+// The binary that runs a config's ZeRO stage (with or without offload_optimizer).
+std::string binary_for(long long stage, bool offload) {
+  if (offload) return "offload";
+  return stage == 0 ? "stage0_ddp" : "stage" + std::to_string(stage);
+}
+
+}  // namespace
+
+DsConfig read_ds_config(const std::string& path, const std::string& program,
+                        const std::map<std::string, std::string>& command_line) {
+  Reader r{path, command_line, {}, {}};
+  const std::string text = read_input_file("--config", path, kMaxConfigBytes, "a DeepSpeed JSON config");
+  json parsed;
+  // The parser keeps its own stack (no recursion), but everything after it would recurse as deep
+  // as the file nests: it is stopped at the first value past kMaxConfigDepth.
+  json::parser_callback_t depth_check = [&](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxConfigDepth)
+      user_error("--config %s: nested more than %d levels deep, expected a DeepSpeed config (4 levels at most); fix the "
+                 "file", path.c_str(), kMaxConfigDepth);
+    return true;
+  };
+  try {
+    parsed = json::parse(text, depth_check, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {  // a syntax error, or a number beyond a double (out_of_range)
+    user_error("--config %s: not valid JSON (%s), expected a DeepSpeed config; fix the file", path.c_str(),
+               printable(std::string(e.what()).substr(0, 200)).c_str());
+  }
+  const json& c = parsed;  // read only: operator[] on a const object never adds a key
+  r.only(c, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                 "gradient_clipping", "fp16", "bf16", "zero_optimization", "optimizer", "scheduler",
+                 "activation_checkpointing"});
+
+  // ---- batch: micro-batch per rank, accumulation, and their product over the ranks ----
+  // The flags check their ranges (--batch, --accum: 1 to 65536) and name the key when it is out.
+  if (c.contains("train_micro_batch_size_per_gpu")) {
+    const json& v = c["train_micro_batch_size_per_gpu"];
+    if (!r.take_auto(v, "train_micro_batch_size_per_gpu", "--batch")) r.whole_flag("--batch", v, "train_micro_batch_size_per_gpu");
+  }
+  if (c.contains("gradient_accumulation_steps")) {
+    const json& v = c["gradient_accumulation_steps"];
+    if (!r.take_auto(v, "gradient_accumulation_steps", "--accum")) r.whole_flag("--accum", v, "gradient_accumulation_steps");
+  }
+  // "auto": whatever micro-batch x accumulation x ranks comes to (the Hugging Face integration
+  // computes it so); --global-batch on the command line sets it
+  if (c.contains("train_batch_size") && !is_auto(c["train_batch_size"]))
+    r.out.train_batch_size = r.whole(c["train_batch_size"], "train_batch_size", 1, 1LL << 53);
+  // no gradient_clipping: DeepSpeed's default, 0 (no clipping)
+  if (!c.contains("gradient_clipping")) r.flag("--clip", "0", "gradient_clipping", "absent (DeepSpeed's default: 0)");
+  else if (!r.take_auto(c["gradient_clipping"], "gradient_clipping", "--clip")) r.number_flag("--clip", c["gradient_clipping"], "gradient_clipping");
+
+  // ---- precision: fp16 (with its loss scaler) or bf16; fp32 when neither is enabled ----
+  bool fp16 = false, bf16 = false;
+  if (c.contains("fp16")) {
+    const json& h = c["fp16"];
+    r.only(h, "fp16", {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"});
+    fp16 = r.enabled(h, "fp16");
+    if (fp16 && h["enabled"].is_boolean()) r.flag("--precision", "fp16", "fp16.enabled", "true");
+    if (fp16) {
+      if (h.contains("initial_scale_power")) {  // 2^99 ~ 6e29: within --loss-scale's range
+        const long long p = r.whole(h["initial_scale_power"], "fp16.initial_scale_power", 0, 99);
+        r.flag("--loss-scale", json(std::ldexp(1.0, int(p))).dump(), "fp16.initial_scale_power", std::to_string(p));
+      }
+      if (h.contains("loss_scale_window")) r.whole_flag("--loss-scale-window", h["loss_scale_window"], "fp16.loss_scale_window");
+      if (h.contains("hysteresis")) r.whole_flag("--loss-scale-hysteresis", h["hysteresis"], "fp16.hysteresis");
+      if (h.contains("min_loss_scale")) r.number_flag("--loss-scale-min", h["min_loss_scale"], "fp16.min_loss_scale");
+      // loss_scale 0 (DeepSpeed's default) means dynamic; any other value is a static scale
+      if (h.contains("loss_scale") && r.number(h["loss_scale"], "fp16.loss_scale") != 0) {
+        r.number_flag("--loss-scale", h["loss_scale"], "fp16.loss_scale");
+        r.flag("--loss-scale-window", "0", "fp16.loss_scale", shown(h["loss_scale"]));
+      }
+    }
+  }
+  if (c.contains("bf16")) {
+    r.only(c["bf16"], "bf16", {"enabled"});
+    bf16 = r.enabled(c["bf16"], "bf16");
+    if (bf16 && c["bf16"]["enabled"].is_boolean()) r.flag("--precision", "bf16", "bf16.enabled", "true");
+  }
+  if (fp16 && bf16) r.fail("fp16.enabled and bf16.enabled", "both true, expected one of them; disable the other");
+
+  // ---- ZeRO stage and offload: which binary runs this config ----
+  long long stage = 0;
+  bool offload = false;
+  if (c.contains("zero_optimization") && c["zero_optimization"].is_boolean()) {
+    stage = c["zero_optimization"].get<bool>() ? 1 : 0;  // DeepSpeed's old spelling: true is stage 1
+  } else if (c.contains("zero_optimization")) {
+    const json& z = c["zero_optimization"];
+    r.only(z, "zero_optimization", {"stage", "offload_optimizer", "offload_param", "cpu_offload"});
+    if (z.contains("stage")) stage = r.whole(z["stage"], "zero_optimization.stage", 0, 3);
+    if (z.contains("offload_optimizer")) {
+      const std::string o_key = "zero_optimization.offload_optimizer";
+      const json& o = z["offload_optimizer"];
+      r.only(o, o_key, {"device", "nvme_path"});
+      const std::string device = o.contains("device") ? r.text(o["device"], o_key + ".device") : "none";
+      if (device == "cpu" || device == "nvme") {
+        offload = true;
+        r.flag("--offload-to", device == "cpu" ? "cpu" : "disk", o_key + ".device", shown(o["device"]));
+      } else if (device != "none") {
+        r.fail(o_key + ".device", "\"" + printable(device) + "\", expected cpu, nvme or none; write one of them");
+      }
+      if (o.contains("nvme_path")) {
+        const std::string dir = r.text(o["nvme_path"], o_key + ".nvme_path");
+        if (device == "nvme") r.flag("--offload-dir", dir, o_key + ".nvme_path", shown(o["nvme_path"]));
+        else r.note(o_key + ".nvme_path", "DeepSpeed uses it with device nvme only, and this is device " + device + ": ignored");
+      } else if (device == "nvme" && !command_line.count("--offload-dir")) {
+        r.fail(o_key + ".device", "\"nvme\" without nvme_path, expected the directory for the optimizer files beside "
+                                  "it; add \"nvme_path\": \"/a/directory\"");
+      }
+    }
+    // DeepSpeed's old spelling of offload_optimizer's device cpu
+    if (z.contains("cpu_offload") && r.boolean(z["cpu_offload"], "zero_optimization.cpu_offload")) {
+      if (z.contains("offload_optimizer"))
+        r.fail("zero_optimization.cpu_offload", "true beside offload_optimizer, expected one of them; remove cpu_offload");
+      offload = true;
+      r.flag("--offload-to", "cpu", "zero_optimization.cpu_offload", "true");
+    }
+    // ZeRO-Infinity's parameter offload is not built: only device none (DeepSpeed's default)
+    if (z.contains("offload_param")) {
+      const std::string p_key = "zero_optimization.offload_param";
+      const json& p = z["offload_param"];
+      r.only(p, p_key, {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"});
+      const std::string device = p.contains("device") ? r.text(p["device"], p_key + ".device") : "none";
+      if (device != "none")
+        r.fail(p_key + ".device", "\"" + printable(device) + "\": parameter offload (ZeRO-Infinity) is not built here, "
+                                  "expected none; set it to none, or remove offload_param");
+      r.note(p_key, "device none: DeepSpeed keeps the parameters on the device, as here: ignored");
+    }
+    if (offload && stage != 2)
+      r.fail("zero_optimization.offload_optimizer",
+             "not supported with stage " + std::to_string(stage) + " yet, expected stage 2: ZeRO-Offload here is stage "
+             "2's; run build/bin/offload with zero_optimization.stage 2");
+  }
+  const std::string want = binary_for(stage, offload);
+  if (want != program)
+    user_error("--config %s: a config for ZeRO stage %lld%s, and this is %s, expected build/bin/%s; run build/bin/%s "
+               "with it", path.c_str(), stage, offload ? " with offload_optimizer" : "", program.c_str(),
+               want.c_str(), want.c_str());
+
+  // ---- the optimizer: AdamW (DeepSpeed's "Adam" is AdamW too, its adam_w_mode on by default) ----
+  // Without the section DeepSpeed steps the client's optimizer: this project's AdamW and its flags.
+  // With it, an absent lr or weight_decay is DeepSpeed's Adam's default (1e-3, 0).
+  if (c.contains("optimizer")) {
+    const json& o = c["optimizer"];
+    r.only(o, "optimizer", {"type", "params"});
+    std::string type = o.contains("type") ? r.text(o["type"], "optimizer.type") : "AdamW";
+    for (char& ch : type) ch = char(tolower((unsigned char)ch));  // DeepSpeed compares in lower case
+    if (type != "adamw" && type != "adam")
+      r.fail("optimizer.type", "\"" + printable(o["type"].get<std::string>()) + "\": this project has AdamW only, "
+                               "expected \"AdamW\" or \"Adam\"; write \"AdamW\"");
+    const json p = o.contains("params") ? o["params"] : json::object();
+    r.only(p, "optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode"});
+    if (!p.contains("lr")) r.flag("--lr", "0.001", "optimizer.params.lr", "absent (DeepSpeed's default: 0.001)");
+    else if (!r.take_auto(p["lr"], "optimizer.params.lr", "--lr")) r.number_flag("--lr", p["lr"], "optimizer.params.lr");
+    if (!p.contains("weight_decay")) r.flag("--weight-decay", "0", "optimizer.params.weight_decay", "absent (DeepSpeed's default: 0)");
+    else if (!r.take_auto(p["weight_decay"], "optimizer.params.weight_decay", "--weight-decay"))
+      r.number_flag("--weight-decay", p["weight_decay"], "optimizer.params.weight_decay");
+    // betas and eps are the constants of optim.cpp: a config may restate them ("auto": these), not change them
+    if (!p.contains("betas")) {
+      r.note("optimizer.params.betas", "absent: DeepSpeed's Adam would use [0.9, 0.999]; this project's AdamW has "
+                                       "[0.9, 0.95] (common/optim.cpp)");
+    } else if (!is_auto(p["betas"])) {
+      const json& b = p["betas"];
+      if (!b.is_array() || b.size() != 2 || r.number(b[0], "optimizer.params.betas") != 0.9 ||
+          r.number(b[1], "optimizer.params.betas") != 0.95)
+        r.fail("optimizer.params.betas", shown(b) + ": fixed at [0.9, 0.95] here (common/optim.cpp), expected those; "
+                                         "remove it");
+    }
+    if (p.contains("eps") && !is_auto(p["eps"]) && r.number(p["eps"], "optimizer.params.eps") != 1e-8)
+      r.fail("optimizer.params.eps", shown(p["eps"]) + ": fixed at 1e-8 here (common/optim.cpp), expected that; remove it");
+    if (p.contains("adam_w_mode") && !r.boolean(p["adam_w_mode"], "optimizer.params.adam_w_mode"))
+      r.fail("optimizer.params.adam_w_mode", "false (Adam with L2 regularisation) is not built here, expected true "
+                                             "(AdamW); remove it");
+  }
+
+  // ---- the schedule: DeepSpeed's WarmupLR (then constant) and WarmupDecayLR (then linear to 0) ----
+  // No scheduler section: DeepSpeed keeps the optimizer's learning rate, constant.
+  if (!c.contains("scheduler")) {
+    r.flag("--lr-schedule", "constant", "scheduler", "absent (DeepSpeed: a constant learning rate)");
+  } else {
+    const json& s = c["scheduler"];
+    r.only(s, "scheduler", {"type", "params"});
+    const std::string type = s.contains("type") ? r.text(s["type"], "scheduler.type") : "";
+    if (type == "WarmupLR") r.flag("--lr-schedule", "warmup", "scheduler.type", shown(s["type"]));
+    else if (type == "WarmupDecayLR") r.flag("--lr-schedule", "warmup-decay", "scheduler.type", shown(s["type"]));
+    else r.fail("scheduler.type", "\"" + printable(type) + "\", expected WarmupLR or WarmupDecayLR; write one of them");
+    const json p = s.contains("params") ? s["params"] : json::object();
+    std::set<std::string> keys = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"};
+    if (type == "WarmupDecayLR") keys.insert("total_num_steps");
+    r.only(p, "scheduler.params", keys);
+    // an absent parameter is DeepSpeed's default: from 0 to 0.001 over 1000 steps, log warm-up
+    const std::string k = "scheduler.params.";
+    if (!p.contains("warmup_min_lr")) r.flag("--warmup-min-lr", "0", k + "warmup_min_lr", "absent (DeepSpeed's default: 0)");
+    else if (!r.take_auto(p["warmup_min_lr"], k + "warmup_min_lr", "--warmup-min-lr"))
+      r.number_flag("--warmup-min-lr", p["warmup_min_lr"], k + "warmup_min_lr");
+    if (!p.contains("warmup_max_lr")) r.flag("--lr", "0.001", k + "warmup_max_lr", "absent (DeepSpeed's default: 0.001)");
+    else if (!r.take_auto(p["warmup_max_lr"], k + "warmup_max_lr", "--lr"))
+      r.number_flag("--lr", p["warmup_max_lr"], k + "warmup_max_lr");
+    if (!p.contains("warmup_num_steps")) r.flag("--warmup", "1000", k + "warmup_num_steps", "absent (DeepSpeed's default: 1000)");
+    else if (!r.take_auto(p["warmup_num_steps"], k + "warmup_num_steps", "--warmup"))
+      r.whole_flag("--warmup", p["warmup_num_steps"], k + "warmup_num_steps");
+    const std::string warmup_type = p.contains("warmup_type") ? r.text(p["warmup_type"], k + "warmup_type") : "log";
+    if (warmup_type != "log" && warmup_type != "linear")
+      r.fail(k + "warmup_type", "\"" + printable(warmup_type) + "\", expected log or linear; write one of them");
+    r.flag("--warmup-type", warmup_type, k + "warmup_type", p.contains("warmup_type") ? shown(p["warmup_type"]) : "absent (DeepSpeed's default: log)");
+    // "auto" (or absent): the run's --steps, as the Hugging Face integration fills it in
+    if (p.contains("total_num_steps") && !is_auto(p["total_num_steps"]))
+      r.whole_flag("--lr-total-steps", p["total_num_steps"], k + "total_num_steps");
+  }
+
+  // ---- activation checkpointing ----
+  // The section turns on --activation-checkpointing (every block recomputed in its backward). Of
+  // its keys, the two that would change where checkpoints live are refused when true:
+  // partition_activations splits them over model-parallel ranks (there are none here) and
+  // cpu_checkpointing moves them to the host (not built). The others change nothing (kNoEffect).
+  if (c.contains("activation_checkpointing")) {
+    const json& a = c["activation_checkpointing"];
+    const std::string k = "activation_checkpointing.";
+    r.only(a, "activation_checkpointing", {"partition_activations", "cpu_checkpointing"});
+    if (a.contains("partition_activations") && r.boolean(a["partition_activations"], k + "partition_activations"))
+      r.fail(k + "partition_activations",
+             "true splits checkpoints over model-parallel ranks, and these trainers have none, expected false; set it "
+             "to false");
+    if (a.contains("cpu_checkpointing") && r.boolean(a["cpu_checkpointing"], k + "cpu_checkpointing"))
+      r.fail(k + "cpu_checkpointing",
+             "true (checkpoints on the host) is not supported, expected false; set it to false");
+    r.flag("--activation-checkpointing", "", "activation_checkpointing", "{...}");
+  }
+
+  // ---- "auto" with no flag to take its value from: every one of them, in one line ----
+  if (!r.auto_missing.empty()) {
+    std::string keys, flags;
+    std::set<std::string> listed;
+    for (const auto& [key, flag] : r.auto_missing) {
+      keys += (keys.empty() ? "" : ", ") + key + " (" + flag + ")";
+      if (listed.insert(flag).second) flags += " " + flag + " " + kMeta.at(flag);
+    }
+    user_error("--config %s: \"auto\" in %s, expected each value from its flag on the command line (as the Hugging "
+               "Face integration fills it in); add%s", path.c_str(), keys.c_str(), flags.c_str());
+  }
+  return r.out;
+}
+
+
+}  // namespace nz

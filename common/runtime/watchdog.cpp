@@ -1,0 +1,167 @@
+// watchdog.cpp — heartbeats in shared memory and the thread that watches them (watchdog.h).
+#include "runtime/watchdog.h"
+
+#include <fcntl.h>     // open
+#include <sys/mman.h>  // mmap
+#include <time.h>      // clock_gettime
+#include <unistd.h>    // ftruncate, unlink, _exit
+
+#include <algorithm>  // std::max
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm.h"  // Comm: rank, size, ranks on this machine
+
+namespace nz {
+
+struct Watchdog::Beat {
+  volatile double pulse_s;     // the watching thread's last tick (CLOCK_MONOTONIC, one per machine)
+  volatile double progress_s;  // this rank's last heartbeat, as of that tick
+  volatile uint64_t beats;     // its heartbeats so far, as of that tick
+  volatile uint64_t beats_at_step;  // ... when `step` began
+  volatile int step;
+  char phase[20];
+};
+
+namespace {
+double now_s() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+// seconds: the watching thread's period (also how late a rank's progress is seen by the others);
+// a pulse this old means a stopped process; how long the rank that reports goes first
+constexpr double kTick = 0.1, kPulseStale = 3.0, kSpeakerFirst = 1.0;
+// This process's heartbeats: how many, and the time of the last. The work writes them; the
+// watching thread copies them into the shared page once a tick, so a heartbeat costs a clock read
+// and two atomic operations.
+std::atomic<uint64_t> g_beats{0};
+std::atomic<double> g_last_beat_s{0};
+}  // namespace
+
+void heartbeat() {
+  g_beats.fetch_add(1, std::memory_order_relaxed);
+  g_last_beat_s.store(now_s(), std::memory_order_relaxed);
+}
+
+Watchdog::Watchdog(Comm& comm, int seconds) : rank_(comm.rank()), world_(comm.size()), limit_s_(seconds) {
+  if (comm.local_size() != comm.size()) {
+    if (rank_ == 0) fprintf(stderr, "note: --watchdog is off: it needs every rank on one machine\n");
+    return;
+  }
+  // Rank 0 makes a private directory; every rank maps a page there, then all of them are unlinked.
+  char dir[256] = "";
+  if (rank_ == 0) {
+    const char* tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/nanozero-watchdog.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) dir[0] = 0;
+  }
+  comm.control_broadcast(dir, sizeof dir);
+  if (!dir[0]) return;  // no temporary directory: no watchdog
+  auto path = [&](int r) { return std::string(dir) + "/rank." + std::to_string(r); };
+  auto map = [&](int r, bool create) -> Beat* {
+    int fd = open(path(r).c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDONLY, 0600);
+    if (fd < 0) return nullptr;
+    if (create && ftruncate(fd, sizeof(Beat)) != 0) return close(fd), nullptr;
+    void* p = mmap(nullptr, sizeof(Beat), create ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);  // the mapping keeps the page
+    return p == MAP_FAILED ? nullptr : static_cast<Beat*>(p);
+  };
+  mine_ = map(rank_, true);
+  if (mine_) {
+    heartbeat();
+    mine_->pulse_s = mine_->progress_s = now_s();
+    mine_->beats = mine_->beats_at_step = g_beats.load();
+    mine_->step = -1;
+    snprintf(mine_->phase, sizeof mine_->phase, "setup");
+  }
+  comm.control_barrier();
+  all_ = new Beat*[world_];
+  int ok = mine_ != nullptr;
+  for (int r = 0; r < world_; r++) ok = (all_[r] = map(r, false)) && ok;
+  const int all_ok = comm.control_min(ok);  // (also: everyone has opened them)
+  if (rank_ == 0) {
+    for (int r = 0; r < world_; r++) unlink(path(r).c_str());
+    rmdir(dir);
+  }
+  if (!all_ok) {
+    if (rank_ == 0) fprintf(stderr, "note: --watchdog is off: cannot share heartbeats in %s\n", dir);
+    return;
+  }
+  thread_ = std::thread([this] { watch(); });
+}
+
+Watchdog::~Watchdog() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  if (all_)
+    for (int r = 0; r < world_; r++)
+      if (all_[r]) munmap(all_[r], sizeof(Beat));
+  delete[] all_;
+  if (mine_) munmap(mine_, sizeof(Beat));
+}
+
+void Watchdog::progress(int step, const char* phase) {
+  if (mine_ && step != mine_->step) {
+    mine_->beats_at_step = g_beats.load();
+    mine_->step = step;
+  }
+  heartbeat();
+  if (mine_) snprintf(mine_->phase, sizeof mine_->phase, "%s", phase);
+}
+
+void Watchdog::watch() {
+  while (!stop_) {
+    usleep(useconds_t(kTick * 1e6));
+    const double now = now_s();
+    mine_->pulse_s = now;
+    mine_->beats = g_beats.load(std::memory_order_relaxed);
+    mine_->progress_s = g_last_beat_s.load(std::memory_order_relaxed);
+    // The job is alive while any rank makes progress: waiting in a collective for a rank that is
+    // slow but alive is not being stuck.
+    double newest = 0;
+    for (int r = 0; r < world_; r++) newest = std::max(newest, double(all_[r]->progress_s));
+    if (now - newest <= limit_s_) continue;
+    // No rank has made progress for the limit: find who holds the job up. A stopped process first
+    // (no pulse). Else the rank furthest behind: every rank does the same work, heartbeat for
+    // heartbeat, so the one at the earliest step with the fewest heartbeats in it is where the
+    // others wait (the last heartbeat's time alone cannot tell: the ranks run milliseconds apart).
+    int culprit = -1;
+    for (int r = 0; r < world_ && culprit < 0; r++)
+      if (now - all_[r]->pulse_s > kPulseStale) culprit = r;
+    const bool stopped = culprit >= 0;
+    if (!stopped) {
+      auto behind = [](const Beat& a, const Beat& b) {  // a is behind b
+        const uint64_t in_a = a.beats - a.beats_at_step, in_b = b.beats - b.beats_at_step;
+        if (a.step != b.step) return a.step < b.step;
+        if (in_a != in_b) return in_a < in_b;
+        return a.progress_s < b.progress_s;
+      };
+      culprit = 0;
+      for (int r = 1; r < world_; r++)
+        if (behind(*all_[r], *all_[culprit])) culprit = r;
+    }
+    const int speaker = culprit == 0 ? (world_ > 1 ? 1 : 0) : 0;
+    if (rank_ == speaker) {
+      const Beat& b = *all_[culprit];
+      char where[64];
+      if (b.step >= 0) snprintf(where, sizeof where, "in phase '%.20s' of step %d", b.phase, b.step + 1);
+      else snprintf(where, sizeof where, "during set-up");
+      fprintf(stderr,
+              "error: watchdog: rank %d %s (last progress %.0f s ago, %s); no rank has made progress for %g s "
+              "(--watchdog), so the job ends\n",
+              culprit, stopped ? "stopped responding: it is suspended or frozen" : "has made no progress",
+              now - b.progress_s, where, limit_s_);
+      fflush(stderr);
+    } else {
+      usleep(useconds_t(kSpeakerFirst * 1e6));  // the speaker goes first
+    }
+    _exit(3);  // mpirun sees a rank fail and ends the others, the stopped one included
+  }
+}
+
+}  // namespace nz

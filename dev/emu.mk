@@ -1,0 +1,60 @@
+# dev/emu.mk — the CUDA backend built against nz_emu (dev/emu/), a CPU emulator of the CUDA
+# subset the backend uses, so every CUDA kernel, the cuBLAS and NCCL call sites and the trainers'
+# --device cuda paths run on a machine without a GPU (tests/emu_check.sh). Needs no CUDA toolkit.
+#   make emu     ->  $(EMU)/bin/<stages>, $(EMU)/tests/test_cuda_{kernels,comm,stages}
+# The common/kernels/cuda/*.cu files (and *.cuh headers) are rewritten by dev/emu/cu2cpp.pl (launch syntax
+# only) and compiled as C++ with dev/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on
+# the include path.
+EMU          := $(BUILD)/emu
+EMU_CXXFLAGS := $(filter-out -DNZ_HAVE_CUDA -I$(CUDA_HOME)/include,$(CXXFLAGS)) \
+                -DNZ_HAVE_CUDA -Idev/emu/include -Icommon/kernels/cuda -Wno-unknown-pragmas
+EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/kernels/cuda/*.cu))
+EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \
+                $(EMU)/obj/dev/emu/emu.o
+EMU_LIB      := $(EMU)/libnanozero_emu.a
+# the host libraries the common/ objects need: the BLAS, oneDNN when built with it (Makefile DNNL), and
+# MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
+EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS) $(MPI_LIBS)
+EMU_STAGES   := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
+EMU_TESTS    := $(patsubst tests/%.cpp,$(EMU)/tests/%,$(wildcard tests/test_cuda_*.cpp)) \
+                $(EMU)/tests/emu_selftest
+
+.PHONY: emu
+emu: $(EMU_STAGES) $(EMU_TESTS)
+
+$(EMU)/gen/%.cpp: %.cu dev/emu/cu2cpp.pl
+	@mkdir -p $(dir $@)
+	perl dev/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
+
+# A header may launch kernels too (column_sum.cuh): every common/kernels/cuda/*.cuh is rewritten the same way
+# into the folder of the rewritten .cpp files, where their #include "x.cuh" finds it first.
+EMU_GEN_CUH  := $(patsubst %.cuh,$(EMU)/gen/%.cuh,$(wildcard common/kernels/cuda/*.cuh))
+$(EMU)/gen/%.cuh: %.cuh dev/emu/cu2cpp.pl
+	@mkdir -p $(dir $@)
+	perl dev/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
+
+$(EMU)/obj/gen/%.o: $(EMU)/gen/%.cpp $(EMU_GEN_CUH)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(EMU)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(EMU_LIB): $(EMU_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(EMU)/bin/%: $(EMU)/obj/%/train.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(EMU_LIB) $(EMU_LIBS) -o $@
+
+$(EMU)/tests/%: $(EMU)/obj/tests/%.o $(EMU)/obj/tests/gtest_mpi_main.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -lgtest $(EMU_LIBS) -o $@
+
+$(EMU)/tests/emu_selftest: $(EMU)/obj/gen/dev/emu/selftest.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+
+-include $(shell find $(EMU)/obj -name '*.d' 2>/dev/null)

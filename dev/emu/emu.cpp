@@ -1,0 +1,985 @@
+// emu.cpp — nz_emu, the CPU emulator of the CUDA subset nanoZeRO uses: the kernel scheduler
+// (fibers and barriers), device memory with guard pages, the runtime API, cublasGemmEx and the
+// NCCL collectives over MPI. What it checks and what it cannot: include/cuda_runtime.h.
+#include <mpi.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+#include "kernels/dtype.h"  // nz::bf16, bf16_to_f32, f32_to_bf16 (round to nearest even)
+#include "nccl.h"
+
+// ============================================================================================
+// failures
+namespace nz_emu {
+
+namespace {
+const char* g_kernel = nullptr;  // the kernel running now, for error messages
+}
+
+void fail(const char* fmt, ...) {
+  fprintf(stderr, "nz_emu: ");
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  if (g_kernel)
+    fprintf(stderr, " [in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)]", g_kernel, block_idx.x,
+            block_idx.y, block_idx.z, thread_idx().x, thread_idx().y, thread_idx().z);
+  fputc('\n', stderr);
+  fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 3);
+  abort();
+}
+
+// ============================================================================================
+// device memory: one mapping per cudaMalloc, the buffer placed so that it ends right before an
+// inaccessible guard page, and the whole buffer inaccessible outside DeviceAccess scopes.
+namespace {
+
+constexpr size_t kDeviceAlign = 16;  // (a GPU gives 256; 16 lets the guard page sit closer)
+
+struct Mapping {
+  char* base;         // start of the mapping
+  size_t data_bytes;  // accessible part (whole pages); the guard page follows
+  size_t bytes;       // what was asked for; the buffer is [user, user + bytes)
+};
+std::map<const char*, Mapping> g_device;  // keyed by the pointer cudaMalloc returned
+std::set<void*> g_pinned;
+size_t g_device_used = 0;
+int g_access_depth = 0;
+cudaError_t g_last_error = cudaSuccess;
+int g_current_device = 0;
+
+size_t page_size() {
+  static const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+bool protect_enabled() {
+  static const bool enabled = [] {
+    const char* e = getenv("NZ_EMU_PROTECT");
+    return !(e && e[0] == '0');
+  }();
+  return enabled;
+}
+
+void set_access(const Mapping& m, bool accessible) {
+  if (protect_enabled() && mprotect(m.base, m.data_bytes, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
+    fail("mprotect failed");
+}
+
+size_t total_device_bytes() {
+  static const size_t total = [] {
+    const char* e = getenv("NZ_EMU_MEM_MB");
+    size_t mb = e ? strtoull(e, nullptr, 10) : 16384;
+    return (mb ? mb : 16384) << 20;
+  }();
+  return total;
+}
+
+// The mapping (if any) whose pages (guard page included) contain p. A buffer starts some way
+// into its mapping, so p may belong to the buffer before it or to the one after it.
+const std::pair<const char* const, Mapping>* mapping_of(const void* p) {
+  const char* c = static_cast<const char*>(p);
+  auto contains = [&](const std::pair<const char* const, Mapping>& kv) {
+    return c >= kv.second.base && c < kv.second.base + kv.second.data_bytes + page_size();
+  };
+  auto next = g_device.upper_bound(c);
+  if (next != g_device.end() && contains(*next)) return &*next;
+  if (next != g_device.begin() && contains(*std::prev(next))) return &*std::prev(next);
+  return nullptr;
+}
+
+int device_count() {
+  static const int n = [] {
+    const char* e = getenv("NZ_EMU_GPUS");
+    return e ? atoi(e) : 1;
+  }();
+  return n;
+}
+
+cudaError_t record(cudaError_t err) {
+  if (err != cudaSuccess) g_last_error = err;
+  return err;
+}
+
+}  // namespace
+
+DeviceAccess::DeviceAccess() {
+  if (g_access_depth++ == 0)
+    for (auto& kv : g_device) set_access(kv.second, true);
+}
+
+DeviceAccess::~DeviceAccess() {
+  if (--g_access_depth == 0)
+    for (auto& kv : g_device) set_access(kv.second, false);
+}
+
+bool is_device_pointer(const void* p, size_t bytes) {
+  auto it = g_device.upper_bound(static_cast<const char*>(p));
+  if (it == g_device.begin()) return false;
+  --it;
+  const char* user = it->first;
+  const char* c = static_cast<const char*>(p);
+  return c >= user && c + bytes <= user + it->second.bytes;
+}
+
+// ============================================================================================
+// segmentation faults: say which rule was broken
+namespace {
+
+struct Fiber;
+Fiber* g_cur = nullptr;
+
+void on_segv(int sig, siginfo_t* info, void*) {
+  const char* addr = static_cast<const char*>(info->si_addr);
+  const auto* hit = mapping_of(addr);
+  if (hit) {
+    const char* user = hit->first;
+    const Mapping& m = hit->second;
+    char what[320];
+    if (addr >= m.base + m.data_bytes)
+      snprintf(what, sizeof(what), "%zu bytes past the end of a %zu-byte device buffer",
+               size_t(addr - (user + m.bytes)), m.bytes);
+    else if (addr < user)
+      snprintf(what, sizeof(what), "%zu bytes before the start of a %zu-byte device buffer",
+               size_t(user - addr), m.bytes);
+    else
+      snprintf(what, sizeof(what),
+               "byte %zu of a %zu-byte device buffer from host code (a device pointer used on the "
+               "host; device memory is only reachable from kernels, cudaMemcpy and collectives)",
+               size_t(addr - user), m.bytes);
+    fail("invalid access at %p: %s", static_cast<const void*>(addr), what);
+  }
+  if (g_kernel) fail("invalid access at %p (not device memory; a fiber's stack overflowed?)", static_cast<const void*>(addr));
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+struct SegvHandler {
+  SegvHandler() {
+    static char alt_stack[1 << 16];
+    stack_t ss = {};
+    ss.ss_sp = alt_stack;
+    ss.ss_size = sizeof(alt_stack);
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa = {};
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+  }
+};
+void install_segv_handler() { static SegvHandler once; }
+
+}  // namespace
+
+// ============================================================================================
+// the kernel scheduler
+//
+// Each CUDA thread of a block is a fiber with its own stack. A fiber is started once with
+// makecontext; after that every switch is a jump (jump_to below; no system call). The scheduler runs
+// every ready fiber until it blocks at a barrier or finishes, then releases whichever barrier is
+// complete: a warp's (shuffle, __syncwarp, a WMMA *_sync call of mma.h) when all 32 lanes are there
+// at the same operation, the block's (__syncthreads) when every thread is there. If neither is
+// complete the kernel would hang or misbehave on a GPU: that is an error here.
+dim3 block_idx, block_dim, grid_dim;
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr size_t kStackBytes = 256 * 1024;
+
+enum class State { Ready, AtSyncthreads, AtWarp, Done };
+enum class WarpOp { Syncwarp, Shuffle, Wmma };
+
+// Switching between fibers: GCC's and Clang's __builtin_setjmp/__builtin_longjmp save and restore
+// only the frame, stack pointer and resume address (the function calling __builtin_setjmp saves
+// every callee-saved register itself), which makes a switch a few nanoseconds; glibc's _longjmp
+// costs ~10x more. The jump lives in a function of its own, as the builtins require.
+typedef void* JumpBuf[5];
+// Every function that calls __builtin_setjmp is noipa: its callers must assume that it clobbers
+// every caller-saved register (another fiber ran in between), which GCC's interprocedural
+// register allocation would otherwise not.
+[[gnu::noipa]] void jump_to(JumpBuf& buf) { __builtin_longjmp(buf, 1); }
+
+struct Fiber {
+  JumpBuf ctx;
+  char* stack;
+  dim3 tid;
+  int lane, warp;
+  State state;
+  WarpOp op;
+  unsigned warp_ops;  // warp operations this thread has reached so far
+};
+
+struct WarpSlots {
+  uint64_t value[2][kWarp];  // double-buffered by operation parity: one barrier per shuffle
+};
+
+std::vector<Fiber*> g_fibers;
+std::vector<WarpSlots> g_warps;
+// The launch's dynamic shared memory, its start aligned to 128 bytes (g_dynamic_shared_bytes
+// allocated with room to spare) as a GPU's shared window is, so that WMMA's 256-bit alignment rule
+// can be checked against offsets into it.
+constexpr size_t kSharedAlign = 128;
+std::vector<unsigned char> g_dynamic_shared_bytes;
+unsigned char* g_dynamic_shared = nullptr;
+size_t g_dynamic_shared_size = 0;
+JumpBuf g_scheduler;
+Fiber* g_starting = nullptr;
+void (*g_body)(void*) = nullptr;
+void* g_body_ctx = nullptr;
+int g_block_threads = 0;
+const dim3 g_no_thread(0, 0, 0);
+
+[[gnu::noipa]] void yield_to_scheduler() {
+  Fiber* f = g_cur;
+  if (__builtin_setjmp(f->ctx) == 0) jump_to(g_scheduler);
+}
+
+[[gnu::noipa]] void fiber_main() {
+  Fiber* f = g_starting;
+  for (;;) {
+    if (__builtin_setjmp(f->ctx) == 0) jump_to(g_scheduler);  // parked until given a thread to run
+    g_body(g_body_ctx);
+    f->state = State::Done;
+  }
+}
+
+[[gnu::noipa]] Fiber* new_fiber() {
+  Fiber* f = new Fiber();
+  const size_t page = page_size();
+  void* mem = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) fail("cannot map a fiber stack");
+  f->stack = static_cast<char*>(mem);
+  mprotect(f->stack, page, PROT_NONE);  // stacks grow down: overflow hits this page
+  // Stack tops are staggered: 4 KiB-aligned tops would all fall in the same L1 cache sets.
+  static unsigned count = 0;
+  const size_t stagger = (count++ * 320) % 4096;
+  ucontext_t start, here;
+  getcontext(&start);
+  start.uc_stack.ss_sp = f->stack + page;
+  start.uc_stack.ss_size = kStackBytes - stagger;
+  start.uc_link = nullptr;
+  makecontext(&start, fiber_main, 0);
+  g_starting = f;
+  if (__builtin_setjmp(g_scheduler) == 0) swapcontext(&here, &start);  // runs until fiber_main parks
+  return f;
+}
+
+[[gnu::noipa]] void resume(Fiber* f) {
+  g_cur = f;
+  if (__builtin_setjmp(g_scheduler) == 0) jump_to(f->ctx);
+  g_cur = nullptr;
+}
+
+const char* state_name(State s) {
+  switch (s) {
+    case State::Ready: return "running";
+    case State::AtSyncthreads: return "at __syncthreads";
+    case State::AtWarp: return "at a warp operation";
+    case State::Done: return "exited";
+  }
+  return "?";
+}
+
+[[noreturn]] void stuck(const char* why, int warp) {
+  const int first = warp * kWarp, end = std::min(g_block_threads, first + kWarp);
+  char lanes[512] = "";
+  size_t len = 0;
+  for (int i = first; i < end && len < sizeof(lanes) - 64; i++) {
+    const Fiber* f = g_fibers[i];
+    if (i > first && f->state == g_fibers[i - 1]->state &&
+        (f->state != State::AtWarp || f->warp_ops == g_fibers[i - 1]->warp_ops))
+      continue;
+    len += snprintf(lanes + len, sizeof(lanes) - len, "%slane %d %s", i > first ? ", " : "", i - first,
+                    state_name(f->state));
+    if (f->state == State::AtWarp)
+      len += snprintf(lanes + len, sizeof(lanes) - len, " #%u (%s)", f->warp_ops,
+                      f->op == WarpOp::Shuffle ? "shuffle" : f->op == WarpOp::Wmma ? "wmma" : "__syncwarp");
+  }
+  g_cur = g_fibers[first];
+  fail("%s; warp %d: %s", why, warp, lanes);
+}
+
+// The ready queue of one block: fiber indices in the order they will run. A warp whose 32 lanes
+// have all arrived is queued again at once; the block's __syncthreads when nothing else can run.
+// Released lanes are queued forwards and backwards in turn, so no lane always runs first.
+std::vector<int> g_ready;
+std::vector<int> g_warp_arrived;  // lanes of each warp waiting at a warp operation
+
+void queue_range(int first, int end, bool backwards) {
+  for (int j = first; j < end; j++) g_ready.push_back(backwards ? end - 1 - (j - first) : j);
+}
+
+void run_block() {
+  const int n = g_block_threads, warps = (n + kWarp - 1) / kWarp;
+  for (int i = 0; i < n; i++) {
+    Fiber* f = g_fibers[i];
+    f->tid = dim3(i % block_dim.x, i / block_dim.x % block_dim.y, i / (block_dim.x * block_dim.y));
+    f->lane = i % kWarp;
+    f->warp = i / kWarp;
+    f->state = State::Ready;
+    f->warp_ops = 0;
+  }
+  g_ready.clear();
+  queue_range(0, n, false);
+  g_warp_arrived.assign(warps, 0);
+  size_t head = 0;
+  int done = 0;
+  bool backwards = true;
+  while (done < n) {
+    if (head == g_ready.size()) {  // nothing can run: only the block barrier can be released
+      for (int w = 0; w < warps; w++)
+        if (g_warp_arrived[w] > 0) stuck("a warp operation that not every lane reaches", w);
+      if (done > 0) {
+        for (int i = 0; i < n; i++)
+          if (g_fibers[i]->state == State::Done) stuck("__syncthreads after some threads of the block exited", i / kWarp);
+      }
+      for (int i = 0; i < n; i++) g_fibers[i]->state = State::Ready;
+      g_ready.clear();
+      head = 0;
+      queue_range(0, n, backwards);
+      backwards = !backwards;
+    }
+    Fiber* f = g_fibers[g_ready[head++]];
+    resume(f);
+    if (f->state == State::Done) {
+      done++;
+    } else if (f->state == State::AtWarp) {
+      const int w = f->warp, first = w * kWarp, end = std::min(n, first + kWarp);
+      if (end - first < kWarp) stuck("a full-warp operation in a warp of fewer than 32 threads", w);
+      if (++g_warp_arrived[w] == kWarp) {
+        for (int i = first; i < end; i++)
+          if (g_fibers[i]->warp_ops != f->warp_ops || g_fibers[i]->op != f->op)
+            stuck("the lanes of a warp are at different warp operations", w);
+        g_warp_arrived[w] = 0;
+        for (int i = first; i < end; i++) g_fibers[i]->state = State::Ready;
+        queue_range(first, end, backwards);
+        backwards = !backwards;
+      }
+    }
+    if (head > 4096 && head * 2 > g_ready.size()) {  // drop what has run
+      g_ready.erase(g_ready.begin(), g_ready.begin() + long(head));
+      head = 0;
+    }
+  }
+}
+
+}  // namespace
+
+const dim3& thread_idx() { return g_cur ? g_cur->tid : g_no_thread; }
+int lane_id() { return g_cur->lane; }
+void* dynamic_shared() { return g_dynamic_shared; }
+
+void syncthreads() {
+  g_cur->state = State::AtSyncthreads;
+  yield_to_scheduler();
+}
+
+void syncwarp() {
+  g_cur->state = State::AtWarp;
+  g_cur->op = WarpOp::Syncwarp;
+  g_cur->warp_ops++;
+  yield_to_scheduler();
+}
+
+void wmma_barrier() {
+  g_cur->state = State::AtWarp;
+  g_cur->op = WarpOp::Wmma;
+  g_cur->warp_ops++;
+  yield_to_scheduler();
+}
+
+void wmma_check(const char* what, const void* p, unsigned ldm, size_t elem_bytes) {
+  if (ldm * elem_bytes % 16 != 0)
+    fail("wmma::%s with ldm %u: a GPU requires a multiple of 16 bytes (%zu elements)", what, ldm, 16 / elem_bytes);
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  if (c >= g_dynamic_shared && c < g_dynamic_shared + g_dynamic_shared_size && (c - g_dynamic_shared) % 32 != 0)
+    fail("wmma::%s at byte %zu of dynamic shared memory: a GPU requires a 32-byte (256-bit) aligned pointer", what,
+         size_t(c - g_dynamic_shared));
+}
+
+void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, int src_lane) {
+  if (mask != 0xffffffffu) fail("shuffle with mask %#x: the emulator supports full-warp shuffles only", mask);
+  Fiber* f = g_cur;
+  const unsigned op = f->warp_ops;
+  WarpSlots& w = g_warps[f->warp];
+  memcpy(&w.value[op & 1][f->lane], mine, bytes);
+  f->state = State::AtWarp;
+  f->op = WarpOp::Shuffle;
+  f->warp_ops++;
+  yield_to_scheduler();
+  // A shuffle whose source lane is outside the warp returns the caller's own value.
+  const int src = src_lane >= 0 && src_lane < kWarp ? src_lane : f->lane;
+  memcpy(theirs, &w.value[op & 1][src], bytes);
+}
+
+// NZ_EMU_PROFILE=1: at exit, the emulation time per kernel (where the emulator spends its time;
+// says nothing about a GPU's).
+struct Profile {
+  struct Entry {
+    double seconds = 0;
+    unsigned long long launches = 0, threads = 0;
+  };
+  std::map<std::string, Entry> entries;
+  static Profile* get() {
+    static Profile* p = getenv("NZ_EMU_PROFILE") ? new Profile() : nullptr;
+    return p;
+  }
+  static void report() {
+    Profile* p = get();
+    std::vector<std::pair<double, std::string>> rows;
+    for (auto& kv : p->entries) rows.push_back({kv.second.seconds, kv.first});
+    std::sort(rows.rbegin(), rows.rend());
+    fprintf(stderr, "nz_emu profile (emulation time, not GPU time):\n");
+    for (auto& r : rows) {
+      const Entry& e = p->entries[r.second];
+      fprintf(stderr, "  %8.3f s %8llu launches %12llu threads  %s\n", e.seconds, e.launches, e.threads,
+              r.second.c_str());
+    }
+  }
+  struct Timer {
+    Entry* e = nullptr;
+    std::chrono::steady_clock::time_point t0;
+    Timer(const char* name, unsigned long long threads) {
+      Profile* p = get();
+      if (!p) return;
+      static bool registered = (atexit(report), true);
+      (void)registered;
+      e = &p->entries[name];
+      e->launches++;
+      e->threads += threads;
+      t0 = std::chrono::steady_clock::now();
+    }
+    ~Timer() {
+      if (e) e->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  };
+};
+
+void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx) {
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  const bool valid = threads >= 1 && threads <= 1024 && block.x <= 1024 && block.y <= 1024 &&
+                     block.z <= 64 && grid.x >= 1 && grid.x <= 0x7fffffffu && grid.y >= 1 &&
+                     grid.y <= 65535 && grid.z >= 1 && grid.z <= 65535 && smem <= 48 * 1024;
+  if (!valid) {
+    if (getenv("NZ_EMU_VERBOSE"))
+      fprintf(stderr, "nz_emu: launch of %s refused: grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n", name,
+              grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
+    g_last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  if (g_cur) fail("kernel %s launched from inside a kernel", name);
+  install_segv_handler();
+  while (g_fibers.size() < threads) g_fibers.push_back(new_fiber());
+  g_warps.resize((threads + kWarp - 1) / kWarp);
+  g_dynamic_shared_bytes.assign(smem + kSharedAlign, 0xff);
+  g_dynamic_shared = g_dynamic_shared_bytes.data() +
+                     (kSharedAlign - reinterpret_cast<uintptr_t>(g_dynamic_shared_bytes.data()) % kSharedAlign);
+  g_dynamic_shared_size = smem;
+  g_block_threads = int(threads);
+  g_body = body;
+  g_body_ctx = ctx;
+  block_dim = block;
+  grid_dim = grid;
+  DeviceAccess access;
+  g_kernel = name;
+  Profile::Timer timer(name, threads * grid.x * grid.y * grid.z);
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) {
+        block_idx = dim3(x, y, z);
+        if (smem) memset(g_dynamic_shared, 0xff, smem);  // a new block's shared memory is garbage
+        run_block();
+      }
+  g_kernel = nullptr;
+}
+
+}  // namespace nz_emu
+
+// ============================================================================================
+// the runtime API
+using namespace nz_emu;
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = device_count();
+  return *count > 0 ? cudaSuccess : record(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
+  g_current_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (device_count() == 0) return record(cudaErrorNoDevice);
+  *device = g_current_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  snprintf(prop->name, sizeof(prop->name), "nz_emu (CUDA emulated on the CPU)");
+  prop->totalGlobalMem = total_device_bytes();
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 1;
+  prop->sharedMemPerBlock = 48 * 1024;
+  prop->maxThreadsPerBlock = 1024;
+  prop->warpSize = 32;
+  return cudaSuccess;
+}
+
+// Distinct per ordinal, so NZ_EMU_GPUS=4 with 4 ranks looks like 4 GPUs (the NCCL path), and
+// every rank sees the same id for the same ordinal (ranks sharing a GPU: the MPI path).
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int device) {
+  if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
+  snprintf(bus_id, size_t(len), "0000:%02x:00.0", device + 1);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaGetLastError() {
+  cudaError_t e = g_last_error;
+  g_last_error = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorName(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  install_segv_handler();
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  const size_t page = page_size();
+  const size_t padded = (bytes + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
+  const size_t data_bytes = (padded + page - 1) / page * page;
+  if (g_device_used + data_bytes > total_device_bytes()) return record(cudaErrorMemoryAllocation);
+  void* mem = mmap(nullptr, data_bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) return record(cudaErrorMemoryAllocation);
+  Mapping m{static_cast<char*>(mem), data_bytes, bytes};
+  memset(m.base, 0xff, data_bytes);  // never-written memory reads as NaN
+  mprotect(m.base + data_bytes, page, PROT_NONE);
+  const char* user = m.base + data_bytes - padded;
+  g_device[user] = m;
+  g_device_used += data_bytes;
+  if (g_access_depth == 0) set_access(m, false);
+  *ptr = const_cast<char*>(user);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  auto it = g_device.find(static_cast<const char*>(ptr));
+  if (it == g_device.end()) return record(cudaErrorInvalidValue);
+  munmap(it->second.base, it->second.data_bytes + page_size());
+  g_device_used -= it->second.data_bytes;
+  g_device.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  if (posix_memalign(ptr, 64, bytes ? bytes : 1) != 0) return record(cudaErrorMemoryAllocation);
+  g_pinned.insert(*ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  if (!g_pinned.erase(ptr)) return record(cudaErrorInvalidValue);
+  free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (device_count() == 0) return record(cudaErrorNoDevice);
+  *total_bytes = total_device_bytes();
+  *free_bytes = total_device_bytes() - g_device_used;
+  return cudaSuccess;
+}
+
+namespace {
+// 0: host memory; 1: inside one device buffer; -1: starts in a device buffer, runs past its end.
+int where(const void* p, size_t bytes) {
+  if (is_device_pointer(p, bytes)) return 1;
+  return mapping_of(p) ? -1 : 0;
+}
+}  // namespace
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (where(ptr, bytes) != 1) return record(cudaErrorInvalidValue);
+  DeviceAccess access;
+  memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  const int d = where(dst, bytes), s = where(src, bytes);
+  if (d < 0 || s < 0) return record(cudaErrorInvalidValue);  // a copy past the end of a buffer
+  bool ok = true;
+  switch (kind) {
+    case cudaMemcpyHostToHost: ok = !d && !s; break;
+    case cudaMemcpyHostToDevice: ok = d && !s; break;
+    case cudaMemcpyDeviceToHost: ok = !d && s; break;
+    case cudaMemcpyDeviceToDevice: ok = d && s; break;
+    case cudaMemcpyDefault: break;
+  }
+  if (!ok) return record(cudaErrorInvalidValue);
+  DeviceAccess access;
+  memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+// Streams and events: handles only (all work completes within its call).
+struct nz_emu_stream {
+  unsigned flags;
+};
+struct nz_emu_event {
+  unsigned flags;
+};
+namespace {
+std::set<const void*> g_handles;
+bool valid_stream(cudaStream_t s) { return s == nullptr || g_handles.count(s); }
+}  // namespace
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  *stream = new nz_emu_stream{flags};
+  g_handles.insert(*stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (!stream || !g_handles.erase(stream)) return record(cudaErrorInvalidResourceHandle);
+  delete stream;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return valid_stream(stream) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  return valid_stream(stream) && g_handles.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  *event = new nz_emu_event{flags};
+  g_handles.insert(*event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (!event || !g_handles.erase(event)) return record(cudaErrorInvalidResourceHandle);
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  return valid_stream(stream) && g_handles.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+// NZ_EMU_NCCL_STUCK=error|hang (tests of nccl::wait_joined): a collective that never completes,
+// because a peer failed (NCCL reports ncclRemoteError) or silently (ncclInProgress forever).
+static const char* nccl_stuck() {
+  static const char* mode = getenv("NZ_EMU_NCCL_STUCK");
+  return mode;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (!g_handles.count(event)) return record(cudaErrorInvalidResourceHandle);
+  return nccl_stuck() ? cudaErrorNotReady : cudaSuccess;
+}
+
+// ============================================================================================
+// cuBLAS: cublasGemmEx
+struct nz_emu_cublas {
+  cudaStream_t stream;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  if (device_count() == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+  *handle = new nz_emu_cublas{nullptr};
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+
+namespace {
+inline float load_elem(const void* p, size_t i, cudaDataType_t t) {
+  if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
+  if (t == CUDA_R_16F) return nz::f16_to_f32(static_cast<const nz::f16*>(p)[i]);
+  return nz::bf16_to_f32(static_cast<const nz::bf16*>(p)[i]);
+}
+inline void store_elem(void* p, size_t i, cudaDataType_t t, float v) {
+  if (t == CUDA_R_32F) static_cast<float*>(p)[i] = v;
+  else if (t == CUDA_R_16F) static_cast<nz::f16*>(p)[i] = nz::f32_to_f16(v);
+  else static_cast<nz::bf16*>(p)[i] = nz::f32_to_bf16(v);
+}
+// A column-major (rows, cols) operand with leading dimension ld is a device buffer that reaches
+// element (rows-1, cols-1).
+void check_operand(const char* name, const void* p, int rows, int cols, int ld, size_t elem) {
+  if (rows == 0 || cols == 0) return;
+  const size_t extent = (size_t(ld) * (cols - 1) + rows) * elem;
+  if (!is_device_pointer(p, extent))
+    fail("cublasGemmEx: %s (%d x %d, ld %d) is not a device buffer of at least %zu bytes", name, rows,
+         cols, ld, extent);
+}
+}  // namespace
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                                          const void* A, cudaDataType_t Atype, int lda, long long strideA,
+                                          const void* B, cudaDataType_t Btype, int ldb, long long strideB,
+                                          const void* beta, void* C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batch, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (compute != CUBLAS_COMPUTE_32F || Atype != Btype ||
+      (Atype != CUDA_R_32F && Atype != CUDA_R_16BF && Atype != CUDA_R_16F) ||
+      (Ctype != Atype && Ctype != CUDA_R_32F))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
+  const int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
+  if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) ||
+      ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  const size_t ab_elem = Atype == CUDA_R_32F ? 4 : 2, c_elem = Ctype == CUDA_R_32F ? 4 : 2;
+  auto operand = [](const void* base, long long stride, size_t elem, int i) {
+    return static_cast<const char*>(base) + i * stride * (long long)elem;
+  };
+  for (int i = 0; i < batch; i++) {
+    check_operand("A", operand(A, strideA, ab_elem, i), a_rows, a_cols, lda, ab_elem);
+    check_operand("B", operand(B, strideB, ab_elem, i), b_rows, b_cols, ldb, ab_elem);
+    check_operand("C", operand(C, strideC, c_elem, i), m, n, ldc, c_elem);
+  }
+  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  DeviceAccess access;
+  for (int i = 0; i < batch; i++) {
+    const void *Ai = operand(A, strideA, ab_elem, i), *Bi = operand(B, strideB, ab_elem, i);
+    void* Ci = const_cast<char*>(operand(C, strideC, c_elem, i));
+    for (int j = 0; j < n; j++)
+      for (int r = 0; r < m; r++) {
+        float acc = 0.0f;
+        for (int p = 0; p < k; p++) {
+          const size_t ai = transa == CUBLAS_OP_N ? size_t(p) * lda + r : size_t(r) * lda + p;
+          const size_t bi = transb == CUBLAS_OP_N ? size_t(j) * ldb + p : size_t(p) * ldb + j;
+          acc += load_elem(Ai, ai, Atype) * load_elem(Bi, bi, Btype);
+        }
+        const size_t ci = size_t(j) * ldc + r;
+        // beta == 0: C is not read (it may hold NaN), as cuBLAS documents
+        store_elem(Ci, ci, Ctype, b == 0.0f ? a * acc : a * acc + b * load_elem(Ci, ci, Ctype));
+      }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                            int m, int n, int k, const void* alpha, const void* A, cudaDataType_t Atype,
+                            int lda, const void* B, cudaDataType_t Btype, int ldb, const void* beta,
+                            void* C, cudaDataType_t Ctype, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb,
+                                    0, beta, C, Ctype, ldc, 0, 1, compute, algo);
+}
+
+// ============================================================================================
+// NCCL over MPI
+struct nz_emu_nccl {
+  MPI_Comm comm;
+  int rank, size;
+};
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+  }
+  return "unknown result";
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  // Different on every call and every process, like a real id (it names a socket address).
+  static unsigned counter = 0;
+  memset(id->internal, 0, sizeof(id->internal));
+  snprintf(id->internal, sizeof(id->internal), "nz_emu %ld %u %lu", long(getpid()), counter++,
+           (unsigned long)(size_t)id);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  int initialized = 0, world_size = 0, world_rank = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized || device_count() == 0) return ncclInvalidUsage;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (nranks != world_size || rank != world_rank) return ncclInvalidArgument;
+  std::vector<char> ids(size_t(world_size) * NCCL_UNIQUE_ID_BYTES);
+  MPI_Allgather(id.internal, NCCL_UNIQUE_ID_BYTES, MPI_BYTE, ids.data(), NCCL_UNIQUE_ID_BYTES, MPI_BYTE,
+                MPI_COMM_WORLD);
+  for (int r = 0; r < world_size; r++)
+    if (memcmp(ids.data() + size_t(r) * NCCL_UNIQUE_ID_BYTES, id.internal, NCCL_UNIQUE_ID_BYTES) != 0)
+      fail("ncclCommInitRank: rank %d passed a different unique id than rank %d (the id was not "
+           "broadcast from one rank)", r, rank);
+  *comm = new nz_emu_nccl{MPI_COMM_NULL, rank, nranks};
+  MPI_Comm_dup(MPI_COMM_WORLD, &(*comm)->comm);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  MPI_Comm_free(&comm->comm);
+  delete comm;
+  return ncclSuccess;
+}
+// Collectives complete when they are called here, so there is never an error left to report
+// (unless NZ_EMU_NCCL_STUCK says otherwise, above).
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
+  if (!comm) return ncclInvalidArgument;
+  *async_error = !nccl_stuck() ? ncclSuccess : strcmp(nccl_stuck(), "error") == 0 ? ncclRemoteError : ncclInProgress;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+
+namespace {
+
+size_t nccl_bytes(ncclDataType_t t) { return t == ncclFloat64 ? 8 : t == ncclFloat32 ? 4 : 2; }
+
+// Every rank's `count` elements at `send`, gathered into one host vector (rank-major).
+std::vector<char> gather_all(const void* send, size_t count, ncclDataType_t t, ncclComm_t comm) {
+  const size_t bytes = count * nccl_bytes(t);
+  if (bytes > size_t(1) << 30) fail("NCCL emulation: %zu bytes in one collective is too many", bytes);
+  if (!is_device_pointer(send, bytes)) fail("NCCL: the send buffer (%zu bytes) is not device memory", bytes);
+  std::vector<char> all(bytes * comm->size);
+  MPI_Allgather(send, int(bytes), MPI_BYTE, all.data(), int(bytes), MPI_BYTE, comm->comm);
+  return all;
+}
+
+// One hop of a ring: the running sum plus the next rank's value, stored in the wire type (for bf16
+// that rounds after every addition, as each hop stores its partial sum).
+inline float hop(float s, float v) { return s + v; }
+inline double hop(double s, double v) { return s + v; }
+inline nz::bf16 hop(nz::bf16 s, nz::bf16 v) { return nz::f32_to_bf16(nz::bf16_to_f32(s) + nz::bf16_to_f32(v)); }
+inline nz::f16 hop(nz::f16 s, nz::f16 v) { return nz::f32_to_f16(nz::f16_to_f32(s) + nz::f16_to_f32(v)); }
+
+// Element i of a ring sum whose chunk ends on rank `last`: ranks last+1, last+2, ..., last.
+template <class V>
+void ring_sum(const std::vector<char>& all, size_t count, size_t i, int last, int size, void* out,
+              size_t out_index) {
+  const V* v = reinterpret_cast<const V*>(all.data());
+  const int first = (last + 1) % size;
+  V s = v[size_t(first) * count + i];
+  for (int h = 1; h < size; h++) s = hop(s, v[size_t((first + h) % size) * count + i]);
+  static_cast<V*>(out)[out_index] = s;
+}
+
+void ring_sum(const std::vector<char>& all, size_t count, size_t i, int last, int size, ncclDataType_t t,
+              void* out, size_t out_index) {
+  if (t == ncclFloat64) ring_sum<double>(all, count, i, last, size, out, out_index);
+  else if (t == ncclFloat32) ring_sum<float>(all, count, i, last, size, out, out_index);
+  else if (t == ncclFloat16) ring_sum<nz::f16>(all, count, i, last, size, out, out_index);
+  else ring_sum<nz::bf16>(all, count, i, last, size, out, out_index);
+}
+
+}  // namespace
+
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t) {
+  if (!comm || op != ncclSum) return ncclInvalidArgument;
+  DeviceAccess access;
+  if (!is_device_pointer(recv, count * nccl_bytes(type))) fail("ncclAllReduce: recv is not device memory");
+  std::vector<char> all = gather_all(send, count, type, comm);
+  const size_t chunk = (count + comm->size - 1) / comm->size;  // chunk c ends its ring on rank c
+  for (size_t i = 0; i < count; i++) ring_sum(all, count, i, int(i / chunk), comm->size, type, recv, i);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  if (!comm || op != ncclSum) return ncclInvalidArgument;
+  DeviceAccess access;
+  if (!is_device_pointer(recv, recvcount * nccl_bytes(type)))
+    fail("ncclReduceScatter: recv is not device memory");
+  const size_t count = recvcount * comm->size;
+  std::vector<char> all = gather_all(send, count, type, comm);
+  for (size_t i = 0; i < recvcount; i++)
+    ring_sum(all, count, size_t(comm->rank) * recvcount + i, comm->rank, comm->size, type, recv, i);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t) {
+  if (!comm) return ncclInvalidArgument;
+  DeviceAccess access;
+  const size_t bytes = sendcount * nccl_bytes(type);
+  if (!is_device_pointer(recv, bytes * comm->size)) fail("ncclAllGather: recv is not device memory");
+  std::vector<char> all = gather_all(send, sendcount, type, comm);
+  memcpy(recv, all.data(), all.size());
+  return ncclSuccess;
+}

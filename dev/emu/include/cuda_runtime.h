@@ -1,0 +1,189 @@
+// cuda_runtime.h — nz_emu: the part of the CUDA runtime and device language that nanoZeRO's
+// CUDA backend uses, emulated on the CPU, so the kernels in common/kernels/cuda/ can be run and tested on
+// a machine without a GPU (and stepped through in gdb).
+//
+// How a kernel runs here: dev/emu/cu2cpp.pl rewrites each launch `k<<<grid, block, smem>>>(args)`
+// into `::nz_emu::launch(k, "k", grid, block, smem)(args)`, and the .cu files are then compiled as
+// plain C++ with this directory first on the include path. A launch runs the blocks one after
+// another; inside a block every CUDA thread is a fiber (its own stack) on one OS thread, and the
+// fibers run until they reach __syncthreads, __syncwarp, a shuffle or a WMMA *_sync call (mma.h),
+// where they wait for the rest of their block or warp. Lanes run in a different order on every pass (forwards, then backwards),
+// so a missing __syncwarp/__syncthreads shows up as wrong results in the tests.
+//
+// What the emulator checks that real hardware would only do silently wrong (each is a fatal error
+// naming the kernel, block and thread):
+//   - a thread that reads or writes outside every device allocation: each cudaMalloc ends at a page
+//     boundary followed by an inaccessible guard page;
+//   - host code that dereferences a device pointer: device memory is inaccessible except while a
+//     kernel, a cudaMemcpy/cudaMemset or a collective runs;
+//   - memory read before anything wrote it: cudaMalloc and dynamic shared memory are filled with
+//     0xFF bytes (a NaN in fp32 and bf16);
+//   - barriers that not every thread reaches (divergent __syncthreads, shuffles with exited lanes
+//     or lanes at different shuffles), and launch configurations a GPU would reject.
+// What it cannot check: speed, shared-memory races between threads that do synchronize correctly,
+// and the exact bits of a GPU (no fused multiply-add contraction, other summation orders in
+// cuBLAS and NCCL); tests compare against the CPU reference with stated tolerances anyway.
+//
+// Streams and events exist but every operation completes before its call returns.
+#pragma once
+#include <cmath>    // expf, sqrtf, fmaxf, ... as device code uses them; INFINITY
+#include <cstddef>  // size_t
+#include <cstdint>
+#include <cstring>  // memcpy
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// ---- the device language ----
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+// Blocks run one at a time, so a function-local static is exactly one block's shared memory.
+#define __shared__ static
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+using uint3 = dim3;
+
+// ---- runtime types ----
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorNoDevice = 100,
+  cudaErrorNotReady = 600,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+};
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
+constexpr unsigned cudaStreamNonBlocking = 0x1;
+constexpr unsigned cudaEventDisableTiming = 0x2;
+
+struct nz_emu_stream;
+struct nz_emu_event;
+typedef nz_emu_stream* cudaStream_t;
+typedef nz_emu_event* cudaEvent_t;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int major, minor;
+  int multiProcessorCount;
+  size_t sharedMemPerBlock;
+  int maxThreadsPerBlock;
+  int warpSize;
+};
+
+// ---- runtime functions (dev/emu/emu.cpp) ----
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int device);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaGetLastError();
+const char* cudaGetErrorName(cudaError_t err);
+const char* cudaGetErrorString(cudaError_t err);
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMallocHost(void** ptr, size_t bytes);
+cudaError_t cudaFreeHost(void* ptr);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t event);  // done (work runs when queued), unless NZ_EMU_NCCL_STUCK
+
+// ---- the emulator itself ----
+namespace nz_emu {
+
+// The running fiber's threadIdx; the block's blockIdx; the launch's blockDim and gridDim.
+const dim3& thread_idx();
+extern dim3 block_idx, block_dim, grid_dim;
+
+void syncthreads();
+void syncwarp();
+// One lane's part of a warp exchange: publish `mine` (bytes <= 8), wait for every lane of the
+// warp, then copy lane src_lane's value into `theirs`.
+void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, int src_lane);
+int lane_id();
+void* dynamic_shared();
+
+// Device memory is accessible inside a DeviceAccess scope only (kernels, copies, collectives).
+struct DeviceAccess {
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+bool is_device_pointer(const void* p, size_t bytes);  // [p, p+bytes) inside one cudaMalloc
+void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+// Runs body() once per thread of every block; records cudaErrorInvalidConfiguration instead when
+// a GPU would refuse the launch.
+void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx);
+
+template <class Kernel>
+struct Launch {
+  Kernel kernel;
+  const char* name;
+  dim3 grid, block;
+  size_t smem;
+  template <class... Args>
+  void operator()(Args&&... args) const {
+    // Arguments are copied, as a real launch copies them into the kernel's parameter space.
+    auto call = [k = kernel, tup = std::make_tuple(std::forward<Args>(args)...)]() {
+      std::apply([&](auto&... a) { k(a...); }, tup);
+    };
+    using Call = decltype(call);
+    run_grid(name, grid, block, smem, [](void* c) { (*static_cast<Call*>(c))(); }, &call);
+  }
+};
+template <class Kernel>
+Launch<Kernel> launch(Kernel kernel, const char* name, dim3 grid, dim3 block, size_t smem = 0,
+                      cudaStream_t = nullptr) {
+  return Launch<Kernel>{kernel, name, grid, block, smem};
+}
+
+template <class T>
+T shfl_xor(unsigned mask, T v, int lane_mask) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a value > 8 bytes");
+  T out;
+  warp_exchange(&v, &out, sizeof(T), mask, lane_id() ^ lane_mask);
+  return out;
+}
+
+}  // namespace nz_emu
+
+#define threadIdx (::nz_emu::thread_idx())
+#define blockIdx (::nz_emu::block_idx)
+#define blockDim (::nz_emu::block_dim)
+#define gridDim (::nz_emu::grid_dim)
+#define __syncthreads() ::nz_emu::syncthreads()
+#define __syncwarp(...) ::nz_emu::syncwarp()
+
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+  return nz_emu::shfl_xor(mask, v, lane_mask);
+}

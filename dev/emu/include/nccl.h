@@ -1,0 +1,32 @@
+// nccl.h — nz_emu: the NCCL calls nanoZeRO makes, over MPI_COMM_WORLD on the CPU
+// (dev/emu/emu.cpp). Sums run along a ring as NCCL's do: the chunk that ends on rank r is summed
+// starting from rank r+1, so the result is NOT the rank-ordered sum of the MPI path, and bf16 is
+// rounded after every addition. ncclCommInitRank checks that every rank passed the same unique id
+// (the MPI broadcast of the bootstrap worked). See cuda_runtime.h in this directory.
+#pragma once
+#include <cstddef>
+
+#include "cuda_runtime.h"
+
+#define NCCL_UNIQUE_ID_BYTES 128
+struct ncclUniqueId {
+  char internal[NCCL_UNIQUE_ID_BYTES];
+};
+struct nz_emu_nccl;
+typedef nz_emu_nccl* ncclComm_t;
+enum ncclResult_t { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7 };
+enum ncclDataType_t { ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 };
+enum ncclRedOp_t { ncclSum = 0 };
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+const char* ncclGetErrorString(ncclResult_t result);
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t stream);
