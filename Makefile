@@ -100,7 +100,7 @@ ifeq ($(NZ_BUNDLE),1)
 endif
 
 LIB        := $(BUILD)/libnanozero.a
-STAGES     := stage0_ddp stage1 stage2 stage3 offload
+STAGES     := stage0_ddp stage1 stage2 stage3 offload pipeline
 STAGE_BINS := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin/$(s)))
 # tools/zero_quiz.cpp is part of zero_estimate, not a program of its own; dev/bench/ holds the benches
 TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(filter-out tools/zero_quiz.cpp,$(wildcard tools/*.cpp))) \
