@@ -214,10 +214,10 @@ int main(int argc, char** argv) {
   // The bubble: each rank's share of the schedule spent waiting, beside the equal-stages formula.
   const std::vector<double> compute_s = comm.gather_scalar(clock.compute_s);
   const std::vector<double> wait_s = comm.gather_scalar(clock.wait_s);
-  std::string report = "{\"stages\": " + std::to_string(pipe.stages) + ", \"replicas\": " +
-                       std::to_string(pipe.replicas) + ", \"schedule\": \"" + schedule_name(pipe.schedule) +
-                       "\", \"bubble_formula\": " + std::to_string(bubble_formula(pipe.stages, K)) +
-                       ", \"first_unit\": [";
+  char head[160];
+  snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"schedule\": \"%s\", \"bubble_formula\": %.17g, ",
+           pipe.stages, pipe.replicas, schedule_name(pipe.schedule), bubble_formula(pipe.stages, K));
+  std::string report = std::string(head) + "\"first_unit\": [";
   for (size_t i = 0; i < pipe.first_unit.size(); i++) report += (i ? ", " : "") + std::to_string(pipe.first_unit[i]);
   report += "], \"ranks\": [";
   if (comm.rank() == 0)
