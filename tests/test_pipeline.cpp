@@ -203,6 +203,22 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
     printf("\n");
   }
   for (int s = 0; s < P; s++) EXPECT_LT(acts_by_schedule["1f1b"][s], acts_by_schedule["gpipe"][s]) << "stage " << s;
+  // zero_estimate --pipeline prints the same activations per stage, allocating nothing
+  for (const auto& [schedule, acts] : acts_by_schedule) {
+    std::string out;
+    ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --batch 2 --seq 32 --pipeline 4 --accum 8 --schedule " +
+                              schedule, &out), 0) << out;
+    for (int s = 0; s < P; s++) {
+      const size_t row = out.find("\n" + std::to_string(s) + " ");
+      ASSERT_NE(row, std::string::npos) << out;
+      char units[32];
+      unsigned long long v[5], slots = 0, a = 0;
+      ASSERT_EQ(sscanf(out.c_str() + row + 1, "%*d %31s %llu %llu %llu %llu %llu %llu %llu", units, &v[0], &v[1], &v[2],
+                       &v[3], &v[4], &slots, &a), 8) << out;
+      EXPECT_EQ(a, acts[s]) << "zero_estimate, " << schedule << " stage " << s << "\n" << out;
+      EXPECT_EQ(slots, unsigned(schedule == "gpipe" ? K : std::min(P - s, K)));
+    }
+  }
 }
 
 // The bubble is measured on every rank: compute and wait times, the idle fraction beside (P-1)/(K+P-1).
