@@ -2,8 +2,10 @@
 #include "pipeline.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
+#include "comm.h"           // gather_scalar: every rank's times
 #include "runtime/check.h"  // user_error
 
 namespace nz {
@@ -111,6 +113,35 @@ void StageClock::switch_to(bool wait) {
 void StageClock::stop() {
   switch_to(false);
   running_ = false;
+}
+
+std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock) {
+  const std::vector<double> compute_s = comm.gather_scalar(clock.compute_s);
+  const std::vector<double> wait_s = comm.gather_scalar(clock.wait_s);
+  char head[160];
+  snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"schedule\": \"%s\", \"bubble_formula\": %.17g, ",
+           plan.stages, plan.replicas, schedule_name(plan.schedule), bubble_formula(plan.stages, K));
+  std::string report = std::string(head) + "\"first_unit\": [";
+  for (size_t i = 0; i < plan.first_unit.size(); i++) report += (i ? ", " : "") + std::to_string(plan.first_unit[i]);
+  report += "], \"ranks\": [";
+  if (comm.rank() == 0)
+    printf("pipeline: %d stages x %d replicas, %s, %d micro-batches | bubble (P-1)/(K+P-1) = %.3f\n", plan.stages,
+           plan.replicas, schedule_name(plan.schedule), K, bubble_formula(plan.stages, K));
+  for (int r = 0; r < comm.size(); r++) {
+    const double busy = compute_s[r] + wait_s[r];
+    const double idle = busy > 0 ? wait_s[r] / busy : 0;
+    const int rs = r / plan.replicas;
+    if (comm.rank() == 0)
+      printf("  rank %d (stage %d, units %d..%d, %d activation slots): compute %.1f ms, waiting %.1f ms: idle %.3f\n",
+             r, rs, plan.first_unit[rs], plan.first_unit[rs + 1] - 1,
+             activation_slots(plan.schedule, plan.stages, rs, K), 1e3 * compute_s[r], 1e3 * wait_s[r], idle);
+    char entry[160];
+    snprintf(entry, sizeof entry, "%s{\"stage\": %d, \"compute_s\": %.6f, \"wait_s\": %.6f, \"idle\": %.6f}",
+             r ? ", " : "", rs, compute_s[r], wait_s[r], idle);
+    report += entry;
+  }
+  fflush(stdout);
+  return report + "]}";
 }
 
 }  // namespace nz

@@ -76,4 +76,9 @@ class StageClock {
   std::chrono::steady_clock::time_point since_;
 };
 
+class Comm;
+// The bubble, measured: every rank's compute and wait times gathered; rank 0 prints them with each
+// rank's idle fraction beside the formula. Returns the report's "pipeline" object (JSON). Collective.
+std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock);
+
 }  // namespace nz

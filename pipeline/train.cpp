@@ -20,7 +20,6 @@
 // the saved model); --pipeline 1 is stage0_ddp. Per rank (stage s): params, grads, Adam of its units
 // (P_s of them), activations of min(P-s, K) or K micro-batches (zero_formulas.h).
 #include <cmath>      // std::sqrt
-#include <cstdio>
 #include <vector>
 
 #include "kernels/ops.h"  // kernels on the run's backend
@@ -211,32 +210,8 @@ int main(int argc, char** argv) {
     run.end_step(step, loss_sum, norm);
   }
 
-  // The bubble: each rank's share of the schedule spent waiting, beside the equal-stages formula.
-  const std::vector<double> compute_s = comm.gather_scalar(clock.compute_s);
-  const std::vector<double> wait_s = comm.gather_scalar(clock.wait_s);
-  char head[160];
-  snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"schedule\": \"%s\", \"bubble_formula\": %.17g, ",
-           pipe.stages, pipe.replicas, schedule_name(pipe.schedule), bubble_formula(pipe.stages, K));
-  std::string report = std::string(head) + "\"first_unit\": [";
-  for (size_t i = 0; i < pipe.first_unit.size(); i++) report += (i ? ", " : "") + std::to_string(pipe.first_unit[i]);
-  report += "], \"ranks\": [";
-  if (comm.rank() == 0)
-    printf("pipeline: %d stages x %d replicas, %s, %d micro-batches | bubble (P-1)/(K+P-1) = %.3f\n", pipe.stages,
-           pipe.replicas, schedule_name(pipe.schedule), K, bubble_formula(pipe.stages, K));
-  for (int r = 0; r < comm.size(); r++) {
-    const double busy = compute_s[r] + wait_s[r];
-    const double idle = busy > 0 ? wait_s[r] / busy : 0;
-    const int rs = r / pipe.replicas;
-    if (comm.rank() == 0)
-      printf("  rank %d (stage %d, units %d..%d, %d activation slots): compute %.1f ms, waiting %.1f ms: idle %.3f\n",
-             r, rs, pipe.first_unit[rs], pipe.first_unit[rs + 1] - 1,
-             activation_slots(pipe.schedule, pipe.stages, rs, K), 1e3 * compute_s[r], 1e3 * wait_s[r], idle);
-    char entry[160];
-    snprintf(entry, sizeof entry, "%s{\"stage\": %d, \"compute_s\": %.6f, \"wait_s\": %.6f, \"idle\": %.6f}",
-             r ? ", " : "", rs, compute_s[r], wait_s[r], idle);
-    report += entry;
-  }
-  run.pipeline_report = report + "]}";
+  // the bubble: each rank's share of the schedule spent waiting, beside the equal-stages formula
+  run.pipeline_report = report_bubble(comm, pipe, K, clock);
   run.finish();
   return 0;
 }
