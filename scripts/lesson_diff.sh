@@ -13,7 +13,7 @@ COLOR=${COLOR:-auto}
 WORDS=${WORDS:-}
 cd "$(dirname "$0")/.."
 for d in "$A" "$B"; do
-  [ -d "$d" ] || { echo "make diff: $d is not a directory; use two of stage0_ddp stage1 stage2 stage3 offload" >&2; exit 2; }
+  [ -d "$d" ] || { echo "make diff: $d is not a directory; use two of stage0_ddp stage1 stage2 stage3 offload pipeline" >&2; exit 2; }
 done
 case "$COLOR" in
   auto | always | never) ;;
