@@ -101,7 +101,8 @@ endif
 
 LIB        := $(BUILD)/libnanozero.a
 STAGES     := $(shell grep '^[a-z]' stages.txt)  # the rungs, in order: stages.txt, the one list
-STAGE_BINS := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin/$(s)))
+BESIDE     := $(shell sed -n 's/^+//p' stages.txt)  # trainers beside the ladder (stages.txt, '+' lines)
+STAGE_BINS := $(foreach s,$(STAGES) $(BESIDE),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin/$(s)))
 # tools/zero_quiz.cpp is part of zero_estimate, not a program of its own; dev/bench/ holds the benches
 TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(filter-out tools/zero_quiz.cpp,$(wildcard tools/*.cpp))) \
               $(BUILD)/bin/generate \

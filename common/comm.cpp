@@ -52,7 +52,7 @@ void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType
   const size_t full_bytes = shard_bytes * size_;
   check_span(full, full_bytes, "reduce_scatter: the full buffer (N slices)");
   check_span(out_shard, shard_bytes, "reduce_scatter: the output slice");
-  stats_.add(CommOp::ReduceScatter, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
+  stats_->add(CommOp::ReduceScatter, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
              uint64_t(size_ - 1) * shard_bytes);
   if (nccl_) {  // one GPU per rank: NCCL sums on the GPUs, in its own order
     nccl::reduce_scatter(full, out_shard, shard_elems, dt);
@@ -68,7 +68,7 @@ void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType
   if (size_ > 1) {
     CommRequest r;
     MPI_Ialltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host_full, int(shard_elems), mpi_type(dt),
-                  MPI_COMM_WORLD, &r.req);
+                  mpi_, &r.req);
     wait(r);
   }
   // 2. add the N contributions in rank order.
@@ -95,7 +95,7 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
   CommRequest r;
   r.gathering_into = out_full;
   note_gather("gather_start", out_full);
-  stats_.add(CommOp::AllGather, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
+  stats_->add(CommOp::AllGather, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
              uint64_t(size_ - 1) * shard_bytes);
   if (nccl_) {  // queued on the comm stream; wait() makes the compute stream wait for it
     nccl::all_gather(shard, out_full, shard_elems, dt);
@@ -107,7 +107,7 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
     copy_bytes(host_full + size_t(rank_) * shard_bytes, Location::Host, shard, Location::Device, shard_bytes);
     if (size_ > 1) {
       MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host_full, int(shard_elems), mpi_type(dt),
-                     MPI_COMM_WORLD, &r.req);
+                     mpi_, &r.req);
       wait(r);
     }
     copy_bytes(out_full, Location::Device, host_full, Location::Host, shard_bytes * size_);
@@ -116,7 +116,7 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
   if (shard != own_slice) memcpy(own_slice, shard, shard_bytes);
   if (size_ > 1)
     MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out_full, int(shard_elems), mpi_type(dt),
-                   MPI_COMM_WORLD, &r.req);
+                   mpi_, &r.req);
   return r;
 }
 
@@ -152,77 +152,77 @@ void Comm::all_reduce(void* buf, size_t elems, DType dt) {
   const size_t shard_bytes = shard * dtype_bytes(dt);
   void* own_slice = static_cast<char*>(buf) + size_t(rank_) * shard_bytes;
   if (nccl_) {  // NCCL's own all-reduce; booked as the two halves would be
-    stats_.add(CommOp::AllReduce, 2 * uint64_t(size_ - 1) * shard, 2 * uint64_t(size_ - 1) * shard_bytes,
+    stats_->add(CommOp::AllReduce, 2 * uint64_t(size_ - 1) * shard, 2 * uint64_t(size_ - 1) * shard_bytes,
                2 * uint64_t(size_ - 1) * shard_bytes);
     nccl::all_reduce(buf, elems, dt);
     nccl::join();
     return;
   }
   // reduce-scatter then all-gather: the same bits as the two collectives called separately.
-  const CommStats before = stats_;
+  const CommStats before = *stats_;
   reduce_scatter(buf, own_slice, shard, dt);
   all_gather(own_slice, buf, shard, dt);
   // Book it as one all-reduce (what the call was), moving what the two halves moved.
-  CommStats delta = stats_ - before;
-  stats_ = before;
+  CommStats delta = *stats_ - before;
+  *stats_ = before;
   uint64_t e = delta.op[int(CommOp::ReduceScatter)].elems_sent + delta.op[int(CommOp::AllGather)].elems_sent;
   uint64_t b = delta.op[int(CommOp::ReduceScatter)].bytes_sent + delta.op[int(CommOp::AllGather)].bytes_sent;
-  stats_.add(CommOp::AllReduce, e, b, b);
+  stats_->add(CommOp::AllReduce, e, b, b);
 }
 
 void Comm::sum_scalars(double* v, int n) {
   std::vector<double> all(size_t(n) * size_);
   CommRequest req;
-  MPI_Iallgather(v, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD, &req.req);
+  MPI_Iallgather(v, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, mpi_, &req.req);
   wait(req);
   for (int i = 0; i < n; i++) {
     double acc = all[i];
     for (int r = 1; r < size_; r++) acc += all[size_t(r) * n + i];
     v[i] = acc;
   }
-  stats_.add(CommOp::Scalars, uint64_t(size_ - 1) * n, uint64_t(size_ - 1) * n * 8,
+  stats_->add(CommOp::Scalars, uint64_t(size_ - 1) * n, uint64_t(size_ - 1) * n * 8,
              uint64_t(size_ - 1) * n * 8);
 }
 
 bool Comm::any_flag(bool mine) {
   int flag = mine ? 1 : 0;
   MPI_Request req;
-  MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
+  MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, mpi_, &req);
   CommRequest r;
   r.req = req;
   wait(r);
-  stats_.add(CommOp::OverflowFlag, uint64_t(size_ - 1), uint64_t(size_ - 1) * 4, uint64_t(size_ - 1) * 4);
+  stats_->add(CommOp::OverflowFlag, uint64_t(size_ - 1), uint64_t(size_ - 1) * 4, uint64_t(size_ - 1) * 4);
   return flag != 0;
 }
 
 std::vector<double> Comm::gather_scalar(double x) {
   std::vector<double> all(size_);
   CommRequest req;
-  MPI_Iallgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD, &req.req);
+  MPI_Iallgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, mpi_, &req.req);
   wait(req);
-  stats_.add(CommOp::Scalars, uint64_t(size_ - 1), uint64_t(size_ - 1) * 8, uint64_t(size_ - 1) * 8);
+  stats_->add(CommOp::Scalars, uint64_t(size_ - 1), uint64_t(size_ - 1) * 8, uint64_t(size_ - 1) * 8);
   return all;
 }
 
 // ---- the control channel (not counted) ----
 
-void Comm::control_barrier() const { MPI_Barrier(MPI_COMM_WORLD); }
+void Comm::control_barrier() const { MPI_Barrier(mpi_); }
 
 int Comm::control_min(int mine) const {
   int out = mine;
-  MPI_Allreduce(&mine, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &out, 1, MPI_INT, MPI_MIN, mpi_);
   return out;
 }
 
 uint64_t Comm::control_min(uint64_t mine) const {
   uint64_t out = mine;
-  MPI_Allreduce(&mine, &out, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &out, 1, MPI_UINT64_T, MPI_MIN, mpi_);
   return out;
 }
 
 void Comm::control_broadcast(void* data, size_t bytes, int root) const {
   NZ_CHECK(bytes <= size_t(INT_MAX), "control_broadcast: %zu bytes", bytes);
-  if (bytes) MPI_Bcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD);
+  if (bytes) MPI_Bcast(data, int(bytes), MPI_BYTE, root, mpi_);
 }
 
 std::string Comm::control_broadcast(const std::string& s) const {
@@ -236,11 +236,11 @@ std::string Comm::control_broadcast(const std::string& s) const {
 
 void Comm::control_gather(const void* mine, size_t bytes, void* all) const {
   NZ_CHECK(bytes <= size_t(INT_MAX), "control_gather: %zu bytes", bytes);
-  MPI_Gather(mine, int(bytes), MPI_BYTE, all, int(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+  MPI_Gather(mine, int(bytes), MPI_BYTE, all, int(bytes), MPI_BYTE, 0, mpi_);
 }
 
 void Comm::abort_job(int code) const {
-  if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (size_ > 1) MPI_Abort(mpi_, code);
   exit(code);
 }
 
@@ -249,10 +249,30 @@ void Comm::exit_quietly(int code) const {
   exit(code);
 }
 
+CommRequest Comm::send_start(const void* buf, size_t elems, DType dt, int to, int tag) {
+  const size_t bytes = elems * dtype_bytes(dt);
+  check_span(buf, bytes, "send: the buffer");
+  NZ_CHECK(!on_gpu(), "point-to-point sends run on the CPU backend only");
+  stats_->add(CommOp::PointToPoint, elems, bytes, 0);
+  CommRequest r;
+  MPI_Isend(buf, int(elems), mpi_type(dt), to, tag, mpi_, &r.req);
+  return r;
+}
+
+void Comm::recv(void* buf, size_t elems, DType dt, int from, int tag) {
+  const size_t bytes = elems * dtype_bytes(dt);
+  check_span(buf, bytes, "recv: the buffer");
+  NZ_CHECK(!on_gpu(), "point-to-point receives run on the CPU backend only");
+  stats_->add(CommOp::PointToPoint, 0, 0, bytes);
+  CommRequest r;
+  MPI_Irecv(buf, int(elems), mpi_type(dt), from, tag, mpi_, &r.req);
+  wait(r);  // politely: a stage waiting for its neighbour leaves the core to the neighbour
+}
+
 std::string Comm::gather_strings(const std::string& mine, const char* separator) {
   int len = int(mine.size());
   std::vector<int> lens(size_), offs(size_);
-  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, mpi_);
   std::vector<char> all;
   if (rank_ == 0) {
     int total = 0;
@@ -260,7 +280,7 @@ std::string Comm::gather_strings(const std::string& mine, const char* separator)
     all.resize(total);
   }
   MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, 0,
-              MPI_COMM_WORLD);
+              mpi_);
   if (rank_ != 0) return {};
   std::string out;
   for (int r = 0; r < size_; r++) {

@@ -48,7 +48,14 @@ class Comm {
  public:
   // MPI_Init once per process, then learn rank, size and the node-local rank.
   Comm(int* argc, char*** argv);
+  // A group of the parent's ranks: those that pass the same `color`, ranked by `key` (MPI_Comm_split;
+  // collective over the parent). Its collectives run over the group only, still summing in the
+  // group's rank order, and are counted in the parent's comm ledger. Always the MPI path (the
+  // pipeline's data-parallel groups, pipeline.h).
+  Comm(Comm& parent, int color, int key);
   ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
@@ -104,10 +111,18 @@ class Comm {
   // Every rank's `bytes` bytes at `mine`, in rank order, into `all` on rank 0 (size() * bytes).
   void control_gather(const void* mine, size_t bytes, void* all) const;
 
-  const CommStats& stats() const { return stats_; }
+  // Point to point (the pipeline's activations forward and their gradients backward, pipeline.h),
+  // counted as PointToPoint: the sender counts what it sends, the receiver what it receives.
+  // send_start returns at once; the buffer must stay unchanged until wait() on the request (a
+  // blocking send could deadlock two stages that both send before they receive). recv blocks.
+  // `tag` tells apart messages between the same two ranks that may be in flight together.
+  CommRequest send_start(const void* buf, size_t elems, DType dt, int to, int tag);
+  void recv(void* buf, size_t elems, DType dt, int from, int tag);
+
+  const CommStats& stats() const { return *stats_; }
   // Offload's copies over the host<->device link: no collective, but the same ledger.
-  void count_to_host(size_t elems, size_t bytes) { stats_.add_link(/*to_host=*/true, elems, bytes); }
-  void count_to_device(size_t elems, size_t bytes) { stats_.add_link(/*to_host=*/false, elems, bytes); }
+  void count_to_host(size_t elems, size_t bytes) { stats_->add_link(/*to_host=*/true, elems, bytes); }
+  void count_to_device(size_t elems, size_t bytes) { stats_->add_link(/*to_host=*/false, elems, bytes); }
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
@@ -117,7 +132,9 @@ class Comm {
   bool nccl_ = false;
   int gpus_in_use_ = 0, ranks_on_my_gpu_ = 1;
   MPI_Comm gpu_comm_ = MPI_COMM_NULL;  // the ranks sharing this rank's GPU
-  CommStats stats_;
+  MPI_Comm mpi_ = MPI_COMM_WORLD;       // the ranks of this Comm: all, or a group of them
+  CommStats own_stats_;
+  CommStats* stats_ = &own_stats_;      // a group counts into its parent's ledger
 };
 
 }  // namespace nz

@@ -29,7 +29,21 @@ Comm::Comm(int* argc, char*** argv) {
   oversubscribed_ = local_size_ > int(std::thread::hardware_concurrency());
 }
 
+Comm::Comm(Comm& parent, int color, int key)
+    : local_rank_(parent.local_rank_), local_size_(parent.local_size_), oversubscribed_(parent.oversubscribed_),
+      stats_(parent.stats_) {
+  MPI_Comm_split(parent.mpi_, color, key, &mpi_);
+  MPI_Comm_rank(mpi_, &rank_);
+  MPI_Comm_size(mpi_, &size_);
+}
+
 Comm::~Comm() {
+  if (mpi_ != MPI_COMM_WORLD) {  // a group: MPI itself belongs to the parent
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free(&mpi_);
+    return;
+  }
   staging_.release();
   if (nccl_) nccl::finalize();
   int fin = 0;

@@ -14,6 +14,7 @@ static const char* comm_op_name(CommOp op) {
     case CommOp::Broadcast: return "broadcast";
     case CommOp::Scalars: return "scalars";
     case CommOp::OverflowFlag: return "overflow_flag";
+    case CommOp::PointToPoint: return "p2p";
     default: return "?";
   }
 }

@@ -12,7 +12,9 @@ namespace nz {
 // Broadcast has no caller: the stages never broadcast model state, and the report keeps its zero
 // counter so that tests/test_zero12.cpp can check exactly that.
 // OverflowFlag: fp16's once-per-step agreement on a gradient overflow (loss_scale.h).
-enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, OverflowFlag, kCount };
+// PointToPoint: the pipeline's activations and their gradients between neighbouring stages (and
+// the tied embedding's gradient and weights between the first and the last stage).
+enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, OverflowFlag, PointToPoint, kCount };
 constexpr int kNumCommOps = int(CommOp::kCount);
 
 struct CommCounts {

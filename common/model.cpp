@@ -94,7 +94,16 @@ struct ActLayout {
   // activation grads of one block, reused by every block
   size_t dx, dres, dtmp, dln, d4c, dqkv, grad_total = 0;
 
-  ActLayout(const GPTConfig& c, int B, int T, DType dt, bool checkpointing, Attention attn) {
+  // Units [first, end) only (a pipeline stage, pipeline.h; all units by default): x0 is then the
+  // stage's input (the embedding's output on the first stage, the previous stage's on the others),
+  // only the stage's blocks keep their activations, and only the stage with lnf keeps the head's.
+  ActLayout(const GPTConfig& c, int B, int T, DType dt, bool checkpointing, Attention attn, int first = 0,
+            int end = -1) {
+    const int units = c.layers + 2;
+    if (end < 0) end = units;
+    const bool has_head = end == units;
+    int blocks_here = 0;
+    for (int l = 0; l < c.layers; l++) blocks_here += l + 1 >= first && l + 1 < end;
     const size_t BT = size_t(B) * T, C = c.dim, e = dtype_bytes(dt);
     const size_t a = dt == DType::F64 ? 8 : 4;  // mean/rstd/losses are fp32 (fp64 in tests)
     auto take = [](size_t& total, size_t bytes) {
@@ -121,17 +130,22 @@ struct ActLayout {
     x0 = take(total, BT * C * e);
     layer.resize(c.layers);
     Layer shared{};
-    if (checkpointing) internals(shared);  // one block of scratch for all blocks
-    for (Layer& l : layer) {
+    if (checkpointing && blocks_here > 0) internals(shared);  // one block of scratch for all blocks
+    for (int i = 0; i < c.layers; i++) {
+      Layer& l = layer[i];
+      if (i + 1 < first || i + 1 >= end) continue;  // another stage's block
       if (checkpointing) l = shared;
       else internals(l);
       l.res_out = take(total, BT * C * e);  // kept either way: the next block's input
     }
-    lnf = take(total, BT * C * e);
-    lnf_mean = take(total, BT * a);
-    lnf_rstd = take(total, BT * a);
-    logits = take(total, BT * c.vocab * e);
-    losses = take(total, BT * a);
+    lnf = lnf_mean = lnf_rstd = logits = losses = 0;
+    if (has_head) {
+      lnf = take(total, BT * C * e);
+      lnf_mean = take(total, BT * a);
+      lnf_rstd = take(total, BT * a);
+      logits = take(total, BT * c.vocab * e);
+      losses = take(total, BT * a);
+    }
     dx = take(grad_total, BT * C * e);
     dres = take(grad_total, BT * C * e);
     dtmp = take(grad_total, BT * C * e);
@@ -143,30 +157,74 @@ struct ActLayout {
 }  // namespace
 
 size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn) {
-  ActLayout a(cfg, B, T, dt, checkpointing, attn);
-  size_t tokens = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
-  return a.total + a.grad_total + 2 * tokens;
+  return stage_activation_bytes(cfg, B, T, dt, checkpointing, attn, 0, cfg.layers + 2, 1);
 }
 
-GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing)
+size_t stage_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn,
+                              int first, int end, int slots) {
+  ActLayout a(cfg, B, T, dt, checkpointing, attn, first, end);
+  size_t tokens = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
+  const size_t per_slot = a.total + (first == 0 ? tokens : 0) + (end == cfg.layers + 2 ? tokens : 0);
+  return size_t(slots) * per_slot + a.grad_total;
+}
+
+GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing, int first_unit, int end_unit, int slots)
     : L_(layout), dt_(dt), ckpt_(checkpointing), B_(B), T_(T),
-      attn_(flash_attention_in_force(layout.cfg.dim, layout.cfg.heads) ? Attention::Flash : Attention::Gemm) {
+      attn_(flash_attention_in_force(layout.cfg.dim, layout.cfg.heads) ? Attention::Flash : Attention::Gemm),
+      first_(first_unit), end_(end_unit < 0 ? layout.num_units() : end_unit), slots_(slots) {
   NZ_CHECK(T <= layout.cfg.ctx, "sequence %d longer than the context %d", T, layout.cfg.ctx);
-  ActLayout a(layout.cfg, B, T, dt, checkpointing, attn_);
-  acts_ = Buffer(Category::Activations, Location::Device, a.total, "activations");
+  NZ_CHECK(first_ >= 0 && first_ < end_ && end_ <= layout.num_units() && slots >= 1,
+           "units [%d, %d) of %d, %d slots", first_, end_, layout.num_units(), slots);
+  ActLayout a(layout.cfg, B, T, dt, checkpointing, attn_, first_, end_);
+  slot_bytes_ = a.total;
+  acts_ = Buffer(Category::Activations, Location::Device, slots * a.total,
+                 slots == 1 ? "activations" : "activations (" + std::to_string(slots) + " micro-batches in flight)");
   grad_acts_ = Buffer(Category::Activations, Location::Device, a.grad_total, "activation grads");
   tok_bytes_ = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
-  tokens_ = Buffer(Category::Activations, Location::Device, tok_bytes_, "tokens");
-  targets_ = Buffer(Category::Activations, Location::Device, tok_bytes_, "targets");
+  // the embedding reads the tokens, the loss the targets: each only on the stage that has it
+  if (has_embed()) tokens_ = Buffer(Category::Activations, Location::Device, slots * tok_bytes_, "tokens");
+  if (has_head()) targets_ = Buffer(Category::Activations, Location::Device, slots * tok_bytes_, "targets");
+}
+
+void GPT::use_slot(int s) {
+  NZ_CHECK(s >= 0 && s < slots_, "activation slot %d of %d", s, slots_);
+  slot_ = s;
+}
+
+void* GPT::stage_input() const {
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  return slot_acts() + a.x0;
+}
+
+void* GPT::stage_output() const {
+  NZ_CHECK(!has_head(), "stage_output: the last stage's output is the loss");
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const int last = end_ - 1;
+  return slot_acts() + (last == L_.embed_unit() ? a.x0 : a.layer[last - 1].res_out);
+}
+
+void* GPT::activation_grad() const {
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  return static_cast<char*>(grad_acts_.data()) + a.dx;
+}
+
+char* GPT::slot_acts() const { return static_cast<char*>(acts_.data()) + size_t(slot_) * slot_bytes_; }
+const int* GPT::slot_tokens() const {
+  return reinterpret_cast<const int*>(static_cast<const char*>(tokens_.data()) + size_t(slot_) * tok_bytes_);
+}
+const int* GPT::slot_targets() const {
+  return reinterpret_cast<const int*>(static_cast<const char*>(targets_.data()) + size_t(slot_) * tok_bytes_);
 }
 
 void GPT::set_batch(const int* tokens, const int* targets, int b) {
   NZ_CHECK(b >= 1 && b <= B_, "batch of %d rows, model allocated for %d", b, B_);
   b_ = b;
   const size_t bytes = size_t(b) * T_ * sizeof(int);
+  void* tok = has_embed() ? (void*)slot_tokens() : nullptr;
+  void* tgt = has_head() ? (void*)slot_targets() : nullptr;
   if (current_device() != Device::CUDA) {
-    copy_bytes(tokens_.data(), Location::Device, tokens, Location::Host, bytes);
-    copy_bytes(targets_.data(), Location::Device, targets, Location::Host, bytes);
+    if (tok) copy_bytes(tok, Location::Device, tokens, Location::Host, bytes);
+    if (tgt) copy_bytes(tgt, Location::Device, targets, Location::Host, bytes);
     return;
   }
   // On a GPU a copy from ordinary host memory first waits for everything already queued (the last
@@ -183,8 +241,8 @@ void GPT::set_batch(const int* tokens, const int* targets, int b) {
   char* slot = static_cast<char*>(staging_[next_staging_++].data());
   memcpy(slot, tokens, bytes);
   memcpy(slot + tok_bytes_, targets, bytes);
-  copy_to_device_queued(tokens_.data(), slot, bytes);
-  copy_to_device_queued(targets_.data(), slot + tok_bytes_, bytes);
+  if (tok) copy_to_device_queued(tok, slot, bytes);
+  if (tgt) copy_to_device_queued(tgt, slot + tok_bytes_, bytes);
 }
 
 
@@ -193,7 +251,11 @@ void GPT::set_batch(const int* tokens, const int* targets, int b) {
 // ledger's activity log, where stage3's prefetch can be seen to overlap it.
 void GPT::begin_compute(const char* what, int u, const void* p) {
   const std::string name = std::string(what) + " " + L_.units[u].name;
-  if (p) check_span(p, L_.units[u].padded * dtype_bytes(dt_), ("the parameters of the " + name).c_str());
+  // the LM head reads only wte, the first V x C elements of the embedding (a pipeline's last stage
+  // holds a copy of just those)
+  const bool head = what[0] == 'h';
+  const size_t elems = head ? size_t(L_.cfg.vocab) * L_.cfg.dim : L_.units[u].padded;
+  if (p) check_span(p, elems * dtype_bytes(dt_), ("the parameters of the " + name).c_str());
   Ledger::get().note("compute_begin", name);
 }
 void GPT::end_compute(const char* what, int u) {
@@ -236,11 +298,11 @@ void GPT::backward(int u, const void* p, void* g) {
 }
 
 void GPT::probs_row(int row, float* out) const {
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
   const int V = L_.cfg.vocab;
   const size_t e = dtype_bytes(dt_);
   std::vector<char> raw(V * e);
-  copy_bytes(raw.data(), Location::Host, static_cast<const char*>(acts_.data()) + a.logits + size_t(row) * V * e,
+  copy_bytes(raw.data(), Location::Host, slot_acts() + a.logits + size_t(row) * V * e,
              Location::Device, V * e);
   for (int i = 0; i < V; i++) {
     NZ_DISPATCH_DTYPE(dt_, out[i] = float(load(reinterpret_cast<const T*>(raw.data())[i])));
@@ -250,12 +312,28 @@ void GPT::probs_row(int row, float* out) const {
 const void* GPT::layer_qkv(int l) const {
   // with activation checkpointing the blocks share one block of scratch: no layer's q, k, v is kept
   NZ_CHECK(!ckpt_, "layer_qkv: the model was built with activation checkpointing");
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_);
-  return static_cast<const char*>(acts_.data()) + a.layer[l].qkv;
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  return slot_acts() + a.layer[l].qkv;
+}
+
+// Where unit u's input is, in a slot: the stage's input x0 for its first unit (and for the first
+// block, whose input is the embedding's output), else the output of the block before it.
+// (Unit 0 is the embedding, unit l + 1 block l.)
+static size_t unit_input(const ActLayout& a, int u, int first) {
+  return u == first || u == 1 ? a.x0 : a.layer[u - 2].res_out;
+}
+
+void GPT::head_weight_backward(void* dwte) {
+  NZ_CHECK(has_head(), "head_weight_backward on a stage without the head");
+  check_span(dwte, size_t(L_.cfg.vocab) * L_.cfg.dim * dtype_bytes(dt_), "the head's gradient of wte");
+  Ledger::get().note("compute_begin", "head weight backward");
+  NZ_DISPATCH_DTYPE(dt_, head_weight_backward_t<T>((T*)dwte));
+  Ledger::get().note("compute_end", "head weight backward");
+  unit_done();
 }
 
 // Pointer helpers: a typed view of the activation arena.
-#define ACT(T, off) reinterpret_cast<T*>(static_cast<char*>(acts_.data()) + (off))
+#define ACT(T, off) reinterpret_cast<T*>(slot_acts() + (off))  // the current micro-batch's slot
 #define GACT(T, off) reinterpret_cast<T*>(static_cast<char*>(grad_acts_.data()) + (off))
 
 template <class T>
@@ -263,8 +341,8 @@ void GPT::forward_t(int u, const T* p) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, NH = c.heads, BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_);
-  const int* tokens = tokens_.as<int>();
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const int* tokens = slot_tokens();
   if (u == L_.embed_unit()) {
     // x0 (B,T,C) = wte[token] + wpe[position]
     const T* wte = p;
@@ -273,7 +351,7 @@ void GPT::forward_t(int u, const T* p) {
     return;
   }
   if (u == L_.lnf_unit()) {
-    const T* x = c.layers ? ACT(T, a.layer[c.layers - 1].res_out) : ACT(T, a.x0);
+    const T* x = ACT(T, unit_input(a, u, first_));
     ops::layernorm_forward<T>(ACT(T, a.lnf), ACT(A, a.lnf_mean), ACT(A, a.lnf_rstd), x, p, p + C, BT, C);
     return;
   }
@@ -282,7 +360,7 @@ void GPT::forward_t(int u, const T* p) {
   const ActLayout::Layer& s = a.layer[l];
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   auto W = [&](int i) { return p + t[i].offset; };
-  const T* x = l == 0 ? ACT(T, a.x0) : ACT(T, a.layer[l - 1].res_out);
+  const T* x = ACT(T, unit_input(a, u, first_));
   T* res_att = ACT(T, s.res_att);
   T* res_out = ACT(T, s.res_out);
   ops::layernorm_forward<T>(ACT(T, s.ln1), ACT(A, s.ln1_mean), ACT(A, s.ln1_rstd), x, W(LN1W), W(LN1B), BT, C);
@@ -307,12 +385,12 @@ void GPT::head_forward_t(const T* wte) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
   // logits (BT,V) = lnf (BT,C) @ wte^T: the LM head is the token embedding, transposed (tied)
   T* logits = ACT(T, a.logits);
   ops::matmul_forward<T>(logits, ACT(T, a.lnf), wte, nullptr, BT, c.dim, c.vocab);
   // probabilities overwrite the logits; the backward turns them into dlogits in place
-  ops::softmax_xent_forward<T>(ACT(A, a.losses), logits, logits, targets_.as<int>(), BT, c.vocab);
+  ops::softmax_xent_forward<T>(ACT(A, a.losses), logits, logits, slot_targets(), BT, c.vocab);
   // the batch's sum, in double, added to the total where it was computed (in token order on the
   // CPU; a fixed order on a GPU), so every run and every stage adds the same way
   ops::add_sum_to<A>(static_cast<double*>(loss_total_.data()), ACT(A, a.losses), size_t(BT), loss_total_fresh_);
@@ -323,11 +401,20 @@ template <class T>
 void GPT::head_backward_t(const T* wte) {
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
   T* dlogits = ACT(T, a.logits);  // in place over the probabilities
-  ops::softmax_xent_backward<T>(dlogits, dlogits, targets_.as<int>(), loss_scale_ / BT, BT, c.vocab);
+  ops::softmax_xent_backward<T>(dlogits, dlogits, slot_targets(), loss_scale_ / BT, BT, c.vocab);
   // d lnf_out (BT,C) = dlogits @ wte; the weight gradient waits for backward(embed)
   ops::matmul_backward<T>(GACT(T, a.dx), nullptr, nullptr, dlogits, ACT(T, a.lnf), wte, BT, c.dim, c.vocab);
+}
+
+template <class T>
+void GPT::head_weight_backward_t(T* dwte) {
+  const GPTConfig& c = L_.cfg;
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  fill_zero(dwte, size_t(c.vocab) * c.dim * sizeof(T), Location::Device);
+  // the same product into the same zeros as backward(embed) on a model that holds both ends
+  ops::matmul_backward<T>(nullptr, dwte, nullptr, ACT(T, a.logits), ACT(T, a.lnf), nullptr, b_ * T_, c.dim, c.vocab);
 }
 
 template <class T>
@@ -335,23 +422,26 @@ void GPT::backward_t(int u, const T* p, T* g) {
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, NH = c.heads, BT = b_ * T_;
   const size_t n = size_t(BT) * C;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_);
-  fill_zero(g, L_.units[u].padded * sizeof(T), Location::Device);  // weight grads accumulate
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  // weight grads accumulate; a pipeline's first stage receives the head's part of the tied embedding
+  // gradient into g before the lookup's is added (below), so that g is not cleared
+  if (u != L_.embed_unit() || has_head()) fill_zero(g, L_.units[u].padded * sizeof(T), Location::Device);
   T* dx = GACT(T, a.dx);  // in: d loss / d (this unit's output); out: d loss / d (its input)
   T* dtmp = GACT(T, a.dtmp);
   using A = acc_t<T>;
 
   if (u == L_.embed_unit()) {
     // The tied embedding's two contributions, summed in one buffer:
-    // 1. the LM head: d wte (V,C) += dlogits^T (V,BT) @ lnf (BT,C)
-    ops::matmul_backward<T>(nullptr, g, nullptr, ACT(T, a.logits), ACT(T, a.lnf), nullptr, BT, C, c.vocab);
+    // 1. the LM head: d wte (V,C) += dlogits^T (V,BT) @ lnf (BT,C) (on a pipeline's last stage instead:
+    //    head_weight_backward, whose result the first stage has received into g)
+    if (has_head()) ops::matmul_backward<T>(nullptr, g, nullptr, ACT(T, a.logits), ACT(T, a.lnf), nullptr, BT, C, c.vocab);
     // 2. the lookup: d wte[token] += dx0, d wpe[t] += dx0
     T* dwpe = g + L_.units[u].tensors[1].offset;
-    ops::embedding_backward<T>(g, dwpe, dx, tokens_.as<int>(), b_, T_, C);
+    ops::embedding_backward<T>(g, dwpe, dx, slot_tokens(), b_, T_, C);
     return;
   }
   if (u == L_.lnf_unit()) {
-    const T* x = c.layers ? ACT(T, a.layer[c.layers - 1].res_out) : ACT(T, a.x0);
+    const T* x = ACT(T, unit_input(a, u, first_));
     ops::layernorm_backward<T>(dtmp, g, g + C, dx, x, p, ACT(A, a.lnf_mean), ACT(A, a.lnf_rstd), BT, C);
     ops::cast<T, T>(dx, dtmp, n);
     return;
@@ -364,7 +454,7 @@ void GPT::backward_t(int u, const T* p, T* g) {
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   auto W = [&](int i) { return p + t[i].offset; };
   auto G = [&](int i) { return g + t[i].offset; };
-  const T* x = l == 0 ? ACT(T, a.x0) : ACT(T, a.layer[l - 1].res_out);
+  const T* x = ACT(T, unit_input(a, u, first_));
   T* dres = GACT(T, a.dres);
   T* dln = GACT(T, a.dln);
   T* d4c = GACT(T, a.d4c);

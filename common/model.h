@@ -27,6 +27,12 @@ std::vector<float> padded_params(const Layout& L, const std::vector<float>& weig
 // same number out as a formula; the tests compare the two, and the ledger with both).
 size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing = false,
                         Attention attn = Attention::Gemm);
+// The same for a pipeline stage (pipeline.h) holding units [first, end) with `slots` micro-batches'
+// activations kept at once: each slot holds the stage's input, its blocks' activations, the head's
+// (last stage) and its tokens (first stage) or targets (last stage); one set of activation gradients
+// serves them all. Units [0, L+2) with one slot is activation_bytes.
+size_t stage_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn,
+                              int first, int end, int slots);
 
 // Activation checkpointing (--activation-checkpointing): the forward keeps only each block's input
 // (the residual stream between blocks) and computes the block's internals into one block's worth
@@ -39,7 +45,11 @@ size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool check
 // forward and backward of each unit, and the tied LM head + loss.
 class GPT {
  public:
-  GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing = false);
+  // A pipeline stage (pipeline.h) builds the model of its units [first_unit, end_unit) only, with
+  // `slots` micro-batches' activations (use_slot picks the one the calls below work on); by default
+  // every unit and one slot.
+  GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing = false, int first_unit = 0, int end_unit = -1,
+      int slots = 1);
   const Layout& layout() const { return L_; }
   bool checkpointing() const { return ckpt_; }
   // Flash when flash_attention_in_force (kernels.h) at construction: the activations keep only
@@ -48,6 +58,27 @@ class GPT {
   DType dtype() const { return dt_; }
   int batch() const { return B_; }
   int seq() const { return T_; }
+
+  // ---- pipeline stages (pipeline.h) ----
+  int rows() const { return b_; }  // the sequences of the batch in use (evaluation's last may be short)
+  bool has_embed() const { return first_ == L_.embed_unit(); }
+  bool has_head() const { return end_ == L_.num_units(); }  // the stage with lnf computes the head and loss
+  int slots() const { return slots_; }
+  // The micro-batch slot set_batch, forward, backward and the pointers below use from now on.
+  void use_slot(int s);
+  // This slot's (B,T,C) input of the stage's first unit (where the previous stage's output is
+  // received), and the output of its last unit (what is sent to the next stage).
+  void* stage_input() const;
+  void* stage_output() const;
+  // The (B,T,C) activation gradient that flows backward, shared by the slots: before the backward
+  // of the stage's last unit, d loss / d (its output), received from the next stage; after the
+  // backward of its first unit, d loss / d (the stage's input), to send to the previous stage.
+  void* activation_grad() const;
+  // The last stage of a pipeline without the embedding: the LM head's gradient of the tied wte for
+  // this slot's micro-batch (V,C), into zeros, after head_backward. The first stage receives it into
+  // its embedding gradient, where backward(embed) adds the lookup's: the same numbers, added in the
+  // same order, as backward(embed) on a model that holds both ends.
+  void head_weight_backward(void* dwte);
 
   // tokens, targets: host arrays of b*T ints (b <= B: evaluation may run a short last batch).
   // The copy to the device is queued behind the work already queued: the host does not wait.
@@ -68,7 +99,9 @@ class GPT {
   // fp16 loss scaling (loss_scale.h): head_backward starts from S * d loss / d logits, so every
   // gradient of the backward is S times the true one. 1 by default.
   void set_loss_scale(float s) { loss_scale_ = s; }
-  // Backward of unit u: zeroes unit_grads (padded size) and writes this unit's gradient into it.
+  // Backward of unit u: zeroes unit_grads (padded size) and writes this unit's gradient into it
+  // (the embedding on a pipeline's first stage: adds to the head's part received there, see
+  // head_weight_backward).
   // With checkpointing, a block's backward first recomputes its forward from its saved input, with
   // the same unit_params (in stage3, the parameters its backward gathers anyway).
   // The embed unit's backward needs no parameters (pass nullptr): it collects the LM head's
@@ -88,12 +121,19 @@ class GPT {
   template <class T> void head_forward_t(const T* wte);
   template <class T> void head_backward_t(const T* wte);
   template <class T> void backward_t(int u, const T* p, T* g);
+  template <class T> void head_weight_backward_t(T* dwte);
+  char* slot_acts() const;
+  const int* slot_tokens() const;
+  const int* slot_targets() const;
 
   const Layout& L_;
   DType dt_;
   bool ckpt_;          // activation checkpointing: keep block inputs, recompute the rest
   int B_, T_, b_ = 0;  // allocated batch, sequence length; rows used by the current batch
   Attention attn_;     // what each block's att holds: the probabilities (Gemm) or the lse (Flash)
+  int first_, end_;    // the units this model computes (a pipeline stage's; all by default)
+  int slots_, slot_ = 0;   // micro-batches' activations kept, and the one in use
+  size_t slot_bytes_ = 0;  // one slot's activations
   float loss_scale_ = 1;  // fp16: the loss scale the backward starts from
   Buffer acts_;        // all saved activations, one block (see activation_bytes for the layout)
   Buffer grad_acts_;   // activation gradients of one block, reused block after block

@@ -92,6 +92,30 @@ double sq_sum_in_rank_order(const Layout& L, DType dt, const void* full_grads) {
   return s;
 }
 
+std::vector<double> sq_sums_of_units(const Layout& L, DType dt, const void* grads, int first, int end) {
+  const int U = L.num_units();
+  const char* base = static_cast<const char*>(grads) - L.units[first].offset * dtype_bytes(dt);  // as if full
+  std::vector<Piece> pieces;
+  for (int r = 0; r < L.world; r++)
+    for (int u = first; u < end; u++) pieces.push_back(slice_in_full(L, dt, base, u, r));
+  const std::vector<double> sums = sums_of_squares(dt, pieces, Location::Device);
+  std::vector<double> table(size_t(L.world) * U, 0.0);
+  size_t i = 0;
+  for (int r = 0; r < L.world; r++)
+    for (int u = first; u < end; u++) table[size_t(r) * U + u] = sums[i++];
+  return table;
+}
+
+double sq_sum_of_table(const Layout& L, const std::vector<double>& sums) {
+  double s = 0;
+  for (int r = 0; r < L.world; r++) {
+    double rank_sum = 0;
+    for (int u = 0; u < L.num_units(); u++) rank_sum += sums[size_t(r) * L.num_units() + u];
+    s += rank_sum;
+  }
+  return s;
+}
+
 double sq_sum_of_shard(const Layout& L, DType dt, const void* shard_grads, Location where) {
   const size_t e = dtype_bytes(dt);
   std::vector<Piece> pieces;

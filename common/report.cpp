@@ -42,7 +42,7 @@ void Trainer::print_summary(double total_s) {
            steps_.size(), steps_.empty() ? 0.0 : double(steps_.back().loss_scale));
   }
   if (current_device() == Device::CUDA && n > 0) {
-    const double tokens = double(world()) * args.accum * args.batch * args.seq;
+    const double tokens = double(dp_world()) * args.accum * args.batch * args.seq;
     const double tok_s = tokens / (ms / n / 1000);
     char mfu_str[48] = "MFU ? (unknown GPU: set NZ_PEAK_TFLOPS)";
     if (mfu_at(tok_s) > 0) snprintf(mfu_str, sizeof mfu_str, "MFU %.1f%%", 100 * mfu_at(tok_s));
@@ -80,9 +80,12 @@ void Trainer::print_memory_table() {
   mine << led.peak_total(Location::Device) << ' ' << led.peak_total(Location::Host);
   std::string all = comm.gather_strings(mine.str(), "\n");
   if (rank() != 0) return;
-  const StateBytes f = expected_state_bytes(stage, layout, dtype);
-  const uint64_t acts =
+  const StateBytes f0 = expected_state_bytes(stage, layout, dtype);
+  const uint64_t acts0 =
       expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing, model->attention());
+  // rank r's formula: the stage's, or (pipeline) its stage's
+  auto f_of = [&](int r) { return state_formula ? state_formula(r) : f0; };
+  auto acts_of = [&](int r) { return activation_formula ? activation_formula(r) : acts0; };
   const Category cols[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
                            Category::AdamV, Category::Activations, Category::CommBuffers, Category::Gathered};
   printf("\nper-rank memory, peak bytes (%s, %d ranks, %s; formulas: zero_formulas.h)\n", stage_name(stage),
@@ -98,6 +101,8 @@ void Trainer::print_memory_table() {
     std::istringstream ls(line);
     uint64_t v[kNumCategories + 2];
     for (uint64_t& x : v) ls >> x;
+    const StateBytes f = f_of(r);
+    const uint64_t acts = acts_of(r);
     printf("rank %-4d", r++);
     for (Category c : cols) printf(" %12llu", (unsigned long long)v[int(c)]);
     printf(" %14llu %14llu\n", (unsigned long long)v[kNumCategories], (unsigned long long)v[kNumCategories + 1]);
@@ -105,11 +110,20 @@ void Trainer::print_memory_table() {
       uint64_t want = c == Category::Activations ? acts : f.of(c);
       if (c == Category::Gathered ? v[int(c)] > want : v[int(c)] != want) all_match = false;
     }
+    if (state_formula) {  // the pipeline: each stage's own formula, under its rank
+      printf("%-9s", "formula");
+      for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
+      printf("\n");
+    }
   }
-  printf("%-9s", "formula");
-  for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
-  printf("\nledger %s the formulas on every rank (model state %s per rank; Ψ = %zu, padded %zu, shard %zu)\n",
-         all_match ? "matches" : "DOES NOT MATCH", fmt_bytes(double(f.total())).c_str(), layout.num_params,
+  const StateBytes f = f0;
+  const uint64_t acts = acts0;
+  if (!state_formula) printf("%-9s", "formula");
+  if (!state_formula)
+    for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
+  printf("%sledger %s the formulas on every rank (model state %s per rank; Ψ = %zu, padded %zu, shard %zu)\n",
+         state_formula ? "" : "\n", all_match ? "matches" : "DOES NOT MATCH",
+         state_formula ? "per stage, above" : fmt_bytes(double(f.total())).c_str(), layout.num_params,
          layout.padded_total, layout.shard_total);
 }
 
@@ -133,6 +147,10 @@ std::string Trainer::write_report() {
   j.begin_object();
   j.kv("stage", stage_name(stage));
   j.kv("world", world());
+  if (!pipeline_report.empty()) {
+    j.key("pipeline");
+    j.raw(pipeline_report);
+  }
   j.kv("preset", args.preset);
   j.key("config");
   j.begin_object();

@@ -8,6 +8,7 @@
 #include <algorithm>     // std::all_of
 #include <climits>       // INT_MAX
 #include <cstdio>
+#include <cstdlib>      // getenv: OMP_NUM_THREADS
 #include <thread>
 
 #include <cmath>         // std::isfinite
@@ -29,8 +30,8 @@ namespace {
 // sharing the memory, against the memory there is (the GPU's, and the host's for offload's state;
 // on the CPU backend everything is in host memory). A necessary condition only: what the ledger
 // does not count (libraries, scratch) comes on top.
-void check_model_fits(const Args& args, Stage stage, const Comm& comm) {
-  const Layout L = make_layout(args.cfg, comm.size());
+void check_model_fits(const Args& args, Stage stage, const Comm& comm, int dp_world) {
+  const Layout L = make_layout(args.cfg, dp_world);
   const Device device_kind = select_device(args.device.c_str(), comm.local_rank(), false);  // quietly: once more aloud later
   const Attention attn = flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
   const double device = double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype,
@@ -106,16 +107,27 @@ void Trainer::configs_from_args() {
 Trainer::Trainer(int argc, char** argv, Stage st)
     : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st),
       loss_scaler_(loss_scale_config(args)) {
-  resolve_batch(args, world());  // --config's train_batch_size: checked, or the missing factor derived
-  // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight.
+  // the pipeline's stages and replicas (one stage of N replicas elsewhere): bad ones are one line here
+  pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition);
+  if (stage == Stage::Pipeline && (!args.ckpt_dir.empty() || !args.resume.empty()))
+    user_error("%s: the pipeline does not write or resume checkpoints yet, expected no --ckpt-dir or --resume; "
+               "train with stage0_ddp for checkpoints", !args.ckpt_dir.empty() ? "--ckpt-dir" : "--resume");
+  if (stage == Stage::Pipeline && args.device == "cuda")
+    user_error("--device cuda: the pipeline's point-to-point sends run on the CPU backend only, expected --device "
+               "cpu or auto; run a ZeRO stage on the GPU");
+  resolve_batch(args, dp_world());  // --config's train_batch_size: checked, or the missing factor derived
+  // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight; or
+  // OMP_NUM_THREADS when set (the fast CPU kernels' bits depend on the thread count: runs compared
+  // bit for bit on different numbers of ranks, the pipeline's against stage0_ddp's, set it alike).
   int cores = int(std::thread::hardware_concurrency());
-  omp_set_num_threads(std::max(1, cores / comm.local_size()));
+  const char* omp_threads = getenv("OMP_NUM_THREADS");
+  if (!omp_threads || atoi(omp_threads) < 1) omp_set_num_threads(std::max(1, cores / comm.local_size()));
   set_kernels(args.kernels == "reference" ? Kernels::Reference : Kernels::Fast);
   set_attention(args.attention == "flash" ? Attention::Flash : Attention::Gemm);  // before --batch auto: it sizes att
   if (args.batch_auto || args.global_batch > 0) settle_batch();  // sets args.batch, args.accum
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
-  check_model_fits(args, stage, comm);  // one line, before anything is printed or allocated
+  check_model_fits(args, stage, comm, dp_world());  // one line, before anything is printed or allocated
   configs_from_args();                  // after settle_batch: the batch and accum are final
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
   if (!args.resume.empty()) {
@@ -124,14 +136,18 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
-  select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
+  // the pipeline runs on the CPU (auto: even where a GPU is visible)
+  select_device(stage == Stage::Pipeline ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
   dtype = args.dtype;
   elem_bytes = dtype_bytes(dtype);
-  layout = make_layout(args.cfg, world());
+  layout = make_layout(args.cfg, dp_world());  // each unit padded for the data-parallel replicas
   Ledger::get().set_timeline_last_step(1);
-  model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing);
+  // this stage's units and the micro-batches it keeps in flight (all units, one slot, but in the pipeline)
+  const PipelinePlan& pp = pipeline;
+  model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing, pp.first(),
+                                pp.end(), activation_slots(pp.schedule, pp.stages, pp.stage, args.accum));
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
   if (rank() == 0) {
@@ -173,7 +189,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
 Trainer::~Trainer() = default;
 
 void Trainer::settle_batch() {
-  const int N = world();
+  const int N = dp_world();
   const Layout L = make_layout(args.cfg, N);
   std::string budget_from = "--memory-budget";
   int fit = 0;
@@ -283,7 +299,7 @@ void Trainer::init_params(int u, Slice part, void* dst) {
 }
 
 void Trainer::load_micro_batch(int step, int k) {
-  data->train_batch(step, k, args.accum, world(), rank(), tokens_.data(), targets_.data());
+  data->train_batch(step, k, args.accum, dp_world(), dp_rank(), tokens_.data(), targets_.data());
   model->set_batch(tokens_.data(), targets_.data(), args.batch);
 }
 
@@ -322,7 +338,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   phase("log");
   double loss = loss_sum;
   comm.sum_scalars(&loss, 1);
-  const double tokens = double(world()) * args.accum * args.batch * args.seq;
+  const double tokens = double(dp_world()) * args.accum * args.batch * args.seq;
   loss /= tokens;
   double worst_ms = ms;  // the step is as slow as the slowest rank
   std::vector<double> all_ms = comm.gather_scalar(ms);
@@ -368,7 +384,7 @@ double Trainer::evaluate() {
   NZ_CHECK(unit_access.acquire != nullptr, "the stage did not set Trainer::unit_access");
   phase("eval");
   const int W = std::min(args.eval_windows, data->num_val_windows());
-  const int N = world(), B = args.batch, T = args.seq;
+  const int N = dp_world(), B = args.batch, T = args.seq;
   // Rank r takes windows r, r + N, r + 2N, ...; every rank runs the same number of batches
   // (stage3 gathers are collective), padding with a dummy window that is not counted.
   const int per_rank = (W + N - 1) / N;
@@ -377,20 +393,25 @@ double Trainer::evaluate() {
   for (int bi = 0; bi < batches; bi++) {
     int b = 0;
     for (; b < B; b++) {
-      int j = (bi * B + b) * N + rank();
+      int j = (bi * B + b) * N + dp_rank();
       if (j >= W || bi * B + b >= per_rank) break;
       data->val_window(j, tokens_.data() + size_t(b) * T, targets_.data() + size_t(b) * T);
     }
     const int real = b;
     if (real == 0) data->val_window(0, tokens_.data(), targets_.data());
     model->set_batch(tokens_.data(), targets_.data(), std::max(real, 1));
-    for (int u = 0; u < layout.num_units(); u++) {
-      model->forward(u, unit_access.acquire(u));
-      unit_access.release(u);
+    double s = 0;
+    if (forward_loss) {
+      s = forward_loss();
+    } else {
+      for (int u = 0; u < layout.num_units(); u++) {
+        model->forward(u, unit_access.acquire(u));
+        unit_access.release(u);
+      }
+      model->head_forward(unit_access.acquire(layout.embed_unit()));
+      s = model->take_loss_sum();
+      unit_access.release(layout.embed_unit());
     }
-    model->head_forward(unit_access.acquire(layout.embed_unit()));
-    const double s = model->take_loss_sum();
-    unit_access.release(layout.embed_unit());
     if (real > 0) sum += s;
   }
   comm.sum_scalars(&sum, 1);

@@ -22,6 +22,7 @@
 #include "model.h"
 #include "offload/host_adamw.h"  // HostAdamW, OffloadConfig (the offload stage)
 #include "optim.h"
+#include "pipeline.h"  // PipelinePlan: pipeline/train.cpp's stages and replicas
 #include "schedule.h"
 #include "zero_formulas.h"
 
@@ -56,11 +57,27 @@ class Trainer {
   std::unique_ptr<DataLoader> data;
   std::unique_ptr<GPT> model;
   UnitAccess unit_access;  // set by the stage once its parameters exist (validation, model file)
+  // pipeline/train.cpp: the stages and replicas (pipeline.h); every other stage is one stage of N
+  // replicas. The model above is then this rank's stage's, and the layout is padded for D replicas.
+  PipelinePlan pipeline;
+  // The summed loss of the batch in the model, from a forward over every unit (validation). Set by
+  // a stage whose forward is not the plain unit loop over unit_access (the pipeline's crosses its
+  // stages; a rank without the head returns 0).
+  std::function<double()> forward_loss;
+  // The memory table's formula for rank r (report.cpp): by default the stage's, the same on every
+  // rank; the pipeline's differs from stage to stage.
+  std::function<StateBytes(int r)> state_formula;
+  std::function<uint64_t(int r)> activation_formula;
+  std::string pipeline_report;  // pipeline: a JSON object, the report's "pipeline" (the bubble per rank)
 
   int world() const { return comm.size(); }
   int rank() const { return comm.rank(); }
-  // The scale that turns a sum over ranks and micro-steps into their mean: 1 / (N * accum).
-  float grad_average_scale() const { return 1.0f / float(world() * args.accum); }
+  // Data parallelism: the replicas of the model and which one this rank is (N and its rank, except in
+  // the pipeline: D = N / P). The batch, the data and the gradient average are per replica.
+  int dp_world() const { return pipeline.replicas; }
+  int dp_rank() const { return pipeline.replica; }
+  // The scale that turns a sum over replicas and micro-steps into their mean: 1 / (D * accum).
+  float grad_average_scale() const { return 1.0f / float(dp_world() * args.accum); }
 
   // The initial parameters of unit u (identical on every rank and stage), in the storage type,
   // slice `part` of it copied to dst (device memory).

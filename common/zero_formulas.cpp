@@ -14,6 +14,7 @@ const char* stage_name(Stage s) {
     case Stage::Z2: return "stage2";
     case Stage::Z3: return "stage3";
     case Stage::Offload: return "offload";
+    case Stage::Pipeline: return "pipeline";
   }
   return "?";
 }
@@ -57,6 +58,7 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
   const bool mixed = dt != DType::F32;  // bf16, fp16: an fp32 master copy (the paper's K = 12)
   StateBytes b;
   switch (stage) {
+    case Stage::Pipeline:  // as an upper bound (a stage holds less: pipeline_stage_bytes)
     case Stage::DDP:  // everything, everywhere
       b.params = e * P;
       // the full gradient, accumulated locally over the micro-steps and all-reduced in place once
@@ -122,6 +124,7 @@ uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum) {
   const uint64_t N = L.world, S = L.shard_total, K = accum;
   switch (stage) {
     case Stage::DDP:
+    case Stage::Pipeline:  // the whole model's all-reduce, as stage0_ddp on the D replicas
     case Stage::Z1: return 2 * (N - 1) * S;  // recomputation: the full parameters are here already
     case Stage::Z2:
     case Stage::Offload: return K * (N - 1) * S + (N - 1) * S;  // the same
@@ -175,6 +178,47 @@ uint64_t expected_activation_bytes(const GPTConfig& c, int B, int T, DType dt, b
   const uint64_t grads = 4 * r(BT * C * e) + r(4 * BT * C * e) + r(3 * BT * C * e);
   const uint64_t tokens = 2 * r(4 * BT);
   return blocks + ends + grads + tokens;
+}
+
+StateBytes pipeline_stage_bytes(const Layout& L, DType dt, const PipelinePlan& plan, int stage) {
+  const uint64_t e = dtype_bytes(dt);
+  const bool mixed = dt != DType::F32;
+  uint64_t Ps = 0, Us = 0;
+  for (int u = plan.first_unit[stage]; u < plan.first_unit[stage + 1]; u++) {
+    Ps += L.units[u].padded;
+    Us = std::max<uint64_t>(Us, L.units[u].padded);
+  }
+  const bool tied_copy = stage == plan.stages - 1 && stage != 0;  // the head without the embedding
+  const uint64_t VC = uint64_t(L.cfg.vocab) * L.cfg.dim;
+  StateBytes b;
+  b.params = e * Ps + (tied_copy ? e * VC : 0);
+  b.grads = e * Ps + e * Us + (tied_copy ? e * VC : 0);
+  b.master = mixed ? 4 * Ps : 0;
+  b.adam_m = 4 * Ps;
+  b.adam_v = 4 * Ps;
+  return b;
+}
+
+uint64_t pipeline_activation_bytes(const GPTConfig& c, int B, int T, DType dt, bool checkpointing, Attention attn,
+                                   const PipelinePlan& plan, int stage, int accum) {
+  auto r = [](uint64_t n) { return (n + 63) / 64 * 64; };
+  const uint64_t BT = uint64_t(B) * T, C = c.dim, H = c.heads, V = c.vocab;
+  const uint64_t e = dtype_bytes(dt), f = dt == DType::F64 ? 8 : 4;
+  const int first = plan.first_unit[stage], end = plan.first_unit[stage + 1], units = c.layers + 2;
+  uint64_t blocks_here = 0;  // units 1..L are the blocks
+  for (int u = std::max(first, 1); u < std::min(end, units - 1); u++) blocks_here++;
+  const bool has_embed = first == 0, has_head = end == units;
+  const uint64_t softmax = attn == Attention::Flash ? r(4 * uint64_t(B) * H * T) : r(uint64_t(B) * H * T * T * e);
+  const uint64_t internals = 4 * r(BT * C * e) + r(3 * BT * C * e) + 2 * r(4 * BT * C * e) + softmax + 4 * r(BT * f);
+  const uint64_t output = r(BT * C * e);
+  const uint64_t blocks = checkpointing ? blocks_here * output + (blocks_here > 0 ? internals : 0)
+                                        : blocks_here * (internals + output);
+  const uint64_t input = r(BT * C * e);
+  const uint64_t head = has_head ? r(BT * C * e) + 2 * r(BT * f) + r(BT * V * e) + r(BT * f) : 0;
+  const uint64_t tokens = (has_embed ? r(4 * BT) : 0) + (has_head ? r(4 * BT) : 0);
+  const uint64_t grads = 4 * r(BT * C * e) + r(4 * BT * C * e) + r(3 * BT * C * e);
+  const uint64_t slots = activation_slots(plan.schedule, plan.stages, stage, accum);
+  return slots * (input + blocks + head + tokens) + grads;
 }
 
 uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing,

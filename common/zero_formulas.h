@@ -13,10 +13,13 @@
 #include "ledger.h"
 #include "kernels/kernels.h"  // Attention
 #include "layout.h"
+#include "pipeline.h"  // PipelinePlan
 
 namespace nz {
 
-enum class Stage { DDP, Z1, Z2, Z3, Offload };
+// Pipeline: pipeline/train.cpp (pipeline.h); its per-stage bytes are pipeline_stage_bytes below, the
+// whole-model functions count it as stage0_ddp (every rank all units: an upper bound).
+enum class Stage { DDP, Z1, Z2, Z3, Offload, Pipeline };
 const char* stage_name(Stage s);
 bool parse_stage(const std::string& s, Stage* out);
 
@@ -81,5 +84,19 @@ uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offlo
 // fp16 only (loss_scale.h): every stage agrees once per step on whether the gradients overflowed,
 // a one-element all-reduce MAX: N - 1 elements per rank per step (4 bytes each). 0 in fp32, bf16.
 uint64_t expected_overflow_flag_elems(const Layout& L, DType dt);
+
+// ---- pipeline (pipeline.h): what stage s holds, with P_s = Σ padded over its units and U_s its
+// largest unit (padded for the D replicas), V x C the tied wte ----
+//   params   e P_s                (+ e VC on the last stage: its copy of wte for the LM head)
+//   grads    e P_s + e U_s        (+ e VC on the last stage: the head's d wte, on its way to stage 0)
+//   master   4 P_s (bf16, fp16), Adam m, v 4 P_s each: the optimizer state of its units only
+// (with P = 1 the stage holds everything: stage0_ddp's bytes).
+StateBytes pipeline_stage_bytes(const Layout& L, DType dt, const PipelinePlan& plan, int stage);
+// Activations of stage s holding `slots` micro-batches (activation_slots: K for GPipe, min(P-s, K) for
+// 1F1B), term by term as expected_activation_bytes: per slot the stage's input r(BTCe) (the embedding's
+// output on stage 0), its blocks' internals and outputs, the head's ends on the last stage, the tokens
+// on the first and the targets on the last r(4BT) each; once, the backward's grads of one block.
+uint64_t pipeline_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn,
+                                   const PipelinePlan& plan, int stage, int accum);
 
 }  // namespace nz

@@ -42,6 +42,8 @@ check_lesson stage0_ddp stage1 60
 check_lesson stage1 stage2 60
 check_lesson stage2 stage3 100
 check_lesson stage2 offload 60
+# the pipeline is a rung beside the ladder: stages, schedules, point-to-point, the tied weight
+check_lesson stage0_ddp pipeline 240
 
 # Readable on a projector: every line of the five trainers fits 99 columns, so every line of a diff
 # between two of them (one more, for the +/-/space) fits 100. The trainers mirror each other, so

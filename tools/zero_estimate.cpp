@@ -189,6 +189,9 @@ void print_usage() {
          "  --fit SIZE     the largest micro-batch per rank whose device peak (model states on the device +\n"
          "                 activations) fits SIZE (64MiB, 2GB, ...), per stage, with and without checkpointing:\n"
          "                 what a trainer's --batch auto --memory-budget SIZE picks\n"
+         "  --pipeline P   the pipeline's per-stage table (pipeline/train.cpp) on --world N ranks (default N = P):\n"
+         "                 each stage's units, model states and activations; --schedule 1f1b (default) or gpipe,\n"
+         "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
          "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
@@ -198,6 +201,29 @@ void print_usage() {
          "  --check FILE   with --quiz: grade the answers in FILE (lines `Q<n> <number>`, in each\n"
          "                 question's unit); exit 0 when all are right, 1 otherwise\n",
          preset_names());
+}
+
+// --pipeline P: the per-stage table of pipeline/train.cpp on N ranks (P stages x N/P replicas), as its
+// memory table prints it: each stage's units, model states and activation slots.
+void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string& schedule,
+                          const std::string& partition, DType dt, int B, int T, int K, bool ckpt, Attention attn) {
+  const PipelinePlan plan = make_pipeline_plan(cfg, N, 0, P, schedule, partition);
+  const Layout L = make_layout(cfg, plan.replicas);
+  printf("pipeline: %d stages x %d replicas (%d ranks), %s, %d micro-batches of %d x %d, %s | bubble (P-1)/(K+P-1) = "
+         "%.3f\n", P, plan.replicas, N, schedule_name(plan.schedule), K, B, T, dtype_name(dt),
+         bubble_formula(P, K));
+  printf("%-6s %-8s %12s %12s %12s %12s %12s %6s %12s %14s\n", "stage", "units", "params", "grads", "master", "adam_m",
+         "adam_v", "slots", "activations", "total");
+  for (int s = 0; s < P; s++) {
+    const StateBytes b = pipeline_stage_bytes(L, dt, plan, s);
+    const uint64_t acts = pipeline_activation_bytes(cfg, B, T, dt, ckpt, attn, plan, s, K);
+    char units[32];
+    snprintf(units, sizeof units, "%d..%d", plan.first_unit[s], plan.first_unit[s + 1] - 1);
+    printf("%-6d %-8s %12llu %12llu %12llu %12llu %12llu %6d %12llu %14llu\n", s, units,
+           (unsigned long long)b.params, (unsigned long long)b.grads, (unsigned long long)b.master,
+           (unsigned long long)b.adam_m, (unsigned long long)b.adam_v, activation_slots(plan.schedule, P, s, K),
+           (unsigned long long)acts, (unsigned long long)(b.total() + acts));
+  }
 }
 
 }  // namespace
@@ -213,6 +239,8 @@ int main(int argc, char** argv) {
   int vocab = -1, quiz_count = 10;
   uint64_t quiz_seed = 1;
   std::string check_file;
+  int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
+  std::string schedule = "1f1b", partition;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i], v;
     if (a == "--help" || a == "-h") {
@@ -244,6 +272,9 @@ int main(int argc, char** argv) {
     else if (a == "--check") check_file = v;
     else if (a == "--fit") fit_budget = parse_bytes(a, v);
     else if (a == "--attention") attention = v;
+    else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
+    else if (a == "--schedule") schedule = v;
+    else if (a == "--partition") partition = v;
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
   if (paper) {
@@ -303,6 +334,14 @@ int main(int argc, char** argv) {
   else if (precision == "bf16") dt = DType::BF16;
   else if (precision == "fp16") dt = DType::F16;
   else user_error("--precision %s: unknown precision; valid: fp32, bf16, fp16", precision.c_str());
+  if (pipeline > 0) {
+    if (raw) user_error("--pipeline needs a model shape (its stages are runs of units); drop --params, use --preset");
+    if (worlds.size() != 1)
+      user_error("--pipeline %d: one --world N at a time, expected N = P x D ranks, e.g. --world %d", pipeline, pipeline);
+    print_pipeline_table(cfg, worlds[0] == 1 ? pipeline : worlds[0], pipeline, schedule, partition, dt, batch, seq,
+                         accum, checkpointing, attn);
+    return 0;
+  }
   std::vector<Stage> stages;
   Stage one;
   if (stage_arg == "all") stages.assign(std::begin(kAllStages), std::end(kAllStages));

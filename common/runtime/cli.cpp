@@ -272,6 +272,14 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto&, auto& v) { a.offload_dir = v; }},
       {"--offload-chunk", "N", "offload --offload-to disk: elements streamed through host memory at a time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
+      {"--pipeline", "P", "pipeline: P stages, each a contiguous run of units; N/P data-parallel replicas "
+       "(default 1)", pos_int(&a.pipeline, 1 << 16)},
+      {"--schedule", "S", "pipeline: 1f1b (default: one forward, one backward; at most P-s micro-batches in "
+       "flight on stage s) or gpipe (all forwards, then all backwards)",
+       [&](auto&, auto& v) { a.schedule = v; }},
+      {"--partition", "U1,U2,...", "pipeline: the first unit of stages 1..P-1, increasing (units: 0 embed, 1..L "
+       "blocks, L+1 lnf; default: balance the parameters)",
+       [&](auto&, auto& v) { a.partition = v; }},
       {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
        [&](auto&, auto& v) { a.ckpt_dir = v; }},
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
@@ -412,11 +420,14 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--kernels %s: unknown kernels; valid: fast, reference", a.kernels.c_str());
   if (a.attention != "gemm" && a.attention != "flash")
     user_error("--attention %s: unknown attention; valid: gemm, flash", a.attention.c_str());
+  if (a.schedule != "gpipe" && a.schedule != "1f1b")
+    user_error("--schedule %s: unknown pipeline schedule; valid: gpipe, 1f1b", a.schedule.c_str());
   if (a.offload_to != "cpu" && a.offload_to != "disk")
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
   // A stage's own flag given to another stage would be ignored there: refused, naming the stage that uses it.
   const std::pair<const char*, const char*> stage_flags[] = {
-      {"--offload-to", "offload"}, {"--offload-dir", "offload"}, {"--offload-chunk", "offload"}, {"--prefetch", "stage3"}};
+      {"--offload-to", "offload"}, {"--offload-dir", "offload"}, {"--offload-chunk", "offload"}, {"--prefetch", "stage3"},
+      {"--pipeline", "pipeline"}, {"--schedule", "pipeline"}, {"--partition", "pipeline"}};
   for (const auto& [flag, user] : stage_flags)
     if (typed.count(flag) && std::string(program) != user)
       user_error("%s %s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",

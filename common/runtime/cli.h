@@ -76,6 +76,9 @@ struct Args {
   std::string offload_to = "cpu";    // offload: cpu | disk
   std::string offload_dir;           // offload --offload-to disk: where the optimizer files go
   long offload_chunk = 1 << 20;      // offload disk: elements streamed per chunk
+  int pipeline = 1;                  // pipeline: P stages (the ranks are P stages x N/P replicas)
+  std::string schedule = "1f1b";     // pipeline: gpipe | 1f1b
+  std::string partition;             // pipeline: the first unit of stages 1..P-1 ("" : balance parameters)
   bool quiet = false;                // no per-step lines (tests)
   bool activation_checkpointing = false;  // keep block inputs only; recompute each block in its backward
   // checkpoints and fault tolerance (docs/checkpoints.md)

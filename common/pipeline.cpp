@@ -1,0 +1,147 @@
+// pipeline.cpp — the partition, the schedules and the stage clock (pipeline.h).
+#include "pipeline.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "comm.h"           // gather_scalar: every rank's times
+#include "runtime/check.h"  // user_error
+
+namespace nz {
+
+const char* schedule_name(PipeSchedule s) { return s == PipeSchedule::GPipe ? "gpipe" : "1f1b"; }
+
+std::vector<PipeOp> stage_ops(PipeSchedule schedule, int P, int s, int K) {
+  std::vector<PipeOp> ops;
+  if (schedule == PipeSchedule::GPipe) {
+    for (int k = 0; k < K; k++) ops.push_back({true, k});
+    for (int k = 0; k < K; k++) ops.push_back({false, k});  // ascending: the order that keeps the bits
+    return ops;
+  }
+  const int warmup = std::min(P - s - 1, K);
+  for (int k = 0; k < warmup; k++) ops.push_back({true, k});
+  for (int k = warmup; k < K; k++) {  // steady state: one forward, one backward
+    ops.push_back({true, k});
+    ops.push_back({false, k - warmup});
+  }
+  for (int k = K - warmup; k < K; k++) ops.push_back({false, k});  // cool-down
+  return ops;
+}
+
+int activation_slots(PipeSchedule schedule, int P, int s, int K) {
+  return schedule == PipeSchedule::GPipe ? K : std::min(P - s, K);
+}
+
+double bubble_formula(int P, int K) { return double(P - 1) / double(K + P - 1); }
+
+int PipelinePlan::stage_of_unit(int u) const {
+  for (int s = 0; s < stages; s++)
+    if (u < first_unit[s + 1]) return s;
+  return stages - 1;
+}
+
+std::vector<int> balanced_partition(const Layout& L, int P) {
+  const int U = L.num_units();
+  std::vector<double> before(U + 1, 0);  // parameters in units [0, u)
+  for (int u = 0; u < U; u++) before[u + 1] = before[u] + double(L.units[u].numel);
+  std::vector<int> first{0};
+  for (int s = 1; s < P; s++) {
+    const double target = before[U] * s / P;
+    int best = first.back() + 1;  // every stage at least one unit; room left for the stages after
+    for (int u = best; u <= U - (P - s); u++)
+      if (std::abs(before[u] - target) < std::abs(before[best] - target)) best = u;
+    first.push_back(best);
+  }
+  first.push_back(U);
+  return first;
+}
+
+PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P, const std::string& schedule,
+                                const std::string& partition) {
+  const int U = cfg.layers + 2;
+  if (world % P != 0)
+    user_error("--pipeline %d: does not divide the %d ranks, expected N = P x D (D data-parallel replicas of the "
+               "pipeline); run on a multiple of %d ranks, or choose P dividing %d",
+               P, world, P, world);
+  if (P > U)
+    user_error("--pipeline %d: more stages than the model's %d units (embedding, %d blocks, final layernorm), "
+               "expected at most %d; use fewer stages or more --layers",
+               P, U, U - 2, U);
+  PipelinePlan plan;
+  plan.stages = P;
+  plan.replicas = world / P;
+  plan.stage = rank / plan.replicas;
+  plan.replica = rank % plan.replicas;
+  if (schedule == "gpipe") plan.schedule = PipeSchedule::GPipe;
+  else if (schedule == "1f1b") plan.schedule = PipeSchedule::OneFOneB;
+  else user_error("--schedule %s: unknown pipeline schedule, expected gpipe or 1f1b", schedule.c_str());
+  if (partition.empty()) {
+    plan.first_unit = balanced_partition(make_layout(cfg, plan.replicas), P);
+    return plan;
+  }
+  plan.first_unit = {0};
+  const char* at = partition.c_str();
+  while (*at) {
+    char* end = nullptr;
+    const long u = strtol(at, &end, 10);
+    if (end == at || (*end != ',' && *end != '\0'))
+      user_error("--partition %s: not a list of unit numbers, expected the first unit of stages 1..%d, "
+                 "comma-separated (e.g. --partition %d for 2 stages)", partition.c_str(), P - 1, U / 2);
+    if (u <= plan.first_unit.back() || u >= U)
+      user_error("--partition %s: unit %ld %s, expected increasing unit numbers in 1..%d so that every stage holds "
+                 "at least one unit (0 embed, 1..%d blocks, %d lnf)", partition.c_str(), u,
+                 u >= U ? "is past the last unit" : "leaves a stage empty", U - 1, U - 2, U - 1);
+    plan.first_unit.push_back(int(u));
+    at = *end ? end + 1 : end;
+  }
+  if (int(plan.first_unit.size()) != P)
+    user_error("--partition %s: %zu boundaries for --pipeline %d, expected %d (the first unit of stages 1..%d)",
+               partition.c_str(), plan.first_unit.size() - 1, P, P - 1, P - 1);
+  plan.first_unit.push_back(U);
+  return plan;
+}
+
+void StageClock::switch_to(bool wait) {
+  const auto now = std::chrono::steady_clock::now();
+  if (running_) (in_wait_ ? wait_s : compute_s) += std::chrono::duration<double>(now - since_).count();
+  running_ = true;
+  in_wait_ = wait;
+  since_ = now;
+}
+
+void StageClock::stop() {
+  switch_to(false);
+  running_ = false;
+}
+
+std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock) {
+  const std::vector<double> compute_s = comm.gather_scalar(clock.compute_s);
+  const std::vector<double> wait_s = comm.gather_scalar(clock.wait_s);
+  char head[160];
+  snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"schedule\": \"%s\", \"bubble_formula\": %.17g, ",
+           plan.stages, plan.replicas, schedule_name(plan.schedule), bubble_formula(plan.stages, K));
+  std::string report = std::string(head) + "\"first_unit\": [";
+  for (size_t i = 0; i < plan.first_unit.size(); i++) report += (i ? ", " : "") + std::to_string(plan.first_unit[i]);
+  report += "], \"ranks\": [";
+  if (comm.rank() == 0)
+    printf("pipeline: %d stages x %d replicas, %s, %d micro-batches | bubble (P-1)/(K+P-1) = %.3f\n", plan.stages,
+           plan.replicas, schedule_name(plan.schedule), K, bubble_formula(plan.stages, K));
+  for (int r = 0; r < comm.size(); r++) {
+    const double busy = compute_s[r] + wait_s[r];
+    const double idle = busy > 0 ? wait_s[r] / busy : 0;
+    const int rs = r / plan.replicas;
+    if (comm.rank() == 0)
+      printf("  rank %d (stage %d, units %d..%d, %d activation slots): compute %.1f ms, waiting %.1f ms: idle %.3f\n",
+             r, rs, plan.first_unit[rs], plan.first_unit[rs + 1] - 1,
+             activation_slots(plan.schedule, plan.stages, rs, K), 1e3 * compute_s[r], 1e3 * wait_s[r], idle);
+    char entry[160];
+    snprintf(entry, sizeof entry, "%s{\"stage\": %d, \"compute_s\": %.6f, \"wait_s\": %.6f, \"idle\": %.6f}",
+             r ? ", " : "", rs, compute_s[r], wait_s[r], idle);
+    report += entry;
+  }
+  fflush(stdout);
+  return report + "]}";
+}
+
+}  // namespace nz

@@ -1,0 +1,84 @@
+// pipeline.h — pipeline parallelism's plan (pipeline/train.cpp): which units each stage holds,
+// which rank is which (stage, replica), the order of one stage's forwards and backwards (GPipe,
+// 1F1B), how many micro-batches' activations a stage keeps, and where its time goes (the bubble).
+//
+// N ranks = P stages x D replicas. Rank r is stage r / D of replica r % D: the D ranks of a stage
+// are neighbours in rank order, and they reduce the gradients of their units over the replicas
+// (data parallelism, in replica order: the rank order of stage0_ddp on D ranks).
+//
+// The schedules, for K micro-batches on stage s of P (F k: forward of micro-batch k, B k: backward):
+//   GPipe  F 0 .. F K-1, then B 0 .. B K-1: every micro-batch's activations are held at once (K slots)
+//   1F1B   warm-up: F 0 .. F w-1 with w = min(P-s-1, K); then F w, B 0, F w+1, B 1, ... (one forward,
+//          one backward); then the cool-down, the remaining backwards. At most w + 1 = min(P-s, K)
+//          micro-batches are in flight: the first stage holds the most, the last one slot.
+// Both run the backwards in ascending micro-batch order 0, 1, ..., K-1 on every stage. That is what
+// makes the pipeline stage0_ddp --accum K to the bit: each unit's gradient is the sum over micro-batches
+// added in that order (floating-point addition is not associative), and the tied embedding's gradient
+// adds the head's and the lookup's parts of micro-batch k in the same order as stage0_ddp.
+#pragma once
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "layout.h"
+
+namespace nz {
+
+enum class PipeSchedule { GPipe, OneFOneB };
+const char* schedule_name(PipeSchedule s);
+
+struct PipeOp {
+  bool forward;  // else backward
+  int micro;     // the micro-batch, 0..K-1
+};
+
+// The order of forwards and backwards on stage s of P for K micro-batches (see above).
+std::vector<PipeOp> stage_ops(PipeSchedule schedule, int P, int s, int K);
+// The most micro-batches whose activations stage s holds at once: K for GPipe, min(P-s, K) for 1F1B.
+int activation_slots(PipeSchedule schedule, int P, int s, int K);
+// The idle fraction of a pipeline whose stages take equal time: (P-1) / (K+P-1).
+double bubble_formula(int P, int K);
+
+struct PipelinePlan {
+  int stages = 1, replicas = 1;  // P, D
+  int stage = 0, replica = 0;    // this rank's
+  PipeSchedule schedule = PipeSchedule::OneFOneB;
+  std::vector<int> first_unit;   // P + 1 entries: stage s holds units [first_unit[s], first_unit[s + 1])
+  int rank_of(int s, int d) const { return s * replicas + d; }
+  int first() const { return first_unit[stage]; }    // this stage's units: [first(), end())
+  int end() const { return first_unit[stage + 1]; }
+  int stage_of_unit(int u) const;
+};
+
+// The plan for `rank` of `world` ranks, for the model `cfg`: P stages (--pipeline), the schedule's name (--schedule) and
+// the partition (--partition: the first unit of stages 1..P-1, comma-separated; "" balances the
+// parameters). Bad input is one line and exit 2 (check.h, user_error): P not dividing N, more
+// stages than units, a partition that is not increasing, leaves a stage empty or has the wrong count.
+PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P, const std::string& schedule,
+                                const std::string& partition);
+// The default partition: each boundary where the running parameter count comes nearest to s/P of
+// the total, every stage at least one unit (DeepSpeed's partition_method "parameters").
+std::vector<int> balanced_partition(const Layout& L, int P);
+
+// Where a stage's time goes while it runs its schedule: computing, or waiting for a neighbour (a
+// receive, or a send it must see through before it may reuse the buffer). The idle fraction
+// wait / (compute + wait) is the measured bubble.
+class StageClock {
+ public:
+  void computing() { switch_to(false); }
+  void waiting() { switch_to(true); }
+  void stop();  // the end of the schedule: nothing is counted until the next computing() or waiting()
+  double compute_s = 0, wait_s = 0;
+
+ private:
+  void switch_to(bool wait);
+  bool running_ = false, in_wait_ = false;
+  std::chrono::steady_clock::time_point since_;
+};
+
+class Comm;
+// The bubble, measured: every rank's compute and wait times gathered; rank 0 prints them with each
+// rank's idle fraction beside the formula. Returns the report's "pipeline" object (JSON). Collective.
+std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock);
+
+}  // namespace nz
