@@ -143,8 +143,10 @@ $(BUILD)/bin/zero_estimate: $(BUILD)/obj/tools/zero_estimate.o $(BUILD)/obj/tool
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter-out $(LIB) $(LINK_EXTRA),$^) $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
 
-# dev/bench/: the benches (make bench-adam, make bench)
-$(BUILD)/bin/%: $(BUILD)/obj/dev/bench/%.o $(LIB) $(LINK_EXTRA)
+# dev/bench/: the benches (make bench-adam, make bench). A static pattern rule, so a build folder
+# from before they moved out of tools/ (its dependency files name tools/bench_*.cpp) still builds.
+BENCH_BINS := $(patsubst dev/bench/%.cpp,$(BUILD)/bin/%,$(wildcard dev/bench/*.cpp))
+$(BENCH_BINS): $(BUILD)/bin/%: $(BUILD)/obj/dev/bench/%.o $(LIB) $(LINK_EXTRA)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
 
