@@ -82,7 +82,13 @@ ifeq ($(CUDA),1)
                 -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
   CUDA_SRC   := $(wildcard common/kernels/cuda/*.cu)
   CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
-  LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lcublas
+  # cuBLAS is opened by the first GPU matmul, not linked: loading it costs every process about
+  # 0.2 s of CPU time, GPU or not (common/kernels/cuda/cublas_dlopen.cpp). The bundle links it.
+  ifneq ($(NZ_BUNDLE),1)
+    CUDA_OBJ += $(BUILD)/obj/common/kernels/cuda/cublas_dlopen.o
+    CXXFLAGS += -DNZ_CUBLAS_DLOPEN
+  endif
+  LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -ldl
 endif
 
 # NZ_BUNDLE=1 (set by make gpu-bundle): binaries that run on another machine from one folder. The C++

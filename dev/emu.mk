@@ -6,7 +6,7 @@
 # only) and compiled as C++ with dev/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on
 # the include path.
 EMU          := $(BUILD)/emu
-EMU_CXXFLAGS := $(filter-out -DNZ_HAVE_CUDA -I$(CUDA_HOME)/include,$(CXXFLAGS)) \
+EMU_CXXFLAGS := $(filter-out -DNZ_HAVE_CUDA -DNZ_CUBLAS_DLOPEN -I$(CUDA_HOME)/include,$(CXXFLAGS)) \
                 -DNZ_HAVE_CUDA -Idev/emu/include -Icommon/kernels/cuda -Wno-unknown-pragmas
 EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/kernels/cuda/*.cu))
 EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \

@@ -29,6 +29,7 @@
 #include <cstdint>      // uint32_t
 #include <cstdio>       // printf
 #include <cstring>      // std::memcmp, std::memcpy, std::memset
+#include <fstream>      // /proc/self/maps
 #include <string>       // std::string (test names)
 #include <type_traits>  // std::is_same_v
 #include <vector>
@@ -38,6 +39,10 @@
 #include "kernels/cuda/flash_attention.h"  // nz::cuda::flash_attention_uses_wmma (a header function)
 #include "kernels/kernels.h"            // nz::cpu::*, nz::cuda::*, nz::set_kernels
 #include "runtime/rng.h"                // nz::Rng
+
+#ifdef NZ_CUBLAS_DLOPEN
+#include <cublas_v2.h>  // cublasGetStatusString
+#endif
 
 namespace {
 
@@ -54,6 +59,30 @@ using nz::Kernels;
 
 // --kernels: the hand-written CUDA kernels (reference) and cuBLAS (fast)
 const Kernels kKernelChoices[] = {Kernels::Reference, Kernels::Fast};
+
+// ---------------------------------------------------------------------------------------------
+// cuBLAS is opened by its first call (common/kernels/cuda/cublas_dlopen.cpp), not mapped when the
+// program starts: a CPU run never pays for loading it. Needs no GPU: the status string is host code.
+
+bool cublas_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libcublas") != std::string::npos) return true;
+  return false;
+}
+
+TEST(CublasLoading, OpenedByTheFirstCallNotAtStart) {
+#ifdef NZ_CUBLAS_DLOPEN
+  EXPECT_FALSE(cublas_mapped()) << "libcublas is mapped before any cuBLAS call: linked, not opened on demand";
+  const char* said = cublasGetStatusString(CUBLAS_STATUS_SUCCESS);  // cuBLAS's own words ("success")
+  ASSERT_NE(said, nullptr);
+  EXPECT_GT(std::string(said).size(), 0u);
+  EXPECT_TRUE(cublas_mapped()) << "the first cuBLAS call did not open libcublas";
+#else
+  GTEST_SKIP() << "cuBLAS is not opened on demand in this build (no CUDA toolkit, the emulator, or the GPU bundle)";
+#endif
+}
 
 // ---------------------------------------------------------------------------------------------
 // fixtures: skip without a GPU
