@@ -82,7 +82,7 @@ namespace {
 // the (B,NH,T,T) probabilities; with flash attention in force (kernels.h) one number per row, the
 // log-sum-exp of the scores, (B,NH,T) fp32, from which the backward recomputes each probability.
 // Its `out` (the D = dout·out term) is recomputed by the flash backward into scratch rather than
-// read from atty, because the attention kernel interface (kernel_decls.inc) is the same on all
+// read from atty, because the attention kernel interface (kernel_table.inc) is the same on all
 // three backends and passes no `out`; the price is one more flash forward per backward.
 struct ActLayout {
   struct Layer {

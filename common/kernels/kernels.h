@@ -1,6 +1,6 @@
 // kernels.h — every op of the GPT model, forward and backward, as plain functions over raw arrays.
 //
-// The same declarations (kernel_decls.inc) exist three times:
+// The same declarations (made from the one list, kernel_table.inc) exist three times:
 //   nz::ref  — kernels_ref.cpp: the textbook loops, what a learner reads first; the fast kernels
 //              are tested against it. Instantiated for float, bf16, fp16 and double.
 //   nz::cpu  — kernels_cpu.cpp: the same functions made fast (the matrix products through a BLAS,
@@ -49,13 +49,23 @@ inline const char* attention_name(Attention a) { return a == Attention::Flash ? 
 // B*NH*T fp32, in place of the (B,NH,T,T) probabilities (model.cpp ActLayout).
 bool flash_attention_in_force(int C, int NH);
 
+// The declarations, one per entry of kernel_table.inc, e.g.
+//   template <class T> void gelu_forward(T* out, const T* inp, size_t n);
+#define NZ_TEMPLATE_T template <class T>
+#define NZ_TEMPLATE_A template <class A>
+#define NZ_TEMPLATE_DS template <class D, class S>
+#define NZ_KERNEL(cuda_file, types, ret, name, params) NZ_TEMPLATE_##types ret name params;
 namespace ref {  // the reference: read this one first
-#include "kernels/kernel_decls.inc"
+#include "kernels/kernel_table.inc"
 }  // namespace ref
 namespace cpu {
-#include "kernels/kernel_decls.inc"
+#include "kernels/kernel_table.inc"
 }  // namespace cpu
 namespace cuda {
-#include "kernels/kernel_decls.inc"
+#include "kernels/kernel_table.inc"
 }  // namespace cuda
+#undef NZ_KERNEL
+#undef NZ_TEMPLATE_T
+#undef NZ_TEMPLATE_A
+#undef NZ_TEMPLATE_DS
 }  // namespace nz

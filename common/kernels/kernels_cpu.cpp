@@ -34,7 +34,7 @@
 #include "runtime/check.h"      // NZ_CHECK
 #include "runtime/device.h"     // current_device (flash_attention_in_force)
 #include "kernels/gemm_bf16.h"  // bf16_gemm: bf16 products on the CPU's bf16 instructions
-#include "kernels/kernels.h"    // the declarations (kernel_decls.inc inside nz::cpu), set_kernels
+#include "kernels/kernels.h"    // the declarations (kernel_table.inc in nz::cpu), set_kernels
 #include "kernels/cuda/flash_attention.h"  // cuda::flash_attention_fits (a header function: no CUDA needed)
 
 namespace nz {
@@ -165,12 +165,18 @@ inline void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const
               alpha, a, lda, b, ldb, 0.0, c, ldc);
 }
 
-// A matrix of A values as the BLAS reads it: first element and distance between rows.
+}  // namespace
+
+// A matrix of A values as the BLAS reads it: first element and distance between rows. Outside the
+// anonymous namespace because matmul_backward's lambda holds one: GCC warns (-Wsubobject-linkage)
+// when a kernel instantiated from an included file (kernel_instantiate.inc) holds a private type.
 template <class A>
 struct View {
   const A* p;
   int ld;
 };
+
+namespace {
 
 // rows x cols of src (rows ld apart) as A values. fp32 and fp64 are used where they are, with no
 // copy; bf16 is widened into buf (rows contiguous), which is exact: every bf16 is an fp32.
@@ -866,52 +872,11 @@ void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// explicit instantiations: float, bf16 and fp16 for training, double for the finite-difference tests
+// explicit instantiations of every kernel in kernel_table.inc: float, bf16 and fp16 for training,
+// double for the finite-difference tests
 
-#define NZ_INSTANTIATE_KERNELS(T)                                                                   \
-  template void embedding_forward<T>(T*, const int*, const T*, const T*, int, int, int);          \
-  template void embedding_backward<T>(T*, T*, const T*, const int*, int, int, int);               \
-  template void layernorm_forward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, \
-                                     int);                                                        \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,  \
-                                      const acc_t<T>*, int, int);                                 \
-  template void residual_layernorm_forward<T>(T*, T*, acc_t<T>*, acc_t<T>*, const T*, const T*,   \
-                                              const T*, const T*, int, int);                      \
-  template void layernorm_backward_residual<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
-                                               const acc_t<T>*, const acc_t<T>*, int, int);       \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);               \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);      \
-  template void matmul_bias_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int); \
-  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                       \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int);      \
-  template void gelu_forward<T>(T*, const T*, size_t);                                            \
-  template void gelu_backward<T>(T*, const T*, const T*, size_t);                                 \
-  template void gelu_backward_bias<T>(T*, T*, const T*, const T*, int, int);                      \
-  template void residual_forward<T>(T*, const T*, const T*, size_t);                              \
-  template void softmax_xent_forward<T>(acc_t<T>*, T*, const T*, const int*, int, int);           \
-  template void softmax_xent_backward<T>(T*, const T*, const int*, float, int, int);              \
-  template void adamw_update<T>(float*, float*, float*, const T*, size_t, float, float, float,    \
-                                float, float, float, int);                                        \
-  template double sum_squares<T>(const T*, size_t);                                               \
-  template void sum_squares_to<T>(double*, const T*, size_t);                                     \
-  template void accumulate<T>(T*, const T*, size_t, float, bool);
-
-NZ_INSTANTIATE_KERNELS(float)
-NZ_INSTANTIATE_KERNELS(bf16)
-NZ_INSTANTIATE_KERNELS(f16)
-NZ_INSTANTIATE_KERNELS(double)
-#undef NZ_INSTANTIATE_KERNELS
-
-template void cast<float, bf16>(float*, const bf16*, size_t);
-template void cast<bf16, float>(bf16*, const float*, size_t);
-template void cast<float, float>(float*, const float*, size_t);
-template void cast<bf16, bf16>(bf16*, const bf16*, size_t);
-template void cast<float, f16>(float*, const f16*, size_t);
-template void cast<f16, float>(f16*, const float*, size_t);
-template void cast<f16, f16>(f16*, const f16*, size_t);
-template void cast<double, double>(double*, const double*, size_t);
-template void add_sum_to<float>(double*, const float*, size_t, bool);
-template void add_sum_to<double>(double*, const double*, size_t, bool);
+#define NZ_INSTANTIATE_CPU
+#include "kernels/kernel_instantiate.inc"
 
 }  // namespace cpu
 }  // namespace nz

@@ -24,7 +24,7 @@
 #include <vector>       // attention's per-head scratch
 
 #include "runtime/check.h"    // NZ_CHECK
-#include "kernels/kernels.h"  // the declarations (kernel_decls.inc inside nz::ref)
+#include "kernels/kernels.h"  // the declarations (kernel_table.inc in nz::ref)
 
 namespace nz {
 namespace ref {
@@ -498,52 +498,11 @@ void accumulate(T* dst, const T* src, size_t n, float scale, bool first) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// explicit instantiations: float, bf16 and fp16 for training, double for the finite-difference tests
+// explicit instantiations of every kernel in kernel_table.inc: float, bf16 and fp16 for training,
+// double for the finite-difference tests
 
-#define NZ_INSTANTIATE_KERNELS(T)                                                                   \
-  template void embedding_forward<T>(T*, const int*, const T*, const T*, int, int, int);          \
-  template void embedding_backward<T>(T*, T*, const T*, const int*, int, int, int);               \
-  template void layernorm_forward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, \
-                                     int);                                                        \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,  \
-                                      const acc_t<T>*, int, int);                                 \
-  template void residual_layernorm_forward<T>(T*, T*, acc_t<T>*, acc_t<T>*, const T*, const T*,   \
-                                              const T*, const T*, int, int);                      \
-  template void layernorm_backward_residual<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
-                                               const acc_t<T>*, const acc_t<T>*, int, int);       \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);               \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);      \
-  template void matmul_bias_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int); \
-  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                       \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int);      \
-  template void gelu_forward<T>(T*, const T*, size_t);                                            \
-  template void gelu_backward<T>(T*, const T*, const T*, size_t);                                 \
-  template void gelu_backward_bias<T>(T*, T*, const T*, const T*, int, int);                      \
-  template void residual_forward<T>(T*, const T*, const T*, size_t);                              \
-  template void softmax_xent_forward<T>(acc_t<T>*, T*, const T*, const int*, int, int);           \
-  template void softmax_xent_backward<T>(T*, const T*, const int*, float, int, int);              \
-  template void adamw_update<T>(float*, float*, float*, const T*, size_t, float, float, float,    \
-                                float, float, float, int);                                        \
-  template double sum_squares<T>(const T*, size_t);                                               \
-  template void sum_squares_to<T>(double*, const T*, size_t);                                     \
-  template void accumulate<T>(T*, const T*, size_t, float, bool);
-
-NZ_INSTANTIATE_KERNELS(float)
-NZ_INSTANTIATE_KERNELS(bf16)
-NZ_INSTANTIATE_KERNELS(f16)
-NZ_INSTANTIATE_KERNELS(double)
-#undef NZ_INSTANTIATE_KERNELS
-
-template void cast<float, bf16>(float*, const bf16*, size_t);
-template void cast<bf16, float>(bf16*, const float*, size_t);
-template void cast<float, float>(float*, const float*, size_t);
-template void cast<bf16, bf16>(bf16*, const bf16*, size_t);
-template void cast<float, f16>(float*, const f16*, size_t);
-template void cast<f16, float>(f16*, const float*, size_t);
-template void cast<f16, f16>(f16*, const f16*, size_t);
-template void cast<double, double>(double*, const double*, size_t);
-template void add_sum_to<float>(double*, const float*, size_t, bool);
-template void add_sum_to<double>(double*, const double*, size_t, bool);
+#define NZ_INSTANTIATE_CPU
+#include "kernels/kernel_instantiate.inc"
 
 }  // namespace ref
 }  // namespace nz

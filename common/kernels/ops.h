@@ -11,56 +11,26 @@
 
 namespace nz::ops {
 
+// One dispatch per entry of kernel_table.inc. Ts are the template arguments as the caller writes
+// them (ops::gelu_forward<bf16>, ops::cast<float, bf16>); the arguments a are passed on unchanged.
 #ifdef NZ_HAVE_CUDA
-#define NZ_OP(name)                                                                 \
-  template <class T, class... A>                                                    \
-  inline auto name(A... a) {                                                        \
-    if constexpr (!std::is_same_v<T, double>)                                       \
-      if (current_device() == Device::CUDA) return cuda::name<T>(a...);             \
-    if (kernels() == Kernels::Reference) return ref::name<T>(a...);                 \
-    return cpu::name<T>(a...);                                                      \
+#define NZ_KERNEL(cuda_file, types, ret, name, params)                                 \
+  template <class... Ts, class... A>                                                 \
+  inline ret name(A... a) {                                                          \
+    if constexpr (!(std::is_same_v<Ts, double> || ...)) /* no double on the GPU */   \
+      if (current_device() == Device::CUDA) return cuda::name<Ts...>(a...);          \
+    if (kernels() == Kernels::Reference) return ref::name<Ts...>(a...);              \
+    return cpu::name<Ts...>(a...);                                                   \
   }
 #else
-#define NZ_OP(name)                                                                 \
-  template <class T, class... A>                                                    \
-  inline auto name(A... a) {                                                        \
-    if (kernels() == Kernels::Reference) return ref::name<T>(a...);                 \
-    return cpu::name<T>(a...);                                                      \
+#define NZ_KERNEL(cuda_file, types, ret, name, params)                                 \
+  template <class... Ts, class... A>                                                 \
+  inline ret name(A... a) {                                                          \
+    if (kernels() == Kernels::Reference) return ref::name<Ts...>(a...);              \
+    return cpu::name<Ts...>(a...);                                                   \
   }
 #endif
-
-NZ_OP(embedding_forward)
-NZ_OP(embedding_backward)
-NZ_OP(layernorm_forward)
-NZ_OP(layernorm_backward)
-NZ_OP(residual_layernorm_forward)
-NZ_OP(layernorm_backward_residual)
-NZ_OP(matmul_forward)
-NZ_OP(matmul_backward)
-NZ_OP(matmul_bias_gelu_forward)
-NZ_OP(attention_forward)
-NZ_OP(attention_backward)
-NZ_OP(gelu_forward)
-NZ_OP(gelu_backward)
-NZ_OP(gelu_backward_bias)
-NZ_OP(residual_forward)
-NZ_OP(softmax_xent_forward)
-NZ_OP(softmax_xent_backward)
-NZ_OP(adamw_update)
-NZ_OP(sum_squares)
-NZ_OP(accumulate)
-NZ_OP(sum_squares_to)
-NZ_OP(add_sum_to)
-#undef NZ_OP
-
-template <class D, class S>
-inline void cast(D* dst, const S* src, size_t n) {
-#ifdef NZ_HAVE_CUDA
-  if constexpr (!std::is_same_v<D, double> && !std::is_same_v<S, double>)
-    if (current_device() == Device::CUDA) return cuda::cast<D, S>(dst, src, n);
-#endif
-  if (kernels() == Kernels::Reference) return ref::cast<D, S>(dst, src, n);
-  cpu::cast<D, S>(dst, src, n);
-}
+#include "kernels/kernel_table.inc"
+#undef NZ_KERNEL
 
 }  // namespace nz::ops

@@ -344,13 +344,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, cons
   NZ_CUDA_CHECK_LAUNCH();
 }
 
-#define NZ_INSTANTIATE(T)                                                                       \
-  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                     \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int);
-NZ_INSTANTIATE(float)
-NZ_INSTANTIATE(bf16)
-NZ_INSTANTIATE(f16)
-#undef NZ_INSTANTIATE
+// explicit instantiations: kernel_table.inc's entries with cuda file attention (float, bf16, fp16)
+#define NZ_INSTANTIATE_CUDA_attention
+#include "kernels/kernel_instantiate.inc"
 
 }  // namespace cuda
 }  // namespace nz

@@ -159,7 +159,7 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const T* g, size_t n,
 
 }  // namespace
 
-// ---- the launchers (declared in kernel_decls.inc) ----
+// ---- the launchers (declared in kernel_table.inc) ----
 
 template <class T>
 void embedding_forward(T* out, const int* tokens, const T* wte, const T* wpe, int B, int Tn, int C) {
@@ -256,29 +256,9 @@ void adamw_update(float* p, float* m, float* v, const T* g, size_t n, float lr, 
   NZ_CUDA_CHECK_LAUNCH();
 }
 
-#define NZ_INSTANTIATE(T)                                                                          \
-  template void embedding_forward<T>(T*, const int*, const T*, const T*, int, int, int);           \
-  template void embedding_backward<T>(T*, T*, const T*, const int*, int, int, int);                \
-  template void gelu_forward<T>(T*, const T*, size_t);                                             \
-  template void gelu_backward<T>(T*, const T*, const T*, size_t);                                  \
-  template void gelu_backward_bias<T>(T*, T*, const T*, const T*, int, int);                       \
-  template void matmul_bias_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int);  \
-  template void residual_forward<T>(T*, const T*, const T*, size_t);                               \
-  template void accumulate<T>(T*, const T*, size_t, float, bool);                                  \
-  template void adamw_update<T>(float*, float*, float*, const T*, size_t, float, float, float,     \
-                                float, float, float, int);
-NZ_INSTANTIATE(float)
-NZ_INSTANTIATE(bf16)
-NZ_INSTANTIATE(f16)
-#undef NZ_INSTANTIATE
-
-template void cast<float, bf16>(float*, const bf16*, size_t);
-template void cast<bf16, float>(bf16*, const float*, size_t);
-template void cast<float, float>(float*, const float*, size_t);
-template void cast<bf16, bf16>(bf16*, const bf16*, size_t);
-template void cast<float, f16>(float*, const f16*, size_t);
-template void cast<f16, float>(f16*, const float*, size_t);
-template void cast<f16, f16>(f16*, const f16*, size_t);
+// explicit instantiations: kernel_table.inc's entries with cuda file elementwise (float, bf16, fp16)
+#define NZ_INSTANTIATE_CUDA_elementwise
+#include "kernels/kernel_instantiate.inc"
 
 #undef NZ_GRID_STRIDE_LOOP
 

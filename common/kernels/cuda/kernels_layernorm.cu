@@ -172,19 +172,9 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
   layernorm_backward_residual(dinp, dw, db, static_cast<const T*>(nullptr), dout, inp, w, mean, rstd, N, C);
 }
 
-#define NZ_INSTANTIATE(T)                                                                        \
-  template void layernorm_forward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, \
-                                     int);                                                       \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,  \
-                                      const acc_t<T>*, int, int);                                 \
-  template void residual_layernorm_forward<T>(T*, T*, acc_t<T>*, acc_t<T>*, const T*, const T*,   \
-                                              const T*, const T*, int, int);                      \
-  template void layernorm_backward_residual<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
-                                               const acc_t<T>*, const acc_t<T>*, int, int);
-NZ_INSTANTIATE(float)
-NZ_INSTANTIATE(bf16)
-NZ_INSTANTIATE(f16)
-#undef NZ_INSTANTIATE
+// explicit instantiations: kernel_table.inc's entries with cuda file layernorm (float, bf16, fp16)
+#define NZ_INSTANTIATE_CUDA_layernorm
+#include "kernels/kernel_instantiate.inc"
 
 }  // namespace cuda
 }  // namespace nz

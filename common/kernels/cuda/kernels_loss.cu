@@ -135,16 +135,9 @@ double sum_squares(const T* x, size_t n) {
   return host_result;
 }
 
-#define NZ_INSTANTIATE(T)                                                                         \
-  template void softmax_xent_forward<T>(acc_t<T>*, T*, const T*, const int*, int, int);           \
-  template void softmax_xent_backward<T>(T*, const T*, const int*, float, int, int);              \
-  template double sum_squares<T>(const T*, size_t);                                               \
-  template void sum_squares_to<T>(double*, const T*, size_t);
-NZ_INSTANTIATE(float)
-NZ_INSTANTIATE(bf16)
-NZ_INSTANTIATE(f16)
-#undef NZ_INSTANTIATE
-template void add_sum_to<float>(double*, const float*, size_t, bool);
+// explicit instantiations: kernel_table.inc's entries with cuda file loss (float, bf16, fp16)
+#define NZ_INSTANTIATE_CUDA_loss
+#include "kernels/kernel_instantiate.inc"
 
 }  // namespace cuda
 }  // namespace nz

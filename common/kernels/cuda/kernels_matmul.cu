@@ -141,13 +141,9 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
   if (dbias) add_column_sums(ColumnSumOutputs<T, 1>{{dbias}}, DoutValue<T>{dout, OC}, N, OC);
 }
 
-#define NZ_INSTANTIATE(T)                                                                         \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);               \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);
-NZ_INSTANTIATE(float)
-NZ_INSTANTIATE(bf16)
-NZ_INSTANTIATE(f16)
-#undef NZ_INSTANTIATE
+// explicit instantiations: kernel_table.inc's entries with cuda file matmul (float, bf16, fp16)
+#define NZ_INSTANTIATE_CUDA_matmul
+#include "kernels/kernel_instantiate.inc"
 
 }  // namespace cuda
 }  // namespace nz

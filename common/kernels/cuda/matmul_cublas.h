@@ -1,5 +1,5 @@
 // matmul_cublas.h — the three products of a linear layer through cuBLAS (matmul_cublas.cu), for
-// kernels_matmul.cu's dispatch, and the batched product of attention's cuBLAS path. Row-major shapes as in kernel_decls.inc; T = float or nz::bf16.
+// kernels_matmul.cu's dispatch, and the batched product of attention's cuBLAS path. Row-major shapes as in kernel_table.inc; T = float or nz::bf16.
 #pragma once
 
 namespace nz {
