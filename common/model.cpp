@@ -81,9 +81,8 @@ namespace {
 // Attention saves what its backward reads: with the textbook / gemm kernels the softmax, all of
 // the (B,NH,T,T) probabilities; with flash attention in force (kernels.h) one number per row, the
 // log-sum-exp of the scores, (B,NH,T) fp32, from which the backward recomputes each probability.
-// Its `out` (the D = dout·out term) is recomputed by the flash backward into scratch rather than
-// read from atty, because the attention kernel interface (kernel_table.inc) is the same on all
-// three backends and passes no `out`; the price is one more flash forward per backward.
+// The flash backward also reads the forward's output, atty (for D = dout·out per row), which the
+// attention kernel interface (kernel_table.inc) passes on all three backends; the others ignore it.
 struct ActLayout {
   struct Layer {
     size_t ln1, ln1_mean, ln1_rstd, qkv, att /* or the lse */, atty, res_att, ln2, ln2_mean, ln2_rstd, fch, fchg, res_out;
