@@ -195,6 +195,7 @@ std::string Trainer::write_report() {
   j.kv("loss_scale_hysteresis", args.loss_scale_hysteresis);
   j.kv("loss_scale_min", double(args.loss_scale_min));
   j.kv("offload_to", args.offload_to);
+  j.kv("offload_param", args.offload_param);
   j.kv("offload_dir", args.offload_dir);
   j.end_object();
   j.kv("num_params", uint64_t(layout.num_params));

@@ -256,9 +256,19 @@ void Trainer::settle_batch() {
   fflush(stdout);
 }
 
+void Trainer::checkpoint_state(ParamSlices& slices, OptimizerState& optimizer) {
+  held_slices_ = &slices;
+  params_held_ = ParamsHeld::OwnSlices;
+  register_held(optimizer);
+}
+
 void Trainer::checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& optimizer) {
   held_params_ = &params;
   params_held_ = held;
+  register_held(optimizer);
+}
+
+void Trainer::register_held(OptimizerState& optimizer) {
   held_optimizer_ = &optimizer;
   if (resume_from_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
@@ -277,7 +287,9 @@ HeldState Trainer::held_state() {
   h.L = &layout;
   h.dt = dtype;
   h.params = held_params_;
+  h.slices = held_slices_;
   h.params_full = params_held_ == ParamsHeld::AllUnits;  // else this rank's slices
+  if (held_slices_) return h;  // (sized by construction: param_store.h)
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
   h.rank = rank();
@@ -288,13 +300,13 @@ HeldState Trainer::held_state() {
   return h;
 }
 
-void Trainer::init_params(int u, Slice part, void* dst) {
+void Trainer::init_params(int u, Slice part, void* dst, Location at) {
   std::vector<float> unit(layout.units[u].padded);
   init_unit(layout, u, args.seed, unit.data());
   std::vector<char> conv(part.size() * elem_bytes);
   const float* src = unit.data() + part.begin;
   NZ_DISPATCH_TRAIN_DTYPE(dtype, cpu::cast<T, float>((T*)conv.data(), src, part.size()));
-  copy_bytes(dst, Location::Device, conv.data(), Location::Host, conv.size());
+  copy_bytes(dst, at, conv.data(), Location::Host, conv.size());
   heartbeat();  // the watchdog's: set-up of a big model is long, but alive
 }
 
@@ -374,7 +386,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   }
   const bool ckpt_due = step + 1 == args.steps || (args.ckpt_every > 0 && (step + 1) % args.ckpt_every == 0);
   if (!args.ckpt_dir.empty() && ckpt_due) {
-    if (!held_params_) user_error("--ckpt-dir: this trainer does not register its state (Trainer::checkpoint_state)");
+    if (!held_params_ && !held_slices_) user_error("--ckpt-dir: this trainer does not register its state (Trainer::checkpoint_state)");
     phase("checkpoint");
     (save_checkpoint(comm, *checkpoint_, stage, held_state(), step + 1) ? ckpts_written_ : ckpts_failed_)++;
   }
