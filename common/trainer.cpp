@@ -289,11 +289,11 @@ HeldState Trainer::held_state() {
   h.params = held_params_;
   h.slices = held_slices_;
   h.params_full = params_held_ == ParamsHeld::AllUnits;  // else this rank's slices
-  if (held_slices_) return h;  // (sized by construction: param_store.h)
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
   h.rank = rank();
   h.run_id = run_id_;
+  if (held_slices_) return h;  // (sized by construction: param_store.h)
   NZ_CHECK(held_params_->bytes() == (h.params_full ? layout.padded_total : layout.shard_total) * elem_bytes,
            "checkpoint_state: a params buffer of %zu bytes, but the stage says it holds %s",
            held_params_->bytes(), h.params_full ? "all units" : "its own slices");

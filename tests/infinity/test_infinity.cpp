@@ -252,3 +252,47 @@ TEST(Infinity, BrokenVariantsAreCaught) {
     EXPECT_EQ(led.empty(), !m.ledger) << "ledger check:" << join(led);
   }
 }
+
+// Checkpoints (docs/checkpoints.md) hold what each rank holds, wherever it lives: infinity's
+// slices come from host memory or the file. Against independent truth:
+//   - resume: stopped at step 2 and resumed, the same model file and later losses as the
+//     uninterrupted run, on each tier;
+//   - from stage3: infinity resumed from stage3's checkpoint ends with stage3's model;
+//   - to other stages and world sizes: infinity's 2-rank checkpoint resumed on 3 ranks by stage3,
+//     by stage1 and by infinity gives one model, bit for bit (accum 1: every stage the same numbers).
+TEST(Infinity, CheckpointsResumeBitForBitAndReshardToAndFromOtherStages) {
+  const std::string flags = kTiny + "--steps 4 --precision bf16";
+  auto ckpt = [](const std::string& name) { return " --ckpt-every 2 --ckpt-dir " + temp_dir() + "/" + name; };
+  auto at_step2 = [](const std::string& name) { return " --resume " + temp_dir() + "/" + name + "/step-00000002"; };
+  auto later_losses = [](const RunResult& r) {
+    std::vector<double> l = step_values(r.report, "loss");
+    return std::vector<double>(l.end() - 2, l.end());
+  };
+  const std::string disk = tier_flags(true, fresh_dir("ckpt_disk"));
+  const RunResult& a = run_cached("infinity", 2, flags + disk + ckpt("inf2"));
+  const RunResult& s = run_cached("stage3", 2, flags + ckpt("z3_2"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_TRUE(equality_problems(s, a).empty()) << join(equality_problems(s, a));
+  for (const std::string& tier : {disk, std::string()}) {  // resume, each tier
+    SCOPED_TRACE(tier.empty() ? "cpu" : "disk");
+    const RunResult& r = run_cached("infinity", 2, flags + tier + at_step2("inf2"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(same_model_bits(a.model_path, r.model_path));
+    EXPECT_EQ(later_losses(a), step_values(r.report, "loss"));
+  }
+  {  // from stage3
+    const RunResult& r = run_cached("infinity", 2, flags + at_step2("z3_2"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(same_model_bits(s.model_path, r.model_path));
+    EXPECT_EQ(later_losses(s), step_values(r.report, "loss"));
+  }
+  // to stage3, stage1 and infinity on 3 ranks
+  const RunResult& z3 = run_cached("stage3", 3, flags + at_step2("inf2"));
+  const RunResult& z1 = run_cached("stage1", 3, flags + at_step2("inf2"));
+  const RunResult& inf3 = run_cached("infinity", 3, flags + disk + at_step2("inf2"));
+  for (const RunResult* r : {&z3, &z1, &inf3}) ASSERT_EQ(r->exit_code, 0) << r->output;
+  EXPECT_TRUE(compare_runs(z3, z1).identical()) << compare_runs(z3, z1).str();
+  EXPECT_TRUE(compare_runs(z3, inf3).identical()) << compare_runs(z3, inf3).str();
+  EXPECT_FALSE(same_model_bits(a.model_path, z3.model_path)) << "the 3-rank runs must continue on 3 ranks";
+}
