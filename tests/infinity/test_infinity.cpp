@@ -296,3 +296,52 @@ TEST(Infinity, CheckpointsResumeBitForBitAndReshardToAndFromOtherStages) {
   EXPECT_TRUE(compare_runs(z3, inf3).identical()) << compare_runs(z3, inf3).str();
   EXPECT_FALSE(same_model_bits(a.model_path, z3.model_path)) << "the 3-rank runs must continue on 3 ranks";
 }
+
+// DeepSpeed's zero_optimization.offload_param (device cpu or nvme, nvme_path) selects infinity's
+// flags: the shipped configs/infinity.json runs on the host tier, an nvme one on the disk tier in
+// its nvme_path; every other binary, another stage or a second device is refused in one line.
+TEST(Infinity, DeepSpeedOffloadParamSelectsInfinitysFlags) {
+  const std::string run = "--preset tiny --seq 32 --steps 2 --eval-every 0 --eval-windows 2 ";
+  const RunResult& cpu = run_cached("infinity", 2, run + "--config configs/infinity.json");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_EQ(cpu.report["settings"]["offload_param"].str, "cpu");
+  EXPECT_EQ(cpu.report["precision"].str, "bf16");
+  const std::string dir = fresh_dir("nvme");
+  auto config = [](const std::string& name, const std::string& zero) {
+    const std::string path = temp_dir() + "/" + name + ".json";
+    FILE* f = fopen(path.c_str(), "w");
+    fprintf(f, "{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": %s}\n", zero.c_str());
+    fclose(f);
+    return path;
+  };
+  const std::string nvme = config("nvme", R"({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": ")" + dir +
+                                              R"(", "pin_memory": true}, "offload_optimizer": {"device": "nvme"}})");
+  const RunResult& disk = run_cached("infinity", 2, run + "--config " + nvme);
+  ASSERT_EQ(disk.exit_code, 0) << disk.output;
+  EXPECT_EQ(disk.report["settings"]["offload_param"].str, "disk");
+  EXPECT_EQ(disk.report["settings"]["offload_dir"].str, dir);
+  EXPECT_GT(disk.report["ranks"][0]["ledger"]["disk"]["peak"]["params"].u(), 0u);
+  EXPECT_TRUE(files_in(dir).empty());
+  struct Bad {
+    const char* binary;
+    std::string config;
+    const char* want;
+  };
+  const std::string cpu_param = config("cpu_param", R"({"stage": 3, "offload_param": {"device": "cpu"}})");
+  for (const Bad& b : {Bad{"stage3", cpu_param, "run build/bin/infinity with it"},
+                       Bad{"offload", cpu_param, "run build/bin/infinity with it"},
+                       Bad{"infinity", "configs/stage3.json", "run build/bin/stage3 with it"},
+                       Bad{"infinity", config("z2", R"({"stage": 2, "offload_param": {"device": "cpu"}})"),
+                           "expected stage 3"},
+                       Bad{"infinity", config("two", R"({"stage": 3, "offload_param": {"device": "cpu"},
+                           "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}})"), "expected the same device"},
+                       Bad{"infinity", config("nopath", R"({"stage": 3, "offload_param": {"device": "nvme"}})"),
+                           "without nvme_path"}}) {
+    SCOPED_TRACE(std::string(b.binary) + " " + b.config);
+    std::string out;
+    const int rc = run_command("timeout 60 " + bin_dir() + "/" + b.binary + " --config " + b.config + " " + run, &out);
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find(b.want), std::string::npos) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+}
