@@ -20,6 +20,7 @@
 #include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
 #include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)
+#include "offload/param_store.h"  // ParamSlices: infinity's slices (checkpoints, its disk summary)
 
 namespace nz {
 
@@ -436,6 +437,8 @@ void Trainer::finish() {
   evals_.push_back({args.steps, last_val_loss_});
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
   print_summary(total_s);
+  if (held_slices_ && rank() == 0 && !held_slices_->io_summary().empty())  // infinity on disk
+    printf("%s\n", held_slices_->io_summary().c_str());
   if (current_device() == Device::CUDA) print_gpu_memory_check();
   std::string failed;  // what could not be written: said once everything else is written
   if (!args.save_model.empty()) {

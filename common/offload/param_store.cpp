@@ -6,6 +6,7 @@
 
 #include <algorithm>  // std::max
 #include <cerrno>
+#include <chrono>
 #include <climits>  // INT_MAX
 #include <cstring>
 
@@ -14,6 +15,14 @@
 #include "runtime/check.h"
 
 namespace nz {
+namespace {
+
+uint64_t now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
 
 ParamSlices::ParamSlices(const Layout& L, int rank, DType dt, Location where, const std::string& dir,
                          const Comm& comm, bool read_ahead)
@@ -50,7 +59,10 @@ ParamSlices::~ParamSlices() {
 }
 
 bool ParamSlices::read_slice(int u, void* dst) {
-  return transfer_all(false, fd_, static_cast<char*>(dst), slice_bytes(u), file_at(u));
+  const uint64_t t0 = now_ns();
+  const bool ok = transfer_all(false, fd_, static_cast<char*>(dst), slice_bytes(u), file_at(u));
+  read_ns_ += now_ns() - t0;
+  return ok;
 }
 
 void ParamSlices::join_ahead() {
@@ -65,6 +77,7 @@ void ParamSlices::join_ahead() {
 const void* ParamSlices::fetch(int u) {
   if (where_ == Location::Host) return static_cast<const char*>(host_.data()) + L_.units[u].shard_offset * e_;
   fetches_++;
+  const uint64_t t0 = now_ns();
   join_ahead();
   if (ahead_unit_ == u) {  // the guess was right: the slice is already here
     hits_++;
@@ -72,6 +85,7 @@ const void* ParamSlices::fetch(int u) {
   } else if (!read_slice(u, slot_[0].data())) {
     fail("read");
   }
+  waited_ns_ += now_ns() - t0;
   ready_unit_ = u, ahead_unit_ = -1;
   bytes_read_ += slice_bytes(u);
   // learn the order: after (prev_, last_) came u
@@ -97,8 +111,33 @@ void ParamSlices::write_back(int u, const void* slice) {
   join_ahead();
   if (ahead_unit_ == u) ahead_unit_ = -1;
   if (ready_unit_ == u) ready_unit_ = -1;
+  const uint64_t t0 = now_ns();
   if (!transfer_all(true, fd_, (char*)slice, slice_bytes(u), file_at(u))) fail("write");
+  write_ns_ += now_ns() - t0;
   bytes_written_ += slice_bytes(u);
+}
+
+ParamSlices::IoStats ParamSlices::io_stats() const {
+  IoStats s;
+  s.hits = hits_, s.fetches = fetches_, s.bytes_read = bytes_read_, s.bytes_written = bytes_written_;
+  s.read_ms = double(read_ns_.load()) / 1e6, s.write_ms = double(write_ns_) / 1e6;
+  s.waited_ms = double(waited_ns_) / 1e6;
+  return s;
+}
+
+std::string ParamSlices::io_summary() const {
+  if (where_ != Location::Disk) return "";
+  const IoStats s = io_stats();
+  auto rate = [](uint64_t bytes, double ms) { return ms > 0 ? fmt_bytes(double(bytes) / (ms / 1e3)) + "/s" : "-"; };
+  char line[512];
+  snprintf(line, sizeof line,
+           "parameter file (rank 0): read %s in %.1f ms (%s), written %s in %.1f ms (%s); %llu of %llu fetches "
+           "read ahead, %.1f ms waited for a slice (%s)",
+           fmt_bytes(double(s.bytes_read)).c_str(), s.read_ms, rate(s.bytes_read, s.read_ms).c_str(),
+           fmt_bytes(double(s.bytes_written)).c_str(), s.write_ms, rate(s.bytes_written, s.write_ms).c_str(),
+           (unsigned long long)s.hits, (unsigned long long)s.fetches, s.waited_ms,
+           read_ahead_ ? "the rest of the reading overlapped compute" : "--prefetch 0: no read-ahead");
+  return line;
 }
 
 void ParamSlices::read(size_t at, size_t n, void* dst) {

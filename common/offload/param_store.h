@@ -12,6 +12,7 @@
 // written back drops any read-ahead of it, so nothing read before the optimizer is used after it.
 // Writes are plain and synchronous (the optimizer's phase has nothing to overlap them with here).
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <future>
 #include <map>
@@ -45,12 +46,15 @@ class ParamSlices {
   // Elements [at, at + n) of my packed slices (shard offsets), to or from host memory (checkpoints).
   void read(size_t at, size_t n, void* dst);
   void write(size_t at, size_t n, const void* src);
-  // Disk tier: fetches served by the read-ahead, and all fetches (the guess's hit rate), and the
-  // bytes read and written.
-  uint64_t hits() const { return hits_; }
-  uint64_t fetches() const { return fetches_; }
-  uint64_t bytes_read() const { return bytes_read_; }
-  uint64_t bytes_written() const { return bytes_written_; }
+  // Disk tier: what the file cost. Fetches served by the read-ahead, of all fetches (the guess's hit
+  // rate); bytes read and written; the time spent reading (in either thread) and writing, and the
+  // time the training waited for a slice: reading time it did not wait for overlapped compute.
+  struct IoStats {
+    uint64_t hits = 0, fetches = 0, bytes_read = 0, bytes_written = 0;
+    double read_ms = 0, write_ms = 0, waited_ms = 0;
+  };
+  IoStats io_stats() const;
+  std::string io_summary() const;  // one line (Trainer::finish prints rank 0's); "" on the host tier
 
  private:
   const Layout& L_;
@@ -68,6 +72,8 @@ class ParamSlices {
   int prev_ = -1, last_ = -1;               // the last two units fetched
   std::map<std::pair<int, int>, int> next_;  // (before, unit) -> the unit fetched after them
   uint64_t hits_ = 0, fetches_ = 0, bytes_read_ = 0, bytes_written_ = 0;
+  std::atomic<uint64_t> read_ns_{0};  // both threads read
+  uint64_t write_ns_ = 0, waited_ns_ = 0;
   size_t slice_bytes(int u) const { return L_.units[u].padded / L_.world * e_; }
   off_t file_at(int u) const { return off_t(L_.units[u].shard_offset * e_); }
   bool read_slice(int u, void* dst);  // false: the read failed (errno)
