@@ -1,6 +1,7 @@
 # tests/infinity/mutants.mk — deliberately broken copies of infinity, for the tests of the tests:
 # tests/infinity/test_infinity.cpp runs each one and requires its checks (stage3's bits, the
-# ledger) to report the bug. `make all` builds them into $(BUILD)/bin/ (sources: $(BUILD)/mutants/).
+# ledger) to report the bug. `make tests` builds them into $(BUILD)/mutants/bin/ (sources:
+# $(BUILD)/mutants/).
 #
 #   stale_slice          the updated slice is written back after the next step's forward has
 #                        gathered the unit: every forward trains on the previous step's parameters
@@ -22,10 +23,10 @@ INFINITY_MUTANT_SED_prefetch_wrong_unit := \
   -e 's/if (u - 1 > EMBED) prefetch(u - 1);/if (u - 2 > EMBED) prefetch(u - 2);/'
 INFINITY_MUTANT_LINES_prefetch_wrong_unit := 1
 INFINITY_MUTANT_SED_grad_slice_not_down := \
-  -e 's/^\( *\)to_host(landing\.data(), mine, owned(u));$$/\1;  \/\/ (never copied down)/'
+  -e 's/^\( *\)to_host(landing\.data(), mine, owned(u));$$/\1(void)to_host;  \/\/ (never copied down)/'
 INFINITY_MUTANT_LINES_grad_slice_not_down := 1
 
-INFINITY_MUTANT_BINS := $(INFINITY_MUTANTS:%=$(BUILD)/bin/mutant_infinity_%)
+INFINITY_MUTANT_BINS := $(INFINITY_MUTANTS:%=$(BUILD)/mutants/bin/mutant_infinity_%)
 EXTRA_BINS += $(INFINITY_MUTANT_BINS)
 
 INFINITY_MUTANT_SRCS := $(INFINITY_MUTANTS:%=$(BUILD)/mutants/mutant_infinity_%.cpp)
@@ -43,6 +44,6 @@ $(INFINITY_MUTANTS:%=$(BUILD)/obj/mutants/mutant_infinity_%.o): $(BUILD)/obj/mut
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-$(INFINITY_MUTANT_BINS): $(BUILD)/bin/%: $(BUILD)/obj/mutants/%.o $(LIB)
+$(INFINITY_MUTANT_BINS): $(BUILD)/mutants/bin/%: $(BUILD)/obj/mutants/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
