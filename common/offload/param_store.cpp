@@ -132,11 +132,11 @@ std::string ParamSlices::io_summary() const {
   char line[512];
   snprintf(line, sizeof line,
            "parameter file (rank 0): read %s in %.1f ms (%s), written %s in %.1f ms (%s); %llu of %llu fetches "
-           "read ahead, %.1f ms waited for a slice (%s)",
+           "read ahead (%s), %.1f ms waited for a slice",
            fmt_bytes(double(s.bytes_read)).c_str(), s.read_ms, rate(s.bytes_read, s.read_ms).c_str(),
            fmt_bytes(double(s.bytes_written)).c_str(), s.write_ms, rate(s.bytes_written, s.write_ms).c_str(),
-           (unsigned long long)s.hits, (unsigned long long)s.fetches, s.waited_ms,
-           read_ahead_ ? "the rest of the reading overlapped compute" : "--prefetch 0: no read-ahead");
+           (unsigned long long)s.hits, (unsigned long long)s.fetches, read_ahead_ ? "--prefetch 1" : "--prefetch 0",
+           s.waited_ms);
   return line;
 }
 
