@@ -222,9 +222,7 @@ std::string Trainer::write_report() {
        expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing,
                                  model->attention()));
   j.kv("host", f.host);  // everything off the device; of it on disk (offload, infinity with the disk tier):
-  const bool disk_tier = (stage == Stage::Offload && args.offload_to == "disk") ||
-                         (stage == Stage::Infinity && args.offload_param == "disk");
-  j.kv("disk", offload_state_bytes(stage, layout, dtype, disk_tier ? Location::Disk : Location::Host).disk);
+  j.kv("disk", offload_state_bytes(stage, layout, dtype, offload_tier(args, stage)).disk);
   j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));
   j.kv("link_elems_per_step", expected_link_elems(stage, layout, args.accum));
   j.kv("overflow_flag_elems_per_step", expected_overflow_flag_elems(layout, dtype));

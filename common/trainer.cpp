@@ -37,7 +37,8 @@ void check_model_fits(const Args& args, Stage stage, const Comm& comm, int dp_wo
   const Attention attn = flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
   const double device = double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype,
                                                     args.activation_checkpointing, attn));
-  const double host = double(expected_state_bytes(stage, L, args.dtype).host);
+  // (the disk tier's files are not host memory: their room is checked when they are made)
+  const double host = double(offload_state_bytes(stage, L, args.dtype, offload_tier(args, stage)).host);
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   int sharing = comm.local_size();  // ranks sharing the memory that does not fit
   double need = (device + host) * sharing, have = ram;

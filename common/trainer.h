@@ -38,6 +38,14 @@ struct UnitAccess {
   std::function<void(int u)> release = [](int) {};
 };
 
+// Where offload's optimizer state, or infinity's slices and optimizer state, live beyond the device:
+// Location::Disk with --offload-to disk (offload) or --offload-param disk (infinity), else Host.
+inline Location offload_tier(const Args& a, Stage s) {
+  const bool disk = (s == Stage::Offload && a.offload_to == "disk") ||
+                    (s == Stage::Infinity && a.offload_param == "disk");
+  return disk ? Location::Disk : Location::Host;
+}
+
 class Trainer {
  public:
   Trainer(int argc, char** argv, Stage stage);
