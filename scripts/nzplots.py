@@ -30,9 +30,10 @@ STAGES = [l.strip() for l in (Path(__file__).resolve().parent.parent / "stages.t
           if l[:1].isalpha()]  # the rungs, in order (stages.txt)
 # What each stage shards, as the paper names it.
 STAGE_LABEL = {"stage0_ddp": "stage0 (DDP)", "stage1": "stage1 (P_os)", "stage2": "stage2 (P_os+g)",
-               "stage3": "stage3 (P_os+g+p)", "offload": "offload (stage2 + host)"}
+               "stage3": "stage3 (P_os+g+p)", "offload": "offload (stage2 + host)",
+               "infinity": "infinity (stage3 + host)"}
 STAGE_COLOR = {"stage0_ddp": "#444444", "stage1": "#1f77b4", "stage2": "#2ca02c", "stage3": "#d62728",
-               "offload": "#9467bd"}
+               "offload": "#9467bd", "infinity": "#ff7f0e"}
 # Ledger categories, bottom to top in the stacked figures.
 CATEGORIES = ["params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "gathered", "activations"]
 MODEL_STATE = CATEGORIES[:-1]  # everything but the activations

@@ -41,15 +41,16 @@ using namespace nz;
 
 namespace {
 
-const Stage kAllStages[] = {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::Offload};
+const Stage kAllStages[] = {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::Offload, Stage::Infinity};
 // The model-state categories, in the order the trainers' memory table prints them.
 const Category kStateCats[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
                                Category::AdamV, Category::CommBuffers, Category::Gathered};
 
-// Where a category lives: offload keeps the gradient shard and the optimizer on the host.
+// Where a category lives: offload keeps the gradient shard and the optimizer on the host;
+// infinity the parameter slices too (--offload-param cpu; on disk they are the disk's).
 Location location_of(Stage s, Category c) {
-  bool on_host = s == Stage::Offload && (c == Category::Grads || c == Category::Master ||
-                                         c == Category::AdamM || c == Category::AdamV);
+  const bool state = c == Category::Grads || c == Category::Master || c == Category::AdamM || c == Category::AdamV;
+  bool on_host = (s == Stage::Offload && state) || (s == Stage::Infinity && (state || c == Category::Params));
   return on_host ? Location::Host : Location::Device;
 }
 
@@ -174,12 +175,13 @@ void print_usage() {
          "  --params PSI   a raw parameter count instead (7.5B, 125M, 1T, 3e9): model states only\n"
          "  --world        number of ranks N, or a list: 1,2,4,1024 (default 1)\n"
          "  --precision    fp32 (default), bf16 or fp16 (mixed: 16-bit params and grads, fp32 master and Adam)\n"
-         "  --stage        stage0_ddp, stage1, stage2, stage3, offload (or 0..3), or all (default)\n"
+         "  --stage        stage0_ddp, stage1, stage2, stage3, offload, infinity (or 0..3), or all (default)\n"
          "  --offload      short for --stage offload: stage2 with grads shard, master, Adam on the host\n"
          "  --batch, --seq micro-batch per rank and sequence length, for the activations\n"
          "                 (default 4 and 64, or the context if shorter)\n"
          "  --accum K      micro-steps per optimizer step, for the elements sent per step (default 1):\n"
-         "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3 3K(N-1)S\n"
+         "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3, infinity\n"
+         "                 3K(N-1)S\n"
          "                 (S = padded params / N); the bytes do not depend on K\n"
          "  --activation-checkpointing   count the activations of a checkpointed run in the totals (the\n"
          "                 table prints both: block inputs plus one block, against every block's internals)\n"
@@ -346,8 +348,8 @@ int main(int argc, char** argv) {
   Stage one;
   if (stage_arg == "all") stages.assign(std::begin(kAllStages), std::end(kAllStages));
   else if (parse_stage(stage_arg, &one)) stages = {one};
-  else user_error("--stage %s: unknown stage; valid: stage0_ddp, stage1, stage2, stage3, offload (or 0..3), all",
-                  stage_arg.c_str());
+  else user_error("--stage %s: unknown stage; valid: stage0_ddp, stage1, stage2, stage3, offload, infinity (or 0..3), "
+                  "all", stage_arg.c_str());
   // activations: the same in every stage (zero_formulas.h), with and without checkpointing
   const uint64_t acts_plain = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, false, attn);
   const uint64_t acts_ckpt = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, true, attn);
@@ -504,8 +506,9 @@ int main(int argc, char** argv) {
          "--accum K = %d micro-step%s. Stage0 and stage1 keep the full gradient, sum it locally over the micro-steps\n"
          "and reduce it once: 2(N-1)S whatever K. Stage2 and offload keep only their slice of it, so they\n"
          "reduce-scatter every micro-step, then all-gather once: (K+1)(N-1)S. Stage3 also gathers the\n"
-         "parameters twice per micro-step: 3K(N-1)S. host link/step: offload's K·S gradient elements down to\n"
-         "the host and S parameters back up.\n",
+         "parameters twice per micro-step: 3K(N-1)S, and so does infinity. host link/step: offload's K·S\n"
+         "gradient elements down to the host and S parameters back up; infinity's K·S down and 2K·S up (my\n"
+         "slice of each unit before each of its gathers).\n",
          accum, accum == 1 ? "" : "s");
   return 0;
 }

@@ -26,8 +26,21 @@
 #include "io/crc32c.h"
 #include "runtime/watchdog.h"     // heartbeat: a unit loaded (writes beat in AtomicFile)
 #include "kernels/kernels.h"      // cpu::cast: stored bf16/fp16 params widened to be checked
+#include "offload/param_store.h"  // ParamSlices: infinity's slices, off the device
 
 namespace nz {
+
+void HeldState::get_params(size_t at, size_t n, void* host) const {
+  const size_t e = dtype_bytes(dt);
+  if (slices) return slices->read(at, n, host);
+  copy_bytes(host, Location::Host, (const char*)params->data() + at * e, params->location(), n * e);
+}
+
+void HeldState::put_params(size_t at, size_t n, const void* host) const {
+  const size_t e = dtype_bytes(dt);
+  if (slices) return slices->write(at, n, host);
+  copy_bytes((char*)params->data() + at * e, params->location(), host, Location::Host, n * e);
+}
 namespace {
 
 constexpr size_t kChunkElems = 1 << 20;  // host memory used while streaming a shard in or out
@@ -283,7 +296,7 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
       const size_t n = h.params_range(u).size(), at = h.params_at(u);
       for (size_t a = 0; a < n && f->ok(); a += kChunkElems) {
         const size_t k = std::min(kChunkElems, n - a);
-        copy_bytes(chunk.data(), Location::Host, (char*)h.params->data() + (at + a) * e, Location::Device, k * e);
+        h.get_params(at + a, k, chunk.data());
         f->write(chunk.data(), k * e);
       }
     }
@@ -682,7 +695,7 @@ int load_checkpoint(Comm& comm, const CheckpointConfig& args, const HeldState& h
     arr.resize(s.size());
     NZ_DISPATCH_TRAIN_DTYPE(h.dt, cpu::cast<float, T>(arr.data(), (const T*)host.data(), s.size()));
     check_finite("parameter", u, s.begin, arr.data(), arr.size());
-    copy_bytes((char*)h.params->data() + h.params_at(u) * e, Location::Device, host.data(), Location::Host, host.size());
+    h.put_params(h.params_at(u), s.size(), host.data());
     heartbeat();
   }
   for (OptArray which : {OptArray::Master, OptArray::M, OptArray::V}) {  // its optimizer state

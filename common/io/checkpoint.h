@@ -45,6 +45,8 @@
 
 namespace nz {
 
+class ParamSlices;  // offload/param_store.h
+
 constexpr char kShardMagic[8] = {'N', 'Z', 'C', 'K', 'S', 'H', 'R', 'D'};
 constexpr uint32_t kShardVersion = 1;
 inline size_t shard_header_bytes(int units) { return 8 + 6 * 4 + size_t(units) * 4 * 8; }
@@ -73,6 +75,8 @@ struct HeldState {
   DType dt = DType::F32;
   Buffer* params = nullptr;  // all padded units (stages 0-2, offload) or this rank's slices (stage3)
   bool params_full = true;
+  // infinity: this rank's slices off the device (param_store.h) instead of a params buffer
+  ParamSlices* slices = nullptr;
   OptimizerState* opt = nullptr;
   LossScaler* scaler = nullptr;  // fp16: its state is saved and restored too
   int rank = 0;
@@ -80,7 +84,12 @@ struct HeldState {
   Slice params_range(int u) const { return params_full ? L->full(u) : L->shard(u, rank); }
   // where unit u's params range starts in the params buffer, in elements
   size_t params_at(int u) const { return params_full ? L->units[u].offset : L->units[u].shard_offset; }
-  uint64_t params_bytes() const { return params->bytes(); }
+  uint64_t params_bytes() const {
+    return (params_full ? L->padded_total : L->shard_total) * dtype_bytes(dt);
+  }
+  // elements [at, at + n) of the params held, to or from host memory
+  void get_params(size_t at, size_t n, void* host) const;
+  void put_params(size_t at, size_t n, const void* host) const;
   uint64_t optimizer_bytes() const { return uint64_t(opt->has_master() ? 3 : 2) * 4 * opt->owned_elems(); }
 };
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>  // stat (--offload-dir)
 #include <unistd.h>
 
+#include <algorithm>  // std::find
 #include <cctype>
 #include <cerrno>
 #include <climits>
@@ -264,13 +265,18 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--attention", "A", "CUDA attention with --kernels fast: gemm (default: batched cuBLAS, the T x T scores in "
                            "memory) or flash (tiles in shared memory, no T x T matrix)",
        [&](auto&, auto& v) { a.attention = v; }},
-      {"--prefetch", "0|1", "stage3: gather the next unit while this one computes (default 1)",
+      {"--prefetch", "0|1", "stage3, infinity: gather the next unit while this one computes (default 1; "
+                            "infinity on disk: and read its slice ahead)",
        [&](auto& f, auto& v) { a.prefetch = int(parse_int(f, v, 0, 1, "0 or 1")); }},
       {"--offload-to", "WHERE", "offload: keep the optimizer state in cpu memory (default) or on disk",
        [&](auto&, auto& v) { a.offload_to = v; }},
-      {"--offload-dir", "DIR", "offload --offload-to disk: directory for the optimizer files",
+      {"--offload-param", "WHERE", "infinity: keep my parameter slices and the optimizer state in cpu memory "
+                                   "(default) or on disk",
+       [&](auto&, auto& v) { a.offload_param = v; }},
+      {"--offload-dir", "DIR", "offload --offload-to disk, infinity --offload-param disk: directory for the files",
        [&](auto&, auto& v) { a.offload_dir = v; }},
-      {"--offload-chunk", "N", "offload --offload-to disk: elements streamed through host memory at a time",
+      {"--offload-chunk", "N", "offload, infinity on disk: optimizer elements streamed through host memory at a "
+                                "time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
       {"--pipeline", "P", "pipeline: P stages, each a contiguous run of units; N/P data-parallel replicas "
        "(default 1)", pos_int(&a.pipeline, 1 << 16)},
@@ -424,17 +430,25 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--schedule %s: unknown pipeline schedule; valid: gpipe, 1f1b", a.schedule.c_str());
   if (a.offload_to != "cpu" && a.offload_to != "disk")
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
-  // A stage's own flag given to another stage would be ignored there: refused, naming the stage that uses it.
-  const std::pair<const char*, const char*> stage_flags[] = {
-      {"--offload-to", "offload"}, {"--offload-dir", "offload"}, {"--offload-chunk", "offload"}, {"--prefetch", "stage3"},
-      {"--pipeline", "pipeline"}, {"--schedule", "pipeline"}, {"--partition", "pipeline"}};
-  for (const auto& [flag, user] : stage_flags)
-    if (typed.count(flag) && std::string(program) != user)
-      user_error("%s %s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",
-                 flag, typed[flag].c_str(), program, user, user);
-  if (a.offload_to == "disk" && a.offload_dir.empty())
-    user_error("--offload-to disk needs --offload-dir DIR (an existing, writable directory)");
-  if (a.offload_to == "disk") {  // whether it has room is checked when the files are made (offload_store.h)
+  if (a.offload_param != "cpu" && a.offload_param != "disk")
+    user_error("--offload-param %s: valid: cpu, disk", a.offload_param.c_str());
+  // A stage's own flag given to another stage would be ignored there: refused, naming the stages that use it.
+  const std::pair<const char*, std::vector<std::string>> stage_flags[] = {
+      {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
+      {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
+      {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}}};
+  for (const auto& [flag, users] : stage_flags) {
+    if (!typed.count(flag) || std::find(users.begin(), users.end(), program) != users.end()) continue;
+    std::string with = "build/bin/" + users[0];
+    for (size_t i = 1; i < users.size(); i++) with += " or build/bin/" + users[i];
+    user_error("%s %s: %s does not use it, expected it with %s only; run %s, or drop the flag", flag,
+               typed[flag].c_str(), program, with.c_str(), with.c_str());
+  }
+  const bool on_disk = a.offload_to == "disk" || a.offload_param == "disk";
+  if (on_disk && a.offload_dir.empty())
+    user_error("%s disk needs --offload-dir DIR (an existing, writable directory)",
+               a.offload_param == "disk" ? "--offload-param" : "--offload-to");
+  if (on_disk) {  // whether it has room is checked when the files are made (offload_store.h)
     struct stat st;
     const char* dir = a.offload_dir.c_str();
     std::string why;

@@ -72,9 +72,10 @@ struct Args {
   std::string kernels = "fast";   // fast (BLAS / cuBLAS) | reference (the hand-written kernels)
   std::string attention = "gemm"; // CUDA fast path: gemm (batched cuBLAS) | flash (no T x T matrix)
   // stage-specific
-  int prefetch = 1;                  // stage3: gather the next unit while this one computes
+  int prefetch = 1;                  // stage3, infinity: gather the next unit while this one computes
+  std::string offload_param = "cpu"; // infinity: cpu | disk (the parameter slices and optimizer state)
   std::string offload_to = "cpu";    // offload: cpu | disk
-  std::string offload_dir;           // offload --offload-to disk: where the optimizer files go
+  std::string offload_dir;           // offload, infinity on disk: where the files go
   long offload_chunk = 1 << 20;      // offload disk: elements streamed per chunk
   int pipeline = 1;                  // pipeline: P stages (the ranks are P stages x N/P replicas)
   std::string schedule = "1f1b";     // pipeline: gpipe | 1f1b

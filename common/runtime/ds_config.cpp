@@ -223,8 +223,9 @@ struct Reader {
   }
 };
 
-// The binary that runs a config's ZeRO stage (with or without offload_optimizer).
-std::string binary_for(long long stage, bool offload) {
+// The binary that runs a config's ZeRO stage (with or without offload_optimizer, offload_param).
+std::string binary_for(long long stage, bool offload, bool param_offload) {
+  if (param_offload) return "infinity";
   if (offload) return "offload";
   return stage == 0 ? "stage0_ddp" : "stage" + std::to_string(stage);
 }
@@ -304,29 +305,70 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
 
   // ---- ZeRO stage and offload: which binary runs this config ----
   long long stage = 0;
-  bool offload = false;
+  bool offload = false, param_offload = false;
   if (c.contains("zero_optimization") && c["zero_optimization"].is_boolean()) {
     stage = c["zero_optimization"].get<bool>() ? 1 : 0;  // DeepSpeed's old spelling: true is stage 1
   } else if (c.contains("zero_optimization")) {
     const json& z = c["zero_optimization"];
     r.only(z, "zero_optimization", {"stage", "offload_optimizer", "offload_param", "cpu_offload"});
     if (z.contains("stage")) stage = r.whole(z["stage"], "zero_optimization.stage", 0, 3);
+    // ZeRO-Infinity's parameter offload (device cpu or nvme): build/bin/infinity, whose optimizer
+    // state goes where the parameters go
+    std::string param_device = "none";
+    const std::string p_key = "zero_optimization.offload_param";
+    if (z.contains("offload_param")) {
+      const json& p = z["offload_param"];
+      r.only(p, p_key, {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"});
+      param_device = p.contains("device") ? r.text(p["device"], p_key + ".device") : "none";
+      if (param_device == "cpu" || param_device == "nvme") {
+        param_offload = true;
+        r.flag("--offload-param", param_device == "cpu" ? "cpu" : "disk", p_key + ".device", shown(p["device"]));
+        if (p.contains("nvme_path")) {
+          const std::string dir = r.text(p["nvme_path"], p_key + ".nvme_path");
+          if (param_device == "nvme") r.flag("--offload-dir", dir, p_key + ".nvme_path", shown(p["nvme_path"]));
+          else r.note(p_key + ".nvme_path", "DeepSpeed uses it with device nvme only, and this is device cpu: ignored");
+        } else if (param_device == "nvme" && !command_line.count("--offload-dir")) {
+          r.fail(p_key + ".device", "\"nvme\" without nvme_path, expected the directory for the parameter files "
+                                    "beside it; add \"nvme_path\": \"/a/directory\"");
+        }
+        for (const char* k : {"pin_memory", "buffer_count", "buffer_size", "max_in_cpu"})
+          if (p.contains(k))
+            r.note(p_key + "." + k, "DeepSpeed's buffers for swapping parameters; here each unit's slice is read "
+                                    "into one of two host buffers: ignored");
+      } else if (param_device != "none") {
+        r.fail(p_key + ".device", "\"" + printable(param_device) + "\", expected cpu, nvme or none; write one of them");
+      } else {
+        r.note(p_key, "device none: DeepSpeed keeps the parameters on the device, as here: ignored");
+      }
+    }
     if (z.contains("offload_optimizer")) {
       const std::string o_key = "zero_optimization.offload_optimizer";
       const json& o = z["offload_optimizer"];
       r.only(o, o_key, {"device", "nvme_path"});
       const std::string device = o.contains("device") ? r.text(o["device"], o_key + ".device") : "none";
-      if (device == "cpu" || device == "nvme") {
+      if (param_offload) {  // infinity: the optimizer state lives with the parameter slices
+        if (device != param_device)
+          r.fail(o_key + ".device", "\"" + printable(device) + "\" beside offload_param's \"" + param_device +
+                                    "\", expected the same device: build/bin/infinity keeps the optimizer state with "
+                                    "the parameter slices; set both to " + param_device);
+        if (o.contains("nvme_path") && z["offload_param"].contains("nvme_path") &&
+            o["nvme_path"] != z["offload_param"]["nvme_path"])
+          r.fail(o_key + ".nvme_path", shown(o["nvme_path"]) + " beside offload_param's " +
+                                       shown(z["offload_param"]["nvme_path"]) + ", expected the same directory; "
+                                       "write one path in both");
+        r.note(o_key, "device " + device + ": the optimizer state goes where offload_param puts the parameters, "
+                      "as here");
+      } else if (device == "cpu" || device == "nvme") {
         offload = true;
         r.flag("--offload-to", device == "cpu" ? "cpu" : "disk", o_key + ".device", shown(o["device"]));
       } else if (device != "none") {
         r.fail(o_key + ".device", "\"" + printable(device) + "\", expected cpu, nvme or none; write one of them");
       }
-      if (o.contains("nvme_path")) {
+      if (!param_offload && o.contains("nvme_path")) {
         const std::string dir = r.text(o["nvme_path"], o_key + ".nvme_path");
         if (device == "nvme") r.flag("--offload-dir", dir, o_key + ".nvme_path", shown(o["nvme_path"]));
         else r.note(o_key + ".nvme_path", "DeepSpeed uses it with device nvme only, and this is device " + device + ": ignored");
-      } else if (device == "nvme" && !command_line.count("--offload-dir")) {
+      } else if (!param_offload && device == "nvme" && !command_line.count("--offload-dir")) {
         r.fail(o_key + ".device", "\"nvme\" without nvme_path, expected the directory for the optimizer files beside "
                                   "it; add \"nvme_path\": \"/a/directory\"");
       }
@@ -335,29 +377,25 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     if (z.contains("cpu_offload") && r.boolean(z["cpu_offload"], "zero_optimization.cpu_offload")) {
       if (z.contains("offload_optimizer"))
         r.fail("zero_optimization.cpu_offload", "true beside offload_optimizer, expected one of them; remove cpu_offload");
+      if (param_offload)
+        r.fail("zero_optimization.cpu_offload", "true beside offload_param, expected offload_optimizer's device; "
+                                                "remove cpu_offload (infinity keeps the optimizer with the parameters)");
       offload = true;
       r.flag("--offload-to", "cpu", "zero_optimization.cpu_offload", "true");
     }
-    // ZeRO-Infinity's parameter offload is not built: only device none (DeepSpeed's default)
-    if (z.contains("offload_param")) {
-      const std::string p_key = "zero_optimization.offload_param";
-      const json& p = z["offload_param"];
-      r.only(p, p_key, {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"});
-      const std::string device = p.contains("device") ? r.text(p["device"], p_key + ".device") : "none";
-      if (device != "none")
-        r.fail(p_key + ".device", "\"" + printable(device) + "\": parameter offload (ZeRO-Infinity) is not built here, "
-                                  "expected none; set it to none, or remove offload_param");
-      r.note(p_key, "device none: DeepSpeed keeps the parameters on the device, as here: ignored");
-    }
+    if (param_offload && stage != 3)
+      r.fail(p_key, "device " + param_device + " with stage " + std::to_string(stage) + ", expected stage 3: "
+                    "parameters are offloaded only once they are sharded; set zero_optimization.stage 3");
     if (offload && stage != 2)
       r.fail("zero_optimization.offload_optimizer",
              "not supported with stage " + std::to_string(stage) + " yet, expected stage 2: ZeRO-Offload here is stage "
-             "2's; run build/bin/offload with zero_optimization.stage 2");
+             "2's; run build/bin/offload with zero_optimization.stage 2 (or add offload_param for build/bin/infinity)");
   }
-  const std::string want = binary_for(stage, offload);
+  const std::string want = binary_for(stage, offload, param_offload);
   if (want != program)
     user_error("--config %s: a config for ZeRO stage %lld%s, and this is %s, expected build/bin/%s; run build/bin/%s "
-               "with it", path.c_str(), stage, offload ? " with offload_optimizer" : "", program.c_str(),
+               "with it", path.c_str(), stage,
+               param_offload ? " with offload_param" : offload ? " with offload_optimizer" : "", program.c_str(),
                want.c_str(), want.c_str());
 
   // ---- the optimizer: AdamW (DeepSpeed's "Adam" is AdamW too, its adam_w_mode on by default) ----
