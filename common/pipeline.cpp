@@ -58,8 +58,18 @@ std::vector<int> balanced_partition(const Layout& L, int P) {
 }
 
 PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P, const std::string& schedule,
-                                const std::string& partition) {
+                                const std::string& partition, int zero) {
   const int U = cfg.layers + 2;
+  // ZeRO-2 and -3 shard the gradient: each micro-batch's gradient of a unit must be reduce-scattered
+  // away as soon as its backward ends. In a pipeline those backwards come one by one, between other
+  // micro-batches' forwards, on every stage at its own time: a reduce-scatter per unit per micro-batch
+  // on each stage, and the sum over micro-batches no longer local. ZeRO-1 shards only the optimizer
+  // state, touched once per step after the last backward: it fits (DeepSpeed allows only it too).
+  if (zero >= 2)
+    user_error("--zero %d: ZeRO-%d shards the gradient, but in a pipeline a unit's gradient accumulates over K "
+               "micro-batches whose backwards arrive at different times, so it cannot be sharded away after each "
+               "one; expected --zero 0 or 1; use --zero 1 (the optimizer state sharded over the replicas)",
+               zero, zero);
   if (world % P != 0)
     user_error("--pipeline %d: does not divide the %d ranks, expected N = P x D (D data-parallel replicas of the "
                "pipeline); run on a multiple of %d ranks, or choose P dividing %d",
@@ -73,6 +83,7 @@ PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P
   plan.replicas = world / P;
   plan.stage = rank / plan.replicas;
   plan.replica = rank % plan.replicas;
+  plan.zero = zero;
   if (schedule == "gpipe") plan.schedule = PipeSchedule::GPipe;
   else if (schedule == "1f1b") plan.schedule = PipeSchedule::OneFOneB;
   else user_error("--schedule %s: unknown pipeline schedule, expected gpipe or 1f1b", schedule.c_str());

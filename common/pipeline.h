@@ -43,6 +43,7 @@ struct PipelinePlan {
   int stages = 1, replicas = 1;  // P, D
   int stage = 0, replica = 0;    // this rank's
   PipeSchedule schedule = PipeSchedule::OneFOneB;
+  int zero = 0;  // --zero 1: each stage's optimizer state sharded over its D replicas (ZeRO-1, as stage1)
   std::vector<int> first_unit;   // P + 1 entries: stage s holds units [first_unit[s], first_unit[s + 1])
   int rank_of(int s, int d) const { return s * replicas + d; }
   int first() const { return first_unit[stage]; }    // this stage's units: [first(), end())
@@ -53,9 +54,10 @@ struct PipelinePlan {
 // The plan for `rank` of `world` ranks, for the model `cfg`: P stages (--pipeline), the schedule's name (--schedule) and
 // the partition (--partition: the first unit of stages 1..P-1, comma-separated; "" balances the
 // parameters). Bad input is one line and exit 2 (check.h, user_error): P not dividing N, more
-// stages than units, a partition that is not increasing, leaves a stage empty or has the wrong count.
+// stages than units, a partition that is not increasing, leaves a stage empty or has the wrong count,
+// --zero 2 or 3 (see make_pipeline_plan in pipeline.cpp for why they do not fit a pipeline).
 PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P, const std::string& schedule,
-                                const std::string& partition);
+                                const std::string& partition, int zero = 0);
 // The default partition: each boundary where the running parameter count comes nearest to s/P of
 // the total, every stage at least one unit (DeepSpeed's partition_method "parameters").
 std::vector<int> balanced_partition(const Layout& L, int P);

@@ -280,6 +280,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--partition", "U1,U2,...", "pipeline: the first unit of stages 1..P-1, increasing (units: 0 embed, 1..L "
        "blocks, L+1 lnf; default: balance the parameters)",
        [&](auto&, auto& v) { a.partition = v; }},
+      {"--zero", "0|1", "pipeline: 1 shards each stage's optimizer state over its D replicas (ZeRO-1; 2 and 3 "
+       "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) { a.zero = int(parse_int(f, v, 0, 3, "0..3")); }},
       {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
        [&](auto&, auto& v) { a.ckpt_dir = v; }},
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
@@ -427,7 +429,8 @@ Args parse_args(int argc, char** argv, const char* program) {
   // A stage's own flag given to another stage would be ignored there: refused, naming the stage that uses it.
   const std::pair<const char*, const char*> stage_flags[] = {
       {"--offload-to", "offload"}, {"--offload-dir", "offload"}, {"--offload-chunk", "offload"}, {"--prefetch", "stage3"},
-      {"--pipeline", "pipeline"}, {"--schedule", "pipeline"}, {"--partition", "pipeline"}};
+      {"--pipeline", "pipeline"}, {"--schedule", "pipeline"}, {"--partition", "pipeline"},
+      {"--zero", "pipeline"}};
   for (const auto& [flag, user] : stage_flags)
     if (typed.count(flag) && std::string(program) != user)
       user_error("%s %s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",
