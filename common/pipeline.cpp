@@ -130,8 +130,9 @@ std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const Sta
   const std::vector<double> compute_s = comm.gather_scalar(clock.compute_s);
   const std::vector<double> wait_s = comm.gather_scalar(clock.wait_s);
   char head[160];
-  snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"schedule\": \"%s\", \"bubble_formula\": %.17g, ",
-           plan.stages, plan.replicas, schedule_name(plan.schedule), bubble_formula(plan.stages, K));
+  snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"zero\": %d, \"schedule\": \"%s\", "
+           "\"bubble_formula\": %.17g, ", plan.stages, plan.replicas, plan.zero, schedule_name(plan.schedule),
+           bubble_formula(plan.stages, K));
   std::string report = std::string(head) + "\"first_unit\": [";
   for (size_t i = 0; i < plan.first_unit.size(); i++) report += (i ? ", " : "") + std::to_string(plan.first_unit[i]);
   report += "], \"ranks\": [";

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <fstream>
 #include <map>
 
 #include "harness.h"
@@ -257,7 +258,7 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
 // The bubble is measured on every rank: compute and wait times, the idle fraction beside (P-1)/(K+P-1).
 TEST(Pipeline, ReportsTheMeasuredBubbleBesideTheFormula) {
   for (int K : {1, 4, 8}) {
-    RunResult r = run_trainer("pipeline", 4, kTiny + pipeline_flags(4, "1f1b", K) + "--steps 3", "bubble");
+    RunResult r = run_trainer("pipeline", 4, kTiny + pipeline_flags(4, "1f1b", K), "bubble");  // 2 steps
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const Json& pp = r.report["pipeline"];
     EXPECT_DOUBLE_EQ(pp["bubble_formula"].d(), 3.0 / (K + 3));
@@ -434,6 +435,68 @@ TEST(Pipeline, CheckpointsResumeBitForBitAndReshardToAndFromTheStages) {
     snprintf(name, sizeof name, "/rank-%05d.shard", rk);
     // the last stage's copy of wte is not in its shard: the first stage's wte is the one checkpointed
     EXPECT_EQ(bytes_of(ckpt_step(bf_dir, 4) + name), header + held - tied) << "rank " << rk;
+  }
+}
+
+// ---- DeepSpeed's pipeline section (--config) ----
+
+namespace {
+std::string write_config(const std::string& name, const std::string& text) {
+  const std::string path = temp_dir() + "/" + name + ".json";
+  std::ofstream(path) << text;
+  return path;
+}
+}  // namespace
+
+// Its keys become the pipeline's flags: the run is the one those flags make (stage0_ddp with
+// --activation-checkpointing on D = 2 ranks, --accum 3, bit for bit) and its report says P = 2,
+// ZeRO-1; each key that changes nothing here is one note line. A key not built here, ZeRO-2/3, or
+// a pipeline config given to another binary is one line naming the key (or the binary), exit 2.
+TEST(Pipeline, DeepSpeedsPipelineSectionBecomesThePipelinesFlags) {
+  const std::string cfg = write_config("ds_pipeline", R"({
+    "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3, "gradient_clipping": 0.5,
+    "zero_optimization": {"stage": 1},
+    "pipeline": {"stages": 2, "partition": "parameters", "activation_checkpoint_interval": 1, "seed_layers": false,
+                 "pipe_partitioned": true, "grad_partitioned": true}})");
+  const RunResult& ref = shared_run("stage0_ddp", 2, kTiny + "--precision fp32 --activation-checkpointing --accum 3 ");
+  RunResult r = run_trainer("pipeline", 4, kTiny + "--lr-schedule cosine --config " + cfg, "ds_pipe");
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(compare_runs(ref, r).identical()) << compare_runs(ref, r).str();
+  EXPECT_EQ(r.report["pipeline"]["stages"].u(), 2u);
+  EXPECT_EQ(r.report["pipeline"]["zero"].u(), 1u);
+  EXPECT_TRUE(r.report["activation_checkpointing"].b);
+  EXPECT_EQ(r.report["accum"].u(), 3u);
+  for (const char* key : {"pipeline.partition: ", "pipeline.seed_layers: ", "pipeline.pipe_partitioned: ",
+                          "pipeline.grad_partitioned: "}) {
+    size_t n = 0;
+    for (size_t at = r.output.find(key); at != std::string::npos; at = r.output.find(key, at + 1)) n++;
+    EXPECT_EQ(n, 1u) << key << " noted once: " << r.output;
+  }
+  struct Bad {
+    const char* trainer;
+    std::string config, flags, says;
+  };
+  const Bad bad[] = {
+      {"pipeline", R"({"zero_optimization": {"stage": 2}})", "--pipeline 1",
+       "zero_optimization.stage: 2: ZeRO-2 shards the gradient"},
+      {"pipeline", R"({"zero_optimization": {"stage": 3}})", "--pipeline 1", "zero_optimization.stage: 3: ZeRO-3"},
+      {"pipeline", R"({"pipeline": {"partition": "uniform"}})", "", "pipeline.partition: \"uniform\" is not built"},
+      {"pipeline", R"({"pipeline": {"activation_checkpoint_interval": 2}})", "",
+       "pipeline.activation_checkpoint_interval: 2: here a checkpoint is every block's input"},
+      {"pipeline", R"({"pipeline": {"stages": "auto"}})", "", "add --pipeline P"},
+      {"pipeline", R"({"pipeline": {"pipe_schedule": "interleaved"}})", "", "pipeline.pipe_schedule: unknown"},
+      {"stage0_ddp", R"({"pipeline": {"stages": 2}})", "", "run build/bin/pipeline with it"},
+  };
+  int i = 0;
+  for (const Bad& b : bad) {
+    std::string out;
+    const std::string path = write_config("ds_bad_" + std::to_string(i++), b.config);
+    const int rc = run_command("timeout 60 " + bin_dir() + "/" + b.trainer + " " + kTiny + b.flags + " --config " + path,
+                               &out);
+    EXPECT_EQ(rc, 2) << b.config << ": " << out;
+    EXPECT_NE(out.find(b.says), std::string::npos) << "want '" << b.says << "' in: " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   }
 }
 
