@@ -113,9 +113,22 @@ PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P
   return plan;
 }
 
+int StageClock::start(const PipeOp& op) {
+  if (new_step_) events.clear(), new_step_ = false;  // keep the last step's only
+  switch_to(false);  // the previous op's last stretch ends here
+  op_ = op;
+  return op.micro;
+}
+
 void StageClock::switch_to(bool wait) {
   const auto now = std::chrono::steady_clock::now();
-  if (running_) (in_wait_ ? wait_s : compute_s) += std::chrono::duration<double>(now - since_).count();
+  if (running_) {
+    (in_wait_ ? wait_s : compute_s) += std::chrono::duration<double>(now - since_).count();
+    auto secs = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(t.time_since_epoch()).count();
+    };
+    if (op_.micro >= 0 && now > since_) events.push_back({op_, in_wait_, secs(since_), secs(now)});
+  }
   running_ = true;
   in_wait_ = wait;
   since_ = now;
@@ -124,11 +137,27 @@ void StageClock::switch_to(bool wait) {
 void StageClock::stop() {
   switch_to(false);
   running_ = false;
+  new_step_ = true;
+  op_.micro = -1;
 }
 
 std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock) {
   const std::vector<double> compute_s = comm.gather_scalar(clock.compute_s);
   const std::vector<double> wait_s = comm.gather_scalar(clock.wait_s);
+  // the events, in ms from the first one on any rank: [op, micro-batch, "compute" or "wait", from, to]
+  const std::vector<double> firsts = comm.gather_scalar(clock.events.empty() ? 1e300 : clock.events[0].t0_s);
+  double origin = comm.rank() == 0 ? *std::min_element(firsts.begin(), firsts.end()) : 0;
+  comm.control_broadcast(&origin, sizeof origin);
+  std::string mine = "[";
+  for (const StageEvent& ev : clock.events) {
+    char one[96];
+    snprintf(one, sizeof one, "%s[\"%c\", %d, \"%s\", %.4f, %.4f]", mine.size() > 1 ? ", " : "",
+             ev.op.forward ? 'F' : 'B', ev.op.micro, ev.wait ? "wait" : "compute", 1e3 * (ev.t0_s - origin),
+             1e3 * (ev.t1_s - origin));
+    mine += one;
+  }
+  const std::string all_events = comm.gather_strings(mine + "]", "\n");  // rank 0: one line per rank
+  size_t line_at = 0;
   char head[160];
   snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"zero\": %d, \"schedule\": \"%s\", "
            "\"bubble_formula\": %.17g, ", plan.stages, plan.replicas, plan.zero, schedule_name(plan.schedule),
@@ -148,9 +177,11 @@ std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const Sta
              r, rs, plan.first_unit[rs], plan.first_unit[rs + 1] - 1,
              activation_slots(plan.schedule, plan.stages, rs, K), 1e3 * compute_s[r], 1e3 * wait_s[r], idle);
     char entry[160];
-    snprintf(entry, sizeof entry, "%s{\"stage\": %d, \"compute_s\": %.6f, \"wait_s\": %.6f, \"idle\": %.6f}",
+    snprintf(entry, sizeof entry, "%s{\"stage\": %d, \"compute_s\": %.6f, \"wait_s\": %.6f, \"idle\": %.6f, \"events\": ",
              r ? ", " : "", rs, compute_s[r], wait_s[r], idle);
-    report += entry;
+    const size_t line_end = std::min(all_events.find('\n', line_at), all_events.size());
+    report += entry + (comm.rank() == 0 ? all_events.substr(line_at, line_end - line_at) : "[]") + "}";
+    line_at = line_end + 1;
   }
   fflush(stdout);
   return report + "]}";

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     // the backwards in ascending micro-batch order: each unit's gradient then sums the micro-batches
     // in stage0_ddp's order, and the tied embedding adds head and lookup as it does: bit for bit.
     for (const PipeOp& op : stage_ops(pipe.schedule, pipe.stages, s, K)) {
-      const int k = op.micro;
+      const int k = clock.start(op);  // micro-batch k (the clock records the op's stretches)
       model.use_slot(k % model.slots());
       if (op.forward) {
         run.phase("forward");

@@ -78,6 +78,28 @@ void expect_matrix_equal(const std::string& precision_flags, bool every_k = true
          precision_flags.c_str(), runs, every_k ? "6" : "min(6, P+2)", s);
 }
 
+// Each rank's events (the last step's stretches of compute and wait, report["pipeline"]) run its
+// schedule's ops in stage_ops's order, each op once, in time order.
+void expect_events_follow_the_schedule(const Json& report, nz::PipeSchedule schedule, int K, const std::string& what) {
+  const Json& pp = report["pipeline"];
+  const int P = int(pp["stages"].u()), D = int(pp["replicas"].u());
+  for (size_t r = 0; r < pp["ranks"].size(); r++) {
+    const int s = int(r) / D;
+    std::vector<std::pair<bool, int>> ran;  // the ops, consecutive stretches of one op taken once
+    double last_t = -1;
+    for (const Json& ev : pp["ranks"][r]["events"].arr) {
+      const std::pair<bool, int> op{ev[0].str == "F", int(ev[1].u())};
+      if (ran.empty() || ran.back() != op) ran.push_back(op);
+      EXPECT_GE(ev[3].d(), last_t) << what << " rank " << r;
+      EXPECT_GE(ev[4].d(), ev[3].d()) << what << " rank " << r;
+      last_t = ev[4].d();
+    }
+    std::vector<std::pair<bool, int>> want;
+    for (const nz::PipeOp& op : nz::stage_ops(schedule, P, s, K)) want.push_back({op.forward, op.micro});
+    EXPECT_EQ(ran, want) << what << " rank " << r << " (stage " << s << ")";
+  }
+}
+
 }  // namespace
 
 // ---- the schedules themselves, without running anything ----
@@ -220,6 +242,7 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
         EXPECT_EQ(allocated, formula) << schedule << " stage " << s;
         if (D == 1) acts.push_back(peak["activations"].u());
       }
+      expect_events_follow_the_schedule(r.report, plan.schedule, K, schedule);
       if (D == 1) acts_by_schedule[schedule] = acts;
     }
   }
@@ -262,6 +285,7 @@ TEST(Pipeline, ReportsTheMeasuredBubbleBesideTheFormula) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const Json& pp = r.report["pipeline"];
     EXPECT_DOUBLE_EQ(pp["bubble_formula"].d(), 3.0 / (K + 3));
+    expect_events_follow_the_schedule(r.report, nz::PipeSchedule::OneFOneB, K, "1f1b K=" + std::to_string(K));
     printf("P=4 K=%d: formula %.3f, measured idle per stage", K, pp["bubble_formula"].d());
     for (const Json& rank : pp["ranks"].arr) {
       EXPECT_GT(rank["compute_s"].d(), 0);
