@@ -19,6 +19,7 @@ std::vector<PipeOp> stage_ops(PipeSchedule schedule, int P, int s, int K) {
     for (int k = 0; k < K; k++) ops.push_back({false, k});  // ascending: the order that keeps the bits
     return ops;
   }
+  // begin exercise: pipeline_1f1b
   const int warmup = std::min(P - s - 1, K);
   for (int k = 0; k < warmup; k++) ops.push_back({true, k});
   for (int k = warmup; k < K; k++) {  // steady state: one forward, one backward
@@ -26,6 +27,7 @@ std::vector<PipeOp> stage_ops(PipeSchedule schedule, int P, int s, int K) {
     ops.push_back({false, k - warmup});
   }
   for (int k = K - warmup; k < K; k++) ops.push_back({false, k});  // cool-down
+  // end exercise: pipeline_1f1b
   return ops;
 }
 
