@@ -186,7 +186,7 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
   std::map<std::string, std::vector<uint64_t>> acts_by_schedule;
   for (int D : {1, 2}) {
     for (const char* schedule : {"gpipe", "1f1b"}) {
-      RunResult r = run_trainer("pipeline", P * D, kTiny + pipeline_flags(P, schedule, K) + "--steps 1", "mem");
+      const RunResult& r = shared_run("pipeline", P * D, kTiny + "--precision fp32 " + pipeline_flags(P, schedule, K));
       ASSERT_EQ(r.exit_code, 0) << r.output;
       const Sizes z = sizes_from_units(r.report, D);
       const Json& pp = r.report["pipeline"];
@@ -221,11 +221,11 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
         const uint64_t allocated =
             nz::stage_activation_bytes(cfg, 2, 32, nz::DType::F32, false, nz::Attention::Gemm, first[s], first[s + 1], slots);
         EXPECT_EQ(peak["activations"].u(), formula) << schedule << " stage " << s;
-        // point-to-point, the run's whole count (1 step; the final validation: 4 windows over D
+        // point-to-point, the run's whole count (2 steps; the final validation: 4 windows over D
         // replicas in batches of B = 2, all full; the model file: stage s > 0 of replica 0 sends its
         // units to rank 0). Per step: K activations (B,T,C) forward, K gradients back, K head d wte
         // (V,C) from the last stage to the first, and the fresh wte back (once more at the start).
-        const uint64_t BTC = 2 * 32 * r.report["config"]["dim"].u(), steps = 1, val_rows = 4 / D;
+        const uint64_t BTC = 2 * 32 * r.report["config"]["dim"].u(), steps = 2, val_rows = 4 / D;
         const bool to_next = s < P - 1, to_prev = s > 0, head = s == P - 1, embed = s == 0;
         uint64_t later_units = 0;  // the units of stages 1.. (rank 0 receives them for the model file)
         for (int u = first[1]; u < first[P]; u++) later_units += z.padded[u];
@@ -281,7 +281,8 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
 // The bubble is measured on every rank: compute and wait times, the idle fraction beside (P-1)/(K+P-1).
 TEST(Pipeline, ReportsTheMeasuredBubbleBesideTheFormula) {
   for (int K : {1, 4, 8}) {
-    RunResult r = run_trainer("pipeline", 4, kTiny + pipeline_flags(4, "1f1b", K), "bubble");  // 2 steps
+    // the matrix's runs (K = 1, 4) and the ledger's (K = 8)
+    const RunResult& r = shared_run("pipeline", 4, kTiny + "--precision fp32 " + pipeline_flags(4, "1f1b", K));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const Json& pp = r.report["pipeline"];
     EXPECT_DOUBLE_EQ(pp["bubble_formula"].d(), 3.0 / (K + 3));
