@@ -379,6 +379,21 @@ TEST(Pipeline, ZeroOneInsideTheReplicasIsStage1BitForBitWithTheOptimizerStateSha
       EXPECT_EQ(peak["master"].u(), e == 4 ? 0 : 4 * Ps / c.D) << what << " rank " << rank["rank"].u();
       EXPECT_EQ(peak["params"].u(), e * Ps + (s == c.P - 1 ? e * VC : 0)) << what << " rank " << rank["rank"].u();
     }
+    // zero_estimate --pipeline P --world N --zero 1 prints the same optimizer state per stage, running nothing
+    std::string out;
+    ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --batch 2 --seq 32 --precision " + c.precision +
+                              " --pipeline " + std::to_string(c.P) + " --world " + std::to_string(c.P * c.D) +
+                              " --schedule " + c.schedule + " --zero 1", &out), 0) << out;
+    for (int s = 0; s < c.P; s++) {
+      uint64_t Ps = 0;
+      for (int u = first[s]; u < first[s + 1]; u++) Ps += z.padded[u];
+      const size_t row = out.find("\n" + std::to_string(s) + " ");
+      ASSERT_NE(row, std::string::npos) << out;
+      unsigned long long v[5];
+      ASSERT_EQ(sscanf(out.c_str() + row + 1, "%*d %*s %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4]), 5);
+      EXPECT_EQ(v[3], 4 * Ps / c.D) << "zero_estimate " << what << " stage " << s << "\n" << out;
+      EXPECT_EQ(v[2], e == 4 ? 0 : 4 * Ps / c.D) << "zero_estimate " << what << " stage " << s;
+    }
   }
 }
 
