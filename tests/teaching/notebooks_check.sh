@@ -4,7 +4,7 @@
 # exercise's self-check must pass (and so must the equivalent answers a learner may write, and the
 # answer as committed must say "not answered yet"), and once with known wrong or incomplete answers,
 # where every self-check must fail; no other cell may fail in either run. Then the checker itself
-# (nzplots.check_answer) against a table of answers, and scripts/plots.py writes its six figures.
+# (nzplots.check_answer) against a table of answers, and scripts/plots.py writes its seven figures.
 # Prints NZRESULT lines for tests/run_all.sh. Trainers that are not built yet are skipped by the
 # notebooks, and the skip is printed here. Binaries: $NZ_BIN_DIR, else build/bin. Runs go to a fresh
 # directory shared by all notebooks and both runs of each (a run is made once, then read from there).
@@ -189,11 +189,11 @@ EOF
 out=$(mktemp -d /tmp/nanozero-plots.XXXXXX)
 ok=1
 log=$("$py" scripts/plots.py --out "$out" 2>&1) || ok=0
-for f in memory_by_category memory_checkpointing memory_vs_ranks memory_timeline comm_per_step comm_vs_accum; do [ -s "$out/$f.png" ] || ok=0; done
+for f in memory_by_category memory_checkpointing largest_model memory_vs_ranks memory_timeline comm_per_step comm_vs_accum; do [ -s "$out/$f.png" ] || ok=0; done
 if [ $ok = 1 ]; then
-  echo "NZRESULT PASS plots.script_writes_six_figures"
+  echo "NZRESULT PASS plots.script_writes_seven_figures"
 else
   echo "$log"
-  echo "NZRESULT FAIL plots.script_writes_six_figures (see the output above)"
+  echo "NZRESULT FAIL plots.script_writes_seven_figures (see the output above)"
 fi
 rm -rf "$out"
