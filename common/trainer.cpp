@@ -110,10 +110,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st),
       loss_scaler_(loss_scale_config(args)) {
   // the pipeline's stages and replicas (one stage of N replicas elsewhere): bad ones are one line here
-  pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition);
-  if (stage == Stage::Pipeline && (!args.ckpt_dir.empty() || !args.resume.empty()))
-    user_error("%s: the pipeline does not write or resume checkpoints yet, expected no --ckpt-dir or --resume; "
-               "train with stage0_ddp for checkpoints", !args.ckpt_dir.empty() ? "--ckpt-dir" : "--resume");
+  pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition,
+                                args.zero);
   if (stage == Stage::Pipeline && args.device == "cuda")
     user_error("--device cuda: the pipeline's point-to-point sends run on the CPU backend only, expected --device "
                "cpu or auto; run a ZeRO stage on the GPU");
@@ -290,15 +288,20 @@ HeldState Trainer::held_state() {
   h.dt = dtype;
   h.params = held_params_;
   h.slices = held_slices_;
-  h.params_full = params_held_ == ParamsHeld::AllUnits;  // else this rank's slices
+  h.params_full = params_held_ != ParamsHeld::OwnSlices;  // else this rank's slices
+  if (params_held_ == ParamsHeld::StageUnits) h.first_unit = pipeline.first(), h.end_unit = pipeline.end();
+  h.data_world = dp_world();
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
   h.rank = rank();
   h.run_id = run_id_;
   if (held_slices_) return h;  // (sized by construction: param_store.h)
-  NZ_CHECK(held_params_->bytes() == (h.params_full ? layout.padded_total : layout.shard_total) * elem_bytes,
-           "checkpoint_state: a params buffer of %zu bytes, but the stage says it holds %s",
-           held_params_->bytes(), h.params_full ? "all units" : "its own slices");
+  size_t held_elems = 0;
+  for (int u = 0; u < layout.num_units(); u++) held_elems += h.params_range(u).size();
+  NZ_CHECK(held_params_->bytes() == held_elems * elem_bytes,
+           "checkpoint_state: a params buffer of %zu bytes, but the stage says it holds %s", held_params_->bytes(),
+           h.params_full ? (h.holds(0) && h.holds(layout.num_units() - 1) ? "all units" : "its stage's units")
+                         : "its own slices");
   return h;
 }
 

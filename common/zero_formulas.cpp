@@ -204,9 +204,10 @@ StateBytes pipeline_stage_bytes(const Layout& L, DType dt, const PipelinePlan& p
   StateBytes b;
   b.params = e * Ps + (tied_copy ? e * VC : 0);
   b.grads = e * Ps + e * Us + (tied_copy ? e * VC : 0);
-  b.master = mixed ? 4 * Ps : 0;
-  b.adam_m = 4 * Ps;
-  b.adam_v = 4 * Ps;
+  const uint64_t Os = plan.zero == 1 ? Ps / plan.replicas : Ps;  // --zero 1: my replica's slice of each unit
+  b.master = mixed ? 4 * Os : 0;
+  b.adam_m = 4 * Os;
+  b.adam_v = 4 * Os;
   return b;
 }
 

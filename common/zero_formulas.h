@@ -98,6 +98,7 @@ uint64_t expected_overflow_flag_elems(const Layout& L, DType dt);
 //   params   e P_s                (+ e VC on the last stage: its copy of wte for the LM head)
 //   grads    e P_s + e U_s        (+ e VC on the last stage: the head's d wte, on its way to stage 0)
 //   master   4 P_s (bf16, fp16), Adam m, v 4 P_s each: the optimizer state of its units only
+//            (--zero 1: P_s / D each, its replica's slice of every unit, as stage1 on D ranks)
 // (with P = 1 the stage holds everything: stage0_ddp's bytes).
 StateBytes pipeline_stage_bytes(const Layout& L, DType dt, const PipelinePlan& plan, int stage);
 // Activations of stage s holding `slots` micro-batches (activation_slots: K for GPipe, min(P-s, K) for

@@ -193,7 +193,8 @@ void print_usage() {
          "                 what a trainer's --batch auto --memory-budget SIZE picks\n"
          "  --pipeline P   the pipeline's per-stage table (pipeline/train.cpp) on --world N ranks (default N = P):\n"
          "                 each stage's units, model states and activations; --schedule 1f1b (default) or gpipe,\n"
-         "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches\n"
+         "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches,\n"
+         "                 --zero 1 (each stage's optimizer state sharded over its N/P replicas)\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
          "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
@@ -208,8 +209,9 @@ void print_usage() {
 // --pipeline P: the per-stage table of pipeline/train.cpp on N ranks (P stages x N/P replicas), as its
 // memory table prints it: each stage's units, model states and activation slots.
 void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string& schedule,
-                          const std::string& partition, DType dt, int B, int T, int K, bool ckpt, Attention attn) {
-  const PipelinePlan plan = make_pipeline_plan(cfg, N, 0, P, schedule, partition);
+                          const std::string& partition, int zero, DType dt, int B, int T, int K, bool ckpt,
+                          Attention attn) {
+  const PipelinePlan plan = make_pipeline_plan(cfg, N, 0, P, schedule, partition, zero);
   const Layout L = make_layout(cfg, plan.replicas);
   printf("pipeline: %d stages x %d replicas (%d ranks), %s, %d micro-batches of %d x %d, %s | bubble (P-1)/(K+P-1) = "
          "%.3f\n", P, plan.replicas, N, schedule_name(plan.schedule), K, B, T, dtype_name(dt),
@@ -242,6 +244,7 @@ int main(int argc, char** argv) {
   uint64_t quiz_seed = 1;
   std::string check_file;
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
+  int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
   std::string schedule = "1f1b", partition;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i], v;
@@ -277,6 +280,7 @@ int main(int argc, char** argv) {
     else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
     else if (a == "--schedule") schedule = v;
     else if (a == "--partition") partition = v;
+    else if (a == "--zero") zero = v == "0" ? 0 : parse_pos(a, v, 3);  // 2, 3: refused by the plan
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
   if (paper) {
@@ -336,12 +340,15 @@ int main(int argc, char** argv) {
   else if (precision == "bf16") dt = DType::BF16;
   else if (precision == "fp16") dt = DType::F16;
   else user_error("--precision %s: unknown precision; valid: fp32, bf16, fp16", precision.c_str());
+  if (zero > 0 && pipeline == 0)
+    user_error("--zero %d: only with --pipeline P (the ZeRO stages are the table's columns without it); add --pipeline",
+               zero);
   if (pipeline > 0) {
     if (raw) user_error("--pipeline needs a model shape (its stages are runs of units); drop --params, use --preset");
     if (worlds.size() != 1)
       user_error("--pipeline %d: one --world N at a time, expected N = P x D ranks, e.g. --world %d", pipeline, pipeline);
-    print_pipeline_table(cfg, worlds[0] == 1 ? pipeline : worlds[0], pipeline, schedule, partition, dt, batch, seq,
-                         accum, checkpointing, attn);
+    print_pipeline_table(cfg, worlds[0] == 1 ? pipeline : worlds[0], pipeline, schedule, partition, zero, dt, batch,
+                         seq, accum, checkpointing, attn);
     return 0;
   }
   std::vector<Stage> stages;

@@ -133,8 +133,8 @@ std::string run_name(uint64_t id) {
 uint32_t precision_code(DType dt) { return dt == DType::F32 ? 0u : dt == DType::BF16 ? 1u : 2u; }
 DType precision_of(const std::string& p) { return p == "bf16" ? DType::BF16 : p == "fp16" ? DType::F16 : DType::F32; }
 
-std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int step, const std::vector<Manifest::File>& files,
-                          const LossScaler* scaler, uint64_t run_id) {
+std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int data_world, int step,
+                          const std::vector<Manifest::File>& files, const LossScaler* scaler, uint64_t run_id) {
   std::ostringstream o;
   char buf[256];
   o << "nanozero-checkpoint 1\n";
@@ -156,7 +156,7 @@ std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int
   }
   // for the reader: where the run goes on (the step is the data position; not parsed)
   snprintf(buf, sizeof buf, "next_lr %.9g\nnext_adam_t %d\nnext_sequence %llu\n", lr_at(a.schedule, step - ls.skipped),
-           step - ls.skipped + 1, (unsigned long long)step * a.accum * world * a.batch);
+           step - ls.skipped + 1, (unsigned long long)step * a.accum * data_world * a.batch);
   o << buf;
   for (const Manifest::File& f : files) {
     snprintf(buf, sizeof buf, "file %s %" PRIu64 " %08x\n", f.name.c_str(), f.bytes, f.crc);
@@ -328,7 +328,7 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
     }
     std::vector<Manifest::File> files;
     for (int r = 0; r < world; r++) files.push_back({shard_name(r), all[r].bytes, all[r].crc});
-    const std::string text = manifest_text(args, stage, world, steps_done, files, h.scaler, h.run_id);
+    const std::string text = manifest_text(args, stage, world, h.data_world, steps_done, files, h.scaler, h.run_id);
     AtomicFile m(dir + "/MANIFEST");
     m.write(text.data(), text.size());
     if (!m.commit()) {

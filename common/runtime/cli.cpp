@@ -286,6 +286,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--partition", "U1,U2,...", "pipeline: the first unit of stages 1..P-1, increasing (units: 0 embed, 1..L "
        "blocks, L+1 lnf; default: balance the parameters)",
        [&](auto&, auto& v) { a.partition = v; }},
+      {"--zero", "0|1", "pipeline: 1 shards each stage's optimizer state over its D replicas (ZeRO-1; 2 and 3 "
+       "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) { a.zero = int(parse_int(f, v, 0, 3, "0..3")); }},
       {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
        [&](auto&, auto& v) { a.ckpt_dir = v; }},
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
@@ -436,7 +438,8 @@ Args parse_args(int argc, char** argv, const char* program) {
   const std::pair<const char*, std::vector<std::string>> stage_flags[] = {
       {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
-      {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}}};
+      {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
+      {"--zero", {"pipeline"}}};
   for (const auto& [flag, users] : stage_flags) {
     if (!typed.count(flag) || std::find(users.begin(), users.end(), program) != users.end()) continue;
     std::string with = "build/bin/" + users[0];

@@ -80,6 +80,7 @@ struct Args {
   int pipeline = 1;                  // pipeline: P stages (the ranks are P stages x N/P replicas)
   std::string schedule = "1f1b";     // pipeline: gpipe | 1f1b
   std::string partition;             // pipeline: the first unit of stages 1..P-1 ("" : balance parameters)
+  int zero = 0;                      // pipeline: ZeRO inside each stage's replicas (0 or 1; 2 and 3 refused)
   bool quiet = false;                // no per-step lines (tests)
   bool activation_checkpointing = false;  // keep block inputs only; recompute each block in its backward
   // checkpoints and fault tolerance (docs/checkpoints.md)

@@ -104,6 +104,10 @@ const std::map<std::string, NoEffect> kNoEffect = {
      {Kind::Bool, "DeepSpeed copies the checkpoints into one buffer; here every block input already lives in one arena"}},
     {"activation_checkpointing.number_checkpoints", {Kind::Size, "sizes DeepSpeed's contiguous checkpoint buffer; here "
                                                                  "the arena holds one input per block"}},
+    {"pipeline.pipe_partitioned", {Kind::Bool, "DeepSpeed splits the activations sent between stages over the "
+                                               "tensor-parallel ranks; there are none here"}},
+    {"pipeline.grad_partitioned", {Kind::Bool, "DeepSpeed splits the gradients sent between stages over the "
+                                               "tensor-parallel ranks; there are none here"}},
     {"activation_checkpointing.synchronize_checkpoint_boundary",
      {Kind::Bool, "DeepSpeed waits for the device at each checkpoint (for profiling); nothing to time apart here"}},
 };
@@ -112,7 +116,7 @@ const std::map<std::string, NoEffect> kNoEffect = {
 const std::map<std::string, std::string> kAlsoResolvedBy = {{"--accum", "--global-batch"}};
 const std::map<std::string, const char*> kMeta = {{"--batch", "B"}, {"--accum", "K"}, {"--lr", "X"},
                                                    {"--weight-decay", "X"}, {"--clip", "X"}, {"--precision", "P"},
-                                                   {"--warmup", "N"}, {"--warmup-min-lr", "X"}};
+                                                   {"--warmup", "N"}, {"--warmup-min-lr", "X"}, {"--pipeline", "P"}};
 
 // One config being read: its path (for the messages), the command line ("auto" takes its values
 // from there) and the flags it stands for.
@@ -254,7 +258,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
   const json& c = parsed;  // read only: operator[] on a const object never adds a key
   r.only(c, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                  "gradient_clipping", "fp16", "bf16", "zero_optimization", "optimizer", "scheduler",
-                 "activation_checkpointing"});
+                 "activation_checkpointing", "pipeline"});
 
   // ---- batch: micro-batch per rank, accumulation, and their product over the ranks ----
   // The flags check their ranges (--batch, --accum: 1 to 65536) and name the key when it is out.
@@ -391,7 +395,53 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
              "not supported with stage " + std::to_string(stage) + " yet, expected stage 2: ZeRO-Offload here is stage "
              "2's; run build/bin/offload with zero_optimization.stage 2 (or add offload_param for build/bin/infinity)");
   }
-  const std::string want = binary_for(stage, offload, param_offload);
+  // ---- the pipeline (build/bin/pipeline): DeepSpeed's pipeline section ----
+  // stages is --pipeline ("auto", DeepSpeed's default, is the command line's); partition
+  // "parameters" is the balance by parameters this project does too (and "best", the section's
+  // default, means it in DeepSpeed); "uniform" and "type:..." are not built (--partition gives the
+  // boundaries). An activation_checkpoint_interval of 1 keeps every block's input and recomputes it
+  // (--activation-checkpointing); longer intervals are not built. ZeRO-1 fits a pipeline, 2 and 3 do
+  // not (pipeline.cpp says why).
+  bool pipeline = program == "pipeline";
+  if (c.contains("pipeline")) {
+    const json& p = c["pipeline"];
+    const std::string k = "pipeline.";
+    r.only(p, "pipeline", {"stages", "partition", "activation_checkpoint_interval", "seed_layers"});
+    if (p.contains("stages") && !pipeline && is_auto(p["stages"])) {
+      r.note(k + "stages", "\"auto\": " + program + " is one stage: ignored");
+    } else if (p.contains("stages") && !r.take_auto(p["stages"], k + "stages", "--pipeline")) {
+      const long long P = r.whole(p["stages"], k + "stages", 1, 1 << 16);
+      if (P > 1 && !pipeline)
+        user_error("--config %s: a config for a pipeline of %lld stages, and this is %s, expected build/bin/pipeline; "
+                   "run build/bin/pipeline with it", path.c_str(), P, program.c_str());
+      if (pipeline) r.whole_flag("--pipeline", p["stages"], k + "stages");
+    }
+    if (p.contains("partition")) {
+      const std::string method = r.text(p["partition"], k + "partition");
+      if (method != "parameters" && method != "best")
+        r.fail(k + "partition", "\"" + printable(method) + "\" is not built here, expected \"parameters\" (balance "
+                                "the parameters, the default); give the stages' first units with --partition");
+      r.note(k + "partition", "\"" + method + "\": the stages balance their parameters, as here by default");
+    }
+    if (p.contains("activation_checkpoint_interval")) {
+      const std::string key = k + "activation_checkpoint_interval";
+      const long long every = r.whole(p["activation_checkpoint_interval"], key, 0, 1 << 30);
+      if (every > 1)
+        r.fail(key, std::to_string(every) + ": here a checkpoint is every block's input (interval 1), expected 0 or "
+                    "1; set it to 1 (or 0: none)");
+      if (every == 1) r.flag("--activation-checkpointing", "", key, "1");
+    }
+    if (p.contains("seed_layers")) {
+      r.boolean(p["seed_layers"], k + "seed_layers");
+      r.note(k + "seed_layers", "every unit is initialised from (--seed, its index) whatever the partition: ignored");
+    }
+  }
+  if (pipeline && stage >= 2)
+    r.fail("zero_optimization.stage", std::to_string(stage) + ": ZeRO-" + std::to_string(stage) + " shards the "
+           "gradient, but in a pipeline a unit's gradient accumulates over micro-batches whose backwards arrive at "
+           "different times, so it cannot be sharded away after each one, expected 0 or 1; set it to 1");
+  if (pipeline && stage == 1) r.flag("--zero", "1", "zero_optimization.stage", "1");
+  const std::string want = pipeline ? "pipeline" : binary_for(stage, offload, param_offload);
   if (want != program)
     user_error("--config %s: a config for ZeRO stage %lld%s, and this is %s, expected build/bin/%s; run build/bin/%s "
                "with it", path.c_str(), stage,
