@@ -441,6 +441,37 @@ def fig_largest_model(capacity_gb=24, worlds=(1, 64), batch=1, seq=1024, measure
     return fig
 
 
+def ledger_side_by_side(world=4, pipeline_accum=4):
+    """The per-rank ledger of every trainer (the ladder, pipeline with P = world stages and
+    pipeline_accum micro-batches, infinity in host memory and on disk) on the measured small runs at N = world, as a markdown
+    table: one row per category and location that any rung uses, peak bytes of rank 0, and of the
+    last rank where it differs (pipeline: the first and last stage). docs/infinity.md shows it."""
+    rungs = [s for s in STAGES + ["pipeline", "infinity"] if (bin_dir() / s).is_file()]
+    reps = {s: run_pipeline(stages=world, accum=pipeline_accum, steps=MEASURED["steps"]) if s == "pipeline"
+            else run(s, world) for s in rungs}
+    if "infinity" in rungs:  # and its disk tier (the files' directory: the reports', which stays)
+        rungs.append("infinity (disk)")
+        reps[rungs[-1]] = run("infinity", world, extra=("--offload-param", "disk", "--offload-dir", str(runs_dir())))
+    cats = CATEGORIES + ["scratch"]
+    rows = []
+    for loc in ("device", "host", "disk"):
+        for c in cats:
+            cells = []
+            for s in rungs:
+                first, last = (reps[s]["ranks"][r]["ledger"][loc]["peak"].get(c, 0) for r in (0, -1))
+                cells.append(f"{first:,}" if first == last else f"{first:,} / {last:,}")
+            if any(x != "0" for x in cells):
+                rows.append(f"| {c} ({loc}) | " + " | ".join(cells) + " |")
+        tot = [tuple(sum(reps[s]["ranks"][r]["ledger"][loc]["peak"].get(c, 0) for c in cats) for r in (0, -1))
+               for s in rungs]
+        if any(a or b for a, b in tot):
+            rows.append(f"| **{loc}, all categories** | " + " | ".join(
+                f"**{a:,}**" if a == b else f"**{a:,} / {b:,}**" for a, b in tot) + " |")
+    head = (f"| peak bytes, rank 0 (a / b: rank 0 / rank {world - 1}) | " + " | ".join(rungs) + " |\n|---|"
+            + "---|" * len(rungs))
+    return head + "\n" + "\n".join(rows)
+
+
 # ---------------------------------------------------------------------------------------------
 # Figure 2: model-state memory per rank against the number of ranks
 # ---------------------------------------------------------------------------------------------
