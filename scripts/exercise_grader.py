@@ -594,6 +594,10 @@ def hints(ex, cfg, diffs, passed, rounding_only):
             elif op == "all_reduce" and got > want:
                 out.append("an all-reduce leaves the whole sum on every rank; here each rank should receive "
                            "only its slice (reduce_scatter)")
+            elif op == "all_gather" and ex.stage == "infinity":
+                out.append(f"{got} all-gathers where the real infinity makes {want}: gather_start(u) starts unit "
+                           f"u's all-gather once (comm.all_gather_start, its request kept in in_flight[u]), "
+                           f"after my slice is in its place")
             elif op == "all_gather" and got < want and ex.stage == "stage3":
                 out.append("fewer all-gathers than the real stage3: every use of a unit (forward, LM head, "
                            "backward) gathers it afresh; a buffer kept from an earlier use can hold parameters "
