@@ -95,6 +95,7 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
   CommRequest r;
   r.gathering_into = out_full;
   note_gather("gather_start", out_full);
+  Ledger::get().set_gathering(out_full, true);  // untouchable until the wait
   stats_->add(CommOp::AllGather, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
              uint64_t(size_ - 1) * shard_bytes);
   if (nccl_) {  // queued on the comm stream; wait() makes the compute stream wait for it
@@ -125,6 +126,7 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
 // and every collective waits for that rank. So after a short spin the waiter sleeps between polls.
 void Comm::wait(CommRequest& r) {
   if (r.gathering_into && r.active()) note_gather("gather_wait", r.gathering_into);
+  if (r.gathering_into) Ledger::get().set_gathering(r.gathering_into, false);
   r.gathering_into = nullptr;
   if (r.on_comm_stream) {  // NCCL: kernels queued after this see the gathered data
     nccl::join();

@@ -97,6 +97,11 @@ void Ledger::untrack(const void* p, bool remember) {
   else extents_.erase(it);
 }
 
+void Ledger::set_gathering(const void* p, bool on) {
+  auto it = extents_.find(uintptr_t(p));
+  if (it != extents_.end()) it->second.gathering = on;
+}
+
 const BufferExtent* Ledger::buffer_at(const void* p) const {
   const uintptr_t a = uintptr_t(p);
   auto it = extents_.upper_bound(a);
@@ -201,6 +206,8 @@ static const BufferExtent* checked_extent(const void* p, size_t bytes, const cha
   if (!ext) return nullptr;
   const size_t at = uintptr_t(p) - ext->begin;
   NZ_CHECK(!ext->released, "%s: points into buffer \"%s\", which was released before this use", use, ext->name.c_str());
+  NZ_CHECK(!ext->gathering, "%s: points into buffer \"%s\", whose all-gather was started and not yet "
+           "waited for", use, ext->name.c_str());
   NZ_CHECK(at <= ext->bytes && bytes <= ext->bytes - at,
            "%s: bytes [%zu, %zu) of buffer \"%s\" run past its end (%zu bytes)", use, at, at + bytes,
            ext->name.c_str(), ext->bytes);

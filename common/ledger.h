@@ -53,6 +53,7 @@ struct BufferExtent {
   Location loc = Location::Device;
   std::string name;
   bool released = false;
+  bool gathering = false;  // an all-gather into it was started and not yet waited for
 };
 
 // One event of the activity log: an all-gather started ("gather_start") or waited for
@@ -97,6 +98,9 @@ class Ledger {
   void track(const void* p, size_t bytes, Location l, const std::string& name);
   void untrack(const void* p, bool remember);  // remember: keep it, marked released
   const BufferExtent* buffer_at(const void* p) const;
+  // The buffer at p is being all-gathered into (Comm: from the start until the wait): nothing may
+  // read or write it meanwhile (check_span says so, naming it).
+  void set_gathering(const void* p, bool on);
 
   // Forget everything (tests that build several models in one process).
   void reset();
@@ -148,7 +152,7 @@ class Buffer {
 
 // Stops the job with a message naming the buffer when [p, p + bytes) is not inside one live buffer:
 // a slice pointer past its buffer's end (a size in the wrong unit, float arithmetic on a bf16
-// buffer), or memory released before this use. `use` says what the memory is for ("the
+// buffer), memory released before this use, or a buffer whose all-gather is still in flight. `use` says what the memory is for ("the
 // reduce-scatter's output"). Memory the ledger does not know of passes.
 void check_span(const void* p, size_t bytes, const char* use);
 // The same, and the buffer must live at `at`: host code cannot compute on device memory, and a copy

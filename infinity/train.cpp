@@ -69,8 +69,10 @@ int main(int argc, char** argv) {
     gathered[u] = Buffer(Category::Gathered, Location::Device, unit.padded * e,
                          "gathered " + unit.name);
     void* mine = elem_ptr(gathered[u], L.shard(u, rank).begin, e);
+    // begin exercise: infinity_fetch_write_back
     to_device(mine, params.fetch(u), owned(u));  // infinity: my slice up, just before the gather
     in_flight[u] = comm.all_gather_start(mine, gathered[u].data(), owned(u), dt);
+    // end exercise: infinity_fetch_write_back
   };
   // unit u's full parameters: gathered now, or the prefetch already started is waited for
   auto gather_unit = [&](int u) -> const void* {
@@ -134,8 +136,10 @@ int main(int argc, char** argv) {
     const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
     for (int u = 0; u < L.num_units(); u++) {
       // infinity: AdamW on the CPU for my slice, and the new slice written back where it lives
+      // begin exercise: infinity_fetch_write_back
       adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());
       params.write_back(u, outbox(u));
+      // end exercise: infinity_fetch_write_back
       // no all-gather here: the next forward gathers each unit just before it needs it (P_p)
     }
     run.end_step(step, loss_sum, norm);

@@ -82,6 +82,11 @@ class Config:
 # accumulation 3 in fp32. 3 ranks pad every unit.
 CONFIGS = [Config(3, 1), Config(3, 1, "bf16"), Config(2, 2, "fp16"), Config(3, 3)]
 STAGE3_CONFIGS = CONFIGS + [Config(3, 1, "fp32", "--prefetch 0")]
+# infinity's lines move slices, not sums: accumulation and fp16 change nothing they do. Two runs:
+# fp32 with the slices in host memory, and bf16 with them on disk (a failure there runs its fp32
+# twin, which tells a size in floats from a slice that only host memory kept).
+INFINITY_DISK = "--offload-param disk --offload-dir build/exercises"
+INFINITY_CONFIGS = [Config(3, 1), Config(3, 1, "bf16", INFINITY_DISK)]
 # The pipeline: 4 stages and 5 micro-batches (every stage's warm-up differs, the first stage's slots are
 # reused), then 2 stages x 2 replicas in bf16 with 3. Its order of operations is checked too.
 PIPELINE_CONFIGS = [Config(4, 5, "fp32", "--pipeline 4 --schedule 1f1b"),
@@ -89,7 +94,7 @@ PIPELINE_CONFIGS = [Config(4, 5, "fp32", "--pipeline 4 --schedule 1f1b"),
 
 
 def configs_for(stage):
-    return {"stage3": STAGE3_CONFIGS, "pipeline": PIPELINE_CONFIGS}.get(stage, CONFIGS)
+    return {"stage3": STAGE3_CONFIGS, "pipeline": PIPELINE_CONFIGS, "infinity": INFINITY_CONFIGS}.get(stage, CONFIGS)
 
 
 class GraderError(Exception):
@@ -301,7 +306,11 @@ def failure_verdict(res):
     m = re.search(r"internal error at [^:]+:\d+: (.*)", out)
     if m:
         msg = m.group(1).strip()
-        if "released before this use" in msg:
+        if "not yet waited for" in msg:
+            hint = ("a unit's gathered buffer was used while its all-gather was in flight: my slice must "
+                    "be in its place before the all-gather starts (the all-gather sends it), and the unit "
+                    "is read only after the wait")
+        elif "released before this use" in msg:
             hint = ("a unit's gathered parameters were released while still needed: release a unit only "
                     "after the computation that reads it, and gather it again for its next use")
         elif "past its end" in msg or "past the end" in msg:
@@ -585,6 +594,10 @@ def hints(ex, cfg, diffs, passed, rounding_only):
             elif op == "all_reduce" and got > want:
                 out.append("an all-reduce leaves the whole sum on every rank; here each rank should receive "
                            "only its slice (reduce_scatter)")
+            elif op == "all_gather" and ex.stage == "infinity":
+                out.append(f"{got} all-gathers where the real infinity makes {want}: gather_start(u) starts unit "
+                           f"u's all-gather once (comm.all_gather_start, its request kept in in_flight[u]), "
+                           f"after my slice is in its place")
             elif op == "all_gather" and got < want and ex.stage == "stage3":
                 out.append("fewer all-gathers than the real stage3: every use of a unit (forward, LM head, "
                            "backward) gathers it afresh; a buffer kept from an earlier use can hold parameters "
@@ -624,7 +637,10 @@ def hints(ex, cfg, diffs, passed, rounding_only):
                 out.append(f"nothing was booked as {cat} on the {loc}: is a buffer booked in another category?")
         if kind == "link":
             k, want, got = data
-            if k == "to_device_elems":
+            if k == "to_device_elems" and ex.stage == "infinity":
+                out.append("my slice of a unit goes up once per all-gather of the unit (to_device: owned(u) "
+                           "elements, from params.fetch(u)), and nothing else")
+            elif k == "to_device_elems":
                 out.append("the updated slice must go up to the device once per unit per step (to_device: "
                            "owned(u) elements), and nothing else")
             else:
@@ -668,6 +684,18 @@ def hints(ex, cfg, diffs, passed, rounding_only):
         elif accum > 1 and any(c.accum == 1 and c.precision == cfg.precision for c in passed):
             out.append("right with --accum 1 but not with accumulation: every micro-step must reduce, and add "
                        "its slice (the first micro-step writes, the others add)")
+        elif ex.stage == "infinity" and "disk" in cfg.extra and any("disk" not in c.extra for c in passed) \
+                and not (loss and loss[2] == 0):
+            out.append("right with the slices in host memory, not on disk: only write_back stores a slice "
+                       "(what params.fetch(u) returns is a copy read from the file, gone at the next fetch)")
+        elif ex.stage == "infinity" and loss and loss[2] == 0:
+            out.append("the very first forward differs: a gathered unit does not hold every rank's stored "
+                       "slice of it: copy this rank's own slice of unit u, params.fetch(u), up into its place "
+                       "before the all-gather starts")
+        elif ex.stage == "infinity" and (norm or loss):
+            out.append("step 1 is right but a later step is not: the next step fetched a slice other than "
+                       "the updated one: store what the host AdamW wrote into outbox(u) with "
+                       "params.write_back(u, outbox(u)), after adam.step")
         elif loss and loss[2] == 0:
             out.append("the very first forward differs: the parameters it reads are not the full, current ones")
         elif norm and norm[2][0] == 0:

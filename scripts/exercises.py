@@ -280,6 +280,46 @@ EXERCISES = [
                 "copy_bytes_async(my_P(u), Location::Device, outbox(u), Location::Host, owned(u) * e);\n"
                 "comm.count_to_device(owned(u), owned(u) * e);", BITS)]),
     Exercise(
+        "infinity_fetch_write_back", "infinity/train.cpp", "infinity",
+        "infinity: bring my slice up just before its all-gather, and store the updated slice after AdamW",
+        [["Part 1, in gather_start(u): my slice of unit u lives off the device (host memory, or a",
+          "file with --offload-param disk). Copy it up into its place in the fresh gathered buffer,",
+          "`mine`, then start the all-gather that sends it to the other ranks and brings theirs.",
+          "Hints: params.fetch(u) -> my stored slice in host memory; to_device(dst, src, elems)",
+          "copies up and counts the link; comm.all_gather_start(shard, out_full, shard_elems, dt)",
+          "returns the CommRequest to keep in in_flight[u].", PRECISION_TODO],
+         ["Part 2, the optimizer: the host AdamW updates my slice of unit u from my gradient slice",
+          "my_G(u), writing the new parameters (storage type) into outbox(u); then store them where",
+          "my slices live, so that the next step's fetch brings the updated slice up.",
+          "Hints: adam.step(u, grads_slice, params_out, run.lr(), scale, run.adam_step());",
+          "params.write_back(u, slice)."]],
+        wrong=[("fetches after the all-gather started", "order",
+                [("to_device(mine, params.fetch(u), owned(u));  // infinity: my slice up, just before the gather\nin_flight[u] = comm.all_gather_start(mine, gathered[u].data(), owned(u), dt);", "in_flight[u] = comm.all_gather_start(mine, gathered[u].data(), owned(u), dt);\nto_device(mine, params.fetch(u), owned(u));  // infinity: my slice up, just before the gather")], "before the all-gather starts"),
+               ("never fetches: the all-gather sends whatever the fresh buffer holds", "fetch",
+                [("to_device(mine, params.fetch(u), owned(u));  // infinity: my slice up, just before the gather\n", "")], "params.fetch(u)"),
+               ("copies my slice up but never starts the all-gather", "collective",
+                [("\nin_flight[u] = comm.all_gather_start(mine, gathered[u].data(), owned(u), dt);", "")],
+                "all-gathers where the real infinity makes"),
+               ("fetches the slice of the unit before", "unit",
+                [("params.fetch(u)", "params.fetch(u > 0 ? u - 1 : u)")], "params.fetch(u)"),
+               ("copies bytes where to_device takes elements", "bytes",
+                [("params.fetch(u), owned(u));", "params.fetch(u), owned(u) * e);")], "past its end"),
+               ("passes DType::F32 to the all-gather", "dtype",
+                [("owned(u), dt);", "owned(u), DType::F32);")], "right in fp32, but in bf16"),
+               ("writes back before the update (stores the gradient)", "order",
+                [("adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\nparams.write_back(u, outbox(u));", "params.write_back(u, outbox(u));\nadam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());")], "after adam.step"),
+               ("never writes back: every step fetches the first parameters", "write-back",
+                [("\nparams.write_back(u, outbox(u));", "")], "after adam.step"),
+               ("copies the update into the fetched slice instead of writing it back", "tier",
+                [("params.write_back(u, outbox(u));", "std::memcpy(const_cast<void*>(params.fetch(u)), outbox(u), owned(u) * e);")],
+                "only write_back stores")],
+        right=[("copies up and counts the copy itself",
+                [("to_device(mine, params.fetch(u), owned(u));  // infinity: my slice up, just before the gather",
+                  "copy_bytes_async(mine, Location::Device, params.fetch(u), Location::Host, owned(u) * e);\n"
+                  "copy_wait();\ncomm.count_to_device(owned(u), owned(u) * e);")], BITS),
+               ("writes back from my_G(u), where outbox(u) points",
+                [("params.write_back(u, outbox(u));", "params.write_back(u, my_G(u));")], BITS)]),
+    Exercise(
         "comm_rank_ordered_sum", "common/comm.cpp", "stage2",
         "the collective layer: add the N ranks' contributions to my slice, in rank order",
         ["After the all-to-all, slice r of `full` (elements [r * shard, (r + 1) * shard)) holds",
@@ -385,28 +425,52 @@ def find(name):
 
 # ---- cutting ----
 
-def region(lines, name):
-    """(first, last) line indices of the markers of exercise `name` (inclusive)."""
+# An exercise may have several parts: regions of one file with the same name (infinity's fetch
+# before the gather and its write-back after the update). A solution is then the parts' texts in
+# file order, separated by this line.
+PART = "// ---- next part ----"
+
+
+def regions(lines, name):
+    """[(first, last)] line indices of the markers of exercise `name` (inclusive), in file order."""
     begin = [i for i, l in enumerate(lines) if BEGIN.match(l) and BEGIN.match(l).group(2) == name]
     end = [i for i, l in enumerate(lines) if END.match(l) and END.match(l).group(1) == name]
-    if len(begin) != 1 or len(end) != 1 or end[0] <= begin[0]:
-        die(f"internal: exercise {name}: expected one `// begin exercise: {name}` and one matching end marker")
-    return begin[0], end[0]
+    if not begin or len(begin) != len(end) or any(
+            not a < b or (k + 1 < len(begin) and b > begin[k + 1]) for k, (a, b) in enumerate(zip(begin, end))):
+        die(f"internal: exercise {name}: expected each `// begin exercise: {name}` followed by its end marker")
+    return list(zip(begin, end))
+
+
+def split_parts(body_lines):
+    parts = [[]]
+    for l in body_lines:
+        if l.strip() == PART:
+            parts.append([])
+        else:
+            parts[-1].append(l)
+    return parts
 
 
 def with_region(text, name, body_lines, indent=None):
-    """The file with the region's content replaced by body_lines (markers kept)."""
+    """The file with the regions' content replaced by body_lines (PART lines between the parts;
+    markers kept)."""
     lines = text.split("\n")
-    a, b = region(lines, name)
-    ind = BEGIN.match(lines[a]).group(1) if indent is None else indent
-    return "\n".join(lines[:a + 1] + [ind + l if l else l for l in body_lines] + lines[b:])
+    spans, parts = regions(lines, name), split_parts(body_lines)
+    if len(parts) != len(spans):
+        die(f"internal: exercise {name}: {len(parts)} parts given for its {len(spans)} regions")
+    for (a, b), part in reversed(list(zip(spans, parts))):
+        ind = BEGIN.match(lines[a]).group(1) if indent is None else indent
+        lines = lines[:a + 1] + [ind + l if l else l for l in part] + lines[b:]
+    return "\n".join(lines)
 
 
 def region_body(text, name):
-    """The region's lines, stripped of their indentation."""
+    """The regions' lines, stripped of their indentation (PART lines between the parts)."""
     lines = text.split("\n")
-    a, b = region(lines, name)
-    return [l.strip() for l in lines[a + 1:b]]
+    out = []
+    for k, (a, b) in enumerate(regions(lines, name)):
+        out += ([PART] if k else []) + [l.strip() for l in lines[a + 1:b]]
+    return out
 
 
 def edited(text, edits, what):
@@ -442,8 +506,13 @@ def learner_text(ex):
         text = f.read()
     if ex.bug:
         return strip_other_markers(broken_copy(ex))
-    todo = [f"// TODO(exercise {ex.name}): {ex.goal}"] + ["//   " + l for l in ex.todo] + [
-        f"// Check your solution with: make check E={ex.name}"]
+    # several parts: ex.todo is one list of lines a part
+    parts = ex.todo if ex.todo and isinstance(ex.todo[0], list) else [ex.todo]
+    todo = []
+    for k, lines in enumerate(parts):
+        which = f", part {k + 1} of {len(parts)}" if len(parts) > 1 else ""
+        todo += ([PART] if k else []) + [f"// TODO(exercise {ex.name}{which}): {ex.goal}"] + [
+            "//   " + l for l in lines] + [f"// Check your solution with: make check E={ex.name}"]
     return strip_other_markers(with_region(text, ex.name, todo))
 
 

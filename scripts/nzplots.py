@@ -309,6 +309,170 @@ def fig_checkpointing(world=64, batch=4, seq=1024, capacity_gb=80, reports=None,
 
 
 # ---------------------------------------------------------------------------------------------
+# Figure 1c: the largest model that fits one device, per rung (ZeRO-Infinity's question)
+# ---------------------------------------------------------------------------------------------
+
+# The rungs whose device memory the figure compares: the ladder, then infinity (stages.txt).
+FIT_RUNGS = STAGES + ["infinity"]
+FIT_VOCAB = 50257  # GPT-2's vocabulary: the embedding is a large unit at small widths
+
+
+def fit_shape(k):
+    """The family the largest model is found in: k blocks of width 128k with k heads of 128 (GPT-3's
+    proportions: 175B is k = 96), GPT-2's vocabulary."""
+    return ("--layers", str(k), "--dim", str(128 * k), "--heads", str(k), "--vocab", str(FIT_VOCAB))
+
+
+def largest_fitting_models(capacity_gb=24, worlds=(1, 64), batch=1, seq=1024, precision="bf16", k_max=256):
+    """{(rung, N, checkpointing): (Ψ, k)}: the largest model of the fit_shape family whose device peak
+    (zero_estimate's `device`: model states on the device, buffers, gathered units, activations of a
+    micro-batch batch x seq) fits capacity_gb GB, per rank; (0, 0) when not even k = 2 fits."""
+    cache = {}
+
+    def device(k, ckpt):
+        if (k, ckpt) not in cache:
+            extra = fit_shape(k) + (("--activation-checkpointing",) if ckpt else ())
+            est = estimate(worlds=worlds, preset="gpt2", precision=precision, batch=batch, seq=seq, extra=extra)
+            cache[(k, ckpt)] = (est["num_params"], {(e["stage"], e["world"]): e["device"] for e in est["estimates"]})
+        return cache[(k, ckpt)]
+
+    out = {}
+    for ckpt in (False, True):
+        for s in FIT_RUNGS:
+            for n in worlds:
+                fits = lambda k: device(k, ckpt)[1][(s, n)] <= capacity_gb * 1e9  # noqa: E731
+                lo, hi = 1, k_max + 1  # fits(lo) (k = 1 stands for "nothing"), not fits(hi)
+                if not fits(2):
+                    out[(s, n, ckpt)] = (0, 0)
+                    continue
+                lo = 2
+                if fits(k_max):
+                    lo = hi = k_max
+                while hi - lo > 1:  # the device peak grows with k
+                    mid = (lo + hi) // 2
+                    lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+                out[(s, n, ckpt)] = (device(lo, ckpt)[0], lo)
+    return out
+
+
+def device_peak_check(worlds=(1, 4)):
+    """The small runs that stand for the family: every rung at N in worlds, without and with
+    --activation-checkpointing; {(rung, N, checkpointing): (ledger, formula)}: rank 0's device peak
+    (the ledger's device categories, each at its peak) and zero_estimate's `device` for the same run.
+    Raises when one differs: the prediction is only as good as this equality."""
+    have = [s for s in FIT_RUNGS if (bin_dir() / s).is_file()]
+    out = {}
+    for ckpt in (False, True):
+        flag = ("--activation-checkpointing",) if ckpt else ()
+        for n in worlds:
+            est = estimate(worlds=[n], preset=MEASURED["preset"], precision=MEASURED["precision"],
+                           batch=MEASURED["batch"], seq=MEASURED["seq"], extra=flag)
+            formula = {e["stage"]: e["device"] for e in est["estimates"]}
+            for s in have:
+                rep = run(s, n, extra=flag)
+                ledger = sum(measured_at(rep, "device").values())
+                if ledger != formula[s]:
+                    raise RuntimeError(f"{s}, N = {n}{', checkpointing' if ckpt else ''}: the ledger's device "
+                                       f"peak is {ledger:,} bytes, the formula {formula[s]:,}")
+                out[(s, n, ckpt)] = (ledger, formula[s])
+    return out
+
+
+def _psi(x):
+    return f"{x / 1e12:.3g}T" if x >= 1e12 else f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M"
+
+
+def fig_largest_model(capacity_gb=24, worlds=(1, 64), batch=1, seq=1024, measured_worlds=(1, 4), fits=None,
+                      checks=None):
+    """Left: the largest model (parameters, log scale) whose per-rank device peak fits capacity_gb, per
+    rung, at N = worlds, without (solid) and with (hatched) activation checkpointing: predicted from
+    the formulas over the fit_shape family, bf16, micro-batch batch x seq. Right: why the prediction
+    holds: the small preset's device peak, the ledger of a real run (bars) and the formula (marks)
+    equal to the byte, per rung at N = measured_worlds (device_peak_check)."""
+    fits = fits or largest_fitting_models(capacity_gb, worlds, batch, seq)
+    checks = checks if checks is not None else device_peak_check(measured_worlds)
+    fig = Figure(figsize=(15, 6.2), layout="constrained")
+    ax, bx = fig.subplots(1, 2, width_ratios=[1.5, 1])
+    width = 0.8 / (2 * len(worlds))
+    shades = {worlds[0]: 0.55, worlds[-1]: 1.0}
+    for i, s in enumerate(FIT_RUNGS):
+        j = 0
+        for n in worlds:
+            for ckpt in (False, True):
+                psi, k = fits[(s, n, ckpt)]
+                x = i - 0.4 + (j + 0.5) * width
+                ax.bar(x, max(psi, 1), width, color=STAGE_COLOR[s], alpha=shades.get(n, 0.8),
+                       hatch="//" if ckpt else None, edgecolor="white" if ckpt else None)
+                ax.text(x, max(psi, 1) * 1.15, _psi(psi) if psi else "none", ha="center", va="bottom",
+                        fontsize=6.5, rotation=90)
+                j += 1
+    ax.set_yscale("log")
+    ax.set_ylim(1e8, ax.get_ylim()[1] * 8)
+    ax.set_xticks(range(len(FIT_RUNGS)), [STAGE_LABEL[s].replace(" (", "\n(") for s in FIT_RUNGS])
+    ax.set_ylabel("parameters Ψ of the largest model that fits")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend([Patch(facecolor="gray", alpha=shades.get(n, 0.8)) for n in worlds]
+              + [Patch(facecolor="white", edgecolor="gray", hatch="//")],
+              [f"N = {n}" for n in worlds] + ["with activation checkpointing"], loc="upper left", fontsize=8)
+    ax.set_title(f"Formula: the largest of k blocks of width 128k (k heads; GPT-2 vocabulary) whose device peak "
+                 f"fits\n{capacity_gb:g} GB per rank, bf16, micro-batch {batch} × {seq}; bars for each N: without, "
+                 f"with checkpointing")
+    rungs = [s for s in FIT_RUNGS if any(key[0] == s for key in checks)]
+    width = 0.8 / (2 * len(measured_worlds))
+    for i, s in enumerate(rungs):
+        j = 0
+        for n in measured_worlds:
+            for ckpt in (False, True):
+                if (s, n, ckpt) in checks:
+                    ledger, formula = checks[(s, n, ckpt)]
+                    x = i - 0.4 + (j + 0.5) * width
+                    bx.bar(x, ledger / 1e6, width, color=STAGE_COLOR[s], alpha=0.55 if n == measured_worlds[0] else 1,
+                           hatch="//" if ckpt else None, edgecolor="white" if ckpt else None)
+                    bx.plot(x, formula / 1e6, "k_", ms=9)
+                j += 1
+    bx.set_xticks(range(len(rungs)), [s.replace("_", "\n") for s in rungs])
+    bx.set_ylabel("device peak per rank (MB = 10⁶ bytes)")
+    bx.grid(True, axis="y", alpha=0.3)
+    bx.set_title(f"Measured: {MEASURED['preset']} preset, {MEASURED['precision']}, micro-batch {MEASURED['batch']} × "
+                 f"{MEASURED['seq']}, N = {', '.join(map(str, measured_worlds))}:\nrank 0's ledger (bars) = the "
+                 "formula (black marks), to the byte\n(N = 64 is the formula only: 64 processes do not fit this laptop)")
+    fig.suptitle("How large a model fits one device, per rung: sharding shrinks the model states by N, offload moves "
+                 "the optimizer off the device, infinity the parameters too")
+    return fig
+
+
+def ledger_side_by_side(world=4, pipeline_accum=4):
+    """The per-rank ledger of every trainer (the ladder, pipeline with P = world stages and
+    pipeline_accum micro-batches, infinity in host memory and on disk) on the measured small runs at N = world, as a markdown
+    table: one row per category and location that any rung uses, peak bytes of rank 0, and of the
+    last rank where it differs (pipeline: the first and last stage). docs/infinity.md shows it."""
+    rungs = [s for s in STAGES + ["pipeline", "infinity"] if (bin_dir() / s).is_file()]
+    reps = {s: run_pipeline(stages=world, accum=pipeline_accum, steps=MEASURED["steps"]) if s == "pipeline"
+            else run(s, world) for s in rungs}
+    if "infinity" in rungs:  # and its disk tier (the files' directory: the reports', which stays)
+        rungs.append("infinity (disk)")
+        reps[rungs[-1]] = run("infinity", world, extra=("--offload-param", "disk", "--offload-dir", str(runs_dir())))
+    cats = CATEGORIES + ["scratch"]
+    rows = []
+    for loc in ("device", "host", "disk"):
+        for c in cats:
+            cells = []
+            for s in rungs:
+                first, last = (reps[s]["ranks"][r]["ledger"][loc]["peak"].get(c, 0) for r in (0, -1))
+                cells.append(f"{first:,}" if first == last else f"{first:,} / {last:,}")
+            if any(x != "0" for x in cells):
+                rows.append(f"| {c} ({loc}) | " + " | ".join(cells) + " |")
+        tot = [tuple(sum(reps[s]["ranks"][r]["ledger"][loc]["peak"].get(c, 0) for c in cats) for r in (0, -1))
+               for s in rungs]
+        if any(a or b for a, b in tot):
+            rows.append(f"| **{loc}, all categories** | " + " | ".join(
+                f"**{a:,}**" if a == b else f"**{a:,} / {b:,}**" for a, b in tot) + " |")
+    head = (f"| peak bytes, rank 0 (a / b: rank 0 / rank {world - 1}) | " + " | ".join(rungs) + " |\n|---|"
+            + "---|" * len(rungs))
+    return head + "\n" + "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------
 # Figure 2: model-state memory per rank against the number of ranks
 # ---------------------------------------------------------------------------------------------
 
@@ -590,7 +754,8 @@ def comm_by_accum(world=4, accums=range(1, 9), preset=MEASURED["preset"], precis
         est = estimate(worlds=[world], preset=preset, precision=precision, accum=k)
         assert est["accum"] == k
         for e in est["estimates"]:
-            sent[e["stage"]].append(e["comm_elems_per_step"])
+            if e["stage"] in sent:  # the ladder (infinity sends stage3's elements, and more on the link)
+                sent[e["stage"]].append(e["comm_elems_per_step"])
     shard = est["estimates"][0]["shard_params"]
     return {"world": world, "shard": shard, "accums": accums, "sent": sent, "preset": preset}
 

@@ -4,7 +4,7 @@
 
 Runs every built trainer on the small preset at N = 1..4 (about a second each; reports cached in
 runs/reports), at N = 4 with --accum 2 and 4 and with --activation-checkpointing, asks zero_estimate
-for the formulas, and writes:
+for the formulas, and writes (with infinity's runs for largest_model.png):
     memory_by_category.png   per-rank bytes by category, ledger beside formula (N = 4): the model
                              states alone, and the same with the activations on top
     memory_vs_ranks.png      model-state memory per rank against N: the formula for 7.5B with the
@@ -12,6 +12,10 @@ for the formulas, and writes:
     memory_checkpointing.png per-rank memory by category without and with activation checkpointing:
                              the formula for a 7B-like shape (N = 64, batch 4 x 1024, bf16), and the
                              small runs measured (N = 4)
+    largest_model.png        the largest model whose device peak fits 24 GB per rank, per rung (the ladder
+                             and infinity) at N = 1 and 64, without and with activation checkpointing,
+                             from the formulas; beside it the small runs' device peak, ledger = formula
+                             (N = 1 and 4; the script stops if one differs)
     memory_timeline.png      the ledger's timeline by phase (set-up, forward, backward, optimizer of
                              two steps), stage3's gathers labelled with their unit (N = 4)
     comm_per_step.png        bytes per step: the network (K = 1) against 2Ψ(N-1)/N and 3Ψ(N-1)/N, and
@@ -60,6 +64,7 @@ def main():
         "memory_vs_ranks.png": nz.fig_scaling(reports, params=a.params, capacity_gb=a.capacity_gb),
         "memory_checkpointing.png": nz.fig_checkpointing(capacity_gb=a.capacity_gb, reports=reports,
                                                          ckpt_reports=ckpt_reports, small_world=max(worlds)),
+        "largest_model.png": nz.fig_largest_model(capacity_gb=24, measured_worlds=(1, max(worlds))),
         "memory_timeline.png": nz.fig_timeline(reports, world=max(worlds)),
         "comm_per_step.png": nz.fig_comm(reports, accum_reports),
         "comm_vs_accum.png": nz.fig_comm_vs_accum(world=max(worlds), measured=accum_reports),
