@@ -15,28 +15,14 @@
 
 #include <map>
 
+#include "contract.h"
 #include "harness.h"
 
 using namespace nzt;
 
 namespace {
 
-// The tiny model's grad norm is 1.2 .. 2.6 over these runs: a clip of 0.5 acts on every step.
-const std::string kClipText = "0.5";
-const double kClip = std::stod(kClipText);
-const std::string kFlags =
-    "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --clip " + kClipText + " ";
-// kSteps >= 2: the ledger timeline records steps 0 and 1
-const int kSteps = 6, kBf16Steps = 20, kFp16Steps = 12;
-
-// One run per (trainer, ranks, accum, precision, extra flags), shared by the tests below.
-const RunResult& run(const std::string& trainer, int N, int accum, const std::string& prec = "fp32",
-                     const std::string& extra = "") {
-  const int steps = prec == "fp32" ? kSteps : prec == "fp16" ? kFp16Steps : kBf16Steps;
-  std::string flags = kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) +
-                      " --precision " + prec + fp16_flags(prec, accum) + " " + extra;
-  return run_cached(trainer, N, flags, prec);
-}
+using namespace nzt::contract;  // the contract's flags, runs and check (contract.h)
 
 using Problems = std::vector<std::string>;
 std::string join(const Problems& p) {
@@ -70,19 +56,11 @@ uint64_t gathered_peak_bound(const Sizes& z, uint64_t e, bool prefetch) {
 
 // ---- the checks ----
 
-// The contract (harness.h): bit for bit stage0_ddp at accum 1 (every step's loss and grad norm, ==
-// on doubles: the report keeps %.17g, and the model file's bytes); at accum K > 1 bit for bit
-// stage2 (the same sums in the same order) and step 1's gradient norm within the derived bound of
-// stage0_ddp's. *summary: what was compared, with the differences.
+// The contract (contract.h): bit for bit stage0_ddp at accum 1 and stage2 at accum K > 1 (the same
+// sums in the same order), with step 1's gradient norm within the derived bound of stage0_ddp's.
 Problems check_contract(const std::string& trainer, const RunResult& r, int N, int K, const std::string& prec,
                         std::string* summary) {
-  static std::map<std::string, std::vector<double>> micro;  // micro-batch norms per (N, K, precision)
-  const std::string key = std::to_string(N) + " " + std::to_string(K) + " " + prec;
-  const int steps = prec == "fp32" ? kSteps : prec == "fp16" ? kFp16Steps : kBf16Steps;
-  const std::string flags = kFlags + "--steps " + std::to_string(steps) + " --precision " + prec + fp16_flags(prec, K);
-  if (K > 1 && !micro.count(key)) micro[key] = micro_batch_norms(flags, N, K, "stage3_" + prec);
-  return contract_problems(trainer, r, N, K, prec, run("stage0_ddp", N, K, prec), "stage2",
-                           K > 1 ? &run("stage2", N, K, prec) : nullptr, K > 1 ? &micro[key] : nullptr, summary);
+  return check(trainer, r, N, K, prec, summary);
 }
 
 // Per rank, to the byte. e = bytes per stored element, S = padded shard (P / N), U = largest unit:
@@ -213,64 +191,23 @@ Problems check_timeline(const RunResult& r, int N, int K, bool prefetch) {
 
 }  // namespace
 
-// The headline: sharding the parameters changes where they live, not what they are.
+// The headline: sharding the parameters changes where they live, not what they are (contract.h:
+// the loops every stage's suite shares), with prefetch on and off.
+const std::vector<Variant> kStage3 = {{"stage3", "--prefetch 1"}, {"stage3", "--prefetch 0"}};
 TEST(Stage3, Fp32ContractForOneToFourRanksPrefetchOnAndOff) {
-  for (int N : {1, 2, 3, 4}) {
-    for (int K : {1, 3}) {
-      SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K));
-      const RunResult& ref = run("stage0_ddp", N, K);
-      ASSERT_EQ(ref.exit_code, 0) << ref.output;
-      std::vector<double> norms = step_values(ref.report, "grad_norm");
-      ASSERT_EQ(norms.size(), size_t(kSteps));
-      int clipped = 0;
-      for (double g : norms) clipped += g > kClip;
-      ASSERT_GE(4 * clipped, 3 * kSteps) << "--clip " << kClip << " must act on most steps";
-      for (int prefetch : {1, 0}) {
-        const RunResult& r = run("stage3", N, K, "fp32", "--prefetch " + std::to_string(prefetch));
-        ASSERT_EQ(r.exit_code, 0) << r.output;
-        std::string summary;
-        Problems pr = check_contract("stage3", r, N, K, "fp32", &summary);
-        printf("fp32 stage3 N=%d accum=%d prefetch=%d (clipped %d/%d steps): %s\n", N, K, prefetch, clipped, kSteps,
-               summary.c_str());
-        EXPECT_TRUE(pr.empty()) << join(pr);
-      }
-      // prefetch only moves the gathers earlier: the same bits
+  expect_fp32(kStage3);
+  // prefetch only moves the gathers earlier: the same bits
+  for (int N : {1, 2, 3, 4})
+    for (int K : {1, 3})
       EXPECT_TRUE(same_model_bits(run("stage3", N, K, "fp32", "--prefetch 1").model_path,
-                                  run("stage3", N, K, "fp32", "--prefetch 0").model_path));
-    }
-  }
+                                  run("stage3", N, K, "fp32", "--prefetch 0").model_path))
+          << "N=" << N << " accum=" << K;
 }
 
 // bf16: on the MPI path every reduction still adds in rank order and rounds to bf16 once per
-// collective, and gathering a bf16 slice copies it bit for bit, so stage3 is bit for bit stage0_ddp
-// at accum 1 and stage2 at accum 2, with the cross-group bound at the bf16 unit roundoff.
-TEST(Stage3, Bf16ContractOverTwentySteps) {
-  for (auto [N, K] : {std::pair{2, 1}, std::pair{3, 2}}) {
-    SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K));
-    const RunResult& r = run("stage3", N, K, "bf16");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    ASSERT_EQ(step_values(r.report, "loss").size(), size_t(kBf16Steps));
-    std::string summary;
-    Problems pr = check_contract("stage3", r, N, K, "bf16", &summary);
-    printf("bf16 stage3 N=%d accum=%d, %d steps: %s\n", N, K, kBf16Steps, summary.c_str());
-    EXPECT_TRUE(pr.empty()) << join(pr);
-  }
-}
-
-// fp16: the same, with the loss scale (harness.h, fp16_flags): at accum 1 the skipped steps too.
-TEST(Stage3, Fp16ContractOverTwelveSteps) {
-  for (auto [N, K] : {std::pair{2, 1}, std::pair{3, 2}}) {
-    SCOPED_TRACE("N=" + std::to_string(N) + " accum=" + std::to_string(K));
-    const RunResult& r = run("stage3", N, K, "fp16");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    ASSERT_EQ(step_values(r.report, "loss").size(), size_t(kFp16Steps));
-    std::string summary;
-    Problems pr = check_contract("stage3", r, N, K, "fp16", &summary);
-    printf("fp16 stage3 N=%d accum=%d, %d steps (%d skipped): %s\n", N, K, kFp16Steps, skipped_steps(r.report),
-           summary.c_str());
-    EXPECT_TRUE(pr.empty()) << join(pr);
-  }
-}
+// collective, and gathering a bf16 slice copies it bit for bit; fp16 the same with the loss scale.
+TEST(Stage3, Bf16ContractOverTwentySteps) { expect_low_precision({{"stage3", ""}}, "bf16"); }
+TEST(Stage3, Fp16ContractOverTwelveSteps) { expect_low_precision({{"stage3", ""}}, "fp16"); }
 
 TEST(Stage3, LedgerHoldsOnlyShardsAndTheDerivedGatheredPeak) {
   struct Case { int N, K; const char* prec; int prefetch; };
