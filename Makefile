@@ -243,7 +243,7 @@ clean:
 # oneDNN (40 MB) serves only the CPU's bf16 products, which a GPU run does not use.
 BUNDLE_BUILD := $(BUILD)/gpu-bundle-build
 BUNDLE_ARCH  ?= 90
-BUNDLE_BINS  := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(BUNDLE_BUILD)/bin/$(s))) \
+BUNDLE_BINS  := $(foreach s,$(STAGES) pipeline,$(if $(wildcard $(s)/train.cpp),$(BUNDLE_BUILD)/bin/$(s))) \
                 $(addprefix $(BUNDLE_BUILD)/tests/,test_cuda_kernels test_cuda_comm test_cuda_stages)
 gpu-bundle:
 	@test "$(CUDA)" = 1 || { echo "make gpu-bundle: nvcc not found (CUDA=0); expected the CUDA toolkit on PATH: install it or set NVCC"; exit 2; }

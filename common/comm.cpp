@@ -129,7 +129,8 @@ void Comm::wait(CommRequest& r) {
   if (r.gathering_into) Ledger::get().set_gathering(r.gathering_into, false);
   r.gathering_into = nullptr;
   if (r.on_comm_stream) {  // NCCL: kernels queued after this see the gathered data
-    nccl::join();
+    if (!held_sends_.empty()) issue_held_sends();  // a held send (send_start): issued now, joined
+    else nccl::join();
     r.on_comm_stream = false;
     return;
   }
@@ -144,6 +145,7 @@ void Comm::wait(CommRequest& r) {
     MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
   }
   r.req = MPI_REQUEST_NULL;
+  if (r.staged >= 0) send_staging_busy_[r.staged] = false, r.staged = -1;  // the send's host copy is free
 }
 
 void Comm::all_reduce(void* buf, size_t elems, DType dt) {
@@ -251,24 +253,77 @@ void Comm::exit_quietly(int code) const {
   exit(code);
 }
 
+// Device memory, for the point-to-point calls: a buffer the ledger knows as on the device, when
+// the run is on the GPU. Anything else (the model file's host copy of a unit on rank 0) is host.
+static bool on_device(const void* p) {
+  if (!on_gpu()) return false;
+  const BufferExtent* ext = Ledger::get().buffer_at(p);
+  return ext && ext->loc == Location::Device;
+}
+
 CommRequest Comm::send_start(const void* buf, size_t elems, DType dt, int to, int tag) {
   const size_t bytes = elems * dtype_bytes(dt);
   check_span(buf, bytes, "send: the buffer");
-  NZ_CHECK(!on_gpu(), "point-to-point sends run on the CPU backend only");
   stats_->add(CommOp::PointToPoint, elems, bytes, 0);
   CommRequest r;
-  MPI_Isend(buf, int(elems), mpi_type(dt), to, tag, mpi_, &r.req);
+  if (nccl_) {  // held back for the next group (comm.h); wait() or the next recv issues it
+    NZ_CHECK(on_device(buf), "send: NCCL sends device memory only");
+    held_sends_.push_back({buf, elems, dt, to});
+    r.on_comm_stream = true;
+    return r;
+  }
+  const void* from = buf;
+  if (on_device(buf)) {  // ranks sharing a GPU: from a pinned host copy of its own, free again at wait()
+    size_t i = 0;
+    while (i < send_staging_.size() && send_staging_busy_[i]) i++;
+    if (i == send_staging_.size()) send_staging_.emplace_back(), send_staging_busy_.push_back(false);
+    if (send_staging_[i].bytes() < bytes) {
+      send_staging_[i].release();
+      send_staging_[i] = Buffer(Category::Scratch, Location::Host, bytes, "mpi send staging (pinned)");
+    }
+    send_staging_busy_[i] = true;
+    r.staged = int(i);
+    copy_bytes(send_staging_[i].data(), Location::Host, buf, Location::Device, bytes);
+    from = send_staging_[i].data();
+  }
+  MPI_Isend(from, int(elems), mpi_type(dt), to, tag, mpi_, &r.req);
   return r;
+}
+
+// NCCL: the held sends and, when given, one receive, in one group; the compute stream then waits
+// for them (the received data is there for the kernels queued next, the sent buffers free again).
+void Comm::issue_held_sends(void* recv_buf, size_t elems, DType dt, int from) {
+  nccl::group_start();
+  for (const HeldSend& h : held_sends_) nccl::send(h.buf, h.elems, h.dt, h.to);
+  if (recv_buf) nccl::recv(recv_buf, elems, dt, from);
+  nccl::group_end();
+  held_sends_.clear();
+  nccl::join();
 }
 
 void Comm::recv(void* buf, size_t elems, DType dt, int from, int tag) {
   const size_t bytes = elems * dtype_bytes(dt);
   check_span(buf, bytes, "recv: the buffer");
-  NZ_CHECK(!on_gpu(), "point-to-point receives run on the CPU backend only");
   stats_->add(CommOp::PointToPoint, 0, 0, bytes);
+  if (nccl_) {
+    if (on_device(buf)) {
+      issue_held_sends(buf, elems, dt, from);
+      return;
+    }
+    if (nccl_recv_staging_.bytes() < bytes) {
+      nccl_recv_staging_.release();
+      nccl_recv_staging_ = Buffer(Category::Scratch, Location::Device, bytes, "nccl receive staging");
+    }
+    issue_held_sends(nccl_recv_staging_.data(), elems, dt, from);
+    copy_bytes(buf, Location::Host, nccl_recv_staging_.data(), Location::Device, bytes);
+    return;
+  }
+  const bool staged = on_device(buf);  // ranks sharing a GPU: through the pinned staging buffer
+  void* into = staged ? staging(bytes) : buf;
   CommRequest r;
-  MPI_Irecv(buf, int(elems), mpi_type(dt), from, tag, mpi_, &r.req);
+  MPI_Irecv(into, int(elems), mpi_type(dt), from, tag, mpi_, &r.req);
   wait(r);  // politely: a stage waiting for its neighbour leaves the core to the neighbour
+  if (staged) copy_bytes(buf, Location::Device, into, Location::Host, bytes);
 }
 
 std::string Comm::gather_strings(const std::string& mine, const char* separator) {

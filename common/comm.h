@@ -41,6 +41,7 @@ struct CommRequest {
   MPI_Request req = MPI_REQUEST_NULL;
   bool on_comm_stream = false;
   const void* gathering_into = nullptr;  // an all-gather's output, named in the activity log (ledger.h)
+  int staged = -1;  // a send on the MPI path on GPUs: its pinned host copy (Comm's send staging)
   bool active() const { return req != MPI_REQUEST_NULL || on_comm_stream; }
 };
 
@@ -116,6 +117,14 @@ class Comm {
   // send_start returns at once; the buffer must stay unchanged until wait() on the request (a
   // blocking send could deadlock two stages that both send before they receive). recv blocks.
   // `tag` tells apart messages between the same two ranks that may be in flight together.
+  // On the CUDA backend, the two paths of the collectives. NCCL: it has no tags (the messages
+  // between two ranks match in the order they are issued: the same order on both sides, as the
+  // pipeline's schedules keep it) and a send waits for its receive, so a send is held back and
+  // issued in one NCCL group with this rank's next receive (or at wait()): two neighbours that
+  // both send first then run both directions together instead of waiting for each other. MPI
+  // (ranks sharing a GPU): each send goes out from its own pinned host copy, so several can be in
+  // flight, and a receive lands in the staging buffer and is copied up. Host memory (the model file
+  // on rank 0) is received as it is on the CPU, or through a device copy on NCCL.
   CommRequest send_start(const void* buf, size_t elems, DType dt, int to, int tag);
   void recv(void* buf, size_t elems, DType dt, int from, int tag);
 
@@ -129,6 +138,18 @@ class Comm {
   bool oversubscribed_ = false;  // more ranks than cores on this machine: sleep while waiting
   void* staging(size_t bytes);   // MPI path on GPUs: pinned host copy of a device buffer
   Buffer staging_;
+  // point to point on GPUs: the sends held back for NCCL's next group; the MPI path's host copies
+  struct HeldSend {
+    const void* buf;
+    size_t elems;
+    DType dt;
+    int to;
+  };
+  std::vector<HeldSend> held_sends_;
+  void issue_held_sends(void* recv_buf = nullptr, size_t elems = 0, DType dt = DType::F32, int from = -1);
+  std::vector<Buffer> send_staging_;
+  std::vector<bool> send_staging_busy_;
+  Buffer nccl_recv_staging_;  // NCCL receives into device memory only
   bool nccl_ = false;
   int gpus_in_use_ = 0, ranks_on_my_gpu_ = 1;
   MPI_Comm gpu_comm_ = MPI_COMM_NULL;  // the ranks sharing this rank's GPU

@@ -45,6 +45,8 @@ Comm::~Comm() {
     return;
   }
   staging_.release();
+  send_staging_.clear();
+  nccl_recv_staging_.release();
   if (nccl_) nccl::finalize();
   int fin = 0;
   MPI_Finalized(&fin);
@@ -116,6 +118,10 @@ void finalize() {}
 void reduce_scatter(const void*, void*, size_t, DType) { no_nccl(); }
 void all_gather(const void*, void*, size_t, DType) { no_nccl(); }
 void all_reduce(void*, size_t, DType) { no_nccl(); }
+void send(const void*, size_t, DType, int) { no_nccl(); }
+void recv(void*, size_t, DType, int) { no_nccl(); }
+void group_start() { no_nccl(); }
+void group_end() { no_nccl(); }
 void wait_joined() {}
 void join() {}
 }  // namespace nccl

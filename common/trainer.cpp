@@ -112,9 +112,6 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // the pipeline's stages and replicas (one stage of N replicas elsewhere): bad ones are one line here
   pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition,
                                 args.zero);
-  if (stage == Stage::Pipeline && args.device == "cuda")
-    user_error("--device cuda: the pipeline's point-to-point sends run on the CPU backend only, expected --device "
-               "cpu or auto; run a ZeRO stage on the GPU");
   resolve_batch(args, dp_world());  // --config's train_batch_size: checked, or the missing factor derived
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight; or
   // OMP_NUM_THREADS when set (the fast CPU kernels' bits depend on the thread count: runs compared
@@ -136,8 +133,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
-  // the pipeline runs on the CPU (auto: even where a GPU is visible)
-  select_device(stage == Stage::Pipeline ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
+  select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
   dtype = args.dtype;

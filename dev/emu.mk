@@ -1,7 +1,7 @@
 # dev/emu.mk — the CUDA backend built against nz_emu (dev/emu/), a CPU emulator of the CUDA
 # subset the backend uses, so every CUDA kernel, the cuBLAS and NCCL call sites and the trainers'
 # --device cuda paths run on a machine without a GPU (tests/cuda/emu_check.sh). Needs no CUDA toolkit.
-#   make emu     ->  $(EMU)/bin/<stages>, $(EMU)/tests/test_cuda_{kernels,comm,stages}
+#   make emu     ->  $(EMU)/bin/<stages> and pipeline, $(EMU)/tests/test_cuda_{kernels,comm,stages}
 # The common/kernels/cuda/*.cu files (and *.cuh headers) are rewritten by dev/emu/cu2cpp.pl (launch syntax
 # only) and compiled as C++ with dev/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on
 # the include path.
@@ -15,7 +15,8 @@ EMU_LIB      := $(EMU)/libnanozero_emu.a
 # the host libraries the common/ objects need: the BLAS, oneDNN when built with it (Makefile DNNL), and
 # MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
 EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS) $(MPI_LIBS)
-EMU_STAGES   := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
+# the ladder, and the pipeline (test_cuda_stages runs it on both paths)
+EMU_STAGES   := $(foreach s,$(STAGES) pipeline,$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
 EMU_TESTS    := $(addprefix $(EMU)/tests/,$(basename $(notdir $(wildcard tests/cuda/test_cuda_*.cpp)))) \
                 $(EMU)/tests/emu_selftest
 

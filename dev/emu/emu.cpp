@@ -983,3 +983,62 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
   memcpy(recv, all.data(), all.size());
   return ncclSuccess;
 }
+
+// Point to point: the ops of a group are posted together at ncclGroupEnd and all waited for; an op
+// outside a group is a group of one. MPI_Issend, not MPI_Isend: NCCL's send does not complete
+// before the peer has posted the receive (MPI would complete a small send eagerly), and one tag,
+// so messages between two ranks match in the order they were issued, as NCCL's do.
+namespace {
+struct P2POp {
+  bool send;
+  void* buf;
+  size_t bytes;
+  int peer;
+  MPI_Comm comm;
+};
+int g_group_depth = 0;
+std::vector<P2POp> g_group_ops;
+
+ncclResult_t run_p2p_ops() {
+  std::vector<MPI_Request> reqs(g_group_ops.size(), MPI_REQUEST_NULL);
+  {
+    DeviceAccess access;
+    for (size_t i = 0; i < g_group_ops.size(); i++) {
+      const P2POp& op = g_group_ops[i];
+      if (op.send) MPI_Issend(op.buf, int(op.bytes), MPI_BYTE, op.peer, 0, op.comm, &reqs[i]);
+      else MPI_Irecv(op.buf, int(op.bytes), MPI_BYTE, op.peer, 0, op.comm, &reqs[i]);
+    }
+    MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+  }
+  g_group_ops.clear();
+  return ncclSuccess;
+}
+
+ncclResult_t add_p2p_op(bool send, const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm) {
+  if (!comm || peer < 0 || peer >= comm->size || peer == comm->rank) return ncclInvalidArgument;
+  const size_t bytes = count * nccl_bytes(type);
+  if (bytes > size_t(1) << 30) fail("NCCL emulation: %zu bytes in one send or receive is too many", bytes);
+  if (!is_device_pointer(buf, bytes))
+    fail("%s: the buffer (%zu bytes) is not device memory", send ? "ncclSend" : "ncclRecv", bytes);
+  g_group_ops.push_back({send, const_cast<void*>(buf), bytes, peer, comm->comm});
+  return g_group_depth > 0 ? ncclSuccess : run_p2p_ops();
+}
+}  // namespace
+
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+  return add_p2p_op(true, send, count, type, peer, comm);
+}
+
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+  return add_p2p_op(false, recv, count, type, peer, comm);
+}
+
+ncclResult_t ncclGroupStart() {
+  g_group_depth++;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (g_group_depth == 0) return ncclInvalidUsage;
+  return --g_group_depth > 0 ? ncclSuccess : run_p2p_ops();
+}

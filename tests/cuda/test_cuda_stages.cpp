@@ -12,6 +12,8 @@
 //   - --attention flash keeps only attention's log-sum-exp: the activations formula with that term,
 //     exactly that much below the gemm run's, and the losses within the stage bound above; and
 //     --batch auto fits the batch by that formula;
+//   - the pipeline (P = 2, both schedules) equals stage0_ddp --accum 2 on one rank bit for bit on
+//     either path, and its ledger and comm counts are the CPU pipeline's;
 //   - the GPU trains the CPU's model: stage0_ddp's losses agree within fp32 1e-3, bf16 5e-2 over
 //     the same steps (the kernels differ from the CPU's in summation order, fused multiply-adds
 //     and the device math library: cuda_common.cuh).
@@ -221,6 +223,48 @@ TEST_F(CudaStages, FlashAttentionBatchAutoFitsByTheLogSumExpFormula) {
   printf("NZTABLE flash-attention batch auto stage0_ddp 1500KB: micro-batch %d (gemm) -> %d (flash)\n", fitted["gemm"],
          fitted["flash"]);
   EXPECT_GT(fitted["flash"], fitted["gemm"]);
+}
+
+// The pipeline on the GPU: P = 2 stages on 2 ranks (D = 1), K = --accum 2 micro-batches, whose
+// activations, their gradients and the tied embedding (d wte forward, the fresh wte back) cross by
+// the device path: NCCL send/recv in groups with one GPU per rank, pinned host copies over MPI when the
+// ranks share one. No sum crosses ranks (D = 1), and point to point only moves bits, so either path
+// must be stage0_ddp on 1 rank with --accum 2 on the GPU bit for bit: every step's loss and norm, and
+// the model file (both schedules, fp32 and bf16: one run each). Its memory ledger's model state and
+// its comm counts per step (the p2p op) are the CPU pipeline's.
+TEST_F(CudaStages, PipelineEqualsStage0BitForBitAndCountsAsOnTheCpu) {
+  for (const auto& [prec, schedule] : {std::pair<std::string, std::string>{"fp32", "gpipe"}, {"bf16", "1f1b"}}) {
+    SCOPED_TRACE(prec + " " + schedule);
+    const std::string pipe = " --pipeline 2 --schedule " + schedule;
+    const RunResult& ref = run("stage0_ddp", 1, prec, "cuda");
+    const RunResult& gpu = run("pipeline", 2, prec, "cuda", pipe);
+    const RunResult& cpu = run("pipeline", 2, prec, "cpu", pipe);
+    ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+    ASSERT_EQ(gpu.report["device"].str, "cuda");
+    const Verdict v = compare_runs(ref, gpu);
+    printf("NZTABLE pipeline P=2 %s %s %-4s vs stage0_ddp --accum 2 on 1 rank: %s\n", schedule.c_str(), prec.c_str(),
+           gpu.report["collectives"].str.c_str(), v.identical() ? "bitwise" : v.str().c_str());
+    EXPECT_TRUE(v.identical()) << v.str();
+    for (int r = 0; r < 2; r++)
+      for (const char* loc : {"device", "host"})
+        for (const char* cat : kCategories)
+          EXPECT_EQ(gpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u(),
+                    cpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u())
+              << "rank " << r << " " << loc << " " << cat;
+    for (int r = 0; r < 2; r++) {  // every rank's sends and receives over the whole run, the p2p op
+      const Json &g = gpu.report["ranks"][size_t(r)]["comm"]["p2p"], &c = cpu.report["ranks"][size_t(r)]["comm"]["p2p"];
+      EXPECT_GT(g["calls"].u(), 0u) << "rank " << r;
+      for (const char* k : {"calls", "elems_sent", "bytes_sent", "bytes_recv"})
+        EXPECT_EQ(g[k].u(), c[k].u()) << "rank " << r << " " << k;
+    }
+    const Json &gs = gpu.report["steps_log"], &cs = cpu.report["steps_log"];
+    ASSERT_EQ(gs.size(), cs.size());
+    for (size_t i = 0; i < gs.size(); i++)
+      for (const char* k : {"comm_elems", "comm_bytes"}) EXPECT_EQ(gs[i][k].u(), cs[i][k].u()) << "step " << i + 1 << " " << k;
+    EXPECT_GT(gs[size_t(0)]["comm_elems"].u(), 0u);  // the activations were counted at all
+  }
 }
 
 TEST_F(CudaStages, GpuTrainsTheCpuModel) {

@@ -1,7 +1,7 @@
-// comm_nccl.cu — NCCL reduce-scatter, all-gather and all-reduce on a dedicated comm stream,
+// comm_nccl.cu — NCCL reduce-scatter, all-gather, all-reduce and send/recv on a dedicated comm stream,
 // ordered against the compute (default) stream with events. See comm_nccl.h.
 #include <cuda_runtime.h>  // cudaStream_t, cudaEvent_t
-#include <nccl.h>          // ncclCommInitRank, ncclReduceScatter, ncclAllGather, ncclAllReduce
+#include <nccl.h>          // ncclCommInitRank, ncclReduceScatter, ncclAllGather, ncclAllReduce, ncclSend
 
 #include <chrono>   // steady_clock: the time limit of wait_joined
 #include <cstdio>   // snprintf
@@ -116,6 +116,19 @@ void all_reduce(void* buf, size_t elems, DType dt) {
   after_compute("all-reduce", elems, dt);
   NZ_NCCL_CHECK(ncclAllReduce(buf, buf, elems, nccl_type(dt), ncclSum, g_comm, g_stream));
 }
+
+void send(const void* buf, size_t elems, DType dt, int peer) {
+  after_compute("send", elems, dt);
+  NZ_NCCL_CHECK(ncclSend(buf, elems, nccl_type(dt), peer, g_comm, g_stream));
+}
+
+void recv(void* buf, size_t elems, DType dt, int peer) {
+  after_compute("recv", elems, dt);  // the buffer may still be read by kernels queued before
+  NZ_NCCL_CHECK(ncclRecv(buf, elems, nccl_type(dt), peer, g_comm, g_stream));
+}
+
+void group_start() { NZ_NCCL_CHECK(ncclGroupStart()); }
+void group_end() { NZ_NCCL_CHECK(ncclGroupEnd()); }
 
 // The compute stream waits for every collective issued so far: kernels queued after this read
 // their outputs. The host does not wait (copies to the host are on the compute stream too).

@@ -38,6 +38,15 @@ void finalize();  // waits for the comm stream, destroys the communicator and th
 void reduce_scatter(const void* full, void* out_shard, size_t shard_elems, DType dt);
 void all_gather(const void* shard, void* out_full, size_t shard_elems, DType dt);
 void all_reduce(void* buf, size_t elems, DType dt);
+// Point to point (the pipeline's activations and their gradients): NCCL matches the sends and
+// receives between two ranks in the order they are issued (there are no tags), and a send does not
+// complete before its receive is posted. So a rank that must send and receive issues both inside
+// one group (group_start .. group_end): NCCL runs them together, and two neighbours that both send
+// first do not wait for each other forever.
+void send(const void* buf, size_t elems, DType dt, int peer);
+void recv(void* buf, size_t elems, DType dt, int peer);
+void group_start();
+void group_end();
 void join();  // the compute stream waits for every collective issued so far
 // Before the host blocks on the GPU (a copy to the host, a synchronize; device.cpp calls it): wait
 // for the collectives joined so far, ending the run with the collective's name on an NCCL

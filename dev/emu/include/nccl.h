@@ -2,7 +2,10 @@
 // (dev/emu/emu.cpp). Sums run along a ring as NCCL's do: the chunk that ends on rank r is summed
 // starting from rank r+1, so the result is NOT the rank-ordered sum of the MPI path, and bf16 is
 // rounded after every addition. ncclCommInitRank checks that every rank passed the same unique id
-// (the MPI broadcast of the bootstrap worked). See cuda_runtime.h in this directory.
+// (the MPI broadcast of the bootstrap worked). ncclSend / ncclRecv are synchronous as NCCL's are
+// (a send completes only once its receive is posted: MPI_Issend), and match in issue order between
+// two ranks (no tags); inside ncclGroupStart .. ncclGroupEnd they run together at ncclGroupEnd, so a
+// program that NCCL would deadlock deadlocks here too. See cuda_runtime.h in this directory.
 #pragma once
 #include <cstddef>
 
@@ -30,3 +33,9 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclGroupStart();
+ncclResult_t ncclGroupEnd();
