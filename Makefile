@@ -122,7 +122,7 @@ all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
 # Fragments tests/*.mk and dev/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
 # the tests) to EXTRA_BINS; `make all` builds them too.
 EXTRA_BINS :=
--include $(sort $(wildcard tests/*.mk dev/*.mk))
+-include $(sort $(wildcard tests/*.mk tests/*/*.mk dev/*.mk))
 extra: $(EXTRA_BINS)
 
 $(BUILD)/obj/%.o: %.cpp

@@ -84,6 +84,27 @@ void run_error(const char* fmt, ...) {
   user_error_v(rank_if_running() == 0, fmt, ap, 1);
 }
 
+void job_error(const char* fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "error: %s\n", msg);
+  fflush(stderr);
+  remove_unfinished_temp_files();
+  int init = 0, fin = 0, size = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) {
+    usleep(200 * 1000);  // as in fatal(): let the line through the launcher's pipe first
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (init && !fin) MPI_Finalize();
+  exit(2);
+}
+
 // No exception from a library (oneDNN, the C++ library's streams and allocator, JSON parsing) ever
 // reaches std::terminate's bare "terminate called after throwing ..." and an abort: whatever
 // escapes a program's main becomes one line and a clean end of the job, through fatal(). Installed
