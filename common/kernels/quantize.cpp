@@ -103,6 +103,33 @@ void quantize_finite(const BlockQuant& q, const T* x, size_t n, void* packed, co
             "or resume from an earlier checkpoint", what, i, std::isnan(load(x[i])) ? "NaN" : "infinite", q.bits);
 }
 
+// On the run's storage type: one switch, so that no caller reads one type's bits as another's.
+#define NZ_ON_DTYPE(dt, CALL)                                                     \
+  switch (dt) {                                                                   \
+    case DType::F32: { using T = float; CALL; } break;                            \
+    case DType::BF16: { using T = bf16; CALL; } break;                            \
+    case DType::F16: { using T = f16; CALL; } break;                              \
+    default: NZ_CHECK(false, "quantize: storage type %s", dtype_name(dt));        \
+  }
+
+size_t quantize_packed(const BlockQuant& q, DType dt, const void* x, size_t n, void* packed) {
+  size_t bad = 0;
+  NZ_ON_DTYPE(dt, bad = quantize_packed(q, static_cast<const T*>(x), n, packed));
+  return bad;
+}
+void dequantize_packed(const BlockQuant& q, const void* packed, size_t n, DType dt, void* out) {
+  NZ_ON_DTYPE(dt, dequantize_packed(q, packed, n, static_cast<T*>(out)));
+}
+void quantize_finite(const BlockQuant& q, DType dt, const void* x, size_t n, void* packed, const char* what) {
+  NZ_ON_DTYPE(dt, quantize_finite(q, static_cast<const T*>(x), n, packed, what));
+}
+void to_f32(DType dt, const void* x, size_t n, float* out) {
+  NZ_ON_DTYPE(dt, for (size_t i = 0; i < n; i++) out[i] = load(static_cast<const T*>(x)[i]));
+}
+void from_f32(DType dt, const float* x, size_t n, void* out) {
+  NZ_ON_DTYPE(dt, for (size_t i = 0; i < n; i++) static_cast<T*>(out)[i] = store<T>(x[i]));
+}
+
 #define NZ_QUANTIZE_INSTANTIATE(T)                                                                        \
   template size_t quantize_blocks<T>(const BlockQuant&, const T*, size_t, uint8_t*, float*);             \
   template void dequantize_blocks<T>(const BlockQuant&, const uint8_t*, const float*, size_t, T*);       \

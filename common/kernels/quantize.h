@@ -59,6 +59,14 @@ void dequantize_packed(const BlockQuant& q, const void* packed, size_t n, T* out
 template <class T>
 void quantize_finite(const BlockQuant& q, const T* x, size_t n, void* packed, const char* what);
 
+// The same on a run's storage type (dt: F32, BF16, F16), for callers that hold untyped buffers.
+size_t quantize_packed(const BlockQuant& q, DType dt, const void* x, size_t n, void* packed);
+void dequantize_packed(const BlockQuant& q, const void* packed, size_t n, DType dt, void* out);
+void quantize_finite(const BlockQuant& q, DType dt, const void* x, size_t n, void* packed, const char* what);
+// n values of storage type dt to fp32 and back (store<T>: round to nearest even).
+void to_f32(DType dt, const void* x, size_t n, float* out);
+void from_f32(DType dt, const float* x, size_t n, void* out);
+
 // Whether a block size is one this project accepts: a power of two from 8 to 65536 (whole bytes of
 // int4 codes in every block).
 bool valid_quant_block(long block);

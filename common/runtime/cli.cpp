@@ -1,6 +1,8 @@
 // cli.cpp — flag parsing and validation.
 #include "runtime/cli.h"
 
+#include "kernels/quantize.h"  // valid_quant_block
+
 #include <sys/stat.h>  // stat (--offload-dir)
 #include <unistd.h>
 
@@ -280,6 +282,18 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--partition", "U1,U2,...", "pipeline: the first unit of stages 1..P-1, increasing (units: 0 embed, 1..L "
        "blocks, L+1 lnf; default: balance the parameters)",
        [&](auto&, auto& v) { a.partition = v; }},
+      {"--qwz", "", "zeropp: all-gather the parameters as int8 blocks, one fp32 scale per --qw-block values", nullptr},
+      {"--hpz", "G", "zeropp: simulated nodes of G ranks; a secondary parameter shard over my node's G ranks, so the "
+       "backward gathers inside the node (default 0: off)",
+       [&](auto& f, auto& v) { a.hpz = int(parse_int(f, v, 0, 1 << 20, "a whole number of ranks >= 0")); }},
+      {"--qgz", "", "zeropp: reduce-scatter the gradients as an all-to-all of int4 blocks, one fp32 scale per "
+       "--qg-block values, dequantized before the sum", nullptr},
+      {"--node-size", "G", "zeropp: the simulated node the comm ledger splits bytes by (default: --hpz's G, else all "
+       "ranks)", [&](auto& f, auto& v) { a.node_size = int(parse_int(f, v, 1, 1 << 20, "a positive number of ranks")); }},
+      {"--qw-block", "B", "zeropp --qwz: values per scale, a power of two from 8 to 65536 (default 256)",
+       [&](auto& f, auto& v) { a.qw_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
+      {"--qg-block", "B", "zeropp --qgz: values per scale, a power of two from 8 to 65536 (default 256)",
+       [&](auto& f, auto& v) { a.qg_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
       {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
        [&](auto&, auto& v) { a.ckpt_dir = v; }},
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
@@ -305,7 +319,8 @@ Args parse_args(int argc, char** argv, const char* program) {
   const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
                                                  {"--activation-checkpointing", &a.activation_checkpointing},
                                                  {"--ckpt-overwrite", &a.ckpt_overwrite},
-                                                 {"--resume-changed", &a.resume_changed}};
+                                                 {"--resume-changed", &a.resume_changed},
+                                                 {"--qwz", &a.qwz}, {"--qgz", &a.qgz}};
   auto find_flag = [&](const std::string& name) -> const Flag* {
     for (const Flag& f : flags)
       if (name == f.name) return &f;
@@ -427,11 +442,20 @@ Args parse_args(int argc, char** argv, const char* program) {
   // A stage's own flag given to another stage would be ignored there: refused, naming the stage that uses it.
   const std::pair<const char*, const char*> stage_flags[] = {
       {"--offload-to", "offload"}, {"--offload-dir", "offload"}, {"--offload-chunk", "offload"}, {"--prefetch", "stage3"},
-      {"--pipeline", "pipeline"}, {"--schedule", "pipeline"}, {"--partition", "pipeline"}};
+      {"--pipeline", "pipeline"}, {"--schedule", "pipeline"}, {"--partition", "pipeline"},
+      {"--qwz", "zeropp"}, {"--hpz", "zeropp"}, {"--qgz", "zeropp"}, {"--node-size", "zeropp"},
+      {"--qw-block", "zeropp"}, {"--qg-block", "zeropp"}};
   for (const auto& [flag, user] : stage_flags)
     if (typed.count(flag) && std::string(program) != user)
       user_error("%s %s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",
                  flag, typed[flag].c_str(), program, user, user);
+  for (auto [flag, block] : {std::pair{"--qw-block", a.qw_block}, std::pair{"--qg-block", a.qg_block}})
+    if (!valid_quant_block(block))
+      user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. %s 256",
+                 a.origin(flag, std::to_string(block)).c_str(), block, flag);
+  if (a.hpz > 0 && a.node_size > 0 && a.node_size != a.hpz)
+    user_error("--node-size %d with --hpz %d: hpZ's nodes are the ledger's nodes, expected the same G; drop "
+               "--node-size", a.node_size, a.hpz);
   if (a.offload_to == "disk" && a.offload_dir.empty())
     user_error("--offload-to disk needs --offload-dir DIR (an existing, writable directory)");
   if (a.offload_to == "disk") {  // whether it has room is checked when the files are made (offload_store.h)
