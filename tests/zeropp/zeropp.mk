@@ -10,3 +10,12 @@ $(BUILD)/obj/tests/zeropp/%.o: tests/zeropp/%.cpp
 $(ZEROPP_TEST_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/zeropp/%.o $(BUILD)/obj/tests/gtest_mpi_main.o $(LIB) $(LINK_EXTRA)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -lgtest $(LDLIBS) -o $@
+
+# The fake-quant reference (tests/zeropp/fake_quant_ddp.cpp): $(BUILD)/bin/zeropp_reference.
+EXTRA_BINS += $(BUILD)/bin/zeropp_reference
+$(BUILD)/obj/tests/zeropp/fake_quant_ddp.o: tests/zeropp/fake_quant_ddp.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+$(BUILD)/bin/zeropp_reference: $(BUILD)/obj/tests/zeropp/fake_quant_ddp.o $(LIB) $(LINK_EXTRA)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
