@@ -447,8 +447,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--qw-block", "zeropp"}, {"--qg-block", "zeropp"}};
   for (const auto& [flag, user] : stage_flags)
     if (typed.count(flag) && std::string(program) != user)
-      user_error("%s %s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",
-                 flag, typed[flag].c_str(), program, user, user);
+      user_error("%s%s%s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",
+                 flag, typed[flag].empty() ? "" : " ", typed[flag].c_str(), program, user, user);
   for (auto [flag, block] : {std::pair{"--qw-block", a.qw_block}, std::pair{"--qg-block", a.qg_block}})
     if (!valid_quant_block(block))
       user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. %s 256",
