@@ -262,3 +262,31 @@ TEST(Zeropp, BadInputIsOneLineAndExitCodeTwo) {
     EXPECT_EQ(errors, 1u) << "one line, from one rank: " << out;
   }
 }
+
+// DeepSpeed's keys (common/runtime/ds_config.cpp): zero_quantized_weights, zero_hpz_partition_size and
+// zero_quantized_gradients on stage 3 are --qwz, --hpz G, --qgz, to the bit; with another stage, refused.
+TEST(Zeropp, DeepSpeedKeysAreTheFlags) {
+  const std::string dir = temp_dir();
+  auto write = [&](const std::string& name, int stage) {
+    const std::string path = dir + "/" + name;
+    FILE* f = fopen(path.c_str(), "w");
+    fprintf(f, "{\"zero_optimization\": {\"stage\": %d, \"zero_quantized_weights\": true, "
+               "\"zero_hpz_partition_size\": 2, \"zero_quantized_gradients\": true}}\n", stage);
+    fclose(f);
+    return path;
+  };
+  const RunResult& flags = run("zeropp", 4, 2, "--qwz --hpz 2 --qgz" + kBlocks);
+  // without a scheduler section a config means a constant rate: the flags run's schedule is named
+  const RunResult& config = run("zeropp", 4, 2, "--config " + write("zpp.json", 3) + " --lr-schedule cosine" + kBlocks);
+  ASSERT_EQ(config.exit_code, 0) << config.output;
+  const Verdict v = compare_runs(flags, config);
+  EXPECT_TRUE(v.identical()) << describe(v);
+  EXPECT_TRUE(config.report["zeropp"]["qwz"].b && config.report["zeropp"]["qgz"].b);
+  EXPECT_EQ(config.report["zeropp"]["hpz"].u(), 2u);
+  std::string out;
+  const int code = run_command("mpirun -np 2 " + bin_dir() + "/zeropp --config " + write("z2.json", 2) + " " + kFlags +
+                                   "--steps 1 --quiet", &out);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("error: --config " + dir + "/z2.json: zero_optimization: ZeRO++'s keys with stage 2, expected "
+                     "stage 3"), std::string::npos) << out;
+}
