@@ -1,4 +1,4 @@
-// zeropp — ZeRO++ (Wang et al. 2023): stage3, with less of its traffic on the links between nodes.
+// zeropp — ZeRO++ (Wang et al. 2023): stage3, with less traffic on the links between nodes.
 //
 // Idea:  stage3, and three switches, each a marked block below. --qwz: a unit's all-gather moves
 //        int8 blocks with one fp32 scale per block, dequantized after. --hpz G: nodes of G ranks
@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   // ==== begin qwZ: buffers for a unit's slices as int8 blocks + fp32 scales ====
   Buffer qw_mine, qw_all;
   if (zpp.qwz) {
-    qw_mine = Buffer(Category::CommBuffers, Location::Device, qw.packed_bytes(max_owned), "qwZ: my slice, int8");
+    qw_mine = Buffer(Category::CommBuffers, Location::Device, qw.packed_bytes(max_owned),
+                     "qwZ: my slice, int8");
     qw_all = Buffer(Category::CommBuffers, Location::Device, L.world * qw.packed_bytes(max_owned),
                     "qwZ: every rank's slice, int8");
   }
@@ -63,9 +64,10 @@ int main(int argc, char** argv) {
   Buffer secondary;
   if (G > 0) {
     node = std::make_unique<Comm>(comm, rank / G, rank);
-    secondary = Buffer(Category::Params, Location::Device, L.padded_total / G * e, "hpZ secondary shard");
+    secondary = Buffer(Category::Params, Location::Device, L.padded_total / G * e,
+                       "hpZ secondary shard");
   }
-  // my part of unit u's secondary shard: elements [g p/G, (g+1) p/G) of the unit, g = my rank in the node
+  // my part of unit u's secondary shard: elements [g p/G, (g+1) p/G), g = my rank in the node
   auto my_secondary = [&](int u) { return elem_ptr(secondary, L.units[u].offset / G, e); };
   auto refresh_secondary = [&](int u, const void* full) {  // from the unit just gathered
     if (G == 0) return;
@@ -86,11 +88,14 @@ int main(int argc, char** argv) {
                          "gathered " + unit.name);
     as_int8[u] = 0;
     if (G > 0 && in_backward) {  // hpZ: the node's secondary shards, inside the node
-      in_flight[u] = node->all_gather_start(my_secondary(u), gathered[u].data(), unit.padded / G, dt);
+      in_flight[u] = node->all_gather_start(my_secondary(u), gathered[u].data(), unit.padded / G,
+                                            dt);
     } else if (zpp.qwz) {  // qwZ: my slice as int8 blocks + scales; every rank's arrives
       const size_t n = owned(u);
-      quantize_finite(qw, dt, my_P(u), n, qw_mine.data(), ("qwZ: " + unit.name + "'s parameters").c_str());
-      in_flight[u] = comm.all_gather_packed_start(qw_mine.data(), qw_all.data(), qw.packed_bytes(n), n);
+      const std::string what = "qwZ: " + unit.name + "'s parameters";  // named if one is NaN
+      quantize_finite(qw, dt, my_P(u), n, qw_mine.data(), what.c_str());
+      const size_t wire = qw.packed_bytes(n);
+      in_flight[u] = comm.all_gather_packed_start(qw_mine.data(), qw_all.data(), wire, n);
       as_int8[u] = 1;
     } else {
       in_flight[u] = comm.all_gather_start(my_P(u), gathered[u].data(), owned(u), dt);
@@ -100,7 +105,7 @@ int main(int argc, char** argv) {
   auto gather_unit = [&](int u) -> const void* {
     if (gathered[u].empty()) gather_start(u);
     comm.wait(in_flight[u]);
-    if (as_int8[u]) {  // qwZ: dequantize every rank's blocks into the unit (before the next gather)
+    if (as_int8[u]) {  // qwZ: dequantize every rank's blocks into the unit (before another gather)
       const size_t n = owned(u), wire = qw.packed_bytes(n);
       for (int r = 0; r < L.world; r++)
         dequantize_packed(qw, static_cast<char*>(qw_all.data()) + r * wire, n, dt,
@@ -119,7 +124,8 @@ int main(int argc, char** argv) {
   auto prefetch_after_backward = [&](int u) { if (u - 1 > EMBED) prefetch(u - 1); };
   // validation and the model file see the parameters themselves, not their int8 view
   auto gather_exact = [&](int u) -> const void* {
-    gathered[u] = Buffer(Category::Gathered, Location::Device, L.units[u].padded * e, "gathered " + L.units[u].name);
+    gathered[u] = Buffer(Category::Gathered, Location::Device, L.units[u].padded * e,
+                         "gathered " + L.units[u].name);
     comm.all_gather(my_P(u), gathered[u].data(), owned(u), dt);
     return gathered[u].data();
   };
@@ -132,8 +138,10 @@ int main(int argc, char** argv) {
   if (zpp.qgz) {
     qg_all = Buffer(Category::CommBuffers, Location::Device, L.world * qg.packed_bytes(max_owned),
                     "qgZ: a slice per rank, int4");
-    qg_sum = Buffer(Category::CommBuffers, Location::Device, 4 * max_owned, "qgZ: my slice's sum (fp32)");
-    qg_part = Buffer(Category::CommBuffers, Location::Device, 4 * max_owned, "qgZ: one rank's blocks (fp32)");
+    qg_sum = Buffer(Category::CommBuffers, Location::Device, 4 * max_owned,
+                    "qgZ: my slice's sum (fp32)");
+    qg_part = Buffer(Category::CommBuffers, Location::Device, 4 * max_owned,
+                     "qgZ: one rank's blocks (fp32)");
   }
   auto reduce_scatter_int4 = [&](int u, void* mine) {
     const size_t n = owned(u), wire = qg.packed_bytes(n);
@@ -142,8 +150,8 @@ int main(int argc, char** argv) {
     float* part = static_cast<float*>(qg_part.data());
     for (int r = 0; r < L.world; r++)  // quantize each rank's slice of my gradient, my own too
       quantize_packed(qg, dt, elem_ptr(bucket, r * n, e), n, slot + r * wire);
-    comm.all_to_all_packed(slot, wire, n);  // all-to-all: slot r now holds rank r's blocks of MY slice
-    for (int r = 0; r < L.world; r++) {     // dequantize every block, then add in rank order, in fp32
+    comm.all_to_all_packed(slot, wire, n);  // all-to-all: slot r is now rank r's part of MY slice
+    for (int r = 0; r < L.world; r++) {     // dequantize every block, add in rank order, in fp32
       dequantize_packed(qg, slot + r * wire, n, DType::F32, r == 0 ? sum : part);
       if (r > 0) for (size_t i = 0; i < n; i++) sum[i] += part[i];
     }
@@ -154,8 +162,8 @@ int main(int argc, char** argv) {
     printf("zeropp: qwZ %s | hpZ %s | qgZ %s | nodes of %d ranks | units padded to %zu x %zu\n",
            zpp.qwz ? ("int8, blocks of " + std::to_string(qw.block)).c_str() : "off",
            G ? ("secondary shard over " + std::to_string(G) + " ranks").c_str() : "off",
-           zpp.qgz ? ("int4, blocks of " + std::to_string(qg.block)).c_str() : "off", zpp.node_size, size_t(L.world),
-           L.pad_block);
+           zpp.qgz ? ("int4, blocks of " + std::to_string(qg.block)).c_str() : "off",
+           zpp.node_size, size_t(L.world), L.pad_block);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -164,7 +172,7 @@ int main(int argc, char** argv) {
       run.phase("forward");
       for (int u = 0; u < L.num_units(); u++) {
         const void* p = gather_unit(u);       // all-gather: unit u, just before it runs
-        refresh_secondary(u, p);              // hpZ: my node's copy of these parameters, this step's
+        refresh_secondary(u, p);              // hpZ: my node's copy of this step's parameters
         prefetch_after_forward(u);            // prefetch: the next unit (after lnf, the LM head's)
         model.forward(u, p);
         release_unit(u);                      // release: unit u, until it is needed again
@@ -189,7 +197,7 @@ int main(int argc, char** argv) {
         else comm.reduce_scatter(bucket.data(), mine, owned(u), dt);
         accumulate_grads(dt, my_G(u), mine, owned(u), run.grad_average_scale(), k == 0);
       }
-      in_backward = false;
+      in_backward = false;  // hpZ: the next forward (and validation) gathers the whole world's
     }
     run.phase("optimizer");
     // global gradient norm: each rank sums its slices, then one rank-ordered sum of the partials
