@@ -3,6 +3,8 @@
 //   build/bin/zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision P]
 //                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]
 //                           [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]
+//   build/bin/zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]]
+//                           [--precision P] [--accum K] [--json]
 //   build/bin/zero_estimate --paper-table
 //   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE]
 //
@@ -14,6 +16,11 @@
 // It also prints the elements each rank sends per optimizer step with --accum K micro-steps
 // (expected_comm_elems): flat in K for stages 0 and 1, which sum the gradient locally and reduce it
 // once; growing with K from stage2 on, which must reduce-scatter every micro-step.
+//
+// --zeropp G: stage3 against ZeRO++ (zeropp/train.cpp) on nodes of G ranks: the bytes each rank sends
+// per step, inside its node and across nodes, with each of qwZ, hpZ, qgZ alone and all three
+// (zeropp_comm_per_step), and the bytes ZeRO++ adds per rank (zeropp_state_bytes): what the ledger
+// of `mpirun -np N build/bin/zeropp --qwz --hpz G --qgz` shows, to the byte.
 //
 // --params PSI (e.g. 7.5B, 125M, 1e12) takes a raw parameter count instead of a model shape. There
 // is no unit layout then: Ψ is padded to a multiple of N (fewer than N zeros) and held in no unit,
@@ -36,6 +43,7 @@
 #include "model.h"          // presets, make_layout, activation_bytes
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
 #include "tools/zero_quiz.h"      // make_quiz, check_quiz
+#include "kernels/quantize.h"       // valid_quant_block
 
 using namespace nz;
 
@@ -226,6 +234,56 @@ void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string&
   }
 }
 
+// --zeropp G: per world size, stage3 and ZeRO++'s three techniques, alone and together.
+void print_zeropp_table(const GPTConfig& cfg, const std::string& preset, const std::vector<int>& worlds, int G,
+                        size_t qw_block, size_t qg_block, DType dt, int accum, bool json) {
+  struct Row { const char* name; bool qwz, hpz, qgz; };
+  const Row rows[] = {{"stage3", false, false, false}, {"qwZ", true, false, false}, {"hpZ", false, true, false},
+                      {"qgZ", false, false, true}, {"ZeRO++", true, true, true}};
+  JsonWriter j;
+  if (json) {
+    j.begin_object();
+    j.kv("model", preset), j.kv("precision", dtype_name(dt)), j.kv("accum", accum), j.kv("node_size", G);
+    j.kv("qw_block", uint64_t(qw_block)), j.kv("qg_block", uint64_t(qg_block));
+    j.key("estimates");
+    j.begin_array();
+  }
+  for (int N : worlds) {
+    if (N % G != 0)
+      user_error("--zeropp %d with --world %d: %d ranks do not make whole nodes of %d, expected a world that %d "
+                 "divides", G, N, N, G, G);
+    if (!json)
+      printf("%s, %s, N = %d in nodes of %d, accum %d, blocks of %zu (int8) and %zu (int4): bytes per rank per step\n"
+             "%-8s %14s %14s %14s %9s %14s\n", preset.c_str(), dtype_name(dt), N, G, accum, qw_block, qg_block,
+             "", "sent", "inside node", "across nodes", "across/3", "state added");
+    uint64_t across3 = 0;
+    for (const Row& r : rows) {
+      const ZeroppConfig z{r.qwz, r.hpz ? G : 0, r.qgz, G, qw_block, qg_block};
+      const Layout L = make_layout(cfg, N, std::max<size_t>({1, r.qwz ? qw_block : 1, r.qgz ? qg_block : 1}));
+      const ZeroppComm c = zeropp_comm_per_step(L, dt, z, accum);
+      const uint64_t added = zeropp_state_bytes(L, dt, z).total() - expected_state_bytes(Stage::Z3, L, dt).total();
+      if (!r.qwz && !r.hpz && !r.qgz) across3 = c.bytes_across;
+      if (json) {
+        j.begin_object();
+        j.kv("world", N), j.kv("technique", r.name);
+        j.kv("comm_bytes_per_step", c.bytes), j.kv("comm_bytes_across_nodes_per_step", c.bytes_across);
+        j.kv("state_bytes_added", added);
+        j.end_object();
+      } else {
+        printf("%-8s %14llu %14llu %14llu %9.3f %14llu\n", r.name, (unsigned long long)c.bytes,
+               (unsigned long long)(c.bytes - c.bytes_across), (unsigned long long)c.bytes_across,
+               across3 ? double(c.bytes_across) / double(across3) : 0.0, (unsigned long long)added);
+      }
+    }
+    if (!json) printf("(the paper: across nodes 3M -> 0.75M, 0.25 of stage3's, for large blocks)\n\n");
+  }
+  if (json) {
+    j.end_array();
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -240,6 +298,8 @@ int main(int argc, char** argv) {
   uint64_t quiz_seed = 1;
   std::string check_file;
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
+  int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
+  long qw_block = 256, qg_block = 256;
   std::string schedule = "1f1b", partition;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i], v;
@@ -275,6 +335,14 @@ int main(int argc, char** argv) {
     else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
     else if (a == "--schedule") schedule = v;
     else if (a == "--partition") partition = v;
+    else if (a == "--zeropp") zeropp_node = parse_pos(a, v, 1 << 20);
+    else if (a == "--qw-block" || a == "--qg-block") {
+      const long b = strtol(v.c_str(), nullptr, 10);
+      if (!valid_quant_block(b))
+        user_error("%s %s: values per scale, expected a power of two from 8 to 65536; e.g. %s 256", a.c_str(),
+                   v.c_str(), a.c_str());
+      (a == "--qw-block" ? qw_block : qg_block) = b;
+    }
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
   if (paper) {
@@ -334,6 +402,11 @@ int main(int argc, char** argv) {
   else if (precision == "bf16") dt = DType::BF16;
   else if (precision == "fp16") dt = DType::F16;
   else user_error("--precision %s: unknown precision; valid: fp32, bf16, fp16", precision.c_str());
+  if (zeropp_node > 0) {
+    if (raw) user_error("--zeropp needs a model shape (its blocks pad each unit); drop --params, use --preset");
+    print_zeropp_table(cfg, preset, worlds, zeropp_node, size_t(qw_block), size_t(qg_block), dt, accum, json);
+    return 0;
+  }
   if (pipeline > 0) {
     if (raw) user_error("--pipeline needs a model shape (its stages are runs of units); drop --params, use --preset");
     if (worlds.size() != 1)

@@ -201,6 +201,18 @@ TEST(Zeropp, BytesOnTheWireEqualTheFormulaInsideAndAcrossNodes) {
          (unsigned long long)fwd3, (unsigned long long)gathers_across, double(gathers_across) / double(fwd3),
          (unsigned long long)bwd3, (unsigned long long)rs3, (unsigned long long)rs_across,
          double(rs_across) / double(rs3));
+  // zero_estimate --zeropp prints the same numbers without running anything
+  std::string est;
+  ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --zeropp 4 --preset tiny --world 8 --precision bf16 --qw-block 64 "
+                        "--qg-block 64 --json", &est), 0) << est;
+  const Json ej = Json::parse(est);
+  for (const Json& row : ej["estimates"].arr) {
+    const std::string t = row["technique"].str;
+    if (t != "stage3" && t != "ZeRO++") continue;
+    const Bytes& w = t == "stage3" ? want3 : want;
+    EXPECT_EQ(row["comm_bytes_per_step"].u(), w.total) << "zero_estimate " << t;
+    EXPECT_EQ(row["comm_bytes_across_nodes_per_step"].u(), w.across) << "zero_estimate " << t;
+  }
   const double ratio = double(want.across) / double(want3.across);
   printf("N=8, G=4, bf16, blocks of 64, per rank per step: stage3 sends %llu bytes, %llu across nodes; ZeRO++ %llu, "
          "%llu across nodes: %.3f of stage3's (the paper's 0.75M / 3M = 0.25 for large blocks)\n",
