@@ -114,6 +114,10 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   if (stage == Stage::Pipeline && (!args.ckpt_dir.empty() || !args.resume.empty()))
     user_error("%s: the pipeline does not write or resume checkpoints yet, expected no --ckpt-dir or --resume; "
                "train with stage0_ddp for checkpoints", !args.ckpt_dir.empty() ? "--ckpt-dir" : "--resume");
+  if (stage == Stage::ZeroPP && args.quant_pad_block() > 1 && (!args.ckpt_dir.empty() || !args.resume.empty()))
+    user_error("%s with %s: checkpoints of a layout padded to N x block are not built yet, expected no --ckpt-dir or "
+               "--resume with --qwz or --qgz; --hpz alone checkpoints as stage3 does",
+               !args.ckpt_dir.empty() ? "--ckpt-dir" : "--resume", args.qwz ? "--qwz" : "--qgz");
   if (stage == Stage::ZeroPP && args.device == "cuda")
     user_error("--device cuda: zeropp's block quantizer and quantized collectives run on the CPU backend only, "
                "expected --device cpu or auto; run stage3 on the GPU");
