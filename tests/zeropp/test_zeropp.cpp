@@ -204,7 +204,7 @@ TEST(Zeropp, BytesOnTheWireEqualTheFormulaInsideAndAcrossNodes) {
   // zero_estimate --zeropp prints the same numbers without running anything
   std::string est;
   ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --zeropp 4 --preset tiny --world 8 --precision bf16 --qw-block 64 "
-                        "--qg-block 64 --json", &est), 0) << est;
+                        "--qg-block 64 --json --network 100,10 --compute-ms 5", &est), 0) << est;
   const Json ej = Json::parse(est);
   for (const Json& row : ej["estimates"].arr) {
     const std::string t = row["technique"].str;
@@ -212,6 +212,9 @@ TEST(Zeropp, BytesOnTheWireEqualTheFormulaInsideAndAcrossNodes) {
     const Bytes& w = t == "stage3" ? want3 : want;
     EXPECT_EQ(row["comm_bytes_per_step"].u(), w.total) << "zero_estimate " << t;
     EXPECT_EQ(row["comm_bytes_across_nodes_per_step"].u(), w.across) << "zero_estimate " << t;
+    // the network model: 5 ms of compute, inside bytes at 100 GB/s, across bytes at 10 GB/s, in turn
+    const double ms = 5 + 1e3 * (double(w.total - w.across) / 100e9 + double(w.across) / 10e9);
+    EXPECT_NEAR(row["step_ms"].d(), ms, 1e-9 * ms) << "zero_estimate --network " << t;
   }
   const double ratio = double(want.across) / double(want3.across);
   printf("N=8, G=4, bf16, blocks of 64, per rank per step: stage3 sends %llu bytes, %llu across nodes; ZeRO++ %llu, "
