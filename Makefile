@@ -1,5 +1,5 @@
 # nanoZeRO — build, run, test.
-#   make          build everything into build/ (trainers in build/bin/)
+#   make          build the programs into build/ (trainers in build/bin/); make tests: the test programs
 #   make run      the main job: the tour of the stages on 4 MPI ranks (installs what is missing)
 #   make test     every test suite, ending with one line "N passed, N failed" (installs what is missing)
 #   make diff A=stage1 B=stage2    the lesson between two stages (COLOR=always|never, WORDS=1: scripts/lesson_diff.sh)
@@ -113,16 +113,20 @@ STAGE_BINS := $(foreach s,$(STAGES) $(BESIDE),$(if $(wildcard $(s)/train.cpp),$(
 TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(filter-out tools/zero_quiz.cpp,$(wildcard tools/*.cpp))) \
               $(BUILD)/bin/generate \
               $(patsubst dev/bench/%.cpp,$(BUILD)/bin/%,$(wildcard dev/bench/*.cpp))
-TEST_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_*.cpp))
+# tests/<subject>/test_*.cpp -> $(BUILD)/tests/test_* (one folder of test programs; sources by subject)
+TEST_SRC   := $(wildcard tests/*/test_*.cpp)
+TEST_BINS  := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(TEST_SRC))))
 
-.PHONY: all extra deps run test diff clean bench-adam bench bench-inference plots notebooks exercise exercise-key check \
+.PHONY: all tests extra deps run test diff clean bench-adam bench bench-inference plots notebooks exercise exercise-key check \
         print-build-flags gpu-bundle arm64-check
-all: $(STAGE_BINS) $(TOOL_BINS) $(TEST_BINS) extra
+# `make` builds the programs; `make tests` the test programs and the deliberately broken trainers
+all: $(STAGE_BINS) $(TOOL_BINS)
+tests: $(TEST_BINS) extra
 
-# Fragments tests/*.mk and dev/*.mk add their own targets (e.g. deliberately broken trainers for the tests of
-# the tests) to EXTRA_BINS; `make all` builds them too.
+# Fragments tests/*/*.mk and dev/*.mk add their own targets (the deliberately broken trainers of the
+# tests of the tests, built into $(BUILD)/mutants/bin) to EXTRA_BINS; `make tests` builds them.
 EXTRA_BINS :=
--include $(sort $(wildcard tests/*.mk tests/*/*.mk dev/*.mk))
+-include $(sort $(wildcard tests/*/*.mk dev/*.mk))
 extra: $(EXTRA_BINS)
 
 $(BUILD)/obj/%.o: %.cpp
@@ -161,21 +165,26 @@ $(BUILD)/bin/%: $(BUILD)/obj/inference/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/gtest_mpi_main.o $(LIB) $(LINK_EXTRA)
-	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $^ -lgtest $(LDLIBS) -o $@
+# the tests include their shared pieces by name ("harness.h"): tests/lib/
+$(BUILD)/obj/tests/%.o: CXXFLAGS += -Itests/lib
+define test_program
+$(BUILD)/tests/$(basename $(notdir $(1))): $(BUILD)/obj/$(1:.cpp=.o) $(BUILD)/obj/tests/lib/gtest_mpi_main.o $(LIB) $(LINK_EXTRA)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(LDFLAGS) $$^ -lgtest $$(LDLIBS) -o $$@
+endef
+$(foreach t,$(TEST_SRC),$(eval $(call test_program,$(t))))
 
 # ---- the two commands of the README ----
 deps:
 	@bash scripts/install_deps.sh
 
-# run and plots build only the trainers and tools (not the tests, the broken trainers or the emulator)
+# run and plots build only the programs (not the tests, the broken trainers or the emulator)
 run: deps
-	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)
+	@$(MAKE) --no-print-directory all
 	@bash scripts/tour.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all tests
 	@bash tests/run_all.sh
 
 bench-adam: all
@@ -193,13 +202,13 @@ bench-inference: all
 	@mpirun -np 2 $(BUILD)/bin/generate --preset small --bench --length 32
 
 plots: deps
-	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)
+	@$(MAKE) --no-print-directory all
 	@.venv/bin/python scripts/plots.py --out runs/plots
 
 # Jupyter on the notebooks, for a workshop (scripts/notebooks.sh: installs it into .venv the first time,
 # then serves until Ctrl-C, printing the URL; NOTEBOOK_IP=0.0.0.0 in a container). Not part of make test.
 notebooks: deps
-	@$(MAKE) --no-print-directory $(STAGE_BINS) $(TOOL_BINS)
+	@$(MAKE) --no-print-directory all
 	@bash scripts/notebooks.sh
 
 # ---- exercises (scripts/exercises.py): regions of the real files for a learner to write ----

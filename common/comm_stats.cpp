@@ -5,7 +5,7 @@
 
 namespace nz {
 
-// The keys of the report's "comm" object (tests/test_zero12.cpp reads them by name).
+// The keys of the report's "comm" object (tests/stages/test_zero12.cpp reads them by name).
 static const char* comm_op_name(CommOp op) {
   switch (op) {
     case CommOp::AllReduce: return "all_reduce";

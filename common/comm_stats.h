@@ -11,7 +11,7 @@ namespace nz {
 
 // Broadcast has no caller: the stages never broadcast model state. It stays so that every report
 // keeps the same "comm" keys (scripts/exercise_grader.py reads "broadcast"), and it counts in
-// model_elems_sent, which tests/test_zero12.cpp holds to the formulas: a broadcast would show there.
+// model_elems_sent, which tests/stages/test_zero12.cpp holds to the formulas: a broadcast would show there.
 // OverflowFlag: fp16's once-per-step agreement on a gradient overflow (loss_scale.h).
 // PointToPoint: the pipeline's activations and their gradients between neighbouring stages (and
 // the tied embedding's gradient and weights between the first and the last stage).

@@ -20,7 +20,7 @@ namespace {
 // A unit's forward or backward is done: a heartbeat for the watchdog, so a long phase made of many
 // units (an evaluation of many windows, a big model's step) is seen alive. Test hook:
 // NZ_TEST_SLOW_UNIT_MS=M first sleeps M ms, which makes every phase slow but alive
-// (tests/fault_check.sh); never set in a real run.
+// (tests/checkpoint/fault_check.sh); never set in a real run.
 void unit_done() {
   static const int slow_ms = [] {
     const char* s = getenv("NZ_TEST_SLOW_UNIT_MS");

@@ -1,6 +1,6 @@
 # dev/emu.mk — the CUDA backend built against nz_emu (dev/emu/), a CPU emulator of the CUDA
 # subset the backend uses, so every CUDA kernel, the cuBLAS and NCCL call sites and the trainers'
-# --device cuda paths run on a machine without a GPU (tests/emu_check.sh). Needs no CUDA toolkit.
+# --device cuda paths run on a machine without a GPU (tests/cuda/emu_check.sh). Needs no CUDA toolkit.
 #   make emu     ->  $(EMU)/bin/<stages>, $(EMU)/tests/test_cuda_{kernels,comm,stages}
 # The common/kernels/cuda/*.cu files (and *.cuh headers) are rewritten by dev/emu/cu2cpp.pl (launch syntax
 # only) and compiled as C++ with dev/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on
@@ -16,7 +16,7 @@ EMU_LIB      := $(EMU)/libnanozero_emu.a
 # MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
 EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS) $(MPI_LIBS)
 EMU_STAGES   := $(foreach s,$(STAGES),$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
-EMU_TESTS    := $(patsubst tests/%.cpp,$(EMU)/tests/%,$(wildcard tests/test_cuda_*.cpp)) \
+EMU_TESTS    := $(addprefix $(EMU)/tests/,$(basename $(notdir $(wildcard tests/cuda/test_cuda_*.cpp)))) \
                 $(EMU)/tests/emu_selftest
 
 .PHONY: emu
@@ -49,7 +49,8 @@ $(EMU)/bin/%: $(EMU)/obj/%/train.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(EMU_LIB) $(EMU_LIBS) -o $@
 
-$(EMU)/tests/%: $(EMU)/obj/tests/%.o $(EMU)/obj/tests/gtest_mpi_main.o $(EMU_LIB)
+$(EMU)/obj/tests/%.o: EMU_CXXFLAGS += -Itests/lib
+$(EMU)/tests/%: $(EMU)/obj/tests/cuda/%.o $(EMU)/obj/tests/lib/gtest_mpi_main.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -lgtest $(EMU_LIBS) -o $@
 

@@ -9,7 +9,7 @@
 // Same bits as the full recompute: every op but attention is row-wise, and the decode attention
 // sums in the order of nz::ref::attention_forward's row pos. With the reference kernels
 // (--kernels reference) a step's probabilities are therefore the full forward's to the bit
-// (tests/test_inference.cpp); with the fast ones the BLAS may sum a 1-row product in another order.
+// (tests/inference/test_inference.cpp); with the fast ones the BLAS may sum a 1-row product in another order.
 #pragma once
 #include <vector>
 

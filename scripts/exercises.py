@@ -16,7 +16,7 @@ same model as the real one, hold the same bytes in every memory category, send t
 the same collectives and move the same bytes between host and device, on several world sizes,
 accumulation counts and precisions (fp32, bf16, fp16); stage3's prefetch must overlap. The verdict
 names what differs first and gives a hint about the likely mistake; a crash, a hang, a build error
-or NaN losses are verdicts too. tests/exercise_selftest.py (run by `make test`) grades each
+or NaN losses are verdicts too. tests/teaching/exercise_selftest.py (run by `make test`) grades each
 reference solution and correct variants (they must pass) and a catalogue of wrong ones (each must
 fail, with its hint).
 

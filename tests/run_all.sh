@@ -2,7 +2,7 @@
 # Runs every test suite and ends with one line "N passed, N failed, N skipped".
 #   build/tests/test_mpi_*   multi-rank: under mpirun with 1, 2, 3 and 4 ranks
 #   build/tests/test_*       single-process
-#   tests/*_check.sh         shell-level checks (command-line errors, tools, notebooks), each
+#   tests/*/*_check.sh       shell-level checks (command-line errors, tools, notebooks), each
 #                            printing NZRESULT lines like the GoogleTest binaries do
 # No test can hang: every run has a timeout; a timeout is a failure naming the test each rank
 # was in. A run that crashes without reporting is a failure too.
@@ -37,7 +37,7 @@ execute() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
   local rc=0 start=$SECONDS limit=$NZ_TIMEOUT
   # The emulator's suite builds its own tree first (every .cu file for the CPU) beside the other
   # suites: on a busy 2-core machine that alone has taken minutes. Its runs have their own timeouts
-  # inside (tests/gtest_run.sh), so a hang still ends there; the outer limit only bounds the whole.
+  # inside (tests/lib/gtest_run.sh), so a hang still ends there; the outer limit only bounds the whole.
   [ "$label" = emu_check.sh ] && limit=${NZ_TIMEOUT_EMU:-1500}
   if [ "$np" -gt 0 ]; then
     NZ_PROGRESS_DIR=$prog timeout -k 10 "$limit" mpirun -np "$np" "$@" >"$out" 2>&1 || rc=$?
@@ -60,8 +60,8 @@ run_one() { execute "$@"; tally "$1" "$(log_of "$1")" "$(cat "$(log_of "$1").sec
 # the notebooks (mostly Python start-up and waiting) run beside the single-process suites, in a second
 # lane: on 2 cores that takes minutes off the whole. The timing-sensitive shell checks (watchdogs,
 # deadlines) run after both lanes have finished, alone.
-side_lane=(emu_check.sh notebooks_check.sh)
-(for s in "${side_lane[@]}"; do [ -f "tests/$s" ] && execute "$s" 0 bash "tests/$s"; done) &
+side_lane=(cuda/emu_check.sh teaching/notebooks_check.sh)
+(for s in "${side_lane[@]}"; do [ -f "tests/$s" ] && execute "${s#*/}" 0 bash "tests/$s"; done) &
 side_pid=$!
 
 echo "== single-process suites"
@@ -76,10 +76,10 @@ for t in build/tests/test_mpi_*; do
 done
 wait "$side_pid"
 echo "== shell-level checks"
-for s in tests/*_check.sh; do
+for s in tests/*/*_check.sh; do
   [ -f "$s" ] || continue
   name=$(basename "$s")
-  if [[ " ${side_lane[*]} " == *" $name "* ]]; then  # ran in the second lane: count it here, in order
+  if [[ " ${side_lane[*]} " == *" ${s#tests/} "* ]]; then  # ran in the second lane: count it here, in order
     tally "$name" "$(log_of "$name")" "$(cat "$(log_of "$name").secs" 2>/dev/null || echo 0)"
   else
     run_one "$name" 0 bash "$s"

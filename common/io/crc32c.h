@@ -1,7 +1,7 @@
 // crc32c.h — CRC-32C (Castagnoli), the checksum of the model file and of checkpoint shards.
 //
 // Polynomial 0x1EDC6F41 (reflected: 0x82F63B78), initial value and final XOR 0xFFFFFFFF; the
-// check value of the nine bytes "123456789" is 0xE3069283 (tests/test_checkpoint.cpp). Computed
+// check value of the nine bytes "123456789" is 0xE3069283 (tests/checkpoint/test_checkpoint.cpp). Computed
 // eight bytes at a time with eight 256-entry tables ("slicing by 8"), a few hundred MB/s: a
 // checkpoint's checksum costs less than writing it.
 #pragma once

@@ -5,7 +5,7 @@
 // IEEE operations in the same order for every element. Speed comes only from doing many elements
 // at once (SIMD lanes, OpenMP threads) and touching memory once; never from FMA, reciprocal
 // estimates or reassociation, which would change the bits. So offload trains the same model as
-// stage2 (tests/test_cpu_adam.cpp checks the kernel, tests/test_offload.cpp the whole run).
+// stage2 (tests/kernels/test_cpu_adam.cpp checks the kernel, tests/stages/test_offload.cpp the whole run).
 #pragma once
 #include <cstddef>
 

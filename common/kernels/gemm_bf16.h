@@ -8,7 +8,7 @@
 // The library is oneDNN (Debian's libdnnl-dev): its matmul has hand-tuned kernels for those
 // instructions; the BLAS this project links for fp32 has no bf16 product in Debian's build.
 // Each product of two bf16 values is exact in fp32 and the sums are fp32 sums, so the result obeys
-// the same rounding bound as the widened sgemm (tests/test_kernels_ref.cpp), only in another order.
+// the same rounding bound as the widened sgemm (tests/kernels/test_kernels_ref.cpp), only in another order.
 #pragma once
 #include "kernels/dtype.h"
 

@@ -1,5 +1,5 @@
 // kernels_cpu.cpp — the fast CPU backend: every op of the GPT model, forward beside backward (the
-// textbook version of each, the one to read first, is in kernels_ref.cpp; tests/test_kernels_ref.cpp
+// textbook version of each, the one to read first, is in kernels_ref.cpp; tests/kernels/test_kernels_ref.cpp
 // checks these against it).
 //
 // One plain function per op over raw row-major arrays, shapes in the comments. T is the storage
@@ -147,9 +147,9 @@ inline A gelu_grad_of(A x) {
 // calls it with the same shapes on as many threads. (With OpenBLAS's kernels for Intel's AVX-512
 // processors the bits are the same at any thread count too; with its Haswell kernels, which 0.3.21
 // also picks for processors it does not know, such as AMD's Zen 5, they are not:
-// tests/test_kernels.cpp checks what holds everywhere.) The order differs from nz::ref's plain
+// tests/kernels/test_kernels.cpp checks what holds everywhere.) The order differs from nz::ref's plain
 // k = 0, 1, ... loop, so fast and reference agree within a rounding bound, not bit for bit:
-// tests/test_kernels_ref.cpp derives and checks it.
+// tests/kernels/test_kernels_ref.cpp derives and checks it.
 //
 // Threads. OpenBLAS is linked in its OpenMP build (Makefile), so it runs on the same pool of
 // threads as the loops here (sized per rank by the trainer: cores / ranks on the machine). Called

@@ -4,7 +4,7 @@
 // comment. Each output element is computed on its own, by one loop over the terms of its formula
 // in their natural order (k = 0, 1, 2, ...). No threads, no tiling, no vector tricks: the loops are
 // the math. nz::cpu (kernels_cpu.cpp) computes the same functions fast, and
-// tests/test_kernels_ref.cpp checks it against these loops.
+// tests/kernels/test_kernels_ref.cpp checks it against these loops.
 //
 // T is the storage type (float, bf16, or double for the finite-difference tests); all arithmetic
 // is done in A = acc_t<T> through nz::load() / nz::store<T>(): a bf16 tensor is read into fp32,

@@ -6,7 +6,7 @@
 //   scalar:    the textbook loop, one element at a time on one thread (not vectorized);
 //   reference: nz::cpu::adamw_update, the readable kernel of the CPU backend (kernels_cpu.cpp);
 //   fast:      nz::cpu_adam::adamw_update (cpu_adam.h), the one offload runs, bitwise equal to
-//              the reference (tests/test_cpu_adam.cpp),
+//              the reference (tests/kernels/test_cpu_adam.cpp),
 // with fp32 and with bf16 gradients; best of R repetitions. One update reads p, m, v, g and writes
 // p, m, v (28 bytes per element with fp32 gradients): the memory bandwidth it implies is printed too.
 #include <omp.h>

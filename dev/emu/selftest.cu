@@ -1,6 +1,6 @@
 // selftest.cu — the tests of nz_emu itself: one correct kernel that must give the right answer,
 // and deliberately broken kernels and host code that the emulator must reject. Built only for the
-// emulator (dev/emu.mk); tests/emu_check.sh runs every case and checks the outcome.
+// emulator (dev/emu.mk); tests/cuda/emu_check.sh runs every case and checks the outcome.
 //   emu_selftest <case>    exit 0 and print "ok: ..." when the case behaves as intended
 //
 // Cases that must work:

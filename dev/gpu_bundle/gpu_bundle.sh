@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_bundle.sh — gathers what tests/gpu_check.sh runs on a GPU machine into one folder (make
+# gpu_bundle.sh — gathers what tests/cuda/gpu_check.sh runs on a GPU machine into one folder (make
 # gpu-bundle calls it after building the binaries with NZ_BUNDLE=1). That machine has the NVIDIA
 # driver, the CUDA toolkit (cuBLAS) and PyTorch's Python environment (NCCL as a pip package), but no
 # MPI and no GoogleTest, and can install nothing, so the folder carries the rest:
@@ -44,7 +44,7 @@ exec "$here/mpiexec.hydra" "$@"
 EOF
 chmod +x "$out.tmp/mpi/mpirun"
 
-cp stages.txt tests/gpu_check.sh tests/gtest_run.sh dev/gpu_bundle/bundle_env.sh dev/gpu_bundle/bundle_check.sh dev/gpu_bundle/host_libs.txt "$out.tmp/"
+cp stages.txt tests/cuda/gpu_check.sh tests/lib/gtest_run.sh dev/gpu_bundle/bundle_env.sh dev/gpu_bundle/bundle_check.sh dev/gpu_bundle/host_libs.txt "$out.tmp/"
 cp data/corpus.txt "$out.tmp/data/"
 cp scripts/tour_table.py "$out.tmp/scripts/"
 

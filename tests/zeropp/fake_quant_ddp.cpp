@@ -8,7 +8,7 @@
 //   --hpz  moves no number: ignored here.
 // It runs on the layout zeropp runs on (Stage::ZeroPP: units padded to N x block), reduces every
 // micro-step as stage2 and stage3 do, and shares nothing with zeropp/train.cpp but common/.
-// Built by tests/zeropp/zeropp.mk into $(BUILD)/bin/zeropp_reference.
+// Built by tests/zeropp/zeropp.mk into $(BUILD)/mutants/bin/zeropp_reference (a test-only trainer).
 #include <cmath>
 #include <cstring>
 #include <vector>

@@ -1,6 +1,6 @@
 # tests/zeropp/mutants.mk — deliberately broken copies of zeropp, for the tests of the tests:
 # tests/zeropp/test_zeropp.cpp runs each one and requires the bit-for-bit checks (against the
-# fake-quant reference, or stage3 for hpZ) to see the bug. `make all` builds them into $(BUILD)/bin/.
+# fake-quant reference, or stage3 for hpZ) to see the bug. `make tests` builds them into $(BUILD)/mutants/bin/.
 #
 #   sum_kept_quantized    qgZ's running sum is quantized to int4 again after every addition (what a
 #                         ring reduce of quantized blocks does): the error accumulates, instead of
@@ -35,7 +35,7 @@ ZEROPP_MUTANT_SED_nan_in_params := \
   -e 's/^\( *\)run.phase("forward");$$/\1run.phase("forward"); if (step == 1 \&\& rank == 1) static_cast<float*>(params.data())[5] = NAN;/'
 ZEROPP_MUTANT_LINES_nan_in_params := 1
 
-ZEROPP_MUTANT_BINS := $(ZEROPP_MUTANTS:%=$(BUILD)/bin/mutant_zeropp_%)
+ZEROPP_MUTANT_BINS := $(ZEROPP_MUTANTS:%=$(BUILD)/mutants/bin/mutant_zeropp_%)
 EXTRA_BINS += $(ZEROPP_MUTANT_BINS)
 
 ZEROPP_MUTANT_SRCS := $(ZEROPP_MUTANTS:%=$(BUILD)/mutants/mutant_zeropp_%.cpp)
@@ -53,6 +53,6 @@ $(ZEROPP_MUTANTS:%=$(BUILD)/obj/mutants/mutant_zeropp_%.o): $(BUILD)/obj/mutants
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-$(ZEROPP_MUTANT_BINS): $(BUILD)/bin/%: $(BUILD)/obj/mutants/%.o $(LIB)
+$(ZEROPP_MUTANT_BINS): $(BUILD)/mutants/bin/%: $(BUILD)/obj/mutants/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@

@@ -268,7 +268,7 @@ TEST(Zeropp, BadInputIsOneLineAndExitCodeTwo) {
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.bin + " " + b.flags);
     std::string out;
-    const int code = run_command("timeout -k 5 120 mpirun -np " + std::to_string(b.N) + " " + bin_dir() + "/" + b.bin +
+    const int code = run_command("timeout -k 5 120 mpirun -np " + std::to_string(b.N) + " " + program_path(b.bin) +
                                      " " + kFlags + "--steps 3 --quiet " + b.flags, &out);
     EXPECT_EQ(code, b.code) << out;
     EXPECT_NE(out.find(b.says), std::string::npos) << out;

@@ -60,7 +60,7 @@
 //   |out[t] error| <= u sum_t2 P[t][t2] |v[t2]|  (<= u max|v|; the sums l keep the unrounded p),
 //   |dv[t2] error| <= u sum_t P[t][t2] |dout[t]|,
 //   |dq[t] error|  <= u scale sum_t2 |dS[t][t2]| |k[t2]|,   |dk[t2] error| <= u scale sum_t |dS[t][t2]| |q[t]|
-// elementwise, to first order in u; tests/test_cuda_kernels.cpp grants each element exactly these
+// elementwise, to first order in u; tests/cuda/test_cuda_kernels.cpp grants each element exactly these
 // (with fp16's underflow term).
 //
 // Determinism, both families: no atomics, and every sum in a fixed order — one thread's loop in

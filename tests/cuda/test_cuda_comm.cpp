@@ -1,0 +1,245 @@
+// test_cuda_comm.cpp — the collectives on GPU buffers, on whichever path Comm chose:
+//   NCCL (every rank has its own GPU) or MPI staged through pinned host memory (ranks share a GPU,
+//   or NZ_COMM=mpi). Run it under mpirun with 1..4 ranks (tests/cuda/gpu_check.sh does: -np 1 takes
+//   NCCL, NZ_COMM=mpi -np 1 and -np 2, 4 on one GPU take the MPI path).
+//
+//  - sums: the MPI path is bitwise the rank-ordered sum, as on the CPU; NCCL adds in an order of
+//    its own, so there the bound is the one any summation order meets: for fp32,
+//    |got - rank-ordered| <= 2 (N-1) 2^-24 sum_q |c_q| per element; bf16 contributions are summed
+//    by NCCL in bf16 (a rounding per hop), so 2 N 2^-8 sum_q |c_q|;
+//  - gathers: exact on both paths (no arithmetic);
+//  - ordering: a gather started right after device work that writes its input sees that input,
+//    and device work queued after wait() sees its output (NCCL runs on its own stream);
+//  - the comm ledger counts exactly what the CPU path counts.
+// Without a visible GPU every test skips (the binary also runs, skipping, in `make test`).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "comm.h"
+#include "runtime/device.h"  // select_device, nz::cuda_rt (device memory)
+#include "runtime/rng.h"
+
+using namespace nz;
+
+namespace {
+
+bool gpu_visible() { return cuda_rt::compiled() && cuda_rt::device_count() > 0; }
+
+// Created on first use and never destroyed: at exit the CUDA runtime may be unloaded before a
+// static's destructor could free the staging buffer or the NCCL communicator.
+Comm& comm() {
+  static Comm* c = [] {
+    Comm* c = new Comm(nullptr, nullptr);
+    if (gpu_visible()) {
+      select_device("cuda", c->local_rank(), false);
+      c->use_device_backend();
+      if (c->rank() == 0)
+        printf("collectives on the GPU: %s, %d ranks, %d on this GPU\n", c->uses_nccl() ? "NCCL" : "MPI (staged)",
+               c->size(), c->ranks_on_my_gpu());
+    }
+    return c;
+  }();
+  return *c;
+}
+
+class CudaComm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu_visible()) GTEST_SKIP() << "no CUDA GPU visible: skipping the GPU collectives tests";
+    comm();
+  }
+};
+
+// n elements of T on the GPU, freed on scope exit.
+template <class T>
+struct DeviceVec {
+  size_t n;
+  T* p;
+  explicit DeviceVec(size_t n_) : n(n_), p(static_cast<T*>(cuda_rt::malloc_device(n_ * sizeof(T)))) {}
+  explicit DeviceVec(const std::vector<T>& h) : DeviceVec(h.size()) { cuda_rt::memcpy_any(p, h.data(), n * sizeof(T)); }
+  ~DeviceVec() { cuda_rt::free_device(p); }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    cuda_rt::memcpy_any(h.data(), p, n * sizeof(T));
+    return h;
+  }
+};
+
+// Rank r's contribution (as in test_mpi_comm.cpp): magnitudes 1e4, 1, 1e-4, so the order of a sum
+// shows in the low bits.
+std::vector<float> contribution(int r, size_t n, uint64_t seed) {
+  Rng rng(seed, r);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; i++) x[i] = rng.normal() * (i % 3 == 0 ? 1e4f : i % 3 == 1 ? 1.0f : 1e-4f);
+  return x;
+}
+
+// The rank-ordered fp32 sum, and sum_q |c_q| (the scale of the summation-order bound).
+void rank_ordered(int N, size_t n, uint64_t seed, std::vector<float>* sum, std::vector<double>* abs_sum) {
+  *sum = contribution(0, n, seed);
+  abs_sum->assign(n, 0.0);
+  for (int q = 0; q < N; q++) {
+    std::vector<float> c = contribution(q, n, seed);
+    for (size_t i = 0; i < n; i++) {
+      if (q > 0) (*sum)[i] += c[i];
+      (*abs_sum)[i] += std::fabs(double(c[i]));
+    }
+  }
+}
+
+// Bitwise on the MPI path; within 2 (N-1) 2^-24 sum|c| on NCCL. Returns the number of bad elements.
+size_t count_outside(const float* got, const float* want, const double* abs_sum, size_t n, int N) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (comm().uses_nccl()) bad += !(std::fabs(double(got[i]) - want[i]) <= 2.0 * (N - 1) * 0x1p-24 * abs_sum[i]);
+    else bad += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+  }
+  return bad;
+}
+
+const size_t kShardSizes[] = {1, 7, 1001, 65537};
+
+}  // namespace
+
+TEST_F(CudaComm, ReduceScatterIsTheRankOrderedSum) {
+  const int N = comm().size(), r = comm().rank();
+  for (size_t shard : kShardSizes) {
+    DeviceVec<float> full(contribution(r, shard * N, 11 + shard));
+    DeviceVec<float> out(shard);
+    comm().reduce_scatter(full.p, out.p, shard, DType::F32);
+    std::vector<float> want;
+    std::vector<double> abs_sum;
+    rank_ordered(N, shard * N, 11 + shard, &want, &abs_sum);
+    std::vector<float> got = out.get();
+    EXPECT_EQ(count_outside(got.data(), want.data() + r * shard, abs_sum.data() + r * shard, shard, N), 0u)
+        << "shard " << shard;
+  }
+}
+
+TEST_F(CudaComm, InPlaceAllReduceIsTheRankOrderedSumOnEveryRank) {
+  const int N = comm().size(), r = comm().rank();
+  for (size_t shard : kShardSizes) {
+    const size_t n = shard * N;
+    DeviceVec<float> buf(contribution(r, n, 5 + shard));
+    comm().all_reduce(buf.p, n, DType::F32);
+    std::vector<float> want;
+    std::vector<double> abs_sum;
+    rank_ordered(N, n, 5 + shard, &want, &abs_sum);
+    std::vector<float> got = buf.get();
+    EXPECT_EQ(count_outside(got.data(), want.data(), abs_sum.data(), n, N), 0u) << "shard " << shard;
+    // every rank holds the same bits (on NCCL too: the all-reduce result is broadcast)
+    std::vector<float> rank0 = got;
+    MPI_Bcast(rank0.data(), int(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(memcmp(rank0.data(), got.data(), n * sizeof(float)), 0) << "ranks disagree, shard " << shard;
+  }
+}
+
+TEST_F(CudaComm, Bf16ReduceScatter) {
+  const int N = comm().size(), r = comm().rank();
+  const size_t shard = 333, n = shard * N;
+  std::vector<bf16> host(n);
+  std::vector<float> c = contribution(r, n, 99);
+  for (size_t i = 0; i < n; i++) host[i] = f32_to_bf16(c[i]);
+  DeviceVec<bf16> full(host);
+  // in place: the output is this rank's own slice of the input
+  comm().reduce_scatter(full.p, full.p + r * shard, shard, DType::BF16);
+  std::vector<bf16> got = full.get();
+  for (size_t i = 0; i < shard; i++) {
+    float acc = 0;
+    double abs_sum = 0;
+    for (int q = 0; q < N; q++) {
+      float x = bf16_to_f32(f32_to_bf16(contribution(q, n, 99)[r * shard + i]));
+      acc = q == 0 ? x : acc + x;
+      abs_sum += std::fabs(x);
+    }
+    const bf16 g = got[r * shard + i];
+    if (comm().uses_nccl())  // bf16 sums with a rounding per hop
+      ASSERT_LE(std::fabs(double(bf16_to_f32(g)) - acc), 2.0 * N * 0x1p-8 * abs_sum) << "element " << i;
+    else  // fp32 accumulation in rank order, one rounding: as on the CPU
+      ASSERT_EQ(g.bits, f32_to_bf16(acc).bits) << "element " << i;
+  }
+}
+
+TEST_F(CudaComm, AllGatherConcatenatesShardsInRankOrder) {
+  const int N = comm().size(), r = comm().rank();
+  for (size_t shard : kShardSizes) {
+    std::vector<float> mine(shard);
+    for (size_t i = 0; i < shard; i++) mine[i] = float(r * 1000003 + i);
+    DeviceVec<float> all(std::vector<float>(shard * N, -1.0f));
+    DeviceVec<float> src(mine);
+    comm().all_gather(src.p, all.p, shard, DType::F32);  // from a separate buffer
+    std::vector<float> got = all.get();
+    size_t bad = 0;
+    for (int q = 0; q < N; q++)
+      for (size_t i = 0; i < shard; i++) bad += got[q * shard + i] != float(q * 1000003 + i);
+    EXPECT_EQ(bad, 0u) << "shard " << shard;
+  }
+}
+
+// The ordering that stage3's prefetch relies on. Device-to-device copies are queued on the
+// default (compute) stream without blocking the host, like kernels: big copies first keep that
+// stream busy for a millisecond or so, then the copy that writes the gather's input. The gather must see that input, and a
+// copy queued after wait() must see the gather's output.
+TEST_F(CudaComm, StartedGatherIsOrderedWithTheComputeStream) {
+  const int N = comm().size(), r = comm().rank();
+  const size_t shard = 1 << 20, busy = size_t(1) << 28;  // 4 MB shard; copies of 256 MB
+  DeviceVec<char> big_a(busy), big_b(busy);
+  std::vector<float> mine(shard);
+  for (size_t i = 0; i < shard; i++) mine[i] = float(r) + float(i % 1000) * 1e-3f;
+  DeviceVec<float> staged(mine), shard_buf(std::vector<float>(shard, -7.0f));
+  DeviceVec<float> full(std::vector<float>(shard * N, -1.0f)), copy_of_full(shard * N);
+  for (int rep = 0; rep < 2; rep++) {
+    for (int k = 0; k < 8; k++) cuda_rt::memcpy_any(big_b.p, big_a.p, busy);  // keep the compute stream busy
+    cuda_rt::memcpy_any(shard_buf.p, staged.p, shard * sizeof(float));  // writes the gather's input
+    CommRequest req = comm().all_gather_start(shard_buf.p, full.p, shard, DType::F32);
+    comm().wait(req);
+    cuda_rt::memcpy_any(copy_of_full.p, full.p, shard * N * sizeof(float));  // reads its output
+    std::vector<float> got = copy_of_full.get();
+    size_t bad = 0;
+    for (int q = 0; q < N; q++)
+      for (size_t i = 0; i < shard; i++) bad += got[q * shard + i] != float(q) + float(i % 1000) * 1e-3f;
+    EXPECT_EQ(bad, 0u) << "repetition " << rep;
+  }
+}
+
+TEST_F(CudaComm, LedgerCountsWhatTheCpuPathCounts) {
+  const int N = comm().size();
+  const size_t shard = 101;
+  DeviceVec<float> buf(std::vector<float>(shard * N, 1.0f)), out(shard);
+  CommStats before = comm().stats();
+  comm().reduce_scatter(buf.p, out.p, shard, DType::F32);
+  comm().all_gather(out.p, buf.p, shard, DType::F32);
+  comm().all_reduce(buf.p, shard * N, DType::F32);
+  CommRequest req = comm().all_gather_start(out.p, buf.p, shard, DType::F32);
+  comm().wait(req);
+  CommStats d = comm().stats() - before;
+  // ring-equivalent volumes: (N-1)/N of the buffer for RS and AG, twice that for all-reduce
+  EXPECT_EQ(d.op[int(CommOp::ReduceScatter)].calls, 1u);
+  EXPECT_EQ(d.op[int(CommOp::ReduceScatter)].elems_sent, uint64_t(N - 1) * shard);
+  EXPECT_EQ(d.op[int(CommOp::AllGather)].calls, 2u);
+  EXPECT_EQ(d.op[int(CommOp::AllGather)].elems_sent, uint64_t(2) * (N - 1) * shard);
+  EXPECT_EQ(d.op[int(CommOp::AllReduce)].calls, 1u);
+  EXPECT_EQ(d.op[int(CommOp::AllReduce)].elems_sent, uint64_t(2) * (N - 1) * shard);
+  EXPECT_EQ(d.op[int(CommOp::AllReduce)].bytes_sent, uint64_t(2) * (N - 1) * shard * 4);
+  EXPECT_EQ(d.op[int(CommOp::AllReduce)].bytes_recv, uint64_t(2) * (N - 1) * shard * 4);
+  EXPECT_EQ(d.model_elems_sent(), uint64_t(5) * (N - 1) * shard);
+}
+
+// The backend rule (comm.h): NCCL exactly when no two ranks share a GPU and NZ_COMM does not force
+// MPI. Here (one machine, every rank seeing every GPU) ranks share a GPU when there are more
+// ranks than GPUs.
+TEST_F(CudaComm, NcclExactlyWhenEveryRankHasItsOwnGpu) {
+  const char* force = getenv("NZ_COMM");
+  const bool forced_mpi = force && strcmp(force, "mpi") == 0;
+  const int gpus = cuda_rt::device_count(), n = comm().local_size();
+  const bool own_gpu = n <= gpus;
+  EXPECT_EQ(comm().uses_nccl(), own_gpu && !forced_mpi);
+  // local rank r uses GPU r % gpus: the ranks on mine are those with the same remainder
+  EXPECT_EQ(comm().ranks_on_my_gpu(), (n - 1 - comm().local_rank() % gpus) / gpus + 1);
+  EXPECT_EQ(comm().gpus_in_use(), std::min(n, gpus) * (comm().size() / n));
+}

@@ -1,0 +1,244 @@
+// test_cuda_stages.cpp — every stage trained on the GPU (--device cuda), run under mpirun as a
+// learner runs it, with 1 and 2 ranks on however many GPUs the machine has (one GPU: the 2 ranks
+// share it through the MPI path; two or more: NCCL). What must hold:
+//   - every stage equals stage0_ddp on the GPU within the stated bound (every step's loss, the
+//     saved model). The bound is the one tests/stages/test_ddp.cpp grants for a change of summation
+//     order, since NCCL adds in an order of its own and offload's optimizer runs on the CPU:
+//       fp32: |loss diff| <= 1e-5, |param diff| <= 1e-4;
+//       bf16: |loss diff| <= 2e-2, |param diff| <= 3e-2 (a few bf16 ulps of a weight near 1).
+//     On the MPI path the sums are rank-ordered, so bitwise equality is expected and reported;
+//   - the memory ledger's model state (every category but scratch, per location, per rank) and the
+//     comm ledger (elements per step, host<->device elements) are identical to the CPU run's;
+//   - --attention flash keeps only attention's log-sum-exp: the activations formula with that term,
+//     exactly that much below the gemm run's, and the losses within the stage bound above; and
+//     --batch auto fits the batch by that formula;
+//   - the GPU trains the CPU's model: stage0_ddp's losses agree within fp32 1e-3, bf16 5e-2 over
+//     the same steps (the kernels differ from the CPU's in summation order, fused multiply-adds
+//     and the device math library: cuda_common.cuh).
+// Each comparison prints an "NZTABLE" line that tests/cuda/gpu_check.sh collects into its table.
+// Without a visible GPU every test skips (this binary runs, skipping, in `make test`).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>  // getenv
+#include <map>
+
+#include "runtime/device.h"  // nz::cuda_rt::device_count
+#include "harness.h"
+#include "model.h"          // nz::preset_config
+#include "zero_formulas.h"  // nz::expected_activation_bytes
+
+using namespace nzt;
+
+namespace {
+
+// NZ_TEST_QUICK=1 (tests/cuda/emu_check.sh, where kernels run on the CPU emulator, dev/emu/):
+// 4 steps of 16 tokens instead of 8 of 32. The bounds stay as stated.
+const bool kQuick = getenv("NZ_TEST_QUICK") && std::string(getenv("NZ_TEST_QUICK")) == "1";
+const std::string kFlags =
+    std::string("--preset tiny --batch 2 --accum 2 --lr 3e-3 --warmup 2 --clip 0.5 --eval-every 0 --eval-windows 4 ") +
+    (kQuick ? "--seq 16 --steps 4 " : "--seq 32 --steps 8 ");
+const char* kCategories[] = {"params", "grads", "master", "adam_m", "adam_v", "activations", "comm_buffers", "gathered"};
+
+struct Bound {
+  double loss, param;
+};
+Bound stage_bound(const std::string& prec) { return prec == "fp32" ? Bound{1e-5, 1e-4} : Bound{2e-2, 3e-2}; }
+double cpu_gpu_loss_bound(const std::string& prec) { return prec == "fp32" ? 1e-3 : 5e-2; }
+
+bool gpu_visible() { return nz::cuda_rt::compiled() && nz::cuda_rt::device_count() > 0; }
+
+// The ZeRO stages built next to stage0_ddp.
+std::vector<std::string> stages() {
+  std::vector<std::string> s;
+  struct stat st;
+  for (const char* name : {"stage1", "stage2", "stage3", "offload"})
+    if (stat((bin_dir() + "/" + name).c_str(), &st) == 0) s.push_back(name);
+  return s;
+}
+
+// One run per (trainer, ranks, precision, device), shared by the tests below.
+const RunResult& run(const std::string& trainer, int N, const std::string& prec, const std::string& device,
+                     const std::string& extra = "") {
+  static std::map<std::string, RunResult> done;
+  std::string flags = kFlags + "--precision " + prec + " --device " + device + extra;
+  std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
+  auto it = done.find(key);
+  if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec + "_" + device)).first;
+  return it->second;
+}
+
+class CudaStages : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu_visible()) GTEST_SKIP() << "no CUDA GPU visible: skipping the stages-on-the-GPU tests";
+  }
+};
+
+}  // namespace
+
+TEST_F(CudaStages, EveryStageEqualsStage0WithinTheStatedBound) {
+  for (const char* prec : {"fp32", "bf16"}) {
+    for (int N : {1, 2}) {
+      SCOPED_TRACE(std::string(prec) + " N=" + std::to_string(N));
+      const RunResult& ref = run("stage0_ddp", N, prec, "cuda");
+      ASSERT_EQ(ref.exit_code, 0) << ref.output;
+      ASSERT_EQ(ref.report["device"].str, "cuda");
+      const Bound b = stage_bound(prec);
+      for (const std::string& stage : stages()) {
+        const RunResult& r = run(stage, N, prec, "cuda");
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        const Verdict v = compare_runs(ref, r);
+        const double dl = v.loss_diff, dp = v.param_diff;
+        const bool bitwise = v.losses_equal && v.model_equal;
+        const bool ok = dl <= b.loss && dp <= b.param;
+        printf("NZTABLE stage %-8s N=%d %s %-4s vs stage0_ddp: max|dloss| %-8.2g max|dparam| %-8.2g %s\n",
+               stage.c_str(), N, prec, r.report["collectives"].str.c_str(), dl, dp,
+               bitwise ? "bitwise" : ok ? "within bound" : "OUTSIDE BOUND");
+        EXPECT_LE(dl, b.loss) << stage;
+        EXPECT_LE(dp, b.param) << stage;
+      }
+    }
+  }
+}
+
+TEST_F(CudaStages, LedgerAndCommCountsEqualTheCpuRun) {
+  const int N = 2;
+  for (const char* prec : {"fp32", "bf16"}) {
+    std::vector<std::string> all = stages();
+    all.insert(all.begin(), "stage0_ddp");
+    for (const std::string& stage : all) {
+      SCOPED_TRACE(stage + " " + prec);
+      const RunResult& gpu = run(stage, N, prec, "cuda");
+      const RunResult& cpu = run(stage, N, prec, "cpu");
+      ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+      ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+      ASSERT_EQ(cpu.report["device"].str, "cpu");
+      int differ = 0;
+      uint64_t model_state = 0;
+      for (int r = 0; r < N; r++) {
+        for (const char* loc : {"device", "host", "disk"}) {
+          const Json& g = gpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"];
+          const Json& c = cpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"];
+          for (const char* cat : kCategories) {
+            EXPECT_EQ(g[cat].u(), c[cat].u()) << "rank " << r << " " << loc << " " << cat;
+            differ += g[cat].u() != c[cat].u();
+            if (r == 0) model_state += g[cat].u();
+          }
+        }
+      }
+      const Json &gs = gpu.report["steps_log"], &cs = cpu.report["steps_log"];
+      ASSERT_EQ(gs.size(), cs.size());
+      for (size_t i = 0; i < gs.size(); i++) {
+        for (const char* k : {"comm_elems", "comm_bytes", "to_host_elems", "to_device_elems"}) {
+          EXPECT_EQ(gs[i][k].u(), cs[i][k].u()) << "step " << i + 1 << " " << k;
+          differ += gs[i][k].u() != cs[i][k].u();
+        }
+      }
+      printf("NZTABLE ledger %-10s N=%d %s: rank 0 tracks %llu bytes, sends %llu elements per step: %s\n",
+             stage.c_str(), N, prec, (unsigned long long)model_state,
+             (unsigned long long)gs[size_t(0)]["comm_elems"].u(), differ ? "DIFFERS from the CPU run" : "identical to the CPU run");
+    }
+  }
+}
+
+// Activation checkpointing on the GPU: the recomputed forward runs the same kernels on the same
+// inputs, so the run trains the same bits as without it (the CPU matrix is tests/stages/test_activations.cpp).
+// stage3: its recomputation runs on the parameters its backward gathers (the others hold theirs).
+TEST_F(CudaStages, CheckpointingTrainsTheSameBits) {
+  const int N = 2;
+  for (const char* prec : {"bf16"}) {  // the emulator is slow: bf16 (its conversions too); fp32 on the CPU
+    for (const char* stage : {"stage3"}) {
+      SCOPED_TRACE(std::string(stage) + " " + prec);
+      const RunResult& plain = run(stage, N, prec, "cuda");
+      const RunResult& ckpt = run(stage, N, prec, "cuda", " --activation-checkpointing");
+      ASSERT_EQ(plain.exit_code, 0) << plain.output;
+      ASSERT_EQ(ckpt.exit_code, 0) << ckpt.output;
+      const Verdict v = compare_runs(plain, ckpt);
+      const uint64_t a = plain.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["activations"].u();
+      const uint64_t b = ckpt.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["activations"].u();
+      printf("NZTABLE checkpointing %-10s N=%d %s %-4s: activations %llu -> %llu bytes per rank, %s\n", stage, N,
+             prec, ckpt.report["collectives"].str.c_str(), (unsigned long long)a, (unsigned long long)b,
+             v.identical() ? "the same bits" : v.str().c_str());
+      EXPECT_TRUE(v.identical()) << v.str();
+      EXPECT_LT(b, a);
+      EXPECT_EQ(plain.report["steps_log"][size_t(0)]["comm_elems"].u(), ckpt.report["steps_log"][size_t(0)]["comm_elems"].u());
+    }
+  }
+}
+
+// Flash attention (--attention flash) keeps only each row's log-sum-exp, B*NH*T fp32, where the gemm
+// attention keeps the (B,NH,T,T) probabilities: the activations peak is the formula with that term
+// (zero_formulas.h, Attention::Flash), smaller than the gemm run's by exactly the difference of the
+// two terms in every block (each 64-byte aligned, written out here), and the losses stay within the
+// bound of a change of summation order (the run is the same model through another kernel).
+TEST_F(CudaStages, FlashAttentionKeepsOnlyTheLogSumExp) {
+  nz::GPTConfig tiny;
+  ASSERT_TRUE(nz::preset_config("tiny", &tiny));
+  const int B = 2, T = kQuick ? 16 : 32, N = 1;
+  for (const char* prec : {"fp32", "bf16"}) {
+    SCOPED_TRACE(prec);
+    const nz::DType dt = std::string(prec) == "fp32" ? nz::DType::F32 : nz::DType::BF16;
+    const RunResult& gemm = run("stage0_ddp", N, prec, "cuda");
+    const RunResult& flash = run("stage0_ddp", N, prec, "cuda", " --attention flash");
+    ASSERT_EQ(gemm.exit_code, 0) << gemm.output;
+    ASSERT_EQ(flash.exit_code, 0) << flash.output;
+    ASSERT_EQ(flash.report["attention"].str, "flash");
+    const uint64_t a_gemm = gemm.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["activations"].u();
+    const uint64_t a_flash = flash.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["activations"].u();
+    EXPECT_EQ(a_gemm, nz::expected_activation_bytes(tiny, B, T, dt, false, nz::Attention::Gemm));
+    EXPECT_EQ(a_flash, nz::expected_activation_bytes(tiny, B, T, dt, false, nz::Attention::Flash));
+    EXPECT_EQ(flash.report["formula"]["activations"].u(), a_flash);
+    auto r64 = [](uint64_t n) { return (n + 63) / 64 * 64; };
+    const uint64_t rows = uint64_t(B) * tiny.heads * T;
+    EXPECT_EQ(a_gemm - a_flash, uint64_t(tiny.layers) * (r64(rows * T * nz::dtype_bytes(dt)) - r64(rows * 4)));
+    const double dl = max_abs_diff(step_values(gemm.report, "loss"), step_values(flash.report, "loss"));
+    printf("NZTABLE flash-attention stage0_ddp N=%d %s: activations %llu -> %llu bytes, max|dloss| %.2g vs gemm "
+           "(bound %.0e)\n", N, prec, (unsigned long long)a_gemm, (unsigned long long)a_flash, dl, stage_bound(prec).loss);
+    EXPECT_EQ(step_values(flash.report, "loss").size(), step_values(gemm.report, "loss").size());
+    EXPECT_LE(dl, stage_bound(prec).loss);
+  }
+}
+
+// --batch auto with flash attention fits the batch by the flash formula: a budget between the two
+// formulas' peaks at the same batch takes one sequence more than gemm's, and the ledger's peak is the
+// prediction (zero_formulas.h expected_device_peak, Attention::Flash) to the byte.
+TEST_F(CudaStages, FlashAttentionBatchAutoFitsByTheLogSumExpFormula) {
+  nz::GPTConfig tiny;
+  ASSERT_TRUE(nz::preset_config("tiny", &tiny));
+  const nz::Layout L = nz::make_layout(tiny, 1);
+  const int T = 32;
+  const uint64_t budget = 1500000;  // 1500KB: gemm fits 3 sequences, flash 4 (zero_estimate --fit)
+  std::map<std::string, int> fitted;
+  for (const char* a : {"gemm", "flash"}) {
+    SCOPED_TRACE(a);
+    const nz::Attention attn = std::string(a) == "flash" ? nz::Attention::Flash : nz::Attention::Gemm;
+    const RunResult r = run_trainer("stage0_ddp", 1,
+                                    "--preset tiny --seq 32 --steps 1 --eval-every 0 --eval-windows 1 --device cuda "
+                                    "--batch auto --memory-budget 1500KB --attention " + std::string(a), a);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const int B = int(r.report["batch"].u());
+    EXPECT_EQ(B, nz::largest_fitting_batch(nz::Stage::DDP, L, T, nz::DType::F32, false, budget, 1 << 16, attn));
+    EXPECT_EQ(r.report["ranks"][size_t(0)]["ledger"]["device"]["peak"]["total"].u(),
+              nz::expected_device_peak(nz::Stage::DDP, L, B, T, nz::DType::F32, false, attn));
+    fitted[a] = B;
+  }
+  printf("NZTABLE flash-attention batch auto stage0_ddp 1500KB: micro-batch %d (gemm) -> %d (flash)\n", fitted["gemm"],
+         fitted["flash"]);
+  EXPECT_GT(fitted["flash"], fitted["gemm"]);
+}
+
+TEST_F(CudaStages, GpuTrainsTheCpuModel) {
+  for (const char* prec : {"fp32", "bf16"}) {
+    for (int N : {1, 2}) {
+      const RunResult& gpu = run("stage0_ddp", N, prec, "cuda");
+      const RunResult& cpu = run("stage0_ddp", N, prec, "cpu");
+      ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+      ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+      const double dl = max_abs_diff(step_values(gpu.report, "loss"), step_values(cpu.report, "loss"));
+      printf("NZTABLE cpu-vs-gpu stage0_ddp N=%d %s: max|dloss| %.2g over %zu steps (bound %.0e)\n", N, prec, dl,
+             step_values(gpu.report, "loss").size(), cpu_gpu_loss_bound(prec));
+      EXPECT_LE(dl, cpu_gpu_loss_bound(prec)) << prec << " N=" << N;
+    }
+  }
+}
