@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
                      "qgZ: one rank's blocks (fp32)");
   }
   auto reduce_scatter_int4 = [&](int u, void* mine) {
+    // begin exercise: zeropp_qgz_reduce
     const size_t n = owned(u), wire = qg.packed_bytes(n);
     char* slot = static_cast<char*>(qg_all.data());
     float* sum = static_cast<float*>(qg_sum.data());
@@ -156,6 +157,7 @@ int main(int argc, char** argv) {
       if (r > 0) for (size_t i = 0; i < n; i++) sum[i] += part[i];
     }
     from_f32(dt, sum, n, mine);  // the sum, in the storage type
+    // end exercise: zeropp_qgz_reduce
   };
   // ==== end qgZ ====
   if (rank == 0 && !run.args.quiet)
