@@ -175,16 +175,18 @@ endef
 $(foreach t,$(TEST_SRC),$(eval $(call test_program,$(t))))
 
 # ---- the two commands of the README ----
+# They build with one job per core: a first build from a clone is minutes of compiling.
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 deps:
 	@bash scripts/install_deps.sh
 
 # run and plots build only the programs (not the tests, the broken trainers or the emulator)
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash scripts/tour.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all tests
+	@$(MAKE) --no-print-directory -j$(JOBS) all tests
 	@bash tests/run_all.sh
 
 bench-adam: all
@@ -202,7 +204,7 @@ bench-inference: all
 	@mpirun -np 2 $(BUILD)/bin/generate --preset small --bench --length 32
 
 plots: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@.venv/bin/python scripts/plots.py --out runs/plots
 
 # Jupyter on the notebooks, for a workshop (scripts/notebooks.sh: installs it into .venv the first time,

@@ -19,6 +19,7 @@ std::vector<PipeOp> stage_ops(PipeSchedule schedule, int P, int s, int K) {
     for (int k = 0; k < K; k++) ops.push_back({false, k});  // ascending: the order that keeps the bits
     return ops;
   }
+  // begin exercise: pipeline_1f1b
   const int warmup = std::min(P - s - 1, K);
   for (int k = 0; k < warmup; k++) ops.push_back({true, k});
   for (int k = warmup; k < K; k++) {  // steady state: one forward, one backward
@@ -26,6 +27,7 @@ std::vector<PipeOp> stage_ops(PipeSchedule schedule, int P, int s, int K) {
     ops.push_back({false, k - warmup});
   }
   for (int k = K - warmup; k < K; k++) ops.push_back({false, k});  // cool-down
+  // end exercise: pipeline_1f1b
   return ops;
 }
 
@@ -58,8 +60,18 @@ std::vector<int> balanced_partition(const Layout& L, int P) {
 }
 
 PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P, const std::string& schedule,
-                                const std::string& partition) {
+                                const std::string& partition, int zero) {
   const int U = cfg.layers + 2;
+  // ZeRO-2 and -3 shard the gradient: each micro-batch's gradient of a unit must be reduce-scattered
+  // away as soon as its backward ends. In a pipeline those backwards come one by one, between other
+  // micro-batches' forwards, on every stage at its own time: a reduce-scatter per unit per micro-batch
+  // on each stage, and the sum over micro-batches no longer local. ZeRO-1 shards only the optimizer
+  // state, touched once per step after the last backward: it fits (DeepSpeed allows only it too).
+  if (zero >= 2)
+    user_error("--zero %d: ZeRO-%d shards the gradient, but in a pipeline a unit's gradient accumulates over K "
+               "micro-batches whose backwards arrive at different times, so it cannot be sharded away after each "
+               "one; expected --zero 0 or 1; use --zero 1 (the optimizer state sharded over the replicas)",
+               zero, zero);
   if (world % P != 0)
     user_error("--pipeline %d: does not divide the %d ranks, expected N = P x D (D data-parallel replicas of the "
                "pipeline); run on a multiple of %d ranks, or choose P dividing %d",
@@ -73,6 +85,7 @@ PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P
   plan.replicas = world / P;
   plan.stage = rank / plan.replicas;
   plan.replica = rank % plan.replicas;
+  plan.zero = zero;
   if (schedule == "gpipe") plan.schedule = PipeSchedule::GPipe;
   else if (schedule == "1f1b") plan.schedule = PipeSchedule::OneFOneB;
   else user_error("--schedule %s: unknown pipeline schedule, expected gpipe or 1f1b", schedule.c_str());
@@ -102,9 +115,22 @@ PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P
   return plan;
 }
 
+int StageClock::start(const PipeOp& op) {
+  if (new_step_) events.clear(), new_step_ = false;  // keep the last step's only
+  switch_to(false);  // the previous op's last stretch ends here
+  op_ = op;
+  return op.micro;
+}
+
 void StageClock::switch_to(bool wait) {
   const auto now = std::chrono::steady_clock::now();
-  if (running_) (in_wait_ ? wait_s : compute_s) += std::chrono::duration<double>(now - since_).count();
+  if (running_) {
+    (in_wait_ ? wait_s : compute_s) += std::chrono::duration<double>(now - since_).count();
+    auto secs = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(t.time_since_epoch()).count();
+    };
+    if (op_.micro >= 0 && now > since_) events.push_back({op_, in_wait_, secs(since_), secs(now)});
+  }
   running_ = true;
   in_wait_ = wait;
   since_ = now;
@@ -113,14 +139,31 @@ void StageClock::switch_to(bool wait) {
 void StageClock::stop() {
   switch_to(false);
   running_ = false;
+  new_step_ = true;
+  op_.micro = -1;
 }
 
 std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock) {
   const std::vector<double> compute_s = comm.gather_scalar(clock.compute_s);
   const std::vector<double> wait_s = comm.gather_scalar(clock.wait_s);
+  // the events, in ms from the first one on any rank: [op, micro-batch, "compute" or "wait", from, to]
+  const std::vector<double> firsts = comm.gather_scalar(clock.events.empty() ? 1e300 : clock.events[0].t0_s);
+  double origin = comm.rank() == 0 ? *std::min_element(firsts.begin(), firsts.end()) : 0;
+  comm.control_broadcast(&origin, sizeof origin);
+  std::string mine = "[";
+  for (const StageEvent& ev : clock.events) {
+    char one[96];
+    snprintf(one, sizeof one, "%s[\"%c\", %d, \"%s\", %.4f, %.4f]", mine.size() > 1 ? ", " : "",
+             ev.op.forward ? 'F' : 'B', ev.op.micro, ev.wait ? "wait" : "compute", 1e3 * (ev.t0_s - origin),
+             1e3 * (ev.t1_s - origin));
+    mine += one;
+  }
+  const std::string all_events = comm.gather_strings(mine + "]", "\n");  // rank 0: one line per rank
+  size_t line_at = 0;
   char head[160];
-  snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"schedule\": \"%s\", \"bubble_formula\": %.17g, ",
-           plan.stages, plan.replicas, schedule_name(plan.schedule), bubble_formula(plan.stages, K));
+  snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"zero\": %d, \"schedule\": \"%s\", "
+           "\"bubble_formula\": %.17g, ", plan.stages, plan.replicas, plan.zero, schedule_name(plan.schedule),
+           bubble_formula(plan.stages, K));
   std::string report = std::string(head) + "\"first_unit\": [";
   for (size_t i = 0; i < plan.first_unit.size(); i++) report += (i ? ", " : "") + std::to_string(plan.first_unit[i]);
   report += "], \"ranks\": [";
@@ -136,9 +179,11 @@ std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const Sta
              r, rs, plan.first_unit[rs], plan.first_unit[rs + 1] - 1,
              activation_slots(plan.schedule, plan.stages, rs, K), 1e3 * compute_s[r], 1e3 * wait_s[r], idle);
     char entry[160];
-    snprintf(entry, sizeof entry, "%s{\"stage\": %d, \"compute_s\": %.6f, \"wait_s\": %.6f, \"idle\": %.6f}",
+    snprintf(entry, sizeof entry, "%s{\"stage\": %d, \"compute_s\": %.6f, \"wait_s\": %.6f, \"idle\": %.6f, \"events\": ",
              r ? ", " : "", rs, compute_s[r], wait_s[r], idle);
-    report += entry;
+    const size_t line_end = std::min(all_events.find('\n', line_at), all_events.size());
+    report += entry + (comm.rank() == 0 ? all_events.substr(line_at, line_end - line_at) : "[]") + "}";
+    line_at = line_end + 1;
   }
   fflush(stdout);
   return report + "]}";

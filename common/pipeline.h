@@ -43,6 +43,7 @@ struct PipelinePlan {
   int stages = 1, replicas = 1;  // P, D
   int stage = 0, replica = 0;    // this rank's
   PipeSchedule schedule = PipeSchedule::OneFOneB;
+  int zero = 0;  // --zero 1: each stage's optimizer state sharded over its D replicas (ZeRO-1, as stage1)
   std::vector<int> first_unit;   // P + 1 entries: stage s holds units [first_unit[s], first_unit[s + 1])
   int rank_of(int s, int d) const { return s * replicas + d; }
   int first() const { return first_unit[stage]; }    // this stage's units: [first(), end())
@@ -53,32 +54,45 @@ struct PipelinePlan {
 // The plan for `rank` of `world` ranks, for the model `cfg`: P stages (--pipeline), the schedule's name (--schedule) and
 // the partition (--partition: the first unit of stages 1..P-1, comma-separated; "" balances the
 // parameters). Bad input is one line and exit 2 (check.h, user_error): P not dividing N, more
-// stages than units, a partition that is not increasing, leaves a stage empty or has the wrong count.
+// stages than units, a partition that is not increasing, leaves a stage empty or has the wrong count,
+// --zero 2 or 3 (see make_pipeline_plan in pipeline.cpp for why they do not fit a pipeline).
 PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P, const std::string& schedule,
-                                const std::string& partition);
+                                const std::string& partition, int zero = 0);
 // The default partition: each boundary where the running parameter count comes nearest to s/P of
 // the total, every stage at least one unit (DeepSpeed's partition_method "parameters").
 std::vector<int> balanced_partition(const Layout& L, int P);
 
+// One stretch of a stage's time inside one op of its schedule: computing, or waiting.
+struct StageEvent {
+  PipeOp op;
+  bool wait;
+  double t0_s, t1_s;  // on the steady clock, which the ranks of one machine share
+};
+
 // Where a stage's time goes while it runs its schedule: computing, or waiting for a neighbour (a
 // receive, or a send it must see through before it may reuse the buffer). The idle fraction
-// wait / (compute + wait) is the measured bubble.
+// wait / (compute + wait) is the measured bubble. Each stretch is also kept as an event of the op
+// it belongs to (the last step's: the pipeline diagram, scripts/pipeline_plots.py).
 class StageClock {
  public:
+  int start(const PipeOp& op);  // the schedule's next op begins (computing); returns its micro-batch
   void computing() { switch_to(false); }
   void waiting() { switch_to(true); }
   void stop();  // the end of the schedule: nothing is counted until the next computing() or waiting()
   double compute_s = 0, wait_s = 0;
+  std::vector<StageEvent> events;  // the last step's
 
  private:
   void switch_to(bool wait);
-  bool running_ = false, in_wait_ = false;
+  bool running_ = false, in_wait_ = false, new_step_ = true;
+  PipeOp op_{true, -1};  // -1: between steps, nothing to record
   std::chrono::steady_clock::time_point since_;
 };
 
 class Comm;
 // The bubble, measured: every rank's compute and wait times gathered; rank 0 prints them with each
-// rank's idle fraction beside the formula. Returns the report's "pipeline" object (JSON). Collective.
+// rank's idle fraction beside the formula. Returns the report's "pipeline" object (JSON), with each
+// rank's events of the last step (ms from the first of them on any rank). Collective.
 std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock);
 
 }  // namespace nz

@@ -212,6 +212,7 @@ std::string Trainer::write_report() {
   j.kv("loss_scale_hysteresis", args.loss_scale_hysteresis);
   j.kv("loss_scale_min", double(args.loss_scale_min));
   j.kv("offload_to", args.offload_to);
+  j.kv("offload_param", args.offload_param);
   j.kv("offload_dir", args.offload_dir);
   j.end_object();
   j.kv("num_params", uint64_t(layout.num_params));
@@ -239,7 +240,8 @@ std::string Trainer::write_report() {
   j.kv("activations",
        expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing,
                                  model->attention()));
-  j.kv("host", f.host);
+  j.kv("host", f.host);  // everything off the device; of it on disk (offload, infinity with the disk tier):
+  j.kv("disk", offload_state_bytes(stage, layout, dtype, offload_tier(args, stage)).disk);
   j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));
   j.kv("link_elems_per_step", expected_link_elems(stage, layout, args.accum));
   j.kv("overflow_flag_elems_per_step", expected_overflow_flag_elems(layout, dtype));

@@ -20,6 +20,7 @@
 #include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
 #include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)
+#include "offload/param_store.h"  // ParamSlices: infinity's slices (checkpoints, its disk summary)
 
 namespace nz {
 
@@ -36,7 +37,8 @@ void check_model_fits(const Args& args, Stage stage, const Comm& comm, int dp_wo
   const Attention attn = flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
   const double device = double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype,
                                                     args.activation_checkpointing, attn));
-  const double host = double(expected_state_bytes(stage, L, args.dtype).host);
+  // (the disk tier's files are not host memory: their room is checked when they are made)
+  const double host = double(offload_state_bytes(stage, L, args.dtype, offload_tier(args, stage)).host);
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   int sharing = comm.local_size();  // ranks sharing the memory that does not fit
   double need = (device + host) * sharing, have = ram;
@@ -110,10 +112,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st),
       loss_scaler_(loss_scale_config(args)) {
   // the pipeline's stages and replicas (one stage of N replicas elsewhere): bad ones are one line here
-  pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition);
-  if (stage == Stage::Pipeline && (!args.ckpt_dir.empty() || !args.resume.empty()))
-    user_error("%s: the pipeline does not write or resume checkpoints yet, expected no --ckpt-dir or --resume; "
-               "train with stage0_ddp for checkpoints", !args.ckpt_dir.empty() ? "--ckpt-dir" : "--resume");
+  pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition,
+                                args.zero);
   if (stage == Stage::ZeroPP && args.quant_pad_block() > 1 && (!args.ckpt_dir.empty() || !args.resume.empty()))
     user_error("%s with %s: checkpoints of a layout padded to N x block are not built yet, expected no --ckpt-dir or "
                "--resume with --qwz or --qgz; --hpz alone checkpoints as stage3 does",
@@ -270,9 +270,19 @@ void Trainer::settle_batch() {
   fflush(stdout);
 }
 
+void Trainer::checkpoint_state(ParamSlices& slices, OptimizerState& optimizer) {
+  held_slices_ = &slices;
+  params_held_ = ParamsHeld::OwnSlices;
+  register_held(optimizer);
+}
+
 void Trainer::checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& optimizer) {
   held_params_ = &params;
   params_held_ = held;
+  register_held(optimizer);
+}
+
+void Trainer::register_held(OptimizerState& optimizer) {
   held_optimizer_ = &optimizer;
   if (resume_from_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
@@ -291,24 +301,31 @@ HeldState Trainer::held_state() {
   h.L = &layout;
   h.dt = dtype;
   h.params = held_params_;
-  h.params_full = params_held_ == ParamsHeld::AllUnits;  // else this rank's slices
+  h.slices = held_slices_;
+  h.params_full = params_held_ != ParamsHeld::OwnSlices;  // else this rank's slices
+  if (params_held_ == ParamsHeld::StageUnits) h.first_unit = pipeline.first(), h.end_unit = pipeline.end();
+  h.data_world = dp_world();
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
   h.rank = rank();
   h.run_id = run_id_;
-  NZ_CHECK(held_params_->bytes() == (h.params_full ? layout.padded_total : layout.shard_total) * elem_bytes,
-           "checkpoint_state: a params buffer of %zu bytes, but the stage says it holds %s",
-           held_params_->bytes(), h.params_full ? "all units" : "its own slices");
+  if (held_slices_) return h;  // (sized by construction: param_store.h)
+  size_t held_elems = 0;
+  for (int u = 0; u < layout.num_units(); u++) held_elems += h.params_range(u).size();
+  NZ_CHECK(held_params_->bytes() == held_elems * elem_bytes,
+           "checkpoint_state: a params buffer of %zu bytes, but the stage says it holds %s", held_params_->bytes(),
+           h.params_full ? (h.holds(0) && h.holds(layout.num_units() - 1) ? "all units" : "its stage's units")
+                         : "its own slices");
   return h;
 }
 
-void Trainer::init_params(int u, Slice part, void* dst) {
+void Trainer::init_params(int u, Slice part, void* dst, Location at) {
   std::vector<float> unit(layout.units[u].padded);
   init_unit(layout, u, args.seed, unit.data());
   std::vector<char> conv(part.size() * elem_bytes);
   const float* src = unit.data() + part.begin;
   NZ_DISPATCH_TRAIN_DTYPE(dtype, cpu::cast<T, float>((T*)conv.data(), src, part.size()));
-  copy_bytes(dst, Location::Device, conv.data(), Location::Host, conv.size());
+  copy_bytes(dst, at, conv.data(), Location::Host, conv.size());
   heartbeat();  // the watchdog's: set-up of a big model is long, but alive
 }
 
@@ -388,7 +405,7 @@ void Trainer::end_step(int step, double loss_sum, double grad_norm) {
   }
   const bool ckpt_due = step + 1 == args.steps || (args.ckpt_every > 0 && (step + 1) % args.ckpt_every == 0);
   if (!args.ckpt_dir.empty() && ckpt_due) {
-    if (!held_params_) user_error("--ckpt-dir: this trainer does not register its state (Trainer::checkpoint_state)");
+    if (!held_params_ && !held_slices_) user_error("--ckpt-dir: this trainer does not register its state (Trainer::checkpoint_state)");
     phase("checkpoint");
     (save_checkpoint(comm, *checkpoint_, stage, held_state(), step + 1) ? ckpts_written_ : ckpts_failed_)++;
   }
@@ -438,6 +455,8 @@ void Trainer::finish() {
   evals_.push_back({args.steps, last_val_loss_});
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
   print_summary(total_s);
+  if (held_slices_ && rank() == 0 && !held_slices_->io_summary().empty())  // infinity on disk
+    printf("%s\n", held_slices_->io_summary().c_str());
   if (current_device() == Device::CUDA) print_gpu_memory_check();
   std::string failed;  // what could not be written: said once everything else is written
   if (!args.save_model.empty()) {

@@ -29,6 +29,7 @@
 namespace nz {
 
 struct CheckpointConfig;  // io/checkpoint.h: the trainer keeps it; the stages never see it
+class ParamSlices;        // offload/param_store.h: infinity's slices
 
 // How a stage makes a unit's full parameters available: stages 0-2 point into their full buffer;
 // stage3 gathers the unit and releases it afterwards.
@@ -36,6 +37,14 @@ struct UnitAccess {
   std::function<const void*(int u)> acquire;
   std::function<void(int u)> release = [](int) {};
 };
+
+// Where offload's optimizer state, or infinity's slices and optimizer state, live beyond the device:
+// Location::Disk with --offload-to disk (offload) or --offload-param disk (infinity), else Host.
+inline Location offload_tier(const Args& a, Stage s) {
+  const bool disk = (s == Stage::Offload && a.offload_to == "disk") ||
+                    (s == Stage::Infinity && a.offload_param == "disk");
+  return disk ? Location::Disk : Location::Host;
+}
 
 class Trainer {
  public:
@@ -81,8 +90,8 @@ class Trainer {
   float grad_average_scale() const { return 1.0f / float(dp_world() * args.accum); }
 
   // The initial parameters of unit u (identical on every rank and stage), in the storage type,
-  // slice `part` of it copied to dst (device memory).
-  void init_params(int u, Slice part, void* dst);
+  // slice `part` of it copied to dst (device memory, or host memory: at = Location::Host).
+  void init_params(int u, Slice part, void* dst, Location at = Location::Device);
   // Micro-batch k of `step` for this rank, loaded into the model.
   void load_micro_batch(int step, int k);
   // The optimizer's clock: the learning rate and Adam's 1-based step count of this step's update.
@@ -116,6 +125,8 @@ class Trainer {
   // the step loop starts at first_step(). end_step() writes a checkpoint when one is due
   // (--ckpt-dir, --ckpt-every).
   void checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& optimizer);
+  // infinity: its own slices, off the device (param_store.h)
+  void checkpoint_state(ParamSlices& slices, OptimizerState& optimizer);
   int first_step() const { return first_step_; }
 
  private:
@@ -153,8 +164,10 @@ class Trainer {
   std::vector<double> peak_device_mb_;  // per rank, at the last step
   // checkpoints
   struct HeldState held_state();  // what checkpoint_state registered (checkpoint.h)
+  void register_held(OptimizerState& optimizer);  // both checkpoint_state: the optimizer, and --resume
   std::unique_ptr<CheckpointConfig> checkpoint_;
   Buffer* held_params_ = nullptr;
+  ParamSlices* held_slices_ = nullptr;
   ParamsHeld params_held_ = ParamsHeld::AllUnits;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)

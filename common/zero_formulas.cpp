@@ -16,13 +16,14 @@ const char* stage_name(Stage s) {
     case Stage::Z3: return "stage3";
     case Stage::Offload: return "offload";
     case Stage::Pipeline: return "pipeline";
+    case Stage::Infinity: return "infinity";
     case Stage::ZeroPP: return "zeropp";
   }
   return "?";
 }
 
 bool parse_stage(const std::string& s, Stage* out) {
-  for (Stage st : {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::Offload})
+  for (Stage st : {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::Offload, Stage::Infinity})
     if (s == stage_name(st) || (s == "0" && st == Stage::DDP) || (s == "1" && st == Stage::Z1) ||
         (s == "2" && st == Stage::Z2) || (s == "3" && st == Stage::Z3)) {
       *out = st;
@@ -85,6 +86,7 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
       b.adam_v = 4 * S;
       b.comm_buffers = e * U;  // the bucket: a unit's full gradient lives only here, until reduce-scattered
       break;
+    case Stage::Infinity:  // stage3 with every slice off the device: only gathered units and the bucket on it
     case Stage::ZeroPP:  // stage3's, before what ZeRO++ adds (zeropp_state_bytes)
     case Stage::Z3: {  // P_os+g+p: parameters sharded too; units gathered only while in use
       b.params = e * S;
@@ -105,6 +107,14 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
       for (int u = 0; u < L.num_units(); u++) {
         const Unit &a = L.units[u], &next = L.units[(u + 1) % L.num_units()];
         b.gathered_peak = std::max(b.gathered_peak, e * (a.padded + next.padded));
+      }
+      if (stage == Stage::Infinity) {
+        // ZeRO-Infinity: my parameter and gradient slices, an fp32 master (in fp32 too, as
+        // offload: the host updates it and writes the parameter slice back) and m, v off the device
+        b.master = 4 * S;
+        b.host = b.params + b.grads + b.master + b.adam_m + b.adam_v;
+        // (the host also stages one unit's reduced gradient slice, eU/N, as scratch; on disk,
+        // three optimizer chunks and two parameter-slice slots of the largest slice)
       }
       break;
     }
@@ -131,6 +141,7 @@ uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum) {
     case Stage::Z1: return 2 * (N - 1) * S;  // recomputation: the full parameters are here already
     case Stage::Z2:
     case Stage::Offload: return K * (N - 1) * S + (N - 1) * S;  // the same
+    case Stage::Infinity:  // stage3's collectives: the slices reach them from the host first
     case Stage::ZeroPP:  // stage3's elements (zeropp_comm_bytes: the bytes, inside and across nodes)
     case Stage::Z3: {
       // Gathering a unit of padded size p sends this rank's slice p/N to each of the N-1 others:
@@ -197,9 +208,10 @@ StateBytes pipeline_stage_bytes(const Layout& L, DType dt, const PipelinePlan& p
   StateBytes b;
   b.params = e * Ps + (tied_copy ? e * VC : 0);
   b.grads = e * Ps + e * Us + (tied_copy ? e * VC : 0);
-  b.master = mixed ? 4 * Ps : 0;
-  b.adam_m = 4 * Ps;
-  b.adam_v = 4 * Ps;
+  const uint64_t Os = plan.zero == 1 ? Ps / plan.replicas : Ps;  // --zero 1: my replica's slice of each unit
+  b.master = mixed ? 4 * Os : 0;
+  b.adam_m = 4 * Os;
+  b.adam_v = 4 * Os;
   return b;
 }
 
@@ -249,8 +261,22 @@ uint64_t expected_overflow_flag_elems(const Layout& L, DType dt) {
 }
 
 uint64_t expected_link_elems(Stage stage, const Layout& L, int accum) {
-  if (stage != Stage::Offload) return 0;
-  return uint64_t(accum) * L.shard_total + L.shard_total;
+  const uint64_t K = accum, S = L.shard_total;
+  if (stage == Stage::Offload) return K * S + S;
+  // infinity: per micro-step my slice of every gathered unit goes up (S + s_E forward, S - s_E
+  // backward: 2S) and my reduced gradient slice of every unit comes down (S)
+  if (stage == Stage::Infinity) return K * (2 * S + S);
+  return 0;
+}
+
+StateBytes offload_state_bytes(Stage stage, const Layout& L, DType dt, Location tier) {
+  StateBytes b = expected_state_bytes(stage, L, dt);
+  if (tier != Location::Disk) return b;
+  // offload: master, m, v in files; infinity: the parameter slices too. The gradient slices stay
+  // in host memory (they are summed there every micro-step).
+  b.disk = b.master + b.adam_m + b.adam_v + (stage == Stage::Infinity ? b.params : 0);
+  b.host -= b.disk;
+  return b;
 }
 
 }  // namespace nz

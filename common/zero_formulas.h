@@ -21,7 +21,7 @@ namespace nz {
 // whole-model functions count it as stage0_ddp (every rank all units: an upper bound).
 // ZeroPP: zeropp/train.cpp, stage3 with ZeRO++'s quantized and node-local collectives; the
 // whole-model functions count it as stage3, and zeropp_bytes below adds what ZeRO++ adds.
-enum class Stage { DDP, Z1, Z2, Z3, Offload, Pipeline, ZeroPP };
+enum class Stage { DDP, Z1, Z2, Z3, Offload, Pipeline, Infinity, ZeroPP };
 const char* stage_name(Stage s);
 bool parse_stage(const std::string& s, Stage* out);
 
@@ -29,11 +29,17 @@ struct StateBytes {
   // by category, summed over locations
   uint64_t params = 0, grads = 0, master = 0, adam_m = 0, adam_v = 0, comm_buffers = 0;
   uint64_t gathered_peak = 0;  // stage3: the most gathered-parameter bytes alive at once
-  // offload: what lives on the host (grads shard, master, moments); the rest is on the device
-  uint64_t host = 0;
+  // offload, infinity: what lives off the device; the rest is on the device. expected_state_bytes:
+  // host = all of it, disk = 0; offload_state_bytes with the disk tier: host memory and disk apart.
+  uint64_t host = 0, disk = 0;
   uint64_t total() const { return params + grads + master + adam_m + adam_v + comm_buffers + gathered_peak; }
   uint64_t of(Category c) const;
 };
+
+// Offload and infinity with their state on `tier` (Location::Host, or Location::Disk: offload
+// --offload-to disk, infinity --offload-param disk): expected_state_bytes with `disk` split off
+// `host`, what the ledger shows at each location (chunk and slot buffers, scratch, apart).
+StateBytes offload_state_bytes(Stage stage, const Layout& L, DType dt, Location tier);
 
 // A raw parameter count seen the paper's way: Ψ padded to a multiple of N and held in no unit, so
 // the largest unit is U = 0 and the formulas count no bucket, no gathered unit and no incoming
@@ -76,13 +82,15 @@ int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool ch
 //   stage2:        K (N-1) S + (N-1) S        (reduce-scatter per micro-step, one all-gather)
 //   stage3:        3 K (N-1) S                (gather in forward and backward, reduce-scatter)
 //   offload:       as stage2, plus host<->device: K S down (grad slices) + S up (params)
+//   infinity:      as stage3, plus host<->device: K S down (grad slices) + 2 K S up (my slice
+//                  before each gather: S + s_E in the forward, S - s_E in the backward)
 // With K = 1 these are the paper's 2Ψ(N-1)/N and 3Ψ(N-1)/N per rank.
 // Activation checkpointing changes nothing here, so it is no parameter: the recomputation of each
 // block's forward in its backward needs the block's full parameters, which stages 0-2 always
 // hold; stage3 gathers them for the backward anyway, and the recomputation runs on that same
 // gathered buffer (zero_formulas.cpp writes stage3's gathers out unit by unit).
 uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum);
-uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offload only, else 0
+uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offload, infinity; else 0
 // fp16 only (loss_scale.h): every stage agrees once per step on whether the gradients overflowed,
 // a one-element all-reduce MAX: N - 1 elements per rank per step (4 bytes each). 0 in fp32, bf16.
 uint64_t expected_overflow_flag_elems(const Layout& L, DType dt);
@@ -123,6 +131,7 @@ ZeroppComm zeropp_comm_per_step(const Layout& L, DType dt, const ZeroppConfig& z
 //   params   e P_s                (+ e VC on the last stage: its copy of wte for the LM head)
 //   grads    e P_s + e U_s        (+ e VC on the last stage: the head's d wte, on its way to stage 0)
 //   master   4 P_s (bf16, fp16), Adam m, v 4 P_s each: the optimizer state of its units only
+//            (--zero 1: P_s / D each, its replica's slice of every unit, as stage1 on D ranks)
 // (with P = 1 the stage holds everything: stage0_ddp's bytes).
 StateBytes pipeline_stage_bytes(const Layout& L, DType dt, const PipelinePlan& plan, int stage);
 // Activations of stage s holding `slots` micro-batches (activation_slots: K for GPipe, min(P-s, K) for

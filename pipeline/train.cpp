@@ -58,16 +58,21 @@ int main(int argc, char** argv) {
   Buffer params(Category::Params, Location::Device, my_elems * e, "params (my stage's units)");
   Buffer grads(Category::Grads, Location::Device, my_elems * e, "grads (summed over my micro-batches)");
   Buffer unit_grad(Category::Grads, Location::Device, my_max_unit * e, "grads (one unit, this micro-batch)");
-  params.zero();
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset - base, e); };  // unit u's parameters
   auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset - base, e); };   // unit u's gradient
   auto numel = [&](int u) { return L.units[u].padded; };                           // elements of unit u
+  // ---- ZeRO-1 inside the replicas (--zero 1): my stage's D replicas share its optimizer state, each
+  // keeping slice d of every unit, as stage1 on D ranks (ZeRO-2/3 do not fit: pipeline.cpp) ----
+  const bool zero1 = pipe.zero == 1;
+  auto owned = [&](int u) { return zero1 ? L.shard(u, d) : L.full(u); };  // the optimizer's part of u
+  auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset - base + owned(u).begin, e); };
+  auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].offset - base + owned(u).begin, e); };
   std::vector<Slice> mine(L.num_units(), Slice{0, 0});
-  for (int u = u0; u < u1; u++) mine[u] = L.full(u);
-  AdamW adam(L, mine, dt, run.adamw);  // m, v for my units' elements
+  for (int u = u0; u < u1; u++) mine[u] = owned(u);
+  AdamW adam(L, mine, dt, run.adamw);  // m, v for my units' elements (--zero 1: my slice of them)
   for (int u = u0; u < u1; u++) {
     run.init_params(u, L.full(u), P(u));
-    adam.init_master(u, P(u));
+    adam.init_master(u, my_P(u));
   }
   // ---- tied weights cross the pipeline: the last stage's copy of wte, and the head's d wte ----
   const bool tied_across = last && !first;
@@ -75,10 +80,19 @@ int main(int argc, char** argv) {
   if (tied_across) {
     head_wte = Buffer(Category::Params, Location::Device, wte_elems * e, "wte (the LM head's copy: tied)");
     head_grad = Buffer(Category::Grads, Location::Device, wte_elems * e, "the head's d wte (to the first stage)");
-    run.init_params(EMBED, Slice{0, wte_elems}, head_wte.data());
   }
   const void* head_weights = tied_across ? head_wte.data() : last ? P(EMBED) : nullptr;
+  auto send_tied_weights = [&]() {  // the first stage's wte to the last stage's copy
+    if (first && !last) {
+      CommRequest sent = comm.send_start(P(EMBED), wte_elems, dt, last_rank, kTiedWeights);
+      comm.wait(sent);
+    }
+    if (tied_across) comm.recv(head_wte.data(), wte_elems, dt, first_rank, kTiedWeights);
+  };
   // end tied weights
+  // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
+  run.checkpoint_state(params, ParamsHeld::StageUnits, adam);  // my stage's units
+  send_tied_weights();  // the head's copy starts as the first stage's wte: initial, or resumed
 
   // Validation crosses the stages like a forward; the model file collects every unit on rank 0.
   run.forward_loss = [&]() -> double {
@@ -133,7 +147,7 @@ int main(int argc, char** argv) {
     // the backwards in ascending micro-batch order: each unit's gradient then sums the micro-batches
     // in stage0_ddp's order, and the tied embedding adds head and lookup as it does: bit for bit.
     for (const PipeOp& op : stage_ops(pipe.schedule, pipe.stages, s, K)) {
-      const int k = op.micro;
+      const int k = clock.start(op);  // micro-batch k (the clock records the op's stretches)
       model.use_slot(k % model.slots());
       if (op.forward) {
         run.phase("forward");
@@ -171,8 +185,9 @@ int main(int argc, char** argv) {
         model.backward(u, P(u), unit_grad.data());
         accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);  // no communication
         if (last_micro_batch) {  // unit u's gradient is complete here: average it over the replicas once
-          replicas.all_reduce(G(u), numel(u), dt);
-          average_grads(dt, G(u), numel(u), run.grad_average_scale());
+          if (zero1) replicas.reduce_scatter(G(u), my_G(u), owned(u).size(), dt);  // ZeRO-1: my slice's sum
+          else replicas.all_reduce(G(u), numel(u), dt);
+          average_grads(dt, my_G(u), owned(u).size(), run.grad_average_scale());
         }
       }
       if (!first) grad_sent = comm.send_start(model.activation_grad(), act_elems, dt, prev, kActivationGrad);
@@ -188,9 +203,12 @@ int main(int argc, char** argv) {
     clock.stop();
     run.phase("optimizer");
     // global gradient norm, summed in stage0_ddp's order: every stage its units' partials (replica
-    // 0's; the replicas hold the same gradients), exact zeros for the rest, one rank-ordered sum
+    // 0's; the replicas hold the same gradients; --zero 1: slice d's from replica d), exact zeros for
+    // the rest, one rank-ordered sum
     std::vector<double> sq = sq_sums_of_units(L, dt, grads.data(), u0, u1);
-    if (d != 0) std::fill(sq.begin(), sq.end(), 0.0);
+    const size_t U = L.num_units();
+    for (int r = 0; r < L.world; r++)  // row r: slice r of every unit
+      if (zero1 ? r != d : d != 0) std::fill(sq.begin() + r * U, sq.begin() + (r + 1) * U, 0.0);
     comm.sum_scalars(sq.data(), int(sq.size()));
     const double norm = std::sqrt(sq_sum_of_table(L, sq)) / run.loss_scale();  // fp16: stored scaled
     const double loss_sum = model.take_loss_sum();  // the last stage's; 0 on the others
@@ -199,14 +217,10 @@ int main(int argc, char** argv) {
     const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
     // every stage updates its own units
     for (int u = u0; u < u1; u++) {
-      adam.step(u, P(u), G(u), run.lr(), scale, run.adam_step());
+      adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());
+      if (zero1) replicas.all_gather(my_P(u), P(u), owned(u).size(), dt);  // ZeRO-1: every replica's slice
     }
-    // ---- tied weights cross the pipeline: the updated wte goes back to the last stage's copy ----
-    if (first && !last) {
-      CommRequest sent = comm.send_start(P(EMBED), wte_elems, dt, last_rank, kTiedWeights);
-      comm.wait(sent);
-    }
-    if (tied_across) comm.recv(head_wte.data(), wte_elems, dt, first_rank, kTiedWeights);
+    send_tied_weights();  // tied weights cross the pipeline: the updated wte back to the head's copy
     run.end_step(step, loss_sum, norm);
   }
 

@@ -12,6 +12,8 @@ CPUs):
   - the comm ledger: calls and elements of every collective, and the host<->device link;
   - what a CPU run cannot time but can order (stage3): from the ledger's activity log, every
     gather the real trainer overlaps with a unit's computation must overlap one here too;
+  - the pipeline's order (PIPELINE_CONFIGS): every rank runs the real trainer's forwards and
+    backwards in the real order (its events of the last step, pipeline.h);
   - placement and bounds: the library checks every buffer it is given against the ledger (a slice
     past its buffer's end, a released unit, host code on device memory) and stops the run, naming
     the buffer; the stack printed by exercise_support.cpp gives the learner's line.
@@ -80,6 +82,10 @@ class Config:
 # accumulation 3 in fp32. 3 ranks pad every unit.
 CONFIGS = [Config(3, 1), Config(3, 1, "bf16"), Config(2, 2, "fp16"), Config(3, 3)]
 STAGE3_CONFIGS = CONFIGS + [Config(3, 1, "fp32", "--prefetch 0")]
+# The pipeline: 4 stages and 5 micro-batches (every stage's warm-up differs, the first stage's slots are
+# reused), then 2 stages x 2 replicas in bf16 with 3. Its order of operations is checked too.
+PIPELINE_CONFIGS = [Config(4, 5, "fp32", "--pipeline 4 --schedule 1f1b"),
+                    Config(4, 3, "bf16", "--pipeline 2 --schedule 1f1b")]
 
 
 # zeropp: all three of ZeRO++'s switches, in blocks small enough for the tiny model to have many;
@@ -90,7 +96,7 @@ ZEROPP_CONFIGS = [Config(3, 1, "fp32", ZEROPP_FLAGS + " --hpz 3"), Config(3, 1, 
 
 
 def configs_for(stage):
-    return STAGE3_CONFIGS if stage == "stage3" else ZEROPP_CONFIGS if stage == "zeropp" else CONFIGS
+    return {"stage3": STAGE3_CONFIGS, "pipeline": PIPELINE_CONFIGS, "zeropp": ZEROPP_CONFIGS}.get(stage, CONFIGS)
 
 
 class GraderError(Exception):
@@ -398,10 +404,66 @@ def overlaps(activity):
     return out
 
 
+def pipeline_ops(rank):
+    """A pipeline rank's ops of the last step, in the order it ran them (its events, pipeline.h):
+    [("F" or "B", micro-batch)]."""
+    ops = []
+    for op, k, _, _, _ in rank.get("events", []):
+        if not ops or ops[-1] != (op, k):
+            ops.append((op, k))
+    return ops
+
+
+def schedule_diff(R, G):
+    """The first pipeline rank whose order of forwards and backwards differs from the real one's:
+    ("schedule", message, (P, [(stage, real ops, these ops) for every rank])), or None."""
+    if "pipeline" not in R or "pipeline" not in G:
+        return None
+    P, D = R["pipeline"]["stages"], R["pipeline"]["replicas"]
+    ranks = [(r // D, pipeline_ops(rr), pipeline_ops(gr))
+             for r, (rr, gr) in enumerate(zip(R["pipeline"]["ranks"], G["pipeline"]["ranks"]))]
+    for r, (s, want, have) in enumerate(ranks):
+        if want != have:
+            i = next((i for i, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
+
+            def shown(ops):
+                return " ".join(f"{o}{k}" for o, k in ops[:i + 3]) + (" ..." if len(ops) > i + 3 else "")
+            return ("schedule", f"rank {r} (stage {s} of {P}): ran {shown(have)}, expected {shown(want)} "
+                                f"(operation {i + 1} differs)", (P, ranks))
+    return None
+
+
+def schedule_hints(data):
+    """What a wrong order of forwards and backwards most likely is."""
+    P, ranks = data
+
+    def forwards_first(ops):  # the forwards run before the first backward
+        return next((i for i, (o, _) in enumerate(ops) if o == "B"), len(ops))
+    short = next(((s, want, have) for s, want, have in ranks if sorted(have) != sorted(want)), None)
+    if short:
+        s, want, have = short
+        return [f"every micro-batch runs its forward once and its backward once on every stage: {len(want)} "
+                f"operations on stage {s}, F and B of each of 0..K-1, and yours ran {len(have)}"]
+    if any([k for o, k in have if o == "B"] != sorted(k for o, k in have if o == "B") for _, _, have in ranks):
+        return ["the backwards must run in ascending micro-batch order 0, 1, ..., K - 1 on every stage, "
+                "cool-down included: each unit's gradient is then summed in stage0_ddp's order, bit for bit"]
+    if all(forwards_first(have) == sum(o == "F" for o, _ in have) for _, _, have in ranks):
+        return ["that is GPipe's order: every stage runs all K forwards first, so all K micro-batches are in "
+                "flight, but 1F1B's model keeps only min(P - s, K) of them on stage s and a later forward "
+                "overwrites activations a backward still needs: start the backwards after the warm-up"]
+    s, want, have = next(x for x in ranks if x[1] != x[2])
+    return [f"stage {s} of {P} ran {forwards_first(have)} forwards before its first backward, expected "
+            f"{forwards_first(want)}: the warm-up is P - s - 1 forwards (the micro-batches on their way through "
+            f"the stages after it), at most K, then one forward before each backward"]
+
+
 def compare(ref, got, prefetch):
     """Everything that differs, as (kind, message, data), in the order a learner should read it."""
     R, G = ref["report"], got["report"]
     diffs = []
+    order = schedule_diff(R, G)  # the pipeline's lesson is the order: said first
+    if order:
+        diffs.append(order)
     rl, gl = R["steps_log"], G["steps_log"]
     steps = []  # the first step whose loss differs, and the first whose gradient norm does: earliest first
     for i, (a, b) in enumerate(zip(rl, gl)):
@@ -518,6 +580,8 @@ def hints(ex, cfg, diffs, passed, rounding_only):
     n, accum = cfg.n, cfg.accum
     kinds = {d[0] for d in diffs}
     out = []
+    if "schedule" in kinds:  # the rest follows from it
+        return schedule_hints(next(d[2] for d in diffs if d[0] == "schedule"))
     comm = {d[2][0]: d[2] for d in diffs if d[0] == "comm"}
     for kind, _, data in diffs:
         if kind == "comm":
@@ -774,6 +838,7 @@ def _grade(ex, source, p, tag, hint_level):
                                                        if exact else "")
           + "; memory, collectives and traffic are the real ones everywhere")
     else:
-        p(f"PASS {ex.name}: bit for bit the real {ex.stage} on {n_cfg} configurations in fp32, bf16 and fp16 "
-          f"({what})")
+        precisions = ", ".join(dict.fromkeys(c.precision for c in configs_for(ex.stage)))
+        p(f"PASS {ex.name}: bit for bit the real {ex.stage} on {n_cfg} configurations in {precisions} "
+          f"({what}" + (", the order of forwards and backwards" if ex.stage == "pipeline" else "") + ")")
     return True

@@ -347,6 +347,36 @@ EXERCISES = [
                 "acc_t<T> acc = 0;\n"
                 "for (int r = 0; r < n_ranks; r++) acc += load(full[size_t(r) * shard + i]);\n"
                 "out[i] = store<T>(acc);", BITS)]),
+    Exercise(
+        "pipeline_1f1b", "common/pipeline.cpp", "pipeline",
+        "the pipeline: the order of forwards and backwards of 1F1B on stage s of P, for K micro-batches",
+        ["Append to `ops` the 1F1B order for stage s (0-based) of P stages and K micro-batches:",
+         "{true, k} is the forward of micro-batch k, {false, k} its backward. First a warm-up of",
+         "forwards (how many must stage s run before its first backward can arrive from stage s+1?),",
+         "then one forward, one backward, then the remaining backwards. At most min(P - s, K)",
+         "micro-batches may be in flight (forward run, backward not yet): the model has only that many",
+         "activation slots. Every backward in ascending micro-batch order, as stage0_ddp adds them.",
+         "Hint: the last stage (s = P - 1) runs F 0, B 0, F 1, B 1, ...; stage 0 of 4 starts with F 0 F 1 F 2."],
+        exact=True,
+        wrong=[("warm-up one forward too short", "schedule",
+                [("const int warmup = std::min(P - s - 1, K);", "const int warmup = std::max(0, std::min(P - s - 2, K));")],
+                "warm-up"),
+               ("warm-up one forward too long", "schedule",
+                [("const int warmup = std::min(P - s - 1, K);", "const int warmup = std::min(P - s, K);")],
+                "warm-up"),
+               ("the cool-down's backwards in reverse order", "schedule",
+                [("for (int k = K - warmup; k < K; k++) ops.push_back({false, k});",
+                  "for (int k = K - 1; k >= K - warmup; k--) ops.push_back({false, k});")],
+                "ascending"),
+               ("GPipe's order (every forward first) under 1F1B's memory limit", "schedule",
+                "for (int k = 0; k < K; k++) ops.push_back({true, k});\n"
+                "for (int k = 0; k < K; k++) ops.push_back({false, k});", "GPipe")],
+        right=[("the warm-up and the steady state in one loop",
+                "const int warmup = std::min(P - s - 1, K);\n"
+                "for (int k = 0; k < K + warmup; k++) {\n"
+                "  if (k < K) ops.push_back({true, k});\n"
+                "  if (k >= warmup) ops.push_back({false, k - warmup});\n"
+                "}", BITS)]),
 ]
 
 

@@ -17,6 +17,9 @@ for the formulas, and writes:
     comm_per_step.png        bytes per step: the network (K = 1) against 2Ψ(N-1)/N and 3Ψ(N-1)/N, and
                              offload's host link (K·S down, S up) on its own axis
     comm_vs_accum.png        elements sent per step against K = 1..8 micro-steps, by stage (N = 4)
+    pipeline_diagram.png     the pipeline (P = 4, K = 8), GPipe and 1F1B: each stage's forwards and
+                             backwards of the last step, as measured
+    pipeline_bubble.png      the measured idle fraction against K = 1..16 beside (P-1)/(K+P-1), P = 2
 The notebooks in notebooks/ draw the same figures with the same code (scripts/nzplots.py).
 """
 import argparse
@@ -61,6 +64,9 @@ def main():
         "comm_per_step.png": nz.fig_comm(reports, accum_reports),
         "comm_vs_accum.png": nz.fig_comm_vs_accum(world=max(worlds), measured=accum_reports),
     }
+    if (nz.bin_dir() / "pipeline").is_file():  # beside the ladder: drawn when it is built
+        figures["pipeline_diagram.png"] = nz.fig_pipeline_diagram(stages=4, accum=8)
+        figures["pipeline_bubble.png"] = nz.fig_bubble_vs_accum(stages=2)  # two stages: one core each here
     for name, fig in figures.items():
         fig.savefig(out / name)
         print(f"wrote {out / name}")

@@ -12,6 +12,9 @@ export NZ_TIMEOUT=${NZ_TIMEOUT:-600}
 pass=0 fail=0 skip=0
 failures=()
 log_dir=$(mktemp -d /tmp/nanozero-tests.XXXXXX)
+# One run cache for every suite (tests/lib/harness.h, run_cached): a reference run that several
+# suites ask for with the same flags is computed once. Removed at the end; the logs stay.
+export NZ_RUN_CACHE=$log_dir/runs
 
 # Count the NZRESULT lines of one run; remember failures.
 tally() {  # $1 = label, $2 = output file, $3 = seconds it took
@@ -86,6 +89,7 @@ for s in tests/*/*_check.sh; do
   fi
 done
 
+rm -rf "$NZ_RUN_CACHE"
 if [ ${#failures[@]} -gt 0 ]; then
   echo
   echo "failures (logs in $log_dir):"

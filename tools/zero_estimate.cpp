@@ -49,15 +49,16 @@ using namespace nz;
 
 namespace {
 
-const Stage kAllStages[] = {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::Offload};
+const Stage kAllStages[] = {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3, Stage::Offload, Stage::Infinity};
 // The model-state categories, in the order the trainers' memory table prints them.
 const Category kStateCats[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
                                Category::AdamV, Category::CommBuffers, Category::Gathered};
 
-// Where a category lives: offload keeps the gradient shard and the optimizer on the host.
+// Where a category lives: offload keeps the gradient shard and the optimizer on the host;
+// infinity the parameter slices too (--offload-param cpu; on disk they are the disk's).
 Location location_of(Stage s, Category c) {
-  bool on_host = s == Stage::Offload && (c == Category::Grads || c == Category::Master ||
-                                         c == Category::AdamM || c == Category::AdamV);
+  const bool state = c == Category::Grads || c == Category::Master || c == Category::AdamM || c == Category::AdamV;
+  bool on_host = (s == Stage::Offload && state) || (s == Stage::Infinity && (state || c == Category::Params));
   return on_host ? Location::Host : Location::Device;
 }
 
@@ -183,7 +184,7 @@ void print_usage() {
          "  --params PSI   a raw parameter count instead (7.5B, 125M, 1T, 3e9): model states only\n"
          "  --world        number of ranks N, or a list: 1,2,4,1024 (default 1)\n"
          "  --precision    fp32 (default), bf16 or fp16 (mixed: 16-bit params and grads, fp32 master and Adam)\n"
-         "  --stage        stage0_ddp, stage1, stage2, stage3, offload (or 0..3), or all (default)\n"
+         "  --stage        stage0_ddp, stage1, stage2, stage3, offload, infinity (or 0..3), or all (default)\n"
          "  --offload      short for --stage offload: stage2 with grads shard, master, Adam on the host\n"
          "  --batch, --seq micro-batch per rank and sequence length, for the activations\n"
          "                 (default 4 and 64, or the context if shorter)\n"
@@ -193,7 +194,8 @@ void print_usage() {
          "                 --network INTRA,INTER (GB/s) [--compute-ms C]: a time per step, C + inside/INTRA +\n"
          "                 across/INTER (no overlap, no latency: the model's limits are in docs/zeropp.md)\n"
          "  --accum K      micro-steps per optimizer step, for the elements sent per step (default 1):\n"
-         "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3 3K(N-1)S\n"
+         "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3, infinity\n"
+         "                 3K(N-1)S\n"
          "                 (S = padded params / N); the bytes do not depend on K\n"
          "  --activation-checkpointing   count the activations of a checkpointed run in the totals (the\n"
          "                 table prints both: block inputs plus one block, against every block's internals)\n"
@@ -205,7 +207,8 @@ void print_usage() {
          "                 what a trainer's --batch auto --memory-budget SIZE picks\n"
          "  --pipeline P   the pipeline's per-stage table (pipeline/train.cpp) on --world N ranks (default N = P):\n"
          "                 each stage's units, model states and activations; --schedule 1f1b (default) or gpipe,\n"
-         "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches\n"
+         "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches,\n"
+         "                 --zero 1 (each stage's optimizer state sharded over its N/P replicas)\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
          "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
@@ -220,8 +223,9 @@ void print_usage() {
 // --pipeline P: the per-stage table of pipeline/train.cpp on N ranks (P stages x N/P replicas), as its
 // memory table prints it: each stage's units, model states and activation slots.
 void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string& schedule,
-                          const std::string& partition, DType dt, int B, int T, int K, bool ckpt, Attention attn) {
-  const PipelinePlan plan = make_pipeline_plan(cfg, N, 0, P, schedule, partition);
+                          const std::string& partition, int zero, DType dt, int B, int T, int K, bool ckpt,
+                          Attention attn) {
+  const PipelinePlan plan = make_pipeline_plan(cfg, N, 0, P, schedule, partition, zero);
   const Layout L = make_layout(cfg, plan.replicas);
   printf("pipeline: %d stages x %d replicas (%d ranks), %s, %d micro-batches of %d x %d, %s | bubble (P-1)/(K+P-1) = "
          "%.3f\n", P, plan.replicas, N, schedule_name(plan.schedule), K, B, T, dtype_name(dt),
@@ -322,6 +326,7 @@ int main(int argc, char** argv) {
   uint64_t quiz_seed = 1;
   std::string check_file;
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
+  int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
   int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
   long qw_block = 256, qg_block = 256;
   Network network;  // --network INTRA,INTER in GB/s, --compute-ms
@@ -360,6 +365,7 @@ int main(int argc, char** argv) {
     else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
     else if (a == "--schedule") schedule = v;
     else if (a == "--partition") partition = v;
+    else if (a == "--zero") zero = v == "0" ? 0 : parse_pos(a, v, 3);  // 2, 3: refused by the plan
     else if (a == "--zeropp") zeropp_node = parse_pos(a, v, 1 << 20);
     else if (a == "--network") {
       char* end = nullptr;
@@ -442,6 +448,9 @@ int main(int argc, char** argv) {
   else if (precision == "bf16") dt = DType::BF16;
   else if (precision == "fp16") dt = DType::F16;
   else user_error("--precision %s: unknown precision; valid: fp32, bf16, fp16", precision.c_str());
+  if (zero > 0 && pipeline == 0)
+    user_error("--zero %d: only with --pipeline P (the ZeRO stages are the table's columns without it); add --pipeline",
+               zero);
   if (network.intra_gbs > 0 && zeropp_node == 0)
     user_error("--network prices ZeRO++'s bytes: add --zeropp G (the ranks per node)");
   if (zeropp_node > 0) {
@@ -454,16 +463,16 @@ int main(int argc, char** argv) {
     if (raw) user_error("--pipeline needs a model shape (its stages are runs of units); drop --params, use --preset");
     if (worlds.size() != 1)
       user_error("--pipeline %d: one --world N at a time, expected N = P x D ranks, e.g. --world %d", pipeline, pipeline);
-    print_pipeline_table(cfg, worlds[0] == 1 ? pipeline : worlds[0], pipeline, schedule, partition, dt, batch, seq,
-                         accum, checkpointing, attn);
+    print_pipeline_table(cfg, worlds[0] == 1 ? pipeline : worlds[0], pipeline, schedule, partition, zero, dt, batch,
+                         seq, accum, checkpointing, attn);
     return 0;
   }
   std::vector<Stage> stages;
   Stage one;
   if (stage_arg == "all") stages.assign(std::begin(kAllStages), std::end(kAllStages));
   else if (parse_stage(stage_arg, &one)) stages = {one};
-  else user_error("--stage %s: unknown stage; valid: stage0_ddp, stage1, stage2, stage3, offload (or 0..3), all",
-                  stage_arg.c_str());
+  else user_error("--stage %s: unknown stage; valid: stage0_ddp, stage1, stage2, stage3, offload, infinity (or 0..3), "
+                  "all", stage_arg.c_str());
   // activations: the same in every stage (zero_formulas.h), with and without checkpointing
   const uint64_t acts_plain = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, false, attn);
   const uint64_t acts_ckpt = raw ? 0 : expected_activation_bytes(cfg, batch, seq, dt, true, attn);
@@ -620,8 +629,9 @@ int main(int argc, char** argv) {
          "--accum K = %d micro-step%s. Stage0 and stage1 keep the full gradient, sum it locally over the micro-steps\n"
          "and reduce it once: 2(N-1)S whatever K. Stage2 and offload keep only their slice of it, so they\n"
          "reduce-scatter every micro-step, then all-gather once: (K+1)(N-1)S. Stage3 also gathers the\n"
-         "parameters twice per micro-step: 3K(N-1)S. host link/step: offload's K·S gradient elements down to\n"
-         "the host and S parameters back up.\n",
+         "parameters twice per micro-step: 3K(N-1)S, and so does infinity. host link/step: offload's K·S\n"
+         "gradient elements down to the host and S parameters back up; infinity's K·S down and 2K·S up (my\n"
+         "slice of each unit before each of its gathers).\n",
          accum, accum == 1 ? "" : "s");
   return 0;
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "io/crc32c.h"
+#include "runtime/check.h"   // at_fatal_exit
 #include "runtime/watchdog.h"  // heartbeat: a piece of the file written
 
 namespace nz {
@@ -39,6 +40,7 @@ void install_cleanup_once() {
   static std::once_flag once;
   std::call_once(once, [] {
     std::atexit(remove_unfinished_temp_files);  // exit(): user_error skips the writers' destructors
+    at_fatal_exit(remove_unfinished_temp_files);  // fatal(): MPI_Abort runs no exit handlers
     signal(SIGXFSZ, SIG_IGN);  // a file-size limit (ulimit -f) becomes a failed write (EFBIG), not a kill
     for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
       struct sigaction old;

@@ -26,8 +26,21 @@
 #include "io/crc32c.h"
 #include "runtime/watchdog.h"     // heartbeat: a unit loaded (writes beat in AtomicFile)
 #include "kernels/kernels.h"      // cpu::cast: stored bf16/fp16 params widened to be checked
+#include "offload/param_store.h"  // ParamSlices: infinity's slices, off the device
 
 namespace nz {
+
+void HeldState::get_params(size_t at, size_t n, void* host) const {
+  const size_t e = dtype_bytes(dt);
+  if (slices) return slices->read(at, n, host);
+  copy_bytes(host, Location::Host, (const char*)params->data() + at * e, params->location(), n * e);
+}
+
+void HeldState::put_params(size_t at, size_t n, const void* host) const {
+  const size_t e = dtype_bytes(dt);
+  if (slices) return slices->write(at, n, host);
+  copy_bytes((char*)params->data() + at * e, params->location(), host, Location::Host, n * e);
+}
 namespace {
 
 constexpr size_t kChunkElems = 1 << 20;  // host memory used while streaming a shard in or out
@@ -120,8 +133,8 @@ std::string run_name(uint64_t id) {
 uint32_t precision_code(DType dt) { return dt == DType::F32 ? 0u : dt == DType::BF16 ? 1u : 2u; }
 DType precision_of(const std::string& p) { return p == "bf16" ? DType::BF16 : p == "fp16" ? DType::F16 : DType::F32; }
 
-std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int step, const std::vector<Manifest::File>& files,
-                          const LossScaler* scaler, uint64_t run_id) {
+std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int data_world, int step,
+                          const std::vector<Manifest::File>& files, const LossScaler* scaler, uint64_t run_id) {
   std::ostringstream o;
   char buf[256];
   o << "nanozero-checkpoint 1\n";
@@ -143,7 +156,7 @@ std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int
   }
   // for the reader: where the run goes on (the step is the data position; not parsed)
   snprintf(buf, sizeof buf, "next_lr %.9g\nnext_adam_t %d\nnext_sequence %llu\n", lr_at(a.schedule, step - ls.skipped),
-           step - ls.skipped + 1, (unsigned long long)step * a.accum * world * a.batch);
+           step - ls.skipped + 1, (unsigned long long)step * a.accum * data_world * a.batch);
   o << buf;
   for (const Manifest::File& f : files) {
     snprintf(buf, sizeof buf, "file %s %" PRIu64 " %08x\n", f.name.c_str(), f.bytes, f.crc);
@@ -283,7 +296,7 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
       const size_t n = h.params_range(u).size(), at = h.params_at(u);
       for (size_t a = 0; a < n && f->ok(); a += kChunkElems) {
         const size_t k = std::min(kChunkElems, n - a);
-        copy_bytes(chunk.data(), Location::Host, (char*)h.params->data() + (at + a) * e, Location::Device, k * e);
+        h.get_params(at + a, k, chunk.data());
         f->write(chunk.data(), k * e);
       }
     }
@@ -315,7 +328,7 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
     }
     std::vector<Manifest::File> files;
     for (int r = 0; r < world; r++) files.push_back({shard_name(r), all[r].bytes, all[r].crc});
-    const std::string text = manifest_text(args, stage, world, steps_done, files, h.scaler, h.run_id);
+    const std::string text = manifest_text(args, stage, world, h.data_world, steps_done, files, h.scaler, h.run_id);
     AtomicFile m(dir + "/MANIFEST");
     m.write(text.data(), text.size());
     if (!m.commit()) {
@@ -682,7 +695,7 @@ int load_checkpoint(Comm& comm, const CheckpointConfig& args, const HeldState& h
     arr.resize(s.size());
     NZ_DISPATCH_TRAIN_DTYPE(h.dt, cpu::cast<float, T>(arr.data(), (const T*)host.data(), s.size()));
     check_finite("parameter", u, s.begin, arr.data(), arr.size());
-    copy_bytes((char*)h.params->data() + h.params_at(u) * e, Location::Device, host.data(), Location::Host, host.size());
+    h.put_params(h.params_at(u), s.size(), host.data());
     heartbeat();
   }
   for (OptArray which : {OptArray::Master, OptArray::M, OptArray::V}) {  // its optimizer state

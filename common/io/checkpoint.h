@@ -45,6 +45,8 @@
 
 namespace nz {
 
+class ParamSlices;  // offload/param_store.h
+
 constexpr char kShardMagic[8] = {'N', 'Z', 'C', 'K', 'S', 'H', 'R', 'D'};
 constexpr uint32_t kShardVersion = 1;
 inline size_t shard_header_bytes(int units) { return 8 + 6 * 4 + size_t(units) * 4 * 8; }
@@ -71,16 +73,29 @@ struct CheckpointConfig {
 struct HeldState {
   const Layout* L = nullptr;
   DType dt = DType::F32;
-  Buffer* params = nullptr;  // all padded units (stages 0-2, offload) or this rank's slices (stage3)
-  bool params_full = true;
+  Buffer* params = nullptr;  // all padded units (stages 0-2, offload), this rank's slices (stage3), or
+  bool params_full = true;   // the pipeline: its stage's units [first_unit, end_unit), whole
+  int first_unit = 0, end_unit = 1 << 30;
+  int data_world = 1;        // the replicas that split the data (N, but D = N / P in the pipeline)
+  // infinity: this rank's slices off the device (param_store.h) instead of a params buffer
+  ParamSlices* slices = nullptr;
   OptimizerState* opt = nullptr;
   LossScaler* scaler = nullptr;  // fp16: its state is saved and restored too
   int rank = 0;
   uint64_t run_id = 0;  // claim_checkpoint_dir's: recorded in every MANIFEST this run writes
-  Slice params_range(int u) const { return params_full ? L->full(u) : L->shard(u, rank); }
+  bool holds(int u) const { return u >= first_unit && u < end_unit; }
+  Slice params_range(int u) const {
+    return !holds(u) ? Slice{0, 0} : params_full ? L->full(u) : L->shard(u, rank);
+  }
   // where unit u's params range starts in the params buffer, in elements
-  size_t params_at(int u) const { return params_full ? L->units[u].offset : L->units[u].shard_offset; }
-  uint64_t params_bytes() const { return params->bytes(); }
+  size_t params_at(int u) const {
+    if (!holds(u)) return 0;
+    return params_full ? L->units[u].offset - L->units[first_unit].offset : L->units[u].shard_offset;
+  }
+  uint64_t params_bytes() const { return slices ? L->shard_total * dtype_bytes(dt) : params->bytes(); }
+  // elements [at, at + n) of the params held, to or from host memory
+  void get_params(size_t at, size_t n, void* host) const;
+  void put_params(size_t at, size_t n, const void* host) const;
   uint64_t optimizer_bytes() const { return uint64_t(opt->has_master() ? 3 : 2) * 4 * opt->owned_elems(); }
 };
 

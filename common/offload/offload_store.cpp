@@ -14,9 +14,7 @@
 #include "runtime/check.h"
 
 namespace nz {
-namespace {
 
-// pread / pwrite of all `bytes`, resuming after short transfers and signals.
 bool transfer_all(bool write, int fd, char* p, size_t bytes, off_t at) {
   while (bytes > 0) {
     ssize_t k = write ? pwrite(fd, p, bytes, at) : pread(fd, p, bytes, at);
@@ -30,7 +28,31 @@ bool transfer_all(bool write, int fd, char* p, size_t bytes, off_t at) {
   return true;
 }
 
-}  // namespace
+int open_unlinked_reserved(const std::string& stem, size_t bytes, const char* what, double total_bytes,
+                           std::string* error) {
+  std::string name = stem + ".XXXXXX";
+  std::vector<char> path(name.begin(), name.end());
+  path.push_back('\0');
+  const int fd = mkstemp(path.data());  // O_CREAT | O_EXCL with a unique name: a fresh file, never an old one
+  if (fd < 0) {
+    *error = std::string("cannot create files there (") + strerror(errno) +
+             "); expected a writable directory: fix its permissions or pass another";
+    return -1;
+  }
+  // Unlinked at once: the name goes, the open descriptor keeps the file. So no crash, not even a
+  // SIGKILL from mpirun when another rank dies, can leave it behind: the kernel frees it when
+  // the process ends, however it ends.
+  unlink(path.data());
+  // Reserve the whole file now (zeros: m and v start at 0), so a full disk shows here.
+  const int err = posix_fallocate(fd, 0, off_t(bytes));
+  if (err != 0) {
+    *error = "cannot reserve " + fmt_bytes(total_bytes) + " per rank for " + what + ": " + strerror(err) +
+             "; free some space or pass another directory";
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 DiskState::DiskState(const Comm& comm, const std::string& dir, size_t elems, size_t chunk_elems)
     : comm_(comm), dir_(dir), elems_(elems), chunk_(chunk_elems) {
@@ -43,25 +65,8 @@ DiskState::DiskState(const Comm& comm, const std::string& dir, size_t elems, siz
   std::string error;
   for (File& f : files_) {
     if (!error.empty()) break;
-    std::string name = dir + "/nanozero-offload-r" + std::to_string(rank) + "-" + f.what + ".XXXXXX";
-    std::vector<char> path(name.begin(), name.end());
-    path.push_back('\0');
-    f.fd = mkstemp(path.data());  // O_CREAT | O_EXCL with a unique name: a fresh file, never an old one
-    if (f.fd < 0) {
-      error = std::string("cannot create files there (") + strerror(errno) +
-              "); expected a writable directory: fix its permissions or pass another";
-      break;
-    }
-    f.path = path.data();
-    // Unlinked at once: the name goes, the open descriptor keeps the file. So no crash, not even a
-    // SIGKILL from mpirun when another rank dies, can leave it behind: the kernel frees it when
-    // the process ends, however it ends.
-    unlink(f.path.c_str());
-    // Reserve the whole file now (zeros: m and v start at 0), so a full disk shows here.
-    int err = posix_fallocate(f.fd, 0, off_t(bytes));
-    if (err != 0)
-      error = "cannot reserve " + fmt_bytes(3.0 * double(bytes)) + " per rank for the optimizer state (master, m, v): " +
-              strerror(err) + "; free some space or pass another directory";
+    f.fd = open_unlinked_reserved(dir + "/nanozero-offload-r" + std::to_string(rank) + "-" + f.what, bytes,
+                                  "the optimizer state (master, m, v)", 3.0 * double(bytes), &error);
   }
   // Collective: every rank learns whether any rank failed; the first one that did says why.
   const int first = comm.control_min(error.empty() ? INT_MAX : rank);

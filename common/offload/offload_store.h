@@ -8,6 +8,8 @@
 // descriptors keep them, so they vanish when the process ends, whatever ends it (SIGKILL included).
 // Their full size is reserved up front, so a full disk shows at start-up and not in a step.
 #pragma once
+#include <sys/types.h>  // off_t
+
 #include <cstddef>
 #include <string>
 
@@ -16,6 +18,16 @@
 namespace nz {
 
 class Comm;  // comm.h: the control channel, for the ranks' agreement on a failure
+
+// A fresh file stem.XXXXXX in its directory, unlinked at once, with `bytes` reserved (zeros): its
+// descriptor, or -1 and *error set to what failed and what to do (what: the state it is for,
+// total_bytes: the rank's bytes of that state, for the message). signal(SIGXFSZ) is the caller's.
+int open_unlinked_reserved(const std::string& stem, size_t bytes, const char* what, double total_bytes,
+                           std::string* error);
+
+// pread (write: pwrite) of all `bytes` at offset `at`, resuming after short transfers and signals;
+// false (errno set) when it fails.
+bool transfer_all(bool write, int fd, char* p, size_t bytes, off_t at);
 
 class DiskState {
  public:

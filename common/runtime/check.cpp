@@ -8,14 +8,35 @@
 
 #include <unistd.h>  // usleep
 
+#include <algorithm>  // std::min
 #include <cstdarg>
 #include <exception>  // std::set_terminate, std::current_exception
 #include <new>        // std::bad_alloc
 #include <string>
 
-#include "io/atomic_file.h"  // remove_unfinished_temp_files: MPI_Abort runs no exit handlers
+#include <atomic>
 
 namespace nz {
+
+namespace {
+constexpr int kMaxCleanups = 8;
+std::atomic<void (*)()> fatal_cleanups[kMaxCleanups];
+std::atomic<int> n_fatal_cleanups{0};
+}  // namespace
+
+void at_fatal_exit(void (*cleanup)()) {
+  const int i = n_fatal_cleanups.fetch_add(1);
+  NZ_CHECK(i < kMaxCleanups, "at_fatal_exit: more than %d cleanups registered", kMaxCleanups);
+  fatal_cleanups[i].store(cleanup);
+}
+
+// What the rooms registered with at_fatal_exit: fatal() and job_error() end the job with
+// MPI_Abort, which runs no exit handlers.
+static void run_fatal_cleanups() {
+  const int cleanups = std::min(n_fatal_cleanups.load(), kMaxCleanups);
+  for (int i = 0; i < cleanups; i++)
+    if (void (*cleanup)() = fatal_cleanups[i].load()) cleanup();
+}
 
 void fatal(const char* file, int line, const char* fmt, ...) {
   // One write of the whole line: when every rank fails at once, the first MPI_Abort may end the
@@ -28,7 +49,7 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   va_end(ap);
   fprintf(stderr, "%s\n", msg);
   fflush(stderr);
-  remove_unfinished_temp_files();
+  run_fatal_cleanups();
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
@@ -92,7 +113,7 @@ void job_error(const char* fmt, ...) {
   va_end(ap);
   fprintf(stderr, "error: %s\n", msg);
   fflush(stderr);
-  remove_unfinished_temp_files();
+  run_fatal_cleanups();
   int init = 0, fin = 0, size = 1;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);

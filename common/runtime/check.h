@@ -23,6 +23,10 @@ namespace nz {
 [[noreturn]] void job_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Bytes for messages: "1.50 MB", "512 B".
 std::string fmt_bytes(double bytes);
+// Cleanup that fatal() and job_error() run before they end the job: MPI_Abort runs no exit
+// handlers. Registered by the room that owns what is to be cleaned (io/atomic_file.cpp: unfinished
+// temporary files); at most eight, safe to call from any thread before the first fatal().
+void at_fatal_exit(void (*cleanup)());
 }  // namespace nz
 
 #define NZ_CHECK(cond, ...)                                        \

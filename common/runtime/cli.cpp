@@ -6,6 +6,7 @@
 #include <sys/stat.h>  // stat (--offload-dir)
 #include <unistd.h>
 
+#include <algorithm>  // std::find
 #include <cctype>
 #include <cerrno>
 #include <climits>
@@ -266,13 +267,18 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--attention", "A", "CUDA attention with --kernels fast: gemm (default: batched cuBLAS, the T x T scores in "
                            "memory) or flash (tiles in shared memory, no T x T matrix)",
        [&](auto&, auto& v) { a.attention = v; }},
-      {"--prefetch", "0|1", "stage3: gather the next unit while this one computes (default 1)",
+      {"--prefetch", "0|1", "stage3, infinity: gather the next unit while this one computes (default 1; "
+                            "infinity on disk: and read its slice ahead)",
        [&](auto& f, auto& v) { a.prefetch = int(parse_int(f, v, 0, 1, "0 or 1")); }},
       {"--offload-to", "WHERE", "offload: keep the optimizer state in cpu memory (default) or on disk",
        [&](auto&, auto& v) { a.offload_to = v; }},
-      {"--offload-dir", "DIR", "offload --offload-to disk: directory for the optimizer files",
+      {"--offload-param", "WHERE", "infinity: keep my parameter slices and the optimizer state in cpu memory "
+                                   "(default) or on disk",
+       [&](auto&, auto& v) { a.offload_param = v; }},
+      {"--offload-dir", "DIR", "offload --offload-to disk, infinity --offload-param disk: directory for the files",
        [&](auto&, auto& v) { a.offload_dir = v; }},
-      {"--offload-chunk", "N", "offload --offload-to disk: elements streamed through host memory at a time",
+      {"--offload-chunk", "N", "offload, infinity on disk: optimizer elements streamed through host memory at a "
+                                "time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
       {"--pipeline", "P", "pipeline: P stages, each a contiguous run of units; N/P data-parallel replicas "
        "(default 1)", pos_int(&a.pipeline, 1 << 16)},
@@ -282,6 +288,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--partition", "U1,U2,...", "pipeline: the first unit of stages 1..P-1, increasing (units: 0 embed, 1..L "
        "blocks, L+1 lnf; default: balance the parameters)",
        [&](auto&, auto& v) { a.partition = v; }},
+      {"--zero", "0|1", "pipeline: 1 shards each stage's optimizer state over its D replicas (ZeRO-1; 2 and 3 "
+       "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) { a.zero = int(parse_int(f, v, 0, 3, "0..3")); }},
       {"--qwz", "", "zeropp: all-gather the parameters as int8 blocks, one fp32 scale per --qw-block values", nullptr},
       {"--hpz", "G", "zeropp: simulated nodes of G ranks; a secondary parameter shard over my node's G ranks, so the "
        "backward gathers inside the node (default 0: off)",
@@ -439,16 +447,23 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--schedule %s: unknown pipeline schedule; valid: gpipe, 1f1b", a.schedule.c_str());
   if (a.offload_to != "cpu" && a.offload_to != "disk")
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
-  // A stage's own flag given to another stage would be ignored there: refused, naming the stage that uses it.
-  const std::pair<const char*, const char*> stage_flags[] = {
-      {"--offload-to", "offload"}, {"--offload-dir", "offload"}, {"--offload-chunk", "offload"}, {"--prefetch", "stage3"},
-      {"--pipeline", "pipeline"}, {"--schedule", "pipeline"}, {"--partition", "pipeline"},
-      {"--qwz", "zeropp"}, {"--hpz", "zeropp"}, {"--qgz", "zeropp"}, {"--node-size", "zeropp"},
-      {"--qw-block", "zeropp"}, {"--qg-block", "zeropp"}};
-  for (const auto& [flag, user] : stage_flags)
-    if (typed.count(flag) && std::string(program) != user)
-      user_error("%s%s%s: %s does not use it, expected it with build/bin/%s only; run build/bin/%s, or drop the flag",
-                 flag, typed[flag].empty() ? "" : " ", typed[flag].c_str(), program, user, user);
+  if (a.offload_param != "cpu" && a.offload_param != "disk")
+    user_error("--offload-param %s: valid: cpu, disk", a.offload_param.c_str());
+  // A stage's own flag given to another stage would be ignored there: refused, naming the stages that use it.
+  const std::pair<const char*, std::vector<std::string>> stage_flags[] = {
+      {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
+      {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
+      {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
+      {"--zero", {"pipeline"}},
+      {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},
+      {"--qw-block", {"zeropp"}}, {"--qg-block", {"zeropp"}}};
+  for (const auto& [flag, users] : stage_flags) {
+    if (!typed.count(flag) || std::find(users.begin(), users.end(), program) != users.end()) continue;
+    std::string with = "build/bin/" + users[0];
+    for (size_t i = 1; i < users.size(); i++) with += " or build/bin/" + users[i];
+    user_error("%s%s%s: %s does not use it, expected it with %s only; run %s, or drop the flag", flag,
+               typed[flag].empty() ? "" : " ", typed[flag].c_str(), program, with.c_str(), with.c_str());
+  }
   for (auto [flag, block] : {std::pair{"--qw-block", a.qw_block}, std::pair{"--qg-block", a.qg_block}})
     if (!valid_quant_block(block))
       user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. %s 256",
@@ -456,9 +471,11 @@ Args parse_args(int argc, char** argv, const char* program) {
   if (a.hpz > 0 && a.node_size > 0 && a.node_size != a.hpz)
     user_error("--node-size %d with --hpz %d: hpZ's nodes are the ledger's nodes, expected the same G; drop "
                "--node-size", a.node_size, a.hpz);
-  if (a.offload_to == "disk" && a.offload_dir.empty())
-    user_error("--offload-to disk needs --offload-dir DIR (an existing, writable directory)");
-  if (a.offload_to == "disk") {  // whether it has room is checked when the files are made (offload_store.h)
+  const bool on_disk = a.offload_to == "disk" || a.offload_param == "disk";
+  if (on_disk && a.offload_dir.empty())
+    user_error("%s disk needs --offload-dir DIR (an existing, writable directory)",
+               a.offload_param == "disk" ? "--offload-param" : "--offload-to");
+  if (on_disk) {  // whether it has room is checked when the files are made (offload_store.h)
     struct stat st;
     const char* dir = a.offload_dir.c_str();
     std::string why;

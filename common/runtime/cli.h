@@ -73,13 +73,15 @@ struct Args {
   std::string kernels = "fast";   // fast (BLAS / cuBLAS) | reference (the hand-written kernels)
   std::string attention = "gemm"; // CUDA fast path: gemm (batched cuBLAS) | flash (no T x T matrix)
   // stage-specific
-  int prefetch = 1;                  // stage3: gather the next unit while this one computes
+  int prefetch = 1;                  // stage3, infinity: gather the next unit while this one computes
+  std::string offload_param = "cpu"; // infinity: cpu | disk (the parameter slices and optimizer state)
   std::string offload_to = "cpu";    // offload: cpu | disk
-  std::string offload_dir;           // offload --offload-to disk: where the optimizer files go
+  std::string offload_dir;           // offload, infinity on disk: where the files go
   long offload_chunk = 1 << 20;      // offload disk: elements streamed per chunk
   int pipeline = 1;                  // pipeline: P stages (the ranks are P stages x N/P replicas)
   std::string schedule = "1f1b";     // pipeline: gpipe | 1f1b
   std::string partition;             // pipeline: the first unit of stages 1..P-1 ("" : balance parameters)
+  int zero = 0;                      // pipeline: ZeRO inside each stage's replicas (0 or 1; 2 and 3 refused)
   // zeropp (ZeRO++): int8 weight gathers, a node-local secondary shard, int4 gradient reduction
   bool qwz = false;                  // qwZ: all-gather the parameters as int8 blocks
   int hpz = 0;                       // hpZ: nodes of G ranks; backward gathers inside the node (0: off)

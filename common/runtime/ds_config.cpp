@@ -104,6 +104,10 @@ const std::map<std::string, NoEffect> kNoEffect = {
      {Kind::Bool, "DeepSpeed copies the checkpoints into one buffer; here every block input already lives in one arena"}},
     {"activation_checkpointing.number_checkpoints", {Kind::Size, "sizes DeepSpeed's contiguous checkpoint buffer; here "
                                                                  "the arena holds one input per block"}},
+    {"pipeline.pipe_partitioned", {Kind::Bool, "DeepSpeed splits the activations sent between stages over the "
+                                               "tensor-parallel ranks; there are none here"}},
+    {"pipeline.grad_partitioned", {Kind::Bool, "DeepSpeed splits the gradients sent between stages over the "
+                                               "tensor-parallel ranks; there are none here"}},
     {"activation_checkpointing.synchronize_checkpoint_boundary",
      {Kind::Bool, "DeepSpeed waits for the device at each checkpoint (for profiling); nothing to time apart here"}},
 };
@@ -112,7 +116,7 @@ const std::map<std::string, NoEffect> kNoEffect = {
 const std::map<std::string, std::string> kAlsoResolvedBy = {{"--accum", "--global-batch"}};
 const std::map<std::string, const char*> kMeta = {{"--batch", "B"}, {"--accum", "K"}, {"--lr", "X"},
                                                    {"--weight-decay", "X"}, {"--clip", "X"}, {"--precision", "P"},
-                                                   {"--warmup", "N"}, {"--warmup-min-lr", "X"}};
+                                                   {"--warmup", "N"}, {"--warmup-min-lr", "X"}, {"--pipeline", "P"}};
 
 // One config being read: its path (for the messages), the command line ("auto" takes its values
 // from there) and the flags it stands for.
@@ -223,8 +227,10 @@ struct Reader {
   }
 };
 
-// The binary that runs a config's ZeRO stage (with or without offload_optimizer, or ZeRO++'s keys).
-std::string binary_for(long long stage, bool offload, bool zeropp) {
+// The binary that runs a config's ZeRO stage (with or without offload_optimizer, offload_param, or
+// ZeRO++'s keys).
+std::string binary_for(long long stage, bool offload, bool param_offload, bool zeropp) {
+  if (param_offload) return "infinity";
   if (offload) return "offload";
   if (zeropp) return "zeropp";
   return stage == 0 ? "stage0_ddp" : "stage" + std::to_string(stage);
@@ -254,7 +260,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
   const json& c = parsed;  // read only: operator[] on a const object never adds a key
   r.only(c, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                  "gradient_clipping", "fp16", "bf16", "zero_optimization", "optimizer", "scheduler",
-                 "activation_checkpointing"});
+                 "activation_checkpointing", "pipeline"});
 
   // ---- batch: micro-batch per rank, accumulation, and their product over the ranks ----
   // The flags check their ranges (--batch, --accum: 1 to 65536) and name the key when it is out.
@@ -305,7 +311,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
 
   // ---- ZeRO stage and offload: which binary runs this config ----
   long long stage = 0;
-  bool offload = false;
+  bool offload = false, param_offload = false;
   bool zeropp = false;  // one of ZeRO++'s keys is on: build/bin/zeropp (stage 3 with them)
   if (c.contains("zero_optimization") && c["zero_optimization"].is_boolean()) {
     stage = c["zero_optimization"].get<bool>() ? 1 : 0;  // DeepSpeed's old spelling: true is stage 1
@@ -314,6 +320,35 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     r.only(z, "zero_optimization", {"stage", "offload_optimizer", "offload_param", "cpu_offload",
                                     "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"});
     if (z.contains("stage")) stage = r.whole(z["stage"], "zero_optimization.stage", 0, 3);
+    // ZeRO-Infinity's parameter offload (device cpu or nvme): build/bin/infinity, whose optimizer
+    // state goes where the parameters go
+    std::string param_device = "none";
+    const std::string p_key = "zero_optimization.offload_param";
+    if (z.contains("offload_param")) {
+      const json& p = z["offload_param"];
+      r.only(p, p_key, {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"});
+      param_device = p.contains("device") ? r.text(p["device"], p_key + ".device") : "none";
+      if (param_device == "cpu" || param_device == "nvme") {
+        param_offload = true;
+        r.flag("--offload-param", param_device == "cpu" ? "cpu" : "disk", p_key + ".device", shown(p["device"]));
+        if (p.contains("nvme_path")) {
+          const std::string dir = r.text(p["nvme_path"], p_key + ".nvme_path");
+          if (param_device == "nvme") r.flag("--offload-dir", dir, p_key + ".nvme_path", shown(p["nvme_path"]));
+          else r.note(p_key + ".nvme_path", "DeepSpeed uses it with device nvme only, and this is device cpu: ignored");
+        } else if (param_device == "nvme" && !command_line.count("--offload-dir")) {
+          r.fail(p_key + ".device", "\"nvme\" without nvme_path, expected the directory for the parameter files "
+                                    "beside it; add \"nvme_path\": \"/a/directory\"");
+        }
+        for (const char* k : {"pin_memory", "buffer_count", "buffer_size", "max_in_cpu"})
+          if (p.contains(k))
+            r.note(p_key + "." + k, "DeepSpeed's buffers for swapping parameters; here each unit's slice is read "
+                                    "into one of two host buffers: ignored");
+      } else if (param_device != "none") {
+        r.fail(p_key + ".device", "\"" + printable(param_device) + "\", expected cpu, nvme or none; write one of them");
+      } else {
+        r.note(p_key, "device none: DeepSpeed keeps the parameters on the device, as here: ignored");
+      }
+    }
     // ZeRO++ (docs/zeropp.md): qwZ, hpZ (a partition size of 1, DeepSpeed's default, is off), qgZ
     for (auto [key, flag] : {std::pair{"zero_quantized_weights", "--qwz"}, std::pair{"zero_quantized_gradients", "--qgz"}})
       if (z.contains(key) && r.boolean(z[key], std::string("zero_optimization.") + key)) {
@@ -330,22 +365,38 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     if (zeropp && stage != 3)
       r.fail("zero_optimization", "ZeRO++'s keys with stage " + std::to_string(stage) + ", expected stage 3: ZeRO++ "
              "builds on it; set zero_optimization.stage to 3, or remove the zero_quantized_* and zero_hpz_* keys");
+    if (zeropp && param_offload)
+      r.fail(p_key, "device " + param_device + " with ZeRO++'s keys, expected one of them: build/bin/infinity "
+                    "and build/bin/zeropp are separate rungs; remove offload_param, or the zero_quantized_* and "
+                    "zero_hpz_* keys");
     if (z.contains("offload_optimizer")) {
       const std::string o_key = "zero_optimization.offload_optimizer";
       const json& o = z["offload_optimizer"];
       r.only(o, o_key, {"device", "nvme_path"});
       const std::string device = o.contains("device") ? r.text(o["device"], o_key + ".device") : "none";
-      if (device == "cpu" || device == "nvme") {
+      if (param_offload) {  // infinity: the optimizer state lives with the parameter slices
+        if (device != param_device)
+          r.fail(o_key + ".device", "\"" + printable(device) + "\" beside offload_param's \"" + param_device +
+                                    "\", expected the same device: build/bin/infinity keeps the optimizer state with "
+                                    "the parameter slices; set both to " + param_device);
+        if (o.contains("nvme_path") && z["offload_param"].contains("nvme_path") &&
+            o["nvme_path"] != z["offload_param"]["nvme_path"])
+          r.fail(o_key + ".nvme_path", shown(o["nvme_path"]) + " beside offload_param's " +
+                                       shown(z["offload_param"]["nvme_path"]) + ", expected the same directory; "
+                                       "write one path in both");
+        r.note(o_key, "device " + device + ": the optimizer state goes where offload_param puts the parameters, "
+                      "as here");
+      } else if (device == "cpu" || device == "nvme") {
         offload = true;
         r.flag("--offload-to", device == "cpu" ? "cpu" : "disk", o_key + ".device", shown(o["device"]));
       } else if (device != "none") {
         r.fail(o_key + ".device", "\"" + printable(device) + "\", expected cpu, nvme or none; write one of them");
       }
-      if (o.contains("nvme_path")) {
+      if (!param_offload && o.contains("nvme_path")) {
         const std::string dir = r.text(o["nvme_path"], o_key + ".nvme_path");
         if (device == "nvme") r.flag("--offload-dir", dir, o_key + ".nvme_path", shown(o["nvme_path"]));
         else r.note(o_key + ".nvme_path", "DeepSpeed uses it with device nvme only, and this is device " + device + ": ignored");
-      } else if (device == "nvme" && !command_line.count("--offload-dir")) {
+      } else if (!param_offload && device == "nvme" && !command_line.count("--offload-dir")) {
         r.fail(o_key + ".device", "\"nvme\" without nvme_path, expected the directory for the optimizer files beside "
                                   "it; add \"nvme_path\": \"/a/directory\"");
       }
@@ -354,31 +405,72 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     if (z.contains("cpu_offload") && r.boolean(z["cpu_offload"], "zero_optimization.cpu_offload")) {
       if (z.contains("offload_optimizer"))
         r.fail("zero_optimization.cpu_offload", "true beside offload_optimizer, expected one of them; remove cpu_offload");
+      if (param_offload)
+        r.fail("zero_optimization.cpu_offload", "true beside offload_param, expected offload_optimizer's device; "
+                                                "remove cpu_offload (infinity keeps the optimizer with the parameters)");
       offload = true;
       r.flag("--offload-to", "cpu", "zero_optimization.cpu_offload", "true");
     }
-    // ZeRO-Infinity's parameter offload is not built: only device none (DeepSpeed's default)
-    if (z.contains("offload_param")) {
-      const std::string p_key = "zero_optimization.offload_param";
-      const json& p = z["offload_param"];
-      r.only(p, p_key, {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"});
-      const std::string device = p.contains("device") ? r.text(p["device"], p_key + ".device") : "none";
-      if (device != "none")
-        r.fail(p_key + ".device", "\"" + printable(device) + "\": parameter offload (ZeRO-Infinity) is not built here, "
-                                  "expected none; set it to none, or remove offload_param");
-      r.note(p_key, "device none: DeepSpeed keeps the parameters on the device, as here: ignored");
-    }
+    if (param_offload && stage != 3)
+      r.fail(p_key, "device " + param_device + " with stage " + std::to_string(stage) + ", expected stage 3: "
+                    "parameters are offloaded only once they are sharded; set zero_optimization.stage 3");
     if (offload && stage != 2)
       r.fail("zero_optimization.offload_optimizer",
              "not supported with stage " + std::to_string(stage) + " yet, expected stage 2: ZeRO-Offload here is stage "
-             "2's; run build/bin/offload with zero_optimization.stage 2");
+             "2's; run build/bin/offload with zero_optimization.stage 2 (or add offload_param for build/bin/infinity)");
   }
-  const std::string want = binary_for(stage, offload, zeropp);
+  // ---- the pipeline (build/bin/pipeline): DeepSpeed's pipeline section ----
+  // stages is --pipeline ("auto", DeepSpeed's default, is the command line's); partition
+  // "parameters" is the balance by parameters this project does too (and "best", the section's
+  // default, means it in DeepSpeed); "uniform" and "type:..." are not built (--partition gives the
+  // boundaries). An activation_checkpoint_interval of 1 keeps every block's input and recomputes it
+  // (--activation-checkpointing); longer intervals are not built. ZeRO-1 fits a pipeline, 2 and 3 do
+  // not (pipeline.cpp says why).
+  bool pipeline = program == "pipeline";
+  if (c.contains("pipeline")) {
+    const json& p = c["pipeline"];
+    const std::string k = "pipeline.";
+    r.only(p, "pipeline", {"stages", "partition", "activation_checkpoint_interval", "seed_layers"});
+    if (p.contains("stages") && !pipeline && is_auto(p["stages"])) {
+      r.note(k + "stages", "\"auto\": " + program + " is one stage: ignored");
+    } else if (p.contains("stages") && !r.take_auto(p["stages"], k + "stages", "--pipeline")) {
+      const long long P = r.whole(p["stages"], k + "stages", 1, 1 << 16);
+      if (P > 1 && !pipeline)
+        user_error("--config %s: a config for a pipeline of %lld stages, and this is %s, expected build/bin/pipeline; "
+                   "run build/bin/pipeline with it", path.c_str(), P, program.c_str());
+      if (pipeline) r.whole_flag("--pipeline", p["stages"], k + "stages");
+    }
+    if (p.contains("partition")) {
+      const std::string method = r.text(p["partition"], k + "partition");
+      if (method != "parameters" && method != "best")
+        r.fail(k + "partition", "\"" + printable(method) + "\" is not built here, expected \"parameters\" (balance "
+                                "the parameters, the default); give the stages' first units with --partition");
+      r.note(k + "partition", "\"" + method + "\": the stages balance their parameters, as here by default");
+    }
+    if (p.contains("activation_checkpoint_interval")) {
+      const std::string key = k + "activation_checkpoint_interval";
+      const long long every = r.whole(p["activation_checkpoint_interval"], key, 0, 1 << 30);
+      if (every > 1)
+        r.fail(key, std::to_string(every) + ": here a checkpoint is every block's input (interval 1), expected 0 or "
+                    "1; set it to 1 (or 0: none)");
+      if (every == 1) r.flag("--activation-checkpointing", "", key, "1");
+    }
+    if (p.contains("seed_layers")) {
+      r.boolean(p["seed_layers"], k + "seed_layers");
+      r.note(k + "seed_layers", "every unit is initialised from (--seed, its index) whatever the partition: ignored");
+    }
+  }
+  if (pipeline && stage >= 2)
+    r.fail("zero_optimization.stage", std::to_string(stage) + ": ZeRO-" + std::to_string(stage) + " shards the "
+           "gradient, but in a pipeline a unit's gradient accumulates over micro-batches whose backwards arrive at "
+           "different times, so it cannot be sharded away after each one, expected 0 or 1; set it to 1");
+  if (pipeline && stage == 1) r.flag("--zero", "1", "zero_optimization.stage", "1");
+  const std::string want = pipeline ? "pipeline" : binary_for(stage, offload, param_offload, zeropp);
   if (want != program)
     user_error("--config %s: a config for ZeRO stage %lld%s, and this is %s, expected build/bin/%s; run build/bin/%s "
-               "with it", path.c_str(), stage, offload ? " with offload_optimizer" : zeropp ? " with ZeRO++'s keys" : "",
-               program.c_str(),
-               want.c_str(), want.c_str());
+               "with it", path.c_str(), stage,
+               param_offload ? " with offload_param" : offload ? " with offload_optimizer" : zeropp ? " with ZeRO++'s keys" : "",
+               program.c_str(), want.c_str(), want.c_str());
 
   // ---- the optimizer: AdamW (DeepSpeed's "Adam" is AdamW too, its adam_w_mode on by default) ----
   // Without the section DeepSpeed steps the client's optimizer: this project's AdamW and its flags.

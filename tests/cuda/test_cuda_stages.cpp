@@ -60,12 +60,7 @@ std::vector<std::string> stages() {
 // One run per (trainer, ranks, precision, device), shared by the tests below.
 const RunResult& run(const std::string& trainer, int N, const std::string& prec, const std::string& device,
                      const std::string& extra = "") {
-  static std::map<std::string, RunResult> done;
-  std::string flags = kFlags + "--precision " + prec + " --device " + device + extra;
-  std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
-  auto it = done.find(key);
-  if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec + "_" + device)).first;
-  return it->second;
+  return run_cached(trainer, N, kFlags + "--precision " + prec + " --device " + device + extra, prec + "_" + device);
 }
 
 class CudaStages : public ::testing::Test {

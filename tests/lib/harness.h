@@ -1,7 +1,10 @@
 // harness.h — run a trainer or tool as a subprocess (under mpirun) and read its report.
 // Used by the integration tests: they compare whole training runs, as a learner would.
 #pragma once
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <cerrno>
+#include <map>
 #include <unistd.h>
 
 #include <algorithm>
@@ -116,6 +119,72 @@ inline RunResult run_trainer(const std::string& stage, int np, const std::string
   r.exit_code = run_command(cmd, &r.output);
   if (r.exit_code == 0) r.report = Json::parse(read_file(json));
   return r;
+}
+
+// ---- one run cache for every suite ----
+// A test asks for a run by (program, ranks, flags). The same request in the same process gets the
+// same RunResult back. With $NZ_RUN_CACHE (tests/run_all.sh sets one folder per `make test`) the
+// same request from another suite is served from that folder too: the reference runs (stage0_ddp
+// with the contract's flags) are computed once per `make test`, not once per suite. A request is
+// the same when the program file (path, size, modification time), the ranks, the flags (blanks
+// collapsed) and the environment that can change a run (NZ_* and OMP_* variables) are. Flags that
+// name a file in this process's scratch folder never match another process's request.
+inline std::string run_cache_key(const std::string& program, int np, const std::string& flags) {
+  struct stat st{};
+  stat(program.c_str(), &st);
+  std::string key = program + " size=" + std::to_string(st.st_size) + " mtime=" +
+                    std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) +
+                    " np=" + std::to_string(np) + " flags=";
+  std::istringstream words(flags);
+  for (std::string w; words >> w;) key += w + " ";
+  std::vector<std::string> env;
+  for (char** e = environ; *e; e++) {
+    const std::string v = *e;
+    const std::string name = v.substr(0, v.find('='));
+    if ((name.rfind("NZ_", 0) == 0 || name.rfind("OMP_", 0) == 0) && name != "NZ_PROGRESS_DIR" &&
+        name != "NZ_RUN_CACHE" && name != "NZ_KEEP_TEST_FILES" && name.rfind("NZ_TIMEOUT", 0) != 0)
+      env.push_back(v);
+  }
+  std::sort(env.begin(), env.end());
+  for (const std::string& v : env) key += " env:" + v;
+  return key;
+}
+
+inline const RunResult& run_cached(const std::string& stage, int np, const std::string& flags,
+                                   const std::string& tag) {
+  static std::map<std::string, RunResult> done;
+  const std::string key = run_cache_key(program_path(stage), np, flags);
+  auto it = done.find(key);
+  if (it != done.end()) return it->second;
+  const char* cache = getenv("NZ_RUN_CACHE");
+  if (!cache || !*cache) return done.emplace(key, run_trainer(stage, np, flags, tag)).first->second;
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)std::hash<std::string>{}(key));
+  const std::string dir = std::string(cache) + "/" + hex;
+  RunResult r;
+  if (read_file(dir + "/key") == key) {  // served: what the same request wrote (key checked: no collision)
+    r.exit_code = std::stoi(read_file(dir + "/exit"));
+    r.output = read_file(dir + "/output");
+    r.model_path = dir + "/model";
+    if (r.exit_code == 0) r.report = Json::parse(read_file(dir + "/report.json"));
+    return done.emplace(key, std::move(r)).first->second;
+  }
+  r = run_trainer(stage, np, flags, tag);
+  // written under a private name, then renamed: a reader sees the whole entry or none
+  const std::string tmp = dir + ".tmp." + std::to_string(getpid());
+  if (mkdir(cache, 0755) == 0 || errno == EEXIST) {
+    if (mkdir(tmp.c_str(), 0755) == 0) {
+      std::ofstream(tmp + "/exit") << r.exit_code;
+      std::ofstream(tmp + "/output", std::ios::binary) << r.output;
+      if (r.exit_code == 0) {
+        std::ofstream(tmp + "/report.json", std::ios::binary) << read_file(r.model_path.substr(0, r.model_path.size() - 6) + ".json");
+        std::ofstream(tmp + "/model", std::ios::binary) << read_file(r.model_path);
+      }
+      std::ofstream(tmp + "/key", std::ios::binary) << key;
+      if (rename(tmp.c_str(), dir.c_str()) != 0) (void)!system(("rm -rf '" + tmp + "'").c_str());
+    }
+  }
+  return done.emplace(key, std::move(r)).first->second;
 }
 
 // Every step's loss and grad norm, as written (full precision).

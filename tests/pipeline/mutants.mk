@@ -15,7 +15,7 @@ PIPELINE_MUTANTS := reverse_backward grad_scaled_by_k tied_not_combined wrong_ne
 PIPELINE_MUTANT_FILE_reverse_backward := common/pipeline.cpp
 PIPELINE_MUTANT_SED_reverse_backward := s/for (int k = 0; k < K; k++) ops\.push_back({false, k});/for (int k = K - 1; k >= 0; k--) ops.push_back({false, k});/
 PIPELINE_MUTANT_FILE_grad_scaled_by_k := pipeline/train.cpp
-PIPELINE_MUTANT_SED_grad_scaled_by_k := s/average_grads(dt, G(u), numel(u), run\.grad_average_scale());/average_grads(dt, G(u), numel(u), run.grad_average_scale() \/ K);/
+PIPELINE_MUTANT_SED_grad_scaled_by_k := s/average_grads(dt, my_G(u), owned(u)\.size(), run\.grad_average_scale());/average_grads(dt, my_G(u), owned(u).size(), run.grad_average_scale() \/ K);/
 PIPELINE_MUTANT_FILE_tied_not_combined := pipeline/train.cpp
 PIPELINE_MUTANT_SED_tied_not_combined := s/fill_zero(elem_ptr(unit_grad, wte_elems, e), (numel(EMBED) - wte_elems) \* e,/fill_zero(unit_grad.data(), numel(EMBED) * e,/
 PIPELINE_MUTANT_FILE_wrong_neighbour := pipeline/train.cpp

@@ -143,12 +143,8 @@ namespace {
 const std::string kFlags = "--preset tiny --seq 32 --batch 2 --steps 2 --warmup 1 --eval-every 0 --eval-windows 1 ";
 
 const RunResult& run(const std::string& trainer, int N, const std::string& prec, bool ckpt) {
-  static std::map<std::string, RunResult> done;
   const std::string flags = kFlags + "--precision " + prec + (ckpt ? " --activation-checkpointing" : "");
-  const std::string key = trainer + " " + std::to_string(N) + " " + flags;
-  auto it = done.find(key);
-  if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec + (ckpt ? "_ckpt" : ""))).first;
-  return it->second;
+  return run_cached(trainer, N, flags, prec + (ckpt ? "_ckpt" : ""));
 }
 
 // Every number under j, with its path: two comm ledgers compared whole.

@@ -33,11 +33,7 @@ struct Case {
 
 // run_trainer, once per (trainer, ranks, flags): the last test reuses a run of the first
 const RunResult& run(const std::string& stage, int N, const std::string& flags, const std::string& tag) {
-  static std::map<std::string, RunResult> done;
-  const std::string key = stage + " " + std::to_string(N) + " " + flags;
-  auto it = done.find(key);
-  if (it == done.end()) it = done.emplace(key, run_trainer(stage, N, flags, tag)).first;
-  return it->second;
+  return run_cached(stage, N, flags, tag);
 }
 
 uint64_t device_peak(const Json& rank) { return rank["ledger"]["device"]["peak"]["total"].u(); }

@@ -32,14 +32,10 @@ const int kSteps = 6, kBf16Steps = 20, kFp16Steps = 12;
 // One run per (trainer, ranks, accum, precision, extra flags), shared by the tests below.
 const RunResult& run(const std::string& trainer, int N, int accum, const std::string& prec = "fp32",
                      const std::string& extra = "") {
-  static std::map<std::string, RunResult> done;
   const int steps = prec == "fp32" ? kSteps : prec == "fp16" ? kFp16Steps : kBf16Steps;
   std::string flags = kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) +
                       " --precision " + prec + fp16_flags(prec, accum) + " " + extra;
-  std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
-  auto it = done.find(key);
-  if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec)).first;
-  return it->second;
+  return run_cached(trainer, N, flags, prec);
 }
 
 using Problems = std::vector<std::string>;

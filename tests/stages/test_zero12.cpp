@@ -35,12 +35,7 @@ std::string flags_for(int accum, const std::string& prec) {
 
 // One run per (trainer, ranks, accum, precision), shared by the tests below.
 const RunResult& run(const std::string& trainer, int N, int accum, const std::string& prec = "fp32") {
-  static std::map<std::string, RunResult> done;
-  std::string flags = flags_for(accum, prec);
-  std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
-  auto it = done.find(key);
-  if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec)).first;
-  return it->second;
+  return run_cached(trainer, N, flags_for(accum, prec), prec);
 }
 
 // The gradient norms of the N * accum micro-batches of step 1 (harness.h, micro_batch_norms).

@@ -4,7 +4,8 @@
 # exercise's self-check must pass (and so must the equivalent answers a learner may write, and the
 # answer as committed must say "not answered yet"), and once with known wrong or incomplete answers,
 # where every self-check must fail; no other cell may fail in either run. Then the checker itself
-# (nzplots.check_answer) against a table of answers, and scripts/plots.py writes its six figures.
+# (nzplots.check_answer) against a table of answers, and scripts/plots.py writes its figures (six, and
+# the pipeline's two when it is built).
 # Prints NZRESULT lines for tests/run_all.sh. Trainers that are not built yet are skipped by the
 # notebooks, and the skip is printed here. Binaries: $NZ_BIN_DIR, else build/bin. Runs go to a fresh
 # directory shared by all notebooks and both runs of each (a run is made once, then read from there).
@@ -135,8 +136,8 @@ for path in sys.argv[1:]:
         print(f"NZRESULT {'FAIL' if bad else 'PASS'} notebooks.{name}.{mode}_answers "
               f"({len(exs)} exercises, {checked} self-checks: {'see above' if bad else verdict}; "
               f"{time.time() - t0:.1f} s)")
-ok = 12 <= total <= 17
-print(f"NZRESULT {'PASS' if ok else 'FAIL'} notebooks.exercise_count ({total} exercises in all, 12 to 17 wanted)")
+ok = 12 <= total <= 20  # 17 on the ladder and inference, 3 on the pipeline
+print(f"NZRESULT {'PASS' if ok else 'FAIL'} notebooks.exercise_count ({total} exercises in all, 12 to 20 wanted)")
 EOF
 
 # The checker itself (nzplots.check_answer): not answered yet passes quietly; a right answer passes,
@@ -189,11 +190,14 @@ EOF
 out=$(mktemp -d /tmp/nanozero-plots.XXXXXX)
 ok=1
 log=$("$py" scripts/plots.py --out "$out" 2>&1) || ok=0
-for f in memory_by_category memory_checkpointing memory_vs_ranks memory_timeline comm_per_step comm_vs_accum; do [ -s "$out/$f.png" ] || ok=0; done
+figs="memory_by_category memory_checkpointing memory_vs_ranks memory_timeline comm_per_step comm_vs_accum"
+[ -x "${NZ_BIN_DIR:-build/bin}/pipeline" ] && figs+=" pipeline_diagram pipeline_bubble"  # beside the ladder
+for f in $figs; do [ -s "$out/$f.png" ] || ok=0; done
+n=$(wc -w <<<"$figs")
 if [ $ok = 1 ]; then
-  echo "NZRESULT PASS plots.script_writes_six_figures"
+  echo "NZRESULT PASS plots.script_writes_its_figures ($n)"
 else
   echo "$log"
-  echo "NZRESULT FAIL plots.script_writes_six_figures (see the output above)"
+  echo "NZRESULT FAIL plots.script_writes_its_figures (of $n; see the output above)"
 fi
 rm -rf "$out"

@@ -68,7 +68,8 @@ TEST(Estimate, PrintsThePaperTable) {
 // per parameter per stage, and the elements each rank sends per optimizer step of K micro-steps:
 // stages 0 and 1 accumulate the full gradient locally and reduce it once, 2(N-1)S whatever K;
 // stage2 and offload reduce-scatter every micro-step and all-gather once, (K+1)(N-1)S; stage3
-// gathers twice and reduce-scatters every micro-step, 3K(N-1)S. Offload's host link: K·S + S.
+// gathers twice and reduce-scatters every micro-step, 3K(N-1)S, and infinity too. Offload's host link:
+// K·S + S; infinity's: K·S down and 2K·S up (its slice of each unit before each gather).
 TEST(Estimate, AgreesWithTheFormulasWrittenOut) {
   const uint64_t V = 256, T = 1024, C = 768, layers = 12;
   for (const char* prec : {"fp32", "bf16"}) {
@@ -94,11 +95,15 @@ TEST(Estimate, AgreesWithTheFormulasWrittenOut) {
             {"stage2", {e * P, e * S, master * S, 4 * S, 4 * S, e * U, 0}},
             {"stage3", {e * S, e * S, master * S, 4 * S, 4 * S, e * U, e * two}},
             {"offload", {e * P, e * S, 4 * S, 4 * S, 4 * S, e * U, 0}},  // fp32 master on the host always
+            {"infinity", {e * S, e * S, 4 * S, 4 * S, 4 * S, e * U, e * two}},  // and the slices there too
         };
         // stage -> elements sent per rank per optimizer step, in units of (N-1)S
         std::map<std::string, uint64_t> sent = {
-            {"stage0_ddp", 2}, {"stage1", 2}, {"stage2", K + 1}, {"stage3", 3 * K}, {"offload", K + 1}};
-        ASSERT_EQ(j["estimates"].size(), 5u);
+            {"stage0_ddp", 2}, {"stage1", 2}, {"stage2", K + 1}, {"stage3", 3 * K}, {"offload", K + 1},
+            {"infinity", 3 * K}};
+        std::map<std::string, uint64_t> host = {{"offload", e * S + 12 * S}, {"infinity", 2 * e * S + 12 * S}};
+        std::map<std::string, uint64_t> link = {{"offload", K * S + S}, {"infinity", 3 * K * S}};
+        ASSERT_EQ(j["estimates"].size(), 6u);
         for (const Json& r : j["estimates"].arr) {
           const std::string st = r["stage"].str;
           SCOPED_TRACE(st + " " + prec + " N=" + std::to_string(N) + " K=" + std::to_string(K));
@@ -109,10 +114,10 @@ TEST(Estimate, AgreesWithTheFormulasWrittenOut) {
             sum += want[st][c];
           }
           EXPECT_EQ(r["model_state"].u(), sum);
-          EXPECT_EQ(r["host"].u(), st == "offload" ? e * S + 12 * S : 0);
+          EXPECT_EQ(r["host"].u(), host[st]);
           EXPECT_EQ(r["device"].u() + r["host"].u(), sum + r["bytes"]["activations"].u());
           EXPECT_EQ(r["comm_elems_per_step"].u(), sent[st] * (N - 1) * S);
-          EXPECT_EQ(r["link_elems_per_step"].u(), st == "offload" ? K * S + S : 0);
+          EXPECT_EQ(r["link_elems_per_step"].u(), link[st]);
         }
       }
     }
@@ -121,21 +126,21 @@ TEST(Estimate, AgreesWithTheFormulasWrittenOut) {
 
 // A raw count: Ψ itself, the paper's (2 + 2 + 12)Ψ split by stage, nothing else (no unit, so no
 // incoming unit gradient in stages 0 and 1 either). And the paper's example's traffic per step with
-// --accum 4: 2, 2, 5, 12, 5 times (N-1)S.
+// --accum 4: 2, 2, 5, 12, 5, 12 times (N-1)S (infinity: nothing of it on the device).
 TEST(Estimate, RawParameterCountIsThePapersModelStates) {
   const uint64_t psi = 7500000000ull, N = 64, S = psi / N;
   Json j = estimate_json("--params 7.5B --world 64 --precision bf16 --accum 4");
   EXPECT_EQ(j["num_params"].u(), psi);
   std::map<std::string, uint64_t> sent = {{"stage0_ddp", 2}, {"stage1", 2}, {"stage2", 5}, {"stage3", 12},
-                                          {"offload", 5}};
+                                          {"offload", 5}, {"infinity", 12}};
   std::map<std::string, uint64_t> total = {{"stage0_ddp", 16 * psi}, {"stage1", 4 * psi + 12 * S},
                                            {"stage2", 2 * psi + 14 * S}, {"stage3", 16 * S},
-                                           {"offload", 2 * psi + 14 * S}};
+                                           {"offload", 2 * psi + 14 * S}, {"infinity", 16 * S}};
   for (const Json& r : j["estimates"].arr) {
     const std::string st = r["stage"].str;
     EXPECT_EQ(r["model_state"].u(), total[st]) << st;
     EXPECT_EQ(r["bytes"]["comm_buffers"].u() + r["bytes"]["gathered"].u() + r["bytes"]["activations"].u(), 0u);
-    EXPECT_EQ(r["device"].u(), st == "offload" ? 2 * psi : total[st]) << st;
+    EXPECT_EQ(r["device"].u(), st == "offload" ? 2 * psi : st == "infinity" ? 0 : total[st]) << st;
     EXPECT_EQ(r["bytes"]["grads"].u(), st == "stage0_ddp" || st == "stage1" ? 2 * psi : 2 * S) << st;
     EXPECT_EQ(r["comm_elems_per_step"].u(), sent[st] * (N - 1) * S) << st;
   }
