@@ -53,7 +53,7 @@ void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType
   check_span(full, full_bytes, "reduce_scatter: the full buffer (N slices)");
   check_span(out_shard, shard_bytes, "reduce_scatter: the output slice");
   stats_->add(CommOp::ReduceScatter, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
-             uint64_t(size_ - 1) * shard_bytes);
+             uint64_t(size_ - 1) * shard_bytes, peers_across_nodes() * shard_bytes);
   if (nccl_) {  // one GPU per rank: NCCL sums on the GPUs, in its own order
     nccl::reduce_scatter(full, out_shard, shard_elems, dt);
     nccl::join();
@@ -97,7 +97,7 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
   note_gather("gather_start", out_full);
   Ledger::get().set_gathering(out_full, true);  // untouchable until the wait
   stats_->add(CommOp::AllGather, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
-             uint64_t(size_ - 1) * shard_bytes);
+             uint64_t(size_ - 1) * shard_bytes, peers_across_nodes() * shard_bytes);
   if (nccl_) {  // queued on the comm stream; wait() makes the compute stream wait for it
     nccl::all_gather(shard, out_full, shard_elems, dt);
     r.on_comm_stream = true;
@@ -157,7 +157,7 @@ void Comm::all_reduce(void* buf, size_t elems, DType dt) {
   void* own_slice = static_cast<char*>(buf) + size_t(rank_) * shard_bytes;
   if (nccl_) {  // NCCL's own all-reduce; booked as the two halves would be
     stats_->add(CommOp::AllReduce, 2 * uint64_t(size_ - 1) * shard, 2 * uint64_t(size_ - 1) * shard_bytes,
-               2 * uint64_t(size_ - 1) * shard_bytes);
+               2 * uint64_t(size_ - 1) * shard_bytes, 2 * peers_across_nodes() * shard_bytes);
     nccl::all_reduce(buf, elems, dt);
     nccl::join();
     return;
@@ -171,7 +171,9 @@ void Comm::all_reduce(void* buf, size_t elems, DType dt) {
   *stats_ = before;
   uint64_t e = delta.op[int(CommOp::ReduceScatter)].elems_sent + delta.op[int(CommOp::AllGather)].elems_sent;
   uint64_t b = delta.op[int(CommOp::ReduceScatter)].bytes_sent + delta.op[int(CommOp::AllGather)].bytes_sent;
-  stats_->add(CommOp::AllReduce, e, b, b);
+  uint64_t x = delta.op[int(CommOp::ReduceScatter)].bytes_across_sent +
+               delta.op[int(CommOp::AllGather)].bytes_across_sent;
+  stats_->add(CommOp::AllReduce, e, b, b, x);
 }
 
 void Comm::sum_scalars(double* v, int n) {
@@ -264,7 +266,7 @@ static bool on_device(const void* p) {
 CommRequest Comm::send_start(const void* buf, size_t elems, DType dt, int to, int tag) {
   const size_t bytes = elems * dtype_bytes(dt);
   check_span(buf, bytes, "send: the buffer");
-  stats_->add(CommOp::PointToPoint, elems, bytes, 0);
+  stats_->add(CommOp::PointToPoint, elems, bytes, 0, node_of(to) != node_of(rank_) ? bytes : 0);
   CommRequest r;
   if (nccl_) {  // held back for the next group (comm.h); wait() or the next recv issues it
     NZ_CHECK(on_device(buf), "send: NCCL sends device memory only");
@@ -324,6 +326,35 @@ void Comm::recv(void* buf, size_t elems, DType dt, int from, int tag) {
   MPI_Irecv(into, int(elems), mpi_type(dt), from, tag, mpi_, &r.req);
   wait(r);  // politely: a stage waiting for its neighbour leaves the core to the neighbour
   if (staged) copy_bytes(buf, Location::Device, into, Location::Host, bytes);
+}
+
+CommRequest Comm::all_gather_packed_start(const void* mine, void* out_all, size_t bytes_each, uint64_t elems_each) {
+  NZ_CHECK(!nccl_ && !on_gpu(), "the quantized all-gather runs on the CPU backend only");
+  NZ_CHECK(bytes_each <= size_t(INT_MAX), "all_gather_packed: %zu bytes per rank", bytes_each);
+  check_span(mine, bytes_each, "all_gather_packed: the bytes sent");
+  check_span(out_all, bytes_each * size_, "all_gather_packed: the output (N parts)");
+  CommRequest r;
+  r.gathering_into = out_all;
+  note_gather("gather_start", out_all);
+  stats_->add(CommOp::AllGather, uint64_t(size_ - 1) * elems_each, uint64_t(size_ - 1) * bytes_each,
+              uint64_t(size_ - 1) * bytes_each, peers_across_nodes() * bytes_each);
+  char* own = static_cast<char*>(out_all) + size_t(rank_) * bytes_each;
+  if (mine != own) memcpy(own, mine, bytes_each);
+  if (size_ > 1)
+    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out_all, int(bytes_each), MPI_BYTE, mpi_, &r.req);
+  return r;
+}
+
+void Comm::all_to_all_packed(void* buf, size_t bytes_each, uint64_t elems_each) {
+  NZ_CHECK(!nccl_ && !on_gpu(), "the quantized all-to-all runs on the CPU backend only");
+  NZ_CHECK(bytes_each <= size_t(INT_MAX), "all_to_all_packed: %zu bytes per rank", bytes_each);
+  check_span(buf, bytes_each * size_, "all_to_all_packed: the buffer (N parts)");
+  stats_->add(CommOp::AllToAll, uint64_t(size_ - 1) * elems_each, uint64_t(size_ - 1) * bytes_each,
+              uint64_t(size_ - 1) * bytes_each, peers_across_nodes() * bytes_each);
+  if (size_ == 1) return;
+  CommRequest r;
+  MPI_Ialltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, int(bytes_each), MPI_BYTE, mpi_, &r.req);
+  wait(r);
 }
 
 std::string Comm::gather_strings(const std::string& mine, const char* separator) {

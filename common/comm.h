@@ -61,6 +61,12 @@ class Comm {
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
+  // Nodes, for the comm ledger's split of bytes inside a node and across nodes (ZeRO++, whose point
+  // is to keep traffic off the slow links between nodes). Simulated: ranks 0..G-1 are node 0, G..2G-1
+  // node 1, and so on; until set, all ranks are one node. A group keeps its ranks' nodes.
+  void set_node_size(int G);
+  int node_of(int r) const;              // the node of rank r of this Comm
+  uint64_t peers_across_nodes() const;   // ranks of this Comm on another node than mine
   // Call once the device is chosen (select_device). On CUDA, when no two ranks share a GPU,
   // switches the model-state collectives to NCCL (rank 0's unique id broadcast over MPI);
   // otherwise they stay on MPI, staged through pinned host memory. NZ_COMM=mpi forces the MPI
@@ -128,6 +134,16 @@ class Comm {
   CommRequest send_start(const void* buf, size_t elems, DType dt, int to, int tag);
   void recv(void* buf, size_t elems, DType dt, int from, int tag);
 
+  // ZeRO++'s quantized collectives (zeropp/train.cpp): they move bytes (int8 or int4 codes and
+  // their fp32 scales, kernels/quantize.h), not elements of a storage type. Each rank contributes
+  // bytes_each bytes standing for elems_each parameters: the ledger counts those elements (the
+  // formulas' unit) and the real bytes. CPU backend only.
+  //   all_gather_packed: out_all = every rank's bytes, in rank order (AllGather in the ledger).
+  //   all_to_all_packed: in place; before, slot r (bytes_each bytes at r * bytes_each) is for rank
+  //     r; after, slot r holds what rank r had for me (AllToAll in the ledger).
+  CommRequest all_gather_packed_start(const void* mine, void* out_all, size_t bytes_each, uint64_t elems_each);
+  void all_to_all_packed(void* buf, size_t bytes_each, uint64_t elems_each);
+
   const CommStats& stats() const { return *stats_; }
   // Offload's copies over the host<->device link: no collective, but the same ledger.
   void count_to_host(size_t elems, size_t bytes) { stats_->add_link(/*to_host=*/true, elems, bytes); }
@@ -156,6 +172,7 @@ class Comm {
   MPI_Comm mpi_ = MPI_COMM_WORLD;       // the ranks of this Comm: all, or a group of them
   CommStats own_stats_;
   CommStats* stats_ = &own_stats_;      // a group counts into its parent's ledger
+  std::vector<int> node_of_;            // each rank's node (set_node_size); empty: one node
 };
 
 }  // namespace nz

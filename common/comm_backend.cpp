@@ -35,6 +35,31 @@ Comm::Comm(Comm& parent, int color, int key)
   MPI_Comm_split(parent.mpi_, color, key, &mpi_);
   MPI_Comm_rank(mpi_, &rank_);
   MPI_Comm_size(mpi_, &size_);
+  // the group's ranks keep the nodes they have in the parent (the comm ledger's inside/across split)
+  MPI_Group parent_group, group;
+  MPI_Comm_group(parent.mpi_, &parent_group);
+  MPI_Comm_group(mpi_, &group);
+  std::vector<int> mine(size_), in_parent(size_);
+  for (int r = 0; r < size_; r++) mine[r] = r;
+  MPI_Group_translate_ranks(group, size_, mine.data(), parent_group, in_parent.data());
+  node_of_.resize(size_);
+  for (int r = 0; r < size_; r++) node_of_[r] = parent.node_of(in_parent[r]);
+  MPI_Group_free(&group);
+  MPI_Group_free(&parent_group);
+}
+
+void Comm::set_node_size(int G) {
+  NZ_CHECK(G >= 1 && size_ % G == 0, "set_node_size: %d ranks in nodes of %d", size_, G);
+  node_of_.resize(size_);
+  for (int r = 0; r < size_; r++) node_of_[r] = r / G;
+}
+
+int Comm::node_of(int r) const { return node_of_.empty() ? 0 : node_of_[r]; }
+
+uint64_t Comm::peers_across_nodes() const {
+  uint64_t n = 0;
+  for (int r = 0; r < size_; r++) n += node_of(r) != node_of(rank_);
+  return n;
 }
 
 Comm::~Comm() {

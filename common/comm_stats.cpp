@@ -15,16 +15,18 @@ static const char* comm_op_name(CommOp op) {
     case CommOp::Scalars: return "scalars";
     case CommOp::OverflowFlag: return "overflow_flag";
     case CommOp::PointToPoint: return "p2p";
+    case CommOp::AllToAll: return "all_to_all";
     default: return "?";
   }
 }
 
-void CommStats::add(CommOp o, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv) {
+void CommStats::add(CommOp o, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv, uint64_t bytes_across) {
   CommCounts& c = op[int(o)];
   c.calls++;
   c.elems_sent += elems_sent;
   c.bytes_sent += bytes_sent;
   c.bytes_recv += bytes_recv;
+  c.bytes_across_sent += bytes_across;
 }
 
 void CommStats::add_link(bool to_host, size_t elems, size_t bytes) {
@@ -51,6 +53,13 @@ uint64_t CommStats::model_bytes_sent() const {
   return s;
 }
 
+uint64_t CommStats::model_bytes_across_nodes() const {
+  uint64_t s = 0;
+  for (int i = 0; i < kNumCommOps; i++)
+    if (CommOp(i) != CommOp::Scalars && CommOp(i) != CommOp::OverflowFlag) s += op[i].bytes_across_sent;
+  return s;
+}
+
 CommStats CommStats::operator-(const CommStats& o) const {
   CommStats d;
   for (int i = 0; i < kNumCommOps; i++) {
@@ -58,6 +67,7 @@ CommStats CommStats::operator-(const CommStats& o) const {
     d.op[i].elems_sent = op[i].elems_sent - o.op[i].elems_sent;
     d.op[i].bytes_sent = op[i].bytes_sent - o.op[i].bytes_sent;
     d.op[i].bytes_recv = op[i].bytes_recv - o.op[i].bytes_recv;
+    d.op[i].bytes_across_sent = op[i].bytes_across_sent - o.op[i].bytes_across_sent;
   }
   d.link.to_host_bytes = link.to_host_bytes - o.link.to_host_bytes;
   d.link.to_device_bytes = link.to_device_bytes - o.link.to_device_bytes;
@@ -76,10 +86,12 @@ std::string CommStats::to_json() const {
     j.kv("elems_sent", op[i].elems_sent);
     j.kv("bytes_sent", op[i].bytes_sent);
     j.kv("bytes_recv", op[i].bytes_recv);
+    j.kv("bytes_across_nodes", op[i].bytes_across_sent);
     j.end_object();
   }
   j.kv("model_elems_sent", model_elems_sent());
   j.kv("model_bytes_sent", model_bytes_sent());
+  j.kv("model_bytes_across_nodes", model_bytes_across_nodes());
   j.kv("to_host_bytes", link.to_host_bytes);
   j.kv("to_device_bytes", link.to_device_bytes);
   j.kv("to_host_elems", link.to_host_elems);

@@ -15,7 +15,9 @@ namespace nz {
 // OverflowFlag: fp16's once-per-step agreement on a gradient overflow (loss_scale.h).
 // PointToPoint: the pipeline's activations and their gradients between neighbouring stages (and
 // the tied embedding's gradient and weights between the first and the last stage).
-enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, OverflowFlag, PointToPoint, kCount };
+// AllToAll: ZeRO++'s quantized gradient reduce-scatter (qgZ) moves int4 blocks with one.
+enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, OverflowFlag, PointToPoint, AllToAll,
+                    kCount };
 constexpr int kNumCommOps = int(CommOp::kCount);
 
 struct CommCounts {
@@ -23,6 +25,9 @@ struct CommCounts {
   uint64_t elems_sent = 0;  // elements this rank sent (what the ZeRO formulas count)
   uint64_t bytes_sent = 0;
   uint64_t bytes_recv = 0;
+  // Of bytes_sent, those sent to ranks on another node (Comm::set_node_size: simulated nodes of G
+  // ranks; one node unless set). bytes_sent - bytes_across_sent stayed inside the node.
+  uint64_t bytes_across_sent = 0;
 };
 
 // What crossed the host<->device link (offload), counted by whoever copies.
@@ -35,12 +40,13 @@ struct CommStats {
   CommCounts op[kNumCommOps];
   LinkCounts link;
   // One call of `op` that sent and received this much.
-  void add(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv);
+  void add(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv, uint64_t bytes_across = 0);
   void add_link(bool to_host, size_t elems, size_t bytes);
   // Model-state traffic: everything except the small scalar all-reduces (loss, norm, timings)
   // and the overflow flag.
   uint64_t model_elems_sent() const;
   uint64_t model_bytes_sent() const;
+  uint64_t model_bytes_across_nodes() const;  // of model_bytes_sent, to ranks on other nodes
   CommStats operator-(const CommStats& o) const;
   std::string to_json() const;
 };

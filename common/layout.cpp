@@ -18,11 +18,13 @@ bool preset_config(const std::string& name, GPTConfig* c) {
 
 const char* preset_names() { return "tiny, small, gpt2"; }
 
-Layout make_layout(const GPTConfig& cfg, int world) {
+Layout make_layout(const GPTConfig& cfg, int world, size_t pad_block) {
   NZ_CHECK(world >= 1, "world size %d", world);
   Layout L;
   L.cfg = cfg;
   L.world = world;
+  L.pad_block = pad_block;
+  const size_t multiple = size_t(world) * pad_block;
   const size_t C = cfg.dim, V = cfg.vocab, Tm = cfg.ctx;
   auto add_unit = [&](const std::string& name,
                       const std::vector<std::tuple<const char*, size_t, bool>>& tensors) {
@@ -36,7 +38,7 @@ Layout make_layout(const GPTConfig& cfg, int world) {
       off += n;
     }
     u.numel = off;
-    u.padded = (off + world - 1) / world * world;  // zeros at the end, so N divides the unit
+    u.padded = (off + multiple - 1) / multiple * multiple;  // zeros at the end, so N divides the unit
     L.num_params += u.numel;
     L.padded_total += u.padded;
     L.shard_total += u.padded / world;

@@ -53,6 +53,7 @@ struct Slice {
 struct Layout {
   GPTConfig cfg;
   int world = 1;                // N
+  size_t pad_block = 1;         // units are padded to a multiple of N x this (ZeRO++'s blocks; else 1)
   std::vector<Unit> units;      // embed, blocks, lnf
   size_t num_params = 0;        // Ψ: real parameters
   size_t padded_total = 0;      // Σ padded
@@ -67,7 +68,9 @@ struct Layout {
     return {rank * s, (rank + 1) * s};
   }
 };
-Layout make_layout(const GPTConfig& cfg, int world);
+// pad_block (ZeRO++): each unit is padded to a multiple of world * pad_block, so that every slice is
+// a whole number of quantization blocks counted from the unit's start.
+Layout make_layout(const GPTConfig& cfg, int world, size_t pad_block = 1);
 
 // Which parameters a rank holds, as its stage says (checkpoints read and write what it holds):
 // every unit whole (stages 0-2, offload), only its own slice of each unit (stage3), or its pipeline

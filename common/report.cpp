@@ -80,7 +80,8 @@ void Trainer::print_memory_table() {
   mine << led.peak_total(Location::Device) << ' ' << led.peak_total(Location::Host);
   std::string all = comm.gather_strings(mine.str(), "\n");
   if (rank() != 0) return;
-  const StateBytes f0 = expected_state_bytes(stage, layout, dtype);
+  const StateBytes f0 = stage == Stage::ZeroPP ? zeropp_state_bytes(layout, dtype, zeropp)
+                                               : expected_state_bytes(stage, layout, dtype);
   const uint64_t acts0 =
       expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing, model->attention());
   // rank r's formula: the stage's, or (pipeline) its stage's
@@ -151,6 +152,22 @@ std::string Trainer::write_report() {
     j.key("pipeline");
     j.raw(pipeline_report);
   }
+  if (stage == Stage::ZeroPP) {  // what ZeRO++ adds to stage3, and its bytes per step (zero_formulas.h)
+    const ZeroppComm c = zeropp_comm_per_step(layout, dtype, zeropp, args.accum);
+    j.key("zeropp");
+    j.begin_object();
+    j.kv("qwz", zeropp.qwz);
+    j.kv("hpz", zeropp.hpz);
+    j.kv("qgz", zeropp.qgz);
+    j.kv("node_size", zeropp.node_size);
+    j.kv("qw_block", uint64_t(zeropp.qw_block));
+    j.kv("qg_block", uint64_t(zeropp.qg_block));
+    j.kv("pad_block", uint64_t(layout.pad_block));  // units padded to N x this: whole blocks per slice
+    j.kv("comm_elems_per_step", c.elems);
+    j.kv("comm_bytes_per_step", c.bytes);
+    j.kv("comm_bytes_across_nodes_per_step", c.bytes_across);
+    j.end_object();
+  }
   j.kv("preset", args.preset);
   j.key("config");
   j.begin_object();
@@ -212,7 +229,9 @@ std::string Trainer::write_report() {
     j.end_object();
   }
   j.end_array();
-  const StateBytes f = expected_state_bytes(stage, layout, dtype);
+  // zeropp: stage3's plus what ZeRO++ adds (zero_formulas.h)
+  const StateBytes f = stage == Stage::ZeroPP ? zeropp_state_bytes(layout, dtype, zeropp)
+                                              : expected_state_bytes(stage, layout, dtype);
   j.key("formula");
   j.begin_object();
   for (Category c : {Category::Params, Category::Grads, Category::Master, Category::AdamM, Category::AdamV,
@@ -246,6 +265,7 @@ std::string Trainer::write_report() {
     j.kv("recompute_flops", s.recompute_flops);  // activation checkpointing's extra forward (0 without)
     j.kv("comm_elems", s.comm.model_elems_sent());
     j.kv("comm_bytes", s.comm.model_bytes_sent());
+    j.kv("comm_bytes_across_nodes", s.comm.model_bytes_across_nodes());
     j.kv("to_host_elems", s.comm.link.to_host_elems);
     j.kv("to_device_elems", s.comm.link.to_device_elems);
     j.end_object();

@@ -103,6 +103,8 @@ void Trainer::configs_from_args() {
   adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
   schedule = schedule_config(args);
   offload = {args.offload_dir, size_t(args.offload_chunk), &comm};
+  zeropp = {args.qwz, args.hpz, args.qgz, args.node_size > 0 ? args.node_size : args.hpz > 0 ? args.hpz : world(),
+            size_t(args.qw_block), size_t(args.qg_block)};
   checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));
 }
 
@@ -112,6 +114,17 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // the pipeline's stages and replicas (one stage of N replicas elsewhere): bad ones are one line here
   pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition,
                                 args.zero);
+  if (stage == Stage::ZeroPP && args.quant_pad_block() > 1 && (!args.ckpt_dir.empty() || !args.resume.empty()))
+    user_error("%s with %s: checkpoints of a layout padded to N x block are not built yet, expected no --ckpt-dir or "
+               "--resume with --qwz or --qgz; --hpz alone checkpoints as stage3 does",
+               !args.ckpt_dir.empty() ? "--ckpt-dir" : "--resume", args.qwz ? "--qwz" : "--qgz");
+  if (stage == Stage::ZeroPP && args.device == "cuda")
+    user_error("--device cuda: zeropp's block quantizer and quantized collectives run on the CPU backend only, "
+               "expected --device cpu or auto; run stage3 on the GPU");
+  for (auto [flag, G] : {std::pair{"--hpz", args.hpz}, std::pair{"--node-size", args.node_size}})
+    if (G > 0 && world() % G != 0)
+      user_error("%s %d: the %d ranks do not make whole nodes of %d, expected a G that divides %d; e.g. %s %d",
+                 flag, G, world(), G, world(), flag, world() % 2 == 0 ? world() / 2 : world());
   resolve_batch(args, dp_world());  // --config's train_batch_size: checked, or the missing factor derived
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight; or
   // OMP_NUM_THREADS when set (the fast CPU kernels' bits depend on the thread count: runs compared
@@ -133,12 +146,14 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
-  select_device(args.device.c_str(), comm.local_rank(), rank() == 0);
+  // zeropp runs on the CPU (auto: even where a GPU is visible)
+  select_device(stage == Stage::ZeroPP ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
   dtype = args.dtype;
   elem_bytes = dtype_bytes(dtype);
-  layout = make_layout(args.cfg, dp_world());  // each unit padded for the data-parallel replicas
+  // each unit padded for the data-parallel replicas (zeropp: and to whole quantization blocks per slice)
+  layout = make_layout(args.cfg, dp_world(), args.quant_pad_block());
   Ledger::get().set_timeline_last_step(1);
   // this stage's units and the micro-batches it keeps in flight (all units, one slot, but in the pipeline)
   const PipelinePlan& pp = pipeline;

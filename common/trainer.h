@@ -60,6 +60,7 @@ class Trainer {
   AdamWConfig adamw;
   ScheduleConfig schedule;
   OffloadConfig offload;
+  ZeroppConfig zeropp;  // zeropp: which of ZeRO++'s three, their blocks, the simulated node size
   Layout layout;
   DType dtype;
   size_t elem_bytes;  // of the storage type

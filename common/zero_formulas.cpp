@@ -4,6 +4,7 @@
 #include <algorithm>  // std::max
 
 #include "runtime/check.h"
+#include "kernels/quantize.h"  // BlockQuant: the packed sizes
 
 namespace nz {
 
@@ -16,6 +17,7 @@ const char* stage_name(Stage s) {
     case Stage::Offload: return "offload";
     case Stage::Pipeline: return "pipeline";
     case Stage::Infinity: return "infinity";
+    case Stage::ZeroPP: return "zeropp";
   }
   return "?";
 }
@@ -85,6 +87,7 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
       b.comm_buffers = e * U;  // the bucket: a unit's full gradient lives only here, until reduce-scattered
       break;
     case Stage::Infinity:  // stage3 with every slice off the device: only gathered units and the bucket on it
+    case Stage::ZeroPP:  // stage3's, before what ZeRO++ adds (zeropp_state_bytes)
     case Stage::Z3: {  // P_os+g+p: parameters sharded too; units gathered only while in use
       b.params = e * S;
       b.grads = e * S;
@@ -139,6 +142,7 @@ uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum) {
     case Stage::Z2:
     case Stage::Offload: return K * (N - 1) * S + (N - 1) * S;  // the same
     case Stage::Infinity:  // stage3's collectives: the slices reach them from the host first
+    case Stage::ZeroPP:  // stage3's elements (zeropp_comm_bytes: the bytes, inside and across nodes)
     case Stage::Z3: {
       // Gathering a unit of padded size p sends this rank's slice p/N to each of the N-1 others:
       // (N-1) p/N. Per micro-step, in slices (s_u = p_u/N, Σ s_u = S, s_E = the embedding's):
@@ -273,6 +277,45 @@ StateBytes offload_state_bytes(Stage stage, const Layout& L, DType dt, Location 
   b.disk = b.master + b.adam_m + b.adam_v + (stage == Stage::Infinity ? b.params : 0);
   b.host -= b.disk;
   return b;
+}
+
+}  // namespace nz
+
+namespace nz {
+
+static uint64_t packed(int bits, size_t block, uint64_t n) { return BlockQuant{bits, block}.packed_bytes(n); }
+
+StateBytes zeropp_state_bytes(const Layout& L, DType dt, const ZeroppConfig& z) {
+  StateBytes b = expected_state_bytes(Stage::Z3, L, dt);
+  const uint64_t e = dtype_bytes(dt), N = L.world, P = L.padded_total, s_max = L.max_unit_padded / N;
+  if (z.hpz > 0) b.params += e * P / uint64_t(z.hpz);
+  if (z.qwz) b.comm_buffers += (N + 1) * packed(8, z.qw_block, s_max);
+  if (z.qgz) b.comm_buffers += N * packed(4, z.qg_block, s_max) + 8 * s_max;
+  return b;
+}
+
+ZeroppComm zeropp_comm_per_step(const Layout& L, DType dt, const ZeroppConfig& z, int accum) {
+  const uint64_t e = dtype_bytes(dt), N = L.world, Gn = z.node_size, K = accum;
+  ZeroppComm c;
+  // one collective that sends `bytes` (standing for `elems`) to each of `peers` ranks, `across` of them
+  // on other nodes
+  auto add = [&](uint64_t elems, uint64_t bytes, uint64_t peers, uint64_t across) {
+    c.elems += K * peers * elems;
+    c.bytes += K * peers * bytes;
+    c.bytes_across += K * across * bytes;
+  };
+  for (int u = 0; u < L.num_units(); u++) {
+    const uint64_t p = L.units[u].padded, s = p / N;
+    const uint64_t gather = z.qwz ? packed(8, z.qw_block, s) : e * s;
+    const int forward_gathers = u == L.embed_unit() ? 2 : 1;  // the embedding again for the LM head
+    for (int i = 0; i < forward_gathers; i++) add(s, gather, N - 1, N - Gn);
+    if (u != L.embed_unit()) {  // the embedding's backward needs no parameters
+      if (z.hpz > 0) add(p / z.hpz, e * p / z.hpz, z.hpz - 1, 0);  // inside my node only
+      else add(s, gather, N - 1, N - Gn);
+    }
+    add(s, z.qgz ? packed(4, z.qg_block, s) : e * s, N - 1, N - Gn);  // the reduce-scatter
+  }
+  return c;
 }
 
 }  // namespace nz

@@ -19,7 +19,9 @@ namespace nz {
 
 // Pipeline: pipeline/train.cpp (pipeline.h); its per-stage bytes are pipeline_stage_bytes below, the
 // whole-model functions count it as stage0_ddp (every rank all units: an upper bound).
-enum class Stage { DDP, Z1, Z2, Z3, Offload, Pipeline, Infinity };
+// ZeroPP: zeropp/train.cpp, stage3 with ZeRO++'s quantized and node-local collectives; the
+// whole-model functions count it as stage3, and zeropp_bytes below adds what ZeRO++ adds.
+enum class Stage { DDP, Z1, Z2, Z3, Offload, Pipeline, Infinity, ZeroPP };
 const char* stage_name(Stage s);
 bool parse_stage(const std::string& s, Stage* out);
 
@@ -92,6 +94,37 @@ uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offlo
 // fp16 only (loss_scale.h): every stage agrees once per step on whether the gradients overflowed,
 // a one-element all-reduce MAX: N - 1 elements per rank per step (4 bytes each). 0 in fp32, bf16.
 uint64_t expected_overflow_flag_elems(const Layout& L, DType dt);
+
+// ---- ZeRO++ (zeropp/train.cpp, docs/zeropp.md): what it adds to stage3, for a layout padded to
+// N x block (make_layout's pad_block), with s_u = p_u / N the slice of unit u (p_u padded) ----
+struct ZeroppConfig {
+  bool qwz = false;              // int8 parameter gathers
+  int hpz = 0;                   // hpZ's node size G (0: off)
+  bool qgz = false;              // int4 gradient reduce-scatter
+  int node_size = 1;             // the simulated node: --hpz's G, --node-size, or all N ranks
+  size_t qw_block = 256, qg_block = 256;
+};
+// Model-state bytes per rank: stage3's, plus
+//   params        + e P / G                  hpZ's secondary shard: my node's 1/G of every unit
+//   comm_buffers  + (N + 1) q8(U/N)          qwZ: my slice and every rank's, as int8 + scales
+//                 + N q4(U/N) + 8 U/N        qgZ: N slices as int4 + scales, two fp32 slices (the
+//                                            sum and one rank's dequantized blocks)
+// where qb(n) = b n / 8 + 4 n / block bytes (kernels/quantize.h, packed_bytes).
+StateBytes zeropp_state_bytes(const Layout& L, DType dt, const ZeroppConfig& z);
+// What one rank sends per optimizer step in the model-state collectives (K micro-steps), with G'
+// the node size: every collective sends the same to each of the N - 1 others, G' - 1 of them
+// inside my node and N - G' across. Per micro-step, per unit u, what goes to one peer:
+//   forward gathers (every unit, the embedding twice)   q8(s_u) with qwZ, else e s_u
+//   backward gathers (every unit but the embedding)     hpZ: e p_u / G to the G - 1 others of my
+//                                                       node only; else as the forward's
+//   gradient reduce-scatter (every unit)                q4(s_u) with qgZ, else e s_u
+// With none of the three this is stage3's 3K(N-1)S elements of e bytes.
+struct ZeroppComm {
+  uint64_t elems = 0;         // the parameters the bytes stand for (the ledger's elems_sent)
+  uint64_t bytes = 0;         // all bytes sent
+  uint64_t bytes_across = 0;  // of them, to ranks on other nodes
+};
+ZeroppComm zeropp_comm_per_step(const Layout& L, DType dt, const ZeroppConfig& z, int accum);
 
 // ---- pipeline (pipeline.h): what stage s holds, with P_s = Σ padded over its units and U_s its
 // largest unit (padded for the D replicas), V x C the tied wte ----

@@ -93,8 +93,16 @@ PIPELINE_CONFIGS = [Config(4, 5, "fp32", "--pipeline 4 --schedule 1f1b"),
                     Config(4, 3, "bf16", "--pipeline 2 --schedule 1f1b")]
 
 
+# zeropp: all three of ZeRO++'s switches, in blocks small enough for the tiny model to have many;
+# 3 ranks in one node of 3, 2 ranks with accumulation 2 in bf16 and fp16 (skipped steps included)
+ZEROPP_FLAGS = "--qwz --qgz --qw-block 64 --qg-block 64"
+ZEROPP_CONFIGS = [Config(3, 1, "fp32", ZEROPP_FLAGS + " --hpz 3"), Config(3, 1, "bf16", ZEROPP_FLAGS),
+                  Config(2, 2, "fp16", ZEROPP_FLAGS + " --hpz 2"), Config(3, 3, "fp32", ZEROPP_FLAGS)]
+
+
 def configs_for(stage):
-    return {"stage3": STAGE3_CONFIGS, "pipeline": PIPELINE_CONFIGS, "infinity": INFINITY_CONFIGS}.get(stage, CONFIGS)
+    return {"stage3": STAGE3_CONFIGS, "pipeline": PIPELINE_CONFIGS, "infinity": INFINITY_CONFIGS,
+            "zeropp": ZEROPP_CONFIGS}.get(stage, CONFIGS)
 
 
 class GraderError(Exception):
@@ -664,7 +672,11 @@ def hints(ex, cfg, diffs, passed, rounding_only):
     if kinds & {"loss", "norm", "model"}:
         norm = next((d for d in diffs if d[0] == "norm"), None)
         loss = next((d for d in diffs if d[0] == "loss"), None)
-        if ex.exact and rounding_only:
+        if ex.stage == "zeropp" and not rounding_only:
+            out.append("every rank's int4 blocks of my slice, my own included, must be dequantized to fp32 "
+                       "first, then added in rank order: the sum itself is never quantized, and no rank's "
+                       "gradient skips the int4 round trip the others take")
+        elif ex.exact and rounding_only:
             out.append("almost right: the same numbers added in another order. Add in rank order 0, 1, ..., "
                        "N-1, starting from rank 0's value, in acc_t<T> (fp32 for 2-byte types), rounded once")
         elif ex.exact:

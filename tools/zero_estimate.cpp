@@ -3,6 +3,8 @@
 //   build/bin/zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision P]
 //                           [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]
 //                           [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]
+//   build/bin/zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]]
+//                           [--precision P] [--accum K] [--json] [--network INTRA,INTER [--compute-ms C]]
 //   build/bin/zero_estimate --paper-table
 //   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE]
 //
@@ -14,6 +16,11 @@
 // It also prints the elements each rank sends per optimizer step with --accum K micro-steps
 // (expected_comm_elems): flat in K for stages 0 and 1, which sum the gradient locally and reduce it
 // once; growing with K from stage2 on, which must reduce-scatter every micro-step.
+//
+// --zeropp G: stage3 against ZeRO++ (zeropp/train.cpp) on nodes of G ranks: the bytes each rank sends
+// per step, inside its node and across nodes, with each of qwZ, hpZ, qgZ alone and all three
+// (zeropp_comm_per_step), and the bytes ZeRO++ adds per rank (zeropp_state_bytes): what the ledger
+// of `mpirun -np N build/bin/zeropp --qwz --hpz G --qgz` shows, to the byte.
 //
 // --params PSI (e.g. 7.5B, 125M, 1e12) takes a raw parameter count instead of a model shape. There
 // is no unit layout then: Ψ is padded to a multiple of N (fewer than N zeros) and held in no unit,
@@ -36,6 +43,7 @@
 #include "model.h"          // presets, make_layout, activation_bytes
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
 #include "tools/zero_quiz.h"      // make_quiz, check_quiz
+#include "kernels/quantize.h"       // valid_quant_block
 
 using namespace nz;
 
@@ -166,6 +174,7 @@ void print_usage() {
   printf("usage: zero_estimate [--preset NAME | --params PSI] [--world N[,N...]] [--precision fp32|bf16|fp16]\n"
          "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]\n"
          "                     [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]\n"
+         "       zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]] ...\n"
          "       zero_estimate --paper-table\n"
          "       zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE]\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
@@ -179,6 +188,11 @@ void print_usage() {
          "  --offload      short for --stage offload: stage2 with grads shard, master, Adam on the host\n"
          "  --batch, --seq micro-batch per rank and sequence length, for the activations\n"
          "                 (default 4 and 64, or the context if shorter)\n"
+         "  --zeropp G     stage3 against ZeRO++ (qwZ, hpZ, qgZ) on nodes of G ranks: bytes per rank per step\n"
+         "                 inside and across nodes, and the bytes ZeRO++ adds per rank (docs/zeropp.md);\n"
+         "                 --qw-block, --qg-block: values per scale of int8 and int4 (default 256);\n"
+         "                 --network INTRA,INTER (GB/s) [--compute-ms C]: a time per step, C + inside/INTRA +\n"
+         "                 across/INTER (no overlap, no latency: the model's limits are in docs/zeropp.md)\n"
          "  --accum K      micro-steps per optimizer step, for the elements sent per step (default 1):\n"
          "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3, infinity\n"
          "                 3K(N-1)S\n"
@@ -230,6 +244,74 @@ void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string&
   }
 }
 
+// --zeropp G: per world size, stage3 and ZeRO++'s three techniques, alone and together.
+// --network INTRA,INTER (GB/s) and --compute-ms C: a time per step from the bytes, the simplest model
+// that says when ZeRO++ pays: each rank sends its inside-node bytes at INTRA and its across-node bytes
+// at INTER, one after the other, and nothing overlaps the compute C:
+//     step = C + inside / INTRA + across / INTER
+// It ignores latency (many small messages), the overlap of prefetched gathers with compute, links
+// shared by the ranks of a node, the collectives' algorithms (rings, trees) and the time spent
+// quantizing: an upper bound of the communication for large messages, not a prediction.
+struct Network { double intra_gbs = 0, inter_gbs = 0, compute_ms = 0; };
+
+void print_zeropp_table(const GPTConfig& cfg, const std::string& preset, const std::vector<int>& worlds, int G,
+                        size_t qw_block, size_t qg_block, DType dt, int accum, bool json, const Network& net) {
+  const bool timed = net.intra_gbs > 0;
+  auto step_ms = [&](const ZeroppComm& c) {
+    return net.compute_ms + 1e3 * (double(c.bytes - c.bytes_across) / (net.intra_gbs * 1e9) +
+                                   double(c.bytes_across) / (net.inter_gbs * 1e9));
+  };
+  struct Row { const char* name; bool qwz, hpz, qgz; };
+  const Row rows[] = {{"stage3", false, false, false}, {"qwZ", true, false, false}, {"hpZ", false, true, false},
+                      {"qgZ", false, false, true}, {"ZeRO++", true, true, true}};
+  JsonWriter j;
+  if (json) {
+    j.begin_object();
+    j.kv("model", preset), j.kv("precision", dtype_name(dt)), j.kv("accum", accum), j.kv("node_size", G);
+    j.kv("qw_block", uint64_t(qw_block)), j.kv("qg_block", uint64_t(qg_block));
+    j.key("estimates");
+    j.begin_array();
+  }
+  for (int N : worlds) {
+    if (N % G != 0)
+      user_error("--zeropp %d with --world %d: %d ranks do not make whole nodes of %d, expected a world that %d "
+                 "divides", G, N, N, G, G);
+    if (!json)
+      printf("%s, %s, N = %d in nodes of %d, accum %d, blocks of %zu (int8) and %zu (int4): bytes per rank per step\n"
+             "%-8s %14s %14s %14s %9s %14s%s\n", preset.c_str(), dtype_name(dt), N, G, accum, qw_block, qg_block,
+             "", "sent", "inside node", "across nodes", "across/3", "state added", timed ? "   step ms" : "");
+    uint64_t across3 = 0;
+    for (const Row& r : rows) {
+      const ZeroppConfig z{r.qwz, r.hpz ? G : 0, r.qgz, G, qw_block, qg_block};
+      const Layout L = make_layout(cfg, N, std::max<size_t>({1, r.qwz ? qw_block : 1, r.qgz ? qg_block : 1}));
+      const ZeroppComm c = zeropp_comm_per_step(L, dt, z, accum);
+      const uint64_t added = zeropp_state_bytes(L, dt, z).total() - expected_state_bytes(Stage::Z3, L, dt).total();
+      if (!r.qwz && !r.hpz && !r.qgz) across3 = c.bytes_across;
+      if (json) {
+        j.begin_object();
+        j.kv("world", N), j.kv("technique", r.name);
+        j.kv("comm_bytes_per_step", c.bytes), j.kv("comm_bytes_across_nodes_per_step", c.bytes_across);
+        j.kv("state_bytes_added", added);
+        if (timed) j.kv("step_ms", step_ms(c));
+        j.end_object();
+      } else {
+        printf("%-8s %14llu %14llu %14llu %9.3f %14llu", r.name, (unsigned long long)c.bytes,
+               (unsigned long long)(c.bytes - c.bytes_across), (unsigned long long)c.bytes_across,
+               across3 ? double(c.bytes_across) / double(across3) : 0.0, (unsigned long long)added);
+        if (timed) printf(" %9.3f", step_ms(c));
+        printf("\n");
+      }
+    }
+    if (!json) printf("(the paper: across nodes 3M -> 0.75M, 0.25 of stage3's, for large blocks)%s\n\n",
+                      timed ? "; step ms = compute + inside/INTRA + across/INTER, nothing overlapped" : "");
+  }
+  if (json) {
+    j.end_array();
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -245,6 +327,9 @@ int main(int argc, char** argv) {
   std::string check_file;
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
   int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
+  int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
+  long qw_block = 256, qg_block = 256;
+  Network network;  // --network INTRA,INTER in GB/s, --compute-ms
   std::string schedule = "1f1b", partition;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i], v;
@@ -281,6 +366,29 @@ int main(int argc, char** argv) {
     else if (a == "--schedule") schedule = v;
     else if (a == "--partition") partition = v;
     else if (a == "--zero") zero = v == "0" ? 0 : parse_pos(a, v, 3);  // 2, 3: refused by the plan
+    else if (a == "--zeropp") zeropp_node = parse_pos(a, v, 1 << 20);
+    else if (a == "--network") {
+      char* end = nullptr;
+      network.intra_gbs = strtod(v.c_str(), &end);
+      network.inter_gbs = *end == ',' ? strtod(end + 1, &end) : 0;
+      if (*end || !(network.intra_gbs > 0) || !(network.inter_gbs > 0) || network.intra_gbs > 1e6 ||
+          network.inter_gbs > 1e6)
+        user_error("--network %s: expected two bandwidths in GB/s, inside a node and across nodes, e.g. --network "
+                   "300,25", v.c_str());
+    } else if (a == "--compute-ms") {
+      char* end = nullptr;
+      network.compute_ms = strtod(v.c_str(), &end);
+      if (v.empty() || *end || !(network.compute_ms >= 0) || network.compute_ms > 1e9)
+        user_error("--compute-ms %s: expected the compute time of a step in milliseconds, >= 0, e.g. 120",
+                   v.c_str());
+    }
+    else if (a == "--qw-block" || a == "--qg-block") {
+      const long b = strtol(v.c_str(), nullptr, 10);
+      if (!valid_quant_block(b))
+        user_error("%s %s: values per scale, expected a power of two from 8 to 65536; e.g. %s 256", a.c_str(),
+                   v.c_str(), a.c_str());
+      (a == "--qw-block" ? qw_block : qg_block) = b;
+    }
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
   if (paper) {
@@ -343,6 +451,14 @@ int main(int argc, char** argv) {
   if (zero > 0 && pipeline == 0)
     user_error("--zero %d: only with --pipeline P (the ZeRO stages are the table's columns without it); add --pipeline",
                zero);
+  if (network.intra_gbs > 0 && zeropp_node == 0)
+    user_error("--network prices ZeRO++'s bytes: add --zeropp G (the ranks per node)");
+  if (zeropp_node > 0) {
+    if (raw) user_error("--zeropp needs a model shape (its blocks pad each unit); drop --params, use --preset");
+    print_zeropp_table(cfg, preset, worlds, zeropp_node, size_t(qw_block), size_t(qg_block), dt, accum, json,
+                       network);
+    return 0;
+  }
   if (pipeline > 0) {
     if (raw) user_error("--pipeline needs a model shape (its stages are runs of units); drop --params, use --preset");
     if (worlds.size() != 1)

@@ -30,6 +30,14 @@ void at_fatal_exit(void (*cleanup)()) {
   fatal_cleanups[i].store(cleanup);
 }
 
+// What the rooms registered with at_fatal_exit: fatal() and job_error() end the job with
+// MPI_Abort, which runs no exit handlers.
+static void run_fatal_cleanups() {
+  const int cleanups = std::min(n_fatal_cleanups.load(), kMaxCleanups);
+  for (int i = 0; i < cleanups; i++)
+    if (void (*cleanup)() = fatal_cleanups[i].load()) cleanup();
+}
+
 void fatal(const char* file, int line, const char* fmt, ...) {
   // One write of the whole line: when every rank fails at once, the first MPI_Abort may end the
   // others mid-message, and a line written in pieces would be cut after its prefix.
@@ -41,9 +49,7 @@ void fatal(const char* file, int line, const char* fmt, ...) {
   va_end(ap);
   fprintf(stderr, "%s\n", msg);
   fflush(stderr);
-  const int cleanups = std::min(n_fatal_cleanups.load(), kMaxCleanups);
-  for (int i = 0; i < cleanups; i++)
-    if (void (*cleanup)() = fatal_cleanups[i].load()) cleanup();
+  run_fatal_cleanups();
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
@@ -97,6 +103,27 @@ void run_error(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   user_error_v(rank_if_running() == 0, fmt, ap, 1);
+}
+
+void job_error(const char* fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "error: %s\n", msg);
+  fflush(stderr);
+  run_fatal_cleanups();
+  int init = 0, fin = 0, size = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) {
+    usleep(200 * 1000);  // as in fatal(): let the line through the launcher's pipe first
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (init && !fin) MPI_Finalize();
+  exit(2);
 }
 
 // No exception from a library (oneDNN, the C++ library's streams and allocator, JSON parsing) ever

@@ -1,6 +1,8 @@
 // cli.cpp — flag parsing and validation.
 #include "runtime/cli.h"
 
+#include "kernels/quantize.h"  // valid_quant_block
+
 #include <sys/stat.h>  // stat (--offload-dir)
 #include <unistd.h>
 
@@ -288,6 +290,18 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto&, auto& v) { a.partition = v; }},
       {"--zero", "0|1", "pipeline: 1 shards each stage's optimizer state over its D replicas (ZeRO-1; 2 and 3 "
        "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) { a.zero = int(parse_int(f, v, 0, 3, "0..3")); }},
+      {"--qwz", "", "zeropp: all-gather the parameters as int8 blocks, one fp32 scale per --qw-block values", nullptr},
+      {"--hpz", "G", "zeropp: simulated nodes of G ranks; a secondary parameter shard over my node's G ranks, so the "
+       "backward gathers inside the node (default 0: off)",
+       [&](auto& f, auto& v) { a.hpz = int(parse_int(f, v, 0, 1 << 20, "a whole number of ranks >= 0")); }},
+      {"--qgz", "", "zeropp: reduce-scatter the gradients as an all-to-all of int4 blocks, one fp32 scale per "
+       "--qg-block values, dequantized before the sum", nullptr},
+      {"--node-size", "G", "zeropp: the simulated node the comm ledger splits bytes by (default: --hpz's G, else all "
+       "ranks)", [&](auto& f, auto& v) { a.node_size = int(parse_int(f, v, 1, 1 << 20, "a positive number of ranks")); }},
+      {"--qw-block", "B", "zeropp --qwz: values per scale, a power of two from 8 to 65536 (default 256)",
+       [&](auto& f, auto& v) { a.qw_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
+      {"--qg-block", "B", "zeropp --qgz: values per scale, a power of two from 8 to 65536 (default 256)",
+       [&](auto& f, auto& v) { a.qg_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
       {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
        [&](auto&, auto& v) { a.ckpt_dir = v; }},
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
@@ -313,7 +327,8 @@ Args parse_args(int argc, char** argv, const char* program) {
   const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
                                                  {"--activation-checkpointing", &a.activation_checkpointing},
                                                  {"--ckpt-overwrite", &a.ckpt_overwrite},
-                                                 {"--resume-changed", &a.resume_changed}};
+                                                 {"--resume-changed", &a.resume_changed},
+                                                 {"--qwz", &a.qwz}, {"--qgz", &a.qgz}};
   auto find_flag = [&](const std::string& name) -> const Flag* {
     for (const Flag& f : flags)
       if (name == f.name) return &f;
@@ -439,14 +454,23 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
       {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
-      {"--zero", {"pipeline"}}};
+      {"--zero", {"pipeline"}},
+      {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},
+      {"--qw-block", {"zeropp"}}, {"--qg-block", {"zeropp"}}};
   for (const auto& [flag, users] : stage_flags) {
     if (!typed.count(flag) || std::find(users.begin(), users.end(), program) != users.end()) continue;
     std::string with = "build/bin/" + users[0];
     for (size_t i = 1; i < users.size(); i++) with += " or build/bin/" + users[i];
-    user_error("%s %s: %s does not use it, expected it with %s only; run %s, or drop the flag", flag,
-               typed[flag].c_str(), program, with.c_str(), with.c_str());
+    user_error("%s%s%s: %s does not use it, expected it with %s only; run %s, or drop the flag", flag,
+               typed[flag].empty() ? "" : " ", typed[flag].c_str(), program, with.c_str(), with.c_str());
   }
+  for (auto [flag, block] : {std::pair{"--qw-block", a.qw_block}, std::pair{"--qg-block", a.qg_block}})
+    if (!valid_quant_block(block))
+      user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. %s 256",
+                 a.origin(flag, std::to_string(block)).c_str(), block, flag);
+  if (a.hpz > 0 && a.node_size > 0 && a.node_size != a.hpz)
+    user_error("--node-size %d with --hpz %d: hpZ's nodes are the ledger's nodes, expected the same G; drop "
+               "--node-size", a.node_size, a.hpz);
   const bool on_disk = a.offload_to == "disk" || a.offload_param == "disk";
   if (on_disk && a.offload_dir.empty())
     user_error("%s disk needs --offload-dir DIR (an existing, writable directory)",

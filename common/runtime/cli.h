@@ -4,6 +4,7 @@
 // core never sees Args: the trainer turns it into each part's config struct (trainer.cpp).
 // Bad values get one line (flag, value, what is valid) and exit code 2 before anything is allocated.
 #pragma once
+#include <algorithm>  // std::max
 #include <map>
 #include <string>
 #include <vector>
@@ -81,6 +82,20 @@ struct Args {
   std::string schedule = "1f1b";     // pipeline: gpipe | 1f1b
   std::string partition;             // pipeline: the first unit of stages 1..P-1 ("" : balance parameters)
   int zero = 0;                      // pipeline: ZeRO inside each stage's replicas (0 or 1; 2 and 3 refused)
+  // zeropp (ZeRO++): int8 weight gathers, a node-local secondary shard, int4 gradient reduction
+  bool qwz = false;                  // qwZ: all-gather the parameters as int8 blocks
+  int hpz = 0;                       // hpZ: nodes of G ranks; backward gathers inside the node (0: off)
+  bool qgz = false;                  // qgZ: reduce-scatter the gradients as int4 blocks (all-to-all)
+  int node_size = 0;                 // the simulated node the comm ledger splits by (0: --hpz's, else all)
+  long qw_block = 256, qg_block = 256;  // values per fp32 scale (powers of two)
+  // zeropp: the block every unit's slices are whole multiples of (units padded to N x this); 1 when
+  // nothing is quantized
+  size_t quant_pad_block() const {
+    size_t b = 1;
+    if (qwz) b = std::max(b, size_t(qw_block));
+    if (qgz) b = std::max(b, size_t(qg_block));
+    return b;
+  }
   bool quiet = false;                // no per-step lines (tests)
   bool activation_checkpointing = false;  // keep block inputs only; recompute each block in its backward
   // checkpoints and fault tolerance (docs/checkpoints.md)

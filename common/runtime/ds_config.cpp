@@ -227,10 +227,12 @@ struct Reader {
   }
 };
 
-// The binary that runs a config's ZeRO stage (with or without offload_optimizer, offload_param).
-std::string binary_for(long long stage, bool offload, bool param_offload) {
+// The binary that runs a config's ZeRO stage (with or without offload_optimizer, offload_param, or
+// ZeRO++'s keys).
+std::string binary_for(long long stage, bool offload, bool param_offload, bool zeropp) {
   if (param_offload) return "infinity";
   if (offload) return "offload";
+  if (zeropp) return "zeropp";
   return stage == 0 ? "stage0_ddp" : "stage" + std::to_string(stage);
 }
 
@@ -310,11 +312,13 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
   // ---- ZeRO stage and offload: which binary runs this config ----
   long long stage = 0;
   bool offload = false, param_offload = false;
+  bool zeropp = false;  // one of ZeRO++'s keys is on: build/bin/zeropp (stage 3 with them)
   if (c.contains("zero_optimization") && c["zero_optimization"].is_boolean()) {
     stage = c["zero_optimization"].get<bool>() ? 1 : 0;  // DeepSpeed's old spelling: true is stage 1
   } else if (c.contains("zero_optimization")) {
     const json& z = c["zero_optimization"];
-    r.only(z, "zero_optimization", {"stage", "offload_optimizer", "offload_param", "cpu_offload"});
+    r.only(z, "zero_optimization", {"stage", "offload_optimizer", "offload_param", "cpu_offload",
+                                    "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"});
     if (z.contains("stage")) stage = r.whole(z["stage"], "zero_optimization.stage", 0, 3);
     // ZeRO-Infinity's parameter offload (device cpu or nvme): build/bin/infinity, whose optimizer
     // state goes where the parameters go
@@ -345,6 +349,26 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
         r.note(p_key, "device none: DeepSpeed keeps the parameters on the device, as here: ignored");
       }
     }
+    // ZeRO++ (docs/zeropp.md): qwZ, hpZ (a partition size of 1, DeepSpeed's default, is off), qgZ
+    for (auto [key, flag] : {std::pair{"zero_quantized_weights", "--qwz"}, std::pair{"zero_quantized_gradients", "--qgz"}})
+      if (z.contains(key) && r.boolean(z[key], std::string("zero_optimization.") + key)) {
+        r.flag(flag, "true", std::string("zero_optimization.") + key, "true");
+        zeropp = true;
+      }
+    if (z.contains("zero_hpz_partition_size")) {
+      const long long G = r.whole(z["zero_hpz_partition_size"], "zero_optimization.zero_hpz_partition_size", 1, 1 << 20);
+      if (G > 1) {
+        r.flag("--hpz", std::to_string(G), "zero_optimization.zero_hpz_partition_size", std::to_string(G));
+        zeropp = true;
+      }
+    }
+    if (zeropp && stage != 3)
+      r.fail("zero_optimization", "ZeRO++'s keys with stage " + std::to_string(stage) + ", expected stage 3: ZeRO++ "
+             "builds on it; set zero_optimization.stage to 3, or remove the zero_quantized_* and zero_hpz_* keys");
+    if (zeropp && param_offload)
+      r.fail(p_key, "device " + param_device + " with ZeRO++'s keys, expected one of them: build/bin/infinity "
+                    "and build/bin/zeropp are separate rungs; remove offload_param, or the zero_quantized_* and "
+                    "zero_hpz_* keys");
     if (z.contains("offload_optimizer")) {
       const std::string o_key = "zero_optimization.offload_optimizer";
       const json& o = z["offload_optimizer"];
@@ -441,12 +465,12 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
            "gradient, but in a pipeline a unit's gradient accumulates over micro-batches whose backwards arrive at "
            "different times, so it cannot be sharded away after each one, expected 0 or 1; set it to 1");
   if (pipeline && stage == 1) r.flag("--zero", "1", "zero_optimization.stage", "1");
-  const std::string want = pipeline ? "pipeline" : binary_for(stage, offload, param_offload);
+  const std::string want = pipeline ? "pipeline" : binary_for(stage, offload, param_offload, zeropp);
   if (want != program)
     user_error("--config %s: a config for ZeRO stage %lld%s, and this is %s, expected build/bin/%s; run build/bin/%s "
                "with it", path.c_str(), stage,
-               param_offload ? " with offload_param" : offload ? " with offload_optimizer" : "", program.c_str(),
-               want.c_str(), want.c_str());
+               param_offload ? " with offload_param" : offload ? " with offload_optimizer" : zeropp ? " with ZeRO++'s keys" : "",
+               program.c_str(), want.c_str(), want.c_str());
 
   // ---- the optimizer: AdamW (DeepSpeed's "Adam" is AdamW too, its adam_w_mode on by default) ----
   // Without the section DeepSpeed steps the client's optimizer: this project's AdamW and its flags.

@@ -66,9 +66,12 @@ inline std::string mutant_dir() {
   return d && *d ? d : "build/mutants/bin";
 }
 
-// The path of a trainer or tool by name: mutant_* from mutant_dir(), the rest from bin_dir().
+// The path of a trainer or tool by name: the test-only trainers (mutant_*, and the references built
+// for a test, *_reference) from mutant_dir(), the rest from bin_dir().
 inline std::string program_path(const std::string& name) {
-  return (name.rfind("mutant_", 0) == 0 ? mutant_dir() : bin_dir()) + "/" + name;
+  const bool test_only = name.rfind("mutant_", 0) == 0 ||
+                         (name.size() > 10 && name.compare(name.size() - 10, 10, "_reference") == 0);
+  return (test_only ? mutant_dir() : bin_dir()) + "/" + name;
 }
 
 // The rungs of the ladder, in order: stages.txt (the one list the Makefile and the scripts read

@@ -46,12 +46,14 @@ check_lesson stage2 offload 60
 check_lesson stage0_ddp pipeline 240
 # infinity is stage3 with its slices off the device: the copies up and down, the host optimizer
 check_lesson stage3 infinity 100
+# ZeRO++ beside stage3: three marked blocks (qwZ, hpZ, qgZ), each a switch
+check_lesson stage3 zeropp 140
 
 # Readable on a projector: every line of the five trainers fits 99 columns, so every line of a diff
 # between two of them (one more, for the +/-/space) fits 100. The trainers mirror each other, so
 # they are wrapped alike and a neighbour diff shows the idea, not the wrapping.
 wide=$(python3 - stage0_ddp/train.cpp stage1/train.cpp stage2/train.cpp stage3/train.cpp offload/train.cpp \
-  infinity/train.cpp <<'PY'
+  infinity/train.cpp zeropp/train.cpp <<'PY'
 import sys
 for f in sys.argv[1:]:
     for n, line in enumerate(open(f, encoding="utf-8"), 1):

@@ -166,8 +166,13 @@ TEST(DsConfig, FlagsOverrideTheFileAndTheBatchMustAgree) {
 TEST(DsConfig, BadConfigsAreOneLineExit2) {
   expect_one_line_error("stage1", write_config("unknown", R"({"sparse_attention": {}, "zero_optimization": {"stage": 1}})"),
                         kRun, "sparse_attention: unknown or unsupported key");
-  expect_one_line_error("stage2", write_config("nested", R"({"zero_optimization": {"stage": 2, "zero_hpz_partition_size": 8}})"),
-                        kRun, "zero_optimization.zero_hpz_partition_size: unknown or unsupported key");
+  expect_one_line_error("stage3", write_config("nested", R"({"zero_optimization": {"stage": 3, "mics_shard_size": 8}})"),
+                        kRun, "zero_optimization.mics_shard_size: unknown or unsupported key");
+  // ZeRO++'s keys (zeropp) build on stage 3
+  expect_one_line_error("stage2", write_config("zeropp2", R"({"zero_optimization": {"stage": 2, "zero_hpz_partition_size": 8}})"),
+                        kRun, "zero_optimization: ZeRO++'s keys with stage 2, expected stage 3");
+  expect_one_line_error("stage3", write_config("zeropp3", R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})"),
+                        kRun, "a config for ZeRO stage 3 with ZeRO++'s keys, and this is stage3, expected build/bin/zeropp");
   expect_one_line_error("stage2", "configs/stage1.json", kRun, "run build/bin/stage1 with it");
   expect_one_line_error("stage2", "configs/cpu_offload.json", kRun, "run build/bin/offload with it");
   expect_one_line_error("offload", "configs/stage2.json", kRun, "run build/bin/stage2 with it");

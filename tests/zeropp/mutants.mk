@@ -1,0 +1,58 @@
+# tests/zeropp/mutants.mk — deliberately broken copies of zeropp, for the tests of the tests:
+# tests/zeropp/test_zeropp.cpp runs each one and requires the bit-for-bit checks (against the
+# fake-quant reference, or stage3 for hpZ) to see the bug. `make tests` builds them into $(BUILD)/mutants/bin/.
+#
+#   sum_kept_quantized    qgZ's running sum is quantized to int4 again after every addition (what a
+#                         ring reduce of quantized blocks does): the error accumulates, instead of
+#                         every block being dequantized before one fp32 sum
+#   per_tensor_scale      one scale per slice of a unit instead of one per block (int8 and int4)
+#   own_slice_exact       qgZ adds this rank's own slice unquantized (only the others' go through int4)
+#   hpz_stale             hpZ's secondary shard is filled in the first step only, never refreshed after
+#                         an optimizer step: the backward computes with the parameters of step 1
+#   bf16_read_as_fp16     qwZ quantizes bf16 parameters reading their bits as fp16 (DeepSpeed's bug)
+#
+# Each sed must change exactly ZEROPP_MUTANT_LINES_<name> lines: if a change to zeropp makes a
+# pattern miss, the build stops and names the mutant to fix.
+#   nan_in_params         not a bug but a fault: rank 1 puts a NaN in its parameter slice before step 2's
+#                         forward; --qwz must stop the job with one line and exit code 2
+ZEROPP_MUTANTS := sum_kept_quantized per_tensor_scale own_slice_exact hpz_stale bf16_read_as_fp16 nan_in_params
+ZEROPP_MUTANT_SED_sum_kept_quantized := \
+  -e 's/^\( *\)if (r > 0) for (size_t i = 0; i < n; i++) sum\[i\] += part\[i\];$$/\1if (r > 0) { for (size_t i = 0; i < n; i++) sum[i] += part[i]; quantize_packed(qg, DType::F32, sum, n, slot); dequantize_packed(qg, slot, n, DType::F32, sum); }/'
+ZEROPP_MUTANT_LINES_sum_kept_quantized := 1
+ZEROPP_MUTANT_SED_per_tensor_scale := \
+  -e 's/const BlockQuant qw{8, zpp.qw_block}, qg{4, zpp.qg_block};/const BlockQuant qw{8, L.max_unit_padded}, qg{4, L.max_unit_padded};/'
+ZEROPP_MUTANT_LINES_per_tensor_scale := 1
+ZEROPP_MUTANT_SED_own_slice_exact := \
+  -e 's/^\( *\)dequantize_packed(qg, slot + r \* wire, n, DType::F32, r == 0 ? sum : part);$$/\1if (r == rank) to_f32(dt, elem_ptr(bucket, r * n, e), n, r == 0 ? sum : part); else dequantize_packed(qg, slot + r * wire, n, DType::F32, r == 0 ? sum : part);/'
+ZEROPP_MUTANT_LINES_own_slice_exact := 1
+ZEROPP_MUTANT_SED_hpz_stale := \
+  -e 's/^\( *\)refresh_secondary(u, p); /\1if (step == run.first_step()) refresh_secondary(u, p); /'
+ZEROPP_MUTANT_LINES_hpz_stale := 1
+ZEROPP_MUTANT_SED_bf16_read_as_fp16 := \
+  -e 's/quantize_finite(qw, dt, my_P(u), n,/quantize_finite(qw, dt == DType::BF16 ? DType::F16 : dt, my_P(u), n,/'
+ZEROPP_MUTANT_LINES_bf16_read_as_fp16 := 1
+ZEROPP_MUTANT_SED_nan_in_params := \
+  -e 's/^\( *\)run.phase("forward");$$/\1run.phase("forward"); if (step == 1 \&\& rank == 1) static_cast<float*>(params.data())[5] = NAN;/'
+ZEROPP_MUTANT_LINES_nan_in_params := 1
+
+ZEROPP_MUTANT_BINS := $(ZEROPP_MUTANTS:%=$(BUILD)/mutants/bin/mutant_zeropp_%)
+EXTRA_BINS += $(ZEROPP_MUTANT_BINS)
+
+ZEROPP_MUTANT_SRCS := $(ZEROPP_MUTANTS:%=$(BUILD)/mutants/mutant_zeropp_%.cpp)
+$(ZEROPP_MUTANT_SRCS): $(BUILD)/mutants/mutant_zeropp_%.cpp: zeropp/train.cpp tests/zeropp/mutants.mk
+	@mkdir -p $(dir $@)
+	@sed $(ZEROPP_MUTANT_SED_$*) $< >$@.tmp
+	@n=$$(diff $< $@.tmp | grep -c '^>'); if [ "$$n" != "$(ZEROPP_MUTANT_LINES_$*)" ]; then \
+	  echo "tests/zeropp/mutants.mk: mutant_zeropp_$* must change $(ZEROPP_MUTANT_LINES_$*) lines of $<, but its"; \
+	  echo "  sed changed $$n: zeropp was changed; update ZEROPP_MUTANT_SED_$*"; \
+	  rm -f $@.tmp; exit 1; fi
+	@mv $@.tmp $@
+	@echo "mutant_zeropp_$*:"; diff $< $@ | grep '^>' | sed 's/^> */  /'
+
+$(ZEROPP_MUTANTS:%=$(BUILD)/obj/mutants/mutant_zeropp_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(ZEROPP_MUTANT_BINS): $(BUILD)/mutants/bin/%: $(BUILD)/obj/mutants/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@

@@ -1,0 +1,336 @@
+// test_zeropp.cpp — ZeRO++ (zeropp/train.cpp) held to exact references, run under mpirun as a
+// learner runs it. What must hold:
+//   - the equality matrix, bit for bit (every step's loss and grad norm, and the saved model):
+//       --hpz G alone             = stage3 (it moves no number differently)
+//       --qwz, --qgz, all three   = the fake-quant reference (tests/zeropp/fake_quant_ddp.cpp:
+//                                   stage0_ddp's replicas with the parameters, or each rank's
+//                                   gradient, quantized and dequantized in the same blocks)
+//     at N = 4 with accumulation 2, N = 3 (padding), in bf16 and fp16 (skipped steps included); and
+//     the quantization really acts;
+//   - deliberately broken copies (tests/zeropp/mutants.mk) fail it;
+//   - bytes on the wire, per rank and step, to the byte: the comm ledger of a real run at N = 8,
+//     G = 4 = the formula written out below = zero_formulas' (inside a node and across nodes), and
+//     the headline: across-node bytes, stage3 against ZeRO++;
+//   - memory: hpZ's secondary shard and the quantization buffers in the ledger = the formula;
+//   - bad input: one line, exit 2.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "harness.h"
+
+using namespace nzt;
+
+namespace {
+
+const std::string kFlags =
+    "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --clip 0.5 ";
+const std::string kBlocks = " --qw-block 64 --qg-block 64";  // small blocks: the tiny model has many
+const int kSteps = 4;
+
+const RunResult& run(const std::string& trainer, int N, int accum, const std::string& extra,
+                     const std::string& prec = "fp32", int steps = kSteps) {
+  static std::map<std::string, RunResult> done;
+  // fp16: the loss scale of the stages' tests (harness.h): the first steps overflow and are skipped
+  const std::string flags = kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) +
+                            " --precision " + prec + fp16_flags(prec, accum) + " " + extra;
+  const std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
+  auto it = done.find(key);
+  if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec)).first;
+  return it->second;
+}
+
+// zeropp and its reference for one combination of the three
+struct Pair {
+  std::string zeropp_flags, reference;  // reference: "stage3" or the fake-quant reference's flags
+};
+int steps_of(const std::string& prec) { return prec == "fp16" ? 8 : kSteps; }  // fp16: past the skipped ones
+const RunResult& reference_of(const Pair& p, int N, int K, const std::string& prec) {
+  if (p.reference == "stage3") return run("stage3", N, K, "", prec, steps_of(prec));
+  return run("zeropp_reference", N, K, p.reference + kBlocks, prec, steps_of(prec));
+}
+
+std::string describe(const Verdict& v) { return v.str(); }
+
+}  // namespace
+
+TEST(Zeropp, EqualityMatrixBitForBit) {
+  struct Case { int N, K; std::string prec; Pair p; };
+  const std::vector<Case> cases = {
+      {4, 2, "fp32", {"", "stage3"}},  // none of the three: stage3 itself
+      {4, 2, "fp32", {"--hpz 2", "stage3"}},
+      {4, 2, "fp32", {"--qwz" + kBlocks, "--qwz"}},
+      {4, 2, "fp32", {"--qgz" + kBlocks, "--qgz"}},
+      {4, 2, "fp32", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
+      {3, 1, "fp32", {"--qwz --hpz 3 --qgz" + kBlocks, "--qwz --qgz"}},
+      {2, 1, "bf16", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
+      // fp16: an overflowing gradient block dequantizes to NaN, so the step is skipped as in stage3
+      {2, 1, "fp16", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("zeropp " + c.p.zeropp_flags + " N=" + std::to_string(c.N) + " accum=" + std::to_string(c.K) + " " +
+                 c.prec);
+    const RunResult& ref = reference_of(c.p, c.N, c.K, c.prec);
+    const RunResult& z = run("zeropp", c.N, c.K, c.p.zeropp_flags, c.prec, steps_of(c.prec));
+    ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    ASSERT_EQ(z.exit_code, 0) << z.output;
+    ASSERT_EQ(step_values(z.report, "loss").size(), size_t(steps_of(c.prec)));
+    if (c.prec == "fp16") {
+      EXPECT_GT(skipped_steps(z.report), 0) << "the fp16 case must skip some steps";
+      EXPECT_LT(skipped_steps(z.report), steps_of(c.prec)) << "and train in others";
+    }
+    const Verdict v = compare_runs(ref, z);
+    printf("zeropp %-32s N=%d accum=%d %s = %s: %s\n", c.p.zeropp_flags.c_str(), c.N, c.K, c.prec.c_str(),
+           c.p.reference == "stage3" ? "stage3" : ("reference " + c.p.reference).c_str(), describe(v).c_str());
+    EXPECT_TRUE(v.identical()) << describe(v);
+  }
+  // The quantization acts: with it the run is another run (else the equalities above prove nothing).
+  const Verdict q = compare_runs(run("stage3", 4, 2, ""), run("zeropp", 4, 2, "--qwz --hpz 2 --qgz" + kBlocks));
+  EXPECT_FALSE(q.losses_equal || q.model_equal) << "ZeRO++'s quantization changed nothing: " << describe(q);
+  printf("ZeRO++ against stage3 (not equal, as it must be): %s\n", describe(q).c_str());
+}
+
+// The tests of the tests: each broken copy trains, and its own equality check reports it.
+TEST(Zeropp, BrokenVariantsAreCaught) {
+  struct Mutant { const char* name; int N, K; std::string prec; Pair p; };
+  const std::vector<Mutant> mutants = {
+      {"sum_kept_quantized", 4, 2, "fp32", {"--qgz" + kBlocks, "--qgz"}},
+      {"per_tensor_scale", 4, 2, "fp32", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
+      {"own_slice_exact", 4, 2, "fp32", {"--qgz" + kBlocks, "--qgz"}},
+      {"hpz_stale", 4, 2, "fp32", {"--hpz 2", "stage3"}},
+      {"bf16_read_as_fp16", 2, 1, "bf16", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
+  };
+  for (const Mutant& m : mutants) {
+    const std::string bin = std::string("mutant_zeropp_") + m.name;
+    SCOPED_TRACE(bin);
+    const RunResult& ref = reference_of(m.p, m.N, m.K, m.prec);
+    ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    const RunResult& r = run(bin, m.N, m.K, m.p.zeropp_flags, m.prec, steps_of(m.prec));
+    if (r.exit_code != 0) {  // a broken run that cannot finish is caught too (bf16 read as fp16: NaN)
+      printf("%-20s stops: %s\n", m.name, r.output.substr(r.output.find("error:") == std::string::npos
+                                                               ? 0 : r.output.find("error:"), 140).c_str());
+      continue;
+    }
+    const Verdict v = compare_runs(ref, r);
+    printf("%-20s %s\n", m.name, describe(v).c_str());
+    EXPECT_FALSE(v.identical()) << bin << " passes the equality check";
+  }
+}
+
+namespace {
+
+// Sizes for ZeRO++'s layout, recomputed from the report's unit list: each unit padded to a multiple
+// of N x block (block 1 when nothing is quantized).
+Sizes zeropp_sizes(const Json& report, int N, uint64_t block) {
+  Sizes z;
+  const uint64_t m = N * block;
+  for (const Json& u : report["units"].arr) {
+    z.padded.push_back((u["numel"].u() + m - 1) / m * m);
+    z.P += z.padded.back();
+    z.S += z.padded.back() / N;
+    z.U = std::max(z.U, z.padded.back());
+  }
+  return z;
+}
+// n values packed as `bits`-bit codes and one fp32 scale per block of 64 (kernels/quantize.h)
+uint64_t packed(int bits, uint64_t n) { return n * bits / 8 + 4 * ((n + 63) / 64); }
+
+struct Bytes { uint64_t total = 0, across = 0; };
+
+}  // namespace
+
+// N = 8 ranks in 2 simulated nodes of G = 4, bf16 (e = 2, the paper's fp16 bytes), one step:
+// the comm ledger against the formula written out here, term by term, per rank.
+//   stage3 (zeropp with none of the three; --node-size 4 only splits the ledger): every collective
+//   sends e s_u to each of the N - 1 others, N - G of them on the other node:
+//       gathers: forward every unit + the embedding again, backward every unit but the embedding;
+//       one reduce-scatter per unit: 3 (N-1) e S in all, 3 (N-G) e S across.
+//   ZeRO++ (--qwz --hpz 4 --qgz, blocks of 64): forward gathers send q8(s_u) = s_u + 4 s_u/64
+//   to each peer; backward gathers e p_u / G to the G - 1 others of my node only; the
+//   reduce-scatter is an all-to-all of q4(s_u) = s_u / 2 + 4 s_u / 64 to each peer.
+TEST(Zeropp, BytesOnTheWireEqualTheFormulaInsideAndAcrossNodes) {
+  const int N = 8, G = 4;
+  const uint64_t e = 2;
+  const RunResult& z3 = run("zeropp", N, 1, "--node-size 4", "bf16", 1);
+  const RunResult& zpp = run("zeropp", N, 1, "--qwz --hpz 4 --qgz" + kBlocks, "bf16", 1);
+  ASSERT_EQ(z3.exit_code, 0) << z3.output;
+  ASSERT_EQ(zpp.exit_code, 0) << zpp.output;
+  // stage3
+  const Sizes a = zeropp_sizes(z3.report, N, 1);
+  const uint64_t s_E3 = a.padded[0] / N;
+  Bytes want3;
+  want3.total = (N - 1) * e * ((a.S + s_E3) + (a.S - s_E3) + a.S);
+  want3.across = (N - G) * e * ((a.S + s_E3) + (a.S - s_E3) + a.S);
+  // ZeRO++
+  const Sizes b = zeropp_sizes(zpp.report, N, 64);
+  Bytes want;
+  uint64_t gathers = 0, gathers_across = 0, rs = 0, rs_across = 0;
+  for (int u = 0; u < b.units(); u++) {
+    const uint64_t p = b.padded[u], s = p / N;
+    const int forward = u == 0 ? 2 : 1;  // the embedding again for the LM head
+    gathers += forward * (N - 1) * packed(8, s);
+    gathers_across += forward * (N - G) * packed(8, s);
+    if (u != 0) gathers += (G - 1) * e * p / G;  // hpZ: inside the node
+    rs += (N - 1) * packed(4, s);
+    rs_across += (N - G) * packed(4, s);
+  }
+  want.total = gathers + rs;
+  want.across = gathers_across + rs_across;
+  for (auto [r, w, name] : {std::tuple{&z3, want3, "stage3"}, std::tuple{&zpp, want, "ZeRO++"}}) {
+    SCOPED_TRACE(name);
+    const Json& f = (*r).report["zeropp"];
+    EXPECT_EQ(f["comm_bytes_per_step"].u(), w.total) << "zero_formulas.cpp against the formula here";
+    EXPECT_EQ(f["comm_bytes_across_nodes_per_step"].u(), w.across) << "zero_formulas.cpp against the formula here";
+    for (const Json& s : (*r).report["steps_log"].arr) {
+      EXPECT_EQ(s["comm_bytes"].u(), w.total) << "rank 0's ledger, step " << s["step"].u();
+      EXPECT_EQ(s["comm_bytes_across_nodes"].u(), w.across) << "rank 0's ledger, step " << s["step"].u();
+    }
+    // every rank, by collective (the run's totals: the step, then validation's and the model file's exact
+    // gathers): the reduce-scatter's all-to-all is the step's alone, the gathers the same on every rank
+    const Json& c0 = (*r).report["ranks"][0]["comm"];
+    for (const Json& rank : (*r).report["ranks"].arr) {
+      const Json& c = rank["comm"];
+      const unsigned long long rk = rank["rank"].u();
+      if (r == &zpp) {
+        EXPECT_EQ(c["all_to_all"]["bytes_sent"].u(), rs) << "rank " << rk;
+        EXPECT_EQ(c["all_to_all"]["bytes_across_nodes"].u(), rs_across) << "rank " << rk;
+        EXPECT_EQ(c["reduce_scatter"]["bytes_sent"].u(), 0u) << "rank " << rk;
+      } else {
+        EXPECT_EQ(c["reduce_scatter"]["bytes_sent"].u(), (N - 1) * e * a.S) << "rank " << rk;
+        EXPECT_EQ(c["reduce_scatter"]["bytes_across_nodes"].u(), (N - G) * e * a.S) << "rank " << rk;
+      }
+      EXPECT_EQ(c["all_gather"]["bytes_sent"].u(), c0["all_gather"]["bytes_sent"].u()) << "rank " << rk;
+      EXPECT_EQ(c["all_gather"]["bytes_across_nodes"].u(), c0["all_gather"]["bytes_across_nodes"].u()) << "rank " << rk;
+    }
+  }
+  // the parts: forward gathers, backward gathers, gradients, across nodes
+  const uint64_t fwd3 = (N - G) * e * (a.S + s_E3), bwd3 = (N - G) * e * (a.S - s_E3), rs3 = (N - G) * e * a.S;
+  printf("across nodes, bytes per rank per step: forward gathers %llu -> %llu (%.3f; paper 0.5), backward gathers "
+         "%llu -> 0 (paper 0), gradients %llu -> %llu (%.3f; paper 0.25)\n",
+         (unsigned long long)fwd3, (unsigned long long)gathers_across, double(gathers_across) / double(fwd3),
+         (unsigned long long)bwd3, (unsigned long long)rs3, (unsigned long long)rs_across,
+         double(rs_across) / double(rs3));
+  // zero_estimate --zeropp prints the same numbers without running anything
+  std::string est;
+  ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --zeropp 4 --preset tiny --world 8 --precision bf16 --qw-block 64 "
+                        "--qg-block 64 --json --network 100,10 --compute-ms 5", &est), 0) << est;
+  const Json ej = Json::parse(est);
+  for (const Json& row : ej["estimates"].arr) {
+    const std::string t = row["technique"].str;
+    if (t != "stage3" && t != "ZeRO++") continue;
+    const Bytes& w = t == "stage3" ? want3 : want;
+    EXPECT_EQ(row["comm_bytes_per_step"].u(), w.total) << "zero_estimate " << t;
+    EXPECT_EQ(row["comm_bytes_across_nodes_per_step"].u(), w.across) << "zero_estimate " << t;
+    // the network model: 5 ms of compute, inside bytes at 100 GB/s, across bytes at 10 GB/s, in turn
+    const double ms = 5 + 1e3 * (double(w.total - w.across) / 100e9 + double(w.across) / 10e9);
+    EXPECT_NEAR(row["step_ms"].d(), ms, 1e-9 * ms) << "zero_estimate --network " << t;
+  }
+  const double ratio = double(want.across) / double(want3.across);
+  printf("N=8, G=4, bf16, blocks of 64, per rank per step: stage3 sends %llu bytes, %llu across nodes; ZeRO++ %llu, "
+         "%llu across nodes: %.3f of stage3's (the paper's 0.75M / 3M = 0.25 for large blocks)\n",
+         (unsigned long long)want3.total, (unsigned long long)want3.across, (unsigned long long)want.total,
+         (unsigned long long)want.across, ratio);
+  // 0.25 in the paper's limit (large blocks, one gather of every unit per pass); here the scales add
+  // 4/64 byte per value, and the forward gathers the embedding twice (a quarter of the tiny model)
+  EXPECT_GT(ratio, 0.25);
+  EXPECT_LT(ratio, 0.35);
+}
+
+// Memory per rank, to the byte (bf16: e = 2), in the same two runs: stage3's formula (S, U from
+// ZeRO++'s padded layout) plus
+//   params        + e P / G                      hpZ's secondary shard
+//   comm_buffers  + (N + 1) q8(U/N)              qwZ: my slice and every rank's, int8 + scales
+//                 + N q4(U/N) + 2 * 4 U/N        qgZ: a slice per rank in int4, two fp32 slices
+TEST(Zeropp, LedgerHoldsTheSecondaryShardAndQuantizationBuffers) {
+  const int N = 8, G = 4;
+  const uint64_t e = 2;
+  const RunResult& zpp = run("zeropp", N, 1, "--qwz --hpz 4 --qgz" + kBlocks, "bf16", 1);
+  ASSERT_EQ(zpp.exit_code, 0) << zpp.output;
+  const Sizes b = zeropp_sizes(zpp.report, N, 64);
+  const uint64_t s = b.U / N;
+  const std::map<std::string, uint64_t> want = {
+      {"params", e * b.S + e * b.P / G},
+      {"grads", e * b.S},
+      {"master", 4 * b.S},
+      {"adam_m", 4 * b.S},
+      {"adam_v", 4 * b.S},
+      {"comm_buffers", e * b.U + (N + 1) * packed(8, s) + N * packed(4, s) + 8 * s}};
+  for (const Json& rank : zpp.report["ranks"].arr)
+    for (auto& [cat, bytes] : want)
+      EXPECT_EQ(rank["ledger"]["device"]["peak"][cat].u() + rank["ledger"]["host"]["peak"][cat].u(), bytes)
+          << "rank " << rank["rank"].u() << " " << cat;
+  for (auto& [cat, bytes] : want) EXPECT_EQ(zpp.report["formula"][cat].u(), bytes) << "zero_formulas.cpp: " << cat;
+  EXPECT_EQ(zpp.report["zeropp"]["pad_block"].u(), 64u) << "the report says how the units are padded";
+  printf("N=8, G=4, bf16: hpZ's secondary shard %llu bytes per rank (eP/G), quantization buffers %llu bytes\n",
+         (unsigned long long)(e * b.P / G), (unsigned long long)(want.at("comm_buffers") - e * b.U));
+}
+
+TEST(Zeropp, BadInputIsOneLineAndExitCodeTwo) {
+  struct Bad { std::string bin; int N; std::string flags, says; int code; };
+  const std::vector<Bad> bad = {
+      {"zeropp", 2, "--qwz --qw-block 100", "error: --qw-block 100: 100 values per scale, expected a power of two", 2},
+      {"zeropp", 2, "--qgz --qg-block 4", "error: --qg-block 4: 4 values per scale, expected a power of two", 2},
+      {"zeropp", 4, "--hpz 3", "error: --hpz 3: the 4 ranks do not make whole nodes of 3", 2},
+      {"stage3", 2, "--qgz", "error: --qgz: stage3 does not use it", 2},
+      {"mutant_zeropp_nan_in_params", 2, "--qwz", "error: qwZ: embed's parameters: element 5 is NaN", 2},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.bin + " " + b.flags);
+    std::string out;
+    const int code = run_command("timeout -k 5 120 mpirun -np " + std::to_string(b.N) + " " + program_path(b.bin) +
+                                     " " + kFlags + "--steps 3 --quiet " + b.flags, &out);
+    EXPECT_EQ(code, b.code) << out;
+    EXPECT_NE(out.find(b.says), std::string::npos) << out;
+    size_t errors = 0;
+    for (size_t at = out.find("error:"); at != std::string::npos; at = out.find("error:", at + 1)) errors++;
+    EXPECT_EQ(errors, 1u) << "one line, from one rank: " << out;
+  }
+}
+
+// DeepSpeed's keys (common/runtime/ds_config.cpp): zero_quantized_weights, zero_hpz_partition_size and
+// zero_quantized_gradients on stage 3 are --qwz, --hpz G, --qgz, to the bit; with another stage, refused.
+TEST(Zeropp, DeepSpeedKeysAreTheFlags) {
+  const std::string dir = temp_dir();
+  auto write = [&](const std::string& name, int stage) {
+    const std::string path = dir + "/" + name;
+    FILE* f = fopen(path.c_str(), "w");
+    fprintf(f, "{\"zero_optimization\": {\"stage\": %d, \"zero_quantized_weights\": true, "
+               "\"zero_hpz_partition_size\": 2, \"zero_quantized_gradients\": true}}\n", stage);
+    fclose(f);
+    return path;
+  };
+  const RunResult& flags = run("zeropp", 4, 2, "--qwz --hpz 2 --qgz" + kBlocks);
+  // without a scheduler section a config means a constant rate: the flags run's schedule is named
+  const RunResult& config = run("zeropp", 4, 2, "--config " + write("zpp.json", 3) + " --lr-schedule cosine" + kBlocks);
+  ASSERT_EQ(config.exit_code, 0) << config.output;
+  const Verdict v = compare_runs(flags, config);
+  EXPECT_TRUE(v.identical()) << describe(v);
+  EXPECT_TRUE(config.report["zeropp"]["qwz"].b && config.report["zeropp"]["qgz"].b);
+  EXPECT_EQ(config.report["zeropp"]["hpz"].u(), 2u);
+  std::string out;
+  const int code = run_command("mpirun -np 2 " + bin_dir() + "/zeropp --config " + write("z2.json", 2) + " " + kFlags +
+                                   "--steps 1 --quiet", &out);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("error: --config " + dir + "/z2.json: zero_optimization: ZeRO++'s keys with stage 2, expected "
+                     "stage 3"), std::string::npos) << out;
+}
+
+// Checkpoints: an hpZ run holds stage3's state (the secondary shard is refilled by the next forward),
+// so its checkpoint resumes bit for bit in zeropp and in stage3. A quantized layout's is refused.
+TEST(Zeropp, HpzCheckpointResumesInZeroppAndStage3) {
+  const std::string dir = temp_dir() + "/zeropp_ckpt";
+  const RunResult& full = run("zeropp", 4, 1, "--hpz 2 --ckpt-dir " + dir + " --ckpt-every 2");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const std::string step2 = dir + "/step-00000002";
+  for (const std::string trainer : {"zeropp", "stage3"}) {
+    SCOPED_TRACE(trainer);
+    const RunResult& resumed = run(trainer, 4, 1, (trainer == "zeropp" ? "--hpz 2 " : "") + std::string("--resume ") + step2);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_TRUE(same_model_bits(full.model_path, resumed.model_path)) << trainer << " resumed from zeropp --hpz 2";
+  }
+  std::string out;
+  EXPECT_EQ(run_command("mpirun -np 2 " + bin_dir() + "/zeropp " + kFlags + "--steps 1 --quiet --qwz --ckpt-dir " + dir +
+                            "_q", &out), 2) << out;
+  EXPECT_NE(out.find("error: --ckpt-dir with --qwz: checkpoints of a layout padded to N x block are not built yet"),
+            std::string::npos) << out;
+}
