@@ -65,13 +65,6 @@ std::vector<double> losses_from(const Json& report, int from) {
   return out;
 }
 
-// A fresh directory under the test's scratch directory.
-std::string fresh_dir(const std::string& name) {
-  std::string d = temp_dir() + "/" + name;
-  mkdir(d.c_str(), 0755);
-  return d;
-}
-
 }  // namespace
 
 // The check value of the CRC-32C catalogue, and RFC 3720 (iSCSI) appendix B.4's vectors.

@@ -29,31 +29,6 @@ namespace {
 const std::string kTiny =
     "--preset tiny --seq 32 --batch 2 --steps 3 --lr 3e-3 --warmup 1 --clip 0.5 --eval-every 0 --eval-windows 2 ";
 
-std::string fresh_dir(const std::string& name) {
-  std::string d = temp_dir() + "/" + name;
-  mkdir(d.c_str(), 0755);
-  return d;
-}
-
-std::vector<std::string> files_in(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
-    closedir(d);
-  }
-  return names;
-}
-
-// One run per (trainer, ranks, flags) in this process: the stage3 references serve several checks.
-const RunResult& run_cached(const std::string& trainer, int N, const std::string& flags) {
-  static std::map<std::string, RunResult> cache;
-  const std::string key = trainer + " " + std::to_string(N) + " " + flags;
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, run_trainer(trainer, N, flags, "c" + std::to_string(cache.size()))).first;
-  return it->second;
-}
-
 // One point of the matrix: ranks, accumulation, precision.
 struct Case {
   int N, K;

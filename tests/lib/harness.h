@@ -1,6 +1,7 @@
 // harness.h — run a trainer or tool as a subprocess (under mpirun) and read its report.
 // Used by the integration tests: they compare whole training runs, as a learner would.
 #pragma once
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <cerrno>
@@ -51,6 +52,24 @@ inline std::string temp_dir() {
   };
   static Dir dir;
   return dir.path;
+}
+
+// A fresh, empty directory under this process's scratch directory (checkpoints, a disk tier's files).
+inline std::string fresh_dir(const std::string& name) {
+  const std::string d = temp_dir() + "/" + name;
+  (void)!system(("rm -rf '" + d + "' && mkdir -p '" + d + "'").c_str());
+  return d;
+}
+
+// The names in a directory (none for one that does not exist): what a run left behind.
+inline std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+    closedir(d);
+  }
+  return names;
 }
 
 // Where the binaries are: build/bin, or $NZ_BIN_DIR (a private build directory).
@@ -151,7 +170,7 @@ inline std::string run_cache_key(const std::string& program, int np, const std::
 }
 
 inline const RunResult& run_cached(const std::string& stage, int np, const std::string& flags,
-                                   const std::string& tag) {
+                                   const std::string& tag = "run") {
   static std::map<std::string, RunResult> done;
   const std::string key = run_cache_key(program_path(stage), np, flags);
   auto it = done.find(key);

@@ -35,11 +35,7 @@ struct OneThread {
 // Runs that several tests compare against (stage0_ddp's references, the real pipeline beside its
 // mutants) are launched once per process: the launches, not the training, cost this suite its time.
 const RunResult& shared_run(const std::string& trainer, int np, const std::string& flags) {
-  static std::map<std::string, RunResult> runs;
-  const std::string key = trainer + " " + std::to_string(np) + " " + flags;
-  auto it = runs.find(key);
-  if (it == runs.end()) it = runs.emplace(key, run_trainer(trainer, np, flags, "shared")).first;
-  return it->second;
+  return run_cached(trainer, np, flags, "shared");  // harness.h: shared with the other suites too
 }
 
 std::string pipeline_flags(int P, const char* schedule, int K) {

@@ -26,12 +26,6 @@ const std::string kTiny =
     "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --precision fp16 ";
 const std::vector<const char*>& kStages = all_stages();  // stages.txt
 
-std::string fresh_dir(const std::string& name) {
-  std::string d = temp_dir() + "/" + name;
-  (void)!system(("rm -rf '" + d + "' && mkdir -p '" + d + "'").c_str());
-  return d;
-}
-
 std::vector<double> scales_of(const Json& report) { return step_values(report, "loss_scale"); }
 
 // A run whose every step overflows: it writes its report (read here) and its model file, then

@@ -18,23 +18,6 @@ namespace {
 const std::string kTiny =
     "--preset tiny --seq 32 --batch 2 --steps 4 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 ";
 
-// A fresh, empty directory for the disk tier's files.
-std::string fresh_dir(const std::string& name) {
-  std::string d = temp_dir() + "/" + name;
-  mkdir(d.c_str(), 0755);
-  return d;
-}
-
-std::vector<std::string> files_in(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
-    closedir(d);
-  }
-  return names;
-}
-
 // What each rank owns (S), the largest unit (U), bytes per element (e), from the report.
 struct ReportSizes {
   uint64_t P, S, U, N, e;

@@ -30,14 +30,10 @@ const int kSteps = 4;
 
 const RunResult& run(const std::string& trainer, int N, int accum, const std::string& extra,
                      const std::string& prec = "fp32", int steps = kSteps) {
-  static std::map<std::string, RunResult> done;
   // fp16: the loss scale of the stages' tests (harness.h): the first steps overflow and are skipped
   const std::string flags = kFlags + "--steps " + std::to_string(steps) + " --accum " + std::to_string(accum) +
                             " --precision " + prec + fp16_flags(prec, accum) + " " + extra;
-  const std::string key = trainer + " -np " + std::to_string(N) + " " + flags;
-  auto it = done.find(key);
-  if (it == done.end()) it = done.emplace(key, run_trainer(trainer, N, flags, prec)).first;
-  return it->second;
+  return run_cached(trainer, N, flags, prec);
 }
 
 // zeropp and its reference for one combination of the three
