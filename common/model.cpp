@@ -292,6 +292,8 @@ void GPT::backward(int u, const void* p, void* g) {
   begin_compute("backward", u, p);
   check_span(g, L_.units[u].padded * dtype_bytes(dt_), ("the gradient of backward " + L_.units[u].name).c_str());
   NZ_DISPATCH_DTYPE(dt_, backward_t<T>(u, (const T*)p, (T*)g));
+  // pruning: d loss / d theta = keep * d loss / d w (prune.h)
+  if (prune_) zero_pruned(*prune_, u, 0, L_.units[u].padded, g, dtype_bytes(dt_));
   end_compute("backward", u);
   unit_done();
 }
