@@ -146,6 +146,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     resume_from_ = find_resume_checkpoint(comm, *checkpoint_);
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
+  if (!args.prune_mask.empty()) read_prune_mask();  // before anything is printed: a bad one is one line
   run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
   // zeropp runs on the CPU (auto: even where a GPU is visible)
   select_device(stage == Stage::ZeroPP ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
@@ -321,23 +322,31 @@ HeldState Trainer::held_state() {
 
 // ---- pruning (prune.h) ----
 
-void Trainer::set_up_pruning() {
+void Trainer::read_prune_mask() {
   const char* p = args.prune_mask.c_str();
   if (stage == Stage::Pipeline || stage == Stage::Infinity || stage == Stage::ZeroPP)
     user_error("--prune-mask with %s: not built for this rung, expected stage0_ddp, stage1, stage2, stage3 or "
                "offload; fine-tune the pruned model with one of those", stage_name(stage));
-  if (current_device() == Device::CUDA)
+  if (args.device == "cuda")
     user_error("--prune-mask on cuda: the mask is applied by the CPU path only, expected --device cpu; run the "
                "fine-tuning with --device cpu");
   GPTConfig c;
-  std::vector<uint8_t> keep;
-  load_pruned(args.prune_mask, &c, &pruned_params_, &keep, "--prune-mask");
+  load_pruned(args.prune_mask, &c, &pruned_params_, &prune_keep_, "--prune-mask");
   const GPTConfig& m = args.cfg;
   if (c.vocab != m.vocab || c.ctx != m.ctx || c.layers != m.layers || c.dim != m.dim || c.heads != m.heads)
     user_error("--prune-mask %s: a model of %d layers, width %d, %d heads, context %d; expected this run's %d "
                "layers, width %d, %d heads, context %d; give the --preset (and --layers, --dim, --heads) it was "
                "trained with", p, c.layers, c.dim, c.heads, c.ctx, m.layers, m.dim, m.heads, m.ctx);
-  prune_masks_ = unit_masks(layout, keep);
+}
+
+void Trainer::set_up_pruning() {
+  const char* p = args.prune_mask.c_str();
+  const GPTConfig& m = args.cfg;
+  if (current_device() == Device::CUDA)  // --device auto found a GPU
+    user_error("--prune-mask on cuda: the mask is applied by the CPU path only, expected --device cpu; run the "
+               "fine-tuning with --device cpu");
+  prune_masks_ = unit_masks(layout, prune_keep_);
+  prune_keep_.clear();
   model->set_prune_mask(prune_masks_);  // the gradient
   adamw.prune = prune_masks_;           // the update, the decay, the moments
   if (rank() == 0) {

@@ -27,6 +27,7 @@ using namespace nz;
 
 int main(int argc, char** argv) {
   std::string model, out, method = "magnitude", scope = "per-matrix", sparsity_text;
+  bool sparsity_given = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -44,12 +45,12 @@ int main(int argc, char** argv) {
     }
     if (a == "--model") model = next();
     else if (a == "--out") out = next();
-    else if (a == "--sparsity") sparsity_text = next();
+    else if (a == "--sparsity") sparsity_text = next(), sparsity_given = true;
     else if (a == "--method") method = next();
     else if (a == "--scope") scope = next();
     else user_error("unknown flag %s; see prune --help", a.c_str());
   }
-  if (model.empty() || out.empty() || sparsity_text.empty())
+  if (model.empty() || out.empty() || !sparsity_given)
     user_error("--model IN, --out OUT and --sparsity S are required; see prune --help");
   char* end = nullptr;
   errno = 0;
