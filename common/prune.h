@@ -1,7 +1,7 @@
 // prune.h — magnitude pruning: which weights are removed, and the mask that keeps them removed
 // while a pruned model is fine-tuned (docs/compression.md, "Pruning").
 //
-// What is prunable: the four matrices of every block (qkv_w, attproj_w, fc_w, fcproj_w), 85% of a
+// What is prunable: the four matrices of every block (qkv_w, attproj_w, fc_w, fcproj_w), 94% of a
 // `small` model's weights. Never pruned: the tied token embedding (it is also the LM head, the
 // most sensitive unit: int4 on it alone costs +0.14 nats), the position embedding, the biases
 // and the layernorms (a few per mille of the weights; a layernorm weight at 0 silences a whole
