@@ -114,10 +114,6 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // the pipeline's stages and replicas (one stage of N replicas elsewhere): bad ones are one line here
   pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition,
                                 args.zero);
-  if (stage == Stage::ZeroPP && args.quant_pad_block() > 1 && (!args.ckpt_dir.empty() || !args.resume.empty()))
-    user_error("%s with %s: checkpoints of a layout padded to N x block are not built yet, expected no --ckpt-dir or "
-               "--resume with --qwz or --qgz; --hpz alone checkpoints as stage3 does",
-               !args.ckpt_dir.empty() ? "--ckpt-dir" : "--resume", args.qwz ? "--qwz" : "--qgz");
   if (stage == Stage::ZeroPP && args.device == "cuda")
     user_error("--device cuda: zeropp's block quantizer and quantized collectives run on the CPU backend only, "
                "expected --device cpu or auto; run stage3 on the GPU");

@@ -311,22 +311,67 @@ TEST(Zeropp, DeepSpeedKeysAreTheFlags) {
                      "stage 3"), std::string::npos) << out;
 }
 
-// Checkpoints: an hpZ run holds stage3's state (the secondary shard is refilled by the next forward),
-// so its checkpoint resumes bit for bit in zeropp and in stage3. A quantized layout's is refused.
-TEST(Zeropp, HpzCheckpointResumesInZeroppAndStage3) {
-  const std::string dir = temp_dir() + "/zeropp_ckpt";
-  const RunResult& full = run("zeropp", 4, 1, "--hpz 2 --ckpt-dir " + dir + " --ckpt-every 2");
-  ASSERT_EQ(full.exit_code, 0) << full.output;
-  const std::string step2 = dir + "/step-00000002";
-  for (const std::string trainer : {"zeropp", "stage3"}) {
-    SCOPED_TRACE(trainer);
-    const RunResult& resumed = run(trainer, 4, 1, (trainer == "zeropp" ? "--hpz 2 " : "") + std::string("--resume ") + step2);
-    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-    EXPECT_TRUE(same_model_bits(full.model_path, resumed.model_path)) << trainer << " resumed from zeropp --hpz 2";
+// Checkpoints. An hpZ run holds stage3's state (the secondary shard is refilled by the next forward),
+// so its checkpoint resumes bit for bit in zeropp and in stage3. A quantized run's units are padded
+// to N x block (its MANIFEST says "pad_block 64"; checkpoint.h): still
+//   - stopped at step 2 and resumed, with and without hpZ, every later loss and grad norm and the
+//     model file equal the uninterrupted run's, bit for bit;
+//   - consolidate (the reader every stage uses) merges its last checkpoint into the run's model file;
+//   - it loads in stage3 on 2 ranks (another world size and layout): the same numbers as stage0_ddp
+//     resumed from it (all stages agree bit for bit at accumulation 1), and no padding read;
+//   - the reverse: stage3's checkpoint of 4 ranks resumed by zeropp --qwz --qgz on 2 ranks equals
+//     the fake-quant reference resumed from it (which holds whole units, not slices).
+TEST(Zeropp, CheckpointsResumeBitForBitAndCrossToStage3) {
+  auto losses_and_norms_after = [](const RunResult& r, int step) {
+    std::vector<double> v;
+    for (const Json& s : r.report["steps_log"].arr)
+      if (int(s["step"].d()) > step) v.push_back(s["loss"].d()), v.push_back(s["grad_norm"].d());
+    return v;
+  };
+  const std::string step2 = "/step-00000002";
+  {  // hpZ alone: its checkpoint is stage3's
+    const std::string dir = fresh_dir("zeropp_hpz_ckpt");
+    const RunResult& full = run("zeropp", 4, 1, "--hpz 2 --ckpt-dir " + dir + " --ckpt-every 2");
+    ASSERT_EQ(full.exit_code, 0) << full.output;
+    for (const std::string trainer : {"zeropp", "stage3"}) {
+      const RunResult& resumed =
+          run(trainer, 4, 1, (trainer == "zeropp" ? "--hpz 2 " : "") + std::string("--resume ") + dir + step2);
+      ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+      EXPECT_TRUE(same_model_bits(full.model_path, resumed.model_path)) << trainer << " resumed from zeropp --hpz 2";
+    }
   }
-  std::string out;
-  EXPECT_EQ(run_command("mpirun -np 2 " + bin_dir() + "/zeropp " + kFlags + "--steps 1 --quiet --qwz --ckpt-dir " + dir +
-                            "_q", &out), 2) << out;
-  EXPECT_NE(out.find("error: --ckpt-dir with --qwz: checkpoints of a layout padded to N x block are not built yet"),
-            std::string::npos) << out;
+  std::string quantized_dir;
+  for (const std::string flags : {"--qwz --qgz", "--qwz --hpz 2 --qgz"}) {  // the padded layout
+    SCOPED_TRACE(flags);
+    const std::string dir = fresh_dir("zeropp_ckpt");
+    const RunResult& full = run("zeropp", 4, 1, flags + kBlocks + " --ckpt-dir " + dir + " --ckpt-every 2");
+    ASSERT_EQ(full.exit_code, 0) << full.output;
+    EXPECT_NE(read_file(dir + step2 + "/MANIFEST").find("\npad_block 64\n"), std::string::npos);
+    const RunResult& resumed = run("zeropp", 4, 1, flags + kBlocks + " --resume " + dir + step2);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_EQ(losses_and_norms_after(resumed, 0).size(), 4u) << "steps 3 and 4 only: it did not start over";
+    EXPECT_EQ(losses_and_norms_after(resumed, 2), losses_and_norms_after(full, 2));
+    EXPECT_TRUE(same_model_bits(full.model_path, resumed.model_path));
+    std::string out;
+    const std::string merged = dir + ".model";
+    ASSERT_EQ(run_command(bin_dir() + "/consolidate --ckpt " + dir + " --out " + merged, &out), 0) << out;
+    EXPECT_TRUE(same_model_bits(full.model_path, merged)) << "consolidate of the padded checkpoint";
+    quantized_dir = dir;
+  }
+  // zeropp's padded checkpoint of 4 ranks in stage3 (and stage0_ddp) on 2 ranks
+  const RunResult& z3 = run("stage3", 2, 1, "--resume " + quantized_dir + step2);
+  const RunResult& ddp = run("stage0_ddp", 2, 1, "--resume " + quantized_dir + step2);
+  ASSERT_EQ(z3.exit_code, 0) << z3.output;
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  EXPECT_TRUE(compare_runs(ddp, z3).identical()) << describe(compare_runs(ddp, z3));
+  // stage3's checkpoint of 4 ranks in zeropp --qwz --qgz on 2 ranks (padded to 2 x 64 now)
+  const std::string dir3 = fresh_dir("stage3_ckpt");
+  const RunResult& s3 = run("stage3", 4, 1, "--ckpt-dir " + dir3 + " --ckpt-every 2");
+  ASSERT_EQ(s3.exit_code, 0) << s3.output;
+  const RunResult& zpp = run("zeropp", 2, 1, "--qwz --qgz" + kBlocks + " --resume " + dir3 + step2);
+  const RunResult& ref = run("zeropp_reference", 2, 1, "--qwz --qgz" + kBlocks + " --resume " + dir3 + step2);
+  ASSERT_EQ(zpp.exit_code, 0) << zpp.output;
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  EXPECT_TRUE(compare_runs(ref, zpp).identical()) << describe(compare_runs(ref, zpp));
+  EXPECT_EQ(losses_and_norms_after(zpp, 0).size(), 4u);
 }
