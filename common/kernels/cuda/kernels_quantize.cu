@@ -46,7 +46,7 @@ __global__ void quantize_kernel(const T* x, size_t n, size_t block, int bits, ui
     float m = 0.0f;
     for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       const float v = load(x[i]);
-      m = isfinite(v) ? fmaxf(m, fabsf(v)) : INFINITY;  // a NaN or inf: the block has no scale
+      m = fabsf(v) <= FLT_MAX ? fmaxf(m, fabsf(v)) : INFINITY;  // a NaN or inf: the block has no scale
     }
     const float absmax = cuda::block_max(m);  // every thread gets it
     float scale = NAN;
@@ -71,7 +71,7 @@ __global__ void quantize_kernel(const T* x, size_t n, size_t block, int bits, ui
 // The blocks whose scale is NaN (one CUDA block): the count quantize_blocks returns.
 __global__ void count_nan_scales_kernel(const uint8_t* scales, size_t nb, unsigned* count) {
   unsigned mine = 0;
-  for (size_t b = threadIdx.x; b < nb; b += blockDim.x) mine += isnan(scale_at(scales, b)) ? 1u : 0u;
+  for (size_t b = threadIdx.x; b < nb; b += blockDim.x) mine += scale_at(scales, b) != scale_at(scales, b) ? 1u : 0u;  // NaN
   const unsigned total = cuda::block_sum(mine);
   if (threadIdx.x == 0) *count = total;
 }
