@@ -11,13 +11,16 @@
 //   - bytes on the wire, per rank and step, to the byte: the comm ledger of a real run at N = 8,
 //     G = 4 = the formula written out below = zero_formulas' (inside a node and across nodes), and
 //     the headline: across-node bytes, stage3 against ZeRO++;
-//   - memory: hpZ's secondary shard and the quantization buffers in the ledger = the formula;
+//   - memory: hpZ's secondary shard and the quantization buffers in the ledger = the formula; and
+//     --batch auto fits ZeRO++'s peak, not stage3's;
 //   - bad input: one line, exit 2.
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "harness.h"
+#include "model.h"          // preset_config
+#include "zero_formulas.h"  // expected_device_peak, ZeroppConfig: what --batch auto fits
 
 using namespace nzt;
 
@@ -259,6 +262,31 @@ TEST(Zeropp, LedgerHoldsTheSecondaryShardAndQuantizationBuffers) {
   EXPECT_EQ(zpp.report["zeropp"]["pad_block"].u(), 64u) << "the report says how the units are padded";
   printf("N=8, G=4, bf16: hpZ's secondary shard %llu bytes per rank (eP/G), quantization buffers %llu bytes\n",
          (unsigned long long)(e * b.P / G), (unsigned long long)(want.at("comm_buffers") - e * b.U));
+}
+
+// --batch auto (and the fits check) count what ZeRO++ adds to stage3 (zeropp_state_bytes) on its
+// padded layout. The budget is ZeRO++'s predicted device peak at micro-batch B0 = 2, into which
+// stage3's formula would fit a larger batch: the run must pick B0, and every rank's measured device
+// peak (the ledger's) must equal the prediction to the byte (tests/stages/test_batch_fit.cpp's
+// check for the ladder).
+TEST(Zeropp, BatchAutoFitsZeroppsPeakNotStage3s) {
+  const int N = 4, B0 = 2, T = 16;  // 16 tokens: a sequence's activations weigh less than ZeRO++'s additions
+  nz::GPTConfig tiny;
+  nz::preset_config("tiny", &tiny);
+  const nz::Layout L = nz::make_layout(tiny, N, 64);
+  const nz::ZeroppConfig z{true, 2, true, 2, 64, 64};
+  auto peak = [&](int B, const nz::ZeroppConfig* zpp) {
+    return nz::expected_device_peak(nz::Stage::ZeroPP, L, B, T, nz::DType::BF16, false, nz::Attention::Gemm, zpp);
+  };
+  const uint64_t budget = peak(B0, &z);
+  ASSERT_LE(peak(B0 + 1, nullptr), budget) << "the case this test is about: stage3's formula fits more";
+  ASSERT_GT(peak(B0 + 1, &z), budget);
+  const RunResult& fit = run("zeropp", N, 1, "--qwz --hpz 2 --qgz" + kBlocks + " --seq 16 --batch auto " +
+                             "--memory-budget " + std::to_string(budget), "bf16", 1);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_EQ(int(fit.report["batch"].u()), B0) << fit.output;
+  for (const Json& rank : fit.report["ranks"].arr)
+    EXPECT_EQ(rank["ledger"]["device"]["peak"]["total"].u(), budget) << "rank " << rank["rank"].u();
 }
 
 TEST(Zeropp, BadInputIsOneLineAndExitCodeTwo) {
