@@ -121,8 +121,9 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition,
                                 args.zero);
   if (stage == Stage::ZeroPP && args.device == "cuda")
-    user_error("--device cuda: zeropp's block quantizer and quantized collectives run on the CPU backend only, "
-               "expected --device cpu or auto; run stage3 on the GPU");
+    user_error("--device cuda: zeropp's quantized collectives and qgZ's sum run on the CPU backend only (the block "
+               "quantizer has CUDA kernels, the trainer does not use them yet), expected --device cpu or auto; run "
+               "stage3 on the GPU");
   for (auto [flag, G] : {std::pair{"--hpz", args.hpz}, std::pair{"--node-size", args.node_size}})
     if (G > 0 && world() % G != 0)
       user_error("%s %d: the %d ranks do not make whole nodes of %d, expected a G that divides %d; e.g. %s %d",

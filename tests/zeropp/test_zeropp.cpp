@@ -396,6 +396,7 @@ TEST(Zeropp, CheckpointsResumeBitForBitAndCrossToStage3) {
   const std::string dir3 = fresh_dir("stage3_ckpt");
   const RunResult& s3 = run("stage3", 4, 1, "--ckpt-dir " + dir3 + " --ckpt-every 2");
   ASSERT_EQ(s3.exit_code, 0) << s3.output;
+  EXPECT_EQ(read_file(dir3 + step2 + "/MANIFEST").find("pad_block"), std::string::npos) << "stage3's format as before";
   const RunResult& zpp = run("zeropp", 2, 1, "--qwz --qgz" + kBlocks + " --resume " + dir3 + step2);
   const RunResult& ref = run("zeropp_reference", 2, 1, "--qwz --qgz" + kBlocks + " --resume " + dir3 + step2);
   ASSERT_EQ(zpp.exit_code, 0) << zpp.output;
