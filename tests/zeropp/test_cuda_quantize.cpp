@@ -7,8 +7,9 @@
 // (odd lengths too), blocks of 8 to 4096 values. Through the untyped calls the trainer uses
 // (quantize_packed(q, dt, ...) on device memory), and to_f32/from_f32 on the device.
 //
-// Runs on the CUDA emulator (tests/cuda/emu_check.sh builds it into build/emu/tests) and on a GPU
-// (tests/cuda/gpu_check.sh); without the CUDA backend or a visible GPU it skips with one line.
+// Runs on the CUDA emulator (tests/cuda/emu_check.sh; tests/zeropp/zeropp.mk builds it into
+// build/emu/tests) and on a GPU where built with nvcc (the GPU bundle does not carry it yet); without
+// the CUDA backend or a visible GPU it skips with one line.
 #include <gtest/gtest.h>
 
 #include <cfloat>
