@@ -116,6 +116,27 @@ TEST(Zeropp, BrokenVariantsAreCaught) {
   }
 }
 
+// fp16 with qgZ, an overflow defined (docs/zeropp.md): a gradient block holding an infinity has no
+// scale, dequantizes to NaN, and the step's overflow check skips the step, as stage3's does. One
+// infinity is planted in rank 1's gradient of lnf in step 2 (tests/zeropp/mutants.mk, inf_in_grad),
+// at a loss scale under which this model never overflows by itself: step 2, and only step 2, is
+// skipped. The same fault with the NaN block added as zeros (inf_hidden) trains through it: the
+// check below sees that.
+TEST(Zeropp, Fp16OverflowInOneGradientBlockSkipsTheStep) {
+  auto skipped = [](const RunResult& r) {
+    std::vector<int> v;
+    for (const Json& s : r.report["steps_log"].arr) v.push_back(s["skipped"].b ? 1 : 0);
+    return v;
+  };
+  const std::string flags = "--qwz --hpz 2 --qgz" + kBlocks + " --precision fp16 --loss-scale 1024";
+  const RunResult& fault = run_cached("mutant_zeropp_inf_in_grad", 2, kFlags + "--steps 3 " + flags, "fp16");
+  ASSERT_EQ(fault.exit_code, 0) << fault.output;
+  EXPECT_EQ(skipped(fault), (std::vector<int>{0, 1, 0})) << "the overflowed block's step, and no other";
+  const RunResult& hidden = run_cached("mutant_zeropp_inf_hidden", 2, kFlags + "--steps 3 " + flags, "fp16");
+  ASSERT_EQ(hidden.exit_code, 0) << hidden.output;
+  EXPECT_NE(skipped(hidden), skipped(fault)) << "an overflow added as zeros must not pass as handled";
+}
+
 namespace {
 
 // Sizes for ZeRO++'s layout, recomputed from the report's unit list: each unit padded to a multiple
