@@ -260,14 +260,15 @@ void Trainer::settle_batch() {
     const StateBytes f = stage == Stage::ZeroPP ? zeropp_state_bytes(L, args.dtype, zpp)
                                                 : expected_state_bytes(stage, L, args.dtype);
     const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, args.dtype, ck, attn);
+    auto peak = [&](int B) { return double(expected_device_peak(stage, L, B, args.seq, args.dtype, ck, attn, &zpp)); };
     printf("batch auto: micro-batch %d per rank, the largest that fits %s (%llu bytes) per rank (%s)%s: predicted peak %s = "
            "model states %s + activations %s (zero_formulas.h); %d would need %s\n",
            args.batch, fmt_bytes(double(args.memory_budget)).c_str(), (unsigned long long)args.memory_budget,
            budget_from.c_str(),
            args.batch < fit ? (" and divides the " + std::to_string(args.global_batch / N) + " sequences per rank").c_str() : "",
-           fmt_bytes(double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype, ck, attn, &zpp))).c_str(),
+           fmt_bytes(peak(args.batch)).c_str(),
            fmt_bytes(double(f.total() - f.host)).c_str(), fmt_bytes(double(acts)).c_str(), fit + 1,
-           fmt_bytes(double(expected_device_peak(stage, L, fit + 1, args.seq, args.dtype, ck, attn, &zpp))).c_str());
+           fmt_bytes(peak(fit + 1)).c_str());
   }
   if (rank() == 0 && args.global_batch > 0)
     printf("global batch %d = %d ranks x micro-batch %d x accum %d\n", args.global_batch, N, args.batch, args.accum);

@@ -134,8 +134,9 @@ std::string run_name(uint64_t id) {
 uint32_t precision_code(DType dt) { return dt == DType::F32 ? 0u : dt == DType::BF16 ? 1u : 2u; }
 DType precision_of(const std::string& p) { return p == "bf16" ? DType::BF16 : p == "fp16" ? DType::F16 : DType::F32; }
 
-std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int data_world, size_t pad_block, int step,
-                          const std::vector<Manifest::File>& files, const LossScaler* scaler, uint64_t run_id) {
+std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int data_world, size_t pad_block,
+                          int step, const std::vector<Manifest::File>& files, const LossScaler* scaler,
+                          uint64_t run_id) {
   std::ostringstream o;
   char buf[256];
   o << "nanozero-checkpoint 1\n";
@@ -331,7 +332,8 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
     }
     std::vector<Manifest::File> files;
     for (int r = 0; r < world; r++) files.push_back({shard_name(r), all[r].bytes, all[r].crc});
-    const std::string text = manifest_text(args, stage, world, h.data_world, h.L->pad_block, steps_done, files, h.scaler, h.run_id);
+    const std::string text =
+        manifest_text(args, stage, world, h.data_world, h.L->pad_block, steps_done, files, h.scaler, h.run_id);
     AtomicFile m(dir + "/MANIFEST");
     m.write(text.data(), text.size());
     if (!m.commit()) {
