@@ -105,6 +105,7 @@ void Trainer::configs_from_args() {
   offload = {args.offload_dir, size_t(args.offload_chunk), &comm};
   zeropp = {args.qwz, args.hpz, args.qgz, args.node_size > 0 ? args.node_size : args.hpz > 0 ? args.hpz : world(),
             size_t(args.qw_block), size_t(args.qg_block)};
+  qat = {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed};
   checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));
 }
 
@@ -118,6 +119,13 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     user_error("%s with %s: checkpoints of a layout padded to N x block are not built yet, expected no --ckpt-dir or "
                "--resume with --qwz or --qgz; --hpz alone checkpoints as stage3 does",
                !args.ckpt_dir.empty() ? "--ckpt-dir" : "--resume", args.qwz ? "--qwz" : "--qgz");
+  // the pipeline's last stage quantizes its own copy of wte for the LM head: its blocks are the
+  // embedding's (counted from the unit's start) only if wte is whole blocks
+  const size_t wte_elems = size_t(args.cfg.vocab) * args.cfg.dim;
+  if (stage == Stage::Pipeline && args.qat_bits && !args.qat_skip_embed && wte_elems % args.qat_block != 0)
+    user_error("--qat with --pipeline: wte's %zu values are not whole blocks of %ld, expected a --qat-block that "
+               "divides them (at most %zu); use a smaller --qat-block or --qat-skip embedding", wte_elems,
+               args.qat_block, wte_elems & (~wte_elems + 1));
   if (stage == Stage::ZeroPP && args.device == "cuda")
     user_error("--device cuda: zeropp's block quantizer and quantized collectives run on the CPU backend only, "
                "expected --device cpu or auto; run stage3 on the GPU");
@@ -146,8 +154,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
-  // zeropp runs on the CPU (auto: even where a GPU is visible)
-  select_device(stage == Stage::ZeroPP ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
+  // zeropp and --qat run on the CPU (auto: even where a GPU is visible)
+  select_device(stage == Stage::ZeroPP || qat.on() ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
   dtype = args.dtype;
@@ -159,6 +167,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   const PipelinePlan& pp = pipeline;
   model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing, pp.first(),
                                 pp.end(), activation_slots(pp.schedule, pp.stages, pp.stage, args.accum));
+  model->set_qat(qat);  // the same fake quantization in every trainer: no stage file sees it
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
   if (rank() == 0) {
