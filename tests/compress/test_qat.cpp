@@ -8,7 +8,8 @@
 //     differ from the reference;
 //   - the stages' equality contract with --qat int8 and int4 (the groups of tests/lib/contract.h:
 //     all bit for bit stage0_ddp at accum 1; at accum 2 stage1 = stage0_ddp, stage2 = stage3 =
-//     offload = infinity, the groups within the derived bound), fp32, bf16 and fp16; zeropp with
+//     offload = infinity, the groups within the derived bound), fp32 (int8, int4), bf16 and fp16
+//     (int4); zeropp with
 //     hpZ alone = stage3 with --qat; the pipeline = stage0_ddp with --qat;
 //   - the ledger: the fake-quantized unit is device scratch of e * max padded unit (the embedding
 //     left out with --qat-skip embedding) on every rank, = the report's formula, 0 without --qat;
@@ -85,7 +86,9 @@ TEST(Qat, StageZeroIsTheFakeQuantReferenceBitForBit) {
     EXPECT_NE(step_values(plain.report, "loss")[0], step_values(ddp.report, "loss")[0]);
   }
   // int4 is not int8, and the skip is not the full int4
-  auto loss1 = [](const std::string& qat) { return step_values(run("stage0_ddp", 2, 1, "fp32", qat).report, "loss")[0]; };
+  auto loss1 = [](const std::string& qat) {
+    return step_values(run("stage0_ddp", 2, 1, "fp32", qat).report, "loss")[0];
+  };
   EXPECT_NE(loss1("--qat int8"), loss1("--qat int4"));
   EXPECT_NE(loss1("--qat int4"), loss1("--qat int4 --qat-skip embedding"));
 }
@@ -112,26 +115,28 @@ TEST(Qat, BrokenCopiesDifferFromTheReference) {
 TEST(Qat, EqualityContractHoldsInEveryStage) {
   std::vector<std::string> trainers(all_stages().begin(), all_stages().end());
   trainers.push_back("infinity");  // stage3 with its slices on the host: stage3 bit for bit
-  struct Case { const char* prec; int N, K; };
-  for (const char* qat : {"--qat int8", "--qat int4"}) {
-    for (const Case c : {Case{"fp32", 2, 1}, Case{"fp32", 3, 2}, Case{"bf16", 3, 2}, Case{"fp16", 2, 1}}) {
-      SCOPED_TRACE(std::string(qat) + " " + c.prec + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
-      const RunResult& ddp = run("stage0_ddp", c.N, c.K, c.prec, qat);
-      expect_ok(ddp);
-      std::vector<double> micro;
-      if (c.K > 1) micro = micro_batch_norms(flags(c.K, c.prec, qat), c.N, c.K, "qat_micro");
-      for (const std::string& t : trainers) {
-        const RunResult& r = run(t, c.N, c.K, c.prec, qat);
-        expect_ok(r);
-        const std::string peer = t == "stage3" ? "stage2" : "stage3";
-        const bool cross = c.K > 1 && !sums_micro_steps_locally(t);
-        std::string summary;
-        const std::vector<std::string> problems =
-            contract_problems(t, r, c.N, c.K, c.prec, ddp, peer, cross ? &run(peer, c.N, c.K, c.prec, qat) : nullptr,
-                              cross ? &micro : nullptr, &summary);
-        printf("%s %s %s N=%d accum=%d: %s\n", qat, c.prec, t.c_str(), c.N, c.K, summary.c_str());
-        for (const std::string& p : problems) ADD_FAILURE() << t << ": " << p;
-      }
+  // int8 and int4 run the same code with another qmax: both in fp32, int4 alone in bf16 and fp16
+  struct Case { const char* qat; const char* prec; int N, K; };
+  for (const Case c : {Case{"--qat int8", "fp32", 2, 1}, Case{"--qat int8", "fp32", 3, 2},
+                       Case{"--qat int4", "fp32", 2, 1}, Case{"--qat int4", "fp32", 3, 2},
+                       Case{"--qat int4", "bf16", 3, 2}, Case{"--qat int4", "fp16", 2, 1}}) {
+    const char* qat = c.qat;
+    SCOPED_TRACE(std::string(qat) + " " + c.prec + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
+    const RunResult& ddp = run("stage0_ddp", c.N, c.K, c.prec, qat);
+    expect_ok(ddp);
+    std::vector<double> micro;
+    if (c.K > 1) micro = micro_batch_norms(flags(c.K, c.prec, qat), c.N, c.K, "qat_micro");
+    for (const std::string& t : trainers) {
+      const RunResult& r = run(t, c.N, c.K, c.prec, qat);
+      expect_ok(r);
+      const std::string peer = t == "stage3" ? "stage2" : "stage3";
+      const bool cross = c.K > 1 && !sums_micro_steps_locally(t);
+      std::string summary;
+      const std::vector<std::string> problems =
+          contract_problems(t, r, c.N, c.K, c.prec, ddp, peer,
+                            cross ? &run(peer, c.N, c.K, c.prec, qat) : nullptr, cross ? &micro : nullptr, &summary);
+      printf("%s %s %s N=%d accum=%d: %s\n", qat, c.prec, t.c_str(), c.N, c.K, summary.c_str());
+      for (const std::string& p : problems) ADD_FAILURE() << t << ": " << p;
     }
   }
   // zeropp with hpZ alone moves no quantized number: stage3's run, with --qat too
@@ -164,8 +169,9 @@ TEST(Qat, LedgerCountsTheFakeQuantizedUnitByTheFormula) {
   for (const char* prec : {"fp32", "bf16"}) {
     const uint64_t e = std::string(prec) == "fp32" ? 4 : 2;
     struct Case { const char* trainer; const char* qat; };
-    for (const Case c : {Case{"stage0_ddp", "--qat int8"}, Case{"stage3", "--qat int4"}, Case{"offload", "--qat int8"},
-                         Case{"stage2", ""}}) {
+    const bool fp32 = std::string(prec) == "fp32";
+    for (const Case c : {Case{"stage0_ddp", fp32 ? "--qat int8" : "--qat int4"}, Case{"stage3", "--qat int4"},
+                         Case{"offload", fp32 ? "--qat int8" : "--qat int4"}, Case{"stage2", ""}}) {
       SCOPED_TRACE(std::string(prec) + " " + c.trainer + " " + c.qat);
       const RunResult& r = run(c.trainer, N, K, prec, c.qat);
       expect_ok(r);
@@ -221,7 +227,8 @@ TEST(Qat, ResumeIsBitForBit) {
 TEST(Qat, BadInputIsOneLineAndExitTwo) {
   const std::string bin = bin_dir() + "/stage1 " + kBase;
   expect_one_line_error(bin + "--qat int3", "--qat int3: unknown format, expected int8 or int4");
-  expect_one_line_error(bin + "--qat int4 --qat-block 48", "--qat-block 48: 48 values per scale, expected a power of two");
+  expect_one_line_error(bin + "--qat int4 --qat-block 48",
+                        "--qat-block 48: 48 values per scale, expected a power of two");
   expect_one_line_error(bin + "--qat int4 --qat-block 4", "expected a power of two from 8 to 65536");
   expect_one_line_error(bin + "--qat int8 --qat-skip lnf", "--qat-skip lnf: unknown unit, expected embedding");
   expect_one_line_error(bin + "--qat-block 64", "--qat-block: it sets up --qat");
@@ -236,9 +243,12 @@ TEST(Qat, DeepSpeedWeightQuantization) {
                       R"({"compression_training": {"weight_quantization": {"shared_parameters": {"enabled": true, )" +
                           shared + R"(}, "different_groups": {"wq1": )" + group + "}}}}");
   };
-  const std::string shared = R"("quantize_weight_in_forward": true, "quantization_type": "symmetric", "rounding": "nearest", "schedule_offset": 0, "quantizer_kernel": false)";
-  const std::string int4 = R"({"params": {"start_bits": 4, "target_bits": 4, "quantization_period": 50}, "modules": ["*"]})";
-  const RunResult& mapped = run_cached("stage0_ddp", 2, flags(1, "fp32", "--lr-schedule cosine --config " + config("good", shared, int4)), "qat");
+  const std::string shared = R"("quantize_weight_in_forward": true, "quantization_type": "symmetric", )"
+                             R"("rounding": "nearest", "schedule_offset": 0, "quantizer_kernel": false)";
+  const std::string int4 =
+      R"({"params": {"start_bits": 4, "target_bits": 4, "quantization_period": 50}, "modules": ["*"]})";
+  const std::string good = "--lr-schedule cosine --config " + config("good", shared, int4);
+  const RunResult& mapped = run_cached("stage0_ddp", 2, flags(1, "fp32", good), "qat");
   expect_ok(mapped);
   const Verdict v = compare_runs(run("stage0_ddp", 2, 1, "fp32", "--qat int4"), mapped);
   EXPECT_TRUE(v.identical()) << v.str();
