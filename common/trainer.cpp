@@ -218,6 +218,11 @@ void Trainer::settle_batch() {
   const Device device = args.batch_auto ? select_device(args.device.c_str(), comm.local_rank(), false) : Device::CPU;
   const Attention attn =
       flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
+  // --qat: the model's fake-quantized unit is on the device beside the states and activations
+  const uint64_t qat_copy = qat_bytes(L, args.dtype, {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed});
+  auto peak_at = [&](int B) {
+    return expected_device_peak(stage, L, B, args.seq, args.dtype, args.activation_checkpointing, attn) + qat_copy;
+  };
   if (args.batch_auto) {
     uint64_t budget = args.memory_budget;
     if (budget == 0) {  // the GPU's free memory, shared by the ranks on it; the smallest over all ranks
@@ -234,9 +239,10 @@ void Trainer::settle_batch() {
       budget_from = "the GPU's free memory (cudaMemGetInfo" + std::string(sharing > 1 ? ", shared by its ranks)" : ")");
     }
     args.memory_budget = budget;
-    fit = largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing, budget, 1 << 16, attn);
+    fit = budget < qat_copy ? 0 : largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing,
+                                                       budget - qat_copy, 1 << 16, attn);
     if (fit == 0) {
-      const uint64_t need = expected_device_peak(stage, L, 1, args.seq, args.dtype, args.activation_checkpointing, attn);
+      const uint64_t need = peak_at(1);
       user_error("--batch auto: a micro-batch of 1 needs %s per rank, more than the budget of %s (%s); raise the "
                  "budget, or use a later stage, more ranks, --activation-checkpointing or a shorter --seq",
                  fmt_bytes(double(need)).c_str(), fmt_bytes(double(budget)).c_str(), budget_from.c_str());
@@ -263,13 +269,14 @@ void Trainer::settle_batch() {
     const StateBytes f = expected_state_bytes(stage, L, args.dtype);
     const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, args.dtype, ck, attn);
     printf("batch auto: micro-batch %d per rank, the largest that fits %s (%llu bytes) per rank (%s)%s: predicted peak %s = "
-           "model states %s + activations %s (zero_formulas.h); %d would need %s\n",
+           "model states %s + activations %s%s (zero_formulas.h); %d would need %s\n",
            args.batch, fmt_bytes(double(args.memory_budget)).c_str(), (unsigned long long)args.memory_budget,
            budget_from.c_str(),
            args.batch < fit ? (" and divides the " + std::to_string(args.global_batch / N) + " sequences per rank").c_str() : "",
-           fmt_bytes(double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype, ck, attn))).c_str(),
-           fmt_bytes(double(f.total() - f.host)).c_str(), fmt_bytes(double(acts)).c_str(), fit + 1,
-           fmt_bytes(double(expected_device_peak(stage, L, fit + 1, args.seq, args.dtype, ck, attn))).c_str());
+           fmt_bytes(double(peak_at(args.batch))).c_str(),
+           fmt_bytes(double(f.total() - f.host)).c_str(), fmt_bytes(double(acts)).c_str(),
+           qat_copy ? (" + the qat copy " + fmt_bytes(double(qat_copy))).c_str() : "", fit + 1,
+           fmt_bytes(double(peak_at(fit + 1))).c_str());
   }
   if (rank() == 0 && args.global_batch > 0)
     printf("global batch %d = %d ranks x micro-batch %d x accum %d\n", args.global_batch, N, args.batch, args.accum);

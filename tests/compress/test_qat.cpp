@@ -265,3 +265,20 @@ TEST(Qat, DeepSpeedWeightQuantization) {
   expect_one_line_error(bin + write_file("prune.json", R"({"compression_training": {"sparse_pruning": {}}})"),
                         "compression_training.sparse_pruning");
 }
+
+// --batch auto counts the fake-quantized unit: with the budget a plain run of micro-batch 3 peaks
+// at, the plain run fits 3, the QAT run (its copy on top) only 2, and stays within the budget.
+TEST(Qat, BatchAutoCountsTheCopy) {
+  const std::string f = kBase + "--precision fp32 ";
+  const RunResult& three = run_cached("stage2", 2, f + "--batch 3", "qat");
+  expect_ok(three);
+  const uint64_t budget = three.report["ranks"][0]["ledger"]["device"]["peak"]["total"].u();
+  const std::string fit = f + "--batch auto --memory-budget " + std::to_string(budget);
+  const RunResult& plain = run_cached("stage2", 2, fit, "qat");
+  const RunResult& qat = run_cached("stage2", 2, fit + " --qat int8", "qat");
+  expect_ok(plain);
+  expect_ok(qat);
+  EXPECT_EQ(plain.report["batch"].u(), 3u);
+  EXPECT_EQ(qat.report["batch"].u(), 2u);
+  for (const Json& rank : qat.report["ranks"].arr) EXPECT_LE(rank["ledger"]["device"]["peak"]["total"].u(), budget);
+}
