@@ -94,6 +94,9 @@ CheckpointConfig checkpoint_config(const Args& a) {
   c.lr = a.lr, c.weight_decay = a.weight_decay, c.clip = a.clip;
   c.warmup = a.warmup, c.steps = a.steps, c.batch = a.batch, c.seq = a.seq, c.accum = a.accum;
   c.schedule = schedule_config(a);
+  // --qat: "none", or the bits, the block and the skip, e.g. int4/64/embedding-kept
+  if (a.qat_bits)
+    c.qat = "int" + std::to_string(a.qat_bits) + "/" + std::to_string(a.qat_block) + (a.qat_skip_embed ? "/embedding-kept" : "");
   return c;
 }
 

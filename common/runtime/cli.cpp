@@ -330,8 +330,8 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto&, auto& v) { a.resume = v; }},
       {"--ckpt-overwrite", "", "let this run remove another run's checkpoints from --ckpt-dir (else refused)",
        nullptr},
-      {"--resume-changed", "", "resume even though --seed, --lr, --weight-decay, --clip, --warmup, --batch, --seq "
-       "or --accum differ from the checkpoint's (else refused)", nullptr},
+      {"--resume-changed", "", "resume even though --seed, --lr, --weight-decay, --clip, --warmup, --batch, --seq, "
+       "--accum or --qat differ from the checkpoint's (else refused)", nullptr},
       {"--watchdog", "SECONDS", "end the job, naming the rank holding it up, when no rank makes progress this long "
        "(default 300; 0: off)",
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},

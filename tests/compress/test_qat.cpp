@@ -13,7 +13,8 @@
 //     hpZ alone = stage3 with --qat; the pipeline = stage0_ddp with --qat;
 //   - the ledger: the fake-quantized unit is device scratch of e * max padded unit (the embedding
 //     left out with --qat-skip embedding) on every rank, = the report's formula, 0 without --qat;
-//   - checkpoints: stopped and resumed with --qat, the same model and losses bit for bit;
+//   - checkpoints: stopped and resumed with --qat, the same model and losses bit for bit; resumed
+//     with other QAT settings, one line (unless --resume-changed);
 //   - bad input (--qat int3, a block that is not a power of two, --qat-skip of an unknown unit, a
 //     --qat-block without --qat, --device cuda): one line, exit 2;
 //   - DeepSpeed's compression_training.weight_quantization: what maps is the same run as --qat,
@@ -222,6 +223,15 @@ TEST(Qat, ResumeIsBitForBit) {
     ASSERT_EQ(b.size(), 2u);  // steps 3 and 4 only: it did not start over
     EXPECT_EQ(std::vector<double>(a.begin() + 2, a.end()), b);
   }
+  // the checkpoint remembers its QAT settings: resumed with others, one line (or --resume-changed)
+  const std::string f = kBase + "--accum 2 --precision fp32 --steps 4 --resume " + temp_dir() +
+                        "/ckpt_qat_stage3/step-00000002 ";
+  const std::string bin = "mpirun -np 2 " + bin_dir() + "/stage3 " + f;
+  expect_one_line_error(bin + "--qat int8", "--qat int8/64 (was int4/64)");
+  expect_one_line_error(bin, "--qat none (was int4/64)");
+  const RunResult changed =
+      run_trainer("stage3", 2, f + "--qat int4 --qat-skip embedding --resume-changed", "qat_changed");
+  expect_ok(changed);
 }
 
 TEST(Qat, BadInputIsOneLineAndExitTwo) {
