@@ -9,14 +9,16 @@
 //   - the stages' equality contract with --qat int8 and int4 (the groups of tests/lib/contract.h:
 //     all bit for bit stage0_ddp at accum 1; at accum 2 stage1 = stage0_ddp, stage2 = stage3 =
 //     offload = infinity, the groups within the derived bound), fp32 (int8, int4), bf16 and fp16
-//     (int4); zeropp with
-//     hpZ alone = stage3 with --qat; the pipeline = stage0_ddp with --qat;
+//     (int4); with activation checkpointing; zeropp with hpZ alone = stage3 with --qat; the
+//     pipeline = stage0_ddp with --qat;
 //   - the ledger: the fake-quantized unit is device scratch of e * max padded unit (the embedding
 //     left out with --qat-skip embedding) on every rank, = the report's formula, 0 without --qat;
 //   - checkpoints: stopped and resumed with --qat, the same model and losses bit for bit; resumed
 //     with other QAT settings, one line (unless --resume-changed);
 //   - bad input (--qat int3, a block that is not a power of two, --qat-skip of an unknown unit, a
-//     --qat-block without --qat, --device cuda): one line, exit 2;
+//     --qat-block without --qat, --device cuda, a pipeline whose wte is not whole blocks): one
+//     line, exit 2;
+//   - --batch auto counts the fake-quantized unit;
 //   - DeepSpeed's compression_training.weight_quantization: what maps is the same run as --qat,
 //     what does not is one line, exit 2.
 #include <gtest/gtest.h>
@@ -86,6 +88,10 @@ TEST(Qat, StageZeroIsTheFakeQuantReferenceBitForBit) {
     expect_ok(plain);
     EXPECT_NE(step_values(plain.report, "loss")[0], step_values(ddp.report, "loss")[0]);
   }
+  // activation checkpointing recomputes each block's forward from the same q(w): the same bits
+  const RunResult& ckpt = run("stage2", 2, 1, "fp32", "--qat int4 --activation-checkpointing");
+  expect_ok(ckpt);
+  EXPECT_TRUE(compare_runs(run("stage0_ddp", 2, 1, "fp32", "--qat int4"), ckpt).identical());
   // int4 is not int8, and the skip is not the full int4
   auto loss1 = [](const std::string& qat) {
     return step_values(run("stage0_ddp", 2, 1, "fp32", qat).report, "loss")[0];
@@ -243,6 +249,9 @@ TEST(Qat, BadInputIsOneLineAndExitTwo) {
   expect_one_line_error(bin + "--qat int8 --qat-skip lnf", "--qat-skip lnf: unknown unit, expected embedding");
   expect_one_line_error(bin + "--qat-block 64", "--qat-block: it sets up --qat");
   expect_one_line_error(bin + "--qat int8 --device cuda", "--qat with --device cuda");
+  // the pipeline's last stage quantizes its own wte copy: only whole blocks keep the embedding's blocks
+  expect_one_line_error("mpirun -np 2 " + bin_dir() + "/pipeline " + kBase + "--pipeline 2 --qat int4 "
+                        "--qat-block 65536", "--qat with --pipeline: wte's 8192 values are not whole blocks of 65536");
 }
 
 // DeepSpeed's weight quantization: one group of every module at fixed bits, quantized in the
