@@ -128,7 +128,9 @@ void Trainer::print_memory_table() {
          state_formula ? "" : "\n", all_match ? "matches" : "DOES NOT MATCH",
          state_formula ? "per stage, above" : fmt_bytes(double(f.total())).c_str(), layout.num_params,
          layout.padded_total, layout.shard_total);
-  if (qat.on())  // the fake-quantized unit (zero_formulas.h, qat_bytes): device scratch, on every rank alike
+  // the fake-quantized unit (zero_formulas.h, qat_bytes): device scratch, on every rank alike (a
+  // pipeline stage's own units: qat_bytes with its range, not checked here)
+  if (qat.on() && !state_formula)
     printf("qat: %s, blocks of %zu%s: the fake-quantized unit, formula %llu bytes per rank (device scratch)\n",
            qat.bits == 8 ? "int8" : "int4", qat.block, qat.skip_embed ? ", embedding kept" : "",
            (unsigned long long)qat_bytes(layout, dtype, qat));
