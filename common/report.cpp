@@ -248,7 +248,9 @@ std::string Trainer::write_report() {
   j.kv("activations",
        expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing,
                                  model->attention()));
-  j.kv("qat", qat_bytes(layout, dtype, qat));  // --qat's fake-quantized unit (device scratch; 0 without)
+  // --qat's fake-quantized unit (device scratch; 0 without; the pipeline: the whole model's, a stage
+  // holds qat_bytes of its own units)
+  j.kv("qat", qat_bytes(layout, dtype, qat));
   j.kv("host", f.host);  // everything off the device; of it on disk (offload, infinity with the disk tier):
   j.kv("disk", offload_state_bytes(stage, layout, dtype, offload_tier(args, stage)).disk);
   j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));
