@@ -271,8 +271,9 @@ void GPT::set_qat(const QatConfig& q) {
     if (q.quantizes(L_, u)) elems = std::max(elems, L_.units[u].padded);
   if (has_head() && !has_embed() && q.quantizes(L_, L_.embed_unit()))
     elems = std::max(elems, size_t(L_.cfg.vocab) * L_.cfg.dim);
-  qat_unit_ = elems ? Buffer(Category::Scratch, Location::Device, elems * dtype_bytes(dt_), "qat: fake-quantized unit")
-                    : Buffer();
+  qat_unit_ = Buffer();
+  if (elems)
+    qat_unit_ = Buffer(Category::Scratch, Location::Device, elems * dtype_bytes(dt_), "qat: fake-quantized unit");
 }
 
 const void* GPT::qat_view(int u, const void* p, size_t n) {

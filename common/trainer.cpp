@@ -96,7 +96,8 @@ CheckpointConfig checkpoint_config(const Args& a) {
   c.schedule = schedule_config(a);
   // --qat: "none", or the bits, the block and the skip, e.g. int4/64/embedding-kept
   if (a.qat_bits)
-    c.qat = "int" + std::to_string(a.qat_bits) + "/" + std::to_string(a.qat_block) + (a.qat_skip_embed ? "/embedding-kept" : "");
+    c.qat = "int" + std::to_string(a.qat_bits) + "/" + std::to_string(a.qat_block) +
+            (a.qat_skip_embed ? "/embedding-kept" : "");
   return c;
 }
 
