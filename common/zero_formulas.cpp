@@ -238,14 +238,15 @@ uint64_t pipeline_activation_bytes(const GPTConfig& c, int B, int T, DType dt, b
 }
 
 uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing,
-                              Attention attn) {
-  const StateBytes b = expected_state_bytes(stage, L, dt);
+                              Attention attn, const ZeroppConfig* zeropp) {
+  const StateBytes b = stage == Stage::ZeroPP && zeropp ? zeropp_state_bytes(L, dt, *zeropp)
+                                                        : expected_state_bytes(stage, L, dt);
   return b.total() - b.host + expected_activation_bytes(L.cfg, B, T, dt, checkpointing, attn);
 }
 
 int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
-                          int max_batch, Attention attn) {
-  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing, attn) <= budget; };
+                          int max_batch, Attention attn, const ZeroppConfig* zeropp) {
+  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing, attn, zeropp) <= budget; };
   if (!fits(1)) return 0;
   int lo = 1, hi = max_batch;  // fits(lo); the answer is in [lo, hi]
   while (lo < hi) {
@@ -316,6 +317,16 @@ ZeroppComm zeropp_comm_per_step(const Layout& L, DType dt, const ZeroppConfig& z
     add(s, z.qgz ? packed(4, z.qg_block, s) : e * s, N - 1, N - Gn);  // the reduce-scatter
   }
   return c;
+}
+
+uint64_t qat_bytes(const Layout& L, DType dt, const QatConfig& q, int first, int end) {
+  if (end < 0) end = L.num_units();
+  uint64_t elems = 0;
+  for (int u = first; u < end; u++)
+    if (q.quantizes(L, u)) elems = std::max<uint64_t>(elems, L.units[u].padded);
+  const bool head_only = end == L.num_units() && first > L.embed_unit();  // a pipeline's last stage
+  if (head_only && q.quantizes(L, L.embed_unit())) elems = std::max<uint64_t>(elems, uint64_t(L.cfg.vocab) * L.cfg.dim);
+  return elems * dtype_bytes(dt);
 }
 
 }  // namespace nz
