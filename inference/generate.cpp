@@ -236,7 +236,7 @@ Options parse(int argc, char** argv) {
           "  --int8-embed 1|0      with --weights-int8: the tied embedding in int8 too (default 1)\n"
           "  --weights-int4        the same as int4 (two per byte; the project's block quantizer), CPU only\n"
           "  --int4-block B        with --weights-int4: values per fp32 scale, a power of two from 8 to\n"
-          "                        65536 (default 32); a unit's last block may be shorter (no padding)\n"
+          "                        65536 (default 64); a unit's last block may be shorter (no padding)\n"
           "  --int4-embed 1|0      with --weights-int4: the tied embedding in int4 too (default 0: kept)\n"
           "  --precision P         fp32 (default) | bf16\n"
           "  --kernels K           fast (default) | reference (the hand-written kernels)\n"

@@ -15,8 +15,8 @@
 // would cut blocks).
 //
 // With int4 (quant.h, --weights-int4) the same, as int4 codes and block scales of the project's
-// quantizer (kernels/quantize.h), the embedding kept in the storage type unless asked: 6.4 times
-// fewer bytes than fp32 at blocks of 32. The CPU backend only (no CUDA dequantiser for int4 yet).
+// quantizer (kernels/quantize.h), the embedding kept in the storage type unless asked: 7.1 times
+// fewer bytes than fp32 at blocks of 64 (the default). The CPU backend only (no CUDA dequantiser for int4 yet).
 //
 // With prefetch the next unit is brought in before this one computes, so at most two units are on
 // the device at once (ledger: gathered); without it, one. The order of units in a decode step is

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
              "  --int8-embed 1|0 with --weights-int8: the tied embedding in int8 too (default 1)\n"
              "  --weights-int4   score the model as generate --weights-int4 runs it: int4, one fp32 scale per\n"
              "                   block (the project's quantizer, kernels/quantize.h)\n"
-             "  --int4-block B   with --weights-int4: values per scale, a power of two 8..65536 (default 32)\n"
+             "  --int4-block B   with --weights-int4: values per scale, a power of two 8..65536 (default 64)\n"
              "  --int4-embed 1|0 with --weights-int4: the tied embedding in int4 too (default 0: kept fp32)\n");
       return 0;
     }

@@ -4,7 +4,8 @@
 # written out here, at several block sizes B, one that divides no unit), the tied embedding kept
 # in the storage type unless --int4-embed 1 (a one-byte prompt: every step moves every unit once,
 # plus the embedding once for the first lookup); the same text wherever the weights live (device,
-# host, disk); and bad input is one line, exit 2. Prints NZRESULT lines for tests/run_all.sh.
+# host, disk); a --qat int4 model scored at its own validation loss; and bad input is one line,
+# exit 2. Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -25,7 +26,7 @@ base="--model $tmp/tiny.model --prompt T --batch 2 --length 12 --temperature 0.8
 
 for B in 8 32 64 4096; do  # 4096 divides no unit: each unit ends in a shorter block
   flags="--weights-int4"
-  [ $B = 32 ] || flags="$flags --int4-block $B"  # 32: the default
+  [ $B = 64 ] || flags="$flags --int4-block $B"  # 64: the default
   Q=$((E * 4 + 2 * $(i4 $K $B) + $(i4 $F $B)))
   $gen $base --weights device $flags >"$tmp/d.txt" 2>"$tmp/d.err"
   check "B${B}_device_params_bytes" "$(stat params_stored "$tmp/d.err")" $Q
@@ -39,9 +40,9 @@ for B in 8 32 64 4096; do  # 4096 divides no unit: each unit ends in a shorter b
   done
 done
 $gen $base --weights-int4 --int4-embed 1 >/dev/null 2>"$tmp/e.txt"
-check embedding_int4_params_bytes "$(stat params_stored "$tmp/e.txt")" $(($(i4 $E 32) + 2 * $(i4 $K 32) + $(i4 $F 32)))
+check embedding_int4_params_bytes "$(stat params_stored "$tmp/e.txt")" $(($(i4 $E 64) + 2 * $(i4 $K 64) + $(i4 $F 64)))
 $gen $base --weights-int4 --precision bf16 >/dev/null 2>"$tmp/e.txt"
-check bf16_embedding_kept_params_bytes "$(stat params_stored "$tmp/e.txt")" $((E * 2 + 2 * $(i4 $K 32) + $(i4 $F 32)))
+check bf16_embedding_kept_params_bytes "$(stat params_stored "$tmp/e.txt")" $((E * 2 + 2 * $(i4 $K 64) + $(i4 $F 64)))
 # against fp32 and int8 (n + 4 ceil(n/64), the 4-byte padding a no-op on tiny's units)
 $gen $base >/dev/null 2>"$tmp/f.txt"
 $gen $base --weights-int8 >/dev/null 2>"$tmp/i8.txt"
@@ -51,6 +52,18 @@ check int8_params_bytes "$(stat params_stored "$tmp/i8.txt")" $(($(i8 $E) + 2 * 
 if $bin/gpt_eval --model "$tmp/tiny.model" --data data/corpus.txt --windows 4 --weights-int4 --int4-block 64 \
   >"$tmp/g.txt" 2>&1 && grep -q "int4 weights (embedding kept" "$tmp/g.txt"; then pass gpt_eval_int4
 else fail gpt_eval_int4 "$(head -c 300 "$tmp/g.txt")"; fi
+
+# A model trained with --qat int4 --qat-skip embedding (its validation runs at the quantized
+# weights) is served on the grid it trained on: gpt_eval --weights-int4 at the default block gives
+# the trainer's validation loss to the printed digit; fp32 and another block do not.
+mpirun -np 1 $bin/stage0_ddp --preset tiny --seq 32 --batch 4 --steps 10 --qat int4 --qat-skip embedding \
+  --eval-every 0 --eval-windows 8 --quiet --save-model "$tmp/qat.model" >"$tmp/qat.txt" 2>&1
+val=$(sed -n 's/.*validation loss \([0-9.]*\) .*/\1/p' "$tmp/qat.txt")
+qev() { $bin/gpt_eval --model "$tmp/qat.model" --data data/corpus.txt --split val --seq 32 --windows 8 "$@" |
+  sed -n 's/mean cross-entropy: \([0-9.]*\) nats.*/\1/p'; }
+l4=$(qev --weights-int4) l32=$(qev) l4b=$(qev --weights-int4 --int4-block 32)
+if [ -n "$val" ] && [ "$l4" = "$val" ] && [ "$l32" != "$val" ] && [ "$l4b" != "$val" ]; then pass qat_model_on_its_grid
+else fail qat_model_on_its_grid "trainer $val, int4 $l4, fp32 $l32, int4 B=32 $l4b"; fi
 
 # ---- bad input: one line, exit 2 ----
 expect_error() {  # name, expected substring, command...

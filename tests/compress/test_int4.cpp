@@ -93,7 +93,7 @@ TEST(Int4, GenerateComputesWithGptEvalsWeights) {
   load_model(trained.model_path, &c, &p);
   const Layout L = make_layout(c, 1);  // one rank: padded = numel, the file's order
   const std::string dense = trained.model_path, quantised = nzt::temp_dir() + "/int4_roundtrip.model";
-  int4_roundtrip(L, &p, true, 32);
+  int4_roundtrip(L, &p, true, 64);  // generate's default block
   std::string why;
   ASSERT_TRUE(write_model_file(quantised, c, p, &why)) << why;
   const std::string gen = nzt::program_path("generate") +
