@@ -16,6 +16,7 @@
 #include "runtime/check.h"       // NZ_CHECK
 #include "io/model_file.h"  // save_model_from_units
 #include "io/checkpoint.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
+#include "io/crc32c.h"         // the --prune-mask's identity in checkpoints
 #include "io/pruned_file.h"    // load_pruned: --prune-mask
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
 #include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
@@ -155,13 +156,14 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
   check_model_fits(args, stage, comm, dp_world());  // one line, before anything is printed or allocated
   configs_from_args();                  // after settle_batch: the batch and accum are final
+  // --prune-mask: read and checked now, a bad one is one line; its identity goes into checkpoints
+  if (!args.prune_mask.empty()) read_prune_mask();
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
   if (!args.resume.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
     resume_from_ = find_resume_checkpoint(comm, *checkpoint_);
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  if (!args.prune_mask.empty()) read_prune_mask();  // before anything is printed: a bad one is one line
   run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
   // zeropp and --qat run on the CPU (auto: even where a GPU is visible)
   select_device(stage == Stage::ZeroPP || qat.on() ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
@@ -358,6 +360,11 @@ void Trainer::read_prune_mask() {
                "fine-tuning with --device cpu");
   GPTConfig c;
   load_pruned(args.prune_mask, &c, &pruned_params_, &prune_keep_, "--prune-mask");
+  size_t pruned = 0;
+  for (uint8_t k : prune_keep_) pruned += !k;
+  char id[48];  // the mask's identity in checkpoints: resuming drops or changes it only with --resume-changed
+  snprintf(id, sizeof id, "%zu/%08x", pruned, crc32c(0, prune_keep_.data(), prune_keep_.size()));
+  checkpoint_->prune = id;
   const GPTConfig& m = args.cfg;
   if (c.vocab != m.vocab || c.ctx != m.ctx || c.layers != m.layers || c.dim != m.dim || c.heads != m.heads)
     user_error("--prune-mask %s: a model of %d layers, width %d, %d heads, context %d; expected this run's %d "

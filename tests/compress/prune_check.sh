@@ -51,6 +51,20 @@ for st in pipeline infinity zeropp; do
     mpirun -np 2 $bin/$st $tiny --prune-mask "$tmp/p.nzp" --save-model "$tmp/existing.nzp"
 done
 
+# a checkpoint of a pruned fine-tuning remembers its mask: resuming without it (or with another)
+# is refused unless --resume-changed; a dense checkpoint resumed with a mask is how fine-tuning
+# starts (test_prune)
+$bin/prune --model "$tmp/dense.model" --out "$tmp/p75.nzp" --sparsity 0.75 >/dev/null 2>&1
+mpirun -np 1 $bin/stage0_ddp $tiny --prune-mask "$tmp/p.nzp" --ckpt-dir "$tmp/ck" >/dev/null 2>&1 ||
+  fail setup_ckpt "the pruned run with --ckpt-dir failed"
+expect_error resume_without_mask "--prune-mask none (was 12288/" \
+  mpirun -np 1 $bin/stage0_ddp $tiny --steps 2 --resume "$tmp/ck" --save-model "$tmp/existing.nzp"
+expect_error resume_other_mask "expected the same" \
+  mpirun -np 1 $bin/stage0_ddp $tiny --steps 2 --resume "$tmp/ck" --prune-mask "$tmp/p75.nzp" \
+  --save-model "$tmp/existing.nzp"
+if mpirun -np 1 $bin/stage0_ddp $tiny --steps 2 --resume "$tmp/ck" --prune-mask "$tmp/p.nzp" >"$tmp/r.txt" 2>&1
+then pass resume_same_mask; else fail resume_same_mask "$(tail -c 300 "$tmp/r.txt")"; fi
+
 # damaged pruned files: craft FILE MODE OUT (the CRC recomputed as the writer would, but for "flip")
 craft() {
   python3 - "$@" <<'PY'
