@@ -26,17 +26,24 @@ namespace nz {
 
 namespace {
 
+// ZeRO++'s switches (the stage's own layout is make_layout's with args.quant_pad_block()).
+ZeroppConfig zeropp_config(const Args& a, int world) {
+  return {a.qwz, a.hpz, a.qgz, a.node_size > 0 ? a.node_size : a.hpz > 0 ? a.hpz : world, size_t(a.qw_block),
+          size_t(a.qg_block)};
+}
+
 // A model (with its batch) that cannot fit this machine is one line before anything is allocated,
 // not an allocation failure later: the formulas' bytes per rank (zero_formulas.h), times the ranks
 // sharing the memory, against the memory there is (the GPU's, and the host's for offload's state;
 // on the CPU backend everything is in host memory). A necessary condition only: what the ledger
 // does not count (libraries, scratch) comes on top.
 void check_model_fits(const Args& args, Stage stage, const Comm& comm, int dp_world) {
-  const Layout L = make_layout(args.cfg, dp_world);
+  const Layout L = make_layout(args.cfg, dp_world, args.quant_pad_block());
+  const ZeroppConfig zpp = zeropp_config(args, comm.size());  // zeropp: what it adds to stage3
   const Device device_kind = select_device(args.device.c_str(), comm.local_rank(), false);  // quietly: once more aloud later
   const Attention attn = flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
   const double device = double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype,
-                                                    args.activation_checkpointing, attn));
+                                                    args.activation_checkpointing, attn, &zpp));
   // (the disk tier's files are not host memory: their room is checked when they are made)
   const double host = double(offload_state_bytes(stage, L, args.dtype, offload_tier(args, stage)).host);
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
@@ -103,8 +110,7 @@ void Trainer::configs_from_args() {
   adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
   schedule = schedule_config(args);
   offload = {args.offload_dir, size_t(args.offload_chunk), &comm};
-  zeropp = {args.qwz, args.hpz, args.qgz, args.node_size > 0 ? args.node_size : args.hpz > 0 ? args.hpz : world(),
-            size_t(args.qw_block), size_t(args.qg_block)};
+  zeropp = zeropp_config(args, world());
   checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));
 }
 
@@ -114,13 +120,10 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // the pipeline's stages and replicas (one stage of N replicas elsewhere): bad ones are one line here
   pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition,
                                 args.zero);
-  if (stage == Stage::ZeroPP && args.quant_pad_block() > 1 && (!args.ckpt_dir.empty() || !args.resume.empty()))
-    user_error("%s with %s: checkpoints of a layout padded to N x block are not built yet, expected no --ckpt-dir or "
-               "--resume with --qwz or --qgz; --hpz alone checkpoints as stage3 does",
-               !args.ckpt_dir.empty() ? "--ckpt-dir" : "--resume", args.qwz ? "--qwz" : "--qgz");
   if (stage == Stage::ZeroPP && args.device == "cuda")
-    user_error("--device cuda: zeropp's block quantizer and quantized collectives run on the CPU backend only, "
-               "expected --device cpu or auto; run stage3 on the GPU");
+    user_error("--device cuda: zeropp's quantized collectives and qgZ's sum run on the CPU backend only (the block "
+               "quantizer has CUDA kernels, the trainer does not use them yet), expected --device cpu or auto; run "
+               "stage3 on the GPU");
   for (auto [flag, G] : {std::pair{"--hpz", args.hpz}, std::pair{"--node-size", args.node_size}})
     if (G > 0 && world() % G != 0)
       user_error("%s %d: the %d ranks do not make whole nodes of %d, expected a G that divides %d; e.g. %s %d",
@@ -201,7 +204,8 @@ Trainer::~Trainer() = default;
 
 void Trainer::settle_batch() {
   const int N = dp_world();
-  const Layout L = make_layout(args.cfg, N);
+  const Layout L = make_layout(args.cfg, N, args.quant_pad_block());  // zeropp: its padded layout
+  const ZeroppConfig zpp = zeropp_config(args, world());                // and what it adds to stage3
   std::string budget_from = "--memory-budget";
   int fit = 0;
   // the device (chosen here quietly, again later aloud) and the kernels decide attention's activations:
@@ -225,9 +229,11 @@ void Trainer::settle_batch() {
       budget_from = "the GPU's free memory (cudaMemGetInfo" + std::string(sharing > 1 ? ", shared by its ranks)" : ")");
     }
     args.memory_budget = budget;
-    fit = largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing, budget, 1 << 16, attn);
+    fit = largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing, budget, 1 << 16, attn,
+                                &zpp);
     if (fit == 0) {
-      const uint64_t need = expected_device_peak(stage, L, 1, args.seq, args.dtype, args.activation_checkpointing, attn);
+      const uint64_t need =
+          expected_device_peak(stage, L, 1, args.seq, args.dtype, args.activation_checkpointing, attn, &zpp);
       user_error("--batch auto: a micro-batch of 1 needs %s per rank, more than the budget of %s (%s); raise the "
                  "budget, or use a later stage, more ranks, --activation-checkpointing or a shorter --seq",
                  fmt_bytes(double(need)).c_str(), fmt_bytes(double(budget)).c_str(), budget_from.c_str());
@@ -251,16 +257,18 @@ void Trainer::settle_batch() {
   }
   if (rank() == 0 && args.batch_auto) {
     const bool ck = args.activation_checkpointing;
-    const StateBytes f = expected_state_bytes(stage, L, args.dtype);
+    const StateBytes f = stage == Stage::ZeroPP ? zeropp_state_bytes(L, args.dtype, zpp)
+                                                : expected_state_bytes(stage, L, args.dtype);
     const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, args.dtype, ck, attn);
+    auto peak = [&](int B) { return double(expected_device_peak(stage, L, B, args.seq, args.dtype, ck, attn, &zpp)); };
     printf("batch auto: micro-batch %d per rank, the largest that fits %s (%llu bytes) per rank (%s)%s: predicted peak %s = "
            "model states %s + activations %s (zero_formulas.h); %d would need %s\n",
            args.batch, fmt_bytes(double(args.memory_budget)).c_str(), (unsigned long long)args.memory_budget,
            budget_from.c_str(),
            args.batch < fit ? (" and divides the " + std::to_string(args.global_batch / N) + " sequences per rank").c_str() : "",
-           fmt_bytes(double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype, ck, attn))).c_str(),
+           fmt_bytes(peak(args.batch)).c_str(),
            fmt_bytes(double(f.total() - f.host)).c_str(), fmt_bytes(double(acts)).c_str(), fit + 1,
-           fmt_bytes(double(expected_device_peak(stage, L, fit + 1, args.seq, args.dtype, ck, attn))).c_str());
+           fmt_bytes(peak(fit + 1)).c_str());
   }
   if (rank() == 0 && args.global_batch > 0)
     printf("global batch %d = %d ranks x micro-batch %d x accum %d\n", args.global_batch, N, args.batch, args.accum);

@@ -238,14 +238,15 @@ uint64_t pipeline_activation_bytes(const GPTConfig& c, int B, int T, DType dt, b
 }
 
 uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing,
-                              Attention attn) {
-  const StateBytes b = expected_state_bytes(stage, L, dt);
+                              Attention attn, const ZeroppConfig* zeropp) {
+  const StateBytes b = stage == Stage::ZeroPP && zeropp ? zeropp_state_bytes(L, dt, *zeropp)
+                                                        : expected_state_bytes(stage, L, dt);
   return b.total() - b.host + expected_activation_bytes(L.cfg, B, T, dt, checkpointing, attn);
 }
 
 int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
-                          int max_batch, Attention attn) {
-  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing, attn) <= budget; };
+                          int max_batch, Attention attn, const ZeroppConfig* zeropp) {
+  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing, attn, zeropp) <= budget; };
   if (!fits(1)) return 0;
   int lo = 1, hi = max_batch;  // fits(lo); the answer is in [lo, hi]
   while (lo < hi) {

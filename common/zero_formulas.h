@@ -66,12 +66,16 @@ uint64_t expected_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt,
 // is added as if they all peaked together, so the ledger's device peak is at most this; in these
 // trainers they do (the model states are allocated before the first forward and the activations
 // once), so it is equal (tests/test_batch_fit). What --batch auto fits into --memory-budget.
+// zeropp: ZeRO++'s switches, for Stage::ZeroPP (its layout padded to N x block): what it adds to
+// stage3's state (zeropp_state_bytes below) is counted too; null: stage3's alone.
+struct ZeroppConfig;
 uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing,
-                              Attention attn = Attention::Gemm);
+                              Attention attn = Attention::Gemm, const ZeroppConfig* zeropp = nullptr);
 // The largest micro-batch B in 1..max_batch whose expected_device_peak fits in budget bytes, or 0
 // when even B = 1 does not (activations grow with B, nothing else does).
 int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
-                          int max_batch = 1 << 16, Attention attn = Attention::Gemm);
+                          int max_batch = 1 << 16, Attention attn = Attention::Gemm,
+                          const ZeroppConfig* zeropp = nullptr);
 
 // Elements this rank sends per optimizer step in the model-state collectives, with K = accum
 // micro-steps. Stages 0 and 1 keep the full gradient, so they accumulate it locally and reduce

@@ -26,6 +26,7 @@
 #include "io/crc32c.h"
 #include "runtime/watchdog.h"     // heartbeat: a unit loaded (writes beat in AtomicFile)
 #include "kernels/kernels.h"      // cpu::cast: stored bf16/fp16 params widened to be checked
+#include "kernels/quantize.h"     // valid_quant_block: a MANIFEST's pad_block
 #include "offload/param_store.h"  // ParamSlices: infinity's slices, off the device
 
 namespace nz {
@@ -133,13 +134,16 @@ std::string run_name(uint64_t id) {
 uint32_t precision_code(DType dt) { return dt == DType::F32 ? 0u : dt == DType::BF16 ? 1u : 2u; }
 DType precision_of(const std::string& p) { return p == "bf16" ? DType::BF16 : p == "fp16" ? DType::F16 : DType::F32; }
 
-std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int data_world, int step,
-                          const std::vector<Manifest::File>& files, const LossScaler* scaler, uint64_t run_id) {
+std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int data_world, size_t pad_block,
+                          int step, const std::vector<Manifest::File>& files, const LossScaler* scaler,
+                          uint64_t run_id) {
   std::ostringstream o;
   char buf[256];
   o << "nanozero-checkpoint 1\n";
   o << "run " << run_name(run_id) << "\n";
   o << "step " << step << "\n" << "stage " << stage_name(stage) << "\n" << "world " << world << "\n";
+  // zeropp's units are padded to N x block (layout.h): the ranges of its shards are in that layout
+  if (pad_block > 1) o << "pad_block " << pad_block << "\n";
   o << "precision " << a.precision << "\n";
   o << "model " << a.cfg.vocab << " " << a.cfg.ctx << " " << a.cfg.layers << " " << a.cfg.dim << " " << a.cfg.heads
     << "\n";
@@ -328,7 +332,8 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
     }
     std::vector<Manifest::File> files;
     for (int r = 0; r < world; r++) files.push_back({shard_name(r), all[r].bytes, all[r].crc});
-    const std::string text = manifest_text(args, stage, world, h.data_world, steps_done, files, h.scaler, h.run_id);
+    const std::string text =
+        manifest_text(args, stage, world, h.data_world, h.L->pad_block, steps_done, files, h.scaler, h.run_id);
     AtomicFile m(dir + "/MANIFEST");
     m.write(text.data(), text.size());
     if (!m.commit()) {
@@ -396,6 +401,7 @@ bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
     else if (key == "step") l >> m->step;
     else if (key == "stage") l >> m->stage;
     else if (key == "world") l >> m->world;
+    else if (key == "pad_block") l >> m->pad_block;
     else if (key == "precision") l >> m->precision;
     else if (key == "model") l >> m->cfg.vocab >> m->cfg.ctx >> m->cfg.layers >> m->cfg.dim >> m->cfg.heads;
     else if (key == "num_params") l >> m->num_params;
@@ -425,7 +431,8 @@ bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
   const bool model_ok = c.vocab == 256 && c.ctx >= 1 && c.ctx <= (1 << 20) && c.layers >= 0 && c.layers <= 4096 &&
                         c.dim >= 1 && c.dim <= (1 << 16) && c.heads >= 1 && c.dim % c.heads == 0 &&
                         m->num_params == param_count_formula(c);
-  bool files_ok = m->world >= 1 && m->world <= (1 << 20) && int(m->files.size()) == m->world;
+  bool files_ok = m->world >= 1 && m->world <= (1 << 20) && int(m->files.size()) == m->world &&
+                  (m->pad_block == 1 || valid_quant_block(long(m->pad_block)));
   for (int r = 0; files_ok && r < m->world; r++) files_ok = m->files[r].name == shard_name(r);
   if (!files_ok || !model_ok || (m->precision != "fp32" && m->precision != "bf16" && m->precision != "fp16") ||
       (m->precision == "fp16") != m->has_loss_scale) {
@@ -582,7 +589,7 @@ std::string find_resume_checkpoint(Comm& comm, const CheckpointConfig& args) {
 // ---------------------------------------------------------------- reading
 
 CheckpointReader::CheckpointReader(const std::string& dir, const Manifest& m)
-    : dir_(dir), L_(make_layout(m.cfg, m.world)), dt_(precision_of(m.precision)) {
+    : dir_(dir), L_(make_layout(m.cfg, m.world, m.pad_block)), dt_(precision_of(m.precision)) {
   const int U = L_.num_units();
   const size_t e = dtype_bytes(dt_);
   for (int r = 0; r < m.world; r++) {

@@ -30,7 +30,10 @@
 //   master       (if has_master) for each unit its optimizer range, fp32; then m; then v
 // Element i of a unit is the same parameter whatever the world size (a unit's padding is only at
 // its end), so a reader at another stage or world size just asks every shard for the element
-// ranges it needs now: resharding is the normal load path.
+// ranges it needs now: resharding is the normal load path. zeropp pads its units further, to a
+// multiple of N x its quantization block (layout.h): its MANIFEST says so in a line "pad_block B",
+// the reader lays out the writer's units with it, and the padding is never read (only elements
+// below a unit's size are); every other stage writes no such line.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -103,6 +106,7 @@ struct HeldState {
 struct Manifest {
   uint64_t run_id = 0;  // 0: written before checkpoints carried one
   int step = 0, world = 0;
+  size_t pad_block = 1;  // the writer's units padded to world x pad_block (zeropp; layout.h); else 1
   std::string stage, precision;
   GPTConfig cfg;
   uint64_t num_params = 0, seed = 0;

@@ -7,7 +7,9 @@
 #include <algorithm>  // std::min
 #include <vector>
 
+#include "kernels/ops.h"      // ops::cast: the conversions on the run's backend
 #include "runtime/check.h"
+#include "runtime/device.h"  // current_device, copy_bytes
 
 namespace nz {
 
@@ -98,39 +100,71 @@ void dequantize_packed(const BlockQuant& q, const void* packed, size_t n, T* out
   dequantize_blocks(q, codes, scales.data(), n, out);
 }
 
+// x (host memory) holds a NaN or an infinity: one line naming `what` and the first bad element.
 template <class T>
-void quantize_finite(const BlockQuant& q, const T* x, size_t n, void* packed, const char* what) {
-  if (quantize_packed(q, x, n, packed) == 0) return;
+[[noreturn]] static void report_non_finite(const BlockQuant& q, const T* x, size_t n, const char* what) {
   size_t i = 0;
   while (i < n && std::isfinite(load(x[i]))) i++;
   job_error("%s: element %zu is %s, expected finite values to quantize to int%d; the run diverged: lower --lr "
             "or resume from an earlier checkpoint", what, i, std::isnan(load(x[i])) ? "NaN" : "infinite", q.bits);
 }
 
+template <class T>
+void quantize_finite(const BlockQuant& q, const T* x, size_t n, void* packed, const char* what) {
+  if (quantize_packed(q, x, n, packed) == 0) return;
+  report_non_finite(q, x, n, what);
+}
+
 // On the run's storage type: one switch, so that no caller reads one type's bits as another's.
-#define NZ_ON_DTYPE(dt, CALL)                                                     \
+#define NZ_ON_DTYPE(dt, ...)                                                      \
   switch (dt) {                                                                   \
-    case DType::F32: { using T = float; CALL; } break;                            \
-    case DType::BF16: { using T = bf16; CALL; } break;                            \
-    case DType::F16: { using T = f16; CALL; } break;                              \
+    case DType::F32: { using T = float; __VA_ARGS__; } break;                     \
+    case DType::BF16: { using T = bf16; __VA_ARGS__; } break;                     \
+    case DType::F16: { using T = f16; __VA_ARGS__; } break;                       \
     default: NZ_CHECK(false, "quantize: storage type %s", dtype_name(dt));        \
   }
 
+// On CUDA the buffers are device memory: the kernels of cuda/kernels_quantize.cu and the casts.
+static bool on_gpu() { return current_device() == Device::CUDA; }
+
 size_t quantize_packed(const BlockQuant& q, DType dt, const void* x, size_t n, void* packed) {
   size_t bad = 0;
+#ifdef NZ_HAVE_CUDA
+  if (on_gpu()) {
+    NZ_ON_DTYPE(dt, bad = quant_cuda::quantize_packed(q, static_cast<const T*>(x), n, packed));
+    return bad;
+  }
+#endif
   NZ_ON_DTYPE(dt, bad = quantize_packed(q, static_cast<const T*>(x), n, packed));
   return bad;
 }
 void dequantize_packed(const BlockQuant& q, const void* packed, size_t n, DType dt, void* out) {
+#ifdef NZ_HAVE_CUDA
+  if (on_gpu()) {
+    NZ_ON_DTYPE(dt, quant_cuda::dequantize_packed(q, packed, n, static_cast<T*>(out)));
+    return;
+  }
+#endif
   NZ_ON_DTYPE(dt, dequantize_packed(q, packed, n, static_cast<T*>(out)));
 }
 void quantize_finite(const BlockQuant& q, DType dt, const void* x, size_t n, void* packed, const char* what) {
-  NZ_ON_DTYPE(dt, quantize_finite(q, static_cast<const T*>(x), n, packed, what));
+  if (quantize_packed(q, dt, x, n, packed) == 0) return;
+  std::vector<char> host(n * dtype_bytes(dt));  // the bad element is looked for on the host
+  copy_bytes(host.data(), Location::Host, x, on_gpu() ? Location::Device : Location::Host, host.size());
+  NZ_ON_DTYPE(dt, report_non_finite(q, reinterpret_cast<const T*>(host.data()), n, what));
 }
 void to_f32(DType dt, const void* x, size_t n, float* out) {
+  if (on_gpu()) {
+    NZ_ON_DTYPE(dt, ops::cast<float, T>(out, static_cast<const T*>(x), n));
+    return;
+  }
   NZ_ON_DTYPE(dt, for (size_t i = 0; i < n; i++) out[i] = load(static_cast<const T*>(x)[i]));
 }
 void from_f32(DType dt, const float* x, size_t n, void* out) {
+  if (on_gpu()) {
+    NZ_ON_DTYPE(dt, ops::cast<T, float>(static_cast<T*>(out), x, n));
+    return;
+  }
   NZ_ON_DTYPE(dt, for (size_t i = 0; i < n; i++) static_cast<T*>(out)[i] = store<T>(x[i]));
 }
 

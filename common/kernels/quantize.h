@@ -59,13 +59,24 @@ void dequantize_packed(const BlockQuant& q, const void* packed, size_t n, T* out
 template <class T>
 void quantize_finite(const BlockQuant& q, const T* x, size_t n, void* packed, const char* what);
 
-// The same on a run's storage type (dt: F32, BF16, F16), for callers that hold untyped buffers.
+// The same on a run's storage type (dt: F32, BF16, F16), for callers that hold untyped buffers, on
+// the run's backend: host memory on the CPU, device memory on CUDA (the kernels below).
 size_t quantize_packed(const BlockQuant& q, DType dt, const void* x, size_t n, void* packed);
 void dequantize_packed(const BlockQuant& q, const void* packed, size_t n, DType dt, void* out);
 void quantize_finite(const BlockQuant& q, DType dt, const void* x, size_t n, void* packed, const char* what);
-// n values of storage type dt to fp32 and back (store<T>: round to nearest even).
+// n values of storage type dt to fp32 and back (store<T>: round to nearest even), on the run's backend.
 void to_f32(DType dt, const void* x, size_t n, float* out);
 void from_f32(DType dt, const float* x, size_t n, void* out);
+
+// The packed form on device memory: the same rule, layout and bits as the loops above
+// (cuda/kernels_quantize.cu; int4 blocks of an even number of values). quantize_packed returns the
+// count of NaN blocks, as on the CPU (it waits for the GPU to know it).
+namespace quant_cuda {
+template <class T>
+size_t quantize_packed(const BlockQuant& q, const T* x, size_t n, void* packed);
+template <class T>
+void dequantize_packed(const BlockQuant& q, const void* packed, size_t n, T* out);
+}  // namespace quant_cuda
 
 // Whether a block size is one this project accepts: a power of two from 8 to 65536 (whole bytes of
 // int4 codes in every block).

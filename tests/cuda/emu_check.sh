@@ -8,6 +8,7 @@
 #      each deliberately broken kernel is stopped or gives a wrong answer;
 #   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference;
 #      build/emu/tests/test_cuda_inference: the KV-cached decode step against the CPU decoder;
+#      build/emu/tests/test_cuda_quantize: ZeRO++'s block quantizer against the CPU's, bit for bit;
 #   3. build/emu/tests/test_cuda_comm: ranks sharing one GPU (the MPI path through pinned buffers)
 #      and one GPU per rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI);
 #   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp, and the
@@ -63,6 +64,7 @@ source tests/lib/gtest_run.sh
 gtest() { run_gtest emu "$1" "$log" "${@:2}"; }
 gtest kernels 300 "$EMU/tests/test_cuda_kernels"
 gtest inference 120 "$EMU/tests/test_cuda_inference"
+gtest quantize 120 "$EMU/tests/test_cuda_quantize"  # tests/zeropp/test_cuda_quantize.cpp
 gtest comm_np1_nccl 120 mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np1_mpi 120 env NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np2_shared 120 mpirun -np 2 "$EMU/tests/test_cuda_comm"

@@ -15,7 +15,13 @@
 # pattern miss, the build stops and names the mutant to fix.
 #   nan_in_params         not a bug but a fault: rank 1 puts a NaN in its parameter slice before step 2's
 #                         forward; --qwz must stop the job with one line and exit code 2
-ZEROPP_MUTANTS := sum_kept_quantized per_tensor_scale own_slice_exact hpz_stale bf16_read_as_fp16 nan_in_params
+#   inf_in_grad           a fault again: in step 2 rank 1's gradient of lnf holds one infinity (an fp16
+#                         overflow) before qgZ; its block dequantizes to NaN, so an fp16 run must skip
+#                         that step and no other
+#   inf_hidden            the same fault, and a bug: qgZ adds an overflowed (NaN) block as zeros, so the
+#                         overflow check never sees it and the step updates the model
+ZEROPP_MUTANTS := sum_kept_quantized per_tensor_scale own_slice_exact hpz_stale bf16_read_as_fp16 nan_in_params \
+                  inf_in_grad inf_hidden
 ZEROPP_MUTANT_SED_sum_kept_quantized := \
   -e 's/^\( *\)if (r > 0) for (size_t i = 0; i < n; i++) sum\[i\] += part\[i\];$$/\1if (r > 0) { for (size_t i = 0; i < n; i++) sum[i] += part[i]; quantize_packed(qg, DType::F32, sum, n, slot); dequantize_packed(qg, slot, n, DType::F32, sum); }/'
 ZEROPP_MUTANT_LINES_sum_kept_quantized := 1
@@ -34,6 +40,13 @@ ZEROPP_MUTANT_LINES_bf16_read_as_fp16 := 1
 ZEROPP_MUTANT_SED_nan_in_params := \
   -e 's/^\( *\)run.phase("forward");$$/\1run.phase("forward"); if (step == 1 \&\& rank == 1) static_cast<float*>(params.data())[5] = NAN;/'
 ZEROPP_MUTANT_LINES_nan_in_params := 1
+ZEROPP_INF_IN_GRAD := \
+  -e 's/^\( *\)if (zpp.qgz) reduce_scatter_int4(u, mine);/\1{ if (step == 1 \&\& rank == 1 \&\& u == LNF) static_cast<f16*>(bucket.data())[3] = store<f16>(INFINITY); } if (zpp.qgz) reduce_scatter_int4(u, mine);/'
+ZEROPP_MUTANT_SED_inf_in_grad := $(ZEROPP_INF_IN_GRAD)
+ZEROPP_MUTANT_LINES_inf_in_grad := 1
+ZEROPP_MUTANT_SED_inf_hidden := $(ZEROPP_INF_IN_GRAD) \
+  -e 's/^\( *\)from_f32(dt, sum, n, mine);/\1for (size_t i = 0; i < n; i++) { if (std::isnan(sum[i])) sum[i] = 0; } from_f32(dt, sum, n, mine);/'
+ZEROPP_MUTANT_LINES_inf_hidden := 2
 
 ZEROPP_MUTANT_BINS := $(ZEROPP_MUTANTS:%=$(BUILD)/mutants/bin/mutant_zeropp_%)
 EXTRA_BINS += $(ZEROPP_MUTANT_BINS)

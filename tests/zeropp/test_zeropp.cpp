@@ -11,13 +11,16 @@
 //   - bytes on the wire, per rank and step, to the byte: the comm ledger of a real run at N = 8,
 //     G = 4 = the formula written out below = zero_formulas' (inside a node and across nodes), and
 //     the headline: across-node bytes, stage3 against ZeRO++;
-//   - memory: hpZ's secondary shard and the quantization buffers in the ledger = the formula;
+//   - memory: hpZ's secondary shard and the quantization buffers in the ledger = the formula; and
+//     --batch auto fits ZeRO++'s peak, not stage3's;
 //   - bad input: one line, exit 2.
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "harness.h"
+#include "model.h"          // preset_config
+#include "zero_formulas.h"  // expected_device_peak, ZeroppConfig: what --batch auto fits
 
 using namespace nzt;
 
@@ -111,6 +114,27 @@ TEST(Zeropp, BrokenVariantsAreCaught) {
     printf("%-20s %s\n", m.name, describe(v).c_str());
     EXPECT_FALSE(v.identical()) << bin << " passes the equality check";
   }
+}
+
+// fp16 with qgZ, an overflow defined (docs/zeropp.md): a gradient block holding an infinity has no
+// scale, dequantizes to NaN, and the step's overflow check skips the step, as stage3's does. One
+// infinity is planted in rank 1's gradient of lnf in step 2 (tests/zeropp/mutants.mk, inf_in_grad),
+// at a loss scale under which this model never overflows by itself: step 2, and only step 2, is
+// skipped. The same fault with the NaN block added as zeros (inf_hidden) trains through it: the
+// check below sees that.
+TEST(Zeropp, Fp16OverflowInOneGradientBlockSkipsTheStep) {
+  auto skipped = [](const RunResult& r) {
+    std::vector<int> v;
+    for (const Json& s : r.report["steps_log"].arr) v.push_back(s["skipped"].b ? 1 : 0);
+    return v;
+  };
+  const std::string flags = "--qwz --hpz 2 --qgz" + kBlocks + " --precision fp16 --loss-scale 1024";
+  const RunResult& fault = run_cached("mutant_zeropp_inf_in_grad", 2, kFlags + "--steps 3 " + flags, "fp16");
+  ASSERT_EQ(fault.exit_code, 0) << fault.output;
+  EXPECT_EQ(skipped(fault), (std::vector<int>{0, 1, 0})) << "the overflowed block's step, and no other";
+  const RunResult& hidden = run_cached("mutant_zeropp_inf_hidden", 2, kFlags + "--steps 3 " + flags, "fp16");
+  ASSERT_EQ(hidden.exit_code, 0) << hidden.output;
+  EXPECT_NE(skipped(hidden), skipped(fault)) << "an overflow added as zeros must not pass as handled";
 }
 
 namespace {
@@ -261,6 +285,31 @@ TEST(Zeropp, LedgerHoldsTheSecondaryShardAndQuantizationBuffers) {
          (unsigned long long)(e * b.P / G), (unsigned long long)(want.at("comm_buffers") - e * b.U));
 }
 
+// --batch auto (and the fits check) count what ZeRO++ adds to stage3 (zeropp_state_bytes) on its
+// padded layout. The budget is ZeRO++'s predicted device peak at micro-batch B0 = 2, into which
+// stage3's formula would fit a larger batch: the run must pick B0, and every rank's measured device
+// peak (the ledger's) must equal the prediction to the byte (tests/stages/test_batch_fit.cpp's
+// check for the ladder).
+TEST(Zeropp, BatchAutoFitsZeroppsPeakNotStage3s) {
+  const int N = 4, B0 = 2, T = 16;  // 16 tokens: a sequence's activations weigh less than ZeRO++'s additions
+  nz::GPTConfig tiny;
+  nz::preset_config("tiny", &tiny);
+  const nz::Layout L = nz::make_layout(tiny, N, 64);
+  const nz::ZeroppConfig z{true, 2, true, 2, 64, 64};
+  auto peak = [&](int B, const nz::ZeroppConfig* zpp) {
+    return nz::expected_device_peak(nz::Stage::ZeroPP, L, B, T, nz::DType::BF16, false, nz::Attention::Gemm, zpp);
+  };
+  const uint64_t budget = peak(B0, &z);
+  ASSERT_LE(peak(B0 + 1, nullptr), budget) << "the case this test is about: stage3's formula fits more";
+  ASSERT_GT(peak(B0 + 1, &z), budget);
+  const RunResult& fit = run("zeropp", N, 1, "--qwz --hpz 2 --qgz" + kBlocks + " --seq 16 --batch auto " +
+                             "--memory-budget " + std::to_string(budget), "bf16", 1);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_EQ(int(fit.report["batch"].u()), B0) << fit.output;
+  for (const Json& rank : fit.report["ranks"].arr)
+    EXPECT_EQ(rank["ledger"]["device"]["peak"]["total"].u(), budget) << "rank " << rank["rank"].u();
+}
+
 TEST(Zeropp, BadInputIsOneLineAndExitCodeTwo) {
   struct Bad { std::string bin; int N; std::string flags, says; int code; };
   const std::vector<Bad> bad = {
@@ -311,22 +360,68 @@ TEST(Zeropp, DeepSpeedKeysAreTheFlags) {
                      "stage 3"), std::string::npos) << out;
 }
 
-// Checkpoints: an hpZ run holds stage3's state (the secondary shard is refilled by the next forward),
-// so its checkpoint resumes bit for bit in zeropp and in stage3. A quantized layout's is refused.
-TEST(Zeropp, HpzCheckpointResumesInZeroppAndStage3) {
-  const std::string dir = temp_dir() + "/zeropp_ckpt";
-  const RunResult& full = run("zeropp", 4, 1, "--hpz 2 --ckpt-dir " + dir + " --ckpt-every 2");
-  ASSERT_EQ(full.exit_code, 0) << full.output;
-  const std::string step2 = dir + "/step-00000002";
-  for (const std::string trainer : {"zeropp", "stage3"}) {
-    SCOPED_TRACE(trainer);
-    const RunResult& resumed = run(trainer, 4, 1, (trainer == "zeropp" ? "--hpz 2 " : "") + std::string("--resume ") + step2);
-    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-    EXPECT_TRUE(same_model_bits(full.model_path, resumed.model_path)) << trainer << " resumed from zeropp --hpz 2";
+// Checkpoints. An hpZ run holds stage3's state (the secondary shard is refilled by the next forward),
+// so its checkpoint resumes bit for bit in zeropp and in stage3. A quantized run's units are padded
+// to N x block (its MANIFEST says "pad_block 64"; checkpoint.h): still
+//   - stopped at step 2 and resumed, with and without hpZ, every later loss and grad norm and the
+//     model file equal the uninterrupted run's, bit for bit;
+//   - consolidate (the reader every stage uses) merges its last checkpoint into the run's model file;
+//   - it loads in stage3 on 2 ranks (another world size and layout): the same numbers as stage0_ddp
+//     resumed from it (all stages agree bit for bit at accumulation 1), and no padding read;
+//   - the reverse: stage3's checkpoint of 4 ranks resumed by zeropp --qwz --qgz on 2 ranks equals
+//     the fake-quant reference resumed from it (which holds whole units, not slices).
+TEST(Zeropp, CheckpointsResumeBitForBitAndCrossToStage3) {
+  auto losses_and_norms_after = [](const RunResult& r, int step) {
+    std::vector<double> v;
+    for (const Json& s : r.report["steps_log"].arr)
+      if (int(s["step"].d()) > step) v.push_back(s["loss"].d()), v.push_back(s["grad_norm"].d());
+    return v;
+  };
+  const std::string step2 = "/step-00000002";
+  {  // hpZ alone: its checkpoint is stage3's
+    const std::string dir = fresh_dir("zeropp_hpz_ckpt");
+    const RunResult& full = run("zeropp", 4, 1, "--hpz 2 --ckpt-dir " + dir + " --ckpt-every 2");
+    ASSERT_EQ(full.exit_code, 0) << full.output;
+    for (const std::string trainer : {"zeropp", "stage3"}) {
+      const RunResult& resumed =
+          run(trainer, 4, 1, (trainer == "zeropp" ? "--hpz 2 " : "") + std::string("--resume ") + dir + step2);
+      ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+      EXPECT_TRUE(same_model_bits(full.model_path, resumed.model_path)) << trainer << " resumed from zeropp --hpz 2";
+    }
   }
-  std::string out;
-  EXPECT_EQ(run_command("mpirun -np 2 " + bin_dir() + "/zeropp " + kFlags + "--steps 1 --quiet --qwz --ckpt-dir " + dir +
-                            "_q", &out), 2) << out;
-  EXPECT_NE(out.find("error: --ckpt-dir with --qwz: checkpoints of a layout padded to N x block are not built yet"),
-            std::string::npos) << out;
+  std::string quantized_dir;
+  for (const std::string flags : {"--qwz --qgz", "--qwz --hpz 2 --qgz"}) {  // the padded layout
+    SCOPED_TRACE(flags);
+    const std::string dir = fresh_dir("zeropp_ckpt");
+    const RunResult& full = run("zeropp", 4, 1, flags + kBlocks + " --ckpt-dir " + dir + " --ckpt-every 2");
+    ASSERT_EQ(full.exit_code, 0) << full.output;
+    EXPECT_NE(read_file(dir + step2 + "/MANIFEST").find("\npad_block 64\n"), std::string::npos);
+    const RunResult& resumed = run("zeropp", 4, 1, flags + kBlocks + " --resume " + dir + step2);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_EQ(losses_and_norms_after(resumed, 0).size(), 4u) << "steps 3 and 4 only: it did not start over";
+    EXPECT_EQ(losses_and_norms_after(resumed, 2), losses_and_norms_after(full, 2));
+    EXPECT_TRUE(same_model_bits(full.model_path, resumed.model_path));
+    std::string out;
+    const std::string merged = dir + ".model";
+    ASSERT_EQ(run_command(bin_dir() + "/consolidate --ckpt " + dir + " --out " + merged, &out), 0) << out;
+    EXPECT_TRUE(same_model_bits(full.model_path, merged)) << "consolidate of the padded checkpoint";
+    quantized_dir = dir;
+  }
+  // zeropp's padded checkpoint of 4 ranks in stage3 (and stage0_ddp) on 2 ranks
+  const RunResult& z3 = run("stage3", 2, 1, "--resume " + quantized_dir + step2);
+  const RunResult& ddp = run("stage0_ddp", 2, 1, "--resume " + quantized_dir + step2);
+  ASSERT_EQ(z3.exit_code, 0) << z3.output;
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  EXPECT_TRUE(compare_runs(ddp, z3).identical()) << describe(compare_runs(ddp, z3));
+  // stage3's checkpoint of 4 ranks in zeropp --qwz --qgz on 2 ranks (padded to 2 x 64 now)
+  const std::string dir3 = fresh_dir("stage3_ckpt");
+  const RunResult& s3 = run("stage3", 4, 1, "--ckpt-dir " + dir3 + " --ckpt-every 2");
+  ASSERT_EQ(s3.exit_code, 0) << s3.output;
+  EXPECT_EQ(read_file(dir3 + step2 + "/MANIFEST").find("pad_block"), std::string::npos) << "stage3's format as before";
+  const RunResult& zpp = run("zeropp", 2, 1, "--qwz --qgz" + kBlocks + " --resume " + dir3 + step2);
+  const RunResult& ref = run("zeropp_reference", 2, 1, "--qwz --qgz" + kBlocks + " --resume " + dir3 + step2);
+  ASSERT_EQ(zpp.exit_code, 0) << zpp.output;
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  EXPECT_TRUE(compare_runs(ref, zpp).identical()) << describe(compare_runs(ref, zpp));
+  EXPECT_EQ(losses_and_norms_after(zpp, 0).size(), 4u);
 }
