@@ -261,14 +261,44 @@ void GPT::end_compute(const char* what, int u) {
   Ledger::get().note("compute_end", std::string(what) + " " + L_.units[u].name);
 }
 
+void GPT::set_qat(const QatConfig& q) {
+  NZ_CHECK(!q.on() || current_device() != Device::CUDA, "--qat runs on the CPU backend only");
+  qat_ = q;
+  // the largest parameters a call hands over: a unit (padded, as begin_compute checks it), or the
+  // LM head's copy of wte alone on a pipeline's last stage
+  size_t elems = 0;
+  for (int u = first_; u < end_; u++)
+    if (q.quantizes(L_, u)) elems = std::max(elems, L_.units[u].padded);
+  if (has_head() && !has_embed() && q.quantizes(L_, L_.embed_unit()))
+    elems = std::max(elems, size_t(L_.cfg.vocab) * L_.cfg.dim);
+  qat_unit_ = Buffer();
+  if (elems)
+    qat_unit_ = Buffer(Category::Scratch, Location::Device, elems * dtype_bytes(dt_), "qat: fake-quantized unit");
+}
+
+const void* GPT::qat_view(int u, const void* p, size_t n) {
+  if (!p || !qat_.quantizes(L_, u)) return p;
+  fake_quantize(qat_, dt_, p, n, qat_unit_.data());  // a copy: p (the master in fp32) stays exact
+  return qat_unit_.data();
+}
+
+// The LM head's share of the tied embedding: the whole unit where this model holds it, so its
+// blocks are the lookup's; a pipeline's last stage holds only wte (the trainer then requires
+// V x C to be whole blocks, so the two still agree).
+static size_t head_elems(const Layout& L, bool has_embed) {
+  return has_embed ? L.units[L.embed_unit()].numel : size_t(L.cfg.vocab) * L.cfg.dim;
+}
+
 void GPT::forward(int u, const void* p) {
   begin_compute("forward", u, p);
+  p = qat_view(u, p, L_.units[u].numel);
   NZ_DISPATCH_DTYPE(dt_, forward_t<T>(u, (const T*)p));
   end_compute("forward", u);
   unit_done();
 }
 void GPT::head_forward(const void* p) {
   begin_compute("head forward", L_.embed_unit(), p);
+  p = qat_view(L_.embed_unit(), p, head_elems(L_, has_embed()));
   NZ_DISPATCH_DTYPE(dt_, head_forward_t<T>((const T*)p));
   end_compute("head forward", L_.embed_unit());
   unit_done();
@@ -284,6 +314,7 @@ double GPT::take_loss_sum() {
 }
 void GPT::head_backward(const void* p) {
   begin_compute("head backward", L_.embed_unit(), p);
+  p = qat_view(L_.embed_unit(), p, head_elems(L_, has_embed()));  // see backward
   NZ_DISPATCH_DTYPE(dt_, head_backward_t<T>((const T*)p));
   end_compute("head backward", L_.embed_unit());
   unit_done();
@@ -291,6 +322,13 @@ void GPT::head_backward(const void* p) {
 void GPT::backward(int u, const void* p, void* g) {
   begin_compute("backward", u, p);
   check_span(g, L_.units[u].padded * dtype_bytes(dt_), ("the gradient of backward " + L_.units[u].name).c_str());
+  // --qat, the straight-through estimator: the forward computed y = f(x, q(w)) with q(w) =
+  // dequantize(quantize(w)), a step function of w whose derivative is 0 almost everywhere. QAT
+  // pretends dq/dw = 1 instead: the backward runs on the same q(w) the forward used (activation
+  // gradients dx = df/dx at q(w); a checkpointed block recomputes its forward from q(w) too) and
+  // the weight gradient it writes, dL/dq(w), is taken as dL/dw and handed to the optimizer, which
+  // updates the exact w. Small updates accumulate in w until they move q(w) across a grid step.
+  p = qat_view(u, p, L_.units[u].numel);  // q(w), as in the forward
   NZ_DISPATCH_DTYPE(dt_, backward_t<T>(u, (const T*)p, (T*)g));
   end_compute("backward", u);
   unit_done();

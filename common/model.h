@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"  // Attention, flash_attention_in_force
 #include "layout.h"  // GPTConfig, Unit, Slice, Layout
 #include "ledger.h"
+#include "qat.h"  // QatConfig: --qat
 
 namespace nz {
 
@@ -114,7 +115,17 @@ class GPT {
   // (inference fills its KV cache from a prompt's forward).
   const void* layer_qkv(int l) const;
 
+  // Quantization-aware training (qat.h), from now on: forward, backward and the LM head compute
+  // with a fake-quantized copy of the parameters they are given, the same in every trainer. The
+  // copy is one unit's worth, reused unit after unit (ledger: scratch on the device, qat_bytes in
+  // zero_formulas.h). CPU backend only (the quantizer reads host memory).
+  void set_qat(const QatConfig& q);
+  const QatConfig& qat() const { return qat_; }
+
  private:
+  // --qat: the parameters unit u computes with, given the caller's p (its first n values quantized):
+  // the fake-quantized copy, or p itself when QAT is off or skips the unit.
+  const void* qat_view(int u, const void* p, size_t n);
   void begin_compute(const char* what, int u, const void* p);  // checks p, notes the activity (model.cpp)
   void end_compute(const char* what, int u);
   template <class T> void forward_t(int u, const T* p);
@@ -138,6 +149,8 @@ class GPT {
   Buffer acts_;        // all saved activations, one block (see activation_bytes for the layout)
   Buffer grad_acts_;   // activation gradients of one block, reused block after block
   Buffer tokens_, targets_;
+  QatConfig qat_;      // --qat (off by default)
+  Buffer qat_unit_;    // --qat: the fake-quantized copy of the unit computing now
   size_t tok_bytes_;   // tokens_' and targets_' size (B*T ints, rounded up to 64 bytes)
   // Outside the ledger (a few bytes): the loss total (device) and, on a GPU, pinned host slots the
   // token batches are staged in for their queued copies (set_batch).

@@ -77,7 +77,8 @@ void Trainer::print_memory_table() {
   const Ledger& led = Ledger::get();
   std::ostringstream mine;
   for (int c = 0; c < kNumCategories; c++) mine << led.peak(Category(c)) << ' ';
-  mine << led.peak_total(Location::Device) << ' ' << led.peak_total(Location::Host);
+  mine << led.peak_total(Location::Device) << ' ' << led.peak_total(Location::Host) << ' '
+       << led.peak(Category::Scratch, Location::Device);  // --qat's copy (nothing else there on the CPU)
   std::string all = comm.gather_strings(mine.str(), "\n");
   if (rank() != 0) return;
   const StateBytes f0 = stage == Stage::ZeroPP ? zeropp_state_bytes(layout, dtype, zeropp)
@@ -100,7 +101,7 @@ void Trainer::print_memory_table() {
   int r = 0;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
-    uint64_t v[kNumCategories + 2];
+    uint64_t v[kNumCategories + 3];
     for (uint64_t& x : v) ls >> x;
     const StateBytes f = f_of(r);
     const uint64_t acts = acts_of(r);
@@ -111,6 +112,7 @@ void Trainer::print_memory_table() {
       uint64_t want = c == Category::Activations ? acts : f.of(c);
       if (c == Category::Gathered ? v[int(c)] > want : v[int(c)] != want) all_match = false;
     }
+    if (qat.on() && !state_formula && v[kNumCategories + 2] != qat_bytes(layout, dtype, qat)) all_match = false;
     if (state_formula) {  // the pipeline: each stage's own formula, under its rank
       printf("%-9s", "formula");
       for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
@@ -126,6 +128,12 @@ void Trainer::print_memory_table() {
          state_formula ? "" : "\n", all_match ? "matches" : "DOES NOT MATCH",
          state_formula ? "per stage, above" : fmt_bytes(double(f.total())).c_str(), layout.num_params,
          layout.padded_total, layout.shard_total);
+  // the fake-quantized unit (zero_formulas.h, qat_bytes): device scratch, on every rank alike (a
+  // pipeline stage's own units: qat_bytes with its range, not checked here)
+  if (qat.on() && !state_formula)
+    printf("qat: %s, blocks of %zu%s: the fake-quantized unit, formula %llu bytes per rank (device scratch)\n",
+           qat.bits == 8 ? "int8" : "int4", qat.block, qat.skip_embed ? ", embedding kept" : "",
+           (unsigned long long)qat_bytes(layout, dtype, qat));
 }
 
 
@@ -240,6 +248,9 @@ std::string Trainer::write_report() {
   j.kv("activations",
        expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing,
                                  model->attention()));
+  // --qat's fake-quantized unit (device scratch; 0 without; the pipeline: the whole model's, a stage
+  // holds qat_bytes of its own units)
+  j.kv("qat", qat_bytes(layout, dtype, qat));
   j.kv("host", f.host);  // everything off the device; of it on disk (offload, infinity with the disk tier):
   j.kv("disk", offload_state_bytes(stage, layout, dtype, offload_tier(args, stage)).disk);
   j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));

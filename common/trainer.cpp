@@ -101,6 +101,10 @@ CheckpointConfig checkpoint_config(const Args& a) {
   c.lr = a.lr, c.weight_decay = a.weight_decay, c.clip = a.clip;
   c.warmup = a.warmup, c.steps = a.steps, c.batch = a.batch, c.seq = a.seq, c.accum = a.accum;
   c.schedule = schedule_config(a);
+  // --qat: "none", or the bits, the block and the skip, e.g. int4/64/embedding-kept
+  if (a.qat_bits)
+    c.qat = "int" + std::to_string(a.qat_bits) + "/" + std::to_string(a.qat_block) +
+            (a.qat_skip_embed ? "/embedding-kept" : "");
   return c;
 }
 
@@ -111,6 +115,7 @@ void Trainer::configs_from_args() {
   schedule = schedule_config(args);
   offload = {args.offload_dir, size_t(args.offload_chunk), &comm};
   zeropp = zeropp_config(args, world());
+  qat = {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed};
   checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));
 }
 
@@ -120,6 +125,13 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // the pipeline's stages and replicas (one stage of N replicas elsewhere): bad ones are one line here
   pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition,
                                 args.zero);
+  // the pipeline's last stage quantizes its own copy of wte for the LM head: its blocks are the
+  // embedding's (counted from the unit's start) only if wte is whole blocks
+  const size_t wte_elems = size_t(args.cfg.vocab) * args.cfg.dim;
+  if (stage == Stage::Pipeline && args.qat_bits && !args.qat_skip_embed && wte_elems % args.qat_block != 0)
+    user_error("--qat with --pipeline: wte's %zu values are not whole blocks of %ld, expected a --qat-block that "
+               "divides them (at most %zu); use a smaller --qat-block or --qat-skip embedding", wte_elems,
+               args.qat_block, wte_elems & (~wte_elems + 1));
   if (stage == Stage::ZeroPP && args.device == "cuda")
     user_error("--device cuda: zeropp's quantized collectives and qgZ's sum run on the CPU backend only (the block "
                "quantizer has CUDA kernels, the trainer does not use them yet), expected --device cpu or auto; run "
@@ -149,8 +161,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
-  // zeropp runs on the CPU (auto: even where a GPU is visible)
-  select_device(stage == Stage::ZeroPP ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
+  // zeropp and --qat run on the CPU (auto: even where a GPU is visible)
+  select_device(stage == Stage::ZeroPP || qat.on() ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
   dtype = args.dtype;
@@ -162,6 +174,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   const PipelinePlan& pp = pipeline;
   model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing, pp.first(),
                                 pp.end(), activation_slots(pp.schedule, pp.stages, pp.stage, args.accum));
+  model->set_qat(qat);  // the same fake quantization in every trainer: no stage file sees it
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
   if (rank() == 0) {
@@ -213,6 +226,12 @@ void Trainer::settle_batch() {
   const Device device = args.batch_auto ? select_device(args.device.c_str(), comm.local_rank(), false) : Device::CPU;
   const Attention attn =
       flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
+  // --qat: the model's fake-quantized unit is on the device beside the states and activations
+  const uint64_t qat_copy = qat_bytes(L, args.dtype, {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed});
+  auto peak_at = [&](int B) {
+    return expected_device_peak(stage, L, B, args.seq, args.dtype, args.activation_checkpointing, attn, &zpp) +
+           qat_copy;
+  };
   if (args.batch_auto) {
     uint64_t budget = args.memory_budget;
     if (budget == 0) {  // the GPU's free memory, shared by the ranks on it; the smallest over all ranks
@@ -229,11 +248,10 @@ void Trainer::settle_batch() {
       budget_from = "the GPU's free memory (cudaMemGetInfo" + std::string(sharing > 1 ? ", shared by its ranks)" : ")");
     }
     args.memory_budget = budget;
-    fit = largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing, budget, 1 << 16, attn,
-                                &zpp);
+    fit = budget < qat_copy ? 0 : largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing,
+                                                       budget - qat_copy, 1 << 16, attn, &zpp);
     if (fit == 0) {
-      const uint64_t need =
-          expected_device_peak(stage, L, 1, args.seq, args.dtype, args.activation_checkpointing, attn, &zpp);
+      const uint64_t need = peak_at(1);
       user_error("--batch auto: a micro-batch of 1 needs %s per rank, more than the budget of %s (%s); raise the "
                  "budget, or use a later stage, more ranks, --activation-checkpointing or a shorter --seq",
                  fmt_bytes(double(need)).c_str(), fmt_bytes(double(budget)).c_str(), budget_from.c_str());
@@ -260,15 +278,15 @@ void Trainer::settle_batch() {
     const StateBytes f = stage == Stage::ZeroPP ? zeropp_state_bytes(L, args.dtype, zpp)
                                                 : expected_state_bytes(stage, L, args.dtype);
     const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, args.dtype, ck, attn);
-    auto peak = [&](int B) { return double(expected_device_peak(stage, L, B, args.seq, args.dtype, ck, attn, &zpp)); };
     printf("batch auto: micro-batch %d per rank, the largest that fits %s (%llu bytes) per rank (%s)%s: predicted peak %s = "
-           "model states %s + activations %s (zero_formulas.h); %d would need %s\n",
+           "model states %s + activations %s%s (zero_formulas.h); %d would need %s\n",
            args.batch, fmt_bytes(double(args.memory_budget)).c_str(), (unsigned long long)args.memory_budget,
            budget_from.c_str(),
            args.batch < fit ? (" and divides the " + std::to_string(args.global_batch / N) + " sequences per rank").c_str() : "",
-           fmt_bytes(peak(args.batch)).c_str(),
-           fmt_bytes(double(f.total() - f.host)).c_str(), fmt_bytes(double(acts)).c_str(), fit + 1,
-           fmt_bytes(peak(fit + 1)).c_str());
+           fmt_bytes(double(peak_at(args.batch))).c_str(),
+           fmt_bytes(double(f.total() - f.host)).c_str(), fmt_bytes(double(acts)).c_str(),
+           qat_copy ? (" + the qat copy " + fmt_bytes(double(qat_copy))).c_str() : "", fit + 1,
+           fmt_bytes(double(peak_at(fit + 1))).c_str());
   }
   if (rank() == 0 && args.global_batch > 0)
     printf("global batch %d = %d ranks x micro-batch %d x accum %d\n", args.global_batch, N, args.batch, args.accum);

@@ -61,6 +61,7 @@ class Trainer {
   ScheduleConfig schedule;
   OffloadConfig offload;
   ZeroppConfig zeropp;  // zeropp: which of ZeRO++'s three, their blocks, the simulated node size
+  QatConfig qat;        // --qat: the model computes with fake-quantized weights (qat.h), any stage
   Layout layout;
   DType dtype;
   size_t elem_bytes;  // of the storage type

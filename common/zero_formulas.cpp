@@ -319,4 +319,14 @@ ZeroppComm zeropp_comm_per_step(const Layout& L, DType dt, const ZeroppConfig& z
   return c;
 }
 
+uint64_t qat_bytes(const Layout& L, DType dt, const QatConfig& q, int first, int end) {
+  if (end < 0) end = L.num_units();
+  uint64_t elems = 0;
+  for (int u = first; u < end; u++)
+    if (q.quantizes(L, u)) elems = std::max<uint64_t>(elems, L.units[u].padded);
+  const bool head_only = end == L.num_units() && first > L.embed_unit();  // a pipeline's last stage
+  if (head_only && q.quantizes(L, L.embed_unit())) elems = std::max<uint64_t>(elems, uint64_t(L.cfg.vocab) * L.cfg.dim);
+  return elems * dtype_bytes(dt);
+}
+
 }  // namespace nz

@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"  // Attention
 #include "layout.h"
 #include "pipeline.h"  // PipelinePlan
+#include "qat.h"       // QatConfig
 
 namespace nz {
 
@@ -98,6 +99,19 @@ uint64_t expected_link_elems(Stage stage, const Layout& L, int accum);  // offlo
 // fp16 only (loss_scale.h): every stage agrees once per step on whether the gradients overflowed,
 // a one-element all-reduce MAX: N - 1 elements per rank per step (4 bytes each). 0 in fp32, bf16.
 uint64_t expected_overflow_flag_elems(const Layout& L, DType dt);
+
+// ---- --qat (qat.h): quantization-aware training, in any stage ----
+// The model's fake-quantized copy of the unit computing now, one buffer reused unit after unit
+// (ledger: scratch, on the device), the same in every stage:
+//   e max p_u   over the units it quantizes (every unit, or all but the embedding with --qat-skip
+//               embedding), p_u padded as the model checks a unit's parameters; 0 without --qat.
+// It is where the fake-quantized weights live in every stage: stage0-2 (and offload) quantize
+// their full parameter buffer's unit into it (in place would be wrong: in fp32 the parameters are
+// the master itself), stage3 (infinity, zeropp) the unit it gathered. stage3 could quantize its
+// gathered copy in place and save these bytes, but only with lines in its file; one copy in the
+// model keeps every stage file unchanged. For a pipeline stage: units [first, end), and on a last
+// stage without the embedding the LM head's wte copy, V C elements.
+uint64_t qat_bytes(const Layout& L, DType dt, const QatConfig& q, int first = 0, int end = -1);
 
 // ---- ZeRO++ (zeropp/train.cpp, docs/zeropp.md): what it adds to stage3, for a layout padded to
 // N x block (make_layout's pad_block), with s_u = p_u / N the slice of unit u (p_u padded) ----

@@ -152,6 +152,7 @@ std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int
   o << buf;
   o << "warmup " << a.warmup << "\n" << "steps " << a.steps << "\n" << "batch " << a.batch << "\n"
     << "seq " << a.seq << "\n" << "accum " << a.accum << "\n";
+  if (a.qat != "none") o << "qat " << a.qat << "\n";
   const LossScaleState ls = scaler && scaler->enabled() ? scaler->state() : LossScaleState{};
   if (scaler && scaler->enabled()) {  // fp16: the loss scaler goes on where it was
     snprintf(buf, sizeof buf, "loss_scale %.9g %ld %ld %d %d\n", double(ls.scale), ls.iter, ls.last_overflow_iter,
@@ -414,6 +415,7 @@ bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
     else if (key == "batch") l >> m->batch;
     else if (key == "seq") l >> m->seq;
     else if (key == "accum") l >> m->accum;
+    else if (key == "qat") l >> m->qat;
     else if (key == "loss_scale") {
       LossScaleState& s = m->loss_scale;
       m->has_loss_scale = bool(l >> s.scale >> s.iter >> s.last_overflow_iter >> s.hysteresis_left >> s.skipped);
@@ -543,6 +545,7 @@ static std::string changed_settings(const CheckpointConfig& args, const Manifest
   note("--batch", std::to_string(args.batch), std::to_string(m.batch));
   note("--seq", std::to_string(args.seq), std::to_string(m.seq));
   note("--accum", std::to_string(args.accum), std::to_string(m.accum));
+  note("--qat", args.qat, m.qat);
   return changed;
 }
 

@@ -70,6 +70,7 @@ struct CheckpointConfig {
   float lr = 0, weight_decay = 0, clip = 0;
   int warmup = 0, steps = 0, batch = 0, seq = 0, accum = 0;
   ScheduleConfig schedule;
+  std::string qat = "none";      // --qat: "none", or e.g. "int4/64" (trainer.cpp, checkpoint_config)
 };
 
 // What one rank holds, as its stage registered it (Trainer::checkpoint_state).
@@ -112,6 +113,7 @@ struct Manifest {
   uint64_t num_params = 0, seed = 0;
   float lr = 0, weight_decay = 0, clip = 0;
   int warmup = 0, steps = 0, batch = 0, seq = 0, accum = 0;
+  std::string qat = "none";     // --qat (no "qat" line: written before QAT existed, or without it)
   bool has_loss_scale = false;  // fp16
   LossScaleState loss_scale;
   struct File {

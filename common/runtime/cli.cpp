@@ -302,6 +302,24 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.qw_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
       {"--qg-block", "B", "zeropp --qgz: values per scale, a power of two from 8 to 65536 (default 256)",
        [&](auto& f, auto& v) { a.qg_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
+      // begin qat flags
+      {"--qat", "int8|int4", "quantization-aware training: every unit computes with its weights quantized and "
+       "dequantized in blocks of --qat-block, the optimizer updates the exact ones (docs/compression.md)",
+       [&](auto& f, auto& v) {
+         if (v != "int8" && v != "int4")
+           user_error("%s %s: unknown format, expected int8 or int4; e.g. %s int8", f.c_str(), v.c_str(), f.c_str());
+         a.qat_bits = v == "int8" ? 8 : 4;
+       }},
+      {"--qat-block", "B", "--qat: values per scale, counted from each unit's start, a power of two from 8 to "
+       "65536 (default 64; a unit's last block may be shorter)",
+       [&](auto& f, auto& v) { a.qat_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
+      {"--qat-skip", "embedding", "--qat: keep the tied embedding (lookup and LM head) in full precision",
+       [&](auto& f, auto& v) {
+         if (v != "embedding")
+           user_error("%s %s: unknown unit, expected embedding; e.g. %s embedding", f.c_str(), v.c_str(), f.c_str());
+         a.qat_skip_embed = true;
+       }},
+      // end qat flags
       {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
        [&](auto&, auto& v) { a.ckpt_dir = v; }},
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
@@ -312,8 +330,8 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto&, auto& v) { a.resume = v; }},
       {"--ckpt-overwrite", "", "let this run remove another run's checkpoints from --ckpt-dir (else refused)",
        nullptr},
-      {"--resume-changed", "", "resume even though --seed, --lr, --weight-decay, --clip, --warmup, --batch, --seq "
-       "or --accum differ from the checkpoint's (else refused)", nullptr},
+      {"--resume-changed", "", "resume even though --seed, --lr, --weight-decay, --clip, --warmup, --batch, --seq, "
+       "--accum or --qat differ from the checkpoint's (else refused)", nullptr},
       {"--watchdog", "SECONDS", "end the job, naming the rank holding it up, when no rank makes progress this long "
        "(default 300; 0: off)",
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
@@ -468,6 +486,17 @@ Args parse_args(int argc, char** argv, const char* program) {
     if (!valid_quant_block(block))
       user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. %s 256",
                  a.origin(flag, std::to_string(block)).c_str(), block, flag);
+  // begin qat checks
+  if (!valid_quant_block(a.qat_block))
+    user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. --qat-block 64",
+               a.origin("--qat-block", std::to_string(a.qat_block)).c_str(), a.qat_block);
+  for (const char* flag : {"--qat-block", "--qat-skip"})
+    if (typed.count(flag) && a.qat_bits == 0)
+      user_error("%s: it sets up --qat, expected it with --qat int8 or int4; add --qat, or drop %s", flag, flag);
+  if (a.qat_bits && a.device == "cuda")
+    user_error("--qat with --device cuda: the fake quantization runs on the CPU backend only, expected --device "
+               "cpu or auto; drop --qat on the GPU");
+  // end qat checks
   if (a.hpz > 0 && a.node_size > 0 && a.node_size != a.hpz)
     user_error("--node-size %d with --hpz %d: hpZ's nodes are the ledger's nodes, expected the same G; drop "
                "--node-size", a.node_size, a.hpz);

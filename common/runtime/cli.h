@@ -96,6 +96,10 @@ struct Args {
     if (qgz) b = std::max(b, size_t(qg_block));
     return b;
   }
+  // quantization-aware training (qat.h, docs/compression.md): every trainer
+  int qat_bits = 0;                  // --qat int8 | int4: 8 or 4; 0: off
+  long qat_block = 64;               // --qat-block: values per fp32 scale (a power of two)
+  bool qat_skip_embed = false;       // --qat-skip embedding: the tied embedding stays exact
   bool quiet = false;                // no per-step lines (tests)
   bool activation_checkpointing = false;  // keep block inputs only; recompute each block in its backward
   // checkpoints and fault tolerance (docs/checkpoints.md)

@@ -260,7 +260,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
   const json& c = parsed;  // read only: operator[] on a const object never adds a key
   r.only(c, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                  "gradient_clipping", "fp16", "bf16", "zero_optimization", "optimizer", "scheduler",
-                 "activation_checkpointing", "pipeline"});
+                 "activation_checkpointing", "pipeline", "compression_training"});
 
   // ---- batch: micro-batch per rank, accumulation, and their product over the ranks ----
   // The flags check their ranges (--batch, --accum: 1 to 65536) and name the key when it is out.
@@ -560,6 +560,80 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
       r.fail(k + "cpu_checkpointing",
              "true (checkpoints on the host) is not supported, expected false; set it to false");
     r.flag("--activation-checkpointing", "", "activation_checkpointing", "{...}");
+  }
+
+  // ---- quantization-aware training: compression_training.weight_quantization -> --qat ----
+  // What maps: enabled, symmetric, round to nearest, from step 0, quantized in the forward, and one
+  // group of every module ("*") at fixed bits (start_bits = target_bits, 8 or 4). The rest changes
+  // the numbers in a way not built here and is refused: DeepSpeed's other compression methods,
+  // progressive bits, a module list, and quantize_groups (its scale per group of a weight matrix;
+  // here a scale per --qat-block values from each unit's start). docs/compression.md.
+  if (c.contains("compression_training")) {
+    const std::string k = "compression_training.weight_quantization";
+    r.only(c["compression_training"], "compression_training", {"weight_quantization"});
+    const json& wq = c["compression_training"].value("weight_quantization", json::object());
+    r.only(wq, k, {"shared_parameters", "different_groups"});
+    const json& sp = wq.value("shared_parameters", json::object());
+    const std::string sk = k + ".shared_parameters";
+    r.only(sp, sk, {"enabled", "quantizer_kernel", "schedule_offset", "quantize_groups", "quantize_verbose",
+                    "quantization_type", "quantize_weight_in_forward", "rounding", "fp16_mixed_quantize"});
+    if (sp.contains("enabled") && r.boolean(sp["enabled"], sk + ".enabled")) {
+      auto at = [&](const std::string& key) { return sk + "." + key; };
+      auto require = [&](const std::string& key, bool ok, const std::string& why) {
+        if (!ok) r.fail(at(key), why);
+      };
+      for (const char* key : {"quantizer_kernel", "quantize_verbose"})
+        if (sp.contains(key)) {
+          r.boolean(sp[key], at(key));
+          r.note(at(key), "DeepSpeed's CUDA kernel or its log; the same rule runs here on the CPU: ignored");
+        }
+      const bool from_start =
+          !sp.contains("schedule_offset") || r.whole(sp["schedule_offset"], at("schedule_offset")) == 0;
+      require("schedule_offset", from_start,
+              "QAT from a later step is not built, expected 0; set it to 0");
+      require("quantize_groups", !sp.contains("quantize_groups"),
+              "DeepSpeed's groups per weight matrix, expected it absent: here one scale per --qat-block values "
+              "counted from each unit's start; remove it (and give --qat-block B)");
+      const bool symmetric = !sp.contains("quantization_type") ||
+                             r.text(sp["quantization_type"], at("quantization_type")) == "symmetric";
+      require("quantization_type", symmetric,
+              "only symmetric is built (kernels/quantize.h), expected \"symmetric\"; change it");
+      require("rounding", !sp.contains("rounding") || r.text(sp["rounding"], at("rounding")) == "nearest",
+              "only round to nearest is built, expected \"nearest\"; change it");
+      require("quantize_weight_in_forward",
+              sp.contains("quantize_weight_in_forward") &&
+                  r.boolean(sp["quantize_weight_in_forward"], at("quantize_weight_in_forward")),
+              "false (DeepSpeed's default) quantizes the stored weights in the optimizer step; here a copy is "
+              "quantized for the forward and backward, expected true; set it to true");
+      const json& mixed = sp.value("fp16_mixed_quantize", json::object());
+      require("fp16_mixed_quantize", !mixed.is_object() || !mixed.contains("enabled") ||
+                                         !r.boolean(mixed["enabled"], at("fp16_mixed_quantize.enabled")),
+              "mixing quantized and unquantized weights is not built, expected enabled false; set it to false");
+      const json& groups = wq.value("different_groups", json::object());
+      if (!groups.is_object() || groups.size() != 1)
+        r.fail(k + ".different_groups", "expected one group, got " + shown(groups) + " (" +
+                                            std::to_string(groups.size()) + "); here every unit is quantized alike: "
+                                            "write one group with modules [\"*\"]");
+      const std::string gk = k + ".different_groups." + groups.begin().key();
+      const json& g = groups.begin().value();
+      r.only(g, gk, {"params", "modules"});
+      const json& gp = g.value("params", json::object());
+      r.only(gp, gk + ".params", {"start_bits", "target_bits", "quantization_period"});
+      const long long bits = gp.contains("start_bits") ? r.whole(gp["start_bits"], gk + ".params.start_bits") : 0;
+      if (bits != 8 && bits != 4) r.fail(gk + ".params.start_bits", "expected 8 or 4; change it");
+      if (!gp.contains("target_bits") || r.whole(gp["target_bits"], gk + ".params.target_bits") != bits)
+        r.fail(gk + ".params.target_bits",
+               "progressive bits are not built, expected start_bits (" + std::to_string(bits) + "); set it");
+      if (gp.contains("quantization_period")) {
+        r.whole(gp["quantization_period"], gk + ".params.quantization_period");
+        r.note(gk + ".params.quantization_period",
+               "the steps between DeepSpeed's bit reductions; fixed bits here: ignored");
+      }
+      if (!g.contains("modules") || g["modules"] != json::array({"*"}))
+        r.fail(gk + ".modules", "expected [\"*\"]: every unit is quantized here (--qat-skip embedding leaves the "
+                                "embedding out); write [\"*\"]");
+      r.flag("--qat", bits == 8 ? "int8" : "int4", gk + ".params.start_bits", std::to_string(bits));
+    }
   }
 
   // ---- "auto" with no flag to take its value from: every one of them, in one line ----
