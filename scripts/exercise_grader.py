@@ -9,7 +9,9 @@ CPUs):
     learner's arithmetic is another rounding order of the same sums, within 4 units of roundoff of
     the precision (the verdict says so; exercises whose lesson is the order itself demand bits);
   - the memory ledger: peak bytes of every category at every location, on every rank;
-  - the comm ledger: calls and elements of every collective, and the host<->device link;
+  - the comm ledger: calls, elements and bytes of every collective, and the host<->device link;
+  - for an exercise with a probe (the block quantizer): first, the learner's code called directly on
+    inputs made to find its mistakes, against the same program linked with the real library;
   - what a CPU run cannot time but can order (stage3): from the ledger's activity log, every
     gather the real trainer overlaps with a unit's computation must overlap one here too;
   - the pipeline's order (PIPELINE_CONFIGS): every rank runs the real trainer's forwards and
