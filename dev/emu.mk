@@ -45,6 +45,18 @@ $(EMU)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
+# Where the real build has the CUDA backend too (CUDA=1: the same -DNZ_HAVE_CUDA), a library or
+# trainer object that includes no header of the CUDA toolkit is the same code in both builds: the
+# emulator's build takes the real build's object (-O3) instead of compiling it again at -O1. The
+# real object's dependency file says which: one header under CUDA_HOME, and it is compiled here.
+ifeq ($(CUDA),1)
+EMU_SHARED   := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(foreach s,$(STAGES) pipeline,$(EMU)/obj/$(s)/train.o)
+$(EMU_SHARED): $(EMU)/obj/%.o: %.cpp $(BUILD)/obj/%.o
+	@mkdir -p $(dir $@)
+	@if grep -q '$(CUDA_HOME)/' $(BUILD)/obj/$*.d; then echo "$(CXX) $(EMU_CXXFLAGS) -c $< -o $@"; \
+	  $(CXX) $(EMU_CXXFLAGS) -c $< -o $@; else cp $(BUILD)/obj/$*.o $@; fi
+endif
+
 $(EMU_LIB): $(EMU_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^

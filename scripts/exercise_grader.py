@@ -9,7 +9,9 @@ CPUs):
     learner's arithmetic is another rounding order of the same sums, within 4 units of roundoff of
     the precision (the verdict says so; exercises whose lesson is the order itself demand bits);
   - the memory ledger: peak bytes of every category at every location, on every rank;
-  - the comm ledger: calls and elements of every collective, and the host<->device link;
+  - the comm ledger: calls, elements and bytes of every collective, and the host<->device link;
+  - for an exercise with a probe (the block quantizer): first, the learner's code called directly on
+    inputs made to find its mistakes, against the same program linked with the real library;
   - what a CPU run cannot time but can order (stage3): from the ledger's activity log, every
     gather the real trainer overlaps with a unit's computation must overlap one here too;
   - the pipeline's order (PIPELINE_CONFIGS): every rank runs the real trainer's forwards and
@@ -27,6 +29,7 @@ import math
 import os
 import re
 import signal
+import struct
 import subprocess
 import threading
 from array import array
@@ -100,9 +103,21 @@ ZEROPP_CONFIGS = [Config(3, 1, "fp32", ZEROPP_FLAGS + " --hpz 3"), Config(3, 1, 
                   Config(2, 2, "fp16", ZEROPP_FLAGS + " --hpz 2"), Config(3, 3, "fp32", ZEROPP_FLAGS)]
 
 
+# the block quantizer, once its probe passed (every scale and code of crafted blocks, all three types):
+# the real zeropp built with it, in the two precisions whose values it reads as 2-byte types, fp16 with
+# its skipped steps (a gradient block that overflowed must dequantize to NaN). Both runs are two of the
+# qgZ exercise's: the real trainer's are shared.
+ZEROPP_QUANTIZER_CONFIGS = [ZEROPP_CONFIGS[1], ZEROPP_CONFIGS[2]]
+
+
 def configs_for(stage):
     return {"stage3": STAGE3_CONFIGS, "pipeline": PIPELINE_CONFIGS, "infinity": INFINITY_CONFIGS,
             "zeropp": ZEROPP_CONFIGS}.get(stage, CONFIGS)
+
+
+def configs_of(ex):
+    """The runs an exercise is graded on: its own list, else its stage's."""
+    return getattr(ex, "configs", None) or configs_for(ex.stage)
 
 
 class GraderError(Exception):
@@ -213,6 +228,190 @@ def compile_learner(ex, source, out_dir):
         errs = [l for l in c.stderr.splitlines() if "error" in l or "undefined" in l] or c.stderr.splitlines()
         return None, ["  (linking) " + l for l in errs[:4]]
     return binary, None
+
+
+# ---- the probe: the learner's code called directly, on inputs made to find its mistakes ----
+
+def probe_build(ex, learner_obj=None):
+    """The exercise's probe program linked with the real library (learner_obj None: built once, and
+    again when the library or the probe changes) or with the learner's object first. Returns
+    (binary, None) or (None, the linker's first errors)."""
+    f = build_flags()
+    _, support = prepared_objects()
+    d = os.path.join(WORK, "prepared")
+    src = os.path.join(ROOT, ex.probe)
+    name = os.path.splitext(os.path.basename(ex.probe))[0]
+    obj = os.path.join(d, name + ".o")
+    lib = os.path.join(ROOT, f["LIB"])
+    with _build_lock:
+        if not os.path.exists(obj) or os.path.getmtime(obj) < max(os.path.getmtime(src), os.path.getmtime(lib)):
+            c = _run_quiet(f"{f['CXX']} {learner_cxxflags()} -c {src} -o {obj}")
+            if c.returncode != 0:
+                raise GraderError(f"internal: could not build {ex.probe}: " + c.stderr.strip()[:2000])
+        binary = os.path.join(d, name) if learner_obj is None else os.path.join(os.path.dirname(learner_obj), name)
+        if learner_obj is None and os.path.exists(binary) and os.path.getmtime(binary) > max(
+                os.path.getmtime(obj), os.path.getmtime(lib)):
+            return binary, None
+        c = _run_quiet(f"{f['CXX']} {f['LDFLAGS']} {support} {obj} {learner_obj or ''} {f['LIB']} {f['LDLIBS']} "
+                       f"-o {binary}")
+    if c.returncode != 0:
+        if learner_obj is None:
+            raise GraderError(f"internal: could not link {ex.probe}: " + c.stderr.strip()[:2000])
+        errs = [l for l in c.stderr.splitlines() if "error" in l or "undefined" in l] or c.stderr.splitlines()
+        return None, ["  (linking) " + l for l in errs[:4]]
+    return binary, None
+
+
+def probe_cases(text):
+    """The probe's output (exercise_quantizer_probe.cpp): [{name, bits, block, type, n, bad, x, scale,
+    code}], values as fp32 bit patterns."""
+    cases, lines = [], text.splitlines()
+    for i, l in enumerate(lines):
+        f = l.split()
+        if f[:1] == ["case"] and i + 3 < len(lines):
+            c = dict(zip(f[2::2], f[3::2]))
+            c.update(name=f[1], bits=int(c["bits"]), block=int(c["block"]), n=int(c["n"]), bad=int(c["bad"]))
+            for key, line in zip(("x", "scale", "code"), lines[i + 1:i + 4]):
+                vals = line.split()[1:]
+                c[key] = [int(v) for v in vals] if key == "code" else [int(v, 16) for v in vals]
+            cases.append(c)
+    return cases
+
+
+def f32(bits):
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def to_f32(x):
+    """x rounded to fp32 (an fp32 quotient or product of two fp32 values, computed in double: exact
+    before this one rounding)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def round_even(q):
+    """q rounded to the nearest integer, ties to even (Python's round); infinities stay."""
+    return float(round(q)) if math.isfinite(q) else q
+
+
+def quantizer_diff(ref, got):
+    """The first scale or code (or count) where the learner's quantizer differs from the real one on
+    the probe's cases: (what differs, hint), or None. The hint reads the numbers: what rule would
+    have given the learner's value."""
+    if len(got) != len(ref) or any(len(g[k]) != len(r[k]) for r, g in zip(ref, got) for k in ("scale", "code")):
+        return ("your quantizer's results could not be read in full (a crash part-way?)", None)
+    for r, g in zip(ref, got):
+        qmax = (1 << (r["bits"] - 1)) - 1
+        where = f"case {r['name']}: int{r['bits']}, blocks of {r['block']}, {r['type']}, {r['n']} values"
+        xs = [f32(v) for v in r["x"]]
+        blocks = [xs[b * r["block"]:(b + 1) * r["block"]] for b in range(len(r["scale"]))]
+        for b, (want_bits, got_bits) in enumerate(zip(r["scale"], g["scale"])):
+            if want_bits == got_bits:
+                continue
+            want, have, vals = f32(want_bits), f32(got_bits), blocks[b]
+            msg = f"{where}: block {b}'s scale is {fmt(have)}, expected {fmt(want)}"
+            finite_vals = [v for v in vals if math.isfinite(v)]
+            absmax = max((abs(v) for v in finite_vals), default=0.0)
+            call_absmax = max((abs(v) for v in xs if math.isfinite(v)), default=0.0)
+            if math.isnan(want):
+                hint = ("a block holding a NaN or an infinity has no scale: its scale is NaN, its codes 0, and it is "
+                        "counted (std::fmax skips a NaN, so test std::isfinite on each value first)")
+            elif len(set(g["scale"])) == 1 and len(r["scale"]) > 1 and have == to_f32(call_absmax / qmax):
+                hint = ("one scale for the whole call (per tensor): a block's scale is from that block's values "
+                        "only, one scale per block of q.block values, or a small block next to a large one "
+                        "quantizes to zeros")
+            elif max(finite_vals, default=0.0) < absmax and have == to_f32(max(finite_vals, default=0.0) / qmax):
+                hint = "the scale comes from the largest magnitude, max |x|, which may be a negative value"
+            elif have == to_f32(absmax / (qmax + 1)):
+                hint = (f"the codes are symmetric, -qmax..qmax with qmax = 2^(bits-1) - 1 = {qmax} (q.qmax()): "
+                        f"the scale is absmax / qmax, so that the largest magnitude gets the code ±qmax")
+            elif want_bits == got_bits - 1 and qmax * have > 3.4028234663852886e38:  # the next float below
+                hint = ("near the largest float, qmax * scale overflows to infinity: then the scale is the next "
+                        "float below (std::nextafter(scale, 0.0f)), so the largest code dequantizes to a finite "
+                        "number")
+            else:
+                hint = "scale = max |x| over the block / qmax, one fp32 division (kernels/quantize.h)"
+            return msg, hint
+        for i, (want, have) in enumerate(zip(r["code"], g["code"])):
+            if want == have:
+                continue
+            b = i // r["block"]
+            x, scale = xs[i], f32(r["scale"][b])
+            msg = (f"{where}: value {i - b * r['block']} of block {b}: x = {fmt(x)}, scale {fmt(scale)} (right): "
+                   f"your code {have}, expected {want}")
+            if not scale > 0:
+                return msg, (f"a block whose scale is {fmt(scale)} (all zeros, a scale that underflows, or NaN) "
+                             f"has every code 0: no division by it")
+            q = to_f32(x / scale)
+            msg += f" (x / scale = {fmt(q)})"
+            span = 1 << r["bits"]
+
+            def clamped(v):
+                return int(max(-qmax, min(qmax, v)))
+            rules = [  # what the learner's code would be under each likely mistake, most specific first
+                (lambda: abs(round_even(q)) > qmax and have == (int(round_even(q)) + span // 2) % span - span // 2,
+                 f"clamp the code to [-qmax, qmax] = [{-qmax}, {qmax}]: a subnormal scale is rounded, so |x / scale| "
+                 f"can exceed qmax, and a code out of range wraps around in {r['bits']} bits"),
+                (lambda: have == clamped(round_even(to_f32(x * to_f32(1 / scale)))),
+                 "one fp32 division, x / scale: x * (1 / scale) rounds twice, and an exact tie moves off its half "
+                 "(a kernel on another device must divide too, to give the same bits)"),
+                (lambda: abs(q) % 1 == 0.5 and have == clamped(math.copysign(math.floor(abs(q) + 0.5), q)),
+                 "x / scale is exactly halfway: ties go to the even integer (std::nearbyint or std::rint in the "
+                 "default rounding mode), not away from zero (std::round): 2.5 -> 2, 3.5 -> 4"),
+                (lambda: have == clamped(math.trunc(q)),
+                 "rounding toward zero: a cast to int truncates (2.7 -> 2); round to the nearest integer, ties to "
+                 "even (std::nearbyint)"),
+                (lambda: have == clamped(math.floor(q)),
+                 "rounding down (floor): round to the nearest integer, ties to even (std::nearbyint)")]
+            hint = next((h for rule, h in rules if math.isfinite(q) and rule()),
+                        "code = clamp(round_half_even(x / scale), -qmax, qmax), x / scale one fp32 division")
+            return msg, hint
+        if r["bad"] != g["bad"]:
+            return (f"{where}: your quantize_blocks returned {g['bad']}, expected {r['bad']} (blocks with a NaN scale)",
+                    "return how many blocks got a NaN scale: quantize_finite stops a run on them")
+    return None
+
+
+def probe_passes(ex, learner_obj, source, source_text, p, show_hints):
+    """Runs the probe with the learner's code and with the real library; prints the verdict line."""
+    ref_bin, _ = probe_build(ex)
+    mine, errors = probe_build(ex, learner_obj)
+    if not mine:
+        p(f"FAIL {ex.name}: your code does not link:")
+        for l in errors:
+            p(l)
+        return False
+    outs = []
+    for binary in (ref_bin, mine):
+        try:
+            c = subprocess.run([binary], cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+            outs.append({"rc": c.returncode, "output": c.stdout + c.stderr, "stdout": c.stdout})
+        except subprocess.TimeoutExpired:
+            outs.append({"rc": None, "hung": True, "output": ""})
+    ref, got = outs
+    if ref["rc"] != 0:
+        raise GraderError(f"internal: the probe with the real library failed: {ref['output'][-2000:]}")
+    label = "your quantizer alone, on crafted blocks"
+    if got["rc"] != 0:
+        what, hint = failure_verdict(got)
+        p(f"FAIL {ex.name} ({label}): {what.replace('your trainer', 'your code')}")
+        for n, text in learner_lines(mine, got.get("output", ""), source, source_text)[:3]:
+            p(f"  at line {n} of your {ex.file}: {text}")
+        show_hints([hint] if hint else [])
+        return False
+    ref_cases = probe_cases(ref["stdout"])
+    diff = quantizer_diff(ref_cases, probe_cases(got["stdout"]))
+    if diff:
+        msg, hint = diff
+        p(f"FAIL {ex.name} ({label}), compared with the real quantizer:")
+        p("  - " + msg)
+        show_hints([hint] if hint else [])
+        return False
+    p(f"  ok   {label}: every scale and code of {len(ref_cases)} calls the real quantizer's (exact ties, "
+      f"blocks of different magnitudes, zeros, subnormal scales, the largest float, NaN and infinity)")
+    return True
 
 
 # ---- running ----
@@ -500,12 +699,18 @@ def compare(ref, got, prefetch):
                 if a != b:
                     diffs.append(("memory", f"rank {rr['rank']}: {c} on the {loc} peaked at {b:,} bytes, "
                                             f"expected {a:,}", (c, loc, a, b)))
-        for op in OPS:
-            a, b = rr["comm"][op], gr["comm"][op]
+        for op in OPS + ["all_to_all"]:
+            a, b = rr["comm"].get(op), gr["comm"].get(op)
+            if a is None or b is None:
+                continue
             if a["calls"] != b["calls"] or a["elems_sent"] != b["elems_sent"]:
                 diffs.append(("comm", f"rank {rr['rank']}: {op} sent {b['elems_sent']:,} elements in {b['calls']} "
                                       f"calls, expected {a['elems_sent']:,} in {a['calls']}",
                               (op, a["calls"], b["calls"], a["elems_sent"], b["elems_sent"])))
+            elif a.get("bytes_sent") != b.get("bytes_sent"):  # bytes on the wire: quantized blocks
+                diffs.append(("bytes", f"rank {rr['rank']}: {op} sent {b.get('bytes_sent', 0):,} bytes, expected "
+                                       f"{a.get('bytes_sent', 0):,} (the same {a['elems_sent']:,} elements in the "
+                                       f"same {a['calls']} calls)", (op, a.get("bytes_sent", 0), b.get("bytes_sent", 0))))
     for i, (a, b) in enumerate(zip(rl, gl)):
         for k in ("to_host_elems", "to_device_elems"):
             if a.get(k, 0) != b.get(k, 0):
@@ -623,6 +828,15 @@ def hints(ex, cfg, diffs, passed, rounding_only):
                            f"calls on this run), got {got}")
             elif op == "reduce_scatter":
                 out.append(f"one reduce-scatter per unit per micro-step ({want} calls on this run), got {got}")
+        if kind == "bytes":
+            op, want, got = data
+            if ex.stage == "zeropp" and got < want:
+                out.append(f"{op} sends fewer bytes than the real zeropp for the same elements: a quantized slice is "
+                           f"its codes and one fp32 scale per qg.block (or qw.block) values, packed_bytes(n) bytes; "
+                           f"fewer bytes means fewer scales — one per slice instead of one per block?")
+            else:
+                out.append(f"{op} sends the same elements as the real {ex.stage} but another number of bytes: "
+                           f"count them in the run's type (e = run.elem_bytes) or, quantized, with packed_bytes(n)")
         if kind == "memory":
             cat, loc, want, got = data
             if cat == "gathered" and got > want and "all_gather" in comm and comm["all_gather"][2] < comm["all_gather"][1]:
@@ -672,7 +886,9 @@ def hints(ex, cfg, diffs, passed, rounding_only):
     if kinds & {"loss", "norm", "model"}:
         norm = next((d for d in diffs if d[0] == "norm"), None)
         loss = next((d for d in diffs if d[0] == "loss"), None)
-        if ex.stage == "zeropp" and not rounding_only:
+        if ex.stage == "zeropp" and "bytes" in kinds:
+            pass  # the bytes on the wire said what is wrong
+        elif ex.stage == "zeropp" and not rounding_only:
             out.append("every rank's int4 blocks of my slice, my own included, must be dequantized to fp32 "
                        "first, then added in rank order: the sum itself is never quantized, and no rank's "
                        "gradient skips the int4 round trip the others take")
@@ -807,7 +1023,9 @@ def _grade(ex, source, p, tag, hint_level):
             return None
         return ("diff", diffs, rounding, [])
 
-    for cfg in configs_for(ex.stage):
+    if ex.probe and not probe_passes(ex, os.path.join(out_dir, "learner.o"), source, source_text, p, show_hints):
+        return False
+    for cfg in configs_of(ex):
         v = failed_here(cfg)
         if v is None:
             if any(cfg is r for r in rounded):
@@ -856,18 +1074,19 @@ def _grade(ex, source, p, tag, hint_level):
             hs = hints(ex, cfg, diffs, passed, rounding)
         show_hints(hs)
         return False
-    n_cfg = len(configs_for(ex.stage))
+    n_cfg = len(configs_of(ex))
     what = ("losses, gradient norms, saved model, memory by category, collectives, host<->device traffic"
-            + (", prefetch overlap" if ex.stage == "stage3" else ""))
+            + (", prefetch overlap" if ex.stage == "stage3" else "")
+            + ("; and your code alone on the probe's crafted inputs" if ex.probe else ""))
     if rounded:
-        exact = [c for c in configs_for(ex.stage) if not any(c is r for r in rounded)]
+        exact = [c for c in configs_of(ex) if not any(c is r for r in rounded)]
         p(f"PASS {ex.name}: the same model as the real {ex.stage}, another rounding order: your arithmetic adds "
           f"the same numbers in another order, so the results agree within {ROUNDING_UNITS} units of roundoff on "
           f"{len(rounded)} of {n_cfg} configurations" + (f" and bit for bit on {'; '.join(c.label for c in exact)}"
                                                        if exact else "")
           + "; memory, collectives and traffic are the real ones everywhere")
     else:
-        precisions = ", ".join(dict.fromkeys(c.precision for c in configs_for(ex.stage)))
+        precisions = ", ".join(dict.fromkeys(c.precision for c in configs_of(ex)))
         p(f"PASS {ex.name}: bit for bit the real {ex.stage} on {n_cfg} configurations in {precisions} "
           f"({what}" + (", the order of forwards and backwards" if ex.stage == "pipeline" else "") + ")")
     return True

@@ -47,7 +47,8 @@ PRECISION_TODO = ("It must hold in fp32, bf16 and fp16 (--precision): count in e
 
 
 class Exercise:
-    def __init__(self, name, path, stage, goal, todo, wrong=(), right=(), exact=False, bug=None):
+    def __init__(self, name, path, stage, goal, todo, wrong=(), right=(), exact=False, bug=None, probe=None,
+                 configs=None):
         self.name = name
         self.path = path        # the real file, relative to the repository
         self.stage = stage      # the trainer the grader runs
@@ -62,6 +63,10 @@ class Exercise:
         # the lesson is the order of the arithmetic itself: bits, never "another rounding order"
         self.exact = exact
         self.bug = bug          # find-the-bug: the decoded entry of exercise_bugs.dat
+        # a program that calls the learner's code directly on crafted inputs, graded before the
+        # trainer runs against the same program linked with the real library (exercise_grader.py)
+        self.probe = probe
+        self.configs = configs  # the trainer runs graded (default: the stage's, exercise_grader.py)
 
     @property
     def file(self):
@@ -270,6 +275,13 @@ EXERCISES = [
                   "if (r == rank) to_f32(dt, elem_ptr(bucket, r * n, e), n, r == 0 ? sum : part); "
                   "else dequantize_packed(qg, slot + r * wire, n, DType::F32, r == 0 ? sum : part);")],
                 "my own included"),
+               ("quantizes each slice with one scale", "per-slice-scale",
+                [("const size_t n = owned(u), wire = qg.packed_bytes(n);",
+                  "const size_t n = owned(u);\nconst BlockQuant one{4, n};  // one scale per slice\n"
+                  "const size_t wire = one.packed_bytes(n);"),
+                 ("quantize_packed(qg, dt,", "quantize_packed(one, dt,"),
+                 ("dequantize_packed(qg, slot", "dequantize_packed(one, slot")],
+                "one fp32 scale per qg.block"),
                ("adds in reverse rank order", "order",
                 [("for (int r = 0; r < L.world; r++) {     // dequantize",
                   "for (int r = L.world - 1; r >= 0; r--) {     // dequantize"),
@@ -277,6 +289,52 @@ EXERCISES = [
                  ("if (r > 0) for", "if (r < L.world - 1) for")],
                 "added in another order")],
         exact=True),
+    Exercise(
+        "zeropp_block_quantizer", "common/kernels/quantize.cpp", "zeropp",
+        "the block quantizer of ZeRO++: one fp32 scale per block, codes rounded to nearest even, clamped",
+        [["Part 1: the two rules (written out in full in kernels/quantize.h).",
+          "block_scale(x, n, qmax) -> float, the scale of one block of n values of T (read each as",
+          "fp32 with load(x[i])): absmax = max |x_i|; scale = absmax / qmax, one fp32 division; if",
+          "qmax * scale would overflow (absmax within an ulp of FLT_MAX) the next float below it",
+          "(std::nextafter(scale, 0.0f)); NaN if the block holds a NaN or an infinity (std::isfinite).",
+          "code_of(x, scale, qmax) -> int: x / scale (one fp32 division) rounded to the nearest",
+          "integer, ties to the even one, clamped to [-qmax, qmax]; 0 when the scale is 0 or NaN.",
+          "Why pinned to the bit: every rank, and a GPU kernel of the same rule, must turn the same values into",
+          "the same codes, or ZeRO++ is no longer held to its reference."],
+         ["Part 2: the body of quantize_blocks. Cut x[0..n) into q.blocks(n) blocks of q.block values",
+          "counted from x[0] (the last may be shorter); for each block write its scale to scales[b]",
+          "and each value's code with put_code(codes, q.bits, i, code); return how many blocks got",
+          "a NaN scale (quantize_finite stops a run on them). q.qmax() is 2^(bits-1) - 1.",
+          "Graded: your quantizer on crafted blocks against the real one (ties, zeros, the largest",
+          "float, NaN), then the real zeropp trainer built with it (--qwz --qgz, bf16 and fp16)."]],
+        exact=True, probe="scripts/exercise_quantizer_probe.cpp",
+        wrong=[("one scale for the whole slice instead of one per block", "per-tensor-scale",
+                [("block_scale(x + begin, end - begin, qmax)", "block_scale(x, n, qmax)")], "one scale per block"),
+               ("rounds toward zero (a cast to int truncates)", "truncation",
+                [("const float r = std::nearbyint(x / scale);", "const float r = float(int(x / scale));")],
+                "toward zero"),
+               ("rounds ties away from zero (std::round)", "ties",
+                [("const float r = std::nearbyint(x / scale);", "const float r = std::round(x / scale);")],
+                "ties go to the even"),
+               ("multiplies by the reciprocal of the scale", "ties",
+                [("const float r = std::nearbyint(x / scale);", "const float r = std::nearbyint(x * (1.0f / scale));")],
+                "rounds twice"),
+               ("takes the largest value, not the largest magnitude", "absmax",
+                [("std::fmax(absmax, std::fabs(v))", "std::fmax(absmax, v)")], "may be a negative value"),
+               ("divides by 2^(bits-1), as for codes down to -128", "range",
+                [("float scale = absmax / float(qmax);", "float scale = absmax / float(qmax + 1);")], "symmetric"),
+               ("never clamps", "clamp",
+                [("return int(std::fmin(float(qmax), std::fmax(-float(qmax), r)));", "return int(r);")], "wraps around"),
+               ("keeps a scale whose largest code overflows", "overflow",
+                [("if (float(qmax) * scale > FLT_MAX) scale = std::nextafter(scale, 0.0f);\n", "")],
+                "largest float"),
+               ("gives a block holding a NaN a finite scale", "not-finite",
+                [("if (!std::isfinite(v)) return NAN;\n", "")], "std::isfinite")],
+        right=[("rounds with std::rint and clamps an int",
+                [("const float r = std::nearbyint(x / scale);  // the default rounding mode: ties to even\n"
+                  "return int(std::fmin(float(qmax), std::fmax(-float(qmax), r)));",
+                  "return std::clamp(int(std::rint(x / scale)), -qmax, qmax);")], BITS)],
+        configs=grader.ZEROPP_QUANTIZER_CONFIGS),
     Exercise(
         "offload_optimizer", "offload/train.cpp", "offload",
         "offload: run AdamW on the host for my slice, then send the updated slice up",

@@ -24,6 +24,11 @@ for the formulas, and writes (with infinity's runs for largest_model.png):
     pipeline_diagram.png     the pipeline (P = 4, K = 8), GPipe and 1F1B: each stage's forwards and
                              backwards of the last step, as measured
     pipeline_bubble.png      the measured idle fraction against K = 1..16 beside (P-1)/(K+P-1), P = 2
+    zeropp_network.png       ZeRO++ against stage3: communication time and time per step against N on a
+                             fast and a slow interconnect (zero_estimate --zeropp --network; no runs)
+    zeropp_loss_vs_block.png the final validation loss of int8 weights (qwZ) and int4 gradients (qgZ)
+                             minus stage3's against the block size, mean ± sd over seeds, from the
+                             committed table docs/data/zeropp_loss_vs_block.tsv (no training here)
 The notebooks in notebooks/ draw the same figures with the same code (scripts/nzplots.py).
 """
 import argparse
@@ -72,6 +77,8 @@ def main():
     if (nz.bin_dir() / "pipeline").is_file():  # beside the ladder: drawn when it is built
         figures["pipeline_diagram.png"] = nz.fig_pipeline_diagram(stages=4, accum=8)
         figures["pipeline_bubble.png"] = nz.fig_bubble_vs_accum(stages=2)  # two stages: one core each here
+    figures["zeropp_network.png"] = nz.fig_zeropp_network()  # formulas only
+    figures["zeropp_loss_vs_block.png"] = nz.fig_zeropp_loss_vs_block()  # the committed measured table
     for name, fig in figures.items():
         fig.savefig(out / name)
         print(f"wrote {out / name}")

@@ -16,30 +16,33 @@ log_dir=$(mktemp -d /tmp/nanozero-tests.XXXXXX)
 # suites ask for with the same flags is computed once. Removed at the end; the logs stay.
 export NZ_RUN_CACHE=$log_dir/runs
 
-# Count the NZRESULT lines of one run; remember failures.
-tally() {  # $1 = label, $2 = output file, $3 = seconds it took
-  local label=$1 out=$2 secs=$3 p f s
-  p=$(grep -c '^NZRESULT PASS' "$out")
-  f=$(grep -c '^NZRESULT FAIL' "$out")
-  s=$(grep -c '^NZRESULT SKIP' "$out")
-  pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
+# The counts of one suite's NZRESULT lines, as the line printed when it ends.
+counts_line() {  # $1 = label, $2 = output file, $3 = seconds it took
+  printf '  %-40s %4d passed %4d failed %4d skipped %5ds' "$1" "$(grep -c '^NZRESULT PASS' "$2")" \
+    "$(grep -c '^NZRESULT FAIL' "$2")" "$(grep -c '^NZRESULT SKIP' "$2")" "$3"
+}
+# Add one suite's counts to the totals; remember its failures.
+tally() {  # $1 = label, $2 = output file
+  local label=$1 out=$2
+  pass=$((pass + $(grep -c '^NZRESULT PASS' "$out")))
+  fail=$((fail + $(grep -c '^NZRESULT FAIL' "$out")))
+  skip=$((skip + $(grep -c '^NZRESULT SKIP' "$out")))
   while read -r line; do failures+=("$label: ${line#NZRESULT FAIL }"); done < <(grep '^NZRESULT FAIL' "$out")
-  printf '  %-40s %4d passed %4d failed %4d skipped %5ds\n' "$label" "$p" "$f" "$s" "$secs"
 }
 
 log_of() { echo "$log_dir/$(echo "$1" | tr ' /=' '___').log"; }
 
-# Runs one suite into its log (and its seconds into the log's .secs); run_one then counts it.
+# Runs one suite into its log (and its seconds into the log's .secs); tally counts it at the end.
 execute() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
   local label=$1 np=$2
   shift 2
   local out
   out=$(log_of "$label")
-  local prog="$log_dir/progress.$RANDOM"
-  mkdir -p "$prog"
+  local prog
+  prog=$(mktemp -d "$log_dir/progress.XXXXXX")
   local rc=0 start=$SECONDS limit=$NZ_TIMEOUT
-  # The emulator's suite builds its own tree first (every .cu file for the CPU) beside the other
-  # suites: on a busy 2-core machine that alone has taken minutes. Its runs have their own timeouts
+  # The emulator's suite builds its own tree first (every .cu file for the CPU) beside another
+  # suite: on a busy 2-core machine that alone has taken minutes. Its runs have their own timeouts
   # inside (tests/lib/gtest_run.sh), so a hang still ends there; the outer limit only bounds the whole.
   [ "$label" = emu_check.sh ] && limit=${NZ_TIMEOUT_EMU:-1500}
   if [ "$np" -gt 0 ]; then
@@ -57,37 +60,60 @@ execute() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
   echo $((SECONDS - start)) >"$out.secs"
   rm -rf "$prog"
 }
-run_one() { execute "$@"; tally "$1" "$(log_of "$1")" "$(cat "$(log_of "$1").secs")"; }
 
-# The CUDA emulator's suite (its own build, then CPU-heavy runs without timing-sensitive checks) and
-# the notebooks (mostly Python start-up and waiting) run beside the single-process suites, in a second
-# lane: on 2 cores that takes minutes off the whole. The timing-sensitive shell checks (watchdogs,
-# deadlines) run after both lanes have finished, alone.
-side_lane=(cuda/emu_check.sh teaching/notebooks_check.sh)
-(for s in "${side_lane[@]}"; do [ -f "tests/$s" ] && execute "${s#*/}" 0 bash "tests/$s"; done) &
-side_pid=$!
+# The suites run in two lanes on a shared list: each lane takes the next suite nobody has taken
+# (mkdir is the atomic claim), so a 2-core machine stays busy until the list is empty. The longest
+# suites go first, so that no long one starts last and runs alone: the CUDA emulator's (its own
+# build, then CPU-heavy runs), the exercise graders, the pipeline's matrix, the notebooks. The
+# timing-sensitive shell checks (killed ranks, watchdogs, files held open while a run is stopped)
+# run after both lanes, alone.
+longest_first=(tests/cuda/emu_check.sh tests/teaching/exercises_check.sh build/tests/test_pipeline
+               tests/teaching/notebooks_check.sh build/tests/test_checkpoint build/tests/test_stage3)
+alone=(tests/checkpoint/fault_check.sh tests/cuda/gpu_report_check.sh tests/infinity/infinity_check.sh
+       tests/stages/offload_check.sh)
+labels=() nps=() cmds=()  # the shared list, in order; a command is one string of words without spaces inside
+add() { labels+=("$1"); nps+=("$2"); cmds+=("$3"); }
+add_path() {  # a test program (under mpirun with 1..4 ranks when multi-rank) or a shell check
+  local p=$1 name np
+  name=$(basename "$p")
+  case "$p" in
+    build/tests/test_mpi_*) [ -x "$p" ] && for np in 1 2 3 4; do add "$name np=$np" "$np" "$p"; done ;;
+    build/tests/*) [ -x "$p" ] && add "$name" 0 "$p" ;;
+    *) [ -f "$p" ] && add "$name" 0 "bash $p" ;;
+  esac
+}
+in_list() { local x=$1; shift; [[ " $* " == *" $x "* ]]; }
+for p in "${longest_first[@]}"; do add_path "$p"; done
+for p in build/tests/test_* tests/*/*_check.sh; do
+  in_list "$p" "${longest_first[@]}" "${alone[@]}" || add_path "$p"
+done
+n_shared=${#labels[@]}
+for p in "${alone[@]}"; do add_path "$p"; done
 
-echo "== single-process suites"
-for t in build/tests/test_*; do
-  case "$(basename "$t")" in test_mpi_*) continue ;; esac
-  [ -x "$t" ] && run_one "$(basename "$t")" 0 "$t"
+# One lane: claim, run, print the suite's line (the counts are added up at the end, in list order).
+lane() {
+  local i
+  for ((i = 0; i < n_shared; i++)); do
+    mkdir "$log_dir/claim.$i" 2>/dev/null || continue
+    # shellcheck disable=SC2086  # a command is words
+    execute "${labels[$i]}" "${nps[$i]}" ${cmds[$i]}
+    line "${labels[$i]}"
+  done
+}
+line() { local out; out=$(log_of "$1"); printf '%s\n' "$(counts_line "$1" "$out" "$(cat "$out.secs")")"; }
+
+echo "== $n_shared suites in two lanes, the longest first"
+lane &
+lane_pid=$!
+lane
+wait "$lane_pid"
+echo "== timing-sensitive checks, alone"
+for ((i = n_shared; i < ${#labels[@]}; i++)); do
+  # shellcheck disable=SC2086
+  execute "${labels[$i]}" "${nps[$i]}" ${cmds[$i]}
+  line "${labels[$i]}"
 done
-echo "== multi-rank suites (mpirun -np 1..4)"
-for t in build/tests/test_mpi_*; do
-  [ -x "$t" ] || continue
-  for np in 1 2 3 4; do run_one "$(basename "$t") np=$np" "$np" "$t"; done
-done
-wait "$side_pid"
-echo "== shell-level checks"
-for s in tests/*/*_check.sh; do
-  [ -f "$s" ] || continue
-  name=$(basename "$s")
-  if [[ " ${side_lane[*]} " == *" ${s#tests/} "* ]]; then  # ran in the second lane: count it here, in order
-    tally "$name" "$(log_of "$name")" "$(cat "$(log_of "$name").secs" 2>/dev/null || echo 0)"
-  else
-    run_one "$name" 0 bash "$s"
-  fi
-done
+for ((i = 0; i < ${#labels[@]}; i++)); do tally "${labels[$i]}" "$(log_of "${labels[$i]}")"; done
 
 rm -rf "$NZ_RUN_CACHE"
 if [ ${#failures[@]} -gt 0 ]; then

@@ -15,6 +15,7 @@ namespace nz {
 
 bool valid_quant_block(long block) { return block >= 8 && block <= 65536 && (block & (block - 1)) == 0; }
 
+// begin exercise: zeropp_block_quantizer
 // The scale of one block (quantize.h): absmax / qmax, stepped down one ulp if qmax * scale would
 // overflow; NaN when the block holds a NaN or an infinity.
 template <class T>
@@ -36,6 +37,7 @@ static int code_of(float x, float scale, int qmax) {
   const float r = std::nearbyint(x / scale);  // the default rounding mode: ties to even
   return int(std::fmin(float(qmax), std::fmax(-float(qmax), r)));
 }
+// end exercise: zeropp_block_quantizer
 
 static void put_code(uint8_t* codes, int bits, size_t i, int q) {
   if (bits == 8) {
@@ -57,6 +59,7 @@ template <class T>
 size_t quantize_blocks(const BlockQuant& q, const T* x, size_t n, uint8_t* codes, float* scales) {
   NZ_CHECK(q.bits == 8 || q.bits == 4, "quantize: %d bits, expected 8 or 4", q.bits);
   NZ_CHECK(q.block >= 1, "quantize: a block of 0 values");
+  // begin exercise: zeropp_block_quantizer
   const size_t nb = q.blocks(n);
   const int qmax = q.qmax();
   size_t bad = 0;
@@ -70,6 +73,7 @@ size_t quantize_blocks(const BlockQuant& q, const T* x, size_t n, uint8_t* codes
     for (size_t i = begin; i < end; i++) put_code(codes, q.bits, i, code_of(load(x[i]), scale, qmax));
   }
   return bad;
+  // end exercise: zeropp_block_quantizer
 }
 
 template <class T>

@@ -174,9 +174,11 @@ def main():
     jobs = [j for ex in exs for j in jobs_for(ex, tmp)]
     try:  # the real trainers' runs and the prepared objects, once, before the grades share them
         grader.prepared_objects()
-        for stage in sorted({ex.stage for ex in exs}):
-            for cfg in grader.configs_for(stage):
-                grader.reference_run(stage, cfg)
+        for stage, cfg in {(ex.stage, cfg.tag): (ex.stage, cfg) for ex in exs for cfg in grader.configs_of(ex)}.values():
+            grader.reference_run(stage, cfg)
+        for ex in exs:
+            if ex.probe:
+                grader.probe_build(ex)
     except grader.GraderError as e:
         print(f"NZRESULT FAIL exercise.grader_setup: {e}")
         return False
