@@ -347,7 +347,8 @@ int bench(Options o, Comm& comm, const Layout& L, DType dt, const std::vector<ch
   if (root)
     printf("%s, %s, %d rank%s, %d decode steps per run (prompt: one byte; the fastest of 3 runs)%s\n"
            "%-9s %5s %12s %12s %16s %18s\n",
-           dtype_name(dt), o.int8 ? "int8 weights" : o.int4 ? "int4 weights" : "weights as stored", comm.size(), comm.size() > 1 ? "s" : "",
+           dtype_name(dt),
+           o.int8 ? "int8 weights" : o.int4 ? "int4 weights" : "weights as stored", comm.size(), comm.size() > 1 ? "s" : "",
            o.length, o.prefetch ? ", prefetch" : "", "weights", "B", "tokens/s", "ms/step", "link B/token",
            "all-gather B/token");
   std::vector<int> batches = {1, 2, 4, 8, 16};

@@ -115,5 +115,6 @@ done
 expect_error damaged_gpt_eval "checksum" $bin/gpt_eval --model "$tmp/bad_flip.nzp" --data data/corpus.txt
 
 # a pruned file is a model to every tool: gpt_eval reads it
-if $bin/gpt_eval --model "$tmp/p.nzp" --data data/corpus.txt --windows 2 >"$tmp/e.txt" 2>&1; then pass gpt_eval_reads_pruned
+if $bin/gpt_eval --model "$tmp/p.nzp" --data data/corpus.txt --windows 2 >"$tmp/e.txt" 2>&1
+then pass gpt_eval_reads_pruned
 else fail gpt_eval_reads_pruned "$(head -c 300 "$tmp/e.txt")"; fi

@@ -289,7 +289,8 @@ double masked_norm_here(const PrunedFile& f) {
   for (int u = 0; u < L.num_units(); u++) model.forward(u, p.data() + L.units[u].offset);
   model.head_forward(p.data());
   model.head_backward(p.data());
-  for (int u = L.num_units() - 1; u >= 0; u--) model.backward(u, p.data() + L.units[u].offset, g.data() + L.units[u].offset);
+  for (int u = L.num_units() - 1; u >= 0; u--)
+    model.backward(u, p.data() + L.units[u].offset, g.data() + L.units[u].offset);
   double sq = 0;
   for (int u = 0; u < L.num_units(); u++) {
     double unit = 0;
