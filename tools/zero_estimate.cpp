@@ -557,9 +557,10 @@ int main(int argc, char** argv) {
            dt == DType::F32 ? "fp32: 4 + 4 + 8 = 16 bytes per parameter at stage0"
                             : "bf16 mixed: (2 + 2 + 12)Ψ, the paper's K = 12 (fp32 master, Adam m, v)");
   else
-    printf("%s: %d layers, width %d, %d heads, context %d | Ψ = %zu parameters | %s | activations for batch %d x "
+    printf("%s: %d layers, width %d, %d heads, context %d | Ψ = %llu parameters | %s | activations for batch %d x "
            "seq %d%s\n",
-           preset.c_str(), cfg.layers, cfg.dim, cfg.heads, cfg.ctx, out.front().L.num_params, dtype_name(dt), batch,
+           preset.c_str(), cfg.layers, cfg.dim, cfg.heads, cfg.ctx, (unsigned long long)out.front().L.num_params,
+           dtype_name(dt), batch,
            seq, attn == Attention::Flash ? ", flash attention (each block keeps the log-sum-exp, not the T x T)" : "");
   // One block per world size: a row per category, a column per stage.
   printf("per-rank bytes from common/zero_formulas.h (kB, MB, GB = 1e3, 1e6, 1e9 bytes); elements sent per\n"
@@ -569,11 +570,12 @@ int main(int argc, char** argv) {
     const Estimate* row = &out[w];
     const Layout& L = row[0].L;
     if (raw)
-      printf("\nN = %d rank%s: padded %zu, shard S = %zu per rank, no units\n", L.world, L.world == 1 ? "" : "s",
-             L.padded_total, L.shard_total);
+      printf("\nN = %d rank%s: padded %llu, shard S = %llu per rank, no units\n", L.world, L.world == 1 ? "" : "s",
+             (unsigned long long)L.padded_total, (unsigned long long)L.shard_total);
     else
-      printf("\nN = %d rank%s: padded %zu, shard S = %zu per rank, largest unit %zu\n", L.world,
-             L.world == 1 ? "" : "s", L.padded_total, L.shard_total, L.max_unit_padded);
+      printf("\nN = %d rank%s: padded %llu, shard S = %llu per rank, largest unit %llu\n", L.world,
+             L.world == 1 ? "" : "s", (unsigned long long)L.padded_total, (unsigned long long)L.shard_total,
+             (unsigned long long)L.max_unit_padded);
     // pad to a width in characters, not bytes (Ψ is two bytes of UTF-8)
     auto padded = [](const std::string& s, size_t width, bool left) {
       size_t chars = 0;

@@ -1,0 +1,305 @@
+"""The explorer (docs/explorer.md) in headless Chromium, against the command line.
+
+The page runs zero_estimate compiled to WebAssembly; this checks, in a real browser, that what it
+shows is what build/bin/zero_estimate (the native build) prints:
+  - a few hundred random configurations set through the page's form: every number of its table
+    (bytes by category, totals, the fitting micro-batch, elements sent), and for one in ten of its
+    accumulation table too, equals the native --json output for the same flags, which are written here from the
+    configuration independently of the page; an invalid one shows the command line's own error line;
+  - the paper's Table 1 cases, one click each: the bytes equal the native ones and, in GB to three
+    digits, the paper's printed cells (typed in here from the paper);
+  - keyboard use: Tab reaches every control of the form in order, and typing a world size and Tab
+    updates the table; text contrast at least 4.5:1 (WCAG AA); at 1024 x 768 no sideways scrolling
+    and the chart starts on the first screen;
+  - the page works from disk (file://) and from a local static server, as `make explore` serves it;
+  - the check can fail: the same comparison on a copy of the page whose form drops --accum finds
+    the differences.
+Prints NZRESULT lines; usage: explorer_check.py PAGE_DIR ZERO_ESTIMATE [COUNT]
+"""
+import concurrent.futures
+import functools
+import http.server
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from webdriver import Browser, KEY_TAB  # noqa: E402
+
+page_dir, native = sys.argv[1], sys.argv[2]
+count = int(sys.argv[3]) if len(sys.argv) > 3 else 300
+
+
+def res(name, ok, detail=""):
+    print(f"NZRESULT {'PASS' if ok else 'FAIL'} explorer.{name} {detail}".rstrip(), flush=True)
+
+
+# ---- random configurations, and the flags the command line takes for each ----
+CTX = {"tiny": 32, "small": 128, "gpt2": 1024}
+STAGES = ["all", "stage0_ddp", "stage1", "stage2", "stage3", "offload", "infinity"]
+
+
+def random_config(rng):
+    c = {"precision": rng.choice(["fp32", "bf16", "fp16"]), "stage": rng.choice(STAGES),
+         "world": rng.choice([1, 2, 3, 4, 5, 8, 16, 24, 64, 100, 256, 1024]), "accum": rng.randint(1, 8)}
+    if rng.random() < 0.25:
+        c["model"] = "params"
+        c["params"] = rng.choice(["7.5B", "125M", "1T", "3e9", "1.3B", str(rng.randint(1, 10**12)), "175B"])
+        return c
+    c["model"] = "shape"
+    c["preset"] = rng.choice(list(CTX))
+    c["layers"] = str(rng.randint(1, 48)) if rng.random() < 0.4 else ""
+    heads = rng.choice([1, 2, 4, 6, 8, 12, 16])
+    c["heads"] = str(heads) if rng.random() < 0.4 else ""
+    c["dim"] = str(heads * rng.choice([8, 16, 32, 64])) if c["heads"] and rng.random() < 0.8 else ""
+    c["vocab"] = rng.choice(["", "", "50257", "32000"])
+    c["batch"] = rng.randint(1, 16)
+    c["seq"] = rng.randint(1, CTX[c["preset"]])
+    c["ckpt"] = rng.random() < 0.5
+    c["attention"] = "flash" if rng.random() < 0.15 else "gemm"
+    c["fit"] = rng.choice(["", "", "24GB", "64MiB", "80GB", "2GB"])
+    return c
+
+
+def native_flags(c, accum=None):
+    f = []
+    if c["model"] == "params":
+        f += ["--params", c["params"]]
+    else:
+        f += ["--preset", c["preset"]]
+        for k in ("layers", "dim", "heads", "vocab"):
+            if c[k]:
+                f += [f"--{k}", c[k]]
+        f += ["--batch", str(c["batch"]), "--seq", str(c["seq"])]
+        if c["ckpt"]:
+            f.append("--activation-checkpointing")
+        f += ["--attention", c["attention"]]
+        if c["fit"]:
+            f += ["--fit", c["fit"]]
+    f += ["--precision", c["precision"], "--accum", str(accum or c["accum"]), "--world", str(c["world"]),
+          "--stage", c["stage"]]
+    return f
+
+
+@functools.lru_cache(maxsize=None)
+def _native(flags):
+    p = subprocess.run([native] + list(flags) + ["--json"], capture_output=True, text=True)
+    return p.returncode, (json.loads(p.stdout) if p.returncode == 0 else p.stderr.strip())
+
+
+def run_native(flags):
+    return _native(tuple(flags))
+
+
+def run_native_all(flag_lists):
+    """Runs them 8 at a time (each run is mostly waiting: 50 ms of start-up, 5 ms of CPU)."""
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(run_native, flag_lists))
+
+
+# ---- the page: set the form, read what it shows ----
+SET_AND_READ = """
+const configs = arguments[0], out = [];
+for (const c of configs) {
+  for (const [k, v] of Object.entries(c)) {
+    const e = document.getElementById(k);
+    if (e.type === "checkbox") e.checked = v; else e.value = String(v);
+  }
+  window.nzExplorer.update();
+  const st = document.getElementById("status");
+  const cells = [...document.querySelectorAll("#table td, #accum-table td")].map(
+      (td) => [td.dataset.key, td.dataset.stage, td.dataset.accum || "", td.dataset.value]);
+  out.push({error: st.className === "error" ? st.textContent : "", cells: cells});
+}
+return out;
+"""
+
+FIELDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world",
+          "batch", "seq", "accum", "ckpt", "attention", "fit"]
+DEFAULTS = {"preset": "small", "layers": "", "dim": "", "heads": "", "vocab": "", "params": "7.5B",
+            "batch": 4, "seq": 64, "ckpt": False, "attention": "gemm", "fit": ""}
+
+
+def compare(browser, configs):
+    """(values compared, configurations compared, list of differences)"""
+    # the accumulation table for one configuration in ten: each K is another run of the command line
+    with_k = {i for i in range(len(configs)) if i % 10 == 0}
+    run_native_all([native_flags(c) for c in configs] +
+                   [native_flags(configs[i], accum=K) for i in with_k for K in (1, 2, 4, 8)])
+    shown = browser.run(SET_AND_READ, [{k: c.get(k, DEFAULTS.get(k)) for k in FIELDS} for c in configs])
+    values, diffs = 0, []
+    for i, (c, page) in enumerate(zip(configs, shown)):
+        rc, want = run_native(native_flags(c))
+        if rc != 0:  # the page shows the command line's error line, and no numbers
+            if page["error"] != want:
+                diffs.append(f"{native_flags(c)}: native '{want}', page '{page['error']}'")
+            continue
+        if page["error"]:
+            diffs.append(f"{native_flags(c)}: page error '{page['error']}', native ran")
+            continue
+        expect = {}
+        for e in want["estimates"]:
+            for k, v in e["bytes"].items():
+                expect[("bytes." + k, e["stage"], "")] = v
+            for k in ("model_state", "device", "host", "fit_batch", "fit_batch_checkpointed", "comm_elems_per_step",
+                      "link_elems_per_step"):
+                if k in e:
+                    expect[(k, e["stage"], "")] = e[k]
+        for K in (1, 2, 4, 8) if i in with_k else ():
+            _, wk = run_native(native_flags(c, accum=K))
+            for e in wk["estimates"]:
+                expect[("comm_elems_per_step", e["stage"], str(K))] = e["comm_elems_per_step"]
+        got = {(k, s, a): v for k, s, a, v in page["cells"] if i in with_k or not a}
+        if set(got) != set(expect):
+            diffs.append(f"{native_flags(c)}: cells {sorted(set(got) ^ set(expect))[:4]} on one side only")
+        for key in expect.keys() & got.keys():
+            values += 1
+            if got[key] != str(expect[key]):
+                diffs.append(f"{native_flags(c)}: {key} page {got[key]}, zero_estimate {expect[key]}")
+    return values, len(configs), diffs
+
+
+def load(browser, url):
+    browser.get(url)
+    return browser.wait_for("return document.body.dataset.ready === '1'", timeout=60)
+
+
+def serve(directory):
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=directory)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def main():
+    t0 = time.time()
+    page = os.path.abspath(os.path.join(page_dir, "index.html"))
+    browser = Browser(1024, 768)
+    try:
+        ok = load(browser, "file://" + page)
+        res("loads_from_disk", ok, f"({page})")
+        if not ok:
+            return
+
+        # -- the exactness comparison --
+        rng = random.Random(30)
+        configs = [random_config(rng) for _ in range(count)]
+        tc = time.time()
+        values, n, diffs = compare(browser, configs)
+        errors = sum(1 for c in configs if run_native(native_flags(c))[0] != 0)
+        res("numbers_equal_zero_estimate", not diffs and values > 0,
+            f"({n} configurations, {n - errors} with numbers and {errors} with an error line, {values} values compared "
+            f"in {time.time() - tc:.1f} s; {len(diffs)} differ{': ' + diffs[0] if diffs else ''})")
+
+        # -- the paper's Table 1, one click each: its printed row for 7.5B on 64 ranks (GB, three digits),
+        # and its closed forms for every case: (2+2+K)Ψ, 4Ψ + KΨ/N, 2Ψ + (2+K)Ψ/N, (2+2+K)Ψ/N, K = 12 --
+        printed = {("7.5B", 64): ["120", "31.4", "16.6", "1.88"]}
+        bad, cases = [], [("7.5B", 64), ("7.5B", 1024), ("128B", 64), ("1T", 1024)]
+        for psi, N in cases:
+            browser.click(browser.find(f'button[data-paper="{psi}"][data-world="{N}"]'))
+            got = browser.run("return [...document.querySelectorAll('#table td[data-key=model_state]')]"
+                              ".map((td) => [td.dataset.stage, td.dataset.value])")
+            _, want = run_native(["--params", psi, "--world", str(N), "--precision", "bf16", "--stage", "all"])
+            exact = {e["stage"]: str(e["model_state"]) for e in want["estimates"]}
+            P = float(psi[:-1]) * {"B": 1e9, "T": 1e12}[psi[-1]]
+            forms = [16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N]
+            for i, (stage, v) in enumerate(got[:4]):
+                gb = int(v) / 1e9
+                if v != exact[stage] or abs(int(v) - forms[i]) > 1e-6 * forms[i] + N or \
+                        ((psi, N) in printed and f"{gb:.3g}" != printed[(psi, N)][i]):
+                    bad.append(f"{psi} N={N} {stage}: page {v} ({gb:.3g} GB), zero_estimate {exact[stage]}, "
+                               f"paper {forms[i]:.0f}")
+        res("paper_table_cases_one_click", not bad, f"({len(cases) * 4} cells; {bad[:2]})")
+
+        # -- keyboard: Tab walks the form in order; typing a world size and Tab updates the table --
+        browser.run("document.getElementById('model').value = 'shape';"
+                    "document.getElementById('model').dispatchEvent(new Event('change'));"
+                    "document.getElementById('model').focus()")
+        controls = browser.run("return [...document.querySelectorAll('#form select, #form input')]"
+                               ".filter((e) => e.offsetParent !== null).map((e) => e.id)")
+        seen = [browser.run("return document.activeElement.id")]
+        for _ in range(len(controls) - 1):
+            browser.keys(KEY_TAB)
+            seen.append(browser.run("return document.activeElement.id"))
+        res("tab_reaches_every_control_in_order", seen == controls, f"({len(controls)} controls; tab order {seen})")
+        world = browser.find("#world")
+        browser.clear(world)
+        browser.type(world, "64")
+        browser.keys(KEY_TAB)
+        head = browser.run("return document.querySelector('#table th').textContent")
+        v = browser.run("return document.querySelector('#table td[data-key=model_state]').dataset.value")
+        flags = browser.run("return document.getElementById('cmdline').textContent").split()[1:]
+        _, want = run_native(flags)
+        res("typing_a_world_size_updates_the_table", head.endswith("N = 64") and v == str(want["estimates"][0]["model_state"]),
+            f"(header '{head}', model state {v}, zero_estimate {want['estimates'][0]['model_state']})")
+
+        # -- contrast of every visible text, and the projector's screen --
+        worst = browser.run(CONTRAST)
+        res("text_contrast_at_least_4.5", worst[0] >= 4.5, f"(lowest {worst[0]:.2f}: {worst[1]})")
+        fit = browser.run("window.scrollTo(0, 0); const r = document.getElementById('chart').getBoundingClientRect();"
+                          "return [document.documentElement.scrollWidth, window.innerWidth, r.top, window.innerHeight]")
+        res("fits_1024x768", fit[0] <= fit[1] and fit[2] < fit[3],
+            f"(page width {fit[0]} in a {fit[1]} px window; chart at {fit[2]:.0f} px of {fit[3]})")
+
+        # -- served, as make explore serves it --
+        httpd = serve(page_dir)
+        res("loads_from_a_static_server", load(browser, f"http://127.0.0.1:{httpd.server_address[1]}/"))
+        httpd.shutdown()
+
+        # -- the comparison can fail: a page whose form drops --accum --
+        broken = tempfile.mkdtemp()
+        try:
+            for f in os.listdir(page_dir):
+                shutil.copy(os.path.join(page_dir, f), broken)
+            js = os.path.join(broken, "explorer.js")
+            text = open(js).read()
+            mutated = text.replace('"--accum", $("accum").value', '"--accum", "1"')
+            open(js, "w").write(mutated)
+            load(browser, "file://" + os.path.join(broken, "index.html"))
+            _, _, bdiffs = compare(browser, [c for c in configs if c["accum"] > 1][:20])
+            res("a_page_that_drops_accum_is_caught", mutated != text and len(bdiffs) > 0,
+                f"({len(bdiffs)} differences found)")
+        finally:
+            shutil.rmtree(broken)
+    finally:
+        browser.close()
+    print(f"explorer_check: {time.time() - t0:.1f} s in the browser", flush=True)
+
+
+# WCAG 2 contrast of each visible element's own text against the first opaque background behind it.
+CONTRAST = """
+function lum(c) {
+  const [r, g, b] = c.match(/[\\d.]+/g).slice(0, 3).map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+}
+function bg(e) {
+  for (; e; e = e.parentElement) {
+    const c = getComputedStyle(e).backgroundColor, a = c.match(/[\\d.]+/g);
+    if (a && (a.length < 4 || +a[3] > 0.99)) return c;
+  }
+  return "rgb(255, 255, 255)";
+}
+let worst = [99, ""];
+for (const e of document.querySelectorAll("body *")) {
+  if (!e.offsetParent && e.tagName !== "BODY") continue;
+  const own = [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+  if (!own) continue;
+  const a = lum(getComputedStyle(e).color), b = lum(bg(e));
+  const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  if (ratio < worst[0]) worst = [ratio, e.tagName + " " + e.textContent.trim().slice(0, 30)];
+}
+return worst;
+"""
+
+main()

@@ -1,0 +1,258 @@
+// explorer.js — the page of `make explore` (docs/explorer.md). Every number it shows comes from
+// zero_estimate itself, compiled to WebAssembly (zero_estimate.js, built from tools/zero_estimate.cpp and
+// common/zero_formulas.cpp by the Makefile's explore target): the page runs the command line's main()
+// with flags, as a terminal would, and reads its --json output. Nothing here computes a byte of the
+// estimates (the one size the page reads itself is where to draw the device-memory line).
+"use strict";
+
+// ---- zero_estimate, in the page ----
+let wasm = null;              // the module, once loaded
+let captured = { out: [], err: [] };
+
+// Runs `zero_estimate ARGS...`: its exit code and what it printed, as a terminal would show them.
+function zeroEstimate(args) {
+  captured = { out: [], err: [] };
+  const rc = wasm.callMain(args.map(String));
+  return { rc: rc, out: captured.out.join("\n"), err: captured.err.join("\n") };
+}
+
+// JSON with every integer of 16 digits or more kept as a string: bytes reach 1e17, past the 2^53 that
+// a JavaScript number holds exactly. The page shows them as they are (BigInt where it adds them up).
+function parseExact(text) {
+  return JSON.parse(text.replace(/([:\[,]\s*)(-?\d{16,})(?=\s*[,\]}])/g, '$1"$2"'));
+}
+
+function estimateJson(args) {
+  const r = zeroEstimate(args.concat(["--json"]));
+  if (r.rc !== 0) throw new Error(r.err || ("zero_estimate exited with " + r.rc));
+  return parseExact(r.out);
+}
+
+// ---- numbers ----
+const CATEGORIES = ["params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "gathered", "activations"];
+const COLORS = {  // colour-blind-safe (Okabe-Ito), each with contrast against white and against its neighbour
+  params: "#0072B2", grads: "#E69F00", master: "#009E73", adam_m: "#CC79A7", adam_v: "#882255",
+  comm_buffers: "#56B4E9", gathered: "#D55E00", activations: "#666666",
+};
+const big = (v) => BigInt(v);
+function fmtBytes(v) {  // as fmt_bytes does: kB, MB, GB = 1e3, 1e6, 1e9
+  const b = Number(v);
+  if (b >= 1e12) return (b / 1e12).toPrecision(4) + " TB";
+  if (b >= 1e9) return (b / 1e9).toPrecision(4) + " GB";
+  if (b >= 1e6) return (b / 1e6).toPrecision(4) + " MB";
+  if (b >= 1e3) return (b / 1e3).toPrecision(4) + " kB";
+  return b + " B";
+}
+const grouped = (v) => String(v).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+const $ = (id) => document.getElementById(id);
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+  for (const c of kids) e.append(c);
+  return e;
+}
+
+// ---- the form -> zero_estimate's flags ----
+const WORLDS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+function flagsFromForm() {
+  const f = [];
+  if ($("model").value === "params") f.push("--params", $("params").value.trim());
+  else {
+    f.push("--preset", $("preset").value);
+    for (const k of ["layers", "dim", "heads", "vocab"]) if ($(k).value.trim()) f.push("--" + k, $(k).value.trim());
+    f.push("--batch", $("batch").value, "--seq", $("seq").value);
+    if ($("ckpt").checked) f.push("--activation-checkpointing");
+    f.push("--attention", $("attention").value);
+    if ($("fit").value.trim()) f.push("--fit", $("fit").value.trim());
+  }
+  f.push("--precision", $("precision").value, "--accum", $("accum").value);
+  return f;
+}
+const stageFlags = () => ["--stage", $("stage").value];
+
+// ---- drawing ----
+function renderTable(est, N) {
+  const rows = est.estimates.filter((e) => e.world === N);
+  const t = $("table");
+  t.replaceChildren();
+  const head = el("tr", {}, el("th", { scope: "col" }, "per rank, N = " + N));
+  for (const e of rows) head.append(el("th", { scope: "col" }, e.stage));
+  t.append(el("thead", {}, head));
+  const body = el("tbody");
+  const line = (name, key, value, exact) => {
+    const tr = el("tr", {}, el("th", { scope: "row" }, name));
+    rows.forEach((e) => {
+      const v = value(e);
+      tr.append(el("td", { "data-key": key, "data-stage": e.stage, "data-value": String(v), title: grouped(v) + (exact ? " bytes" : "") },
+                   exact ? fmtBytes(v) : grouped(v)));
+    });
+    body.append(tr);
+  };
+  for (const c of CATEGORIES) {
+    const label = c + (rows.length && rows[0].location[c] === "device" ? "" : "");
+    line(label, "bytes." + c, (e) => e.bytes[c], true);
+  }
+  line("= model state", "model_state", (e) => e.model_state, true);
+  line("on the device", "device", (e) => e.device, true);
+  line("on the host", "host", (e) => e.host, true);
+  if (rows.length && rows[0].fit_batch !== undefined) {
+    line("fit: micro-batch", "fit_batch", (e) => e.fit_batch, false);
+    line("  checkpointed", "fit_batch_checkpointed", (e) => e.fit_batch_checkpointed, false);
+  }
+  line("sent / step (elements)", "comm_elems_per_step", (e) => e.comm_elems_per_step, false);
+  line("host link / step (elements)", "link_elems_per_step", (e) => e.link_elems_per_step, false);
+  t.append(body);
+}
+
+// Per-rank device bytes by category, a stacked bar per stage, grouped by N.
+function renderChart(est, budget) {
+  const svg = $("chart");
+  const W = 640, H = 300, left = 64, bottom = 36, top = 10;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.replaceChildren();
+  const ns = "http://www.w3.org/2000/svg";
+  const mk = (tag, a, text) => {
+    const e = document.createElementNS(ns, tag);
+    for (const k in a) e.setAttribute(k, a[k]);
+    if (text !== undefined) e.textContent = text;
+    svg.append(e);
+    return e;
+  };
+  const stages = [...new Set(est.estimates.map((e) => e.stage))];
+  const deviceOf = (e) => CATEGORIES.filter((c) => e.location[c] === "device");
+  let ymax = 0;
+  for (const e of est.estimates) ymax = Math.max(ymax, Number(e.device));
+  if (budget) ymax = Math.max(ymax, budget * 1.05);
+  if (!(ymax > 0)) ymax = 1;
+  const gw = (W - left - 8) / WORLDS.length, bw = Math.max(2, (gw - 6) / stages.length);
+  const y = (b) => H - bottom - (b / ymax) * (H - bottom - top);
+  for (let i = 0; i <= 4; i++) {  // the y axis, in bytes per rank on the device
+    const v = (ymax * i) / 4;
+    mk("line", { x1: left, x2: W - 4, y1: y(v), y2: y(v), stroke: "#ccc" });
+    mk("text", { x: left - 4, y: y(v) + 4, "text-anchor": "end", "font-size": 11 }, fmtBytes(v));
+  }
+  WORLDS.forEach((N, gi) => {
+    const x0 = left + gi * gw + 3;
+    mk("text", { x: x0 + gw / 2 - 3, y: H - bottom + 14, "text-anchor": "middle", "font-size": 11 }, String(N));
+    stages.forEach((s, si) => {
+      const e = est.estimates.find((r) => r.world === N && r.stage === s);
+      if (!e) return;
+      let acc = 0;
+      for (const c of deviceOf(e)) {
+        const b = Number(e.bytes[c]);
+        if (!b) continue;
+        const r = mk("rect", { x: x0 + si * bw, width: bw - 1, y: y(acc + b), height: Math.max(0, y(acc) - y(acc + b)), fill: COLORS[c] });
+        r.append(document.createElementNS(ns, "title"));
+        r.lastChild.textContent = `${s}, N = ${N}: ${c} ${grouped(e.bytes[c])} bytes`;
+        acc += b;
+      }
+    });
+  });
+  mk("text", { x: left + (W - left) / 2, y: H - 4, "text-anchor": "middle", "font-size": 12 },
+     "N ranks (bars in each group: " + stages.join(", ") + ")");
+  if (budget) {
+    mk("line", { x1: left, x2: W - 4, y1: y(budget), y2: y(budget), stroke: "#000", "stroke-dasharray": "6 3" });
+    mk("text", { x: W - 6, y: y(budget) - 4, "text-anchor": "end", "font-size": 11 }, "device memory " + fmtBytes(budget));
+  }
+  const legend = $("legend");
+  legend.replaceChildren();
+  for (const c of CATEGORIES)
+    legend.append(el("span", { class: "key" }, el("span", { class: "swatch", style: "background:" + COLORS[c] }), c));
+}
+
+function budgetBytes() {  // the device memory line: zero_estimate parses it (--fit), the JSON has no echo of it
+  const s = $("fit").value.trim().toLowerCase();
+  const m = /^([0-9.]+)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?$/.exec(s);
+  if (!m) return 0;
+  const mult = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 1024, mib: 1048576, gib: 1073741824, tib: 1099511627776 };
+  return parseFloat(m[1]) * (mult[m[2] || "b"]);
+}
+
+// The accumulation dependence: elements sent per step for K = 1, 2, 4, 8 at the chosen N.
+function renderAccum(base, N) {
+  const t = $("accum-table");
+  t.replaceChildren();
+  const Ks = [1, 2, 4, 8];
+  const per = Ks.map((K) => {
+    const f = base.slice();
+    f[f.indexOf("--accum") + 1] = String(K);
+    return estimateJson(f.concat(["--world", String(N)], stageFlags()));
+  });
+  const stages = per[0].estimates.map((e) => e.stage);
+  const bytesPer = { fp32: 4, bf16: 2, fp16: 2 }[per[0].precision];
+  const head = el("tr", {}, el("th", { scope: "col" }, "sent / step, N = " + N));
+  for (const K of Ks) head.append(el("th", { scope: "col" }, "K = " + K));
+  t.append(el("thead", {}, head));
+  const body = el("tbody");
+  stages.forEach((s, i) => {
+    const tr = el("tr", {}, el("th", { scope: "row" }, s));
+    per.forEach((p, k) => {
+      const elems = p.estimates[i].comm_elems_per_step;
+      tr.append(el("td", { "data-key": "comm_elems_per_step", "data-stage": s, "data-accum": Ks[k], "data-value": String(elems),
+                           title: grouped(elems) + " elements = " + grouped(big(elems) * big(bytesPer)) + " bytes" },
+                   grouped(elems) + " (" + fmtBytes(big(elems) * big(bytesPer)) + ")"));
+    });
+    body.append(tr);
+  });
+  t.append(body);
+}
+
+function update() {
+  const status = $("status");
+  try {
+    const base = flagsFromForm();
+    const N = parseInt($("world").value, 10);
+    const all = estimateJson(base.concat(["--world", WORLDS.join(",")], stageFlags()));
+    const here = WORLDS.includes(N) ? all : estimateJson(base.concat(["--world", String(N)], stageFlags()));
+    renderChart(all, budgetBytes());
+    renderTable(here, N);
+    renderAccum(base, N);
+    $("cmdline").textContent = "zero_estimate " + base.concat(["--world", String(N)], stageFlags()).join(" ");
+    status.textContent = `Ψ = ${grouped(here.num_params)} parameters, ${here.precision}` +
+      (here.raw_params ? " (a raw count: model states only)" : `, activations for batch ${here.batch} x seq ${here.seq}`);
+    status.className = "";
+  } catch (e) {
+    status.textContent = e.message;  // zero_estimate's own one-line error
+    status.className = "error";
+  }
+}
+
+// ---- the paper's Table 1 ----
+function showPaperTable() {
+  $("paper-out").textContent = zeroEstimate(["--paper-table"]).out;
+}
+function paperCase(psi, N) {
+  $("model").value = "params";
+  $("params").value = psi;
+  $("precision").value = "bf16";
+  $("world").value = String(N);
+  $("stage").value = "all";
+  $("fit").value = "";
+  syncModel();
+  update();
+}
+
+function syncModel() {
+  const raw = $("model").value === "params";
+  for (const id of ["shape-fields", "activation-fields"]) $(id).hidden = raw;
+  $("params-field").hidden = !raw;
+}
+
+// ---- start ----
+function start(factory) {
+  factory({ print: (l) => captured.out.push(l), printErr: (l) => captured.err.push(l) }).then((m) => {
+    wasm = m;
+    for (const id of ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
+                      "seq", "accum", "ckpt", "attention", "fit"])
+      $(id).addEventListener("change", () => { syncModel(); update(); });
+    for (const b of document.querySelectorAll("[data-paper]"))
+      b.addEventListener("click", () => paperCase(b.dataset.paper, parseInt(b.dataset.world, 10)));
+    showPaperTable();
+    syncModel();
+    update();
+    if (window.nzQuiz) window.nzQuiz.init();
+    document.body.dataset.ready = "1";  // the browser test waits for this
+  });
+}
+window.nzExplorer = { zeroEstimate, estimateJson, update, paperCase };
+start(createZeroEstimate);
