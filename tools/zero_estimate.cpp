@@ -6,7 +6,8 @@
 //   build/bin/zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]]
 //                           [--precision P] [--accum K] [--json] [--network INTRA,INTER [--compute-ms C]]
 //   build/bin/zero_estimate --paper-table
-//   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE]
+//   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE [--explain] [--result]]
+//   build/bin/zero_estimate --verify LINE
 //
 // The numbers come from common/zero_formulas.h and model.h (make_layout): the
 // same functions the trainers print beside their memory ledger and the tests assert against it,
@@ -176,7 +177,8 @@ void print_usage() {
          "                     [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]\n"
          "       zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]] ...\n"
          "       zero_estimate --paper-table\n"
-         "       zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE]\n"
+         "       zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE [--explain] [--result]]\n"
+         "       zero_estimate --verify LINE\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
          "formulas (common/zero_formulas.h), allocating nothing.\n"
          "  --preset       model preset: %s (default small, like the trainers)\n"
@@ -216,7 +218,10 @@ void print_usage() {
          "                 default 1, picks the questions; --count N, default 10)\n"
          "  --key          with --quiz: the answer key instead, for the instructor\n"
          "  --check FILE   with --quiz: grade the answers in FILE (lines `Q<n> <number>`, in each\n"
-         "                 question's unit); exit 0 when all are right, 1 otherwise\n",
+         "                 question's unit); exit 0 when all are right, 1 otherwise\n"
+         "  --explain      with --check: the worked answer under each wrong one\n"
+         "  --result       with --check: a result line to paste for an instructor (seed, answers, score, check code)\n"
+         "  --verify LINE  check a result line: its code, and its answers graded again (exit 0 when it holds)\n",
          preset_names());
 }
 
@@ -325,6 +330,7 @@ int main(int argc, char** argv) {
   int vocab = -1, quiz_count = 10;
   uint64_t quiz_seed = 1;
   std::string check_file;
+  bool explain = false, result = false;  // with --check: worked answers under wrong ones; the result line
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
   int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
   int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
@@ -343,6 +349,8 @@ int main(int argc, char** argv) {
     if (a == "--key") { key = true; continue; }
     if (a == "--offload") { stage_arg = "offload"; continue; }
     if (a == "--activation-checkpointing") { checkpointing = true; continue; }
+    if (a == "--explain") { explain = true; continue; }
+    if (a == "--result") { result = true; continue; }
     if (i + 1 >= argc) user_error("%s needs a value, or is unknown; see zero_estimate --help", a.c_str());
     v = argv[++i];
     if (a == "--preset") preset = v, have_preset = true;
@@ -360,6 +368,7 @@ int main(int argc, char** argv) {
     else if (a == "--seed") quiz_seed = uint64_t(parse_pos(a, v, 1 << 30));
     else if (a == "--count") quiz_count = parse_pos(a, v, 1000);
     else if (a == "--check") check_file = v;
+    else if (a == "--verify") return verify_quiz_result(v) == 0 ? 0 : 1;
     else if (a == "--fit") fit_budget = parse_bytes(a, v);
     else if (a == "--attention") attention = v;
     else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
@@ -395,11 +404,13 @@ int main(int argc, char** argv) {
     print_paper_table();
     return 0;
   }
+  if ((explain || result) && check_file.empty())
+    user_error("%s goes with --quiz --check FILE (it adds to the grading); add them", explain ? "--explain" : "--result");
   if (!check_file.empty() && !quiz) user_error("--check grades a quiz: add --quiz (with the quiz's --seed and --count)");
   if (key && !quiz) user_error("--key prints a quiz's answer key: add --quiz (with the quiz's --seed and --count)");
   if (key && !check_file.empty()) user_error("--key and --check both given; expected one: --key prints the key, --check grades");
   if (quiz) {
-    if (!check_file.empty()) return check_quiz(quiz_seed, quiz_count, check_file) == 0 ? 0 : 1;
+    if (!check_file.empty()) return check_quiz(quiz_seed, quiz_count, check_file, explain, result) == 0 ? 0 : 1;
     if (key) {
       print_quiz_key(quiz_seed, quiz_count);
       return 0;
