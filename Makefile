@@ -235,7 +235,7 @@ EXPLORER      := $(BUILD)/explorer
 EXPLORER_CPP  := tools/zero_estimate.cpp tools/zero_quiz.cpp common/zero_formulas.cpp common/layout.cpp \
                  common/pipeline.cpp common/ledger.cpp common/runtime/check.cpp common/runtime/cli.cpp \
                  common/runtime/json.cpp common/runtime/device.cpp common/kernels/quantize.cpp
-EXPLORER_PAGE := $(addprefix $(EXPLORER)/,index.html explorer.js explorer.css)
+EXPLORER_PAGE := $(addprefix $(EXPLORER)/,index.html explorer.js quiz.js explorer.css)
 EXPLORE_PORT  ?= 8765
 $(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h) tools/explorer/wasm/mpi.h
 	@mkdir -p $(dir $@)

@@ -6,6 +6,9 @@ shows is what build/bin/zero_estimate (the native build) prints:
     (bytes by category, totals, the fitting micro-batch, elements sent), and for one in ten of its
     accumulation table too, equals the native --json output for the same flags, which are written here from the
     configuration independently of the page; an invalid one shows the command line's own error line;
+  - the quiz: the questions of `zero_estimate --quiz` for a seed; each answer typed and Entered is
+    marked right or wrong at once, a wrong one with its worked answer; the score, and a result line
+    that `zero_estimate --verify` accepts;
   - the paper's Table 1 cases, one click each: the bytes equal the native ones and, in GB to three
     digits, the paper's printed cells (typed in here from the paper);
   - keyboard use: Tab reaches every control of the form in order, and typing a world size and Tab
@@ -31,7 +34,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from webdriver import Browser, KEY_TAB  # noqa: E402
+from webdriver import Browser, KEY_ENTER, KEY_TAB  # noqa: E402
 
 page_dir, native = sys.argv[1], sys.argv[2]
 count = int(sys.argv[3]) if len(sys.argv) > 3 else 300
@@ -251,6 +254,42 @@ def main():
                           "return [document.documentElement.scrollWidth, window.innerWidth, r.top, window.innerHeight]")
         res("fits_1024x768", fit[0] <= fit[1] and fit[2] < fit[3],
             f"(page width {fit[0]} in a {fit[1]} px window; chart at {fit[2]:.0f} px of {fit[3]})")
+
+        # -- the quiz: zero_estimate's questions for a seed, each answer checked on Enter --
+        qbad = []
+        browser.clear(browser.find("#quiz-seed"))
+        browser.type(browser.find("#quiz-seed"), "11")
+        browser.clear(browser.find("#quiz-count"))
+        browser.type(browser.find("#quiz-count"), "20")
+        browser.click(browser.find("#quiz-start"))
+        shown_q = browser.run("return [...document.querySelectorAll('#quiz-list li p')].map((p) => p.textContent)")
+        text = subprocess.run([native, "--quiz", "--seed", "11", "--count", "20"], capture_output=True, text=True).stdout
+        want_q = re.findall(r"^Q\d+\. (.*)$", text, re.M)
+        if shown_q != want_q:
+            qbad.append(f"questions differ: {len(shown_q)} shown, {len(want_q)} from zero_estimate")
+        key = subprocess.run([native, "--quiz", "--seed", "11", "--count", "20", "--key"], capture_output=True,
+                             text=True).stdout
+        answers = [float(v) for v in re.findall(r"^Q\d+ (\S+)", key, re.M)]
+        expect_right = []
+        for i, a in enumerate(answers):  # even questions answered right, odd ones off by 50% (or by one, for counts)
+            ok = i % 2 == 0
+            value = a if ok else (a + 1 if a == int(a) and a < 2000 else a * 1.5)
+            expect_right.append(ok)
+            box = browser.find(f"#quiz-q{i + 1}")
+            browser.type(box, f"{value:.6g}")
+            browser.keys(KEY_ENTER)
+            verdict = browser.run(f"const v = document.getElementById('quiz-v{i + 1}');"
+                                  "return [v.querySelector('p') ? v.querySelector('p').className : '', v.querySelectorAll('.explain').length]")
+            if verdict != (["right", 0] if ok else ["wrong", 1]):
+                qbad.append(f"Q{i + 1}: verdict {verdict} on entry, expected {'right' if ok else 'wrong with a worked answer'}")
+        score = browser.run("return document.getElementById('quiz-score').textContent")
+        line = browser.run("return document.getElementById('quiz-result').value")
+        v = subprocess.run([native, "--verify", line], capture_output=True, text=True)
+        n_right = sum(expect_right)
+        if not score.startswith(f"{n_right} of 20 right") or v.returncode != 0 or f"{n_right} of 20" not in v.stdout:
+            qbad.append(f"score '{score}', result line '{line}', --verify: exit {v.returncode} {v.stdout.strip()}")
+        res("quiz_verdicts_on_entry_and_a_line_zero_estimate_verifies", not qbad,
+            f"(20 questions of --seed 11; {'; '.join(qbad[:3]) or v.stdout.strip()})")
 
         # -- served, as make explore serves it --
         httpd = serve(page_dir)

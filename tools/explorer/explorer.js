@@ -254,5 +254,6 @@ function start(factory) {
     document.body.dataset.ready = "1";  // the browser test waits for this
   });
 }
-window.nzExplorer = { zeroEstimate, estimateJson, update, paperCase };
+const writeFile = (path, text) => wasm.FS.writeFile(path, text);
+window.nzExplorer = { zeroEstimate, estimateJson, update, paperCase, writeFile };
 start(createZeroEstimate);
