@@ -9,6 +9,8 @@ shows is what build/bin/zero_estimate (the native build) prints:
   - the quiz: the questions of `zero_estimate --quiz` for a seed; each answer typed and Entered is
     marked right or wrong at once, a wrong one with its worked answer; the score, and a result line
     that `zero_estimate --verify` accepts;
+  - a trainer's --log-json report, loaded through the page's file input: each rank's ledger beside
+    the formula, marked equal cell by cell; a report with one byte changed is marked at that cell;
   - the paper's Table 1 cases, one click each: the bytes equal the native ones and, in GB to three
     digits, the paper's printed cells (typed in here from the paper);
   - keyboard use: Tab reaches every control of the form in order, and typing a world size and Tab
@@ -247,14 +249,6 @@ def main():
         res("typing_a_world_size_updates_the_table", head.endswith("N = 64") and v == str(want["estimates"][0]["model_state"]),
             f"(header '{head}', model state {v}, zero_estimate {want['estimates'][0]['model_state']})")
 
-        # -- contrast of every visible text, and the projector's screen --
-        worst = browser.run(CONTRAST)
-        res("text_contrast_at_least_4.5", worst[0] >= 4.5, f"(lowest {worst[0]:.2f}: {worst[1]})")
-        fit = browser.run("window.scrollTo(0, 0); const r = document.getElementById('chart').getBoundingClientRect();"
-                          "return [document.documentElement.scrollWidth, window.innerWidth, r.top, window.innerHeight]")
-        res("fits_1024x768", fit[0] <= fit[1] and fit[2] < fit[3],
-            f"(page width {fit[0]} in a {fit[1]} px window; chart at {fit[2]:.0f} px of {fit[3]})")
-
         # -- the quiz: zero_estimate's questions for a seed, each answer checked on Enter --
         qbad = []
         browser.clear(browser.find("#quiz-seed"))
@@ -290,6 +284,58 @@ def main():
             qbad.append(f"score '{score}', result line '{line}', --verify: exit {v.returncode} {v.stdout.strip()}")
         res("quiz_verdicts_on_entry_and_a_line_zero_estimate_verifies", not qbad,
             f"(20 questions of --seed 11; {'; '.join(qbad[:3]) or v.stdout.strip()})")
+
+        # -- a measured run: a trainer's --log-json report loaded through the file input; every ledger
+        # cell equals the report's own peak and the native formula, and is marked equal; one byte
+        # added to one rank's ledger is marked, alone, as differing --
+        rbad, cells = [], 0
+        trainer = os.path.join(os.path.dirname(native), "stage3")
+        rundir = tempfile.mkdtemp()
+        try:
+            report = os.path.join(rundir, "s3.json")
+            p = subprocess.run(["mpirun", "-np", "2", trainer, "--preset", "tiny", "--seq", "32", "--steps", "1",
+                                "--precision", "bf16", "--log-json", report], capture_output=True, text=True, timeout=120)
+            if p.returncode != 0:
+                rbad.append(f"{trainer} exited {p.returncode}: {p.stderr.strip()[-200:]}")
+            else:
+                r = json.load(open(report))
+                _, want = run_native(["--preset", "tiny", "--seq", "32", "--batch", str(r["batch"]), "--precision", "bf16",
+                                      "--world", "2", "--stage", "stage3"])
+                tampered = os.path.join(rundir, "tampered.json")
+                r2 = json.loads(open(report).read())
+                r2["ranks"][1]["ledger"]["device"]["peak"]["grads"] += 1
+                json.dump(r2, open(tampered, "w"))
+                for path, expect_differ in ((report, 0), (tampered, 1)):
+                    browser.run("document.getElementById('report').value = ''")
+                    browser.type(browser.find("#report"), path)
+                    browser.wait_for("return document.querySelector('#run-table td') !== null")
+                    shown = browser.run("return [...document.querySelectorAll('#run-table td')].map((td) => "
+                                        "[td.dataset.key, td.dataset.who, td.dataset.value, td.dataset.match || ''])")
+                    differ = [c for c in shown if c[3] == "0"]
+                    for key, who, value, match in shown:
+                        if who == "formula":
+                            ok = value == str(want["estimates"][0]["bytes"][key])
+                        else:
+                            rank = next(k for k in (r2 if expect_differ else r)["ranks"] if f"rank{k['rank']}" == who)
+                            ok = value == str(sum(rank["ledger"][w]["peak"].get(key, 0) for w in ("device", "host", "disk")))
+                        cells += 1
+                        if not ok:
+                            rbad.append(f"{os.path.basename(path)} {key} {who}: page {value}")
+                    if len(differ) != expect_differ or (expect_differ and differ[0][:2] != ["grads", "rank1"]):
+                        rbad.append(f"{os.path.basename(path)}: cells marked differing {differ}, expected {expect_differ}")
+        finally:
+            shutil.rmtree(rundir)
+        res("a_measured_run_ledger_beside_formula", not rbad and cells > 0,
+            f"(stage3 on 2 ranks, tiny, bf16: {cells} cells; {'; '.join(rbad[:2])})")
+
+        # -- contrast of every visible text (the quiz's verdicts and the run's marks shown too), and the
+        # projector's screen --
+        worst = browser.run(CONTRAST)
+        res("text_contrast_at_least_4.5", worst[0] >= 4.5, f"(lowest {worst[0]:.2f}: {worst[1]})")
+        fit = browser.run("window.scrollTo(0, 0); const r = document.getElementById('chart').getBoundingClientRect();"
+                          "return [document.documentElement.scrollWidth, window.innerWidth, r.top, window.innerHeight]")
+        res("fits_1024x768", fit[0] <= fit[1] and fit[2] < fit[3],
+            f"(page width {fit[0]} in a {fit[1]} px window; chart at {fit[2]:.0f} px of {fit[3]})")
 
         # -- served, as make explore serves it --
         httpd = serve(page_dir)

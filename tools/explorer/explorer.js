@@ -217,6 +217,99 @@ function update() {
   }
 }
 
+// ---- a measured run: a trainer's --log-json report, its ledger beside the formula ----
+// The formula is zero_estimate's for the run's own settings (stage, world, model, precision, batch,
+// sequence, accumulation, checkpointing, attention); the ledger is each rank's peak by category,
+// summed over device, host and disk.
+const LEDGER_CATEGORIES = CATEGORIES.concat(["scratch"]);
+function runFlags(r) {
+  const f = ["--preset", r.preset];
+  for (const k of ["layers", "dim", "heads", "vocab"]) f.push("--" + k, String(r.config[k]));
+  f.push("--batch", String(r.batch), "--seq", String(r.seq), "--precision", r.precision, "--accum", String(r.accum),
+         "--world", String(r.world), "--stage", r.stage, "--attention", r.attention);
+  if (r.activation_checkpointing) f.push("--activation-checkpointing");
+  return f;
+}
+function ledgerPeak(rank, c) {
+  let sum = 0n;
+  for (const where of ["device", "host", "disk"]) {
+    const l = rank.ledger[where];
+    if (l && l.peak && l.peak[c] !== undefined) sum += big(l.peak[c]);
+  }
+  return sum;
+}
+function showReport(text) {
+  const status = $("run-status");
+  const table = $("run-table");
+  table.replaceChildren();
+  $("run-chart").replaceChildren();
+  try {
+    const r = parseExact(text);
+    if (!r.ranks || !r.stage || !r.config) throw new Error("not a trainer's --log-json report (no ranks, stage or config)");
+    const flags = runFlags(r);
+    const formula = estimateJson(flags).estimates[0];
+    const head = el("tr", {}, el("th", { scope: "col" }, "peak bytes"), el("th", { scope: "col" }, "formula"));
+    for (const k of r.ranks) head.append(el("th", { scope: "col" }, "rank " + k.rank + " ledger"));
+    table.append(el("thead", {}, head));
+    const body = el("tbody");
+    let differ = 0;
+    const bars = [{ name: "formula", parts: {} }];
+    for (const k of r.ranks) bars.push({ name: "rank " + k.rank, parts: {} });
+    for (const c of LEDGER_CATEGORIES) {
+      const want = c in formula.bytes ? big(formula.bytes[c]) : null;
+      const got = r.ranks.map((k) => ledgerPeak(k, c));
+      if (want === null && got.every((g) => g === 0n)) continue;
+      const tr = el("tr", {}, el("th", { scope: "row" }, c),
+                    el("td", { "data-key": c, "data-who": "formula", "data-value": want === null ? "" : String(want) },
+                       want === null ? "not in the formula" : grouped(want)));
+      got.forEach((g, i) => {
+        const same = want !== null && g === want;
+        differ += !same;
+        tr.append(el("td", { "data-key": c, "data-who": "rank" + r.ranks[i].rank, "data-value": String(g),
+                             "data-match": same ? "1" : "0", class: same ? "right" : "wrong" },
+                     grouped(g) + (same ? " =" : " ≠")));
+        bars[i + 1].parts[c] = Number(g);
+      });
+      if (want !== null) bars[0].parts[c] = Number(want);
+      body.append(tr);
+    }
+    table.append(body);
+    drawRunChart(bars);
+    status.className = differ ? "error" : "";
+    status.textContent = `${r.stage} on ${r.world} ranks, ${r.preset} (${r.precision}, batch ${r.batch} x ${r.seq}): ` +
+      (differ ? `${differ} ledger cells differ from the formula` : "ledger = formula, to the byte, on every rank") +
+      ` — zero_estimate ${flags.join(" ")}`;
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
+}
+function drawRunChart(bars) {
+  const svg = $("run-chart"), ns = "http://www.w3.org/2000/svg";
+  const W = 640, left = 80, barH = 24, H = 16 + bars.length * (barH + 6);
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const max = Math.max(1, ...bars.map((b) => Object.values(b.parts).reduce((a, v) => a + v, 0)));
+  bars.forEach((b, i) => {
+    const y = 10 + i * (barH + 6);
+    const t = document.createElementNS(ns, "text");
+    Object.entries({ x: left - 6, y: y + barH / 2 + 4, "text-anchor": "end", "font-size": 12 }).forEach(([k, v]) => t.setAttribute(k, v));
+    t.textContent = b.name;
+    svg.append(t);
+    let x = left;
+    for (const c of LEDGER_CATEGORIES) {
+      const w = ((b.parts[c] || 0) / max) * (W - left - 10);
+      if (!w) continue;
+      const r = document.createElementNS(ns, "rect");
+      Object.entries({ x: x, y: y, width: w, height: barH, fill: COLORS[c] || "#999" }).forEach(([k, v]) => r.setAttribute(k, v));
+      const title = document.createElementNS(ns, "title");
+      title.textContent = `${b.name}: ${c} ${grouped(b.parts[c])} bytes`;
+      r.append(title);
+      svg.append(r);
+      x += w;
+    }
+  });
+}
+
 // ---- the paper's Table 1 ----
 function showPaperTable() {
   $("paper-out").textContent = zeroEstimate(["--paper-table"]).out;
@@ -247,6 +340,10 @@ function start(factory) {
       $(id).addEventListener("change", () => { syncModel(); update(); });
     for (const b of document.querySelectorAll("[data-paper]"))
       b.addEventListener("click", () => paperCase(b.dataset.paper, parseInt(b.dataset.world, 10)));
+    $("report").addEventListener("change", (ev) => {
+      const f = ev.target.files[0];
+      if (f) f.text().then(showReport);
+    });
     showPaperTable();
     syncModel();
     update();
@@ -255,5 +352,5 @@ function start(factory) {
   });
 }
 const writeFile = (path, text) => wasm.FS.writeFile(path, text);
-window.nzExplorer = { zeroEstimate, estimateJson, update, paperCase, writeFile };
+window.nzExplorer = { zeroEstimate, estimateJson, update, paperCase, writeFile, showReport };
 start(createZeroEstimate);
