@@ -97,6 +97,26 @@ class Browser:
             time.sleep(0.05)
         return False
 
+    def cpu_seconds(self):
+        """User + system CPU seconds of chromedriver and every process under it (the browser's), so far."""
+        tick = os.sysconf("SC_CLK_TCK")
+        parent, cpu = {}, {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(pid)] = int(fields[1])
+            cpu[int(pid)] = (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+
+        def under(pid):
+            while pid > 1:
+                if pid == self.proc.pid:
+                    return True
+                pid = parent.get(pid, 0)
+            return False
+        return sum(c for pid, c in cpu.items() if under(pid))
+
     def close(self):
         try:
             self.cmd("DELETE", "")

@@ -16,6 +16,7 @@ shows is what build/bin/zero_estimate (the native build) prints:
   - keyboard use: Tab reaches every control of the form in order, and typing a world size and Tab
     updates the table; text contrast at least 4.5:1 (WCAG AA); at 1024 x 768 no sideways scrolling
     and the chart starts on the first screen;
+  - a view's permalink (the form in the page's address) reopens the same table;
   - the page works from disk (file://) and from a local static server, as `make explore` serves it;
   - the check can fail: the same comparison on a copy of the page whose form drops --accum finds
     the differences.
@@ -249,6 +250,15 @@ def main():
         res("typing_a_world_size_updates_the_table", head.endswith("N = 64") and v == str(want["estimates"][0]["model_state"]),
             f"(header '{head}', model state {v}, zero_estimate {want['estimates'][0]['model_state']})")
 
+        # -- a view as a link: the page opened at its permalink shows the same table --
+        link = browser.run("return document.getElementById('permalink').href")
+        before = browser.run("return [...document.querySelectorAll('#table td')].map((td) => td.dataset.value)")
+        browser.get("about:blank")
+        load(browser, link)
+        after = browser.run("return [...document.querySelectorAll('#table td')].map((td) => td.dataset.value)")
+        res("a_permalink_reopens_the_same_view", before == after and "world=64" in link,
+            f"({len(before)} cells; {link.split('#')[1][:80]}...)")
+
         # -- the quiz: zero_estimate's questions for a seed, each answer checked on Enter --
         qbad = []
         browser.clear(browser.find("#quiz-seed"))
@@ -357,9 +367,12 @@ def main():
                 f"({len(bdiffs)} differences found)")
         finally:
             shutil.rmtree(broken)
+        browser_cpu = browser.cpu_seconds()
     finally:
         browser.close()
-    print(f"explorer_check: {time.time() - t0:.1f} s in the browser", flush=True)
+    mine = os.times()
+    print(f"explorer_check: {time.time() - t0:.1f} s, CPU {browser_cpu:.1f} s in the browser and "
+          f"{mine.user + mine.system + mine.children_user + mine.children_system:.1f} s here (the native runs)", flush=True)
 
 
 # WCAG 2 contrast of each visible element's own text against the first opaque background behind it.

@@ -197,8 +197,27 @@ function renderAccum(base, N) {
   t.append(body);
 }
 
+// The form's settings in the page's address (#model=params&params=7.5B&...), so that a view can be
+// bookmarked or handed to a class as a link; read back when the page opens.
+const FORM_IDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
+                  "seq", "accum", "ckpt", "attention", "fit"];
+function formState() {
+  const p = new URLSearchParams();
+  for (const id of FORM_IDS) p.set(id, $(id).type === "checkbox" ? ($(id).checked ? "1" : "") : $(id).value);
+  return p.toString();
+}
+function loadFormState(hash) {
+  const p = new URLSearchParams(hash.replace(/^#/, ""));
+  for (const id of FORM_IDS) {
+    if (!p.has(id)) continue;
+    if ($(id).type === "checkbox") $(id).checked = p.get(id) === "1";
+    else $(id).value = p.get(id);
+  }
+}
+
 function update() {
   const status = $("status");
+  $("permalink").href = "#" + formState();
   try {
     const base = flagsFromForm();
     const N = parseInt($("world").value, 10);
@@ -208,8 +227,11 @@ function update() {
     renderTable(here, N);
     renderAccum(base, N);
     $("cmdline").textContent = "zero_estimate " + base.concat(["--world", String(N)], stageFlags()).join(" ");
+    const fits = here.estimates.filter((e) => e.fit_batch !== undefined)
+      .map((e) => `${e.stage} ${e.fit_batch || "none"} (${e.fit_batch_checkpointed || "none"} checkpointed)`);
     status.textContent = `Ψ = ${grouped(here.num_params)} parameters, ${here.precision}` +
-      (here.raw_params ? " (a raw count: model states only)" : `, activations for batch ${here.batch} x seq ${here.seq}`);
+      (here.raw_params ? " (a raw count: model states only)" : `, activations for batch ${here.batch} x seq ${here.seq}`) +
+      (fits.length ? `. Largest micro-batch that fits ${$("fit").value} at N = ${N}: ${fits.join(", ")}.` : "");
     status.className = "";
   } catch (e) {
     status.textContent = e.message;  // zero_estimate's own one-line error
@@ -345,6 +367,7 @@ function start(factory) {
       if (f) f.text().then(showReport);
     });
     showPaperTable();
+    if (location.hash.includes("=")) loadFormState(location.hash);
     syncModel();
     update();
     if (window.nzQuiz) window.nzQuiz.init();
