@@ -330,6 +330,8 @@ void GPT::backward(int u, const void* p, void* g) {
   // updates the exact w. Small updates accumulate in w until they move q(w) across a grid step.
   p = qat_view(u, p, L_.units[u].numel);  // q(w), as in the forward
   NZ_DISPATCH_DTYPE(dt_, backward_t<T>(u, (const T*)p, (T*)g));
+  // pruning: d loss / d theta = keep * d loss / d w (prune.h)
+  if (prune_) zero_pruned(*prune_, u, 0, L_.units[u].padded, g, dtype_bytes(dt_));
   end_compute("backward", u);
   unit_done();
 }

@@ -1,6 +1,7 @@
 // model.h — the GPT-2 model: the forward/backward of one unit at a time (the trainer drives the
 // unit loop), over the flat parameter layout of layout.h.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"  // Attention, flash_attention_in_force
 #include "layout.h"  // GPTConfig, Unit, Slice, Layout
+#include "prune.h"   // UnitMasks: --prune-mask
 #include "ledger.h"
 #include "qat.h"  // QatConfig: --qat
 
@@ -59,6 +61,10 @@ class GPT {
   DType dtype() const { return dt_; }
   int batch() const { return B_; }
   int seq() const { return T_; }
+  // --prune-mask (prune.h): backward() zeroes the gradient of every pruned weight before it leaves
+  // the unit, so every collective, the norm and the clipping see the pruned network's gradient.
+  // The CPU path only (the trainer refuses it on CUDA).
+  void set_prune_mask(std::shared_ptr<const UnitMasks> masks) { prune_ = std::move(masks); }
 
   // ---- pipeline stages (pipeline.h) ----
   int rows() const { return b_; }  // the sequences of the batch in use (evaluation's last may be short)
@@ -146,6 +152,7 @@ class GPT {
   int slots_, slot_ = 0;   // micro-batches' activations kept, and the one in use
   size_t slot_bytes_ = 0;  // one slot's activations
   float loss_scale_ = 1;  // fp16: the loss scale the backward starts from
+  std::shared_ptr<const UnitMasks> prune_;  // --prune-mask: the pruned weights (null: none)
   Buffer acts_;        // all saved activations, one block (see activation_bytes for the layout)
   Buffer grad_acts_;   // activation gradients of one block, reused block after block
   Buffer tokens_, targets_;

@@ -172,6 +172,26 @@ void OptimizerState::put(OptArray a, size_t at, size_t n, const float* host) {
   copy_bytes(b.as<float>() + at, b.location(), host, Location::Host, n * sizeof(float));
 }
 
+// ---- pruning: the pruned elements put back after the update (prune.h) ----
+
+PrunedFreeze::PrunedFreeze(const AdamWConfig& cfg, int u, Slice own, size_t begin, size_t n, const float* p32,
+                           const float* m, const float* v) {
+  if (!cfg.prune) return;
+  for (size_t i = 0; i < n; i++)
+    if (cfg.prune->pruned_at(u, own.begin, begin + i)) {
+      at_.push_back(i);
+      p_.push_back(p32[i]), m_.push_back(m[i]), v_.push_back(v[i]);
+    }
+}
+
+void PrunedFreeze::restore(float* p32, float* m, float* v, DType dt, void* out) const {
+  for (size_t j = 0; j < at_.size(); j++) {
+    const size_t i = at_[j];
+    p32[i] = p_[j], m[i] = m_[j], v[i] = v_[j];
+    if (out) NZ_DISPATCH_TRAIN_DTYPE(dt, static_cast<T*>(out)[i] = store<T>(p_[j]));
+  }
+}
+
 // ---- AdamW on the device ----
 
 AdamW::AdamW(const Layout& L, std::vector<Slice> owned, DType dt, const AdamWConfig& cfg)
@@ -195,10 +215,12 @@ void AdamW::step(int u, void* params_slice, const void* grads_slice, float lr, f
   check_span_at(grads_slice, n * dtype_bytes(dt_), Location::Device, "AdamW step: the gradient slice");
   float* p32 = master_.empty() ? (float*)params_slice : master_.as<float>() + base;
   float *m = m_.as<float>() + base, *v = v_.as<float>() + base;
+  const PrunedFreeze pruned(cfg_, u, owned_[u], 0, n, p32, m, v);  // --prune-mask: left as they are
   for_each_piece(L_.units[u], owned_[u], 0, n, cfg_.weight_decay, [&](size_t i, size_t len, float wd) {
     NZ_DISPATCH_TRAIN_DTYPE(dt_, ops::adamw_update<T>(p32 + i, m + i, v + i, (const T*)grads_slice + i, len, lr,
                                                       cfg_.beta1, cfg_.beta2, cfg_.eps, wd, grad_scale, t));
   });
+  pruned.restore(p32, m, v);
   if (dt_ == DType::BF16) ops::cast<bf16, float>((bf16*)params_slice, p32, n);  // rounded from the master
   if (dt_ == DType::F16) ops::cast<f16, float>((f16*)params_slice, p32, n);
   heartbeat();

@@ -7,6 +7,7 @@
 #include "kernels/dtype.h"
 #include "layout.h"
 #include "ledger.h"
+#include "prune.h"  // UnitMasks: --prune-mask
 
 namespace nz {
 
@@ -53,6 +54,24 @@ std::vector<Slice> owned_shards(const Layout& L, int rank); // stages 1-3: slice
 struct AdamWConfig {
   float weight_decay = 0.1f;  // decoupled; matrices and embeddings only (TensorSpec::decay)
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  // --prune-mask (prune.h): the pruned elements, which every AdamW leaves exactly as they are
+  // (no update, no weight decay, moments untouched); null: none
+  std::shared_ptr<const UnitMasks> prune;
+};
+
+// Pruning: AdamW's kernels update whole pieces; the pruned elements among elements [begin,
+// begin + n) of unit u's owned slice `own` are saved before and put back after (master or fp32
+// params p32, m, v; out: the storage-type copy the host AdamW writes, else null). Empty without
+// a mask.
+class PrunedFreeze {
+ public:
+  PrunedFreeze(const AdamWConfig& cfg, int u, Slice own, size_t begin, size_t n, const float* p32, const float* m,
+               const float* v);
+  void restore(float* p32, float* m, float* v, DType dt = DType::F32, void* out = nullptr) const;
+
+ private:
+  std::vector<size_t> at_;       // elements pruned, counted from `begin`
+  std::vector<float> p_, m_, v_;  // their values before the step
 };
 
 // Walks the tensors that elements [begin, end) of unit u's owned slice `own` cross, calling

@@ -16,6 +16,8 @@
 #include "runtime/check.h"       // NZ_CHECK
 #include "io/model_file.h"  // save_model_from_units
 #include "io/checkpoint.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
+#include "io/crc32c.h"         // the --prune-mask's identity in checkpoints
+#include "io/pruned_file.h"    // load_pruned: --prune-mask
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
 #include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
 #include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
@@ -154,6 +156,8 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
   check_model_fits(args, stage, comm, dp_world());  // one line, before anything is printed or allocated
   configs_from_args();                  // after settle_batch: the batch and accum are final
+  // --prune-mask: read and checked now, a bad one is one line; its identity goes into checkpoints
+  if (!args.prune_mask.empty()) read_prune_mask();
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
   if (!args.resume.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -177,6 +181,7 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   model->set_qat(qat);  // the same fake quantization in every trainer: no stage file sees it
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
+  if (!args.prune_mask.empty()) set_up_pruning();
   if (rank() == 0) {
     const GPTConfig& c = args.cfg;
     printf("%s | %d ranks | %s: %d layers, width %d, %d heads, context %d | %zu parameters (%zu padded, %zu per rank)\n",
@@ -310,6 +315,7 @@ void Trainer::register_held(OptimizerState& optimizer) {
   if (resume_from_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
   first_step_ = load_checkpoint(comm, *checkpoint_, held_state(), resume_from_);
+  if (prune_masks_) zero_pruned_held();
   comm.control_barrier();  // every rank has loaded
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (rank() == 0) {
@@ -342,9 +348,73 @@ HeldState Trainer::held_state() {
   return h;
 }
 
+// ---- pruning (prune.h) ----
+
+void Trainer::read_prune_mask() {
+  const char* p = args.prune_mask.c_str();
+  if (stage == Stage::Pipeline || stage == Stage::Infinity || stage == Stage::ZeroPP)
+    user_error("--prune-mask with %s: not built for this rung, expected stage0_ddp, stage1, stage2, stage3 or "
+               "offload; fine-tune the pruned model with one of those", stage_name(stage));
+  if (args.device == "cuda")
+    user_error("--prune-mask on cuda: the mask is applied by the CPU path only, expected --device cpu; run the "
+               "fine-tuning with --device cpu");
+  GPTConfig c;
+  load_pruned(args.prune_mask, &c, &pruned_params_, &prune_keep_, "--prune-mask");
+  size_t pruned = 0;
+  for (uint8_t k : prune_keep_) pruned += !k;
+  char id[48];  // the mask's identity in checkpoints: resuming drops or changes it only with --resume-changed
+  snprintf(id, sizeof id, "%zu/%08x", pruned, crc32c(0, prune_keep_.data(), prune_keep_.size()));
+  checkpoint_->prune = id;
+  const GPTConfig& m = args.cfg;
+  if (c.vocab != m.vocab || c.ctx != m.ctx || c.layers != m.layers || c.dim != m.dim || c.heads != m.heads)
+    user_error("--prune-mask %s: a model of %d layers, width %d, %d heads, context %d; expected this run's %d "
+               "layers, width %d, %d heads, context %d; give the --preset (and --layers, --dim, --heads) it was "
+               "trained with", p, c.layers, c.dim, c.heads, c.ctx, m.layers, m.dim, m.heads, m.ctx);
+}
+
+void Trainer::set_up_pruning() {
+  const char* p = args.prune_mask.c_str();
+  const GPTConfig& m = args.cfg;
+  if (current_device() == Device::CUDA)  // --device auto found a GPU
+    user_error("--prune-mask on cuda: the mask is applied by the CPU path only, expected --device cpu; run the "
+               "fine-tuning with --device cpu");
+  prune_masks_ = unit_masks(layout, prune_keep_);
+  prune_keep_.clear();
+  model->set_prune_mask(prune_masks_);  // the gradient
+  adamw.prune = prune_masks_;           // the update, the decay, the moments
+  if (rank() == 0) {
+    printf("pruned: %s, %zu of %zu weights pruned (%.4f of the prunable), starting from its weights\n", p,
+           prune_masks_->pruned, layout.num_params, double(prune_masks_->pruned) / double(prunable_count(m)));
+    fflush(stdout);
+  }
+}
+
+void Trainer::zero_pruned_held() {
+  const UnitMasks& masks = *prune_masks_;
+  OptimizerState& opt = *held_optimizer_;
+  for (int u = 0; u < layout.num_units(); u++) {
+    const Unit& unit = layout.units[u];
+    const Slice own = params_held_ == ParamsHeld::OwnSlices ? layout.shard(u, rank()) : layout.full(u);
+    const size_t at = params_held_ == ParamsHeld::OwnSlices ? unit.shard_offset : unit.offset;
+    zero_pruned(masks, u, own.begin, own.size(), elem_ptr(*held_params_, at, elem_bytes), elem_bytes);
+    if (!opt.has_master()) continue;  // the master copy too: bf16, and offload's in every precision
+    const Slice os = opt.owned()[u];
+    std::vector<float> master(os.size());
+    opt.get(OptArray::Master, opt.state_offset(u), os.size(), master.data());
+    zero_pruned(masks, u, os.begin, os.size(), master.data(), sizeof(float));
+    opt.put(OptArray::Master, opt.state_offset(u), os.size(), master.data());
+  }
+}
+
 void Trainer::init_params(int u, Slice part, void* dst, Location at) {
   std::vector<float> unit(layout.units[u].padded);
-  init_unit(layout, u, args.seed, unit.data());
+  if (!pruned_params_.empty()) {  // --prune-mask: the pruned model's weights (file order, unpadded)
+    size_t first = 0;
+    for (int k = 0; k < u; k++) first += layout.units[k].numel;
+    std::copy(pruned_params_.begin() + first, pruned_params_.begin() + first + layout.units[u].numel, unit.begin());
+  } else {
+    init_unit(layout, u, args.seed, unit.data());
+  }
   std::vector<char> conv(part.size() * elem_bytes);
   const float* src = unit.data() + part.begin;
   NZ_DISPATCH_TRAIN_DTYPE(dtype, cpu::cast<T, float>((T*)conv.data(), src, part.size()));

@@ -134,6 +134,15 @@ class Trainer {
   // --batch auto (the largest micro-batch whose predicted peak fits the memory budget) and
   // --global-batch (the accumulation that reaches it): sets args.batch and args.accum.
   void settle_batch();
+  // --prune-mask (prune.h): reads the pruned file (its weights become the initial ones) and hands
+  // its mask to the model (the gradient) and to AdamW (the update); after --resume, zeroes the
+  // pruned weights the checkpoint holds (a dense checkpoint fine-tuned pruned from here on).
+  void read_prune_mask();  // before the device is chosen: a bad file, a wrong shape, a rung without it
+  void set_up_pruning();   // once the layout and the model exist
+  void zero_pruned_held();
+  std::vector<uint8_t> prune_keep_;  // the pruned file's mask, model file order, until set_up_pruning
+  std::shared_ptr<const UnitMasks> prune_masks_;
+  std::vector<float> pruned_params_;  // the pruned file's Ψ weights, model file order (init_params)
   void configs_from_args();  // adamw, schedule, offload, checkpoint from args
   // Mean validation loss over args.eval_windows windows, split over the ranks.
   double evaluate();

@@ -49,6 +49,10 @@ struct Options {
   std::string model, preset, prompt = "\n", prompts_file, weights = "device", weights_dir, device = "cpu";
   std::string kernels = "fast", precision = "fp32";
   int batch = 0, length = 200, kv_cache = 1, prefill = 1, prefetch = 1, window = 0, bench = 0, int8 = 0, int8_embed = 1;
+  // --weights-int4 (quant.h): values per scale, and the tied embedding in int4 too (default: kept)
+  int int4 = 0, int4_embed = 0;
+  long int4_block = long(kInt4Block);
+  bool int4_block_given = false;
   float temperature = 0.8f;
   uint64_t seed = 1;
   bool quiet = false;
@@ -91,7 +95,8 @@ Result generate(const Options& o, Comm& comm, const Layout& L, DType dt, const s
   Ledger::get().reset();
   const Layout sharded = make_layout(cfg, comm.size());
   const Placement where = placement_of(o.weights);
-  Weights weights(where, L, sharded, dt, params.data(), o.prefetch, comm, o.weights_dir, o.int8, !o.int8_embed);
+  Weights weights(where, L, sharded, dt, params.data(), o.prefetch, comm, o.weights_dir, o.int8,
+                  o.int4 ? !o.int4_embed : !o.int8_embed, o.int4 ? size_t(o.int4_block) : 0);
   r.params_device = Ledger::get().current(Category::Params, Location::Device);
   r.params_stored = Ledger::get().current(Category::Params);
   const CommStats before = comm.stats();
@@ -229,6 +234,10 @@ Options parse(int argc, char** argv) {
           "  --weights-int8        store and move the weights as int8, one fp32 scale per block of 64,\n"
           "                        dequantised per unit just before it runs (not with --weights sharded)\n"
           "  --int8-embed 1|0      with --weights-int8: the tied embedding in int8 too (default 1)\n"
+          "  --weights-int4        the same as int4 (two per byte; the project's block quantizer), CPU only\n"
+          "  --int4-block B        with --weights-int4: values per fp32 scale, a power of two from 8 to\n"
+          "                        65536 (default 64); a unit's last block may be shorter (no padding)\n"
+          "  --int4-embed 1|0      with --weights-int4: the tied embedding in int4 too (default 0: kept)\n"
           "  --precision P         fp32 (default) | bf16\n"
           "  --kernels K           fast (default) | reference (the hand-written kernels)\n"
           "  --device D            cpu (default) | cuda | auto\n"
@@ -259,6 +268,9 @@ Options parse(int argc, char** argv) {
     else if (a == "--bench") o.bench = 1;
     else if (a == "--weights-int8") o.int8 = 1;
     else if (a == "--int8-embed") o.int8_embed = parse_int(a, next(), 0, 1);
+    else if (a == "--weights-int4") o.int4 = 1;
+    else if (a == "--int4-embed") o.int4_embed = parse_int(a, next(), 0, 1);
+    else if (a == "--int4-block") o.int4_block = parse_int(a, next(), -(1 << 30), 1 << 30), o.int4_block_given = true;
     else if (a == "--seed") o.seed = uint64_t(parse_int(a, next(), 0, 2147483647));
     else if (a == "--temperature") {
       std::string v = next();
@@ -274,6 +286,19 @@ Options parse(int argc, char** argv) {
   if (o.model.empty() == o.preset.empty()) user_error("give --model PATH (or --preset NAME for timing); see generate --help");
   if (o.weights != "device" && o.weights != "host" && o.weights != "disk" && o.weights != "sharded")
     user_error("--weights %s: valid: device, host, disk, sharded", o.weights.c_str());
+  if (o.int4 && o.int8)
+    user_error("--weights-int4 with --weights-int8: one format at a time, expected one of them; drop one");
+  if (o.int4 && o.weights == "sharded")
+    user_error("--weights-int4 with --weights sharded: not supported (slices would cut the blocks), expected "
+               "device, host or disk; drop --weights sharded");
+  if (o.int4 && o.device == "cuda")
+    user_error("--weights-int4 with --device cuda: int4 is dequantised by the CPU backend only, expected --device "
+               "cpu; use --weights-int8 on the GPU");
+  if ((o.int4_block_given || o.int4_embed) && !o.int4)
+    user_error("--int4-block and --int4-embed go with --weights-int4, expected it beside them; add --weights-int4");
+  if (!valid_quant_block(o.int4_block))
+    user_error("--int4-block %ld: expected a power of two from 8 to 65536 (a whole number of bytes of codes per "
+               "block); e.g. --int4-block 32", o.int4_block);
   if (o.int8 && o.weights == "sharded")
     user_error("--weights-int8 with --weights sharded: not supported (slices would cut the blocks of 64); use device, host or disk");
   if (o.precision != "fp32" && o.precision != "bf16") user_error("--precision %s: valid: fp32, bf16", o.precision.c_str());
@@ -322,7 +347,8 @@ int bench(Options o, Comm& comm, const Layout& L, DType dt, const std::vector<ch
   if (root)
     printf("%s, %s, %d rank%s, %d decode steps per run (prompt: one byte; the fastest of 3 runs)%s\n"
            "%-9s %5s %12s %12s %16s %18s\n",
-           dtype_name(dt), o.int8 ? "int8 weights" : "weights as stored", comm.size(), comm.size() > 1 ? "s" : "",
+           dtype_name(dt),
+           o.int8 ? "int8 weights" : o.int4 ? "int4 weights" : "weights as stored", comm.size(), comm.size() > 1 ? "s" : "",
            o.length, o.prefetch ? ", prefetch" : "", "weights", "B", "tokens/s", "ms/step", "link B/token",
            "all-gather B/token");
   std::vector<int> batches = {1, 2, 4, 8, 16};
@@ -392,6 +418,9 @@ int main(int argc, char** argv) {
                  p.size(), o.window);
   omp_set_num_threads(std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size()));
   select_device(o.device.c_str(), comm.local_rank(), comm.rank() == 0 && !o.quiet);
+  if (o.int4 && current_device() == Device::CUDA)  // --device auto found a GPU
+    user_error("--weights-int4 on cuda: int4 is dequantised by the CPU backend only, expected --device cpu; use "
+               "--weights-int8 on the GPU");
   set_kernels(o.kernels == "reference" ? Kernels::Reference : Kernels::Fast);
   comm.use_device_backend();
 
@@ -431,7 +460,8 @@ int main(int argc, char** argv) {
             "per decode step: %.0f B host->device, %.0f elements all-gathered (sent per rank)\n"
             "stats: steps=%d link_bytes=%llu allgather_elems=%llu gathered_peak=%llu kv_cache=%llu params_device=%llu params_stored=%llu\n",
             B, r.steps, o.kv_cache, o.weights.c_str(), o.prefetch ? " (prefetch)" : "",
-            o.int8 ? (o.int8_embed ? " int8" : " int8 (embedding kept)") : "", dtype_name(dt),
+            o.int8 ? (o.int8_embed ? " int8" : " int8 (embedding kept)")
+            : o.int4 ? (o.int4_embed ? " int4" : " int4 (embedding kept)") : "", dtype_name(dt),
             r.ms - r.decode_ms, r.decode_steps ? r.decode_ms / r.decode_steps : 0.0,
             r.decode_ms > 0 ? 1000.0 * B * r.decode_steps / r.decode_ms : 0.0,
             (unsigned long long)r.kv_cache, kv_cache_bytes(cfg, B, dt), (unsigned long long)r.params_device,

@@ -42,4 +42,16 @@ void int8_roundtrip(const Layout& L, std::vector<float>* params, bool keep_embed
   }
 }
 
+void int4_roundtrip(const Layout& L, std::vector<float>* params, bool keep_embed, size_t block) {
+  const BlockQuant q = int4_quant(block);
+  for (int u = 0; u < L.num_units(); u++) {
+    if (keep_embed && u == L.embed_unit()) continue;
+    const size_t n = L.units[u].padded;
+    float* w = params->data() + L.units[u].offset;
+    std::vector<uint8_t> packed(q.packed_bytes(n));
+    quantize_finite(q, w, n, packed.data(), ("int4 weights, unit " + L.units[u].name).c_str());
+    dequantize_packed(q, packed.data(), n, w);
+  }
+}
+
 }  // namespace nz

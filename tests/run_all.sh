@@ -17,9 +17,16 @@ log_dir=$(mktemp -d /tmp/nanozero-tests.XXXXXX)
 export NZ_RUN_CACHE=$log_dir/runs
 
 # The counts of one suite's NZRESULT lines, as the line printed when it ends.
-counts_line() {  # $1 = label, $2 = output file, $3 = seconds it took
-  printf '  %-40s %4d passed %4d failed %4d skipped %5ds' "$1" "$(grep -c '^NZRESULT PASS' "$2")" \
-    "$(grep -c '^NZRESULT FAIL' "$2")" "$(grep -c '^NZRESULT SKIP' "$2")" "$3"
+counts_line() {  # $1 = label, $2 = output file, $3 = "seconds CPU-seconds" it took
+  printf '  %-40s %4d passed %4d failed %4d skipped %5ds %5s CPU-s' "$1" "$(grep -c '^NZRESULT PASS' "$2")" \
+    "$(grep -c '^NZRESULT FAIL' "$2")" "$(grep -c '^NZRESULT SKIP' "$2")" $3
+}
+# The CPU time (user + system, in hundredths of a second) of this shell's finished children so far: bash's `times`, whose
+# second line they are. Run in this shell (a subshell's children are its own), into a file.
+children_cpu() {  # $1 = file to write the seconds into
+  times >"$1.times"
+  tail -1 "$1.times" | awk '{ for (i = 1; i <= 2; i++) { split($i, a, "m"); s += a[1] * 60 + a[2] } }
+                           END { printf "%d\n", s * 100 }' >"$1"
 }
 # Add one suite's counts to the totals; remember its failures.
 tally() {  # $1 = label, $2 = output file
@@ -32,7 +39,8 @@ tally() {  # $1 = label, $2 = output file
 
 log_of() { echo "$log_dir/$(echo "$1" | tr ' /=' '___').log"; }
 
-# Runs one suite into its log (and its seconds into the log's .secs); tally counts it at the end.
+# Runs one suite into its log (and its seconds and CPU seconds into the log's .secs); tally counts it
+# at the end.
 execute() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
   local label=$1 np=$2
   shift 2
@@ -40,7 +48,8 @@ execute() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
   out=$(log_of "$label")
   local prog
   prog=$(mktemp -d "$log_dir/progress.XXXXXX")
-  local rc=0 start=$SECONDS limit=$NZ_TIMEOUT
+  local rc=0 start=$SECONDS limit=$NZ_TIMEOUT cpu0
+  children_cpu "$out.cpu" && cpu0=$(cat "$out.cpu")
   # The emulator's suite builds its own tree first (every .cu file for the CPU) beside another
   # suite: on a busy 2-core machine that alone has taken minutes. Its runs have their own timeouts
   # inside (tests/lib/gtest_run.sh), so a hang still ends there; the outer limit only bounds the whole.
@@ -57,7 +66,8 @@ execute() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
   elif [ $rc != 0 ] && ! grep -q '^NZRESULT FAIL' "$out"; then
     echo "NZRESULT FAIL (exited with code $rc without reporting a failed test; see $out)" >>"$out"
   fi
-  echo $((SECONDS - start)) >"$out.secs"
+  children_cpu "$out.cpu"
+  echo "$((SECONDS - start)) $((($(cat "$out.cpu") - cpu0 + 50) / 100))" >"$out.secs"
   rm -rf "$prog"
 }
 
@@ -102,18 +112,25 @@ lane() {
 }
 line() { local out; out=$(log_of "$1"); printf '%s\n' "$(counts_line "$1" "$out" "$(cat "$out.secs")")"; }
 
+suites_start=$SECONDS
 echo "== $n_shared suites in two lanes, the longest first"
+# both lanes in subshells: each one's `times` then counts only its own suites
 lane &
-lane_pid=$!
-lane
-wait "$lane_pid"
+lane_a=$!
+lane &
+lane_b=$!
+wait "$lane_a" "$lane_b"
 echo "== timing-sensitive checks, alone"
 for ((i = n_shared; i < ${#labels[@]}; i++)); do
   # shellcheck disable=SC2086
   execute "${labels[$i]}" "${nps[$i]}" ${cmds[$i]}
   line "${labels[$i]}"
 done
-for ((i = 0; i < ${#labels[@]}; i++)); do tally "${labels[$i]}" "$(log_of "${labels[$i]}")"; done
+cpu_total=0
+for ((i = 0; i < ${#labels[@]}; i++)); do
+  tally "${labels[$i]}" "$(log_of "${labels[$i]}")"
+  read -r _ c <"$(log_of "${labels[$i]}").secs" && cpu_total=$((cpu_total + c))
+done
 
 rm -rf "$NZ_RUN_CACHE"
 if [ ${#failures[@]} -gt 0 ]; then
@@ -122,5 +139,6 @@ if [ ${#failures[@]} -gt 0 ]; then
   printf '  %s\n' "${failures[@]}"
 fi
 echo
+echo "the suites: $((SECONDS - suites_start)) s, $cpu_total CPU-s"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

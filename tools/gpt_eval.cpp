@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   Comm comm(&argc, &argv);
   std::string model_path, data_path, split = "all";
   int seq = 0, windows = 0, batch = 8, int8 = 0, int8_embed = 1;
+  int int4 = 0, int4_embed = 0;  // --weights-int4 (quant.h): the embedding kept by default
+  long int4_block = long(kInt4Block);
+  bool int4_block_given = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -46,7 +49,11 @@ int main(int argc, char** argv) {
              "  --windows  score only the first N windows (default: all)\n"
              "  --weights-int8   score the model as generate --weights-int8 runs it: every unit quantised\n"
              "                   to int8 (one fp32 scale per block of 64) and dequantised\n"
-             "  --int8-embed 1|0 with --weights-int8: the tied embedding in int8 too (default 1)\n");
+             "  --int8-embed 1|0 with --weights-int8: the tied embedding in int8 too (default 1)\n"
+             "  --weights-int4   score the model as generate --weights-int4 runs it: int4, one fp32 scale per\n"
+             "                   block (the project's quantizer, kernels/quantize.h)\n"
+             "  --int4-block B   with --weights-int4: values per scale, a power of two 8..65536 (default 64)\n"
+             "  --int4-embed 1|0 with --weights-int4: the tied embedding in int4 too (default 0: kept fp32)\n");
       return 0;
     }
     if (a == "--model") model_path = next();
@@ -55,6 +62,20 @@ int main(int argc, char** argv) {
     else if (a == "--windows") windows = pos(next());
     else if (a == "--split") split = next();
     else if (a == "--weights-int8") int8 = 1;
+    else if (a == "--weights-int4") int4 = 1;
+    else if (a == "--int4-block") {
+      const std::string v = next();
+      char* end;
+      int4_block = strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || !valid_quant_block(int4_block))
+        user_error("--int4-block %s: expected a power of two from 8 to 65536 (a whole number of bytes of codes per "
+                   "block); e.g. --int4-block 32", v.c_str());
+      int4_block_given = true;
+    } else if (a == "--int4-embed") {
+      const std::string v = next();
+      if (v != "0" && v != "1") user_error("--int4-embed %s: expected 0 or 1", v.c_str());
+      int4_embed = v == "1";
+    }
     else if (a == "--int8-embed") {
       std::string v = next();
       if (v != "0" && v != "1") user_error("--int8-embed %s: expected 0 or 1", v.c_str());
@@ -64,6 +85,9 @@ int main(int argc, char** argv) {
   }
   if (model_path.empty()) user_error("--model PATH is required; see gpt_eval --help");
   if (data_path.empty()) user_error("--data FILE is required; see gpt_eval --help");
+  if (int4 && int8) user_error("--weights-int4 with --weights-int8: one format at a time, expected one; drop one");
+  if ((int4_block_given || int4_embed) && !int4)
+    user_error("--int4-block and --int4-embed go with --weights-int4, expected it beside them; add --weights-int4");
   if (split != "all" && split != "val") user_error("--split %s: valid: all, val", split.c_str());
   check_data_file(data_path);  // a regular file of bounded size, before anything is opened
   GPTConfig cfg;
@@ -106,6 +130,7 @@ int main(int argc, char** argv) {
   Layout L = make_layout(cfg, 1);
   std::vector<float> params = padded_params(L, weights);
   if (int8) int8_roundtrip(L, &params, !int8_embed);  // what generate --weights-int8 computes with
+  if (int4) int4_roundtrip(L, &params, !int4_embed, size_t(int4_block));  // and --weights-int4
   batch = std::min(batch, n_windows);
   GPT model(L, DType::F32, batch, seq);
   double sum = 0;
@@ -121,6 +146,8 @@ int main(int argc, char** argv) {
   double mean = sum / (double(n_windows) * seq);
   printf("mean cross-entropy: %.6f nats/byte (%.4f bits/byte) over %d windows of %d bytes%s\n", mean,
          mean / std::log(2.0), n_windows, seq,
-         int8 ? (int8_embed ? ", int8 weights" : ", int8 weights (embedding kept fp32)") : "");
+         int8 ? (int8_embed ? ", int8 weights" : ", int8 weights (embedding kept fp32)")
+         : int4 ? (int4_embed ? ", int4 weights" : ", int4 weights (embedding kept fp32)") : "");
+  if (int4) printf("int4: blocks of %ld values\n", int4_block);
   return 0;
 }

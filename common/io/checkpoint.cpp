@@ -153,6 +153,7 @@ std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int
   o << "warmup " << a.warmup << "\n" << "steps " << a.steps << "\n" << "batch " << a.batch << "\n"
     << "seq " << a.seq << "\n" << "accum " << a.accum << "\n";
   if (a.qat != "none") o << "qat " << a.qat << "\n";
+  if (a.prune != "none") o << "prune " << a.prune << "\n";
   const LossScaleState ls = scaler && scaler->enabled() ? scaler->state() : LossScaleState{};
   if (scaler && scaler->enabled()) {  // fp16: the loss scaler goes on where it was
     snprintf(buf, sizeof buf, "loss_scale %.9g %ld %ld %d %d\n", double(ls.scale), ls.iter, ls.last_overflow_iter,
@@ -416,6 +417,7 @@ bool read_manifest(const std::string& dir, Manifest* m, std::string* why) {
     else if (key == "seq") l >> m->seq;
     else if (key == "accum") l >> m->accum;
     else if (key == "qat") l >> m->qat;
+    else if (key == "prune") l >> m->prune;
     else if (key == "loss_scale") {
       LossScaleState& s = m->loss_scale;
       m->has_loss_scale = bool(l >> s.scale >> s.iter >> s.last_overflow_iter >> s.hysteresis_left >> s.skipped);
@@ -546,6 +548,9 @@ static std::string changed_settings(const CheckpointConfig& args, const Manifest
   note("--seq", std::to_string(args.seq), std::to_string(m.seq));
   note("--accum", std::to_string(args.accum), std::to_string(m.accum));
   note("--qat", args.qat, m.qat);
+  // a dense checkpoint fine-tuned pruned from here on is what --prune-mask is for (docs/compression.md);
+  // dropping a run's mask, or changing it, is a change
+  if (m.prune != "none") note("--prune-mask", args.prune, m.prune);
   return changed;
 }
 

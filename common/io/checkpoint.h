@@ -71,6 +71,8 @@ struct CheckpointConfig {
   int warmup = 0, steps = 0, batch = 0, seq = 0, accum = 0;
   ScheduleConfig schedule;
   std::string qat = "none";      // --qat: "none", or e.g. "int4/64" (trainer.cpp, checkpoint_config)
+  // --prune-mask: "none", or the mask's identity "<pruned count>/<CRC-32C of its bits>" (trainer.cpp)
+  std::string prune = "none";
 };
 
 // What one rank holds, as its stage registered it (Trainer::checkpoint_state).
@@ -114,6 +116,7 @@ struct Manifest {
   float lr = 0, weight_decay = 0, clip = 0;
   int warmup = 0, steps = 0, batch = 0, seq = 0, accum = 0;
   std::string qat = "none";     // --qat (no "qat" line: written before QAT existed, or without it)
+  std::string prune = "none";   // --prune-mask's identity (no "prune" line: written without a mask)
   bool has_loss_scale = false;  // fp16
   LossScaleState loss_scale;
   struct File {

@@ -14,6 +14,7 @@
 #include "runtime/check.h"
 #include "runtime/device.h"  // copy_bytes
 #include "io/crc32c.h"
+#include "io/pruned_file.h"  // load_model reads a pruned model too
 #include "kernels/kernels.h"  // cpu::cast, to widen bf16 parameters to fp32
 #include "runtime/watchdog.h"  // heartbeat: a unit collected
 
@@ -86,6 +87,10 @@ void load_model(const std::string& path, GPTConfig* c, std::vector<float>* param
     user_error("%s %s: cannot open (%s); give a file written by --save-model", flag, p, strerror(errno));
   if (!S_ISREG(st.st_mode))
     user_error("%s %s: not a regular file; give a file written by --save-model", flag, p);
+  if (is_pruned_file(path)) {  // a pruned model (pruned_file.h): its pruned weights are 0
+    std::vector<uint8_t> keep;
+    return load_pruned(path, c, params, &keep, flag);
+  }
   FILE* f = fopen(p, "rb");
   if (!f) user_error("%s %s: cannot open (%s); give a file written by --save-model", flag, p, strerror(errno));
   const uint64_t size = uint64_t(st.st_size);

@@ -46,7 +46,8 @@ size_t save_model_from_units(Comm& comm, const std::string& path, const GPTConfi
 // Reads and checks a model file: the header against sane limits and against the file's size
 // before anything is allocated, then the checksum, then that every weight is finite (a run that
 // diverged saves NaN or Inf under a valid checksum). Anything wrong is one line with a HINT, exit 2.
-// `flag` names the option the path came from.
+// `flag` names the option the path came from. A pruned model file (pruned_file.h) is read too, its
+// pruned weights 0.
 void load_model(const std::string& path, GPTConfig* cfg, std::vector<float>* params, const char* flag = "--model");
 
 // The first of n values that is NaN or infinite; n when every one is finite.

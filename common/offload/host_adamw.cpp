@@ -55,12 +55,15 @@ void HostAdamW::step(int u, const void* grads_slice, void* params_out, float lr,
   check_span_at(params_out, n * e, Location::Host, "host AdamW step: the output (updated parameters)");
   // elements [begin, end) of the slice, with master, m, v pointing at element `begin`
   auto update = [&](size_t begin, size_t end, float* p32, float* m, float* v) {
+    // --prune-mask: the pruned elements are left as they are (and written out as they were)
+    const PrunedFreeze pruned(cfg_, u, owned_[u], begin, end - begin, p32, m, v);
     for_each_piece(L_.units[u], owned_[u], begin, end, cfg_.weight_decay, [&](size_t i, size_t len, float wd) {
       const size_t j = i - begin;  // in p32, m, v
       const void* g = (const char*)grads_slice + i * e;
       void* out = (char*)params_out + i * e;
       NZ_DISPATCH_TRAIN_DTYPE(dt_, cpu_adam::adamw_update<T>(p32 + j, m + j, v + j, (const T*)g, len, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, grad_scale, t, (T*)out));
     });
+    pruned.restore(p32, m, v, dt_, (char*)params_out + begin * e);
   };
   if (!disk_) {
     update(0, n, master_.as<float>() + base, m_.as<float>() + base, v_.as<float>() + base);

@@ -340,6 +340,10 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--config", "FILE", "a DeepSpeed JSON config (docs/deepspeed_config.md); flags given here override it",
        [&](auto&, auto& v) { a.config = v; }},
       {"--quiet", "", "no per-step lines", nullptr},
+      // pruning (docs/compression.md): the model starts from the pruned file's weights, and its mask
+      // keeps the pruned ones at exactly 0 (the gradient and AdamW masked: prune.h)
+      {"--prune-mask", "FILE", "fine-tune a pruned model file (build/bin/prune): start from its weights, keep "
+       "the pruned ones at 0", [&](auto&, auto& v) { a.prune_mask = v; }},
   };
   // switches: flags without a value
   const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},

@@ -109,6 +109,8 @@ struct Args {
   std::string resume;    // a checkpoint, a --ckpt-dir, or "auto" (the newest valid one in --ckpt-dir)
   bool ckpt_overwrite = false;  // remove another run's checkpoints from --ckpt-dir instead of refusing it
   bool resume_changed = false;  // resume with settings other than the checkpoint's (else refused)
+  // pruning (prune.h): fine-tune a pruned model file (build/bin/prune), its pruned weights kept at 0
+  std::string prune_mask;
   int watchdog = 300;    // seconds without progress on any rank before the job is ended, naming the rank; 0: off
 };
 
