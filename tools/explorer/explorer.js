@@ -2,7 +2,8 @@
 // zero_estimate itself, compiled to WebAssembly (zero_estimate.js, built from tools/zero_estimate.cpp and
 // common/zero_formulas.cpp by the Makefile's explore target): the page runs the command line's main()
 // with flags, as a terminal would, and reads its --json output. Nothing here computes a byte of the
-// estimates (the one size the page reads itself is where to draw the device-memory line).
+// estimates: the page only multiplies the elements sent by the bytes of one element, and reads the
+// device memory it is given to draw its line.
 "use strict";
 
 // ---- zero_estimate, in the page ----
