@@ -3,7 +3,8 @@
 The page runs zero_estimate compiled to WebAssembly; this checks, in a real browser, that what it
 shows is what build/bin/zero_estimate (the native build) prints:
   - a few hundred random configurations set through the page's form: every number of its table
-    (bytes by category, totals, the fitting micro-batch, elements sent), and for one in ten of its
+    (bytes by category, totals, the fitting micro-batch, elements sent) and of its ZeRO++ table
+    (bytes inside and across nodes, memory added, the step time), and for one in ten of its
     accumulation table too, equals the native --json output for the same flags, which are written here from the
     configuration independently of the page; an invalid one shows the command line's own error line;
   - the quiz: the questions of `zero_estimate --quiz` for a seed; each answer typed and Entered is
@@ -55,6 +56,9 @@ STAGES = ["all", "stage0_ddp", "stage1", "stage2", "stage3", "offload", "infinit
 def random_config(rng):
     c = {"precision": rng.choice(["fp32", "bf16", "fp16"]), "stage": rng.choice(STAGES),
          "world": rng.choice([1, 2, 3, 4, 5, 8, 16, 24, 64, 100, 256, 1024]), "accum": rng.randint(1, 8)}
+    c["zpp-node"] = rng.choice([1, 2, 4, 8])
+    c["zpp-qw"], c["zpp-qg"] = rng.choice([64, 256, 1024]), rng.choice([32, 256])
+    c["zpp-net"], c["zpp-ms"] = rng.choice([("", ""), ("300,25", "100"), ("300,3.125", "")])
     if rng.random() < 0.25:
         c["model"] = "params"
         c["params"] = rng.choice(["7.5B", "125M", "1T", "3e9", "1.3B", str(rng.randint(1, 10**12)), "175B"])
@@ -100,6 +104,14 @@ def _native(flags):
     return p.returncode, (json.loads(p.stdout) if p.returncode == 0 else p.stderr.strip())
 
 
+def zeropp_flags(c):
+    f = native_flags(c)[:-2]  # ZeRO++'s table has no --stage
+    f += ["--zeropp", str(c["zpp-node"]), "--qw-block", str(c["zpp-qw"]), "--qg-block", str(c["zpp-qg"])]
+    if c["zpp-net"]:
+        f += ["--network", c["zpp-net"]] + (["--compute-ms", c["zpp-ms"]] if c["zpp-ms"] else [])
+    return f
+
+
 def run_native(flags):
     return _native(tuple(flags))
 
@@ -122,26 +134,52 @@ for (const c of configs) {
   const st = document.getElementById("status");
   const cells = [...document.querySelectorAll("#table td, #accum-table td")].map(
       (td) => [td.dataset.key, td.dataset.stage, td.dataset.accum || "", td.dataset.value]);
-  out.push({error: st.className === "error" ? st.textContent : "", cells: cells});
+  const zst = document.getElementById("zpp-status");
+  const zcells = [...document.querySelectorAll("#zpp-table td")].map((td) => [td.dataset.key, td.dataset.technique, td.dataset.value]);
+  out.push({error: st.className === "error" ? st.textContent : "", cells: cells,
+            zerror: zst.className === "error" ? zst.textContent : "", zcells: zcells});
 }
 return out;
 """
 
 FIELDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world",
-          "batch", "seq", "accum", "ckpt", "attention", "fit"]
+          "batch", "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"]
 DEFAULTS = {"preset": "small", "layers": "", "dim": "", "heads": "", "vocab": "", "params": "7.5B",
-            "batch": 4, "seq": 64, "ckpt": False, "attention": "gemm", "fit": ""}
+            "batch": 4, "seq": 64, "ckpt": False, "attention": "gemm", "fit": "", "zpp-node": 8, "zpp-qw": 256,
+            "zpp-qg": 256, "zpp-net": "", "zpp-ms": ""}
 
 
 def compare(browser, configs):
-    """(values compared, configurations compared, list of differences)"""
+    """(values compared, configurations compared, list of differences): the table, the accumulation
+    table and the ZeRO++ table"""
     # the accumulation table for one configuration in ten: each K is another run of the command line
     with_k = {i for i in range(len(configs)) if i % 10 == 0}
-    run_native_all([native_flags(c) for c in configs] +
+    run_native_all([native_flags(c) for c in configs] + [zeropp_flags(c) for c in configs] +
                    [native_flags(configs[i], accum=K) for i in with_k for K in (1, 2, 4, 8)])
     shown = browser.run(SET_AND_READ, [{k: c.get(k, DEFAULTS.get(k)) for k in FIELDS} for c in configs])
     values, diffs = 0, []
+    compare.zeropp_tables = 0
     for i, (c, page) in enumerate(zip(configs, shown)):
+        zrc, zwant = run_native(zeropp_flags(c))
+        compare.zeropp_tables += zrc == 0
+        if zrc != 0:
+            if page["zerror"] != zwant:
+                diffs.append(f"{zeropp_flags(c)}: native '{zwant}', page '{page['zerror']}'")
+        else:
+            zexpect = {}
+            for e in zwant["estimates"]:
+                e["inside"] = e["comm_bytes_per_step"] - e["comm_bytes_across_nodes_per_step"]
+                for k in ("comm_bytes_per_step", "inside", "comm_bytes_across_nodes_per_step", "state_bytes_added",
+                          "step_ms"):
+                    if k in e:
+                        zexpect[(k, e["technique"])] = e[k]
+            zgot = {(k, t): v for k, t, v in page["zcells"]}
+            if set(zgot) != set(zexpect):
+                diffs.append(f"{zeropp_flags(c)}: ZeRO++ cells {sorted(set(zgot) ^ set(zexpect))[:4]} on one side only")
+            for key in zexpect.keys() & zgot.keys():
+                values += 1
+                if zgot[key] != str(zexpect[key]):
+                    diffs.append(f"{zeropp_flags(c)}: {key} page {zgot[key]}, zero_estimate {zexpect[key]}")
         rc, want = run_native(native_flags(c))
         if rc != 0:  # the page shows the command line's error line, and no numbers
             if page["error"] != want:
@@ -205,7 +243,8 @@ def main():
         values, n, diffs = compare(browser, configs)
         errors = sum(1 for c in configs if run_native(native_flags(c))[0] != 0)
         res("numbers_equal_zero_estimate", not diffs and values > 0,
-            f"({n} configurations, {n - errors} with numbers and {errors} with an error line, {values} values compared "
+            f"({n} configurations, {n - errors} with numbers and {errors} with an error line, {compare.zeropp_tables} "
+            f"with a ZeRO++ table, {values} values compared "
             f"in {time.time() - tc:.1f} s; {len(diffs)} differ{': ' + diffs[0] if diffs else ''})")
 
         # -- the paper's Table 1, one click each: its printed row for 7.5B on 64 ranks (GB, three digits),

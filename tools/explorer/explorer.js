@@ -201,7 +201,7 @@ function renderAccum(base, N) {
 // The form's settings in the page's address (#model=params&params=7.5B&...), so that a view can be
 // bookmarked or handed to a class as a link; read back when the page opens.
 const FORM_IDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
-                  "seq", "accum", "ckpt", "attention", "fit"];
+                  "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"];
 function formState() {
   const p = new URLSearchParams();
   for (const id of FORM_IDS) p.set(id, $(id).type === "checkbox" ? ($(id).checked ? "1" : "") : $(id).value);
@@ -237,6 +237,50 @@ function update() {
   } catch (e) {
     status.textContent = e.message;  // zero_estimate's own one-line error
     status.className = "error";
+  }
+  updateZeropp();
+}
+
+// ---- ZeRO++: zero_estimate --zeropp G for the model and N of the form ----
+function zeroppFlags() {
+  const f = flagsFromForm().concat(["--world", $("world").value.trim(), "--zeropp", $("zpp-node").value.trim(),
+                                    "--qw-block", $("zpp-qw").value.trim(), "--qg-block", $("zpp-qg").value.trim()]);
+  if ($("zpp-net").value.trim()) {
+    f.push("--network", $("zpp-net").value.trim());
+    if ($("zpp-ms").value.trim()) f.push("--compute-ms", $("zpp-ms").value.trim());
+  }
+  return f;
+}
+function updateZeropp() {
+  const status = $("zpp-status"), t = $("zpp-table");
+  t.replaceChildren();
+  try {
+    const z = estimateJson(zeroppFlags());
+    const timed = z.estimates.some((e) => e.step_ms !== undefined);
+    const cols = [["comm_bytes_per_step", "sent"], ["inside", "inside node"], ["comm_bytes_across_nodes_per_step", "across nodes"],
+                  ["state_bytes_added", "memory added"]].concat(timed ? [["step_ms", "step ms"]] : []);
+    const head = el("tr", {}, el("th", { scope: "col" }, "bytes per rank per step"));
+    for (const [, name] of cols) head.append(el("th", { scope: "col" }, name));
+    t.append(el("thead", {}, head));
+    const body = el("tbody");
+    for (const e of z.estimates) {
+      const tr = el("tr", {}, el("th", { scope: "row" }, e.technique));
+      for (const [key] of cols) {
+        // inside = sent - across: the table zero_estimate prints has this column too
+        const v = key === "inside" ? big(e.comm_bytes_per_step) - big(e.comm_bytes_across_nodes_per_step) : e[key];
+        tr.append(el("td", { "data-key": key, "data-technique": e.technique, "data-value": String(v),
+                             title: key === "step_ms" ? String(v) + " ms" : grouped(v) + " bytes" },
+                     key === "step_ms" ? Number(v).toFixed(3) : fmtBytes(v)));
+      }
+      body.append(tr);
+    }
+    t.append(body);
+    status.className = "";
+    status.textContent = `${z.model}, ${z.precision}, N = ${z.estimates[0].world} in nodes of ${z.node_size}, ` +
+      `accumulation ${z.accum}: zero_estimate ${zeroppFlags().join(" ")}`;
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
   }
 }
 
@@ -361,6 +405,7 @@ function start(factory) {
     for (const id of ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
                       "seq", "accum", "ckpt", "attention", "fit"])
       $(id).addEventListener("change", () => { syncModel(); update(); });
+    for (const id of ["zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"]) $(id).addEventListener("change", updateZeropp);
     for (const b of document.querySelectorAll("[data-paper]"))
       b.addEventListener("click", () => paperCase(b.dataset.paper, parseInt(b.dataset.world, 10)));
     $("report").addEventListener("change", (ev) => {
