@@ -210,7 +210,7 @@ void print_usage() {
          "  --pipeline P   the pipeline's per-stage table (pipeline/train.cpp) on --world N ranks (default N = P):\n"
          "                 each stage's units, model states and activations; --schedule 1f1b (default) or gpipe,\n"
          "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches,\n"
-         "                 --zero 1 (each stage's optimizer state sharded over its N/P replicas)\n"
+         "                 --zero 1 (each stage's optimizer state sharded over its N/P replicas); --json: exact\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
          "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
@@ -229,9 +229,36 @@ void print_usage() {
 // memory table prints it: each stage's units, model states and activation slots.
 void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string& schedule,
                           const std::string& partition, int zero, DType dt, int B, int T, int K, bool ckpt,
-                          Attention attn) {
+                          Attention attn, bool json) {
   const PipelinePlan plan = make_pipeline_plan(cfg, N, 0, P, schedule, partition, zero);
   const Layout L = make_layout(cfg, plan.replicas);
+  if (json) {  // the same numbers, exact, one record per pipeline stage
+    JsonWriter j;
+    j.begin_object();
+    j.kv("stages", P), j.kv("replicas", plan.replicas), j.kv("world", N), j.kv("zero", zero);
+    j.kv("schedule", schedule_name(plan.schedule)), j.kv("micro_batches", K), j.kv("batch", B), j.kv("seq", T);
+    j.kv("precision", dtype_name(dt)), j.kv("activation_checkpointing", ckpt), j.kv("bubble", bubble_formula(P, K));
+    j.key("estimates");
+    j.begin_array();
+    for (int s = 0; s < P; s++) {
+      const StateBytes b = pipeline_stage_bytes(L, dt, plan, s);
+      const uint64_t acts = pipeline_activation_bytes(cfg, B, T, dt, ckpt, attn, plan, s, K);
+      j.begin_object();
+      j.kv("stage", s), j.kv("first_unit", plan.first_unit[s]), j.kv("last_unit", plan.first_unit[s + 1] - 1);
+      j.key("bytes");
+      j.begin_object();
+      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
+      j.kv("adam_v", b.adam_v), j.kv("activations", acts);
+      j.end_object();
+      j.kv("slots", activation_slots(plan.schedule, P, s, K));
+      j.kv("total", b.total() + acts);
+      j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+    return;
+  }
   printf("pipeline: %d stages x %d replicas (%d ranks), %s, %d micro-batches of %d x %d, %s | bubble (P-1)/(K+P-1) = "
          "%.3f\n", P, plan.replicas, N, schedule_name(plan.schedule), K, B, T, dtype_name(dt),
          bubble_formula(P, K));
@@ -475,7 +502,7 @@ int main(int argc, char** argv) {
     if (worlds.size() != 1)
       user_error("--pipeline %d: one --world N at a time, expected N = P x D ranks, e.g. --world %d", pipeline, pipeline);
     print_pipeline_table(cfg, worlds[0] == 1 ? pipeline : worlds[0], pipeline, schedule, partition, zero, dt, batch,
-                         seq, accum, checkpointing, attn);
+                         seq, accum, checkpointing, attn, json);
     return 0;
   }
   std::vector<Stage> stages;

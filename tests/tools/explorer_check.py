@@ -3,8 +3,9 @@
 The page runs zero_estimate compiled to WebAssembly; this checks, in a real browser, that what it
 shows is what build/bin/zero_estimate (the native build) prints:
   - a few hundred random configurations set through the page's form: every number of its table
-    (bytes by category, totals, the fitting micro-batch, elements sent) and of its ZeRO++ table
-    (bytes inside and across nodes, memory added, the step time), and for one in ten of its
+    (bytes by category, totals, the fitting micro-batch, elements sent), of its ZeRO++ table
+    (bytes inside and across nodes, memory added, the step time) and of its pipeline table (each
+    stage's bytes by category, activation slots, total), and for one in ten of its
     accumulation table too, equals the native --json output for the same flags, which are written here from the
     configuration independently of the page; an invalid one shows the command line's own error line;
   - the quiz: the questions of `zero_estimate --quiz` for a seed; each answer typed and Entered is
@@ -59,6 +60,8 @@ def random_config(rng):
     c["zpp-node"] = rng.choice([1, 2, 4, 8])
     c["zpp-qw"], c["zpp-qg"] = rng.choice([64, 256, 1024]), rng.choice([32, 256])
     c["zpp-net"], c["zpp-ms"] = rng.choice([("", ""), ("300,25", "100"), ("300,3.125", "")])
+    c["pp-stages"], c["pp-schedule"] = rng.choice([1, 2, 3, 4]), rng.choice(["1f1b", "gpipe"])
+    c["pp-partition"], c["pp-zero"] = rng.choice(["", "", "", "1,2"]), rng.choice(["0", "1"])
     if rng.random() < 0.25:
         c["model"] = "params"
         c["params"] = rng.choice(["7.5B", "125M", "1T", "3e9", "1.3B", str(rng.randint(1, 10**12)), "175B"])
@@ -112,6 +115,15 @@ def zeropp_flags(c):
     return f
 
 
+def pipeline_flags(c):
+    f = native_flags(c)[:-2] + ["--pipeline", str(c["pp-stages"]), "--schedule", c["pp-schedule"]]
+    if c["pp-partition"]:
+        f += ["--partition", c["pp-partition"]]
+    if c["pp-zero"] != "0":
+        f += ["--zero", c["pp-zero"]]
+    return f
+
+
 def run_native(flags):
     return _native(tuple(flags))
 
@@ -136,17 +148,22 @@ for (const c of configs) {
       (td) => [td.dataset.key, td.dataset.stage, td.dataset.accum || "", td.dataset.value]);
   const zst = document.getElementById("zpp-status");
   const zcells = [...document.querySelectorAll("#zpp-table td")].map((td) => [td.dataset.key, td.dataset.technique, td.dataset.value]);
+  const pst = document.getElementById("pp-status");
+  const pcells = [...document.querySelectorAll("#pp-table td[data-key]")].map((td) => [td.dataset.key, td.dataset.stage, td.dataset.value]);
   out.push({error: st.className === "error" ? st.textContent : "", cells: cells,
-            zerror: zst.className === "error" ? zst.textContent : "", zcells: zcells});
+            zerror: zst.className === "error" ? zst.textContent : "", zcells: zcells,
+            perror: pst.className === "error" ? pst.textContent : "", pcells: pcells});
 }
 return out;
 """
 
 FIELDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world",
-          "batch", "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"]
+          "batch", "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms",
+          "pp-stages", "pp-schedule", "pp-partition", "pp-zero"]
 DEFAULTS = {"preset": "small", "layers": "", "dim": "", "heads": "", "vocab": "", "params": "7.5B",
             "batch": 4, "seq": 64, "ckpt": False, "attention": "gemm", "fit": "", "zpp-node": 8, "zpp-qw": 256,
-            "zpp-qg": 256, "zpp-net": "", "zpp-ms": ""}
+            "zpp-qg": 256, "zpp-net": "", "zpp-ms": "", "pp-stages": 2, "pp-schedule": "1f1b", "pp-partition": "",
+            "pp-zero": "0"}
 
 
 def compare(browser, configs):
@@ -155,11 +172,31 @@ def compare(browser, configs):
     # the accumulation table for one configuration in ten: each K is another run of the command line
     with_k = {i for i in range(len(configs)) if i % 10 == 0}
     run_native_all([native_flags(c) for c in configs] + [zeropp_flags(c) for c in configs] +
+                   [pipeline_flags(c) for c in configs] +
                    [native_flags(configs[i], accum=K) for i in with_k for K in (1, 2, 4, 8)])
     shown = browser.run(SET_AND_READ, [{k: c.get(k, DEFAULTS.get(k)) for k in FIELDS} for c in configs])
     values, diffs = 0, []
-    compare.zeropp_tables = 0
+    compare.zeropp_tables = compare.pipeline_tables = 0
     for i, (c, page) in enumerate(zip(configs, shown)):
+        prc, pwant = run_native(pipeline_flags(c))
+        compare.pipeline_tables += prc == 0
+        if prc != 0:
+            if page["perror"] != pwant:
+                diffs.append(f"{pipeline_flags(c)}: native '{pwant}', page '{page['perror']}'")
+        else:
+            pexpect = {}
+            for e in pwant["estimates"]:
+                for k, v in e["bytes"].items():
+                    pexpect[("bytes." + k, str(e["stage"]))] = v
+                pexpect[("slots", str(e["stage"]))] = e["slots"]
+                pexpect[("total", str(e["stage"]))] = e["total"]
+            pgot = {(k, st): v for k, st, v in page["pcells"]}
+            if set(pgot) != set(pexpect):
+                diffs.append(f"{pipeline_flags(c)}: pipeline cells {sorted(set(pgot) ^ set(pexpect))[:4]} on one side only")
+            for key in pexpect.keys() & pgot.keys():
+                values += 1
+                if pgot[key] != str(pexpect[key]):
+                    diffs.append(f"{pipeline_flags(c)}: {key} page {pgot[key]}, zero_estimate {pexpect[key]}")
         zrc, zwant = run_native(zeropp_flags(c))
         compare.zeropp_tables += zrc == 0
         if zrc != 0:
@@ -244,7 +281,7 @@ def main():
         errors = sum(1 for c in configs if run_native(native_flags(c))[0] != 0)
         res("numbers_equal_zero_estimate", not diffs and values > 0,
             f"({n} configurations, {n - errors} with numbers and {errors} with an error line, {compare.zeropp_tables} "
-            f"with a ZeRO++ table, {values} values compared "
+            f"with a ZeRO++ table and {compare.pipeline_tables} with a pipeline table, {values} values compared "
             f"in {time.time() - tc:.1f} s; {len(diffs)} differ{': ' + diffs[0] if diffs else ''})")
 
         # -- the paper's Table 1, one click each: its printed row for 7.5B on 64 ranks (GB, three digits),

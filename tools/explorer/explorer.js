@@ -201,7 +201,8 @@ function renderAccum(base, N) {
 // The form's settings in the page's address (#model=params&params=7.5B&...), so that a view can be
 // bookmarked or handed to a class as a link; read back when the page opens.
 const FORM_IDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
-                  "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"];
+                  "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms",
+                  "pp-stages", "pp-schedule", "pp-partition", "pp-zero"];
 function formState() {
   const p = new URLSearchParams();
   for (const id of FORM_IDS) p.set(id, $(id).type === "checkbox" ? ($(id).checked ? "1" : "") : $(id).value);
@@ -239,6 +240,7 @@ function update() {
     status.className = "error";
   }
   updateZeropp();
+  updatePipeline();
 }
 
 // ---- ZeRO++: zero_estimate --zeropp G for the model and N of the form ----
@@ -278,6 +280,51 @@ function updateZeropp() {
     status.className = "";
     status.textContent = `${z.model}, ${z.precision}, N = ${z.estimates[0].world} in nodes of ${z.node_size}, ` +
       `accumulation ${z.accum}: zero_estimate ${zeroppFlags().join(" ")}`;
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
+}
+
+// ---- the pipeline: zero_estimate --pipeline P for the form's model, N and K ----
+const PP_CATEGORIES = ["params", "grads", "master", "adam_m", "adam_v", "activations"];
+function pipelineFlags() {
+  const f = flagsFromForm().concat(["--world", $("world").value.trim(), "--pipeline", $("pp-stages").value.trim(),
+                                    "--schedule", $("pp-schedule").value]);
+  if ($("pp-partition").value.trim()) f.push("--partition", $("pp-partition").value.trim());
+  if ($("pp-zero").value !== "0") f.push("--zero", $("pp-zero").value);
+  return f;
+}
+function updatePipeline() {
+  const status = $("pp-status"), t = $("pp-table");
+  t.replaceChildren();
+  $("pp-chart").replaceChildren();
+  try {
+    const p = estimateJson(pipelineFlags());
+    const head = el("tr", {}, el("th", { scope: "col" }, "stage"), el("th", { scope: "col" }, "units"));
+    for (const c of PP_CATEGORIES.concat(["slots", "total"])) head.append(el("th", { scope: "col" }, c));
+    t.append(el("thead", {}, head));
+    const body = el("tbody");
+    const bars = [];
+    for (const e of p.estimates) {
+      const tr = el("tr", {}, el("th", { scope: "row" }, String(e.stage)), el("td", {}, `${e.first_unit}..${e.last_unit}`));
+      const cell = (key, v, bytes) => tr.append(el("td", { "data-key": key, "data-stage": String(e.stage), "data-value": String(v),
+                                                           title: grouped(v) + (bytes ? " bytes" : "") }, bytes ? fmtBytes(v) : String(v)));
+      const parts = {};
+      for (const c of PP_CATEGORIES) {
+        cell("bytes." + c, e.bytes[c], true);
+        parts[c] = Number(e.bytes[c]);
+      }
+      cell("slots", e.slots, false);
+      cell("total", e.total, true);
+      body.append(tr);
+      bars.push({ name: "stage " + e.stage, parts: parts });
+    }
+    t.append(body);
+    drawBars("pp-chart", bars, PP_CATEGORIES);
+    status.className = "";
+    status.textContent = `${p.stages} stages x ${p.replicas} replicas, ${p.schedule}, ${p.micro_batches} micro-batches: ` +
+      `bubble (P-1)/(K+P-1) = ${Number(p.bubble).toFixed(3)} — zero_estimate ${pipelineFlags().join(" ")}`;
   } catch (e) {
     status.className = "error";
     status.textContent = e.message;
@@ -341,7 +388,7 @@ function showReport(text) {
       body.append(tr);
     }
     table.append(body);
-    drawRunChart(bars);
+    drawBars("run-chart", bars, LEDGER_CATEGORIES);
     status.className = differ ? "error" : "";
     status.textContent = `${r.stage} on ${r.world} ranks, ${r.preset} (${r.precision}, batch ${r.batch} x ${r.seq}): ` +
       (differ ? `${differ} ledger cells differ from the formula` : "ledger = formula, to the byte, on every rank") +
@@ -351,8 +398,9 @@ function showReport(text) {
     status.textContent = e.message;
   }
 }
-function drawRunChart(bars) {
-  const svg = $("run-chart"), ns = "http://www.w3.org/2000/svg";
+// Horizontal bars, one per row of `bars` ({name, parts: {category: bytes}}), stacked by category.
+function drawBars(id, bars, categories) {
+  const svg = $(id), ns = "http://www.w3.org/2000/svg";
   const W = 640, left = 80, barH = 24, H = 16 + bars.length * (barH + 6);
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const max = Math.max(1, ...bars.map((b) => Object.values(b.parts).reduce((a, v) => a + v, 0)));
@@ -363,7 +411,7 @@ function drawRunChart(bars) {
     t.textContent = b.name;
     svg.append(t);
     let x = left;
-    for (const c of LEDGER_CATEGORIES) {
+    for (const c of categories) {
       const w = ((b.parts[c] || 0) / max) * (W - left - 10);
       if (!w) continue;
       const r = document.createElementNS(ns, "rect");
@@ -406,6 +454,7 @@ function start(factory) {
                       "seq", "accum", "ckpt", "attention", "fit"])
       $(id).addEventListener("change", () => { syncModel(); update(); });
     for (const id of ["zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"]) $(id).addEventListener("change", updateZeropp);
+    for (const id of ["pp-stages", "pp-schedule", "pp-partition", "pp-zero"]) $(id).addEventListener("change", updatePipeline);
     for (const b of document.querySelectorAll("[data-paper]"))
       b.addEventListener("click", () => paperCase(b.dataset.paper, parseInt(b.dataset.world, 10)));
     $("report").addEventListener("change", (ev) => {
