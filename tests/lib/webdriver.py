@@ -1,14 +1,18 @@
-"""webdriver.py — the few W3C WebDriver calls the browser tests make, over HTTP to chromedriver.
+"""webdriver.py — the few W3C WebDriver calls the browser tests make: to Chromium through chromedriver,
+to Firefox through its own Marionette port.
 
 WebDriver (https://www.w3.org/TR/webdriver2/) is JSON over plain HTTP, and chromedriver (Debian's
 chromium-driver) speaks it: a session, a URL, elements, keys, a script. This is what Selenium sends,
-without a package to install and pin for it (Python's standard library only).
+without a package to install and pin for it (Python's standard library only). Firefox takes the
+same commands by name over Marionette, a TCP socket of length-prefixed JSON messages (what
+geckodriver, which Debian does not package, translates WebDriver into).
 """
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -127,3 +131,75 @@ class Browser:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class Firefox(Browser):
+    """Headless Firefox (Debian's firefox-esr) through Marionette: the same calls as Browser."""
+
+    COMMANDS = {("POST", "/url"): "WebDriver:Navigate", ("POST", "/execute/sync"): "WebDriver:ExecuteScript",
+                ("POST", "/element"): "WebDriver:FindElement", ("POST", "/actions"): "WebDriver:PerformActions",
+                ("GET", "/screenshot"): "WebDriver:TakeScreenshot", ("DELETE", ""): "Marionette:Quit",
+                ("POST", "/click"): "WebDriver:ElementClick", ("POST", "/clear"): "WebDriver:ElementClear",
+                ("POST", "/value"): "WebDriver:ElementSendKeys", ("POST", "/window/rect"): "WebDriver:SetWindowRect"}
+
+    def __init__(self, width=1024, height=768):
+        self.port = free_port()
+        self.profile = tempfile.mkdtemp()
+        with open(os.path.join(self.profile, "user.js"), "w") as f:
+            f.write(f'user_pref("marionette.port", {self.port});\n')
+        exe = shutil.which("firefox-esr") or shutil.which("firefox")
+        self.proc = subprocess.Popen([exe, "--headless", "--marionette", "--profile", self.profile,
+                                      "--window-size", f"{width},{height}"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, env=dict(os.environ, HOME=self.profile))
+        for _ in range(600):
+            try:
+                self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=120)
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise WebDriverError("firefox: no Marionette port after 60 s")
+        self.buf, self.msg_id = b"", 0
+        self._read()  # the server's hello
+        self.cmd("POST", "/session", {"capabilities": {}})
+        self.cmd("POST", "/window/rect", {"width": width, "height": height})
+
+    def _read(self):
+        while b":" not in self.buf:
+            self.buf += self.sock.recv(65536)
+        n, rest = self.buf.split(b":", 1)
+        while len(rest) < int(n):
+            rest += self.sock.recv(65536)
+        self.buf = rest[int(n):]
+        return json.loads(rest[:int(n)])
+
+    def cmd(self, method, path, body=None):
+        body = dict(body or {})
+        if path == "/session":
+            name = "WebDriver:NewSession"
+        elif path.startswith("/element/"):  # /element/ID/click, /clear, /value
+            _, _, element, action = path.split("/")
+            name, body["id"] = self.COMMANDS[(method, "/" + action)], element
+        else:
+            name = self.COMMANDS[(method, path)]
+        self.msg_id += 1
+        message = json.dumps([0, self.msg_id, name, body]).encode()
+        self.sock.sendall(str(len(message)).encode() + b":" + message)
+        _, _, error, result = self._read()
+        if error:
+            raise WebDriverError(f"{name}: {error}")
+        return result.get("value", result) if isinstance(result, dict) else result
+
+    def cpu_seconds(self):
+        return Browser.cpu_seconds(self)
+
+    def close(self):
+        try:
+            self.cmd("DELETE", "")
+        except Exception:
+            pass
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.profile, ignore_errors=True)

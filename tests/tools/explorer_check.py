@@ -22,7 +22,8 @@ shows is what build/bin/zero_estimate (the native build) prints:
   - the page works from disk (file://) and from a local static server, as `make explore` serves it;
   - the check can fail: the same comparison on a copy of the page whose form drops --accum finds
     the differences.
-Prints NZRESULT lines; usage: explorer_check.py PAGE_DIR ZERO_ESTIMATE [COUNT]
+The same checks run in each browser named (chromium, through chromedriver; firefox, through its
+Marionette port). Prints NZRESULT lines; usage: explorer_check.py PAGE_DIR ZERO_ESTIMATE BROWSER:CONFIGURATIONS... (chromium:300 firefox:100)
 """
 import concurrent.futures
 import functools
@@ -39,14 +40,15 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from webdriver import Browser, KEY_ENTER, KEY_TAB  # noqa: E402
+from webdriver import Browser, Firefox, KEY_ENTER, KEY_TAB  # noqa: E402
 
 page_dir, native = sys.argv[1], sys.argv[2]
-count = int(sys.argv[3]) if len(sys.argv) > 3 else 300
+browsers = [(b.split(":")[0], int(b.split(":")[1])) for b in sys.argv[3:]]  # chromium:300 firefox:100
+current = "chromium"  # the browser the checks run in: the results' names say it
 
 
 def res(name, ok, detail=""):
-    print(f"NZRESULT {'PASS' if ok else 'FAIL'} explorer.{name} {detail}".rstrip(), flush=True)
+    print(f"NZRESULT {'PASS' if ok else 'FAIL'} explorer.{current}.{name} {detail}".rstrip(), flush=True)
 
 
 # ---- random configurations, and the flags the command line takes for each ----
@@ -263,10 +265,12 @@ def serve(directory):
     return httpd
 
 
-def main():
+def main(kind, count):
+    global current
+    current = kind
     t0 = time.time()
     page = os.path.abspath(os.path.join(page_dir, "index.html"))
-    browser = Browser(1024, 768)
+    browser = Browser(1024, 768) if kind == "chromium" else Firefox(1024, 768)
     try:
         ok = load(browser, "file://" + page)
         res("loads_from_disk", ok, f"({page})")
@@ -447,8 +451,9 @@ def main():
     finally:
         browser.close()
     mine = os.times()
-    print(f"explorer_check: {time.time() - t0:.1f} s, CPU {browser_cpu:.1f} s in the browser and "
-          f"{mine.user + mine.system + mine.children_user + mine.children_system:.1f} s here (the native runs)", flush=True)
+    print(f"explorer_check, {kind}: {time.time() - t0:.1f} s, CPU {browser_cpu:.1f} s in the browser and "
+          f"{mine.user + mine.system + mine.children_user + mine.children_system:.1f} s here so far (the native runs)",
+          flush=True)
 
 
 # WCAG 2 contrast of each visible element's own text against the first opaque background behind it.
@@ -476,4 +481,5 @@ for (const e of document.querySelectorAll("body *")) {
 return worst;
 """
 
-main()
+for kind, n in browsers:
+    main(kind, n)
