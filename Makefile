@@ -236,7 +236,6 @@ EXPLORER_CPP  := tools/zero_estimate.cpp tools/zero_quiz.cpp common/zero_formula
                  common/pipeline.cpp common/ledger.cpp common/runtime/check.cpp common/runtime/cli.cpp \
                  common/runtime/json.cpp common/runtime/device.cpp common/kernels/quantize.cpp
 EXPLORER_PAGE := $(addprefix $(EXPLORER)/,index.html explorer.js quiz.js explorer.css)
-EXPLORE_PORT  ?= 8765
 $(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h) tools/explorer/wasm/mpi.h
 	@mkdir -p $(dir $@)
 	NODE_PATH=/usr/share/nodejs $(EMXX) -std=c++17 -O2 -ffp-contract=off -Wall -Wno-shift-count-overflow -Itools/explorer/wasm -Icommon -I. \
@@ -247,11 +246,11 @@ $(EXPLORER)/%: tools/explorer/%
 	cp $< $@
 explorer: $(EXPLORER)/zero_estimate.js $(EXPLORER_PAGE)
 
+# EXPLORE_IP=0.0.0.0 in a container, EXPLORE_PORT= another port (scripts/explore.sh)
 explore:
 	@bash scripts/install_deps.sh --explorer
 	@$(MAKE) --no-print-directory explorer
-	@echo "the explorer: http://localhost:$(EXPLORE_PORT)/  (or open $(EXPLORER)/index.html from disk; Ctrl-C stops the server)"
-	@cd $(EXPLORER) && python3 -m http.server --bind 127.0.0.1 $(EXPLORE_PORT) >/dev/null
+	@bash scripts/explore.sh $(EXPLORER)
 
 # ---- exercises (scripts/exercises.py): regions of the real files for a learner to write ----
 exercise:

@@ -19,7 +19,7 @@ shows is what build/bin/zero_estimate (the native build) prints:
     updates the table; text contrast at least 4.5:1 (WCAG AA); at 1024 x 768 no sideways scrolling
     and the chart starts on the first screen;
   - a view's permalink (the form in the page's address) reopens the same table;
-  - the page works from disk (file://) and from a local static server, as `make explore` serves it;
+  - the page works from disk (file://) and from `make explore`'s server (scripts/explore.sh);
   - the check can fail: the same comparison on a copy of the page whose form drops --accum finds
     the differences.
 The same checks run in each browser named (chromium, through chromedriver; firefox, through its
@@ -27,20 +27,20 @@ Marionette port). Prints NZRESULT lines; usage: explorer_check.py PAGE_DIR ZERO_
 """
 import concurrent.futures
 import functools
-import http.server
 import json
 import os
 import random
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from webdriver import Browser, Firefox, KEY_ENTER, KEY_TAB  # noqa: E402
+from webdriver import Browser, Firefox, KEY_ENTER, KEY_TAB, free_port  # noqa: E402
 
 page_dir, native = sys.argv[1], sys.argv[2]
 browsers = [(b.split(":")[0], int(b.split(":")[1])) for b in sys.argv[3:]]  # chromium:300 firefox:100
@@ -255,14 +255,22 @@ def load(browser, url):
 
 
 def serve(directory):
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+    """make explore's server (scripts/explore.sh) on a free port: (its process, the port)."""
+    port = free_port()
+    proc = subprocess.Popen(["bash", "scripts/explore.sh", directory], env=dict(os.environ, EXPLORE_PORT=str(port)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc, port
 
-    handler = functools.partial(Quiet, directory=directory)
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd
+
+def stop(proc):
+    os.killpg(proc.pid, signal.SIGTERM)  # the script and the server it started: its own process group
+    proc.wait(timeout=10)
 
 
 def main(kind, count):
@@ -428,9 +436,11 @@ def main(kind, count):
             f"(page width {fit[0]} in a {fit[1]} px window; chart at {fit[2]:.0f} px of {fit[3]})")
 
         # -- served, as make explore serves it --
-        httpd = serve(page_dir)
-        res("loads_from_a_static_server", load(browser, f"http://127.0.0.1:{httpd.server_address[1]}/"))
-        httpd.shutdown()
+        server, port = serve(page_dir)
+        try:
+            res("loads_from_make_explores_server", load(browser, f"http://127.0.0.1:{port}/"))
+        finally:
+            stop(server)
 
         # -- the comparison can fail: a page whose form drops --accum --
         broken = tempfile.mkdtemp()

@@ -7,6 +7,18 @@
 cd "$(dirname "$0")/../.."
 bin=${NZ_BIN_DIR:-build/bin}
 page=${NZ_EXPLORER_DIR:-$bin/../explorer}
+res() { if [ "$2" = 0 ]; then echo "NZRESULT PASS explorer.$1"; else echo "NZRESULT FAIL explorer.$1 $3"; fi; }
+
+# make explore's server (scripts/explore.sh): bad settings are one line and exit 2, before serving
+while read -r label bad_env dir; do
+  out=$(env "$bad_env" timeout 10 bash scripts/explore.sh "$dir" 2>&1); rc=$?
+  [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q '^error: ' <<<"$out"
+  res "make_explore_refuses_$label" $? "($bad_env $dir: exit $rc: $out)"
+done <<EOF
+a_port_that_is_not_a_number EXPLORE_PORT=eighty $page
+an_address_with_a_semicolon EXPLORE_IP=my;host $page
+a_folder_without_the_page EXPLORE_PORT=8765 /nonexistent
+EOF
 if [ ! -f "$page/zero_estimate.js" ]; then
   echo "NZRESULT SKIP explorer.page (no page in $page: make explorer builds it, with em++ from emscripten," \
        "which bash scripts/install_deps.sh --explorer installs)"

@@ -173,3 +173,5 @@ out=$($est --verify "$forged code=$(fnv "$forged")" 2>&1); rc=$?
 [ $rc = 1 ] && grep -q 'its answers grade 19 of 20' <<<"$out"; res verify_refuses_a_score_its_answers_do_not_earn $? "(exit $rc: $out)"
 out=$($est --verify "nzquiz1 seed=11 count=20 answers=1 score=0/20" 2>&1); rc=$?
 [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ]; res verify_of_a_bad_line_is_one_line_exit_2 $? "(exit $rc: $out)"
+out=$($est --quiz --explain 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ]; res explain_without_check_is_a_usage_error $? "(exit $rc: $out)"
