@@ -432,7 +432,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if ((explain || result) && check_file.empty())
-    user_error("%s goes with --quiz --check FILE (it adds to the grading); add them", explain ? "--explain" : "--result");
+    user_error("%s goes with --quiz --check FILE (it adds to the grading); add them",
+               explain ? "--explain" : "--result");
   if (!check_file.empty() && !quiz) user_error("--check grades a quiz: add --quiz (with the quiz's --seed and --count)");
   if (key && !quiz) user_error("--key prints a quiz's answer key: add --quiz (with the quiz's --seed and --count)");
   if (key && !check_file.empty()) user_error("--key and --check both given; expected one: --key prints the key, --check grades");

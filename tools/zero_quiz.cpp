@@ -59,7 +59,8 @@ std::string explain_states(Stage s, uint64_t psi, int N, DType dt) {
   const StateBytes b = expected_state_bytes(s, L, dt);
   const uint64_t P = L.padded_total, S = L.shard_total;
   // whole on every rank, or this rank's slice: what each stage shards (zero_formulas.h)
-  const bool params_whole = s != Stage::Z3, grads_whole = s == Stage::DDP || s == Stage::Z1, opt_whole = s == Stage::DDP;
+  const bool params_whole = s != Stage::Z3, grads_whole = s == Stage::DDP || s == Stage::Z1;
+  const bool opt_whole = s == Stage::DDP;
   auto part = [&](const char* name, uint64_t bytes, bool whole) {
     if (!bytes) return std::string();
     return fmt("%s %llu x %s = %llu; ", name, (unsigned long long)(bytes / (whole ? P : S)), whole ? "P" : "S",
@@ -118,14 +119,15 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
         qq.paper_answer = paper_m;
         qq.paper_convention = "the ZeRO paper's count, without (N-1)/N";
         const uint64_t sent = expected_comm_elems(s, L, K), per = (uint64_t(N) - 1) * L.shard_total;
-        qq.explanation = fmt("Ψ = %llu, S = Ψ/N padded = %llu, so one reduce-scatter or all-gather sends (N-1) S = %llu "
-                             "elements per rank. %s with K = %d %s: %llu x %llu = %llu elements = %.6g M (the "
-                             "paper's count: %llu x Ψ = %.6g M).",
+        qq.explanation = fmt("Ψ = %llu, S = Ψ/N padded = %llu, so one reduce-scatter or all-gather sends "
+                             "(N-1) S = %llu elements per rank. %s with K = %d %s: %llu x %llu = %llu elements = "
+                             "%.6g M (the paper's count: %llu x Ψ = %.6g M).",
                              (unsigned long long)psi, (unsigned long long)L.shard_total, (unsigned long long)per,
                              stage_name(s), K,
                              s == Stage::Z3   ? "gathers in the forward and the backward and reduce-scatters, every "
                                                 "micro-step: 3K collectives"
-                             : s == Stage::Z2 ? "reduce-scatters every micro-step and all-gathers once: K + 1 collectives"
+                             : s == Stage::Z2 ? "reduce-scatters every micro-step and all-gathers once: K + 1 "
+                                                "collectives"
                                               : "sums the gradient locally and reduces it once (reduce-scatter + "
                                                 "all-gather): 2 collectives, whatever K",
                              (unsigned long long)(sent / per), (unsigned long long)per, (unsigned long long)sent, m,
@@ -147,8 +149,8 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
                            shape_text(shape).c_str(), precision_text(dt), N),
                        gb, 0.01, "GB"});
           const Layout L = paper_layout(psi, N);
-          q.back().explanation = fmt("S = Ψ/N padded = %llu; the host keeps the gradient slice (%d bytes each), an fp32 "
-                                     "master slice and Adam m and v (4 bytes each): (%d + 12) S = %.6g GB.",
+          q.back().explanation = fmt("S = Ψ/N padded = %llu; the host keeps the gradient slice (%d bytes each), an "
+                                     "fp32 master slice and Adam m and v (4 bytes each): (%d + 12) S = %.6g GB.",
                                      (unsigned long long)L.shard_total, int(dtype_bytes(dt)), int(dtype_bytes(dt)), gb);
         } else {
           const double m = double(expected_link_elems(Stage::Offload, paper_layout(psi, N), K)) / 1e6;

@@ -244,7 +244,8 @@ TEST(Estimate, FlashAttentionKeepsTheLogSumExpInsteadOfTheSoftmax) {
 TEST(Estimate, PipelineJsonIsTheTable) {
   for (const std::string flags : {"--preset small --pipeline 2 --world 4 --accum 4",
                                   "--preset tiny --seq 32 --pipeline 3 --accum 8 --schedule gpipe --precision bf16",
-                                  "--preset small --pipeline 4 --world 8 --zero 1 --precision fp16 --activation-checkpointing",
+                                  "--preset small --pipeline 4 --world 8 --zero 1 --precision fp16 "
+                                  "--activation-checkpointing",
                                   "--preset small --pipeline 2 --partition 3 --accum 2"}) {
     SCOPED_TRACE(flags);
     std::string text;
@@ -261,8 +262,8 @@ TEST(Estimate, PipelineJsonIsTheTable) {
       ASSERT_NE(row, std::string::npos) << text;
       unsigned long long v[5], slots, acts, total;
       int first, last;
-      ASSERT_EQ(sscanf(text.c_str() + row + 1, "%*d %d..%d %llu %llu %llu %llu %llu %llu %llu %llu", &first, &last, &v[0],
-                       &v[1], &v[2], &v[3], &v[4], &slots, &acts, &total), 10) << text;
+      ASSERT_EQ(sscanf(text.c_str() + row + 1, "%*d %d..%d %llu %llu %llu %llu %llu %llu %llu %llu", &first, &last,
+                       &v[0], &v[1], &v[2], &v[3], &v[4], &slots, &acts, &total), 10) << text;
       EXPECT_EQ(uint64_t(first), e["first_unit"].u());
       EXPECT_EQ(uint64_t(last), e["last_unit"].u());
       const char* cats[] = {"params", "grads", "master", "adam_m", "adam_v"};
