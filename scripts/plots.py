@@ -29,6 +29,9 @@ for the formulas, and writes (with infinity's runs for largest_model.png):
     zeropp_loss_vs_block.png the final validation loss of int8 weights (qwZ) and int4 gradients (qgZ)
                              minus stage3's against the block size, mean ± sd over seeds, from the
                              committed table docs/data/zeropp_loss_vs_block.tsv (no training here)
+    compression.png          a trained `small` model pruned (loss against sparsity, before and after
+                             fine-tuning) and quantized (int8, int4, int4 after QAT): loss against
+                             bytes, from the committed table docs/data/compression.tsv (no training here)
 The notebooks in notebooks/ draw the same figures with the same code (scripts/nzplots.py).
 """
 import argparse
@@ -79,6 +82,7 @@ def main():
         figures["pipeline_bubble.png"] = nz.fig_bubble_vs_accum(stages=2)  # two stages: one core each here
     figures["zeropp_network.png"] = nz.fig_zeropp_network()  # formulas only
     figures["zeropp_loss_vs_block.png"] = nz.fig_zeropp_loss_vs_block()  # the committed measured table
+    figures["compression.png"] = nz.fig_compression()  # the committed measured table
     for name, fig in figures.items():
         fig.savefig(out / name)
         print(f"wrote {out / name}")
