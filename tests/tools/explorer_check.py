@@ -13,6 +13,7 @@ shows is what build/bin/zero_estimate (the native build) prints:
     that `zero_estimate --verify` accepts;
   - a trainer's --log-json report, loaded through the page's file input: each rank's ledger beside
     the formula, marked equal cell by cell; a report with one byte changed is marked at that cell;
+  - the chart: a bar per stage, N and device category with zero_estimate's bytes, stacked, to scale;
   - the paper's Table 1 cases, one click each: the bytes equal the native ones and, in GB to three
     digits, the paper's printed cells (typed in here from the paper);
   - keyboard use: Tab reaches every control of the form in order, and typing a world size and Tab
@@ -295,6 +296,29 @@ def main(kind, count):
             f"({n} configurations, {n - errors} with numbers and {errors} with an error line, {compare.zeropp_tables} "
             f"with a ZeRO++ table and {compare.pipeline_tables} with a pipeline table, {values} values compared "
             f"in {time.time() - tc:.1f} s; {len(diffs)} differ{': ' + diffs[0] if diffs else ''})")
+
+        # -- the chart: for every N and stage, a bar per device category holding zero_estimate's bytes,
+        # stacked in order, every height the same number of pixels per byte --
+        browser.run("document.getElementById('model').value = 'shape'; document.getElementById('preset').value = 'gpt2';"
+                    "document.getElementById('precision').value = 'bf16'; document.getElementById('stage').value = 'all';"
+                    "document.getElementById('fit').value = ''; document.getElementById('accum').value = '1';"
+                    "document.getElementById('batch').value = '4'; document.getElementById('seq').value = '64';"
+                    "document.getElementById('ckpt').checked = false; document.getElementById('attention').value = 'gemm';"
+                    "for (const k of ['layers', 'dim', 'heads', 'vocab']) document.getElementById(k).value = '';"
+                    "window.nzExplorer.update()")
+        rects = browser.run("return [...document.querySelectorAll('#chart rect')].map((r) => [r.dataset.stage, "
+                            "r.dataset.world, r.dataset.cat, r.dataset.bytes, +r.getAttribute('y'), +r.getAttribute('height')])")
+        _, want = run_native(["--preset", "gpt2", "--precision", "bf16", "--stage", "all", "--batch", "4", "--seq", "64",
+                              "--world", "1,2,4,8,16,32,64,128,256,512,1024"])
+        expect = {(e["stage"], str(e["world"]), c): v for e in want["estimates"] for c, v in e["bytes"].items()
+                  if v and e["location"][c] == "device"}
+        got = {(st, w, c): b for st, w, c, b, _, _ in rects}
+        scale = [h / int(b) for _, _, _, b, _, h in rects]
+        stacked = all(abs(a[4] - (b[4] + b[5])) < 1e-6 for a, b in zip(rects, rects[1:]) if a[:2] == b[:2])
+        bad = [k for k in expect if got.get(k) != str(expect[k])] + [k for k in got if k not in expect]
+        res("chart_bars_are_zero_estimates_bytes_to_scale", not bad and stacked and max(scale) - min(scale) < 1e-9 * max(scale),
+            f"({len(rects)} bars for {len(expect)} nonzero device categories; {bad[:3]}; stacked {stacked}; "
+            f"pixels per byte {min(scale):.4g}..{max(scale):.4g})")
 
         # -- the paper's Table 1, one click each: its printed row for 7.5B on 64 ranks (GB, three digits),
         # and its closed forms for every case: (2+2+K)Ψ, 4Ψ + KΨ/N, 2Ψ + (2+K)Ψ/N, (2+2+K)Ψ/N, K = 12 --

@@ -142,7 +142,8 @@ function renderChart(est, budget) {
       for (const c of deviceOf(e)) {
         const b = Number(e.bytes[c]);
         if (!b) continue;
-        const r = mk("rect", { x: x0 + si * bw, width: bw - 1, y: y(acc + b), height: Math.max(0, y(acc) - y(acc + b)), fill: COLORS[c] });
+        const r = mk("rect", { x: x0 + si * bw, width: bw - 1, y: y(acc + b), height: Math.max(0, y(acc) - y(acc + b)), fill: COLORS[c],
+                               "data-stage": s, "data-world": N, "data-cat": c, "data-bytes": String(e.bytes[c]) });
         r.append(document.createElementNS(ns, "title"));
         r.lastChild.textContent = `${s}, N = ${N}: ${c} ${grouped(e.bytes[c])} bytes`;
         acc += b;
