@@ -13,7 +13,8 @@ shows is what build/bin/zero_estimate (the native build) prints:
     that `zero_estimate --verify` accepts;
   - a trainer's --log-json report, loaded through the page's file input: each rank's ledger beside
     the formula, marked equal cell by cell; a report with one byte changed is marked at that cell;
-  - the chart: a bar per stage, N and device category with zero_estimate's bytes, stacked, to scale;
+  - the chart: a bar per stage, N and device category with zero_estimate's bytes, and the host's
+    bytes above them for offload and infinity, stacked, to scale;
   - the paper's Table 1 cases, one click each: the bytes equal the native ones and, in GB to three
     digits, the paper's printed cells (typed in here from the paper);
   - keyboard use: Tab reaches every control of the form in order, and typing a world size and Tab
@@ -312,12 +313,13 @@ def main(kind, count):
                               "--world", "1,2,4,8,16,32,64,128,256,512,1024"])
         expect = {(e["stage"], str(e["world"]), c): v for e in want["estimates"] for c, v in e["bytes"].items()
                   if v and e["location"][c] == "device"}
+        expect.update({(e["stage"], str(e["world"]), "host"): e["host"] for e in want["estimates"] if e["host"]})
         got = {(st, w, c): b for st, w, c, b, _, _ in rects}
         scale = [h / int(b) for _, _, _, b, _, h in rects]
         stacked = all(abs(a[4] - (b[4] + b[5])) < 1e-6 for a, b in zip(rects, rects[1:]) if a[:2] == b[:2])
         bad = [k for k in expect if got.get(k) != str(expect[k])] + [k for k in got if k not in expect]
         res("chart_bars_are_zero_estimates_bytes_to_scale", not bad and stacked and max(scale) - min(scale) < 1e-9 * max(scale),
-            f"({len(rects)} bars for {len(expect)} nonzero device categories; {bad[:3]}; stacked {stacked}; "
+            f"({len(rects)} bars for {len(expect)} nonzero device categories and host totals; {bad[:3]}; stacked {stacked}; "
             f"pixels per byte {min(scale):.4g}..{max(scale):.4g})")
 
         # -- the paper's Table 1, one click each: its printed row for 7.5B on 64 ranks (GB, three digits),

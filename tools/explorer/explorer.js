@@ -121,8 +121,8 @@ function renderChart(est, budget) {
   };
   const stages = [...new Set(est.estimates.map((e) => e.stage))];
   const deviceOf = (e) => CATEGORIES.filter((c) => e.location[c] === "device");
-  let ymax = 0;
-  for (const e of est.estimates) ymax = Math.max(ymax, Number(e.device));
+  let ymax = 0;  // device bytes, and offload's and infinity's host bytes drawn on top of them
+  for (const e of est.estimates) ymax = Math.max(ymax, Number(e.device) + Number(e.host));
   if (budget) ymax = Math.max(ymax, budget * 1.05);
   if (!(ymax > 0)) ymax = 1;
   const gw = (W - left - 8) / WORLDS.length, bw = Math.max(2, (gw - 6) / stages.length);
@@ -148,6 +148,14 @@ function renderChart(est, budget) {
         r.lastChild.textContent = `${s}, N = ${N}: ${c} ${grouped(e.bytes[c])} bytes`;
         acc += b;
       }
+      const host = Number(e.host);
+      if (host) {  // offload, infinity: what lives on the host, a dashed outline above the device's bytes
+        const r = mk("rect", { x: x0 + si * bw + 0.5, width: bw - 2, y: y(acc + host), height: Math.max(0, y(acc) - y(acc + host)),
+                               fill: "none", stroke: "#111", "stroke-dasharray": "2 2", "data-stage": s, "data-world": N,
+                               "data-cat": "host", "data-bytes": String(e.host) });
+        r.append(document.createElementNS(ns, "title"));
+        r.lastChild.textContent = `${s}, N = ${N}: on the host ${grouped(e.host)} bytes`;
+      }
     });
   });
   mk("text", { x: left + (W - left) / 2, y: H - 4, "text-anchor": "middle", "font-size": 12 },
@@ -160,6 +168,7 @@ function renderChart(est, budget) {
   legend.replaceChildren();
   for (const c of CATEGORIES)
     legend.append(el("span", { class: "key" }, el("span", { class: "swatch", style: "background:" + COLORS[c] }), c));
+  legend.append(el("span", { class: "key" }, el("span", { class: "swatch host" }), "on the host (offload, infinity)"));
 }
 
 function budgetBytes() {  // the device memory line: zero_estimate parses it (--fit), the JSON has no echo of it
