@@ -44,7 +44,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from webdriver import Browser, Firefox, KEY_ENTER, KEY_TAB, free_port  # noqa: E402
 
-page_dir, native = sys.argv[1], sys.argv[2]
+page_dir, native = sys.argv[1], sys.argv[2]  # (explorer_wasm_check.py imports the configurations from here)
 browsers = [(b.split(":")[0], int(b.split(":")[1])) for b in sys.argv[3:]]  # chromium:300 firefox:100
 current = "chromium"  # the browser the checks run in: the results' names say it
 
@@ -430,7 +430,9 @@ def main(kind, count):
                 r2["ranks"][1]["ledger"]["device"]["peak"]["grads"] += 1
                 json.dump(r2, open(tampered, "w"))
                 for path, expect_differ in ((report, 0), (tampered, 1)):
-                    browser.run("document.getElementById('report').value = ''")
+                    # the page reads the file asynchronously: empty the table, then wait for the new one
+                    browser.run("document.getElementById('report').value = '';"
+                                "document.getElementById('run-table').replaceChildren()")
                     browser.type(browser.find("#report"), path)
                     browser.wait_for("return document.querySelector('#run-table td') !== null")
                     shown = browser.run("return [...document.querySelectorAll('#run-table td')].map((td) => "
@@ -517,5 +519,6 @@ for (const e of document.querySelectorAll("body *")) {
 return worst;
 """
 
-for kind, n in browsers:
-    main(kind, n)
+if __name__ == "__main__":
+    for kind, n in browsers:
+        main(kind, n)

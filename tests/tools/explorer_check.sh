@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The explorer (docs/explorer.md) in headless Chromium and Firefox against the native zero_estimate:
-# tests/tools/explorer_check.py says what it checks (300 random configurations in Chromium, 100 in
-# Firefox). A browser that is not installed, or no page (no em++ to build it), is one SKIP line saying
+# The explorer (docs/explorer.md) against the native zero_estimate: its WebAssembly under Node, byte
+# for byte (tests/tools/explorer_wasm_check.py), and the page in headless Chromium and Firefox
+# (tests/tools/explorer_check.py: 300 random configurations in Chromium, 100 in Firefox). A browser that is not installed, or no page (no em++ to build it), is one SKIP line saying
 # what is missing; scripts/install_deps.sh --explorer installs them all (make test runs it). Prints
 # NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/../.."
@@ -23,6 +23,13 @@ if [ ! -f "$page/zero_estimate.js" ]; then
   echo "NZRESULT SKIP explorer.page (no page in $page: make explorer builds it, with em++ from emscripten," \
        "which bash scripts/install_deps.sh --explorer installs)"
   exit 0
+fi
+# the WebAssembly under Node against the native build, byte for byte (no browser needed)
+if command -v node >/dev/null 2>&1; then
+  timeout -k 10 300 python3 tests/tools/explorer_wasm_check.py "$page" "$bin/zero_estimate" ||
+    echo "NZRESULT FAIL explorer.wasm_run (explorer_wasm_check.py exited with $?)"
+else
+  echo "NZRESULT SKIP explorer.wasm (node not installed; emscripten brings it: bash scripts/install_deps.sh --explorer)"
 fi
 browsers=()
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
