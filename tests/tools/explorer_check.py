@@ -10,7 +10,8 @@ shows is what build/bin/zero_estimate (the native build) prints:
     configuration independently of the page; an invalid one shows the command line's own error line;
   - the quiz: the questions of `zero_estimate --quiz` for a seed; each answer typed and Entered is
     marked right or wrong at once, a wrong one with its worked answer; the score, and a result line
-    that `zero_estimate --verify` accepts;
+    that `zero_estimate --verify` accepts, as does the page's own box for the instructor (and an
+    edited line, or not a result line, gets the command line's verdict there too);
   - a trainer's --log-json report, loaded through the page's file input: each rank's ledger beside
     the formula, marked equal cell by cell; a report with one byte changed is marked at that cell;
   - the chart: a bar per stage, N and device category with zero_estimate's bytes, and the host's
@@ -406,6 +407,17 @@ def main(kind, count):
         n_right = sum(expect_right)
         if not score.startswith(f"{n_right} of 20 right") or v.returncode != 0 or f"{n_right} of 20" not in v.stdout:
             qbad.append(f"score '{score}', result line '{line}', --verify: exit {v.returncode} {v.stdout.strip()}")
+        # the instructor's box: the line verified in the page as on the command line; an edited one not
+        for text, want_rc in ((line, 0), (line.replace(f"score={n_right}/", f"score={n_right + 1}/"), 1), ("garbage", 2)):
+            box = browser.find("#verify-line")
+            browser.clear(box)
+            browser.type(box, text)
+            browser.keys(KEY_ENTER)
+            shown = browser.run("const o = document.getElementById('verify-out'); return [o.textContent, o.className]")
+            n = subprocess.run([native, "--verify", text], capture_output=True, text=True)
+            if n.returncode != want_rc or shown != [(n.stdout if want_rc != 2 else n.stderr).strip(),
+                                                    "right" if want_rc == 0 else "wrong"]:
+                qbad.append(f"verify '{text[:40]}': page {shown}, zero_estimate exit {n.returncode} {n.stdout.strip()}")
         res("quiz_verdicts_on_entry_and_a_line_zero_estimate_verifies", not qbad,
             f"(20 questions of --seed 11; {'; '.join(qbad[:3]) or v.stdout.strip()})")
 

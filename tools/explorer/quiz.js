@@ -20,8 +20,14 @@ window.nzQuiz = (function () {
       <ol id="quiz-list"></ol>
       <p id="quiz-score" role="status" aria-live="polite"></p>
       <label>Result line for your instructor, who checks it with <code>zero_estimate --verify 'LINE'</code>:
-        <input id="quiz-result" readonly size="90"></label>`;
+        <input id="quiz-result" readonly size="90"></label>
+      <h3>For the instructor: check a learner's result line</h3>
+      <label>Result line <input id="verify-line" size="90"></label>
+      <button type="button" id="verify-button">Verify</button>
+      <p id="verify-out" role="status" aria-live="polite"></p>`;
     $("quiz-start").addEventListener("click", start);
+    $("verify-button").addEventListener("click", verify);
+    $("verify-line").addEventListener("keydown", (e) => { if (e.key === "Enter") verify(); });
   }
 
   function start() {
@@ -94,5 +100,13 @@ window.nzQuiz = (function () {
     score.textContent = `${right} of ${count} right` + (answered < count ? ` (${answered} answered)` : " — the quiz is done");
   }
 
-  return { init: build, start: start, check: check };
+  // zero_estimate --verify LINE, in the page: its code checked, its answers graded again.
+  function verify() {
+    const r = window.nzExplorer.zeroEstimate(["--verify", $("verify-line").value.trim()]);
+    const out = $("verify-out");
+    out.textContent = r.rc === 2 ? r.err : r.out;
+    out.className = r.rc === 0 ? "right" : "wrong";
+  }
+
+  return { init: build, start: start, check: check, verify: verify };
 })();
