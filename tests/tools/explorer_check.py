@@ -224,8 +224,8 @@ def compare(browser, configs):
                     diffs.append(f"{zeropp_flags(c)}: {key} page {zgot[key]}, zero_estimate {zexpect[key]}")
         rc, want = run_native(native_flags(c))
         if rc != 0:  # the page shows the command line's error line, and no numbers
-            if page["error"] != want:
-                diffs.append(f"{native_flags(c)}: native '{want}', page '{page['error']}'")
+            if page["error"] != want or page["cells"]:
+                diffs.append(f"{native_flags(c)}: native '{want}', page '{page['error']}' and {len(page['cells'])} cells")
             continue
         if page["error"]:
             diffs.append(f"{native_flags(c)}: page error '{page['error']}', native ran")

@@ -1,6 +1,6 @@
 // explorer.js — the page of `make explore` (docs/explorer.md). Every number it shows comes from
 // zero_estimate itself, compiled to WebAssembly (zero_estimate.js, built from tools/zero_estimate.cpp and
-// common/zero_formulas.cpp by the Makefile's explore target): the page runs the command line's main()
+// common/zero_formulas.cpp by the Makefile's explorer target): the page runs the command line's main()
 // with flags, as a terminal would, and reads its --json output. Nothing here computes a byte of the
 // estimates: the page only multiplies the elements sent by the bytes of one element, and reads the
 // device memory it is given to draw its line.
@@ -36,7 +36,7 @@ const COLORS = {  // colour-blind-safe (Okabe-Ito), each with contrast against w
   comm_buffers: "#56B4E9", gathered: "#D55E00", activations: "#666666",
 };
 const big = (v) => BigInt(v);
-function fmtBytes(v) {  // as fmt_bytes does: kB, MB, GB = 1e3, 1e6, 1e9
+function fmtBytes(v) {  // for reading: kB, MB, GB, TB = 1e3 ... 1e12 bytes, 4 digits (every digit: hover, data-value)
   const b = Number(v);
   if (b >= 1e12) return (b / 1e12).toPrecision(4) + " TB";
   if (b >= 1e9) return (b / 1e9).toPrecision(4) + " GB";
@@ -89,10 +89,7 @@ function renderTable(est, N) {
     });
     body.append(tr);
   };
-  for (const c of CATEGORIES) {
-    const label = c + (rows.length && rows[0].location[c] === "device" ? "" : "");
-    line(label, "bytes." + c, (e) => e.bytes[c], true);
-  }
+  for (const c of CATEGORIES) line(c, "bytes." + c, (e) => e.bytes[c], true);
   line("= model state", "model_state", (e) => e.model_state, true);
   line("on the device", "device", (e) => e.device, true);
   line("on the host", "host", (e) => e.host, true);
@@ -232,13 +229,14 @@ function update() {
   $("permalink").href = "#" + formState();
   try {
     const base = flagsFromForm();
-    const N = parseInt($("world").value, 10);
+    // N as typed goes to zero_estimate, which judges it (a bad one is its error line)
+    const here = estimateJson(base.concat(["--world", $("world").value.trim()], stageFlags()));
+    const N = here.estimates[0].world;
     const all = estimateJson(base.concat(["--world", WORLDS.join(",")], stageFlags()));
-    const here = WORLDS.includes(N) ? all : estimateJson(base.concat(["--world", String(N)], stageFlags()));
     renderChart(all, budgetBytes());
     renderTable(here, N);
     renderAccum(base, N);
-    $("cmdline").textContent = "zero_estimate " + base.concat(["--world", String(N)], stageFlags()).join(" ");
+    $("cmdline").textContent = "zero_estimate " + base.concat(["--world", $("world").value.trim()], stageFlags()).join(" ");
     const fits = here.estimates.filter((e) => e.fit_batch !== undefined)
       .map((e) => `${e.stage} ${e.fit_batch || "none"} (${e.fit_batch_checkpointed || "none"} checkpointed)`);
     status.textContent = `Ψ = ${grouped(here.num_params)} parameters, ${here.precision}` +
@@ -246,8 +244,9 @@ function update() {
       (fits.length ? `. Largest micro-batch that fits ${$("fit").value} at N = ${N}: ${fits.join(", ")}.` : "");
     status.className = "";
   } catch (e) {
-    status.textContent = e.message;  // zero_estimate's own one-line error
+    status.textContent = e.message;  // zero_estimate's own one-line error, and no numbers left from before
     status.className = "error";
+    for (const id of ["chart", "table", "accum-table"]) $(id).replaceChildren();
   }
   updateZeropp();
   updatePipeline();
