@@ -17,6 +17,10 @@ if ! [[ "$ip" =~ ^[0-9.]+$|^localhost$ ]]; then
   echo "error: EXPLORE_IP=$ip, expected an address such as 127.0.0.1 or 0.0.0.0; e.g. make explore EXPLORE_IP=0.0.0.0" >&2
   exit 2
 fi
+if ! python3 -c 'import socket, sys; socket.socket().bind((sys.argv[1], int(sys.argv[2])))' "$ip" "$port" 2>/dev/null; then
+  echo "error: EXPLORE_PORT=$port on $ip is in use or not ours to take, expected a free port; e.g. make explore EXPLORE_PORT=$((port % 65535 + 1))" >&2
+  exit 2
+fi
 [ -f "$dir/index.html" ] || { echo "error: no page in $dir, expected the one make explorer builds; run make explore" >&2; exit 2; }
 echo "the explorer: http://$([ "$ip" = 0.0.0.0 ] && echo 127.0.0.1 || echo "$ip"):$port/  (or open $dir/index.html from disk; Ctrl-C stops the server)"
 cd "$dir"

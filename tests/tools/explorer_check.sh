@@ -10,6 +10,7 @@ page=${NZ_EXPLORER_DIR:-$bin/../explorer}
 res() { if [ "$2" = 0 ]; then echo "NZRESULT PASS explorer.$1"; else echo "NZRESULT FAIL explorer.$1 $3"; fi; }
 
 # make explore's server (scripts/explore.sh): bad settings are one line and exit 2, before serving
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 while read -r label bad_env dir; do
   out=$(env "$bad_env" timeout 10 bash scripts/explore.sh "$dir" 2>&1); rc=$?
   [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q '^error: ' <<<"$out"
@@ -17,8 +18,16 @@ while read -r label bad_env dir; do
 done <<EOF
 a_port_that_is_not_a_number EXPLORE_PORT=eighty $page
 an_address_with_a_semicolon EXPLORE_IP=my;host $page
-a_folder_without_the_page EXPLORE_PORT=8765 /nonexistent
+a_folder_without_the_page EXPLORE_PORT=$port /nonexistent
 EOF
+# a port already taken: one line, exit 2, not the server's traceback
+python3 -c 'import socket, sys, time; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.sleep(8)' "$port" &
+holder=$!
+sleep 0.5
+out=$(EXPLORE_PORT=$port timeout 10 bash scripts/explore.sh "$page" 2>&1); rc=$?
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q '^error: EXPLORE_PORT=.* in use' <<<"$out"
+res make_explore_refuses_a_port_in_use $? "(exit $rc: $out)"
 if [ ! -f "$page/zero_estimate.js" ]; then
   echo "NZRESULT SKIP explorer.page (no page in $page: make explorer builds it, with em++ from emscripten," \
        "which bash scripts/install_deps.sh --explorer installs)"
