@@ -6,7 +6,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'too short' >"$tmp/short.txt"
 head -c 100 /dev/urandom >"$tmp/bad.model"
-bin=build/bin/stage0_ddp
+bindir=${NZ_BIN_DIR:-build/bin}  # the programs (NZ_BIN_DIR: another build folder)
+bin=$bindir/stage0_ddp
 
 expect_error() {  # name, expected substring, command...
   local name=$1 want=$2
@@ -37,14 +38,14 @@ expect_error missing_data "cannot read" $bin --data /nonexistent/file.txt
 expect_error short_data "shorter than one batch" $bin --preset tiny --seq 16 --data "$tmp/short.txt"
 expect_error missing_value "needs a value" $bin --steps
 expect_error unknown_device "unknown device" $bin --device tpu
-expect_error eval_bad_model "not a nanoZeRO model file" build/bin/gpt_eval --model "$tmp/bad.model" --data data/corpus.txt
-expect_error eval_missing_model "cannot open" build/bin/gpt_eval --model "$tmp/none.model" --data data/corpus.txt
-expect_error sample_no_model "--model PATH is required" build/bin/gpt_sample --prompt hi
+expect_error eval_bad_model "not a nanoZeRO model file" $bindir/gpt_eval --model "$tmp/bad.model" --data data/corpus.txt
+expect_error eval_missing_model "cannot open" $bindir/gpt_eval --model "$tmp/none.model" --data data/corpus.txt
+expect_error sample_no_model "--model PATH is required" $bindir/gpt_sample --prompt hi
 
 # A truncated model file: clear error, and the good file next to it is untouched.
 mpirun -np 1 $bin --preset tiny --seq 16 --steps 1 --quiet --eval-windows 2 --save-model "$tmp/good.model" >/dev/null 2>&1
 head -c 200 "$tmp/good.model" >"$tmp/cut.model"
-expect_error eval_truncated_model "truncated" build/bin/gpt_eval --model "$tmp/cut.model" --data data/corpus.txt
+expect_error eval_truncated_model "truncated" $bindir/gpt_eval --model "$tmp/cut.model" --data data/corpus.txt
 sum_before=$(md5sum <"$tmp/good.model")
 expect_error save_unwritable "cannot write" $bin --preset tiny --seq 16 --steps 1 --quiet --eval-windows 2 --save-model /nonexistent/dir/m.model
 if [ "$sum_before" = "$(md5sum <"$tmp/good.model")" ]; then echo "NZRESULT PASS cli.good_model_untouched"; else echo "NZRESULT FAIL cli.good_model_untouched"; fi
@@ -104,24 +105,24 @@ patch() {  # file, offset, python expression for the bytes
 }
 cp "$tmp/good.model" "$tmp/flip.model"
 python3 -c "import sys; f=open(sys.argv[1],'r+b'); f.seek(1000); b=f.read(1); f.seek(1000); f.write(bytes([b[0]^0x40])); f.close()" "$tmp/flip.model"
-expect_error model_flipped_bit "checksum mismatch" build/bin/gpt_eval --model "$tmp/flip.model" --data data/corpus.txt
+expect_error model_flipped_bit "checksum mismatch" $bindir/gpt_eval --model "$tmp/flip.model" --data data/corpus.txt
 head -c 40 "$tmp/good.model" >"$tmp/huge.model"
 patch "$tmp/huge.model" 32 "struct.pack('<Q', 50000000000000)"
-expect_error model_huge_count "inconsistent header" build/bin/gpt_eval --model "$tmp/huge.model" --data data/corpus.txt
+expect_error model_huge_count "inconsistent header" $bindir/gpt_eval --model "$tmp/huge.model" --data data/corpus.txt
 cp "$tmp/good.model" "$tmp/vocab16.model"
 patch "$tmp/vocab16.model" 12 "struct.pack('<i', 16)"
-expect_error model_vocab_16 "inconsistent header" build/bin/gpt_sample --model "$tmp/vocab16.model" --prompt hi
-expect_error model_not_a_file "not a regular file" build/bin/gpt_eval --model "$tmp/adir" --data data/corpus.txt
+expect_error model_vocab_16 "inconsistent header" $bindir/gpt_sample --model "$tmp/vocab16.model" --prompt hi
+expect_error model_not_a_file "not a regular file" $bindir/gpt_eval --model "$tmp/adir" --data data/corpus.txt
 # a NaN weight under a valid checksum (what a diverged run saves): refused by every reader, named
 cp "$tmp/good.model" "$tmp/nan.model"
 python3 tests/lib/craft_files.py nan_model "$tmp/nan.model" 9000  # wte is 256 x 32 = 8192 weights: wpe[808]
-expect_error eval_nan_weight "weight 9000 (unit embed, wpe\[808\]) is nan" build/bin/gpt_eval --model "$tmp/nan.model" --data data/corpus.txt --windows 4
-expect_error sample_nan_weight "weight 9000 (unit embed, wpe\[808\]) is nan" build/bin/gpt_sample --model "$tmp/nan.model" --prompt hi
+expect_error eval_nan_weight "weight 9000 (unit embed, wpe\[808\]) is nan" $bindir/gpt_eval --model "$tmp/nan.model" --data data/corpus.txt --windows 4
+expect_error sample_nan_weight "weight 9000 (unit embed, wpe\[808\]) is nan" $bindir/gpt_sample --model "$tmp/nan.model" --prompt hi
 # A version 1 file (no checksum) still loads, with a note, and scores exactly as the version 2 file.
 head -c -4 "$tmp/good.model" >"$tmp/v1.model"
 patch "$tmp/v1.model" 8 "struct.pack('<I', 1)"
-v2=$(build/bin/gpt_eval --model "$tmp/good.model" --data data/corpus.txt --windows 4 2>&1)
-v1=$(build/bin/gpt_eval --model "$tmp/v1.model" --data data/corpus.txt --windows 4 2>&1)
+v2=$($bindir/gpt_eval --model "$tmp/good.model" --data data/corpus.txt --windows 4 2>&1)
+v1=$($bindir/gpt_eval --model "$tmp/v1.model" --data data/corpus.txt --windows 4 2>&1)
 if grep -q "version 1 model file" <<<"$v1" && [ "$(grep -v '^note' <<<"$v1")" = "$v2" ]; then echo "NZRESULT PASS cli.model_version_1_loads"
 else echo "NZRESULT FAIL cli.model_version_1_loads (v1: $v1 / v2: $v2)"; fi
 
@@ -134,8 +135,8 @@ expect_error batch_auto_too_small "a micro-batch of 1 needs" $bin $tiny --batch 
 expect_error budget_without_auto "it sizes --batch auto" $bin $tiny --memory-budget 1GB
 expect_error global_batch_and_accum "give one of them" $bin $tiny --global-batch 8 --accum 2
 expect_error global_batch_not_multiple "not a multiple of --batch 3" $bin $tiny --batch 3 --global-batch 8
-expect_error estimate_fit_bad_size "--fit 1QB: expected a size in bytes" build/bin/zero_estimate --fit 1QB
-expect_error estimate_fit_raw "--fit needs a model shape" build/bin/zero_estimate --params 7B --fit 80GB
+expect_error estimate_fit_bad_size "--fit 1QB: expected a size in bytes" $bindir/zero_estimate --fit 1QB
+expect_error estimate_fit_raw "--fit needs a model shape" $bindir/zero_estimate --params 7B --fit 80GB
 expect_error checkpointing_with_value "--activation-checkpointing takes no value" $bin $tiny --activation-checkpointing=yes
 expect_error equals_bad_value "--steps abc" $bin $tiny --steps=abc
 out=$(mpirun -np 1 $bin --preset tiny --seq 16 --quiet --eval-windows 2 --steps=2 --batch=2 2>&1)
@@ -143,13 +144,13 @@ if [ $? = 0 ] && grep -q "^done: 2 steps" <<<"$out"; then echo "NZRESULT PASS cl
 else echo "NZRESULT FAIL cli.equals_form_parsed ($out)"; fi
 expect_error out_of_range_names_limit "from 1 to 65536" $bin --batch 100000
 expect_error seed_not_a_number "--seed abc" $bin --seed abc
-expect_error sample_seed_not_a_number "--seed abc" build/bin/gpt_sample --model "$tmp/good.model" --seed abc
-expect_error sample_window_past_context "--window 500: longer than the model's context" build/bin/gpt_sample --model "$tmp/good.model" --window 500
+expect_error sample_seed_not_a_number "--seed abc" $bindir/gpt_sample --model "$tmp/good.model" --seed abc
+expect_error sample_window_past_context "--window 500: longer than the model's context" $bindir/gpt_sample --model "$tmp/good.model" --window 500
 mkfifo "$tmp/fifo"
 expect_error data_fifo "not a regular file" timeout 20 $bin $tiny --data "$tmp/fifo"
 expect_error data_dev_zero "not a regular file" timeout 20 $bin $tiny --data /dev/zero
 expect_error data_directory "not a regular file" $bin $tiny --data "$tmp/adir"
-expect_error eval_data_fifo "regular file" timeout 20 build/bin/gpt_eval --model "$tmp/good.model" --data "$tmp/fifo"
+expect_error eval_data_fifo "regular file" timeout 20 $bindir/gpt_eval --model "$tmp/good.model" --data "$tmp/fifo"
 # The "too little data" message states the true minimum: a file of that size trains, one byte less does not.
 msg=$($bin --preset tiny --batch 3 --seq 16 --data "$tmp/short.txt" 2>&1)
 need=$(sed -n 's/.*needs at least \([0-9]*\) bytes.*/\1/p' <<<"$msg")
@@ -162,25 +163,25 @@ then echo "NZRESULT PASS cli.short_data_states_true_minimum ($need bytes)"
 else echo "NZRESULT FAIL cli.short_data_states_true_minimum (need '$need', exact-size run exit $ok_exact, one less: $out_less)"; fi
 
 # ---- gpt_sample: temperature near 0 is greedy (temperature 0), never NUL bytes ----
-g0=$(build/bin/gpt_sample --model "$tmp/good.model" --prompt "The " --length 40 --temperature 0 --seed 1 | od -An -tx1)
-g1=$(build/bin/gpt_sample --model "$tmp/good.model" --prompt "The " --length 40 --temperature 1e-9 --seed 2 | od -An -tx1)
+g0=$($bindir/gpt_sample --model "$tmp/good.model" --prompt "The " --length 40 --temperature 0 --seed 1 | od -An -tx1)
+g1=$($bindir/gpt_sample --model "$tmp/good.model" --prompt "The " --length 40 --temperature 1e-9 --seed 2 | od -An -tx1)
 if [ -n "$g0" ] && [ "$g0" = "$g1" ] && ! grep -qw 00 <<<"$g0"; then echo "NZRESULT PASS cli.sample_cold_is_greedy"
 else echo "NZRESULT FAIL cli.sample_cold_is_greedy (t=0: $g0 / t=1e-9: $g1)"; fi
 
 # ---- consolidate: bad input is one line ----
-expect_error consolidate_no_args "--ckpt DIR and --out FILE are required" build/bin/consolidate
-expect_error consolidate_missing_ckpt "not a directory" build/bin/consolidate --ckpt "$tmp/none" --out "$tmp/c.model"
-expect_error consolidate_not_a_checkpoint "no checkpoints" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/c.model"
-expect_error consolidate_out_is_a_directory "a directory" build/bin/consolidate --ckpt "$tmp/adir" --out "$tmp/adir"
+expect_error consolidate_no_args "--ckpt DIR and --out FILE are required" $bindir/consolidate
+expect_error consolidate_missing_ckpt "not a directory" $bindir/consolidate --ckpt "$tmp/none" --out "$tmp/c.model"
+expect_error consolidate_not_a_checkpoint "no checkpoints" $bindir/consolidate --ckpt "$tmp/adir" --out "$tmp/c.model"
+expect_error consolidate_out_is_a_directory "a directory" $bindir/consolidate --ckpt "$tmp/adir" --out "$tmp/adir"
 # --out inside the checkpoint it reads (its own MANIFEST): refused, the checkpoint untouched
 mpirun -np 1 $bin $tiny --steps 2 --ckpt-dir "$tmp/cons" --save-model "$tmp/cons.model" >/dev/null 2>&1
 sum=$(md5sum <"$tmp/cons/step-00000002/MANIFEST")
 expect_error consolidate_out_is_its_manifest "--out $tmp/cons/step-00000002/MANIFEST: lies inside --ckpt" \
-  build/bin/consolidate --ckpt "$tmp/cons/step-00000002" --out "$tmp/cons/step-00000002/MANIFEST"
+  $bindir/consolidate --ckpt "$tmp/cons/step-00000002" --out "$tmp/cons/step-00000002/MANIFEST"
 unchanged consolidate_input_untouched "$tmp/cons/step-00000002/MANIFEST" "$sum"
 ln -s "$tmp/cons/step-00000002/MANIFEST" "$tmp/x.adam_m"  # --with-optimizer's OUT.adam_m, by a symbolic link
 expect_error consolidate_optimizer_out_inside "--out $tmp/x.adam_m: lies inside --ckpt" \
-  build/bin/consolidate --ckpt "$tmp/cons" --out "$tmp/x" --with-optimizer
+  $bindir/consolidate --ckpt "$tmp/cons" --out "$tmp/x" --with-optimizer
 unchanged consolidate_input_untouched_by_link "$tmp/cons/step-00000002/MANIFEST" "$sum"
 # and --save-model inside the checkpoint a run resumes from
 expect_error save_model_inside_resumed_checkpoint "lies inside --resume" $bin $tiny --steps 3 \
@@ -189,10 +190,10 @@ unchanged resumed_checkpoint_untouched "$tmp/cons/step-00000002/MANIFEST" "$sum"
 
 # ---- flags a stage does not use are refused, naming the stage that uses them ----
 expect_error offload_flag_on_stage2 "--offload-to disk: stage2 does not use it, expected it with build/bin/offload" \
-  build/bin/stage2 $tiny --offload-to disk --offload-dir "$tmp/adir"
-expect_error offload_chunk_on_stage3 "--offload-chunk 100: stage3 does not use it" build/bin/stage3 $tiny --offload-chunk 100
+  $bindir/stage2 $tiny --offload-to disk --offload-dir "$tmp/adir"
+expect_error offload_chunk_on_stage3 "--offload-chunk 100: stage3 does not use it" $bindir/stage3 $tiny --offload-chunk 100
 expect_error prefetch_on_stage1 "--prefetch 0: stage1 does not use it, expected it with build/bin/stage3" \
-  build/bin/stage1 $tiny --prefetch=0
+  $bindir/stage1 $tiny --prefetch=0
 
 # ---- a model that cannot fit is one line, before anything is allocated ----
 expect_error model_cannot_fit "expected at most the" $bin $tiny --preset tiny --layers 1000 --dim 65536 --heads 4096
