@@ -117,11 +117,11 @@ TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(filter-out tools/zero_quiz
 TEST_SRC   := $(wildcard tests/*/test_*.cpp)
 TEST_BINS  := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(TEST_SRC))))
 
-.PHONY: all tests extra deps run test diff clean bench-adam bench bench-inference plots notebooks exercise exercise-key check \
+.PHONY: all tests extra deps run test diff clean explorer explore bench-adam bench bench-inference plots notebooks exercise exercise-key check \
         print-build-flags gpu-bundle arm64-check
 # `make` builds the programs; `make tests` the test programs and the deliberately broken trainers
 all: $(STAGE_BINS) $(TOOL_BINS)
-tests: $(TEST_BINS) extra
+tests: $(TEST_BINS) extra $(if $(HAVE_EMXX),explorer)
 
 # Fragments tests/*/*.mk and dev/*.mk add their own targets (the deliberately broken trainers of the
 # tests of the tests, built into $(BUILD)/mutants/bin) to EXTRA_BINS; `make tests` builds them.
@@ -192,7 +192,9 @@ run: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash scripts/tour.sh
 
-test: deps
+# the explorer's compiler and browser too: its browser test is a suite (tests/tools/explorer_check.sh)
+test:
+	@bash scripts/install_deps.sh --explorer
 	@$(MAKE) --no-print-directory -j$(JOBS) all tests
 	@bash tests/run_all.sh
 
@@ -219,6 +221,36 @@ plots: deps
 notebooks: deps
 	@$(MAKE) --no-print-directory all
 	@bash scripts/notebooks.sh
+
+# ---- the explorer (docs/explorer.md): zero_estimate compiled to WebAssembly, in a static page ----
+# $(BUILD)/explorer/ holds the whole page (index.html, its script and style, and zero_estimate.js with the
+# WebAssembly inside it, so that it opens from disk too); `make explore` builds it and serves it. The
+# compiler is Debian's emscripten (scripts/install_deps.sh --explorer installs it); its tools run on
+# Node, whose Debian modules (acorn) are looked for in /usr/share/nodejs whichever Node is first on PATH.
+EMXX          ?= em++
+HAVE_EMXX     := $(shell command -v $(EMXX) 2>/dev/null)
+EXPLORER      := $(BUILD)/explorer
+# What zero_estimate links, less what it never calls in a page (MPI: tools/explorer/wasm/mpi.h). cli.cpp is
+# there for parse_bytes (--fit); its trainer flags, whose limits shift a 32-bit long here, are never parsed.
+EXPLORER_CPP  := tools/zero_estimate.cpp tools/zero_quiz.cpp common/zero_formulas.cpp common/layout.cpp \
+                 common/pipeline.cpp common/ledger.cpp common/runtime/check.cpp common/runtime/cli.cpp \
+                 common/runtime/json.cpp common/runtime/device.cpp common/kernels/quantize.cpp
+EXPLORER_PAGE := $(addprefix $(EXPLORER)/,index.html explorer.js quiz.js explorer.css)
+$(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h) tools/explorer/wasm/mpi.h
+	@mkdir -p $(dir $@)
+	NODE_PATH=/usr/share/nodejs $(EMXX) -std=c++17 -O2 -ffp-contract=off -Wall -Wno-shift-count-overflow -Itools/explorer/wasm -Icommon -I. \
+	  $(EXPLORER_CPP) -sSINGLE_FILE=1 -sMODULARIZE=1 -sEXPORT_NAME=createZeroEstimate -sINVOKE_RUN=0 \
+	  -sEXPORTED_RUNTIME_METHODS=callMain,FS -sALLOW_MEMORY_GROWTH=1 -o $@
+$(EXPLORER)/%: tools/explorer/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+explorer: $(EXPLORER)/zero_estimate.js $(EXPLORER_PAGE)
+
+# EXPLORE_IP=0.0.0.0 in a container, EXPLORE_PORT= another port (scripts/explore.sh)
+explore:
+	@bash scripts/install_deps.sh --explorer
+	@$(MAKE) --no-print-directory explorer
+	@bash scripts/explore.sh $(EXPLORER)
 
 # ---- exercises (scripts/exercises.py): regions of the real files for a learner to write ----
 exercise:

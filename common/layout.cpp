@@ -24,15 +24,15 @@ Layout make_layout(const GPTConfig& cfg, int world, size_t pad_block) {
   L.cfg = cfg;
   L.world = world;
   L.pad_block = pad_block;
-  const size_t multiple = size_t(world) * pad_block;
-  const size_t C = cfg.dim, V = cfg.vocab, Tm = cfg.ctx;
+  const uint64_t multiple = uint64_t(world) * pad_block;
+  const uint64_t C = cfg.dim, V = cfg.vocab, Tm = cfg.ctx;
   auto add_unit = [&](const std::string& name,
-                      const std::vector<std::tuple<const char*, size_t, bool>>& tensors) {
+                      const std::vector<std::tuple<const char*, uint64_t, bool>>& tensors) {
     Unit u;
     u.name = name;
     u.offset = L.padded_total;
     u.shard_offset = L.shard_total;
-    size_t off = 0;
+    uint64_t off = 0;
     for (const auto& [tname, n, decay] : tensors) {
       u.tensors.push_back({tname, off, n, decay});
       off += n;
@@ -59,9 +59,9 @@ Layout make_layout(const GPTConfig& cfg, int world, size_t pad_block) {
   return L;
 }
 
-size_t param_count_formula(const GPTConfig& c) {
-  const size_t C = c.dim;
-  return size_t(c.vocab) * C + size_t(c.ctx) * C + size_t(c.layers) * (12 * C * C + 13 * C) + 2 * C;
+uint64_t param_count_formula(const GPTConfig& c) {
+  const uint64_t C = c.dim;
+  return uint64_t(c.vocab) * C + uint64_t(c.ctx) * C + uint64_t(c.layers) * (12 * C * C + 13 * C) + 2 * C;
 }
 
 }  // namespace nz

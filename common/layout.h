@@ -11,6 +11,7 @@
 // N, so rank r owns slice r of every unit, and every collective is one call per unit.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,26 +29,29 @@ struct GPTConfig {
 bool preset_config(const std::string& name, GPTConfig* out);
 const char* preset_names();  // "tiny, small, gpt2"
 
+// Element counts are uint64_t, not size_t: the same code compiled for a 32-bit target (the explorer's
+// WebAssembly, docs/explorer.md) counts models of billions of parameters too (on 64-bit Linux they
+// are the same type).
 struct TensorSpec {
   std::string name;
-  size_t offset;  // elements from the start of the unit
-  size_t numel;
+  uint64_t offset;  // elements from the start of the unit
+  uint64_t numel;
   bool decay;     // weight decay applies (matrices and embeddings; not biases or layernorms)
 };
 
 struct Unit {
   std::string name;
-  size_t offset;        // elements from the start of the flat (padded) buffer
-  size_t numel;         // real parameters
-  size_t padded;        // numel rounded up to a multiple of N
-  size_t shard_offset;  // where this unit's slice starts in a rank's shard buffers (Σ earlier padded/N)
+  uint64_t offset;        // elements from the start of the flat (padded) buffer
+  uint64_t numel;         // real parameters
+  uint64_t padded;        // numel rounded up to a multiple of N
+  uint64_t shard_offset;  // where this unit's slice starts in a rank's shard buffers (Σ earlier padded/N)
   std::vector<TensorSpec> tensors;
 };
 
 // A range of elements inside a unit: what one rank owns, or the whole unit.
 struct Slice {
-  size_t begin, end;
-  size_t size() const { return end - begin; }
+  uint64_t begin, end;
+  uint64_t size() const { return end - begin; }
 };
 
 struct Layout {
@@ -55,16 +59,16 @@ struct Layout {
   int world = 1;                // N
   size_t pad_block = 1;         // units are padded to a multiple of N x this (ZeRO++'s blocks; else 1)
   std::vector<Unit> units;      // embed, blocks, lnf
-  size_t num_params = 0;        // Ψ: real parameters
-  size_t padded_total = 0;      // Σ padded
-  size_t shard_total = 0;       // S: Σ padded / N, the elements each rank owns
-  size_t max_unit_padded = 0;   // the largest unit (the size of a bucket / gather buffer)
+  uint64_t num_params = 0;      // Ψ: real parameters
+  uint64_t padded_total = 0;    // Σ padded
+  uint64_t shard_total = 0;     // S: Σ padded / N, the elements each rank owns
+  uint64_t max_unit_padded = 0;   // the largest unit (the size of a bucket / gather buffer)
   int num_units() const { return int(units.size()); }
   int embed_unit() const { return 0; }
   int lnf_unit() const { return num_units() - 1; }
   Slice full(int u) const { return {0, units[u].padded}; }
   Slice shard(int u, int rank) const {
-    size_t s = units[u].padded / world;
+    uint64_t s = units[u].padded / world;
     return {rank * s, (rank + 1) * s};
   }
 };
@@ -77,6 +81,6 @@ Layout make_layout(const GPTConfig& cfg, int world, size_t pad_block = 1);
 // stage's units whole (pipeline.h: a contiguous run of them).
 enum class ParamsHeld { AllUnits, OwnSlices, StageUnits };
 // The same number the layout counts, by the textbook formula (the tests compare the two).
-size_t param_count_formula(const GPTConfig& cfg);
+uint64_t param_count_formula(const GPTConfig& cfg);
 
 }  // namespace nz

@@ -4,7 +4,12 @@
 # Python 3 with the notebook packages (requirements.txt, pinned) in a virtual environment .venv/.
 # As root it installs with apt-get; otherwise it prints the exact command to run and stops.
 # nvcc is optional: when it is on PATH the CUDA backend is built too.
+# --explorer (make explore, make test): also the explorer's compiler and browsers (docs/explorer.md):
+# emscripten (em++: zero_estimate to WebAssembly); chromium, chromium-driver and firefox-esr (its
+# browser test).
 set -euo pipefail
+explorer=0
+[ "${1:-}" = --explorer ] && explorer=1
 cd "$(dirname "$0")/.."
 
 # The Debian name of this machine's architecture's library folder: x86_64-linux-gnu, aarch64-linux-gnu, ...
@@ -28,6 +33,15 @@ if [ ! -f /usr/include/oneapi/dnnl/dnnl.hpp ]; then
 fi
 # nlohmann-json, header-only: reads DeepSpeed's config files (common/runtime/ds_config.cpp, --config)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+# --explorer: installed apart from the rest, and not required: where apt cannot install them (on
+# Ubuntu `chromium` and `firefox` are snaps, which a container cannot run) the browser test says SKIP.
+explorer_missing=()
+if [ $explorer = 1 ]; then
+  command -v em++ >/dev/null 2>&1 || explorer_missing+=(emscripten)
+  command -v chromium >/dev/null 2>&1 || explorer_missing+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || explorer_missing+=(chromium-driver)
+  command -v firefox-esr >/dev/null 2>&1 || command -v firefox >/dev/null 2>&1 || explorer_missing+=(firefox-esr)
+fi
 
 # An optional package is wanted where apt has it (asked again after apt-get update, below).
 apt_has() { apt-cache show "$1" >/dev/null 2>&1; }
@@ -46,6 +60,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "run as root:  sudo sh -c '$cmd'"
     echo "then run the same make command again."
     exit 1
+  fi
+fi
+
+if [ ${#explorer_missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing for the explorer: ${explorer_missing[*]}"
+    [ ${#missing[@]} -gt 0 ] || apt-get update -qq
+    # one at a time: a package apt lacks or cannot set up here costs only its own part of the test
+    for p in "${explorer_missing[@]}"; do
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 ||
+        echo "$p did not install: the explorer's tests that need it will say SKIP"
+    done
+  else
+    echo "the explorer needs: ${explorer_missing[*]} (its browser test says SKIP without them)"
+    echo "run as root:  sudo sh -c 'apt-get update && apt-get install -y --no-install-recommends ${explorer_missing[*]}'"
   fi
 fi
 

@@ -6,7 +6,8 @@
 //   build/bin/zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]]
 //                           [--precision P] [--accum K] [--json] [--network INTRA,INTER [--compute-ms C]]
 //   build/bin/zero_estimate --paper-table
-//   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE]
+//   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE [--explain] [--result]]
+//   build/bin/zero_estimate --verify LINE
 //
 // The numbers come from common/zero_formulas.h and model.h (make_layout): the
 // same functions the trainers print beside their memory ledger and the tests assert against it,
@@ -176,7 +177,8 @@ void print_usage() {
          "                     [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]\n"
          "       zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]] ...\n"
          "       zero_estimate --paper-table\n"
-         "       zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE]\n"
+         "       zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE [--explain] [--result]]\n"
+         "       zero_estimate --verify LINE\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
          "formulas (common/zero_formulas.h), allocating nothing.\n"
          "  --preset       model preset: %s (default small, like the trainers)\n"
@@ -208,7 +210,7 @@ void print_usage() {
          "  --pipeline P   the pipeline's per-stage table (pipeline/train.cpp) on --world N ranks (default N = P):\n"
          "                 each stage's units, model states and activations; --schedule 1f1b (default) or gpipe,\n"
          "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches,\n"
-         "                 --zero 1 (each stage's optimizer state sharded over its N/P replicas)\n"
+         "                 --zero 1 (each stage's optimizer state sharded over its N/P replicas); --json: exact\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
          "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
@@ -216,7 +218,10 @@ void print_usage() {
          "                 default 1, picks the questions; --count N, default 10)\n"
          "  --key          with --quiz: the answer key instead, for the instructor\n"
          "  --check FILE   with --quiz: grade the answers in FILE (lines `Q<n> <number>`, in each\n"
-         "                 question's unit); exit 0 when all are right, 1 otherwise\n",
+         "                 question's unit); exit 0 when all are right, 1 otherwise\n"
+         "  --explain      with --check: the worked answer under each wrong one\n"
+         "  --result       with --check: a result line to paste for an instructor (seed, answers, score, check code)\n"
+         "  --verify LINE  check a result line: its code, and its answers graded again (exit 0 when it holds)\n",
          preset_names());
 }
 
@@ -224,9 +229,36 @@ void print_usage() {
 // memory table prints it: each stage's units, model states and activation slots.
 void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string& schedule,
                           const std::string& partition, int zero, DType dt, int B, int T, int K, bool ckpt,
-                          Attention attn) {
+                          Attention attn, bool json) {
   const PipelinePlan plan = make_pipeline_plan(cfg, N, 0, P, schedule, partition, zero);
   const Layout L = make_layout(cfg, plan.replicas);
+  if (json) {  // the same numbers, exact, one record per pipeline stage
+    JsonWriter j;
+    j.begin_object();
+    j.kv("stages", P), j.kv("replicas", plan.replicas), j.kv("world", N), j.kv("zero", zero);
+    j.kv("schedule", schedule_name(plan.schedule)), j.kv("micro_batches", K), j.kv("batch", B), j.kv("seq", T);
+    j.kv("precision", dtype_name(dt)), j.kv("activation_checkpointing", ckpt), j.kv("bubble", bubble_formula(P, K));
+    j.key("estimates");
+    j.begin_array();
+    for (int s = 0; s < P; s++) {
+      const StateBytes b = pipeline_stage_bytes(L, dt, plan, s);
+      const uint64_t acts = pipeline_activation_bytes(cfg, B, T, dt, ckpt, attn, plan, s, K);
+      j.begin_object();
+      j.kv("stage", s), j.kv("first_unit", plan.first_unit[s]), j.kv("last_unit", plan.first_unit[s + 1] - 1);
+      j.key("bytes");
+      j.begin_object();
+      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
+      j.kv("adam_v", b.adam_v), j.kv("activations", acts);
+      j.end_object();
+      j.kv("slots", activation_slots(plan.schedule, P, s, K));
+      j.kv("total", b.total() + acts);
+      j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+    return;
+  }
   printf("pipeline: %d stages x %d replicas (%d ranks), %s, %d micro-batches of %d x %d, %s | bubble (P-1)/(K+P-1) = "
          "%.3f\n", P, plan.replicas, N, schedule_name(plan.schedule), K, B, T, dtype_name(dt),
          bubble_formula(P, K));
@@ -325,6 +357,7 @@ int main(int argc, char** argv) {
   int vocab = -1, quiz_count = 10;
   uint64_t quiz_seed = 1;
   std::string check_file;
+  bool explain = false, result = false;  // with --check: worked answers under wrong ones; the result line
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
   int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
   int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
@@ -343,6 +376,8 @@ int main(int argc, char** argv) {
     if (a == "--key") { key = true; continue; }
     if (a == "--offload") { stage_arg = "offload"; continue; }
     if (a == "--activation-checkpointing") { checkpointing = true; continue; }
+    if (a == "--explain") { explain = true; continue; }
+    if (a == "--result") { result = true; continue; }
     if (i + 1 >= argc) user_error("%s needs a value, or is unknown; see zero_estimate --help", a.c_str());
     v = argv[++i];
     if (a == "--preset") preset = v, have_preset = true;
@@ -360,6 +395,7 @@ int main(int argc, char** argv) {
     else if (a == "--seed") quiz_seed = uint64_t(parse_pos(a, v, 1 << 30));
     else if (a == "--count") quiz_count = parse_pos(a, v, 1000);
     else if (a == "--check") check_file = v;
+    else if (a == "--verify") return verify_quiz_result(v) == 0 ? 0 : 1;
     else if (a == "--fit") fit_budget = parse_bytes(a, v);
     else if (a == "--attention") attention = v;
     else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
@@ -395,11 +431,14 @@ int main(int argc, char** argv) {
     print_paper_table();
     return 0;
   }
+  if ((explain || result) && check_file.empty())
+    user_error("%s goes with --quiz --check FILE (it adds to the grading); add them",
+               explain ? "--explain" : "--result");
   if (!check_file.empty() && !quiz) user_error("--check grades a quiz: add --quiz (with the quiz's --seed and --count)");
   if (key && !quiz) user_error("--key prints a quiz's answer key: add --quiz (with the quiz's --seed and --count)");
   if (key && !check_file.empty()) user_error("--key and --check both given; expected one: --key prints the key, --check grades");
   if (quiz) {
-    if (!check_file.empty()) return check_quiz(quiz_seed, quiz_count, check_file) == 0 ? 0 : 1;
+    if (!check_file.empty()) return check_quiz(quiz_seed, quiz_count, check_file, explain, result) == 0 ? 0 : 1;
     if (key) {
       print_quiz_key(quiz_seed, quiz_count);
       return 0;
@@ -464,7 +503,7 @@ int main(int argc, char** argv) {
     if (worlds.size() != 1)
       user_error("--pipeline %d: one --world N at a time, expected N = P x D ranks, e.g. --world %d", pipeline, pipeline);
     print_pipeline_table(cfg, worlds[0] == 1 ? pipeline : worlds[0], pipeline, schedule, partition, zero, dt, batch,
-                         seq, accum, checkpointing, attn);
+                         seq, accum, checkpointing, attn, json);
     return 0;
   }
   std::vector<Stage> stages;
@@ -557,9 +596,10 @@ int main(int argc, char** argv) {
            dt == DType::F32 ? "fp32: 4 + 4 + 8 = 16 bytes per parameter at stage0"
                             : "bf16 mixed: (2 + 2 + 12)Ψ, the paper's K = 12 (fp32 master, Adam m, v)");
   else
-    printf("%s: %d layers, width %d, %d heads, context %d | Ψ = %zu parameters | %s | activations for batch %d x "
+    printf("%s: %d layers, width %d, %d heads, context %d | Ψ = %llu parameters | %s | activations for batch %d x "
            "seq %d%s\n",
-           preset.c_str(), cfg.layers, cfg.dim, cfg.heads, cfg.ctx, out.front().L.num_params, dtype_name(dt), batch,
+           preset.c_str(), cfg.layers, cfg.dim, cfg.heads, cfg.ctx, (unsigned long long)out.front().L.num_params,
+           dtype_name(dt), batch,
            seq, attn == Attention::Flash ? ", flash attention (each block keeps the log-sum-exp, not the T x T)" : "");
   // One block per world size: a row per category, a column per stage.
   printf("per-rank bytes from common/zero_formulas.h (kB, MB, GB = 1e3, 1e6, 1e9 bytes); elements sent per\n"
@@ -569,11 +609,12 @@ int main(int argc, char** argv) {
     const Estimate* row = &out[w];
     const Layout& L = row[0].L;
     if (raw)
-      printf("\nN = %d rank%s: padded %zu, shard S = %zu per rank, no units\n", L.world, L.world == 1 ? "" : "s",
-             L.padded_total, L.shard_total);
+      printf("\nN = %d rank%s: padded %llu, shard S = %llu per rank, no units\n", L.world, L.world == 1 ? "" : "s",
+             (unsigned long long)L.padded_total, (unsigned long long)L.shard_total);
     else
-      printf("\nN = %d rank%s: padded %zu, shard S = %zu per rank, largest unit %zu\n", L.world,
-             L.world == 1 ? "" : "s", L.padded_total, L.shard_total, L.max_unit_padded);
+      printf("\nN = %d rank%s: padded %llu, shard S = %llu per rank, largest unit %llu\n", L.world,
+             L.world == 1 ? "" : "s", (unsigned long long)L.padded_total, (unsigned long long)L.shard_total,
+             (unsigned long long)L.max_unit_padded);
     // pad to a width in characters, not bytes (Ψ is two bytes of UTF-8)
     auto padded = [](const std::string& s, size_t width, bool left) {
       size_t chars = 0;

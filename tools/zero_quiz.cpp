@@ -52,6 +52,30 @@ std::string fmt(const char* f, A... a) {
   return s;
 }
 
+// Each category of a rank's model states, its bytes and whether it is whole or a slice: the worked
+// answer of a model-state question, from the same StateBytes the answer is.
+std::string explain_states(Stage s, uint64_t psi, int N, DType dt) {
+  const Layout L = paper_layout(psi, N);
+  const StateBytes b = expected_state_bytes(s, L, dt);
+  const uint64_t P = L.padded_total, S = L.shard_total;
+  // whole on every rank, or this rank's slice: what each stage shards (zero_formulas.h)
+  const bool params_whole = s != Stage::Z3, grads_whole = s == Stage::DDP || s == Stage::Z1;
+  const bool opt_whole = s == Stage::DDP;
+  auto part = [&](const char* name, uint64_t bytes, bool whole) {
+    if (!bytes) return std::string();
+    return fmt("%s %llu x %s = %llu; ", name, (unsigned long long)(bytes / (whole ? P : S)), whole ? "P" : "S",
+               (unsigned long long)bytes);
+  };
+  return fmt("Ψ = %llu parameters; on %d ranks P = Ψ padded to a multiple of N = %llu, S = P/N = %llu per rank. "
+             "%s keeps, in bytes: ", (unsigned long long)psi, N, (unsigned long long)P, (unsigned long long)S,
+             stage_name(s)) +
+         part("params", b.params, params_whole) + part("grads", b.grads, grads_whole) +
+         part("fp32 master", b.master, opt_whole) + part("Adam m", b.adam_m, opt_whole) +
+         part("Adam v", b.adam_v, opt_whole) +
+         fmt("total %llu bytes = %.4g GB (P: the whole model, S: this rank's slice).",
+             (unsigned long long)b.total(), double(b.total()) / 1e9);
+}
+
 }  // namespace
 
 std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
@@ -73,6 +97,7 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
                          "optimizer states; no activations, no buffers) does each rank hold?",
                          shape_text(shape).c_str(), precision_text(dt), stage_name(s), N),
                      gb, 0.01, "GB"});
+        q.back().explanation = explain_states(s, psi, N, dt);
         break;
       }
       case 1: {  // elements sent per optimizer step, with accumulation
@@ -93,6 +118,20 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
         qq.convention = "exact, with (N-1)/N";
         qq.paper_answer = paper_m;
         qq.paper_convention = "the ZeRO paper's count, without (N-1)/N";
+        const uint64_t sent = expected_comm_elems(s, L, K), per = (uint64_t(N) - 1) * L.shard_total;
+        qq.explanation = fmt("Ψ = %llu, S = Ψ/N padded = %llu, so one reduce-scatter or all-gather sends "
+                             "(N-1) S = %llu elements per rank. %s with K = %d %s: %llu x %llu = %llu elements = "
+                             "%.6g M (the paper's count: %llu x Ψ = %.6g M).",
+                             (unsigned long long)psi, (unsigned long long)L.shard_total, (unsigned long long)per,
+                             stage_name(s), K,
+                             s == Stage::Z3   ? "gathers in the forward and the backward and reduce-scatters, every "
+                                                "micro-step: 3K collectives"
+                             : s == Stage::Z2 ? "reduce-scatters every micro-step and all-gathers once: K + 1 "
+                                                "collectives"
+                                              : "sums the gradient locally and reduces it once (reduce-scatter + "
+                                                "all-gather): 2 collectives, whatever K",
+                             (unsigned long long)(sent / per), (unsigned long long)per, (unsigned long long)sent, m,
+                             (unsigned long long)(sent / per), paper_m);
         q.push_back(qq);
         break;
       }
@@ -109,6 +148,10 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
                            "memory does each rank's optimizer side take?",
                            shape_text(shape).c_str(), precision_text(dt), N),
                        gb, 0.01, "GB"});
+          const Layout L = paper_layout(psi, N);
+          q.back().explanation = fmt("S = Ψ/N padded = %llu; the host keeps the gradient slice (%d bytes each), an "
+                                     "fp32 master slice and Adam m and v (4 bytes each): (%d + 12) S = %.6g GB.",
+                                     (unsigned long long)L.shard_total, int(dtype_bytes(dt)), int(dtype_bytes(dt)), gb);
         } else {
           const double m = double(expected_link_elems(Stage::Offload, paper_layout(psi, N), K)) / 1e6;
           q.push_back({fmt("%s, ZeRO-Offload on %d ranks with %d micro-steps per optimizer step (each "
@@ -116,6 +159,10 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
                            "up once): how many million elements cross each rank's host<->device link per "
                            "step?", shape_text(shape).c_str(), N, K),
                        m, 0.01, "M elements"});
+          q.back().explanation = fmt("S = Ψ/N padded = %llu; every micro-step's reduced gradient slice goes down "
+                                     "(K S) and the updated slice comes up once (S): (K + 1) S = %d x %llu = %.6g M.",
+                                     (unsigned long long)paper_layout(psi, N).shard_total, K + 1,
+                                     (unsigned long long)paper_layout(psi, N).shard_total, m);
         }
         break;
       }
@@ -126,10 +173,16 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
         for (int n = 1; n <= 1024 && !fewest; n *= 2)
           if (double(expected_state_bytes(s, paper_layout(psi, n), DType::BF16).total()) <= cap * 1e9) fewest = n;
         if (!fewest || fewest == 1) continue;  // a question with an answer worth computing
+        std::string tried;
+        for (int n = 1; n <= fewest; n *= 2)
+          tried += fmt("%sN = %d: %.4g GB", n == 1 ? "" : ", ", n,
+                       double(expected_state_bytes(s, paper_layout(psi, n), DType::BF16).total()) / 1e9);
         q.push_back({fmt("%s, bf16 mixed precision, %s: what is the fewest ranks N, a power of two, for which "
                          "each rank's model states fit in %d GB (10^9 bytes)?",
                          shape_text(shape).c_str(), stage_name(s), cap),
                      double(fewest), 0.0, "ranks"});
+        q.back().explanation = fmt("Ψ = %llu; each rank's model states, doubling N: %s. The first at or under %d GB: "
+                                   "N = %d.", (unsigned long long)psi, tried.c_str(), cap, fewest);
         break;
       }
       case 4: {  // the largest model a stage fits
@@ -143,6 +196,9 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
                          "%d ranks with %d GB (10^9 bytes) each: how many billion parameters is the largest "
                          "model whose model states fit?", stage_name(s), N, cap),
                      billions, 0.01, "B parameters"});
+        q.back().explanation = fmt("%s on %d ranks keeps %.4g bytes per parameter of the model (2 + 2 + 12 = 16 bytes, "
+                                   "each category divided by N where the stage shards it); %d GB / %.4g bytes = %.4g "
+                                   "billion parameters.", stage_name(s), N, per_param, cap, per_param, billions);
         break;
       }
     }
@@ -150,11 +206,18 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
   return q;
 }
 
-int check_quiz(uint64_t seed, int count, const std::string& path) {
+// Whether v answers q in its unit: within its tolerance of the exact answer, or of the paper's.
+static bool right_exact(const QuizQuestion& q, double v, double want) {
+  return std::isfinite(v) && std::isfinite(want) &&
+         (q.rel_tol == 0 ? v == want : std::fabs(v - want) <= q.rel_tol * std::fabs(want));
+}
+
+int check_quiz(uint64_t seed, int count, const std::string& path, bool explain, bool result) {
   std::ifstream in(path);
   if (!in) user_error("--check %s: cannot read it (%s); give the file with your answers", path.c_str(), strerror(errno));
   const std::vector<QuizQuestion> q = make_quiz(seed, count);
   std::vector<double> given(q.size(), NAN);
+  std::vector<std::string> given_text(q.size(), "-");
   std::string line;
   int lineno = 0;
   while (std::getline(in, line)) {
@@ -177,15 +240,13 @@ int check_quiz(uint64_t seed, int count, const std::string& path) {
       user_error("--check %s, line %d: \"%s\" is not a number; write the answer in the question's unit",
                  path.c_str(), lineno, value.c_str());
     given[n - 1] = v;
+    given_text[n - 1] = value;
   }
   int wrong = 0;
   for (size_t i = 0; i < q.size(); i++) {
     const QuizQuestion& qi = q[i];
     const double v = given[i];
-    auto matches = [&](double want) {
-      return std::isfinite(v) && std::isfinite(want) &&
-             (qi.rel_tol == 0 ? v == want : std::fabs(v - want) <= qi.rel_tol * std::fabs(want));
-    };
+    auto matches = [&](double want) { return right_exact(qi, v, want); };
     const bool exact = matches(qi.answer), paper = !exact && matches(qi.paper_answer);
     const std::string tol = qi.rel_tol == 0 ? " exactly" : fmt(" within %g%%", qi.rel_tol * 100);
     wrong += !(exact || paper);
@@ -199,9 +260,69 @@ int check_quiz(uint64_t seed, int count, const std::string& path) {
     else
       printf("Q%zu  wrong: %g %s, expected %.4g (%s) or %.4g (%s)%s\n", i + 1, v, qi.unit.c_str(), qi.answer,
              qi.convention.c_str(), qi.paper_answer, qi.paper_convention.c_str(), tol.c_str());
+    if (explain && std::isfinite(v) && !(exact || paper)) printf("    %s\n", qi.explanation.c_str());
   }
   printf("score: %zu of %zu right\n", q.size() - wrong, q.size());
+  if (result) printf("result: %s\n", quiz_result_line(seed, count, given_text, int(q.size()) - wrong).c_str());
   return wrong;
+}
+
+static uint32_t fnv1a(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::string>& answers, int right) {
+  std::string line = fmt("nzquiz1 seed=%llu count=%d answers=", (unsigned long long)seed, count);
+  for (size_t i = 0; i < answers.size(); i++) line += (i ? "," : "") + answers[i];
+  line += fmt(" score=%d/%d", right, count);
+  return line + fmt(" code=%08x", fnv1a(line));
+}
+
+int verify_quiz_result(const std::string& text) {
+  std::string line = text;
+  if (line.rfind("result: ", 0) == 0) line = line.substr(8);  // as --check --result prints it
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  unsigned long long seed = 0;
+  int count = 0, right = 0, of = 0, used = 0;
+  char answers[20000], code[16];
+  const bool parsed = line.size() < sizeof answers &&
+                      sscanf(line.c_str(), "nzquiz1 seed=%llu count=%d answers=%19999s score=%d/%d code=%8[0-9a-f]%n",
+                             &seed, &count, answers, &right, &of, code, &used) == 6 &&
+                      size_t(used) == line.size() && strlen(code) == 8 && count >= 1 && count <= 1000 && of == count;
+  if (!parsed)
+    user_error("--verify \"%.80s\": not a quiz result line, expected `nzquiz1 seed=S count=C answers=A1,A2,... "
+               "score=R/C code=XXXXXXXX`; paste the whole line the quiz printed", line.c_str());
+  std::vector<std::string> given;
+  std::stringstream ss(answers);
+  for (std::string a; std::getline(ss, a, ',');) given.push_back(a);
+  if (int(given.size()) != count)
+    user_error("--verify: %zu answers for a quiz of %d questions, expected one per question (`-` for none); paste "
+               "the whole line the quiz printed", given.size(), count);
+  const std::string body = line.substr(0, line.rfind(" code="));
+  if (fmt("%08x", fnv1a(body)) != code) {
+    printf("not verified: the check code does not match the line (edited, or garbled when copied); ask for the line "
+           "again\n");
+    return 1;
+  }
+  const std::vector<QuizQuestion> q = make_quiz(seed, count);
+  int regraded = 0;
+  for (int i = 0; i < count; i++) {
+    char* end = nullptr;
+    const double v = given[i] == "-" ? NAN : strtod(given[i].c_str(), &end);
+    if (given[i] != "-" && (given[i].empty() || *end))
+      user_error("--verify: answer %d \"%s\" is not a number or `-`; paste the whole line the quiz printed", i + 1,
+                 given[i].c_str());
+    regraded += right_exact(q[i], v, q[i].answer) || right_exact(q[i], v, q[i].paper_answer);
+  }
+  if (regraded != right) {
+    printf("not verified: the line says %d of %d right, its answers grade %d of %d (--seed %llu --count %d)\n", right,
+           count, regraded, count, seed, count);
+    return 1;
+  }
+  printf("verified: --seed %llu --count %d, %d of %d right\n", seed, count, right, count);
+  return 0;
 }
 
 void print_quiz_key(uint64_t seed, int count) {

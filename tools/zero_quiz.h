@@ -32,6 +32,7 @@ struct QuizQuestion {
   std::string convention = "";
   double paper_answer = NAN;
   std::string paper_convention = "";
+  std::string explanation = "";  // the worked answer, shown under a wrong one (--check --explain)
 };
 
 std::vector<QuizQuestion> make_quiz(uint64_t seed, int count);
@@ -41,7 +42,19 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count);
 // score; returns the number of questions not answered correctly. A file that cannot be read or a
 // line that is not an answer is a user error (one line, exit 2). A right answer to a question with
 // two conventions says which one it matched.
-int check_quiz(uint64_t seed, int count, const std::string& path);
+// explain: under each wrong answer, its worked explanation (indented lines). result: after the
+// score, the result line a learner pastes for an instructor (quiz_result_line).
+int check_quiz(uint64_t seed, int count, const std::string& path, bool explain = false, bool result = false);
+
+// The result line of a graded quiz: `nzquiz1 seed=S count=C answers=A1,A2,... score=R/C code=XXXXXXXX`,
+// the answers as given (`-` for none) and a check code over all of it (FNV-1a, 32 bits). The code
+// catches a line edited by hand or garbled on the way; it is a checksum, not a signature: anyone with
+// zero_estimate can make one, and --verify grades the answers again rather than trusting the score.
+std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::string>& answers, int right);
+// zero_estimate --verify LINE: checks the code, grades the answers again and compares the score.
+// Prints one line; returns 0 when the line holds, 1 when it does not. A line that is not a result
+// line is a user error (one line, exit 2).
+int verify_quiz_result(const std::string& line);
 
 // The answer key of (seed, count), for the instructor: one line `Q<n> <answer>   # unit, tolerance`
 // per question (a file of them scores 100%), the paper's answer beside the exact one where they differ.

@@ -7,7 +7,7 @@
 # key's model-state and traffic answers agree with the ZeRO paper's formulas recomputed here
 # independently, from the question text alone. Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/../.."
-est=build/bin/zero_estimate
+est=${NZ_BIN_DIR:-build/bin}/zero_estimate
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 res() { if [ "$2" = 0 ]; then echo "NZRESULT PASS quiz.$1"; else echo "NZRESULT FAIL quiz.$1 $3"; fi; }
@@ -139,3 +139,39 @@ mid=$(join <(sort "$tmp/key_values.txt") <(sort "$tmp/paper.txt") | awk -v q="$q
 out=$($est --quiz --seed 11 --count 20 --check "$tmp/between.txt" 2>&1); rc=$?
 [ -n "$q" ] && [ $rc = 1 ] && grep -q "^$q  wrong" <<<"$out"
 res between_the_conventions_is_wrong $? "(exit $rc: $(grep "^$q " <<<"$out"))"
+
+# --explain: a worked answer (an indented line) under each wrong answer, none under a right one.
+out=$($est --quiz --seed 11 --count 20 --check "$tmp/all_off.txt" --explain 2>&1)
+explained=$(grep -c '^    [^ ]' <<<"$out")
+right_out=$($est --quiz --seed 11 --count 20 --check "$tmp/key.txt" --explain 2>&1)
+[ "$explained" = 20 ] && ! grep -q '^    ' <<<"$right_out" && grep -q '^Q1  wrong' <<<"$out" &&
+  [ "$(grep -A1 '^Q1  wrong' <<<"$out" | tail -1 | cut -c1-4)" = "    " ]
+res explain_shows_a_worked_answer_under_each_wrong_one $? "($explained explanations for 20 wrong answers)"
+
+# --result and --verify: the result line of a graded quiz verifies; its check code is FNV-1a over the
+# line, recomputed here; an edited score, or an edited answer with the code recomputed to match, is
+# not verified (exit 1); a line that is not a result line is one line, exit 2.
+line=$($est --quiz --seed 11 --count 20 --check "$tmp/off.txt" --result 2>&1 | sed -n 's/^result: //p')
+fnv() { python3 -c 'import sys
+h = 2166136261
+for c in sys.argv[1].encode(): h = ((h ^ c) * 16777619) % 2**32
+print(f"{h:08x}")' "$1"; }
+body=${line% code=*}
+[ -n "$line" ] && [ "${line##* code=}" = "$(fnv "$body")" ] && grep -q ' score=19/20 ' <<<"$line"
+res result_line_has_the_score_and_fnv_code $? "($line)"
+out=$($est --verify "$line" 2>&1); rc=$?
+[ $rc = 0 ] && [ "$out" = "verified: --seed 11 --count 20, 19 of 20 right" ]; res verify_accepts_its_line $? "(exit $rc: $out)"
+out=$($est --verify "${line/score=19/score=20}" 2>&1); rc=$?
+[ $rc = 1 ] && grep -q 'not verified: the check code' <<<"$out"; res verify_refuses_an_edited_score $? "(exit $rc: $out)"
+forged="${body/score=19/score=20}"
+forged=$(awk -v q="$(awk '$1 == "Q3" { print $2 }' "$tmp/key.txt")" '{ split($0, a, "answers="); split(a[2], b, " ");
+  n = split(b[1], v, ","); v[3] = q; s = v[1]; for (i = 2; i <= n; i++) s = s "," v[i]; sub(b[1], s); print }' <<<"$forged")
+out=$($est --verify "$forged code=$(fnv "$forged")" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q '20 of 20' <<<"$out"; res verify_regrades_the_answers $? "(Q3 corrected, score 20 claimed: exit $rc: $out)"
+forged=${body/score=19/score=20}
+out=$($est --verify "$forged code=$(fnv "$forged")" 2>&1); rc=$?
+[ $rc = 1 ] && grep -q 'its answers grade 19 of 20' <<<"$out"; res verify_refuses_a_score_its_answers_do_not_earn $? "(exit $rc: $out)"
+out=$($est --verify "nzquiz1 seed=11 count=20 answers=1 score=0/20" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ]; res verify_of_a_bad_line_is_one_line_exit_2 $? "(exit $rc: $out)"
+out=$($est --quiz --explain 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ]; res explain_without_check_is_a_usage_error $? "(exit $rc: $out)"

@@ -239,6 +239,42 @@ TEST(Estimate, FlashAttentionKeepsTheLogSumExpInsteadOfTheSoftmax) {
   }
 }
 
+// --pipeline P --json (what the explorer draws) holds exactly the numbers of the table the same flags
+// print, stage by stage: units, the five model-state categories, the slots, the activations, the total.
+TEST(Estimate, PipelineJsonIsTheTable) {
+  for (const std::string flags : {"--preset small --pipeline 2 --world 4 --accum 4",
+                                  "--preset tiny --seq 32 --pipeline 3 --accum 8 --schedule gpipe --precision bf16",
+                                  "--preset small --pipeline 4 --world 8 --zero 1 --precision fp16 "
+                                  "--activation-checkpointing",
+                                  "--preset small --pipeline 2 --partition 3 --accum 2"}) {
+    SCOPED_TRACE(flags);
+    std::string text;
+    ASSERT_EQ(run_command(bin_dir() + "/zero_estimate " + flags, &text), 0) << text;
+    const Json j = estimate_json(flags);
+    const int P = int(j["stages"].u());
+    ASSERT_EQ(j["estimates"].arr.size(), size_t(P));
+    char bubble[32];
+    snprintf(bubble, sizeof bubble, "= %.3f", j["bubble"].d());
+    EXPECT_NE(text.find(bubble), std::string::npos) << text;
+    for (int s = 0; s < P; s++) {
+      const Json& e = j["estimates"][size_t(s)];
+      const size_t row = text.find("\n" + std::to_string(s) + " ");
+      ASSERT_NE(row, std::string::npos) << text;
+      unsigned long long v[5], slots, acts, total;
+      int first, last;
+      ASSERT_EQ(sscanf(text.c_str() + row + 1, "%*d %d..%d %llu %llu %llu %llu %llu %llu %llu %llu", &first, &last,
+                       &v[0], &v[1], &v[2], &v[3], &v[4], &slots, &acts, &total), 10) << text;
+      EXPECT_EQ(uint64_t(first), e["first_unit"].u());
+      EXPECT_EQ(uint64_t(last), e["last_unit"].u());
+      const char* cats[] = {"params", "grads", "master", "adam_m", "adam_v"};
+      for (int c = 0; c < 5; c++) EXPECT_EQ(v[c], e["bytes"][cats[c]].u()) << cats[c] << ", stage " << s;
+      EXPECT_EQ(slots, e["slots"].u());
+      EXPECT_EQ(acts, e["bytes"]["activations"].u());
+      EXPECT_EQ(total, e["total"].u());
+    }
+  }
+}
+
 // Bad input: one line naming the problem, exit code 2.
 TEST(Estimate, BadInputIsOneLineAndExitCodeTwo) {
   const std::vector<std::pair<std::string, std::string>> cases = {

@@ -1,0 +1,205 @@
+"""webdriver.py — the few W3C WebDriver calls the browser tests make: to Chromium through chromedriver,
+to Firefox through its own Marionette port.
+
+WebDriver (https://www.w3.org/TR/webdriver2/) is JSON over plain HTTP, and chromedriver (Debian's
+chromium-driver) speaks it: a session, a URL, elements, keys, a script. This is what Selenium sends,
+without a package to install and pin for it (Python's standard library only). Firefox takes the
+same commands by name over Marionette, a TCP socket of length-prefixed JSON messages (what
+geckodriver, which Debian does not package, translates WebDriver into).
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+KEY_TAB = "\ue004"
+KEY_ENTER = "\ue007"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WebDriverError(RuntimeError):
+    pass
+
+
+class Browser:
+    """Headless Chromium through chromedriver, `width` x `height` pixels."""
+
+    def __init__(self, width=1024, height=768):
+        self.port = free_port()
+        self.proc = subprocess.Popen([shutil.which("chromedriver"), f"--port={self.port}"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.base = f"http://127.0.0.1:{self.port}"
+        for _ in range(100):  # chromedriver answers /status once it listens
+            try:
+                self._call("GET", "/status")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.1)
+        # --no-sandbox: Chromium's sandbox refuses to run as root, and as a user it needs user namespaces,
+        # which many containers do not allow; the tests load only the project's own pages
+        args = ["--headless=new", "--disable-gpu", "--no-first-run", "--no-sandbox", f"--window-size={width},{height}",
+                "--allow-file-access-from-files"]
+        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome",
+                                                 "goog:chromeOptions": {"args": args}}}}
+        self.session = self._call("POST", "/session", caps)["sessionId"]
+
+    def _call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return json.loads(r.read() or b"{}").get("value")
+        except urllib.error.HTTPError as e:
+            raise WebDriverError(f"{method} {path}: {e.read().decode(errors='replace')[:500]}") from None
+
+    def cmd(self, method, path, body=None):
+        return self._call(method, f"/session/{self.session}{path}", body)
+
+    def get(self, url):
+        self.cmd("POST", "/url", {"url": url})
+
+    def run(self, script, *args):
+        """Runs `script` (a function body) in the page; returns what it returns."""
+        return self.cmd("POST", "/execute/sync", {"script": script, "args": list(args)})
+
+    def find(self, css):
+        v = self.cmd("POST", "/element", {"using": "css selector", "value": css})
+        return next(iter(v.values()))
+
+    def click(self, element):
+        self.cmd("POST", f"/element/{element}/click", {})
+
+    def clear(self, element):
+        self.cmd("POST", f"/element/{element}/clear", {})
+
+    def type(self, element, text):
+        self.cmd("POST", f"/element/{element}/value", {"text": text})
+
+    def keys(self, text):
+        """Key presses sent to whatever has the focus (the Actions API), as a person typing."""
+        actions = []
+        for ch in text:
+            actions += [{"type": "keyDown", "value": ch}, {"type": "keyUp", "value": ch}]
+        self.cmd("POST", "/actions", {"actions": [{"type": "key", "id": "keyboard", "actions": actions}]})
+
+    def wait_for(self, script, timeout=30):
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.run(script):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def cpu_seconds(self):
+        """User + system CPU seconds of chromedriver and every process under it (the browser's), so far."""
+        tick = os.sysconf("SC_CLK_TCK")
+        parent, cpu = {}, {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(pid)] = int(fields[1])
+            cpu[int(pid)] = (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+
+        def under(pid):
+            while pid > 1:
+                if pid == self.proc.pid:
+                    return True
+                pid = parent.get(pid, 0)
+            return False
+        return sum(c for pid, c in cpu.items() if under(pid))
+
+    def close(self):
+        try:
+            self.cmd("DELETE", "")
+        except Exception:
+            pass
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class Firefox(Browser):
+    """Headless Firefox (Debian's firefox-esr) through Marionette: the same calls as Browser."""
+
+    COMMANDS = {("POST", "/url"): "WebDriver:Navigate", ("POST", "/execute/sync"): "WebDriver:ExecuteScript",
+                ("POST", "/element"): "WebDriver:FindElement", ("POST", "/actions"): "WebDriver:PerformActions",
+                ("GET", "/screenshot"): "WebDriver:TakeScreenshot", ("DELETE", ""): "Marionette:Quit",
+                ("POST", "/click"): "WebDriver:ElementClick", ("POST", "/clear"): "WebDriver:ElementClear",
+                ("POST", "/value"): "WebDriver:ElementSendKeys", ("POST", "/window/rect"): "WebDriver:SetWindowRect"}
+
+    def __init__(self, width=1024, height=768):
+        self.port = free_port()
+        self.profile = tempfile.mkdtemp()
+        with open(os.path.join(self.profile, "user.js"), "w") as f:
+            f.write(f'user_pref("marionette.port", {self.port});\n')
+        exe = shutil.which("firefox-esr") or shutil.which("firefox")
+        self.proc = subprocess.Popen([exe, "--headless", "--marionette", "--profile", self.profile,
+                                      "--window-size", f"{width},{height}"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, env=dict(os.environ, HOME=self.profile))
+        for _ in range(600):
+            try:
+                self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=120)
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise WebDriverError("firefox: no Marionette port after 60 s")
+        self.buf, self.msg_id = b"", 0
+        self._read()  # the server's hello
+        self.cmd("POST", "/session", {"capabilities": {}})
+        self.cmd("POST", "/window/rect", {"width": width, "height": height})
+
+    def _read(self):
+        while b":" not in self.buf:
+            self.buf += self.sock.recv(65536)
+        n, rest = self.buf.split(b":", 1)
+        while len(rest) < int(n):
+            rest += self.sock.recv(65536)
+        self.buf = rest[int(n):]
+        return json.loads(rest[:int(n)])
+
+    def cmd(self, method, path, body=None):
+        body = dict(body or {})
+        if path == "/session":
+            name = "WebDriver:NewSession"
+        elif path.startswith("/element/"):  # /element/ID/click, /clear, /value
+            _, _, element, action = path.split("/")
+            name, body["id"] = self.COMMANDS[(method, "/" + action)], element
+        else:
+            name = self.COMMANDS[(method, path)]
+        self.msg_id += 1
+        message = json.dumps([0, self.msg_id, name, body]).encode()
+        self.sock.sendall(str(len(message)).encode() + b":" + message)
+        _, _, error, result = self._read()
+        if error:
+            raise WebDriverError(f"{name}: {error}")
+        return result.get("value", result) if isinstance(result, dict) else result
+
+    def cpu_seconds(self):
+        return Browser.cpu_seconds(self)
+
+    def close(self):
+        try:
+            self.cmd("DELETE", "")
+        except Exception:
+            pass
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.profile, ignore_errors=True)

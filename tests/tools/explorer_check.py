@@ -1,0 +1,536 @@
+"""The explorer (docs/explorer.md) in headless Chromium, against the command line.
+
+The page runs zero_estimate compiled to WebAssembly; this checks, in a real browser, that what it
+shows is what build/bin/zero_estimate (the native build) prints:
+  - a few hundred random configurations set through the page's form: every number of its table
+    (bytes by category, totals, the fitting micro-batch, elements sent), of its ZeRO++ table
+    (bytes inside and across nodes, memory added, the step time) and of its pipeline table (each
+    stage's bytes by category, activation slots, total), and for one in ten of its
+    accumulation table too, equals the native --json output for the same flags, which are written here from the
+    configuration independently of the page; an invalid one shows the command line's own error line;
+  - the quiz: the questions of `zero_estimate --quiz` for a seed; each answer typed and Entered is
+    marked right or wrong at once, a wrong one with its worked answer; the score, and a result line
+    that `zero_estimate --verify` accepts, as does the page's own box for the instructor (and an
+    edited line, or not a result line, gets the command line's verdict there too);
+  - a trainer's --log-json report, loaded through the page's file input: each rank's ledger beside
+    the formula, marked equal cell by cell; a report with one byte changed is marked at that cell;
+  - the chart: a bar per stage, N and device category with zero_estimate's bytes, and the host's
+    bytes above them for offload and infinity, stacked, to scale;
+  - the paper's Table 1 cases, one click each: the bytes equal the native ones and, in GB to three
+    digits, the paper's printed cells (typed in here from the paper);
+  - keyboard use: Tab reaches every control of the form in order, and typing a world size and Tab
+    updates the table; text contrast at least 4.5:1 (WCAG AA); at 1024 x 768 no sideways scrolling
+    and the chart starts on the first screen;
+  - a view's permalink (the form in the page's address) reopens the same table;
+  - the page works from disk (file://) and from `make explore`'s server (scripts/explore.sh);
+  - the check can fail: the same comparison on a copy of the page whose form drops --accum finds
+    the differences.
+The same checks run in each browser named (chromium, through chromedriver; firefox, through its
+Marionette port). Prints NZRESULT lines; usage: explorer_check.py PAGE_DIR ZERO_ESTIMATE BROWSER:CONFIGURATIONS... (chromium:300 firefox:100)
+"""
+import concurrent.futures
+import functools
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from webdriver import Browser, Firefox, KEY_ENTER, KEY_TAB, free_port  # noqa: E402
+
+page_dir, native = sys.argv[1], sys.argv[2]  # (explorer_wasm_check.py imports the configurations from here)
+browsers = [(b.split(":")[0], int(b.split(":")[1])) for b in sys.argv[3:]]  # chromium:300 firefox:100
+current = "chromium"  # the browser the checks run in: the results' names say it
+
+
+def res(name, ok, detail=""):
+    print(f"NZRESULT {'PASS' if ok else 'FAIL'} explorer.{current}.{name} {detail}".rstrip(), flush=True)
+
+
+# ---- random configurations, and the flags the command line takes for each ----
+CTX = {"tiny": 32, "small": 128, "gpt2": 1024}
+STAGES = ["all", "stage0_ddp", "stage1", "stage2", "stage3", "offload", "infinity"]
+
+
+def random_config(rng):
+    c = {"precision": rng.choice(["fp32", "bf16", "fp16"]), "stage": rng.choice(STAGES),
+         "world": rng.choice([1, 2, 3, 4, 5, 8, 16, 24, 64, 100, 256, 1024]), "accum": rng.randint(1, 8)}
+    c["zpp-node"] = rng.choice([1, 2, 4, 8])
+    c["zpp-qw"], c["zpp-qg"] = rng.choice([64, 256, 1024]), rng.choice([32, 256])
+    c["zpp-net"], c["zpp-ms"] = rng.choice([("", ""), ("300,25", "100"), ("300,3.125", "")])
+    c["pp-stages"], c["pp-schedule"] = rng.choice([1, 2, 3, 4]), rng.choice(["1f1b", "gpipe"])
+    c["pp-partition"], c["pp-zero"] = rng.choice(["", "", "", "1,2"]), rng.choice(["0", "1"])
+    if rng.random() < 0.25:
+        c["model"] = "params"
+        c["params"] = rng.choice(["7.5B", "125M", "1T", "3e9", "1.3B", str(rng.randint(1, 10**12)), "175B"])
+        return c
+    c["model"] = "shape"
+    c["preset"] = rng.choice(list(CTX))
+    c["layers"] = str(rng.randint(1, 48)) if rng.random() < 0.4 else ""
+    heads = rng.choice([1, 2, 4, 6, 8, 12, 16])
+    c["heads"] = str(heads) if rng.random() < 0.4 else ""
+    c["dim"] = str(heads * rng.choice([8, 16, 32, 64])) if c["heads"] and rng.random() < 0.8 else ""
+    c["vocab"] = rng.choice(["", "", "50257", "32000"])
+    c["batch"] = rng.randint(1, 16)
+    c["seq"] = rng.randint(1, CTX[c["preset"]])
+    c["ckpt"] = rng.random() < 0.5
+    c["attention"] = "flash" if rng.random() < 0.15 else "gemm"
+    c["fit"] = rng.choice(["", "", "24GB", "64MiB", "80GB", "2GB"])
+    return c
+
+
+def native_flags(c, accum=None):
+    f = []
+    if c["model"] == "params":
+        f += ["--params", c["params"]]
+    else:
+        f += ["--preset", c["preset"]]
+        for k in ("layers", "dim", "heads", "vocab"):
+            if c[k]:
+                f += [f"--{k}", c[k]]
+        f += ["--batch", str(c["batch"]), "--seq", str(c["seq"])]
+        if c["ckpt"]:
+            f.append("--activation-checkpointing")
+        f += ["--attention", c["attention"]]
+        if c["fit"]:
+            f += ["--fit", c["fit"]]
+    f += ["--precision", c["precision"], "--accum", str(accum or c["accum"]), "--world", str(c["world"]),
+          "--stage", c["stage"]]
+    return f
+
+
+@functools.lru_cache(maxsize=None)
+def _native(flags):
+    p = subprocess.run([native] + list(flags) + ["--json"], capture_output=True, text=True)
+    return p.returncode, (json.loads(p.stdout) if p.returncode == 0 else p.stderr.strip())
+
+
+def zeropp_flags(c):
+    f = native_flags(c)[:-2]  # ZeRO++'s table has no --stage
+    f += ["--zeropp", str(c["zpp-node"]), "--qw-block", str(c["zpp-qw"]), "--qg-block", str(c["zpp-qg"])]
+    if c["zpp-net"]:
+        f += ["--network", c["zpp-net"]] + (["--compute-ms", c["zpp-ms"]] if c["zpp-ms"] else [])
+    return f
+
+
+def pipeline_flags(c):
+    f = native_flags(c)[:-2] + ["--pipeline", str(c["pp-stages"]), "--schedule", c["pp-schedule"]]
+    if c["pp-partition"]:
+        f += ["--partition", c["pp-partition"]]
+    if c["pp-zero"] != "0":
+        f += ["--zero", c["pp-zero"]]
+    return f
+
+
+def run_native(flags):
+    return _native(tuple(flags))
+
+
+def run_native_all(flag_lists):
+    """Runs them 8 at a time (each run is mostly waiting: 50 ms of start-up, 5 ms of CPU)."""
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(run_native, flag_lists))
+
+
+# ---- the page: set the form, read what it shows ----
+SET_AND_READ = """
+const configs = arguments[0], out = [];
+for (const c of configs) {
+  for (const [k, v] of Object.entries(c)) {
+    const e = document.getElementById(k);
+    if (e.type === "checkbox") e.checked = v; else e.value = String(v);
+  }
+  window.nzExplorer.update();
+  const st = document.getElementById("status");
+  const cells = [...document.querySelectorAll("#table td, #accum-table td")].map(
+      (td) => [td.dataset.key, td.dataset.stage, td.dataset.accum || "", td.dataset.value]);
+  const zst = document.getElementById("zpp-status");
+  const zcells = [...document.querySelectorAll("#zpp-table td")].map((td) => [td.dataset.key, td.dataset.technique, td.dataset.value]);
+  const pst = document.getElementById("pp-status");
+  const pcells = [...document.querySelectorAll("#pp-table td[data-key]")].map((td) => [td.dataset.key, td.dataset.stage, td.dataset.value]);
+  out.push({error: st.className === "error" ? st.textContent : "", cells: cells,
+            zerror: zst.className === "error" ? zst.textContent : "", zcells: zcells,
+            perror: pst.className === "error" ? pst.textContent : "", pcells: pcells});
+}
+return out;
+"""
+
+FIELDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world",
+          "batch", "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms",
+          "pp-stages", "pp-schedule", "pp-partition", "pp-zero"]
+DEFAULTS = {"preset": "small", "layers": "", "dim": "", "heads": "", "vocab": "", "params": "7.5B",
+            "batch": 4, "seq": 64, "ckpt": False, "attention": "gemm", "fit": "", "zpp-node": 8, "zpp-qw": 256,
+            "zpp-qg": 256, "zpp-net": "", "zpp-ms": "", "pp-stages": 2, "pp-schedule": "1f1b", "pp-partition": "",
+            "pp-zero": "0"}
+
+
+def compare(browser, configs):
+    """(values compared, configurations compared, list of differences): the table, the accumulation
+    table and the ZeRO++ table"""
+    # the accumulation table for one configuration in ten: each K is another run of the command line
+    with_k = {i for i in range(len(configs)) if i % 10 == 0}
+    run_native_all([native_flags(c) for c in configs] + [zeropp_flags(c) for c in configs] +
+                   [pipeline_flags(c) for c in configs] +
+                   [native_flags(configs[i], accum=K) for i in with_k for K in (1, 2, 4, 8)])
+    shown = browser.run(SET_AND_READ, [{k: c.get(k, DEFAULTS.get(k)) for k in FIELDS} for c in configs])
+    values, diffs = 0, []
+    compare.zeropp_tables = compare.pipeline_tables = 0
+    for i, (c, page) in enumerate(zip(configs, shown)):
+        prc, pwant = run_native(pipeline_flags(c))
+        compare.pipeline_tables += prc == 0
+        if prc != 0:
+            if page["perror"] != pwant:
+                diffs.append(f"{pipeline_flags(c)}: native '{pwant}', page '{page['perror']}'")
+        else:
+            pexpect = {}
+            for e in pwant["estimates"]:
+                for k, v in e["bytes"].items():
+                    pexpect[("bytes." + k, str(e["stage"]))] = v
+                pexpect[("slots", str(e["stage"]))] = e["slots"]
+                pexpect[("total", str(e["stage"]))] = e["total"]
+            pgot = {(k, st): v for k, st, v in page["pcells"]}
+            if set(pgot) != set(pexpect):
+                diffs.append(f"{pipeline_flags(c)}: pipeline cells {sorted(set(pgot) ^ set(pexpect))[:4]} on one side only")
+            for key in pexpect.keys() & pgot.keys():
+                values += 1
+                if pgot[key] != str(pexpect[key]):
+                    diffs.append(f"{pipeline_flags(c)}: {key} page {pgot[key]}, zero_estimate {pexpect[key]}")
+        zrc, zwant = run_native(zeropp_flags(c))
+        compare.zeropp_tables += zrc == 0
+        if zrc != 0:
+            if page["zerror"] != zwant:
+                diffs.append(f"{zeropp_flags(c)}: native '{zwant}', page '{page['zerror']}'")
+        else:
+            zexpect = {}
+            for e in zwant["estimates"]:
+                e["inside"] = e["comm_bytes_per_step"] - e["comm_bytes_across_nodes_per_step"]
+                for k in ("comm_bytes_per_step", "inside", "comm_bytes_across_nodes_per_step", "state_bytes_added",
+                          "step_ms"):
+                    if k in e:
+                        zexpect[(k, e["technique"])] = e[k]
+            zgot = {(k, t): v for k, t, v in page["zcells"]}
+            if set(zgot) != set(zexpect):
+                diffs.append(f"{zeropp_flags(c)}: ZeRO++ cells {sorted(set(zgot) ^ set(zexpect))[:4]} on one side only")
+            for key in zexpect.keys() & zgot.keys():
+                values += 1
+                if zgot[key] != str(zexpect[key]):
+                    diffs.append(f"{zeropp_flags(c)}: {key} page {zgot[key]}, zero_estimate {zexpect[key]}")
+        rc, want = run_native(native_flags(c))
+        if rc != 0:  # the page shows the command line's error line, and no numbers
+            if page["error"] != want or page["cells"]:
+                diffs.append(f"{native_flags(c)}: native '{want}', page '{page['error']}' and {len(page['cells'])} cells")
+            continue
+        if page["error"]:
+            diffs.append(f"{native_flags(c)}: page error '{page['error']}', native ran")
+            continue
+        expect = {}
+        for e in want["estimates"]:
+            for k, v in e["bytes"].items():
+                expect[("bytes." + k, e["stage"], "")] = v
+            for k in ("model_state", "device", "host", "fit_batch", "fit_batch_checkpointed", "comm_elems_per_step",
+                      "link_elems_per_step"):
+                if k in e:
+                    expect[(k, e["stage"], "")] = e[k]
+        for K in (1, 2, 4, 8) if i in with_k else ():
+            _, wk = run_native(native_flags(c, accum=K))
+            for e in wk["estimates"]:
+                expect[("comm_elems_per_step", e["stage"], str(K))] = e["comm_elems_per_step"]
+        got = {(k, s, a): v for k, s, a, v in page["cells"] if i in with_k or not a}
+        if set(got) != set(expect):
+            diffs.append(f"{native_flags(c)}: cells {sorted(set(got) ^ set(expect))[:4]} on one side only")
+        for key in expect.keys() & got.keys():
+            values += 1
+            if got[key] != str(expect[key]):
+                diffs.append(f"{native_flags(c)}: {key} page {got[key]}, zero_estimate {expect[key]}")
+    return values, len(configs), diffs
+
+
+def load(browser, url):
+    browser.get(url)
+    return browser.wait_for("return document.body.dataset.ready === '1'", timeout=60)
+
+
+def serve(directory):
+    """make explore's server (scripts/explore.sh) on a free port: (its process, the port)."""
+    port = free_port()
+    proc = subprocess.Popen(["bash", "scripts/explore.sh", directory], env=dict(os.environ, EXPLORE_PORT=str(port)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc, port
+
+
+def stop(proc):
+    os.killpg(proc.pid, signal.SIGTERM)  # the script and the server it started: its own process group
+    proc.wait(timeout=10)
+
+
+def main(kind, count):
+    global current
+    current = kind
+    t0 = time.time()
+    page = os.path.abspath(os.path.join(page_dir, "index.html"))
+    browser = Browser(1024, 768) if kind == "chromium" else Firefox(1024, 768)
+    try:
+        ok = load(browser, "file://" + page)
+        res("loads_from_disk", ok, f"({page})")
+        if not ok:
+            return
+
+        # -- the exactness comparison --
+        rng = random.Random(30)
+        configs = [random_config(rng) for _ in range(count)]
+        tc = time.time()
+        values, n, diffs = compare(browser, configs)
+        errors = sum(1 for c in configs if run_native(native_flags(c))[0] != 0)
+        res("numbers_equal_zero_estimate", not diffs and values > 0,
+            f"({n} configurations, {n - errors} with numbers and {errors} with an error line, {compare.zeropp_tables} "
+            f"with a ZeRO++ table and {compare.pipeline_tables} with a pipeline table, {values} values compared "
+            f"in {time.time() - tc:.1f} s; {len(diffs)} differ{': ' + diffs[0] if diffs else ''})")
+
+        # -- the chart: for every N and stage, a bar per device category holding zero_estimate's bytes,
+        # stacked in order, every height the same number of pixels per byte --
+        browser.run("document.getElementById('model').value = 'shape'; document.getElementById('preset').value = 'gpt2';"
+                    "document.getElementById('precision').value = 'bf16'; document.getElementById('stage').value = 'all';"
+                    "document.getElementById('fit').value = ''; document.getElementById('accum').value = '1';"
+                    "document.getElementById('batch').value = '4'; document.getElementById('seq').value = '64';"
+                    "document.getElementById('ckpt').checked = false; document.getElementById('attention').value = 'gemm';"
+                    "for (const k of ['layers', 'dim', 'heads', 'vocab']) document.getElementById(k).value = '';"
+                    "window.nzExplorer.update()")
+        rects = browser.run("return [...document.querySelectorAll('#chart rect')].map((r) => [r.dataset.stage, "
+                            "r.dataset.world, r.dataset.cat, r.dataset.bytes, +r.getAttribute('y'), +r.getAttribute('height')])")
+        _, want = run_native(["--preset", "gpt2", "--precision", "bf16", "--stage", "all", "--batch", "4", "--seq", "64",
+                              "--world", "1,2,4,8,16,32,64,128,256,512,1024"])
+        expect = {(e["stage"], str(e["world"]), c): v for e in want["estimates"] for c, v in e["bytes"].items()
+                  if v and e["location"][c] == "device"}
+        expect.update({(e["stage"], str(e["world"]), "host"): e["host"] for e in want["estimates"] if e["host"]})
+        got = {(st, w, c): b for st, w, c, b, _, _ in rects}
+        scale = [h / int(b) for _, _, _, b, _, h in rects]
+        stacked = all(abs(a[4] - (b[4] + b[5])) < 1e-6 for a, b in zip(rects, rects[1:]) if a[:2] == b[:2])
+        bad = [k for k in expect if got.get(k) != str(expect[k])] + [k for k in got if k not in expect]
+        res("chart_bars_are_zero_estimates_bytes_to_scale", not bad and stacked and max(scale) - min(scale) < 1e-9 * max(scale),
+            f"({len(rects)} bars for {len(expect)} nonzero device categories and host totals; {bad[:3]}; stacked {stacked}; "
+            f"pixels per byte {min(scale):.4g}..{max(scale):.4g})")
+
+        # -- the paper's Table 1, one click each: its printed row for 7.5B on 64 ranks (GB, three digits),
+        # and its closed forms for every case: (2+2+K)Ψ, 4Ψ + KΨ/N, 2Ψ + (2+K)Ψ/N, (2+2+K)Ψ/N, K = 12 --
+        printed = {("7.5B", 64): ["120", "31.4", "16.6", "1.88"]}
+        bad, cases = [], [("7.5B", 64), ("7.5B", 1024), ("128B", 64), ("1T", 1024)]
+        for psi, N in cases:
+            browser.click(browser.find(f'button[data-paper="{psi}"][data-world="{N}"]'))
+            got = browser.run("return [...document.querySelectorAll('#table td[data-key=model_state]')]"
+                              ".map((td) => [td.dataset.stage, td.dataset.value])")
+            _, want = run_native(["--params", psi, "--world", str(N), "--precision", "bf16", "--stage", "all"])
+            exact = {e["stage"]: str(e["model_state"]) for e in want["estimates"]}
+            P = float(psi[:-1]) * {"B": 1e9, "T": 1e12}[psi[-1]]
+            forms = [16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N]
+            for i, (stage, v) in enumerate(got[:4]):
+                gb = int(v) / 1e9
+                if v != exact[stage] or abs(int(v) - forms[i]) > 1e-6 * forms[i] + N or \
+                        ((psi, N) in printed and f"{gb:.3g}" != printed[(psi, N)][i]):
+                    bad.append(f"{psi} N={N} {stage}: page {v} ({gb:.3g} GB), zero_estimate {exact[stage]}, "
+                               f"paper {forms[i]:.0f}")
+        res("paper_table_cases_one_click", not bad, f"({len(cases) * 4} cells; {bad[:2]})")
+
+        # -- keyboard: Tab walks the form in order; typing a world size and Tab updates the table --
+        browser.run("document.getElementById('model').value = 'shape';"
+                    "document.getElementById('model').dispatchEvent(new Event('change'));"
+                    "document.getElementById('model').focus()")
+        controls = browser.run("return [...document.querySelectorAll('#form select, #form input')]"
+                               ".filter((e) => e.offsetParent !== null).map((e) => e.id)")
+        seen = [browser.run("return document.activeElement.id")]
+        for _ in range(len(controls) - 1):
+            browser.keys(KEY_TAB)
+            seen.append(browser.run("return document.activeElement.id"))
+        res("tab_reaches_every_control_in_order", seen == controls, f"({len(controls)} controls; tab order {seen})")
+        world = browser.find("#world")
+        browser.clear(world)
+        browser.type(world, "64")
+        browser.keys(KEY_TAB)
+        head = browser.run("return document.querySelector('#table th').textContent")
+        v = browser.run("return document.querySelector('#table td[data-key=model_state]').dataset.value")
+        flags = browser.run("return document.getElementById('cmdline').textContent").split()[1:]
+        _, want = run_native(flags)
+        res("typing_a_world_size_updates_the_table", head.endswith("N = 64") and v == str(want["estimates"][0]["model_state"]),
+            f"(header '{head}', model state {v}, zero_estimate {want['estimates'][0]['model_state']})")
+
+        # -- a view as a link: the page opened at its permalink shows the same table --
+        link = browser.run("return document.getElementById('permalink').href")
+        before = browser.run("return [...document.querySelectorAll('#table td')].map((td) => td.dataset.value)")
+        browser.get("about:blank")
+        load(browser, link)
+        after = browser.run("return [...document.querySelectorAll('#table td')].map((td) => td.dataset.value)")
+        res("a_permalink_reopens_the_same_view", before == after and "world=64" in link,
+            f"({len(before)} cells; {link.split('#')[1][:80]}...)")
+
+        # -- the quiz: zero_estimate's questions for a seed, each answer checked on Enter --
+        qbad = []
+        browser.clear(browser.find("#quiz-seed"))
+        browser.type(browser.find("#quiz-seed"), "11")
+        browser.clear(browser.find("#quiz-count"))
+        browser.type(browser.find("#quiz-count"), "20")
+        browser.click(browser.find("#quiz-start"))
+        shown_q = browser.run("return [...document.querySelectorAll('#quiz-list li p')].map((p) => p.textContent)")
+        text = subprocess.run([native, "--quiz", "--seed", "11", "--count", "20"], capture_output=True, text=True).stdout
+        want_q = re.findall(r"^Q\d+\. (.*)$", text, re.M)
+        if shown_q != want_q:
+            qbad.append(f"questions differ: {len(shown_q)} shown, {len(want_q)} from zero_estimate")
+        key = subprocess.run([native, "--quiz", "--seed", "11", "--count", "20", "--key"], capture_output=True,
+                             text=True).stdout
+        answers = [float(v) for v in re.findall(r"^Q\d+ (\S+)", key, re.M)]
+        expect_right = []
+        for i, a in enumerate(answers):  # even questions answered right, odd ones off by 50% (or by one, for counts)
+            ok = i % 2 == 0
+            value = a if ok else (a + 1 if a == int(a) and a < 2000 else a * 1.5)
+            expect_right.append(ok)
+            box = browser.find(f"#quiz-q{i + 1}")
+            browser.type(box, f"{value:.6g}")
+            browser.keys(KEY_ENTER)
+            verdict = browser.run(f"const v = document.getElementById('quiz-v{i + 1}');"
+                                  "return [v.querySelector('p') ? v.querySelector('p').className : '', v.querySelectorAll('.explain').length]")
+            if verdict != (["right", 0] if ok else ["wrong", 1]):
+                qbad.append(f"Q{i + 1}: verdict {verdict} on entry, expected {'right' if ok else 'wrong with a worked answer'}")
+        score = browser.run("return document.getElementById('quiz-score').textContent")
+        line = browser.run("return document.getElementById('quiz-result').value")
+        v = subprocess.run([native, "--verify", line], capture_output=True, text=True)
+        n_right = sum(expect_right)
+        if not score.startswith(f"{n_right} of 20 right") or v.returncode != 0 or f"{n_right} of 20" not in v.stdout:
+            qbad.append(f"score '{score}', result line '{line}', --verify: exit {v.returncode} {v.stdout.strip()}")
+        # the instructor's box: the line verified in the page as on the command line; an edited one not
+        for text, want_rc in ((line, 0), (line.replace(f"score={n_right}/", f"score={n_right + 1}/"), 1), ("garbage", 2)):
+            box = browser.find("#verify-line")
+            browser.clear(box)
+            browser.type(box, text)
+            browser.keys(KEY_ENTER)
+            shown = browser.run("const o = document.getElementById('verify-out'); return [o.textContent, o.className]")
+            n = subprocess.run([native, "--verify", text], capture_output=True, text=True)
+            if n.returncode != want_rc or shown != [(n.stdout if want_rc != 2 else n.stderr).strip(),
+                                                    "right" if want_rc == 0 else "wrong"]:
+                qbad.append(f"verify '{text[:40]}': page {shown}, zero_estimate exit {n.returncode} {n.stdout.strip()}")
+        res("quiz_verdicts_on_entry_and_a_line_zero_estimate_verifies", not qbad,
+            f"(20 questions of --seed 11; {'; '.join(qbad[:3]) or v.stdout.strip()})")
+
+        # -- a measured run: a trainer's --log-json report loaded through the file input; every ledger
+        # cell equals the report's own peak and the native formula, and is marked equal; one byte
+        # added to one rank's ledger is marked, alone, as differing --
+        rbad, cells = [], 0
+        trainer = os.path.join(os.path.dirname(native), "stage3")
+        rundir = tempfile.mkdtemp()
+        try:
+            report = os.path.join(rundir, "s3.json")
+            p = subprocess.run(["mpirun", "-np", "2", trainer, "--preset", "tiny", "--seq", "32", "--steps", "1",
+                                "--precision", "bf16", "--log-json", report], capture_output=True, text=True, timeout=120)
+            if p.returncode != 0:
+                rbad.append(f"{trainer} exited {p.returncode}: {p.stderr.strip()[-200:]}")
+            else:
+                r = json.load(open(report))
+                _, want = run_native(["--preset", "tiny", "--seq", "32", "--batch", str(r["batch"]), "--precision", "bf16",
+                                      "--world", "2", "--stage", "stage3"])
+                tampered = os.path.join(rundir, "tampered.json")
+                r2 = json.loads(open(report).read())
+                r2["ranks"][1]["ledger"]["device"]["peak"]["grads"] += 1
+                json.dump(r2, open(tampered, "w"))
+                for path, expect_differ in ((report, 0), (tampered, 1)):
+                    # the page reads the file asynchronously: empty the table, then wait for the new one
+                    browser.run("document.getElementById('report').value = '';"
+                                "document.getElementById('run-table').replaceChildren()")
+                    browser.type(browser.find("#report"), path)
+                    browser.wait_for("return document.querySelector('#run-table td') !== null")
+                    shown = browser.run("return [...document.querySelectorAll('#run-table td')].map((td) => "
+                                        "[td.dataset.key, td.dataset.who, td.dataset.value, td.dataset.match || ''])")
+                    differ = [c for c in shown if c[3] == "0"]
+                    for key, who, value, match in shown:
+                        if who == "formula":
+                            ok = value == str(want["estimates"][0]["bytes"][key])
+                        else:
+                            rank = next(k for k in (r2 if expect_differ else r)["ranks"] if f"rank{k['rank']}" == who)
+                            ok = value == str(sum(rank["ledger"][w]["peak"].get(key, 0) for w in ("device", "host", "disk")))
+                        cells += 1
+                        if not ok:
+                            rbad.append(f"{os.path.basename(path)} {key} {who}: page {value}")
+                    if len(differ) != expect_differ or (expect_differ and differ[0][:2] != ["grads", "rank1"]):
+                        rbad.append(f"{os.path.basename(path)}: cells marked differing {differ}, expected {expect_differ}")
+        finally:
+            shutil.rmtree(rundir)
+        res("a_measured_run_ledger_beside_formula", not rbad and cells > 0,
+            f"(stage3 on 2 ranks, tiny, bf16: {cells} cells; {'; '.join(rbad[:2])})")
+
+        # -- contrast of every visible text (the quiz's verdicts and the run's marks shown too), and the
+        # projector's screen --
+        worst = browser.run(CONTRAST)
+        res("text_contrast_at_least_4.5", worst[0] >= 4.5, f"(lowest {worst[0]:.2f}: {worst[1]})")
+        fit = browser.run("window.scrollTo(0, 0); const r = document.getElementById('chart').getBoundingClientRect();"
+                          "return [document.documentElement.scrollWidth, window.innerWidth, r.top, window.innerHeight]")
+        res("fits_1024x768", fit[0] <= fit[1] and fit[2] < fit[3],
+            f"(page width {fit[0]} in a {fit[1]} px window; chart at {fit[2]:.0f} px of {fit[3]})")
+
+        # -- served, as make explore serves it --
+        server, port = serve(page_dir)
+        try:
+            res("loads_from_make_explores_server", load(browser, f"http://127.0.0.1:{port}/"))
+        finally:
+            stop(server)
+
+        # -- the comparison can fail: a page whose form drops --accum --
+        broken = tempfile.mkdtemp()
+        try:
+            for f in os.listdir(page_dir):
+                shutil.copy(os.path.join(page_dir, f), broken)
+            js = os.path.join(broken, "explorer.js")
+            text = open(js).read()
+            mutated = text.replace('"--accum", $("accum").value', '"--accum", "1"')
+            open(js, "w").write(mutated)
+            load(browser, "file://" + os.path.join(broken, "index.html"))
+            _, _, bdiffs = compare(browser, [c for c in configs if c["accum"] > 1][:20])
+            res("a_page_that_drops_accum_is_caught", mutated != text and len(bdiffs) > 0,
+                f"({len(bdiffs)} differences found)")
+        finally:
+            shutil.rmtree(broken)
+        browser_cpu = browser.cpu_seconds()
+    finally:
+        browser.close()
+    mine = os.times()
+    print(f"explorer_check, {kind}: {time.time() - t0:.1f} s, CPU {browser_cpu:.1f} s in the browser and "
+          f"{mine.user + mine.system + mine.children_user + mine.children_system:.1f} s here so far (the native runs)",
+          flush=True)
+
+
+# WCAG 2 contrast of each visible element's own text against the first opaque background behind it.
+CONTRAST = """
+function lum(c) {
+  const [r, g, b] = c.match(/[\\d.]+/g).slice(0, 3).map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+}
+function bg(e) {
+  for (; e; e = e.parentElement) {
+    const c = getComputedStyle(e).backgroundColor, a = c.match(/[\\d.]+/g);
+    if (a && (a.length < 4 || +a[3] > 0.99)) return c;
+  }
+  return "rgb(255, 255, 255)";
+}
+let worst = [99, ""];
+for (const e of document.querySelectorAll("body *")) {
+  if (!e.offsetParent && e.tagName !== "BODY") continue;
+  const own = [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+  if (!own) continue;
+  const a = lum(getComputedStyle(e).color), b = lum(bg(e));
+  const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  if (ratio < worst[0]) worst = [ratio, e.tagName + " " + e.textContent.trim().slice(0, 30)];
+}
+return worst;
+"""
+
+if __name__ == "__main__":
+    for kind, n in browsers:
+        main(kind, n)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The explorer (docs/explorer.md) against the native zero_estimate: its WebAssembly under Node, byte
+# for byte (tests/tools/explorer_wasm_check.py), and the page in headless Chromium and Firefox
+# (tests/tools/explorer_check.py: 300 random configurations in Chromium, 100 in Firefox). A browser that is not installed, or no page (no em++ to build it), is one SKIP line saying
+# what is missing; scripts/install_deps.sh --explorer installs them all (make test runs it). Prints
+# NZRESULT lines for tests/run_all.sh.
+cd "$(dirname "$0")/../.."
+bin=${NZ_BIN_DIR:-build/bin}
+page=${NZ_EXPLORER_DIR:-$bin/../explorer}
+res() { if [ "$2" = 0 ]; then echo "NZRESULT PASS explorer.$1"; else echo "NZRESULT FAIL explorer.$1 $3"; fi; }
+
+# make explore's server (scripts/explore.sh): bad settings are one line and exit 2, before serving
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+while read -r label bad_env dir; do
+  out=$(env "$bad_env" timeout 10 bash scripts/explore.sh "$dir" 2>&1); rc=$?
+  [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q '^error: ' <<<"$out"
+  res "make_explore_refuses_$label" $? "($bad_env $dir: exit $rc: $out)"
+done <<EOF
+a_port_that_is_not_a_number EXPLORE_PORT=eighty $page
+an_address_with_a_semicolon EXPLORE_IP=my;host $page
+a_folder_without_the_page EXPLORE_PORT=$port /nonexistent
+EOF
+# a port already taken: one line, exit 2, not the server's traceback
+python3 -c 'import socket, sys, time; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.sleep(8)' "$port" &
+holder=$!
+sleep 0.5
+out=$(EXPLORE_PORT=$port timeout 10 bash scripts/explore.sh "$page" 2>&1); rc=$?
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q '^error: EXPLORE_PORT=.* in use' <<<"$out"
+res make_explore_refuses_a_port_in_use $? "(exit $rc: $out)"
+if [ ! -f "$page/zero_estimate.js" ]; then
+  echo "NZRESULT SKIP explorer.page (no page in $page: make explorer builds it, with em++ from emscripten," \
+       "which bash scripts/install_deps.sh --explorer installs)"
+  exit 0
+fi
+# the WebAssembly under Node against the native build, byte for byte (no browser needed)
+if command -v node >/dev/null 2>&1; then
+  timeout -k 10 300 python3 tests/tools/explorer_wasm_check.py "$page" "$bin/zero_estimate" ||
+    echo "NZRESULT FAIL explorer.wasm_run (explorer_wasm_check.py exited with $?)"
+else
+  echo "NZRESULT SKIP explorer.wasm (node not installed; emscripten brings it: bash scripts/install_deps.sh --explorer)"
+fi
+browsers=()
+if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+  browsers+=(chromium:300)
+else
+  echo "NZRESULT SKIP explorer.chromium (chromium and chromium-driver not installed; bash scripts/install_deps.sh --explorer installs them)"
+fi
+if command -v firefox-esr >/dev/null 2>&1 || command -v firefox >/dev/null 2>&1; then
+  browsers+=(firefox:100)
+else
+  echo "NZRESULT SKIP explorer.firefox (firefox-esr not installed; bash scripts/install_deps.sh --explorer installs it)"
+fi
+[ ${#browsers[@]} -gt 0 ] || exit 0
+timeout -k 10 300 python3 tests/tools/explorer_check.py "$page" "$bin/zero_estimate" "${browsers[@]}" ||
+  echo "NZRESULT FAIL explorer.browser_run (explorer_check.py exited with $?)"

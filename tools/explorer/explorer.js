@@ -1,0 +1,483 @@
+// explorer.js — the page of `make explore` (docs/explorer.md). Every number it shows comes from
+// zero_estimate itself, compiled to WebAssembly (zero_estimate.js, built from tools/zero_estimate.cpp and
+// common/zero_formulas.cpp by the Makefile's explorer target): the page runs the command line's main()
+// with flags, as a terminal would, and reads its --json output. Nothing here computes a byte of the
+// estimates: the page only multiplies the elements sent by the bytes of one element, and reads the
+// device memory it is given to draw its line.
+"use strict";
+
+// ---- zero_estimate, in the page ----
+let wasm = null;              // the module, once loaded
+let captured = { out: [], err: [] };
+
+// Runs `zero_estimate ARGS...`: its exit code and what it printed, as a terminal would show them.
+function zeroEstimate(args) {
+  captured = { out: [], err: [] };
+  const rc = wasm.callMain(args.map(String));
+  return { rc: rc, out: captured.out.join("\n"), err: captured.err.join("\n") };
+}
+
+// JSON with every integer of 16 digits or more kept as a string: bytes reach 1e17, past the 2^53 that
+// a JavaScript number holds exactly. The page shows them as they are (BigInt where it adds them up).
+function parseExact(text) {
+  return JSON.parse(text.replace(/([:\[,]\s*)(-?\d{16,})(?=\s*[,\]}])/g, '$1"$2"'));
+}
+
+function estimateJson(args) {
+  const r = zeroEstimate(args.concat(["--json"]));
+  if (r.rc !== 0) throw new Error(r.err || ("zero_estimate exited with " + r.rc));
+  return parseExact(r.out);
+}
+
+// ---- numbers ----
+const CATEGORIES = ["params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "gathered", "activations"];
+const COLORS = {  // colour-blind-safe (Okabe-Ito), each with contrast against white and against its neighbour
+  params: "#0072B2", grads: "#E69F00", master: "#009E73", adam_m: "#CC79A7", adam_v: "#882255",
+  comm_buffers: "#56B4E9", gathered: "#D55E00", activations: "#666666",
+};
+const big = (v) => BigInt(v);
+function fmtBytes(v) {  // for reading: kB, MB, GB, TB = 1e3 ... 1e12 bytes, 4 digits (every digit: hover, data-value)
+  const b = Number(v);
+  if (b >= 1e12) return (b / 1e12).toPrecision(4) + " TB";
+  if (b >= 1e9) return (b / 1e9).toPrecision(4) + " GB";
+  if (b >= 1e6) return (b / 1e6).toPrecision(4) + " MB";
+  if (b >= 1e3) return (b / 1e3).toPrecision(4) + " kB";
+  return b + " B";
+}
+const grouped = (v) => String(v).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+const $ = (id) => document.getElementById(id);
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+  for (const c of kids) e.append(c);
+  return e;
+}
+
+// ---- the form -> zero_estimate's flags ----
+const WORLDS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+function flagsFromForm() {
+  const f = [];
+  if ($("model").value === "params") f.push("--params", $("params").value.trim());
+  else {
+    f.push("--preset", $("preset").value);
+    for (const k of ["layers", "dim", "heads", "vocab"]) if ($(k).value.trim()) f.push("--" + k, $(k).value.trim());
+    f.push("--batch", $("batch").value, "--seq", $("seq").value);
+    if ($("ckpt").checked) f.push("--activation-checkpointing");
+    f.push("--attention", $("attention").value);
+    if ($("fit").value.trim()) f.push("--fit", $("fit").value.trim());
+  }
+  f.push("--precision", $("precision").value, "--accum", $("accum").value);
+  return f;
+}
+const stageFlags = () => ["--stage", $("stage").value];
+
+// ---- drawing ----
+function renderTable(est, N) {
+  const rows = est.estimates.filter((e) => e.world === N);
+  const t = $("table");
+  t.replaceChildren();
+  const head = el("tr", {}, el("th", { scope: "col" }, "per rank, N = " + N));
+  for (const e of rows) head.append(el("th", { scope: "col" }, e.stage));
+  t.append(el("thead", {}, head));
+  const body = el("tbody");
+  const line = (name, key, value, exact) => {
+    const tr = el("tr", {}, el("th", { scope: "row" }, name));
+    rows.forEach((e) => {
+      const v = value(e);
+      tr.append(el("td", { "data-key": key, "data-stage": e.stage, "data-value": String(v), title: grouped(v) + (exact ? " bytes" : "") },
+                   exact ? fmtBytes(v) : grouped(v)));
+    });
+    body.append(tr);
+  };
+  for (const c of CATEGORIES) line(c, "bytes." + c, (e) => e.bytes[c], true);
+  line("= model state", "model_state", (e) => e.model_state, true);
+  line("on the device", "device", (e) => e.device, true);
+  line("on the host", "host", (e) => e.host, true);
+  if (rows.length && rows[0].fit_batch !== undefined) {
+    line("fit: micro-batch", "fit_batch", (e) => e.fit_batch, false);
+    line("  checkpointed", "fit_batch_checkpointed", (e) => e.fit_batch_checkpointed, false);
+  }
+  line("sent / step (elements)", "comm_elems_per_step", (e) => e.comm_elems_per_step, false);
+  line("host link / step (elements)", "link_elems_per_step", (e) => e.link_elems_per_step, false);
+  t.append(body);
+}
+
+// Per-rank device bytes by category, a stacked bar per stage, grouped by N.
+function renderChart(est, budget) {
+  const svg = $("chart");
+  const W = 640, H = 300, left = 64, bottom = 36, top = 10;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.replaceChildren();
+  const ns = "http://www.w3.org/2000/svg";
+  const mk = (tag, a, text) => {
+    const e = document.createElementNS(ns, tag);
+    for (const k in a) e.setAttribute(k, a[k]);
+    if (text !== undefined) e.textContent = text;
+    svg.append(e);
+    return e;
+  };
+  const stages = [...new Set(est.estimates.map((e) => e.stage))];
+  const deviceOf = (e) => CATEGORIES.filter((c) => e.location[c] === "device");
+  let ymax = 0;  // device bytes, and offload's and infinity's host bytes drawn on top of them
+  for (const e of est.estimates) ymax = Math.max(ymax, Number(e.device) + Number(e.host));
+  if (budget) ymax = Math.max(ymax, budget * 1.05);
+  if (!(ymax > 0)) ymax = 1;
+  const gw = (W - left - 8) / WORLDS.length, bw = Math.max(2, (gw - 6) / stages.length);
+  const y = (b) => H - bottom - (b / ymax) * (H - bottom - top);
+  for (let i = 0; i <= 4; i++) {  // the y axis, in bytes per rank on the device
+    const v = (ymax * i) / 4;
+    mk("line", { x1: left, x2: W - 4, y1: y(v), y2: y(v), stroke: "#ccc" });
+    mk("text", { x: left - 4, y: y(v) + 4, "text-anchor": "end", "font-size": 11 }, fmtBytes(v));
+  }
+  WORLDS.forEach((N, gi) => {
+    const x0 = left + gi * gw + 3;
+    mk("text", { x: x0 + gw / 2 - 3, y: H - bottom + 14, "text-anchor": "middle", "font-size": 11 }, String(N));
+    stages.forEach((s, si) => {
+      const e = est.estimates.find((r) => r.world === N && r.stage === s);
+      if (!e) return;
+      let acc = 0;
+      for (const c of deviceOf(e)) {
+        const b = Number(e.bytes[c]);
+        if (!b) continue;
+        const r = mk("rect", { x: x0 + si * bw, width: bw - 1, y: y(acc + b), height: Math.max(0, y(acc) - y(acc + b)), fill: COLORS[c],
+                               "data-stage": s, "data-world": N, "data-cat": c, "data-bytes": String(e.bytes[c]) });
+        r.append(document.createElementNS(ns, "title"));
+        r.lastChild.textContent = `${s}, N = ${N}: ${c} ${grouped(e.bytes[c])} bytes`;
+        acc += b;
+      }
+      const host = Number(e.host);
+      if (host) {  // offload, infinity: what lives on the host, a dashed outline above the device's bytes
+        const r = mk("rect", { x: x0 + si * bw + 0.5, width: bw - 2, y: y(acc + host), height: Math.max(0, y(acc) - y(acc + host)),
+                               fill: "none", stroke: "#111", "stroke-dasharray": "2 2", "data-stage": s, "data-world": N,
+                               "data-cat": "host", "data-bytes": String(e.host) });
+        r.append(document.createElementNS(ns, "title"));
+        r.lastChild.textContent = `${s}, N = ${N}: on the host ${grouped(e.host)} bytes`;
+      }
+    });
+  });
+  mk("text", { x: left + (W - left) / 2, y: H - 4, "text-anchor": "middle", "font-size": 12 },
+     "N ranks (bars in each group: " + stages.join(", ") + ")");
+  if (budget) {
+    mk("line", { x1: left, x2: W - 4, y1: y(budget), y2: y(budget), stroke: "#000", "stroke-dasharray": "6 3" });
+    mk("text", { x: W - 6, y: y(budget) - 4, "text-anchor": "end", "font-size": 11 }, "device memory " + fmtBytes(budget));
+  }
+  const legend = $("legend");
+  legend.replaceChildren();
+  for (const c of CATEGORIES)
+    legend.append(el("span", { class: "key" }, el("span", { class: "swatch", style: "background:" + COLORS[c] }), c));
+  legend.append(el("span", { class: "key" }, el("span", { class: "swatch host" }), "on the host (offload, infinity)"));
+}
+
+function budgetBytes() {  // the device memory line: zero_estimate parses it (--fit), the JSON has no echo of it
+  const s = $("fit").value.trim().toLowerCase();
+  const m = /^([0-9.]+)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?$/.exec(s);
+  if (!m) return 0;
+  const mult = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 1024, mib: 1048576, gib: 1073741824, tib: 1099511627776 };
+  return parseFloat(m[1]) * (mult[m[2] || "b"]);
+}
+
+// The accumulation dependence: elements sent per step for K = 1, 2, 4, 8 at the chosen N.
+function renderAccum(base, N) {
+  const t = $("accum-table");
+  t.replaceChildren();
+  const Ks = [1, 2, 4, 8];
+  const per = Ks.map((K) => {
+    const f = base.slice();
+    f[f.indexOf("--accum") + 1] = String(K);
+    return estimateJson(f.concat(["--world", String(N)], stageFlags()));
+  });
+  const stages = per[0].estimates.map((e) => e.stage);
+  const bytesPer = { fp32: 4, bf16: 2, fp16: 2 }[per[0].precision];
+  const head = el("tr", {}, el("th", { scope: "col" }, "sent / step, N = " + N));
+  for (const K of Ks) head.append(el("th", { scope: "col" }, "K = " + K));
+  t.append(el("thead", {}, head));
+  const body = el("tbody");
+  stages.forEach((s, i) => {
+    const tr = el("tr", {}, el("th", { scope: "row" }, s));
+    per.forEach((p, k) => {
+      const elems = p.estimates[i].comm_elems_per_step;
+      tr.append(el("td", { "data-key": "comm_elems_per_step", "data-stage": s, "data-accum": Ks[k], "data-value": String(elems),
+                           title: grouped(elems) + " elements = " + grouped(big(elems) * big(bytesPer)) + " bytes" },
+                   grouped(elems) + " (" + fmtBytes(big(elems) * big(bytesPer)) + ")"));
+    });
+    body.append(tr);
+  });
+  t.append(body);
+}
+
+// The form's settings in the page's address (#model=params&params=7.5B&...), so that a view can be
+// bookmarked or handed to a class as a link; read back when the page opens.
+const FORM_IDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
+                  "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms",
+                  "pp-stages", "pp-schedule", "pp-partition", "pp-zero"];
+function formState() {
+  const p = new URLSearchParams();
+  for (const id of FORM_IDS) p.set(id, $(id).type === "checkbox" ? ($(id).checked ? "1" : "") : $(id).value);
+  return p.toString();
+}
+function loadFormState(hash) {
+  const p = new URLSearchParams(hash.replace(/^#/, ""));
+  for (const id of FORM_IDS) {
+    if (!p.has(id)) continue;
+    if ($(id).type === "checkbox") $(id).checked = p.get(id) === "1";
+    else $(id).value = p.get(id);
+  }
+}
+
+function update() {
+  const status = $("status");
+  $("permalink").href = "#" + formState();
+  try {
+    const base = flagsFromForm();
+    // N as typed goes to zero_estimate, which judges it (a bad one is its error line)
+    const here = estimateJson(base.concat(["--world", $("world").value.trim()], stageFlags()));
+    const N = here.estimates[0].world;
+    const all = estimateJson(base.concat(["--world", WORLDS.join(",")], stageFlags()));
+    renderChart(all, budgetBytes());
+    renderTable(here, N);
+    renderAccum(base, N);
+    $("cmdline").textContent = "zero_estimate " + base.concat(["--world", $("world").value.trim()], stageFlags()).join(" ");
+    const fits = here.estimates.filter((e) => e.fit_batch !== undefined)
+      .map((e) => `${e.stage} ${e.fit_batch || "none"} (${e.fit_batch_checkpointed || "none"} checkpointed)`);
+    status.textContent = `Ψ = ${grouped(here.num_params)} parameters, ${here.precision}` +
+      (here.raw_params ? " (a raw count: model states only)" : `, activations for batch ${here.batch} x seq ${here.seq}`) +
+      (fits.length ? `. Largest micro-batch that fits ${$("fit").value} at N = ${N}: ${fits.join(", ")}.` : "");
+    status.className = "";
+  } catch (e) {
+    status.textContent = e.message;  // zero_estimate's own one-line error, and no numbers left from before
+    status.className = "error";
+    for (const id of ["chart", "table", "accum-table"]) $(id).replaceChildren();
+  }
+  updateZeropp();
+  updatePipeline();
+}
+
+// ---- ZeRO++: zero_estimate --zeropp G for the model and N of the form ----
+function zeroppFlags() {
+  const f = flagsFromForm().concat(["--world", $("world").value.trim(), "--zeropp", $("zpp-node").value.trim(),
+                                    "--qw-block", $("zpp-qw").value.trim(), "--qg-block", $("zpp-qg").value.trim()]);
+  if ($("zpp-net").value.trim()) {
+    f.push("--network", $("zpp-net").value.trim());
+    if ($("zpp-ms").value.trim()) f.push("--compute-ms", $("zpp-ms").value.trim());
+  }
+  return f;
+}
+function updateZeropp() {
+  const status = $("zpp-status"), t = $("zpp-table");
+  t.replaceChildren();
+  try {
+    const z = estimateJson(zeroppFlags());
+    const timed = z.estimates.some((e) => e.step_ms !== undefined);
+    const cols = [["comm_bytes_per_step", "sent"], ["inside", "inside node"], ["comm_bytes_across_nodes_per_step", "across nodes"],
+                  ["state_bytes_added", "memory added"]].concat(timed ? [["step_ms", "step ms"]] : []);
+    const head = el("tr", {}, el("th", { scope: "col" }, "bytes per rank per step"));
+    for (const [, name] of cols) head.append(el("th", { scope: "col" }, name));
+    t.append(el("thead", {}, head));
+    const body = el("tbody");
+    for (const e of z.estimates) {
+      const tr = el("tr", {}, el("th", { scope: "row" }, e.technique));
+      for (const [key] of cols) {
+        // inside = sent - across: the table zero_estimate prints has this column too
+        const v = key === "inside" ? big(e.comm_bytes_per_step) - big(e.comm_bytes_across_nodes_per_step) : e[key];
+        tr.append(el("td", { "data-key": key, "data-technique": e.technique, "data-value": String(v),
+                             title: key === "step_ms" ? String(v) + " ms" : grouped(v) + " bytes" },
+                     key === "step_ms" ? Number(v).toFixed(3) : fmtBytes(v)));
+      }
+      body.append(tr);
+    }
+    t.append(body);
+    status.className = "";
+    status.textContent = `${z.model}, ${z.precision}, N = ${z.estimates[0].world} in nodes of ${z.node_size}, ` +
+      `accumulation ${z.accum}: zero_estimate ${zeroppFlags().join(" ")}`;
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
+}
+
+// ---- the pipeline: zero_estimate --pipeline P for the form's model, N and K ----
+const PP_CATEGORIES = ["params", "grads", "master", "adam_m", "adam_v", "activations"];
+function pipelineFlags() {
+  const f = flagsFromForm().concat(["--world", $("world").value.trim(), "--pipeline", $("pp-stages").value.trim(),
+                                    "--schedule", $("pp-schedule").value]);
+  if ($("pp-partition").value.trim()) f.push("--partition", $("pp-partition").value.trim());
+  if ($("pp-zero").value !== "0") f.push("--zero", $("pp-zero").value);
+  return f;
+}
+function updatePipeline() {
+  const status = $("pp-status"), t = $("pp-table");
+  t.replaceChildren();
+  $("pp-chart").replaceChildren();
+  try {
+    const p = estimateJson(pipelineFlags());
+    const head = el("tr", {}, el("th", { scope: "col" }, "stage"), el("th", { scope: "col" }, "units"));
+    for (const c of PP_CATEGORIES.concat(["slots", "total"])) head.append(el("th", { scope: "col" }, c));
+    t.append(el("thead", {}, head));
+    const body = el("tbody");
+    const bars = [];
+    for (const e of p.estimates) {
+      const tr = el("tr", {}, el("th", { scope: "row" }, String(e.stage)), el("td", {}, `${e.first_unit}..${e.last_unit}`));
+      const cell = (key, v, bytes) => tr.append(el("td", { "data-key": key, "data-stage": String(e.stage), "data-value": String(v),
+                                                           title: grouped(v) + (bytes ? " bytes" : "") }, bytes ? fmtBytes(v) : String(v)));
+      const parts = {};
+      for (const c of PP_CATEGORIES) {
+        cell("bytes." + c, e.bytes[c], true);
+        parts[c] = Number(e.bytes[c]);
+      }
+      cell("slots", e.slots, false);
+      cell("total", e.total, true);
+      body.append(tr);
+      bars.push({ name: "stage " + e.stage, parts: parts });
+    }
+    t.append(body);
+    drawBars("pp-chart", bars, PP_CATEGORIES);
+    status.className = "";
+    status.textContent = `${p.stages} stages x ${p.replicas} replicas, ${p.schedule}, ${p.micro_batches} micro-batches: ` +
+      `bubble (P-1)/(K+P-1) = ${Number(p.bubble).toFixed(3)} — zero_estimate ${pipelineFlags().join(" ")}`;
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
+}
+
+// ---- a measured run: a trainer's --log-json report, its ledger beside the formula ----
+// The formula is zero_estimate's for the run's own settings (stage, world, model, precision, batch,
+// sequence, accumulation, checkpointing, attention); the ledger is each rank's peak by category,
+// summed over device, host and disk.
+const LEDGER_CATEGORIES = CATEGORIES.concat(["scratch"]);
+function runFlags(r) {
+  const f = ["--preset", r.preset];
+  for (const k of ["layers", "dim", "heads", "vocab"]) f.push("--" + k, String(r.config[k]));
+  f.push("--batch", String(r.batch), "--seq", String(r.seq), "--precision", r.precision, "--accum", String(r.accum),
+         "--world", String(r.world), "--stage", r.stage, "--attention", r.attention);
+  if (r.activation_checkpointing) f.push("--activation-checkpointing");
+  return f;
+}
+function ledgerPeak(rank, c) {
+  let sum = 0n;
+  for (const where of ["device", "host", "disk"]) {
+    const l = rank.ledger[where];
+    if (l && l.peak && l.peak[c] !== undefined) sum += big(l.peak[c]);
+  }
+  return sum;
+}
+function showReport(text) {
+  const status = $("run-status");
+  const table = $("run-table");
+  table.replaceChildren();
+  $("run-chart").replaceChildren();
+  try {
+    const r = parseExact(text);
+    if (!r.ranks || !r.stage || !r.config) throw new Error("not a trainer's --log-json report (no ranks, stage or config)");
+    const flags = runFlags(r);
+    const formula = estimateJson(flags).estimates[0];
+    const head = el("tr", {}, el("th", { scope: "col" }, "peak bytes"), el("th", { scope: "col" }, "formula"));
+    for (const k of r.ranks) head.append(el("th", { scope: "col" }, "rank " + k.rank + " ledger"));
+    table.append(el("thead", {}, head));
+    const body = el("tbody");
+    let differ = 0;
+    const bars = [{ name: "formula", parts: {} }];
+    for (const k of r.ranks) bars.push({ name: "rank " + k.rank, parts: {} });
+    for (const c of LEDGER_CATEGORIES) {
+      const want = c in formula.bytes ? big(formula.bytes[c]) : null;
+      const got = r.ranks.map((k) => ledgerPeak(k, c));
+      if (want === null && got.every((g) => g === 0n)) continue;
+      const tr = el("tr", {}, el("th", { scope: "row" }, c),
+                    el("td", { "data-key": c, "data-who": "formula", "data-value": want === null ? "" : String(want) },
+                       want === null ? "not in the formula" : grouped(want)));
+      got.forEach((g, i) => {
+        const same = want !== null && g === want;
+        differ += !same;
+        tr.append(el("td", { "data-key": c, "data-who": "rank" + r.ranks[i].rank, "data-value": String(g),
+                             "data-match": same ? "1" : "0", class: same ? "right" : "wrong" },
+                     grouped(g) + (same ? " =" : " ≠")));
+        bars[i + 1].parts[c] = Number(g);
+      });
+      if (want !== null) bars[0].parts[c] = Number(want);
+      body.append(tr);
+    }
+    table.append(body);
+    drawBars("run-chart", bars, LEDGER_CATEGORIES);
+    status.className = differ ? "error" : "";
+    status.textContent = `${r.stage} on ${r.world} ranks, ${r.preset} (${r.precision}, batch ${r.batch} x ${r.seq}): ` +
+      (differ ? `${differ} ledger cells differ from the formula` : "ledger = formula, to the byte, on every rank") +
+      ` — zero_estimate ${flags.join(" ")}`;
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
+}
+// Horizontal bars, one per row of `bars` ({name, parts: {category: bytes}}), stacked by category.
+function drawBars(id, bars, categories) {
+  const svg = $(id), ns = "http://www.w3.org/2000/svg";
+  const W = 640, left = 80, barH = 24, H = 16 + bars.length * (barH + 6);
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const max = Math.max(1, ...bars.map((b) => Object.values(b.parts).reduce((a, v) => a + v, 0)));
+  bars.forEach((b, i) => {
+    const y = 10 + i * (barH + 6);
+    const t = document.createElementNS(ns, "text");
+    Object.entries({ x: left - 6, y: y + barH / 2 + 4, "text-anchor": "end", "font-size": 12 }).forEach(([k, v]) => t.setAttribute(k, v));
+    t.textContent = b.name;
+    svg.append(t);
+    let x = left;
+    for (const c of categories) {
+      const w = ((b.parts[c] || 0) / max) * (W - left - 10);
+      if (!w) continue;
+      const r = document.createElementNS(ns, "rect");
+      Object.entries({ x: x, y: y, width: w, height: barH, fill: COLORS[c] || "#999" }).forEach(([k, v]) => r.setAttribute(k, v));
+      const title = document.createElementNS(ns, "title");
+      title.textContent = `${b.name}: ${c} ${grouped(b.parts[c])} bytes`;
+      r.append(title);
+      svg.append(r);
+      x += w;
+    }
+  });
+}
+
+// ---- the paper's Table 1 ----
+function showPaperTable() {
+  $("paper-out").textContent = zeroEstimate(["--paper-table"]).out;
+}
+function paperCase(psi, N) {
+  $("model").value = "params";
+  $("params").value = psi;
+  $("precision").value = "bf16";
+  $("world").value = String(N);
+  $("stage").value = "all";
+  $("fit").value = "";
+  syncModel();
+  update();
+}
+
+function syncModel() {
+  const raw = $("model").value === "params";
+  for (const id of ["shape-fields", "activation-fields"]) $(id).hidden = raw;
+  $("params-field").hidden = !raw;
+}
+
+// ---- start ----
+function start(factory) {
+  factory({ print: (l) => captured.out.push(l), printErr: (l) => captured.err.push(l) }).then((m) => {
+    wasm = m;
+    for (const id of ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
+                      "seq", "accum", "ckpt", "attention", "fit"])
+      $(id).addEventListener("change", () => { syncModel(); update(); });
+    for (const id of ["zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"]) $(id).addEventListener("change", updateZeropp);
+    for (const id of ["pp-stages", "pp-schedule", "pp-partition", "pp-zero"]) $(id).addEventListener("change", updatePipeline);
+    for (const b of document.querySelectorAll("[data-paper]"))
+      b.addEventListener("click", () => paperCase(b.dataset.paper, parseInt(b.dataset.world, 10)));
+    $("report").addEventListener("change", (ev) => {
+      const f = ev.target.files[0];
+      if (f) f.text().then(showReport);
+    });
+    showPaperTable();
+    if (location.hash.includes("=")) loadFormState(location.hash);
+    syncModel();
+    update();
+    if (window.nzQuiz) window.nzQuiz.init();
+    document.body.dataset.ready = "1";  // the browser test waits for this
+  });
+}
+const writeFile = (path, text) => wasm.FS.writeFile(path, text);
+window.nzExplorer = { zeroEstimate, estimateJson, update, paperCase, writeFile, showReport };
+start(createZeroEstimate);
