@@ -288,8 +288,9 @@ clean:
 # oneDNN (40 MB) serves only the CPU's bf16 products, which a GPU run does not use.
 BUNDLE_BUILD := $(BUILD)/gpu-bundle-build
 BUNDLE_ARCH  ?= 90
+BUNDLE_TESTS := test_cuda_kernels test_cuda_comm test_cuda_stages test_cuda_inference test_cuda_quantize
 BUNDLE_BINS  := $(foreach s,$(STAGES) pipeline,$(if $(wildcard $(s)/train.cpp),$(BUNDLE_BUILD)/bin/$(s))) \
-                $(addprefix $(BUNDLE_BUILD)/tests/,test_cuda_kernels test_cuda_comm test_cuda_stages)
+                $(addprefix $(BUNDLE_BUILD)/tests/,$(BUNDLE_TESTS))
 gpu-bundle:
 	@test "$(CUDA)" = 1 || { echo "make gpu-bundle: nvcc not found (CUDA=0); expected the CUDA toolkit on PATH: install it or set NVCC"; exit 2; }
 	@$(MAKE) --no-print-directory BUILD=$(BUNDLE_BUILD) NZ_BUNDLE=1 DNNL=0 HOST_ARCH=x86-64-v3 CUDA_ARCH="$(BUNDLE_ARCH)" $(BUNDLE_BINS)

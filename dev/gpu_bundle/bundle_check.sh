@@ -7,6 +7,7 @@
 # machine's glibc. Prints one line per problem and a last line; exit 1 on any problem.
 #   bash bundle_check.sh            (from the bundle folder, or: bash path/to/bundle/bundle_check.sh)
 set -u
+unset LD_PRELOAD  # (stdbuf's: ldd would list its library with every binary's)
 dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$dir/bundle_env.sh"
 if ! bundle_env "$dir"; then

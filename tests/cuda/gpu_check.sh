@@ -2,27 +2,39 @@
 # gpu_check.sh — everything that needs a CUDA GPU, run from the GPU bundle (make gpu-bundle builds
 # it on any machine with nvcc; the GPU machine needs only the driver, cuBLAS and NCCL, see
 # host_libs.txt) in at most 7 minutes, and a table that is printed whatever happens:
-#   bash build/gpu-bundle/gpu_check.sh
+#   OUT=dir bash build/gpu-bundle/gpu_check.sh
 # Every row is printed as it completes (an NZRESULT line, tests/run_all.sh) and appended to
-# rows.txt in the log folder; a trap prints the table on any exit (a failure, a timeout, Ctrl-C, a
-# kill); every command runs under a timeout that is also capped by the global deadline.
-#   preflight  bundle (complete, every library resolves: bundle_check.sh), gpu (visible),
-#              compute_mode (Default: several processes may share the GPU), mpirun (2 ranks start,
-#              as whatever user this is: MPICH's launcher needs no flag for root), device (a
-#              trainer runs one step on the GPU)
-#   kernels    test_cuda_kernels: every CUDA kernel against the CPU reference
-#   comm.*     test_cuda_comm on device buffers: 1 rank (NCCL), 1 rank (MPI path), 4 ranks sharing
-#              the GPU (MPI path through pinned host buffers)
+# rows.tsv; a trap prints the table on any exit (a failure, a timeout, Ctrl-C, a kill); every
+# command runs under a timeout that is also capped by the global deadline. What stays behind, in
+# $OUT when it is set (else in the log folder), at most 8 plain files of letters, digits, '.', '_'
+# and '-' in one folder: table.txt (the table), rows.tsv (status, row, seconds, detail),
+# reports.json (every row's --log-json report, by row), logs.tar.gz (every row's output).
+# The rows, most wanted first (a row that needs the launcher runs after every row that does not):
+#   bundle     complete, every library resolves (bundle_check.sh); host_libs: where cuBLAS and NCCL
+#              were found; gpu (visible); compute_mode (Default: several processes may share the GPU)
+#   device     a trainer runs one step on the GPU, started directly (one process, no launcher: an MPI
+#              singleton, whose one-rank communicator makes no NCCL call)
+#   speed.*    the configuration of speed_args.txt (gpt2, bf16, batch 8 x seq 1024, 1 process) with
+#              NZ_PROFILE=1: tokens/s, MFU, the per-phase profile, device memory, and the first steps'
+#              losses against golden_losses.tsv (the CPU's, see "The golden bound" below) for
+#              stage0_ddp and stage3 (--attention gemm), and stage0_ddp --attention flash, whose
+#              losses must also agree with gemm's
+#   kernels, inference, quantize   test_cuda_{kernels,inference,quantize}: every CUDA kernel, the
+#              decode path and the block quantizer against the CPU, one process each
+#   comm.np1.* test_cuda_comm on device buffers, one process (NCCL, and NZ_COMM=mpi)
+#   mpirun     the bundle's launcher starts 2 ranks that train a step on the CPU; when that fails it
+#              tries again with UCX's transports narrowed (self,sm,tcp, no /proc links) and with the
+#              launcher on 127.0.0.1 over lo, and the later rows use what worked (the row says)
+#   comm.np4.shared  4 ranks sharing the GPU (MPI path through pinned host buffers)
 #   stages     test_cuda_stages: every stage vs stage0_ddp on the GPU within the stated bound, and
 #              the ledger and comm counts vs the CPU run
 #   memory.*   the gpt2 preset on 4 ranks sharing the GPU, 3 steps, per stage: the ledger matches its
-#              formulas; the ledger's peak beside what cudaMemGetInfo says is in use
-#   speed.*    gpt2, bf16, batch 8 x seq 1024, 1 rank: tokens/s and MFU of stage0_ddp and stage3
-#              (--attention gemm), and of stage0_ddp with --attention flash
+#              formulas; the ledger's peak beside cudaMemGetInfo and the device memory report
 #   sanitizer.* compute-sanitizer memcheck and racecheck on the kernel tests, if it is installed and
 #              time is left
 # Run from the repository (tests/cuda/gpu_check.sh, as `make test` does) without a visible GPU, it
 # prints one SKIP line; with a GPU it first builds the bundle (a row like the others).
+#   bash gpu_check.sh --golden-bound FILE   prints the golden file's gap and the bound, and exits
 # For testing the check itself (tests/cuda/gpu_report_check.sh), never for results:
 #   NZ_GPU_CHECK_DEADLINE=s   the global deadline (default 420)
 #   NZ_GPU_CHECK_ROW_LIMIT=s  a cap on every row's own timeout
@@ -31,15 +43,52 @@
 #   NZ_COMPUTE_SANITIZER=path compute-sanitizer to use (empty: none)
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# ---- The golden bound ----
+# A speed row's first steps' losses must agree with the CPU's (golden_losses.tsv, written by
+# dev/gpu_bundle/rehearsal.sh with the bundle's own stage0_ddp, --device cpu and speed_args.txt).
+# Not bit for bit: bf16 on a GPU adds in other orders (cuBLAS's split sums, the kernels' reductions)
+# and computes exp/log with fast-math instructions, so its bits differ from the CPU's. But both round
+# at the same places to the same format, so each bf16 run lies within the effect of bf16's rounding
+# of the exact trajectory L(s): |L_gpu(s) - L(s)| = |e_gpu(s)| and |L_cpu(s) - L(s)| = |e_cpu(s)|.
+# The CPU measures that effect: an fp32 run's own error is about 2^16 times smaller (24 against 8
+# bits of significand), so gap(s) = |L_bf16(s) - L_fp32(s)| is |e_cpu(s)| to a good approximation.
+# Then |L_gpu - L_cpu| <= |e_gpu| + |e_cpu|. Another order of the same roundings gives an error of
+# the same size, not the same error: we grant each of the two runs twice the CPU's largest gap over
+# the compared steps, so bound = 4 x max_s gap(s), and never less than GOLDEN_FLOOR (2e-3, about a
+# bf16 ulp of a loss near 5.5 divided by 8), so that a run whose bf16 gap happens to be small by
+# cancellation does not get a bound below what rounding alone can move. Flash against gemm: two GPU
+# runs, the same argument, the same bound. A wrong kernel misses it by far: a loss that does not
+# fall, or moves by tenths.
+GOLDEN_FACTOR=4
+GOLDEN_FLOOR=0.002
+golden_bound() {  # golden_losses.tsv -> "steps N max_gap G bound B" (or nothing when unreadable)
+  awk -v k=$GOLDEN_FACTOR -v floor=$GOLDEN_FLOOR '
+    !/^#/ && $1 ~ /^[0-9]+$/ && NF >= 3 { n++; g = $2 - $3; if (g < 0) g = -g; if (g > m) m = g }
+    END { if (n == 0) exit 1; b = k * m; if (b < floor) b = floor
+          printf "steps %d max_gap %.6f bound %.6f\n", n, m, b }' "$1"
+}
+if [ "${1:-}" = --golden-bound ]; then
+  golden_bound "${2:?usage: gpu_check.sh --golden-bound golden_losses.tsv}" || { echo "no losses in $2"; exit 1; }
+  exit 0
+fi
+
 deadline=${NZ_GPU_CHECK_DEADLINE:-420}
 row_cap=${NZ_GPU_CHECK_ROW_LIMIT:-100000}
 simulate=" ${NZ_GPU_CHECK_SIMULATE:-} "
 log=$(mktemp -d "${TMPDIR:-/tmp}/nanozero-gpu.XXXXXX")
-rows=$log/rows.txt
+save=${OUT:-$log}  # what comes back from the GPU machine: the files under $OUT
+mkdir -p "$save" 2>/dev/null || save=$log
+rows=$save/rows.tsv
 : >"$rows"
 t0=$SECONDS
 child=""   # the row command running now (killed with the check)
 watchdog=""
+# Unbuffered: this script's lines are written as they come (bash's echo); the programs' output goes
+# to their logs line by line (stdbuf), so a row killed at its timeout keeps every line it printed.
+export PYTHONUNBUFFERED=1
+LB=()
+command -v stdbuf >/dev/null 2>&1 && LB=(stdbuf -oL -eL)
 
 gpu_visible() {
   [ "${NZ_GPU_CHECK_FAKE_GPU:-0}" = 1 ] && return 0
@@ -51,12 +100,35 @@ gpu_visible() {
   ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1
 }
 
-# ---- the rows: appended to rows.txt and printed the moment they are known ----
+T=$'\t'
+# ---- the rows: appended to rows.tsv and printed the moment they are known ----
 row() {  # STATUS (PASS FAIL TIMEOUT SKIP) name detail
   local secs=$((SECONDS - t0))
-  printf '%s|%s|%s|%s\n' "$1" "$2" "$3" "$secs" >>"$rows"
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$secs" "${3//[$'\t\n']/ }" >>"$rows"
   case "$1" in PASS) r=PASS ;; SKIP) r=SKIP ;; *) r=FAIL ;; esac
   echo "NZRESULT $r gpu.$2 ($1 at ${secs}s: $3)"
+}
+has_row() { grep -q "^$1$T$2$T" "$rows"; }  # STATUS NAME
+failed_rows() { grep -v -e "^PASS$T" -e "^SKIP$T" "$rows"; }
+
+# The files that come back: the table, the rows, the reports merged into one JSON object, the logs.
+save_outputs() {
+  local f first=1 name
+  {
+    printf '{'
+    for f in "$log"/*.json; do
+      [ -s "$f" ] && [ "$(tail -c 2 "$f" | tr -d '\n ')" = "}" ] || continue
+      name=${f##*/}
+      [ $first = 1 ] || printf ','
+      first=0
+      printf '"%s":' "${name%.json}"
+      cat "$f"
+    done
+    printf '}\n'
+  } >"$save/reports.json.part" 2>/dev/null && mv "$save/reports.json.part" "$save/reports.json"
+  [ "$save" = "$log" ] && return
+  (cd "$log" && timeout 30 tar -czf "$save/logs.tar.gz.part" --exclude='*.part' . 2>/dev/null) &&
+    mv "$save/logs.tar.gz.part" "$save/logs.tar.gz"
 }
 
 printed=0
@@ -64,21 +136,25 @@ print_table() {
   [ $printed = 1 ] && return
   printed=1
   local n_pass n_fail n_skip
-  n_pass=$(grep -c '^PASS|' "$rows") n_skip=$(grep -c '^SKIP|' "$rows")
-  n_fail=$(grep -c -v -e '^PASS|' -e '^SKIP|' "$rows")
-  echo
-  echo "== gpu_check: $((SECONDS - t0)) s of the ${deadline} s deadline; logs in $log"
-  [ -n "${gpu_name:-}" ] && echo "   $gpu_name"
-  printf '   %-8s %-22s %5s  %s\n' status row "at s" detail
-  while IFS='|' read -r st name detail secs; do
-    printf '   %-8s %-22s %5s  %s\n' "$st" "$name" "$secs" "$detail"
-  done <"$rows"
-  echo "   $n_pass passed, $n_fail failed, $n_skip skipped"
+  n_pass=$(grep -c "^PASS$T" "$rows") n_skip=$(grep -c "^SKIP$T" "$rows")
+  n_fail=$(failed_rows | grep -c .)
+  {
+    echo
+    echo "== gpu_check: $((SECONDS - t0)) s of the ${deadline} s deadline; logs in $log; files in $save"
+    [ -n "${gpu_name:-}" ] && echo "   $gpu_name"
+    printf '   %-8s %-22s %5s  %s\n' status row "at s" detail
+    while IFS=$'\t' read -r st name secs detail; do
+      printf '   %-8s %-22s %5s  %s\n' "$st" "$name" "$secs" "$detail"
+    done <"$rows"
+    [ -s "$log/memory_table.txt" ] && sed 's/^/   /' "$log/memory_table.txt"
+    echo "   $n_pass passed, $n_fail failed, $n_skip skipped"
+  } | tee "$save/table.txt"
 }
 
 on_exit() {
   local rc=$?
   [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
+  save_outputs
   print_table
   exit $rc
 }
@@ -96,18 +172,14 @@ trap 'on_signal SIGHUP' HUP
 (trap 'kill $s 2>/dev/null; exit 0' TERM; sleep $((deadline + 15)) & s=$!; wait $s && kill -TERM $$) 2>/dev/null &
 watchdog=$!
 
-# run_row NAME LIMIT COMMAND... : the command's output in $log/NAME.log, its exit code in $rc.
-# Returns 3 (and writes a SKIP row) when the deadline leaves too little time to start it; a
-# timeout writes a TIMEOUT row and returns 2; otherwise returns 0 and the caller writes the row.
-run_row() {
+# run_cmd NAME LIMIT COMMAND... : the command's output in $log/NAME.log, its exit code in $rc (124
+# or 137: killed at its timeout). Returns 3 when the deadline leaves too little time to start it.
+run_cmd() {
   local name=$1 limit=$2
   shift 2
   current=$name
   local left=$((deadline - (SECONDS - t0) - 5))
-  if [ "$left" -lt 5 ]; then
-    row SKIP "$name" "not started: $((left + 5)) s left of the ${deadline} s deadline"
-    return 3
-  fi
+  [ "$left" -lt 5 ] && return 3
   [ "$limit" -gt "$row_cap" ] && limit=$row_cap
   [ "$limit" -gt "$left" ] && limit=$left
   case "$simulate" in
@@ -115,12 +187,23 @@ run_row() {
     *" fail:$name "*) set -- bash -c 'echo "simulated failure (NZ_GPU_CHECK_SIMULATE)"; exit 1' ;;
   esac
   rc=0
-  timeout -k 5 "$limit" "$@" >"$log/$name.log" 2>&1 &
+  timeout -k 5 "$limit" "${LB[@]}" "$@" >"$log/$name.log" 2>&1 &
   child=$!
   wait "$child" || rc=$?
   child=""
+  cmd_limit=$limit
+  return 0
+}
+# run_row NAME LIMIT COMMAND... : run_cmd, and a SKIP row (return 3) when there is no time to start
+# it, a TIMEOUT row (return 2) when it is killed; otherwise returns 0 and the caller writes the row.
+run_row() {
+  local name=$1
+  if ! run_cmd "$@"; then
+    row SKIP "$name" "not started: $((deadline - (SECONDS - t0))) s left of the ${deadline} s deadline"
+    return 3
+  fi
   if [ $rc = 124 ] || [ $rc = 137 ]; then
-    row TIMEOUT "$name" "killed after ${limit} s; last line: $(tail -1 "$log/$name.log" | cut -c1-80)"
+    row TIMEOUT "$name" "killed after ${cmd_limit} s; last line: $(tail -1 "$log/$name.log" | cut -c1-80)"
     return 2
   fi
   return 0
@@ -135,7 +218,7 @@ gtest_row() {  # NAME LIMIT COMMAND...
   s=$(grep -c '^NZRESULT SKIP' "$log/$name.log")
   local what="$p passed, $f failed, $s skipped"
   if [ $rc = 0 ] && [ "$f" = 0 ] && [ "$p" -gt 0 ]; then row PASS "$name" "$what"
-  else row FAIL "$name" "$what; exit $rc; see $log/$name.log"; fi
+  else row FAIL "$name" "$what; exit $rc; see $name.log"; fi
 }
 
 skip_rest() {  # why, rows...
@@ -143,9 +226,44 @@ skip_rest() {  # why, rows...
   shift
   for r in "$@"; do row SKIP "$r" "$why"; done
 }
-GPU_ROWS=(device kernels comm.np1.nccl comm.np1.mpi comm.np4.shared stages
+
+# ---- reading the reports (no Python needed: the trainers write each report on one line) ----
+json_object() {  # FILE KEY -> the flat object under "KEY", or nothing
+  [ -s "$1" ] && grep -o "\"$2\":{[^{}]*}" "$1" | head -1 | sed "s/^\"$2\"://"
+}
+json_num() {  # OBJECT KEY -> its number
+  grep -o "\"$2\":[-0-9.eE+]*" <<<"$1" | head -1 | cut -d: -f2
+}
+losses() {  # FILE N -> the first N steps' losses, one a line
+  [ -s "$1" ] && sed -e 's/.*"steps_log":\[//' -e 's/\],"evals".*//' "$1" | grep -o '"loss":[-0-9.eE+]*' |
+    cut -d: -f2 | head -"$2"
+}
+max_diff() {  # two files of numbers, line by line -> the largest |a - b| (nothing if the counts differ)
+  paste "$1" "$2" | awk -F'\t' 'NF != 2 || $1 == "" || $2 == "" { bad = 1 }
+    { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
+    END { if (bad || n == 0) exit 1; printf "%.6f\n", m }'
+}
+profile_of() {  # LOG -> the profile line's breakdown, or "profile: none"
+  local p
+  p=$(grep -m1 '^profile: ' "$1" 2>/dev/null | sed -E 's/ \| steps .*//; s/^profile: step /profile: step /')
+  echo "${p:-profile: none}"
+}
+gib() { awk -v b="$1" 'BEGIN { printf "%.2f GiB", b / 1073741824 }'; }
+gpu_memory_of() {  # JSON -> "device memory: ... " or "device memory: none"
+  local o base above
+  o=$(json_object "$1" gpu_memory)
+  base=$(json_num "$o" baseline_bytes) above=$(json_num "$o" above_baseline_bytes)
+  if [ -n "$base" ] && [ -n "$above" ]; then
+    echo "device memory above baseline $(gib "$above") (baseline $(gib "$base"), ledger peak $(gib "$(json_num "$o" ledger_peak_bytes)"))"
+  else
+    echo "device memory: none"
+  fi
+}
+GPU_ROWS=(device speed.stage0_ddp speed.stage3 speed.stage0_ddp.flash kernels inference quantize
+          comm.np1.nccl comm.np1.mpi comm.np4.shared stages
           memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload
-          speed.stage0_ddp speed.stage3 speed.stage0_ddp.flash sanitizer.memcheck sanitizer.racecheck)
+          sanitizer.memcheck sanitizer.racecheck)
+LAUNCHER_ROWS=(comm.np4.shared stages memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload)
 
 # ---- where the bundle is: beside this script, or built from the repository ----
 if [ -f "$here/bundle_env.sh" ]; then
@@ -155,6 +273,7 @@ else
   if ! gpu_visible; then
     trap - EXIT
     kill "$watchdog" 2>/dev/null
+    rm -rf "$log"
     echo "NZRESULT SKIP gpu_check (no CUDA GPU visible; on a GPU machine run bash build/gpu-bundle/gpu_check.sh)"
     exit 0
   fi
@@ -167,11 +286,12 @@ else
 fi
 cd "$B" || exit 1
 
-# ---- preflight ----
+# ---- preflight: the bundle and the GPU ----
 missing=""
 source ./bundle_env.sh
 if bundle_env "$B"; then env_ok=1; else env_ok=0; fi  # (unpacks the programs: then look for them)
-for f in bin/stage0_ddp tests/test_cuda_kernels tests/test_cuda_comm tests/test_cuda_stages mpi/mpirun data/corpus.txt host_libs.txt; do
+for f in bin/stage0_ddp tests/test_cuda_kernels tests/test_cuda_comm tests/test_cuda_stages \
+         tests/test_cuda_inference tests/test_cuda_quantize mpi/mpirun data/corpus.txt host_libs.txt speed_args.txt; do
   [ -e "$f" ] || missing+="$f "
 done
 if [ $env_ok = 0 ]; then
@@ -180,7 +300,7 @@ elif [ -n "$missing" ]; then
   row FAIL bundle "incomplete, missing: $missing(rebuild: make gpu-bundle)"
 elif run_row bundle 60 bash ./bundle_check.sh; then
   if [ $rc = 0 ]; then row PASS bundle "$(tail -1 "$log/bundle.log" | sed -e 's/^bundle_check: OK: //' -e 's/; host libraries:.*//')"
-  else row FAIL bundle "$(grep -v '^bundle_check: FAIL' "$log/bundle.log" | head -1 | cut -c1-150); see $log/bundle.log"; fi
+  else row FAIL bundle "$(grep -v '^bundle_check: FAIL' "$log/bundle.log" | head -1 | cut -c1-150); see bundle.log"; fi
 fi
 # Where the machine's cuBLAS and NCCL were found (bundle_env.sh: the toolkit, ldconfig, or a Python
 # environment's site-packages/nvidia/*/lib).
@@ -207,68 +327,147 @@ else
   esac
 fi
 
-if run_row mpirun 30 mpirun -np 2 tests/test_cuda_comm --gtest_list_tests; then
-  if [ $rc = 0 ]; then row PASS mpirun "2 ranks started by $(command -v mpirun) as uid $(id -u) (MPICH hydra, HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-})"
-  else row FAIL mpirun "exit $rc: $(grep -v '^$' "$log/mpirun.log" | tail -1 | cut -c1-120)"; fi
-fi
+# ---- the launcher's preflight (run where the launcher rows need it: without a GPU, now) ----
+# 2 ranks of a CPU trainer: hydra starts them, MPICH's ch4 brings UCX up between them, a step's
+# collectives run. When that fails it tries again with UCX narrowed to the transports every Linux
+# has (self, shared memory without /proc/<pid>/fd links, tcp), then also with the launcher on
+# 127.0.0.1 over lo (NZ_MPIRUN_LOCAL=1, mpi/mpirun; it does that by itself when the hostname does
+# not resolve); what worked is exported for every later row, the mpiruns inside test_cuda_stages too.
+launcher_preflight() {
+  local tries=("" "UCX_TLS=self,sm,tcp UCX_POSIX_USE_PROC_LINK=n"
+               "UCX_TLS=self,sm,tcp UCX_POSIX_USE_PROC_LINK=n NZ_MPIRUN_LOCAL=1"
+               "UCX_TLS=self,tcp UCX_NET_DEVICES=lo NZ_MPIRUN_LOCAL=1")
+  local t first="" n=0 what
+  for t in "${tries[@]}"; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086
+    if ! run_cmd mpirun.try$n 20 env $t mpirun -np 2 bin/stage0_ddp --device cpu --preset tiny --seq 32 --steps 1 \
+         --eval-windows 1 --quiet; then
+      row SKIP mpirun "not started: $((deadline - (SECONDS - t0))) s left of the ${deadline} s deadline"
+      return
+    fi
+    if [ $rc = 0 ] && grep -q 'ledger matches' "$log/mpirun.try$n.log"; then
+      # shellcheck disable=SC2163
+      for kv in $t; do export "$kv"; done
+      row PASS mpirun "2 ranks started by $(command -v mpirun) as uid $(id -u) (MPICH hydra, HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-})${t:+ with $t}${first:+ after try 1 failed: $first}"
+      return
+    fi
+    case $rc in 124 | 137) what="hung ${cmd_limit} s" ;; *) what="exit $rc" ;; esac
+    [ -z "$first" ] && first="$what: $(grep -v '^$' "$log/mpirun.try$n.log" | tail -1 | cut -c1-100)"
+  done
+  row FAIL mpirun "${#tries[@]} tries failed; the first: $first; see mpirun.try*.log"
+}
 
 if ! gpu_visible; then
+  launcher_preflight
   skip_rest "no GPU" "${GPU_ROWS[@]}"
-  ! grep -q -v -e '^PASS|' -e '^SKIP|' "$rows"
+  ! failed_rows | grep -q .
   exit
 fi
-if grep -q -e '^FAIL|bundle' -e '^FAIL|host_libs' -e '^FAIL|mpirun' -e '^TIMEOUT|mpirun' "$rows"; then
-  skip_rest "preflight failed" "${GPU_ROWS[@]}"
+if failed_rows | grep -q -e "${T}bundle$T" -e "${T}host_libs$T"; then
+  skip_rest "preflight failed" mpirun "${GPU_ROWS[@]}"
   exit 1
 fi
 
-if run_row device 60 mpirun -np 1 bin/stage0_ddp --device cuda --preset tiny --seq 32 --steps 1 --eval-windows 1; then
-  if [ $rc = 0 ] && grep -q '^cuda: ' "$log/device.log"; then row PASS device "$(grep -m1 '^cuda: ' "$log/device.log" | cut -c7-130)"
-  else row FAIL device "stage0_ddp --device cuda did not run on the GPU: exit $rc: $(tail -1 "$log/device.log" | cut -c1-100)"; fi
-fi
-if ! grep -q '^PASS|device' "$rows"; then
-  skip_rest "the device probe failed" "${GPU_ROWS[@]:1}"
+# ---- one process on the GPU: no launcher, no NCCL ----
+# MPI_Init brings UCX up even in one process: when the probe fails before the GPU was reached, it
+# tries again with UCX narrowed (as the launcher's preflight does), and the later rows keep that.
+for t in "" "UCX_TLS=self,sm,tcp UCX_POSIX_USE_PROC_LINK=n"; do
+  # shellcheck disable=SC2086
+  run_row device 60 env $t bin/stage0_ddp --device cuda --preset tiny --seq 32 --steps 1 --eval-windows 1 || break
+  if [ $rc = 0 ] && grep -q '^cuda: ' "$log/device.log"; then
+    for kv in $t; do export "$kv"; done
+    row PASS device "$(grep -m1 '^cuda: ' "$log/device.log" | cut -c7-130)${t:+ (with $t)}"
+    break
+  fi
+  grep -q '^cuda: ' "$log/device.log" && t=last  # it reached the GPU: not UCX's doing
+  if [ -n "$t" ]; then
+    row FAIL device "stage0_ddp --device cuda did not run on the GPU: exit $rc: $(tail -1 "$log/device.log" | cut -c1-100)"
+    break
+  fi
+  cp "$log/device.log" "$log/device.try1.log"
+done
+if ! has_row PASS device; then
+  skip_rest "the device probe failed" "${GPU_ROWS[@]:1}" mpirun
   exit 1
 fi
 
-# ---- the GPU rows ----
-gtest_row kernels 90 tests/test_cuda_kernels
-gtest_row comm.np1.nccl 60 mpirun -np 1 tests/test_cuda_comm
-gtest_row comm.np1.mpi 60 env NZ_COMM=mpi mpirun -np 1 tests/test_cuda_comm
-gtest_row comm.np4.shared 60 mpirun -np 4 tests/test_cuda_comm
-gtest_row stages 150 env NZ_BIN_DIR="$B/bin" tests/test_cuda_stages
-grep -h '^NZTABLE' "$log/stages.log" 2>/dev/null | sed 's/^NZTABLE /   /'
-
-# The speed rows before the memory rows: MFU is the number the 7 minutes are most wanted for.
-SPEED="--preset gpt2 --precision bf16 --batch 8 --seq 1024 --steps 20 --eval-every 0 --eval-windows 8 --device cuda --kernels fast --quiet"
+# The speed rows first: MFU is the number the 7 minutes are most wanted for, and it counts only if
+# the losses say the kernels computed the right thing.
+read -r -a SPEED < <(grep -v '^#' speed_args.txt | tr '\n' ' ')
+golden=""
+[ -s golden_losses.tsv ] && golden=$(golden_bound golden_losses.tsv)
+gsteps=$(awk '{print $2}' <<<"$golden") bound=$(awk '{print $6}' <<<"$golden") gap=$(awk '{print $4}' <<<"$golden")
+[ -n "$golden" ] && awk '!/^#/ && $1 ~ /^[0-9]+$/ {print $2}' golden_losses.tsv >"$log/golden.bf16"
 for run in "stage0_ddp gemm speed.stage0_ddp" "stage3 gemm speed.stage3" "stage0_ddp flash speed.stage0_ddp.flash"; do
   set -- $run
   s=$1 r=$3
-  run_row $r 90 mpirun -np 1 bin/$s $SPEED --attention $2 || continue
+  run_row $r 90 env NZ_PROFILE=1 bin/$s "${SPEED[@]}" --device cuda --attention $2 --log-json "$log/$r.json" || continue
   line=$(grep -m1 '^throughput:' "$log/$r.log")
-  if [ $rc = 0 ] && [ -n "$line" ]; then
-    row PASS $r "$(sed -E 's/^throughput: ([0-9]+ tokens\/s) \| (MFU [^ ]+).*/\1, \2/' <<<"$line"), $(grep -o '[0-9.]* ms/step' "$log/$r.log" | head -1), attention $2"
-  else
+  if [ $rc != 0 ] || [ -z "$line" ]; then
     row FAIL $r "exit $rc: $(tail -1 "$log/$r.log" | cut -c1-100)"
+    continue
   fi
-done
-
-TOUR="--preset gpt2 --batch 2 --seq 128 --steps 3 --lr 3e-4 --eval-every 0 --eval-windows 4 --device cuda --quiet"
-jsons=()
-for s in $(grep '^[a-z]' stages.txt); do
-  [ -x bin/$s ] || { row SKIP memory.$s "not in the bundle"; continue; }
-  run_row memory.$s 60 mpirun -np 4 bin/$s $TOUR --log-json "$log/memory.$s.json" || continue
-  mem=$(grep -m1 '^GPU memory' "$log/memory.$s.log" | sed -E 's/.*ledger peak ([^,]*), now [^|]*\| in use ([^(]*)\(.*/ledger peak \1, cudaMemGetInfo in use \2/')
-  if [ $rc = 0 ] && grep -q 'ledger matches the formulas' "$log/memory.$s.log"; then
-    row PASS memory.$s "ledger matches its formulas; ${mem:-no GPU memory line}"
-    jsons+=("$log/memory.$s.json")
+  speed="$(sed -E 's/^throughput: ([0-9]+ tokens\/s) \| (MFU [^ ]+).*/\1, \2/' <<<"$line"), $(grep -o '[0-9.]* ms/step' "$log/$r.log" | head -1), attention $2"
+  verdict=PASS
+  if [ -z "$golden" ]; then
+    verdict=FAIL check="no golden losses in the bundle (make gpu-rehearsal writes golden_losses.tsv)"
   else
-    row FAIL memory.$s "exit $rc or the ledger does not match its formulas; see $log/memory.$s.log"
+    losses "$log/$r.json" "$gsteps" >"$log/$r.losses"
+    if d=$(max_diff "$log/$r.losses" "$log/golden.bf16"); then
+      check="losses of steps 1-$gsteps vs the CPU's: max |d| $d, bound $bound (4 x gap $gap)"
+      awk -v d="$d" -v b="$bound" 'BEGIN { exit !(d <= b) }' || verdict=FAIL check="$check: OUTSIDE"
+    else
+      verdict=FAIL check="no losses for steps 1-$gsteps in $r.json"
+    fi
+    if [ $r = speed.stage0_ddp.flash ] && [ -s "$log/speed.stage0_ddp.losses" ]; then
+      if d=$(max_diff "$log/$r.losses" "$log/speed.stage0_ddp.losses"); then
+        check+="; vs gemm's: max |d| $d"
+        awk -v d="$d" -v b="$bound" 'BEGIN { exit !(d <= b) }' || { verdict=FAIL check+=": OUTSIDE"; }
+      else
+        verdict=FAIL check+="; vs gemm's: no losses to compare"
+      fi
+    fi
   fi
+  row $verdict $r "$speed; $check; $(profile_of "$log/$r.log"); $(gpu_memory_of "$log/$r.json")"
 done
-py=$(bundle_pythons | head -1)
-[ ${#jsons[@]} -gt 0 ] && [ -n "$py" ] && timeout 30 "$py" scripts/tour_table.py "${jsons[@]}" >"$log/memory_table.txt" 2>&1 &&
-  sed 's/^/   /' "$log/memory_table.txt"
+save_outputs  # (what a kill of the whole check from outside would otherwise take with it)
+
+# ---- the kernels and the collectives, one process each ----
+gtest_row kernels 90 tests/test_cuda_kernels
+gtest_row inference 60 tests/test_cuda_inference
+gtest_row quantize 60 tests/test_cuda_quantize
+gtest_row comm.np1.nccl 60 tests/test_cuda_comm
+gtest_row comm.np1.mpi 60 env NZ_COMM=mpi tests/test_cuda_comm
+
+# ---- the rows that need the launcher ----
+launcher_preflight
+if has_row SKIP mpirun; then
+  skip_rest "not started: the ${deadline} s deadline" "${LAUNCHER_ROWS[@]}"
+elif ! has_row PASS mpirun; then
+  skip_rest "the launcher's preflight failed" "${LAUNCHER_ROWS[@]}"
+else
+  gtest_row comm.np4.shared 60 mpirun -np 4 tests/test_cuda_comm
+  gtest_row stages 150 env NZ_BIN_DIR="$B/bin" tests/test_cuda_stages
+  grep -h '^NZTABLE' "$log/stages.log" 2>/dev/null | sed 's/^NZTABLE /   /'
+
+  TOUR="--preset gpt2 --batch 2 --seq 128 --steps 3 --lr 3e-4 --eval-every 0 --eval-windows 4 --device cuda --quiet"
+  jsons=()
+  for s in $(grep '^[a-z]' stages.txt); do
+    [ -x bin/$s ] || { row SKIP memory.$s "not in the bundle"; continue; }
+    run_row memory.$s 60 mpirun -np 4 bin/$s $TOUR --log-json "$log/memory.$s.json" || continue
+    mem=$(grep -m1 '^GPU memory' "$log/memory.$s.log" | sed -E 's/.*ledger peak ([^,]*), now [^|]*\| in use ([^(]*[^( ]) *\(.*/ledger peak \1, cudaMemGetInfo in use \2/')
+    if [ $rc = 0 ] && grep -q 'ledger matches the formulas' "$log/memory.$s.log"; then
+      row PASS memory.$s "ledger matches its formulas; ${mem:-no GPU memory line}; $(gpu_memory_of "$log/memory.$s.json")"
+      jsons+=("$log/memory.$s.json")
+    else
+      row FAIL memory.$s "exit $rc or the ledger does not match its formulas; see memory.$s.log"
+    fi
+  done
+  py=$(bundle_pythons | head -1)
+  [ ${#jsons[@]} -gt 0 ] && [ -n "$py" ] && timeout 30 "$py" scripts/tour_table.py "${jsons[@]}" >"$log/memory_table.txt" 2>&1 ||
+    rm -f "$log/memory_table.txt"
+fi
 
 san=${NZ_COMPUTE_SANITIZER-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)}
 for tool in memcheck racecheck; do
@@ -276,7 +475,7 @@ for tool in memcheck racecheck; do
   run_row sanitizer.$tool 90 "$san" --tool $tool --error-exitcode 9 tests/test_cuda_kernels || continue
   errs=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$log/sanitizer.$tool.log")
   if [ $rc = 0 ]; then row PASS sanitizer.$tool "${errs:-no error summary}"
-  else row FAIL sanitizer.$tool "exit $rc, ${errs:-no error summary}; see $log/sanitizer.$tool.log"; fi
+  else row FAIL sanitizer.$tool "exit $rc, ${errs:-no error summary}; see sanitizer.$tool.log"; fi
 done
 
-! grep -q -v -e '^PASS|' -e '^SKIP|' "$rows"
+! failed_rows | grep -q .
