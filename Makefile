@@ -8,6 +8,8 @@
 #   make notebooks                 Jupyter in .venv on notebooks/ (installed the first time), printing its URL
 #   make gpu-bundle                what the GPU check runs, built here for a GPU machine that has CUDA but
 #                                  no MPI and no GoogleTest: build/gpu-bundle/ (dev/gpu_bundle/gpu_bundle.sh)
+#   make gpu-rehearsal             that bundle rehearsed here under the GPU machine's conditions, and the speed
+#                                  rows' golden losses (dev/gpu_bundle/rehearsal.sh; by hand, 15-20 minutes)
 #   make arm64-check               64-bit ARM from this x86-64 machine: a cross-build, and a smoke test
 #                                  under emulation (scripts/arm64_check.sh)
 # The CPU backend is always built. When nvcc is on PATH the CUDA backend is compiled into the same
@@ -118,7 +120,7 @@ TEST_SRC   := $(wildcard tests/*/test_*.cpp)
 TEST_BINS  := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(TEST_SRC))))
 
 .PHONY: all tests extra deps run test diff clean explorer explore bench-adam bench bench-inference plots notebooks exercise exercise-key check \
-        print-build-flags gpu-bundle arm64-check
+        print-build-flags gpu-bundle gpu-rehearsal arm64-check
 # `make` builds the programs; `make tests` the test programs and the deliberately broken trainers
 all: $(STAGE_BINS) $(TOOL_BINS)
 tests: $(TEST_BINS) extra
@@ -295,6 +297,11 @@ gpu-bundle:
 	@test "$(CUDA)" = 1 || { echo "make gpu-bundle: nvcc not found (CUDA=0); expected the CUDA toolkit on PATH: install it or set NVCC"; exit 2; }
 	@$(MAKE) --no-print-directory BUILD=$(BUNDLE_BUILD) NZ_BUNDLE=1 DNNL=0 HOST_ARCH=x86-64-v3 CUDA_ARCH="$(BUNDLE_ARCH)" $(BUNDLE_BINS)
 	@bash dev/gpu_bundle/gpu_bundle.sh $(BUNDLE_BUILD) $(BUILD)/gpu-bundle
+# The bundle's dress rehearsal (by hand before a GPU slot, 15-20 minutes the first time; not in make
+# test): the real bundle, copied, run under the GPU machine's conditions, and the speed rows' golden
+# losses computed (dev/gpu_bundle/rehearsal.sh, docs/gpu.md).
+gpu-rehearsal:
+	@bash dev/gpu_bundle/rehearsal.sh
 
 # ---- 64-bit ARM, from this x86-64 machine: a cross-build and a smoke test under QEMU (docs/cpus.md, "64-bit ARM") ----
 # Its own builds and the arm64 Debian root it builds against are in build/arm64-check; not part of
