@@ -121,7 +121,7 @@ for f in "$B"/lib/*; do
 done
 for d in /usr/lib/x86_64-linux-gnu/ucx; do [ -d "$d" ] && mount --bind "$tmp/emptydir" "$d" && hidden+="$d/ "; done
 if [ -n "$hidden" ] && ! ldconfig -p | awk '/libnccl.so.2/ {print $NF}' | xargs -r ls 2>/dev/null | grep -q .; then
-  step PASS hide_system "$hidden and $n system copies of the bundle's libraries (empty files)"
+  step PASS hide_system "${hidden% } and $n system copies of the bundle's libraries (empty files)"
 else
   step FAIL hide_system "the system's libnccl is still visible (hidden: ${hidden:-nothing})"
 fi

@@ -3,12 +3,22 @@
 # few minutes and must report whatever happens there. Building the real bundle takes minutes (make
 # gpu-bundle), so this runs the real gpu_check.sh, bundle_env.sh and bundle_check.sh in a fake
 # bundle (a temporary folder) whose trainers, tests and mpirun are small scripts printing what the
-# real ones print, and checks, in about 30 s:
-#   no_gpu       without a GPU: the preflight rows, every GPU row SKIP, the table, exit 0;
-#   no_gpu_fail  without a GPU, a failing preflight row: FAIL, the table, exit non-zero;
-#   all_pass     with NZ_GPU_CHECK_FAKE_GPU=1: every row PASS, tokens/s and MFU parsed into the table;
-#   row_timeout  a row that hangs is killed at its timeout, a row that fails is a FAIL row, the rows
-#                after them still run, the table is printed, exit non-zero;
+# real ones print, and checks, in about 40 s:
+#   no_gpu       without a GPU: the preflight rows, every GPU row SKIP, the table, exit 0, and what
+#                $OUT gets (table.txt = the table printed, rows.tsv, reports.json, logs.tar.gz; at
+#                most 8 plain files of 16 MiB, names of letters, digits, '.', '_', '-');
+#   no_gpu_fail  without a GPU, a launcher that fails every try (or hangs): FAIL, the table, exit 1;
+#   all_pass     with NZ_GPU_CHECK_FAKE_GPU=1: every row PASS; the device probe and speed rows first,
+#                then the other one-process rows, then the launcher's; none of those one-process rows
+#                started by mpirun; tokens/s, MFU, the golden check, the profile line and the device
+#                memory parsed into the table; the reports merged in reports.json, the logs tarred;
+#   golden       speed rows FAIL outside the golden bound, flash FAIL against gemm, FAIL without
+#                golden losses; "profile: none" and "device memory: none" when a run has neither;
+#   launcher     a launcher that works only with UCX narrowed: its row PASS with the fallback, which
+#                the later launcher rows keep; one that never works: only the launcher rows SKIP;
+#   row_timeout  a row that hangs is killed at its timeout (quoting the last line a block-buffered
+#                program printed: the check runs them line-buffered), a row that fails is a FAIL row,
+#                the rows after them still run, the table is printed, exit non-zero;
 #   deadline     a hang that eats the global deadline: that row TIMEOUT, the rest SKIP, on time;
 #   killed       SIGTERM in the middle of a hung row: the table is printed, the hung command is gone;
 #   incomplete   a binary missing from the bundle: a FAIL row, the GPU rows SKIP, the table;
@@ -167,21 +177,27 @@ if table_row launcher_ucx PASS mpirun | grep -q 'with UCX_TLS=self,sm,tcp UCX_PO
    table_row launcher_dead PASS speed.stage0_ddp.flash >/dev/null && table_row launcher_dead PASS comm.np1.mpi >/dev/null; then ok=0; fi
 result launcher $ok "expected the UCX fallback to pass and be kept, and a dead launcher to skip only the launcher rows"
 
+# row_timeout: also a program whose stdout is a file (block-buffered by the C library unless the check
+# makes it line-buffered) prints a line and hangs: the TIMEOUT row must quote that line
+printf '#include <stdio.h>\n#include <unistd.h>\nint main(void) { printf("NZRESULT PASS Fake.Buffered\\n"); sleep(100); return 0; }\n' >"$tmp/hang.c"
+cc -o "$tmp/b/tests/test_cuda_inference" "$tmp/hang.c"
 start=$SECONDS
 run_case row_timeout NZ_GPU_CHECK_FAKE_GPU=1 NZ_GPU_CHECK_ROW_LIMIT=3 NZ_GPU_CHECK_SIMULATE="hang:kernels fail:comm.np4.shared"
+make_bundle "$tmp/b"
 ok=1
 if has_table row_timeout && [ $rc != 0 ] && table_row row_timeout TIMEOUT kernels >/dev/null &&
+   table_row row_timeout TIMEOUT inference | grep -q 'last line: NZRESULT PASS Fake.Buffered' &&
    table_row row_timeout FAIL comm.np4.shared >/dev/null && table_row row_timeout PASS stages >/dev/null &&
    table_row row_timeout PASS memory.stage0_ddp >/dev/null && [ $((SECONDS - start)) -lt 20 ]; then ok=0; fi
-result row_timeout $ok "expected kernels TIMEOUT, comm.np4.shared FAIL, later rows PASS, a table, exit non-zero, in < 20 s (exit $rc, $((SECONDS - start)) s)"
+result row_timeout $ok "expected kernels TIMEOUT, inference TIMEOUT quoting its line (line-buffered), comm.np4.shared FAIL, later rows PASS, a table, exit non-zero, in < 20 s (exit $rc, $((SECONDS - start)) s)"
 
 start=$SECONDS
-run_case deadline NZ_GPU_CHECK_FAKE_GPU=1 NZ_GPU_CHECK_DEADLINE=12 NZ_GPU_CHECK_SIMULATE="hang:kernels"
+run_case deadline NZ_GPU_CHECK_FAKE_GPU=1 NZ_GPU_CHECK_DEADLINE=20 NZ_GPU_CHECK_SIMULATE="hang:kernels"
 ok=1
 if has_table deadline && [ $rc != 0 ] && table_row deadline PASS speed.stage0_ddp.flash >/dev/null &&
    table_row deadline TIMEOUT kernels >/dev/null &&
-   table_row deadline SKIP memory.stage3 | grep -q 'deadline' && [ $((SECONDS - start)) -le 14 ] && out_ok deadline; then ok=0; fi
-result deadline $ok "expected the speed rows PASS, kernels TIMEOUT and the rows after it SKIP within the 12 s deadline (exit $rc, $((SECONDS - start)) s)"
+   table_row deadline SKIP memory.stage3 | grep -q 'deadline' && [ $((SECONDS - start)) -le 22 ] && out_ok deadline; then ok=0; fi
+result deadline $ok "expected the speed rows PASS, kernels TIMEOUT and the rows after it SKIP within the 20 s deadline (exit $rc, $((SECONDS - start)) s)"
 
 # killed: a SIGTERM (what the GPU machine's own time limit sends) during a hung row
 env TMPDIR="$tmp" OUT="$tmp/killed.files" NZ_COMPUTE_SANITIZER= NZ_BUNDLE_CACHE="$tmp/cache" NZ_GPU_CHECK_FAKE_GPU=1 \
