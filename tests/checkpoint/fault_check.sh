@@ -19,8 +19,8 @@ cd "$(dirname "$0")/../.."
 bin=${NZ_BIN_DIR:-build/bin}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass() { echo "NZRESULT PASS fault.$1"; }
-fail() { echo "NZRESULT FAIL fault.$1 ($2)"; }
+source tests/lib/check.sh  # pass, fail, expect_error
+check_suite fault
 # name, the command's exit code, the exit code wanted, a pattern its one line must hold, its output
 one_line() {
   if [ "$2" = "$3" ] && [ "$(grep -c . <<<"$5")" = 1 ] && grep -q -- "$4" <<<"$5"; then pass "$1"

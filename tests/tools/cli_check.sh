@@ -2,25 +2,14 @@
 # Bad input: every case must exit with code 2 and print one line naming the problem, before any
 # work is done; good input must not. Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/../.."
+source tests/lib/check.sh  # pass, fail, expect_error
+check_suite cli
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'too short' >"$tmp/short.txt"
 head -c 100 /dev/urandom >"$tmp/bad.model"
 bindir=${NZ_BIN_DIR:-build/bin}  # the programs (NZ_BIN_DIR: another build folder)
 bin=$bindir/stage0_ddp
-
-expect_error() {  # name, expected substring, command...
-  local name=$1 want=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ $rc = 2 ] && grep -q -- "$want" <<<"$out" && [ "$(grep -c . <<<"$out")" = 1 ]; then
-    echo "NZRESULT PASS cli.$name"
-  else
-    echo "NZRESULT FAIL cli.$name (exit $rc, want 2 and one line with '$want'; got: $out)"
-  fi
-}
 
 expect_error heads_not_dividing "--heads 5" $bin --preset tiny --heads 5
 expect_error seq_too_long "longer than the model's context" $bin --preset tiny --seq 1000
