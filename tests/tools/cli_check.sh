@@ -126,6 +126,8 @@ expect_error global_batch_and_accum "give one of them" $bin $tiny --global-batch
 expect_error global_batch_not_multiple "not a multiple of --batch 3" $bin $tiny --batch 3 --global-batch 8
 expect_error estimate_fit_bad_size "--fit 1QB: expected a size in bytes" $bindir/zero_estimate --fit 1QB
 expect_error estimate_fit_raw "--fit needs a model shape" $bindir/zero_estimate --params 7B --fit 80GB
+expect_error estimate_zeropp_pipeline "--zeropp with --pipeline" $bindir/zero_estimate --preset tiny --zeropp 2 --pipeline 2 --world 4
+expect_error estimate_zeropp_fit "--fit with --zeropp" $bindir/zero_estimate --preset tiny --zeropp 2 --fit 1GB --world 4
 expect_error checkpointing_with_value "--activation-checkpointing takes no value" $bin $tiny --activation-checkpointing=yes
 expect_error equals_bad_value "--steps abc" $bin $tiny --steps=abc
 out=$(mpirun -np 1 $bin --preset tiny --seq 16 --quiet --eval-windows 2 --steps=2 --batch=2 2>&1)
