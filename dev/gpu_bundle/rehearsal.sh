@@ -196,7 +196,7 @@ fi
 if [ -s "$golden" ]; then
   cp "$golden" "$B/golden_losses.tsv" && cp "$golden" "$repo/build/gpu-bundle/golden_losses.tsv"
   b=$(bash "$B/gpu_check.sh" --golden-bound "$B/golden_losses.tsv")
-  step PASS golden_bound "$b (= max(4 x max gap, 0.002); gap = |bf16 - fp32| per step)"
+  step PASS golden_bound "$b (bound = max(4 x gap, 0.002) per step; gap = |bf16 - fp32|)"
   sed 's/^/   /' "$golden"
 fi
 
