@@ -693,6 +693,7 @@ struct nz_emu_stream {
 };
 struct nz_emu_event {
   unsigned flags;
+  double recorded_ms = -1;  // the host's steady clock at the last record; -1: never recorded
 };
 namespace {
 std::set<const void*> g_handles;
@@ -726,7 +727,18 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  return valid_stream(stream) && g_handles.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+  if (!valid_stream(stream) || !g_handles.count(event)) return record(cudaErrorInvalidResourceHandle);
+  event->recorded_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!g_handles.count(start) || !g_handles.count(end) || ((start->flags | end->flags) & cudaEventDisableTiming))
+    return record(cudaErrorInvalidResourceHandle);
+  if (start->recorded_ms < 0 || end->recorded_ms < 0) return cudaErrorNotReady;
+  *ms = float(end->recorded_ms - start->recorded_ms);
+  return cudaSuccess;
 }
 // NZ_EMU_NCCL_STUCK=error|hang (tests of nccl::wait_joined): a collective that never completes,
 // because a peer failed (NCCL reports ncclRemoteError) or silently (ncclInProgress forever).
@@ -754,6 +766,12 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle) {
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t bytes) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (bytes && !is_device_pointer(workspace, bytes)) fail("cublasSetWorkspace: %zu bytes at %p are not device memory", bytes, workspace);
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -851,6 +869,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
 struct nz_emu_nccl {
   MPI_Comm comm;
   int rank, size;
+  bool init_pending = false;  // NZ_EMU_NCCL_STUCK=init: a creation that never completes
 };
 
 const char* ncclGetErrorString(ncclResult_t result) {
@@ -864,7 +883,20 @@ const char* ncclGetErrorString(ncclResult_t result) {
   return "unknown result";
 }
 
+// NZ_EMU_NO_NCCL=1: any NCCL call stops the run (the test that a one-rank run makes none).
+static void nccl_called(const char* what) {
+  static const bool forbidden = getenv("NZ_EMU_NO_NCCL") && strcmp(getenv("NZ_EMU_NO_NCCL"), "1") == 0;
+  if (forbidden) fail("%s called, and NZ_EMU_NO_NCCL=1 says this run makes no NCCL call", what);
+}
+// NZ_EMU_NCCL_STUCK=init: a non-blocking ncclCommInitRankConfig that never completes (a peer that
+// never joins the bootstrap), for the time limit on communicator creation.
+static bool init_hangs() {
+  static const bool hangs = getenv("NZ_EMU_NCCL_STUCK") && strcmp(getenv("NZ_EMU_NCCL_STUCK"), "init") == 0;
+  return hangs;
+}
+
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  nccl_called("ncclGetUniqueId");
   // Different on every call and every process, like a real id (it names a socket address).
   static unsigned counter = 0;
   memset(id->internal, 0, sizeof(id->internal));
@@ -874,6 +906,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  nccl_called("ncclCommInitRank");
   int initialized = 0, world_size = 0, world_rank = 0;
   MPI_Initialized(&initialized);
   if (!initialized || device_count() == 0) return ncclInvalidUsage;
@@ -892,9 +925,25 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   return ncclSuccess;
 }
 
+// Non-blocking (config.blocking == 0): the communicator is made here, as the blocking call makes
+// it, and ncclInProgress returned; ncclCommGetAsyncError then says ncclSuccess (or, with
+// NZ_EMU_NCCL_STUCK=init, ncclInProgress until the communicator is aborted).
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
+  nccl_called("ncclCommInitRankConfig");
+  if (!config || (config->blocking != 0 && config->blocking != 1)) return ncclInvalidArgument;
+  if (init_hangs()) {  // the bootstrap waits for a peer that never comes
+    *comm = new nz_emu_nccl{MPI_COMM_NULL, rank, nranks};
+    (*comm)->init_pending = true;
+    return ncclInProgress;
+  }
+  const ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
+  if (r != ncclSuccess || config->blocking) return r;
+  return ncclInProgress;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclInvalidArgument;
-  MPI_Comm_free(&comm->comm);
+  if (comm->comm != MPI_COMM_NULL) MPI_Comm_free(&comm->comm);
   delete comm;
   return ncclSuccess;
 }
@@ -902,6 +951,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 // (unless NZ_EMU_NCCL_STUCK says otherwise, above).
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (!comm) return ncclInvalidArgument;
+  if (comm->init_pending) {
+    *async_error = ncclInProgress;
+    return ncclSuccess;
+  }
   *async_error = !nccl_stuck() ? ncclSuccess : strcmp(nccl_stuck(), "error") == 0 ? ncclRemoteError : ncclInProgress;
   return ncclSuccess;
 }
@@ -951,6 +1004,7 @@ void ring_sum(const std::vector<char>& all, size_t count, size_t i, int last, in
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclAllReduce");
   if (!comm || op != ncclSum) return ncclInvalidArgument;
   DeviceAccess access;
   if (!is_device_pointer(recv, count * nccl_bytes(type))) fail("ncclAllReduce: recv is not device memory");
@@ -962,6 +1016,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t type,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclReduceScatter");
   if (!comm || op != ncclSum) return ncclInvalidArgument;
   DeviceAccess access;
   if (!is_device_pointer(recv, recvcount * nccl_bytes(type)))
@@ -975,6 +1030,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclAllGather");
   if (!comm) return ncclInvalidArgument;
   DeviceAccess access;
   const size_t bytes = sendcount * nccl_bytes(type);
@@ -1026,19 +1082,23 @@ ncclResult_t add_p2p_op(bool send, const void* buf, size_t count, ncclDataType_t
 }  // namespace
 
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclSend");
   return add_p2p_op(true, send, count, type, peer, comm);
 }
 
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclRecv");
   return add_p2p_op(false, recv, count, type, peer, comm);
 }
 
 ncclResult_t ncclGroupStart() {
+  nccl_called("ncclGroupStart");
   g_group_depth++;
   return ncclSuccess;
 }
 
 ncclResult_t ncclGroupEnd() {
+  nccl_called("ncclGroupEnd");
   if (g_group_depth == 0) return ncclInvalidUsage;
   return --g_group_depth > 0 ? ncclSuccess : run_p2p_ops();
 }

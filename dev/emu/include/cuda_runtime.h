@@ -114,6 +114,11 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventQuery(cudaEvent_t event);  // done (work runs when queued), unless NZ_EMU_NCCL_STUCK
+cudaError_t cudaEventCreate(cudaEvent_t* event);  // a timing event
+// The host's clock between the two records (work runs when queued, so a record is the moment the
+// stream reaches it); cudaErrorInvalidResourceHandle for an event made with cudaEventDisableTiming,
+// cudaErrorNotReady for one never recorded, as CUDA's.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // ---- the emulator itself ----
 namespace nz_emu {
