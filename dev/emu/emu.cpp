@@ -870,6 +870,7 @@ struct nz_emu_nccl {
   MPI_Comm comm;
   int rank, size;
   bool init_pending = false;  // NZ_EMU_NCCL_STUCK=init: a creation that never completes
+  bool init_unpolled = false;  // made non-blocking: the next async-error poll reports its success
 };
 
 const char* ncclGetErrorString(ncclResult_t result) {
@@ -938,6 +939,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   }
   const ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
   if (r != ncclSuccess || config->blocking) return r;
+  (*comm)->init_unpolled = true;  // the creation succeeded, whatever NZ_EMU_NCCL_STUCK does later
   return ncclInProgress;
 }
 
@@ -951,8 +953,9 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 // (unless NZ_EMU_NCCL_STUCK says otherwise, above).
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (!comm) return ncclInvalidArgument;
-  if (comm->init_pending) {
-    *async_error = ncclInProgress;
+  if (comm->init_pending || comm->init_unpolled) {
+    *async_error = comm->init_pending ? ncclInProgress : ncclSuccess;
+    comm->init_unpolled = false;
     return ncclSuccess;
   }
   *async_error = !nccl_stuck() ? ncclSuccess : strcmp(nccl_stuck(), "error") == 0 ? ncclRemoteError : ncclInProgress;

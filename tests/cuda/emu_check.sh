@@ -133,10 +133,10 @@ fi
 # 7. one rank on --device cuda, without mpirun (the GPU check's speed rows): no NCCL call at all
 #    (NZ_EMU_NO_NCCL=1 makes one fatal), NZ_PROFILE=1 on and off with the same losses, and the
 #    report's profile and gpu_memory checked against each other and the ledger.
-one_rank="$EMU/bin/stage0_ddp --device cuda --preset tiny --seq 16 --batch 2 --steps 6 --eval-every 0 --eval-windows 2"
+one_rank="$EMU/bin/stage0_ddp --device cuda --preset tiny --seq 16 --batch 2 --steps 5 --eval-every 0 --eval-windows 2"
 NZ_EMU_NO_NCCL=1 NZ_PROFILE=1 timeout -k 5 120 $one_rank --log-json "$log/one_rank_profiled.json" >"$log/one_rank_profiled.log" 2>&1
 NZ_EMU_NO_NCCL=1 timeout -k 5 120 $one_rank --log-json "$log/one_rank_plain.json" >"$log/one_rank_plain.log" 2>&1
-python3 tests/lib/check_profile.py emu.one_rank cuda_events "3-6 of 6" "$log/one_rank_profiled.log" "$log/one_rank_profiled.json" \
+python3 tests/lib/check_profile.py emu.one_rank cuda_events "3-5 of 5" "$log/one_rank_profiled.log" "$log/one_rank_profiled.json" \
   "$log/one_rank_plain.log" "$log/one_rank_plain.json" --gpu-memory
 # and on NCCL (2 ranks, 2 emulated GPUs, 4 steps: all timed): collectives are the compute stream's waits
 two="$EMU/bin/stage0_ddp --device cuda --preset tiny --seq 16 --batch 2 --steps 4 --eval-every 0 --eval-windows 2"
