@@ -344,9 +344,16 @@ using FragBt = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, typename wmma
 using FragAcc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
 // A head of hs channels is hs / 16 fragments wide, at most kMaxHeadFrags. The per-head fragment
-// arrays have that largest size, and every loop over them is unrolled (#pragma unroll, a constant
-// trip count, the real count as a condition inside) so that each fragment has a fixed register.
+// arrays have a size fixed at compile time, kHeadFrags (a kernel's template parameter): 4 for head
+// sizes up to 64 (gpt2's), 8 above, so that the smaller heads' kernels do not hold registers for
+// fragments they never use (with_head_frags). Every loop over them is unrolled (#pragma unroll, a
+// constant trip count, the real count as a condition inside) so that each fragment has a fixed register.
 constexpr int kMaxHeadFrags = kMaxFlashHeadSize / kFrag;  // 8
+template <class F>
+void with_head_frags(int hs, F&& launch) {  // launch(std::integral_constant<int, kHeadFrags>)
+  if (hs <= 4 * kFrag) launch(std::integral_constant<int, 4>{});
+  else launch(std::integral_constant<int, kMaxHeadFrags>{});
+}
 
 // Tiles (rows; every shared tile's rows padded so that consecutive rows start in different banks,
 // and a row stays a multiple of 16 bytes, as WMMA requires):
@@ -445,7 +452,7 @@ __device__ inline void store_tile(T* dst_r, const FragAcc& acc, float* scratch, 
 // Shared memory (T unless said): two buffers of Ks, Vs (kKeys, hs + 8), the next tile's copy in flight
 // in one while the warps compute on the other; per warp S (16, kLdScore) fp32, the scores and then
 // the scratch through which O is rescaled and written; P (16, kLdProb).
-template <class T>
+template <class T, int kHeadFrags>
 __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int Tn, int C, int NH) {
   extern __shared__ __align__(32) float smem[];  // WMMA's tiles must start 32-byte aligned
   const int hs = C / NH, ldh = hs + 8, head_frags = hs / kFrag;
@@ -469,10 +476,10 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
   // warp's 16 rows into registers as head_frags A fragments. O (16, hs) starts at zero in accumulators.
   stage_rows(kv_buffers, ldh, q_src, stride, q0, kQRows, Tn, hs);
   wait_staged();
-  FragA<T> q[kMaxHeadFrags];
-  FragAcc o[kMaxHeadFrags];
+  FragA<T> q[kHeadFrags];
+  FragAcc o[kHeadFrags];
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) {
       wmma::load_matrix_sync(q[f], as_wmma(kv_buffers + warp * kFrag * ldh + f * kFrag), ldh);
       wmma::fill_fragment(o[f], 0.0f);
@@ -501,7 +508,7 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
       FragAcc s;
       wmma::fill_fragment(s, 0.0f);
 #pragma unroll
-      for (int f = 0; f < kMaxHeadFrags; f++)
+      for (int f = 0; f < kHeadFrags; f++)
         if (f < head_frags) {
           FragBt<T> kt;  // K^T (channels 16f.., keys 16j..), read from K's rows
           wmma::load_matrix_sync(kt, as_wmma(Ks + j * kFrag * ldh + f * kFrag), ldh);
@@ -534,7 +541,7 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
 
     // O *= correction, row by row: each 16-column piece of O through S (the scores are used up)
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags) scale_rows(o[f], S, kLdScore, correction);
 
     // tensor cores: O += P V, P (16, kKeys) against V (kKeys, hs), 16 keys and 16 channels at a time
@@ -542,7 +549,7 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
     FragA<T> p[kKeys / kFrag];
     for (int j = 0; j < kKeys / kFrag; j++) wmma::load_matrix_sync(p[j], as_wmma(P + j * kFrag), kLdProb);
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags)
         for (int j = 0; j < kKeys / kFrag; j++) {
           FragB<T> v;  // V (keys 16j.., channels 16f..)
@@ -555,7 +562,7 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
   // out = O / l, 16 columns at a time through S; lse = m + log l
   T* out_t = t < Tn ? out + (size_t(b) * Tn + t) * C + size_t(h) * hs : nullptr;
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) store_tile(out_t ? out_t + f * kFrag : nullptr, o[f], S, kLdScore, 1.0f / l);
   if (t < Tn && side == 0) lse[(size_t(b) * NH + h) * Tn + t] = m + logf(l);
 }
@@ -564,7 +571,7 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
 // Shared memory (T unless said): two buffers of Ks, Vs (kKeys, hs + 8), as in the forward; per warp
 // S, dP (16, kLdScore) fp32 and dS (16, kLdProb). Q and dout, like the forward's Q, come into
 // registers through the two buffers.
-template <class T>
+template <class T, int kHeadFrags>
 __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                               const float* D, int Tn, int C, int NH) {
   extern __shared__ __align__(32) float smem[];  // WMMA's tiles must start 32-byte aligned
@@ -590,15 +597,15 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
   const size_t row = (size_t(b) * NH + h) * Tn + t;
   const float lse_t = t < Tn ? lse[row] : 0.0f, D_t = t < Tn ? D[row] : 0.0f;
 
-  FragA<T> q[kMaxHeadFrags], dout_f[kMaxHeadFrags];
-  FragAcc dq[kMaxHeadFrags];
+  FragA<T> q[kHeadFrags], dout_f[kHeadFrags];
+  FragAcc dq[kHeadFrags];
   T* q_rows = kv_buffers;                       // buffer 0 (64 rows)
   T* dout_rows = kv_buffers + 2 * kKeys * ldh;  // buffer 1
   stage_rows(q_rows, ldh, q_src, stride, q0, kQRows, Tn, hs);
   stage_rows(dout_rows, ldh, dout_src, size_t(C), q0, kQRows, Tn, hs);
   wait_staged();
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) {
       wmma::load_matrix_sync(q[f], as_wmma(q_rows + warp * kFrag * ldh + f * kFrag), ldh);
       wmma::load_matrix_sync(dout_f[f], as_wmma(dout_rows + warp * kFrag * ldh + f * kFrag), ldh);
@@ -626,7 +633,7 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
       wmma::fill_fragment(s, 0.0f);
       wmma::fill_fragment(dp, 0.0f);
 #pragma unroll
-      for (int f = 0; f < kMaxHeadFrags; f++)
+      for (int f = 0; f < kHeadFrags; f++)
         if (f < head_frags) {
           FragBt<T> kt, vt;  // K^T and V^T (channels 16f.., keys 16j..)
           wmma::load_matrix_sync(kt, as_wmma(Ks + j * kFrag * ldh + f * kFrag), ldh);
@@ -651,7 +658,7 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
     FragA<T> ds[kKeys / kFrag];
     for (int j = 0; j < kKeys / kFrag; j++) wmma::load_matrix_sync(ds[j], as_wmma(dS + j * kFrag), kLdProb);
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags)
         for (int j = 0; j < kKeys / kFrag; j++) {
           FragB<T> k;  // K (keys 16j.., channels 16f..)
@@ -664,7 +671,7 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
   // dq * scale into dqkv's q part, 16 columns at a time through S
   T* dq_t = t < Tn ? dqkv + (size_t(b) * Tn + t) * stride + size_t(h) * hs : nullptr;
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) store_tile(dq_t ? dq_t + f * kFrag : nullptr, dq[f], S, kLdScore, scale);
 }
 
@@ -673,7 +680,7 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
 // said): Ks, Vs (kKRows, hs + 8), loaded once for the whole loop; two buffers of Qs, dOs (kQueries,
 // hs + 8), the next query tile's copy in flight in one while the warps compute on the other; per
 // warp St, dPt (16, kLdScoreT) fp32, Pt, dSt (16, kLdProbT); two buffers of lse_s, D_s (kQueries) fp32.
-template <class T>
+template <class T, int kHeadFrags>
 __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                                 const float* D, int Tn, int C, int NH) {
   extern __shared__ __align__(32) float smem[];  // WMMA's tiles must start 32-byte aligned
@@ -716,9 +723,9 @@ __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T*
   stage_rows(Ks, ldh, k_src, stride, k0, kKRows, Tn, hs);  // K, V once, with the first query tile
   stage_rows(Vs, ldh, v_src, stride, k0, kKRows, Tn, hs);
   stage_queries(k0, 0);
-  FragAcc dk[kMaxHeadFrags], dv[kMaxHeadFrags];
+  FragAcc dk[kHeadFrags], dv[kHeadFrags];
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) {
       wmma::fill_fragment(dk[f], 0.0f);
       wmma::fill_fragment(dv[f], 0.0f);
@@ -738,7 +745,7 @@ __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T*
     wmma::fill_fragment(st, 0.0f);
     wmma::fill_fragment(dpt, 0.0f);
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags) {
         FragA<T> kf, vf;    // the warp's keys' K and V (channels 16f..)
         FragBt<T> qt, dot;  // Q^T and dout^T (channels 16f.., queries), read from their rows
@@ -767,7 +774,7 @@ __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T*
     wmma::load_matrix_sync(pt, as_wmma(Pt), kLdProbT);
     wmma::load_matrix_sync(dst, as_wmma(dSt), kLdProbT);
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags) {
         FragB<T> dof, qf;  // dout and Q (queries, channels 16f..)
         wmma::load_matrix_sync(dof, as_wmma(dOs + f * kFrag), ldh);
@@ -782,7 +789,7 @@ __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T*
   T* dk_t = tk < Tn ? dqkv + (size_t(b) * Tn + tk) * stride + C + size_t(h) * hs : nullptr;
   T* dv_t = tk < Tn ? dk_t + C : nullptr;
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) {
       store_tile(dk_t ? dk_t + f * kFrag : nullptr, dk[f], St, kLdScoreT, scale);
       store_tile(dv_t ? dv_t + f * kFrag : nullptr, dv[f], St, kLdScoreT, 1.0f);
@@ -797,7 +804,11 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, in
   if constexpr (!std::is_same_v<T, float>) {
     if (flash_attention_uses_wmma<T>(C, NH)) {
       const dim3 grid(unsigned(ceil_div(Tn, kQRows)), unsigned(NH), unsigned(B));
-      flash_forward_wmma_kernel<T><<<grid, kQWarps * kWarpSize, wmma_forward_smem(C / NH)>>>(out, lse, qkv, Tn, C, NH);
+      with_head_frags(C / NH, [&](auto head_frags) {
+        constexpr int kHeadFrags = decltype(head_frags)::value;
+        flash_forward_wmma_kernel<T, kHeadFrags><<<grid, kQWarps * kWarpSize, wmma_forward_smem(C / NH)>>>(
+            out, lse, qkv, Tn, C, NH);
+      });
       NZ_CUDA_CHECK_LAUNCH();
       return;
     }
@@ -823,16 +834,20 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const float*
     if (flash_attention_uses_wmma<T>(C, NH)) {
       const int hs = C / NH;
       const size_t dq_smem = wmma_dq_smem(hs);
-      if (dq_smem > kSmemLimit)  // head size 128's double buffers: above 48 KiB, which needs an opt-in
-        NZ_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_wmma_kernel<T>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(dq_smem)));
-      dim3 grid(unsigned(ceil_div(Tn, kQRows)), unsigned(NH), unsigned(B));
-      flash_backward_dq_wmma_kernel<T><<<grid, kQWarps * kWarpSize, dq_smem>>>(dqkv, dout, qkv, lse, D, Tn, C, NH);
-      NZ_CUDA_CHECK_LAUNCH();
-      grid = dim3(unsigned(ceil_div(Tn, kKRows)), unsigned(NH), unsigned(B));
-      flash_backward_dkdv_wmma_kernel<T><<<grid, kKWarps * kWarpSize, wmma_dkdv_smem(hs)>>>(dqkv, dout, qkv, lse, D,
-                                                                                           Tn, C, NH);
-      NZ_CUDA_CHECK_LAUNCH();
+      with_head_frags(hs, [&](auto head_frags) {
+        constexpr int kHeadFrags = decltype(head_frags)::value;
+        if (dq_smem > kSmemLimit)  // head size 128's double buffers: above 48 KiB, which needs an opt-in
+          NZ_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_wmma_kernel<T, kHeadFrags>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(dq_smem)));
+        dim3 grid(unsigned(ceil_div(Tn, kQRows)), unsigned(NH), unsigned(B));
+        flash_backward_dq_wmma_kernel<T, kHeadFrags><<<grid, kQWarps * kWarpSize, dq_smem>>>(dqkv, dout, qkv, lse, D,
+                                                                                              Tn, C, NH);
+        NZ_CUDA_CHECK_LAUNCH();
+        grid = dim3(unsigned(ceil_div(Tn, kKRows)), unsigned(NH), unsigned(B));
+        flash_backward_dkdv_wmma_kernel<T, kHeadFrags><<<grid, kKWarps * kWarpSize, wmma_dkdv_smem(hs)>>>(
+            dqkv, dout, qkv, lse, D, Tn, C, NH);
+        NZ_CUDA_CHECK_LAUNCH();
+      });
       return;
     }
   }
