@@ -366,6 +366,18 @@ constexpr int kLdScore = kKeys + 4, kLdProb = kKeys + 8;
 constexpr int kKWarps = 2, kKRows = kKWarps * kFrag, kQueries = 16;  // 32 keys per block
 constexpr int kLdScoreT = kQueries + 4, kLdProbT = kQueries + 8;
 
+// Registers: the blocks an SM (65536 registers) should hold at once, which caps a thread's registers
+// (__launch_bounds__). At head sizes up to 64: forward 5 blocks (20 warps, <= 96 registers), dq 4
+// (16 warps, <= 128), dk/dv 8 (16 warps, <= 128), met without spilling (sm_90). Above, no cap:
+// capping them (the forward at 128, dq and dk/dv at 168) makes them spill, so they keep what they
+// need (164-208 registers, 8-12 warps per SM).
+template <int kHeadFrags>
+constexpr int kForwardBlocksPerSM = kHeadFrags <= 4 ? 5 : 1;
+template <int kHeadFrags>
+constexpr int kDqBlocksPerSM = kHeadFrags <= 4 ? 4 : 1;
+template <int kHeadFrags>
+constexpr int kDkDvBlocksPerSM = kHeadFrags <= 4 ? 8 : 1;
+
 // Shared memory of each kernel in bytes (the kernels carve it up in this order; bf16 and half are
 // both 2 bytes). Every part's size is a multiple of 32 bytes, so every part, and every 16-row,
 // 16-column piece of one, starts 32-byte aligned, as WMMA requires.
@@ -453,7 +465,8 @@ __device__ inline void store_tile(T* dst_r, const FragAcc& acc, float* scratch, 
 // in one while the warps compute on the other; per warp S (16, kLdScore) fp32, the scores and then
 // the scratch through which O is rescaled and written; P (16, kLdProb).
 template <class T, int kHeadFrags>
-__global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int Tn, int C, int NH) {
+__global__ void __launch_bounds__(kQWarps * kWarpSize, kForwardBlocksPerSM<kHeadFrags>)
+flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int Tn, int C, int NH) {
   extern __shared__ __align__(32) float smem[];  // WMMA's tiles must start 32-byte aligned
   const int hs = C / NH, ldh = hs + 8, head_frags = hs / kFrag;
   T* kv_buffers = reinterpret_cast<T*>(smem);  // buffer i: Ks at kv_buffers + 2i kKeys ldh, then Vs
@@ -572,7 +585,8 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
 // S, dP (16, kLdScore) fp32 and dS (16, kLdProb). Q and dout, like the forward's Q, come into
 // registers through the two buffers.
 template <class T, int kHeadFrags>
-__global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+__global__ void __launch_bounds__(kQWarps * kWarpSize, kDqBlocksPerSM<kHeadFrags>)
+flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                               const float* D, int Tn, int C, int NH) {
   extern __shared__ __align__(32) float smem[];  // WMMA's tiles must start 32-byte aligned
   const int hs = C / NH, ldh = hs + 8, head_frags = hs / kFrag;
@@ -681,7 +695,8 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
 // hs + 8), the next query tile's copy in flight in one while the warps compute on the other; per
 // warp St, dPt (16, kLdScoreT) fp32, Pt, dSt (16, kLdProbT); two buffers of lse_s, D_s (kQueries) fp32.
 template <class T, int kHeadFrags>
-__global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+__global__ void __launch_bounds__(kKWarps * kWarpSize, kDkDvBlocksPerSM<kHeadFrags>)
+flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                                 const float* D, int Tn, int C, int NH) {
   extern __shared__ __align__(32) float smem[];  // WMMA's tiles must start 32-byte aligned
   const int hs = C / NH, ldh = hs + 8, head_frags = hs / kFrag;

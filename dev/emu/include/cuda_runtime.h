@@ -39,6 +39,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)  // a register budget for the GPU's compiler: nothing to emulate
 // Blocks run one at a time, so a function-local static is exactly one block's shared memory.
 #define __shared__ static
 
