@@ -31,10 +31,14 @@ void Trainer::print_summary(double total_s) {
   double ms = 0;
   int n = 0;
   for (size_t i = steps_.size() > 1 ? 1 : 0; i < steps_.size(); i++, n++) ms += steps_[i].ms;
-  printf("done: %d steps in %.1f s | final train loss %.6f | validation loss %.6f (unigram baseline %.4f) | "
-         "%.1f ms/step\n",
-         args.steps, total_s, steps_.empty() ? 0.0 : steps_.back().loss, last_val_loss_,
-         data->unigram_baseline(), n ? ms / n : 0.0);
+  if (steps_.empty())  // resumed from a checkpoint that already has every step: no train loss to show
+    printf("done: no step left to run (%d of %d done before this run) | validation loss %.6f (unigram "
+           "baseline %.4f)\n",
+           args.steps, args.steps, last_val_loss_, data->unigram_baseline());
+  else
+    printf("done: %d steps in %.1f s | final train loss %.6f | validation loss %.6f (unigram baseline %.4f) | "
+           "%.1f ms/step\n",
+           args.steps, total_s, steps_.back().loss, last_val_loss_, data->unigram_baseline(), n ? ms / n : 0.0);
   if (dtype == DType::F16) {  // how many steps fp16's loss scaling skipped
     int skipped = 0;
     for (const StepRecord& s : steps_) skipped += s.skipped;

@@ -494,6 +494,12 @@ int main(int argc, char** argv) {
     user_error("--network prices ZeRO++'s bytes: add --zeropp G (the ranks per node)");
   if (zeropp_node > 0) {
     if (raw) user_error("--zeropp needs a model shape (its blocks pad each unit); drop --params, use --preset");
+    if (pipeline > 0)
+      user_error("--zeropp with --pipeline: two tables, expected one; ZeRO++ shards the parameters like stage3, "
+                 "which a pipeline does not take (docs/pipeline.md): drop one of them");
+    if (fit_budget > 0)
+      user_error("--fit with --zeropp: the fit is per stage of the ladder, expected one of them; drop --fit or "
+                 "--zeropp");
     print_zeropp_table(cfg, preset, worlds, zeropp_node, size_t(qw_block), size_t(qg_block), dt, accum, json,
                        network);
     return 0;

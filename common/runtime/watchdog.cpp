@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>  // placement new: the Beat in its shared page
 #include <string>
 #include <vector>
 
@@ -18,14 +19,21 @@
 
 namespace nz {
 
+// One rank's page, written by that rank (its work and its watching thread) and read by the others'
+// watching threads, so every number is an atomic: lock-free ones, which work between processes
+// through shared memory (each access is one plain load or store of the machine). Relaxed order: each
+// field is read on its own. The phase's text is diagnostics only; a reader may see it mid-change.
 struct Watchdog::Beat {
-  volatile double pulse_s;     // the watching thread's last tick (CLOCK_MONOTONIC, one per machine)
-  volatile double progress_s;  // this rank's last heartbeat, as of that tick
-  volatile uint64_t beats;     // its heartbeats so far, as of that tick
-  volatile uint64_t beats_at_step;  // ... when `step` began
-  volatile int step;
+  std::atomic<double> pulse_s;     // the watching thread's last tick (CLOCK_MONOTONIC, one per machine)
+  std::atomic<double> progress_s;  // this rank's last heartbeat, as of that tick
+  std::atomic<uint64_t> beats;     // its heartbeats so far, as of that tick
+  std::atomic<uint64_t> beats_at_step;  // ... when `step` began
+  std::atomic<int> step;
   char phase[20];
 };
+static_assert(std::atomic<double>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<int>::is_always_lock_free,
+              "the watchdog shares its atomics between processes: they must be lock-free");
 
 namespace {
 double now_s() {
@@ -69,7 +77,8 @@ Watchdog::Watchdog(Comm& comm, int seconds) : rank_(comm.rank()), world_(comm.si
     if (create && ftruncate(fd, sizeof(Beat)) != 0) return close(fd), nullptr;
     void* p = mmap(nullptr, sizeof(Beat), create ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
     close(fd);  // the mapping keeps the page
-    return p == MAP_FAILED ? nullptr : static_cast<Beat*>(p);
+    if (p == MAP_FAILED) return nullptr;
+    return create ? new (p) Beat{} : static_cast<Beat*>(p);  // the owner constructs its page
   };
   mine_ = map(rank_, true);
   if (mine_) {

@@ -19,8 +19,8 @@ cd "$(dirname "$0")/../.."
 bin=${NZ_BIN_DIR:-build/bin}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass() { echo "NZRESULT PASS fault.$1"; }
-fail() { echo "NZRESULT FAIL fault.$1 ($2)"; }
+source tests/lib/check.sh  # pass, fail, expect_error
+check_suite fault
 # name, the command's exit code, the exit code wanted, a pattern its one line must hold, its output
 one_line() {
   if [ "$2" = "$3" ] && [ "$(grep -c . <<<"$5")" = 1 ] && grep -q -- "$4" <<<"$5"; then pass "$1"
@@ -68,6 +68,14 @@ if [ -n "$killed" ] && [ $rc = 0 ] && grep -q "relaunching from the newest valid
 else
   fail kill9_one_rank_restart_same_model "killed pid '${killed}', wrapper exit $rc, models $(cmp "$tmp/ref.model" "$tmp/kill.model" 2>&1 || true); log: $(tail -5 "$tmp/kill.log")"
 fi
+
+# Resumed from a checkpoint that already has every step: nothing to train, said so (no "final train
+# loss 0"), exit 0, and the saved model is the finished run's.
+out=$(mpirun -np 2 $bin/stage2 $job --ckpt-dir "$ck" --resume auto --save-model "$tmp/again.model" 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q '^done: no step left to run (60 of 60 done before this run)' <<<"$out" &&
+   ! grep -q 'final train loss' <<<"$out" && cmp -s "$tmp/ref.model" "$tmp/again.model"; then
+  pass resume_at_the_last_step_says_nothing_left
+else fail resume_at_the_last_step_says_nothing_left "exit $rc; got: $(grep '^done' <<<"$out")"; fi
 
 # Bad input is not retried: the wrapper passes exit code 2 on after one launch.
 out=$(scripts/train_resilient.sh --restarts 3 -- mpirun -np 1 $bin/stage2 --bogus 1 --ckpt-dir "$tmp/bogus" 2>&1); rc=$?

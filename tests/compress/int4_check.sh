@@ -12,8 +12,8 @@ trap 'rm -rf "$tmp"' EXIT
 bin=${NZ_BIN_DIR:-build/bin}
 gen=$bin/generate
 export OMP_WAIT_POLICY=passive
-pass() { echo "NZRESULT PASS int4.$1"; }
-fail() { echo "NZRESULT FAIL int4.$1 ($2)"; }
+source tests/lib/check.sh  # pass, fail, expect_error
+check_suite int4
 check() { if [ "$2" = "$3" ]; then pass "$1"; else fail "$1" "got '$2', want '$3'"; fi; }
 stat() { sed -n "s/.*stats:.* $1=\([0-9]*\).*/\1/p" "$2"; }
 
@@ -66,15 +66,6 @@ if [ -n "$val" ] && [ "$l4" = "$val" ] && [ "$l32" != "$val" ] && [ "$l4b" != "$
 else fail qat_model_on_its_grid "trainer $val, int4 $l4, fp32 $l32, int4 B=32 $l4b"; fi
 
 # ---- bad input: one line, exit 2 ----
-expect_error() {  # name, expected substring, command...
-  local name=$1 want=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ $rc = 2 ] && grep -q -- "$want" <<<"$out" && [ "$(grep -c . <<<"$out")" = 1 ]; then pass "$name"
-  else fail "$name" "exit $rc, want 2 and one line with '$want'; got: $out"; fi
-}
 for B in 48 4 131072 0 -8; do
   expect_error "block_$B" "expected a power of two from 8 to 65536" $gen $base --weights-int4 --int4-block $B
   expect_error "gpt_eval_block_$B" "expected a power of two from 8 to 65536" \

@@ -8,8 +8,8 @@ cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bin=${NZ_BIN_DIR:-build/bin}
-pass() { echo "NZRESULT PASS prune.$1"; }
-fail() { echo "NZRESULT FAIL prune.$1 ($2)"; }
+source tests/lib/check.sh  # pass, fail, expect_error
+check_suite prune
 tiny="--preset tiny --seq 32 --batch 2 --steps 1 --eval-every 0 --eval-windows 2 --quiet"
 
 mpirun -np 1 $bin/stage0_ddp $tiny --save-model "$tmp/dense.model" >/dev/null 2>&1 &&

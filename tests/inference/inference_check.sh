@@ -11,8 +11,8 @@ gen=build/bin/generate
 # Decoding runs many small parallel regions: on a machine shared with other jobs, spinning OpenMP
 # threads waiting for a descheduled partner cost more than the work (results do not depend on it).
 export OMP_WAIT_POLICY=passive
-pass() { echo "NZRESULT PASS inference.$1"; }
-fail() { echo "NZRESULT FAIL inference.$1 ($2)"; }
+source tests/lib/check.sh  # pass, fail, expect_error
+check_suite inference
 check() { if [ "$2" = "$3" ]; then pass "$1"; else fail "$1" "got '$2', want '$3'"; fi; }
 stat() { sed -n "s/.*stats:.* $1=\([0-9]*\).*/\1/p" "$2"; }  # a number from generate's stats line
 
@@ -117,15 +117,6 @@ for v in "int8:$l8" "int8_embedding_kept:$l8e"; do
 done
 
 # ---- bad input: one line, exit 2 ----
-expect_error() {  # name, expected substring, command...
-  local name=$1 want=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ $rc = 2 ] && grep -q -- "$want" <<<"$out" && [ "$(grep -c . <<<"$out")" = 1 ]; then pass "$name"
-  else fail "$name" "exit $rc, want 2 and one line with '$want'; got: $out"; fi
-}
 head -c 100 /dev/urandom >"$tmp/bad.model"
 head -c 300 "$tmp/tiny.model" >"$tmp/cut.model"
 printf 'one\n\nthree\n' >"$tmp/holes.txt"

@@ -13,8 +13,8 @@ cd "$(dirname "$0")/../.."
 bin=${NZ_BIN_DIR:-build/bin}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass() { echo "NZRESULT PASS cpu_baseline.$1"; }
-fail() { echo "NZRESULT FAIL cpu_baseline.$1 ($2)"; }
+source tests/lib/check.sh  # pass, fail, expect_error
+check_suite cpu_baseline
 cap=(env ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2)
 
 # ---- the kernel tests of bf16 products and bf16 kernels, under the cap ----

@@ -10,8 +10,8 @@ tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 run="--preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2 --quiet --offload-to disk"
 
-pass() { echo "NZRESULT PASS offload.$1"; }
-fail() { echo "NZRESULT FAIL offload.$1 ($2)"; }
+source tests/lib/check.sh  # pass, fail, expect_error
+check_suite offload
 empty() { [ -z "$(ls -A "$1")" ]; }
 
 expect_one_line() {  # name, expected substring, command...: exit 2 and exactly one line of output

@@ -2,25 +2,14 @@
 # Bad input: every case must exit with code 2 and print one line naming the problem, before any
 # work is done; good input must not. Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/../.."
+source tests/lib/check.sh  # pass, fail, expect_error
+check_suite cli
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'too short' >"$tmp/short.txt"
 head -c 100 /dev/urandom >"$tmp/bad.model"
 bindir=${NZ_BIN_DIR:-build/bin}  # the programs (NZ_BIN_DIR: another build folder)
 bin=$bindir/stage0_ddp
-
-expect_error() {  # name, expected substring, command...
-  local name=$1 want=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ $rc = 2 ] && grep -q -- "$want" <<<"$out" && [ "$(grep -c . <<<"$out")" = 1 ]; then
-    echo "NZRESULT PASS cli.$name"
-  else
-    echo "NZRESULT FAIL cli.$name (exit $rc, want 2 and one line with '$want'; got: $out)"
-  fi
-}
 
 expect_error heads_not_dividing "--heads 5" $bin --preset tiny --heads 5
 expect_error seq_too_long "longer than the model's context" $bin --preset tiny --seq 1000
@@ -137,6 +126,8 @@ expect_error global_batch_and_accum "give one of them" $bin $tiny --global-batch
 expect_error global_batch_not_multiple "not a multiple of --batch 3" $bin $tiny --batch 3 --global-batch 8
 expect_error estimate_fit_bad_size "--fit 1QB: expected a size in bytes" $bindir/zero_estimate --fit 1QB
 expect_error estimate_fit_raw "--fit needs a model shape" $bindir/zero_estimate --params 7B --fit 80GB
+expect_error estimate_zeropp_pipeline "--zeropp with --pipeline" $bindir/zero_estimate --preset tiny --zeropp 2 --pipeline 2 --world 4
+expect_error estimate_zeropp_fit "--fit with --zeropp" $bindir/zero_estimate --preset tiny --zeropp 2 --fit 1GB --world 4
 expect_error checkpointing_with_value "--activation-checkpointing takes no value" $bin $tiny --activation-checkpointing=yes
 expect_error equals_bad_value "--steps abc" $bin $tiny --steps=abc
 out=$(mpirun -np 1 $bin --preset tiny --seq 16 --quiet --eval-windows 2 --steps=2 --batch=2 2>&1)

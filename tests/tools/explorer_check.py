@@ -113,7 +113,10 @@ def _native(flags):
 
 
 def zeropp_flags(c):
-    f = native_flags(c)[:-2]  # ZeRO++'s table has no --stage
+    f = native_flags(c)[:-2]  # ZeRO++'s table has no --stage, nor --fit (zero_estimate refuses it there)
+    if "--fit" in f:
+        i = f.index("--fit")
+        del f[i:i + 2]
     f += ["--zeropp", str(c["zpp-node"]), "--qw-block", str(c["zpp-qw"]), "--qg-block", str(c["zpp-qg"])]
     if c["zpp-net"]:
         f += ["--network", c["zpp-net"]] + (["--compute-ms", c["zpp-ms"]] if c["zpp-ms"] else [])

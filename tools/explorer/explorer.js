@@ -253,8 +253,13 @@ function update() {
 }
 
 // ---- ZeRO++: zero_estimate --zeropp G for the model and N of the form ----
+// (--fit is the ladder table's: zero_estimate refuses it with --zeropp)
+function withoutFit(f) {
+  const i = f.indexOf("--fit");
+  return i < 0 ? f : f.slice(0, i).concat(f.slice(i + 2));
+}
 function zeroppFlags() {
-  const f = flagsFromForm().concat(["--world", $("world").value.trim(), "--zeropp", $("zpp-node").value.trim(),
+  const f = withoutFit(flagsFromForm()).concat(["--world", $("world").value.trim(), "--zeropp", $("zpp-node").value.trim(),
                                     "--qw-block", $("zpp-qw").value.trim(), "--qg-block", $("zpp-qg").value.trim()]);
   if ($("zpp-net").value.trim()) {
     f.push("--network", $("zpp-net").value.trim());
