@@ -12,6 +12,9 @@
 //  - CudaKernels/*.Fused*: the fused ops (residual + layer norm, bias + GELU and their backwards).
 //  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics),
 //    flash attention's tensor-core kernels included.
+//  - CudaKernels/{bf16,fp16}.FlashAttentionLongSequence: the tensor-core flash kernels at T = 1024
+//    (many key and query tiles through the double buffers), head size 64 and 128, within the
+//    derived bound, and bit for bit on a second run.
 //
 // Tolerances (|gpu - cpu| <= rel * |cpu| + floor * max|cpu| over the tensor): the two backends do
 // the same fp32 arithmetic in a different order (warp-strided sums, fused multiply-adds), so
