@@ -81,6 +81,7 @@
 #include <mma.h>            // nvcuda::wmma: fragments, load/store_matrix_sync, mma_sync (the tensor cores)
 
 #include <algorithm>    // std::min, std::max (constexpr: usable in device code with --expt-relaxed-constexpr)
+#include <cstdint>      // uintptr_t
 #include <type_traits>  // std::is_same_v
 
 #include "cuda_common.cuh"     // load/store, scratch_buffer, NZ_CUDA_CHECK_LAUNCH, kWarpSize, kFullMask
@@ -812,12 +813,17 @@ flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const floa
 }
 }  // namespace
 
+// The tensor-core kernels move rows in 16-byte pieces: every tensor they read or write must start
+// 16-byte aligned (cudaMalloc's are 256-byte aligned, the model's activations 64-byte).
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Which kernels: flash_attention_uses_wmma (flash_attention.h). `if constexpr` keeps the tensor-core
 // kernels from being compiled for fp32, which WMMA does not take.
 template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH) {
   if constexpr (!std::is_same_v<T, float>) {
     if (flash_attention_uses_wmma<T>(C, NH)) {
+      NZ_CHECK(aligned16(out) && aligned16(qkv), "flash attention: out and qkv must be 16-byte aligned");
       const dim3 grid(unsigned(ceil_div(Tn, kQRows)), unsigned(NH), unsigned(B));
       with_head_frags(C / NH, [&](auto head_frags) {
         constexpr int kHeadFrags = decltype(head_frags)::value;
@@ -847,6 +853,8 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const float*
 
   if constexpr (!std::is_same_v<T, float>) {
     if (flash_attention_uses_wmma<T>(C, NH)) {
+      NZ_CHECK(aligned16(dqkv) && aligned16(dout) && aligned16(qkv),
+               "flash attention: dqkv, dout and qkv must be 16-byte aligned");
       const int hs = C / NH;
       const size_t dq_smem = wmma_dq_smem(hs);
       with_head_frags(hs, [&](auto head_frags) {
