@@ -230,6 +230,16 @@ struct Fiber {
   State state;
   WarpOp op;
   unsigned warp_ops;  // warp operations this thread has reached so far
+  // __pipeline_memcpy_async's copies not yet performed (cuda_pipeline.h), in issue order, each with
+  // its group: the number of __pipeline_commit calls before it
+  struct AsyncCopy {
+    void* dst;
+    const void* src;
+    size_t bytes, zfill;
+    unsigned group;
+  };
+  std::vector<AsyncCopy> async_copies;
+  unsigned groups_committed;
 };
 
 struct WarpSlots {
@@ -341,6 +351,8 @@ void run_block() {
     f->warp = i / kWarp;
     f->state = State::Ready;
     f->warp_ops = 0;
+    f->async_copies.clear();  // copies a thread of the previous block never waited for
+    f->groups_committed = 0;
   }
   g_ready.clear();
   queue_range(0, n, false);
@@ -420,6 +432,41 @@ void wmma_check(const char* what, const void* p, unsigned ldm, size_t elem_bytes
          size_t(c - g_dynamic_shared));
 }
 
+void pipeline_copy(void* dst, const void* src, size_t bytes, size_t zfill) {
+  if (!g_cur) fail("__pipeline_memcpy_async called outside a kernel");
+  if (bytes != 4 && bytes != 8 && bytes != 16) fail("__pipeline_memcpy_async of %zu bytes: a GPU copies 4, 8 or 16", bytes);
+  if (zfill > bytes) fail("__pipeline_memcpy_async with zfill %zu > %zu bytes", zfill, bytes);
+  if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 || reinterpret_cast<uintptr_t>(src) % bytes != 0)
+    fail("__pipeline_memcpy_async of %zu bytes from %p to %p: a GPU requires both %zu-byte aligned", bytes, src, dst,
+         bytes);
+  if (!is_device_pointer(src, bytes - zfill)) fail("__pipeline_memcpy_async from %p: not global (device) memory", src);
+  if (is_device_pointer(dst, bytes)) fail("__pipeline_memcpy_async to %p: global memory, not shared memory", dst);
+  g_cur->async_copies.push_back({dst, src, bytes, zfill, g_cur->groups_committed});
+}
+
+void pipeline_commit() {
+  if (!g_cur) fail("__pipeline_commit called outside a kernel");
+  g_cur->groups_committed++;
+}
+
+// Performs, in issue order, the copies of every committed group but the `prior` most recent ones.
+void pipeline_wait_prior(size_t prior) {
+  if (!g_cur) fail("__pipeline_wait_prior called outside a kernel");
+  std::vector<Fiber::AsyncCopy>& q = g_cur->async_copies;
+  const unsigned done_below = g_cur->groups_committed > prior ? unsigned(g_cur->groups_committed - prior) : 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < q.size(); i++) {
+    const Fiber::AsyncCopy& c = q[i];
+    if (c.group < done_below) {
+      memcpy(c.dst, c.src, c.bytes - c.zfill);
+      memset(static_cast<char*>(c.dst) + (c.bytes - c.zfill), 0, c.zfill);
+    } else {
+      q[kept++] = c;
+    }
+  }
+  q.resize(kept);
+}
+
 void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, int src_lane) {
   if (mask != 0xffffffffu) fail("shuffle with mask %#x: the emulator supports full-warp shuffles only", mask);
   Fiber* f = g_cur;
@@ -478,11 +525,25 @@ struct Profile {
   };
 };
 
-void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx) {
+// cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), per kernel
+std::map<const void*, size_t> g_max_dynamic_shared;
+constexpr size_t kSharedDefault = 48 * 1024, kSharedOptIn = 227 * 1024;  // sm_90's limits per block
+
+cudaError_t set_max_dynamic_shared(const void* func, int bytes) {
+  if (!func || bytes < 0 || size_t(bytes) > kSharedOptIn) return record(cudaErrorInvalidValue);
+  g_max_dynamic_shared[func] = size_t(bytes);
+  return cudaSuccess;
+}
+
+void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t smem, void (*body)(void*),
+              void* ctx) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  const auto opted = func ? g_max_dynamic_shared.find(func) : g_max_dynamic_shared.end();
+  const size_t smem_limit = opted == g_max_dynamic_shared.end() ? kSharedDefault
+                                                                : std::max(kSharedDefault, opted->second);
   const bool valid = threads >= 1 && threads <= 1024 && block.x <= 1024 && block.y <= 1024 &&
                      block.z <= 64 && grid.x >= 1 && grid.x <= 0x7fffffffu && grid.y >= 1 &&
-                     grid.y <= 65535 && grid.z >= 1 && grid.z <= 65535 && smem <= 48 * 1024;
+                     grid.y <= 65535 && grid.z >= 1 && grid.z <= 65535 && smem <= smem_limit;
   if (!valid) {
     if (getenv("NZ_EMU_VERBOSE"))
       fprintf(stderr, "nz_emu: launch of %s refused: grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n", name,

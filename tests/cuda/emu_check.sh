@@ -56,6 +56,8 @@ selftest poisoned ""
 selftest missing_sync ""
 selftest wmma ""
 selftest wmma_missing_syncwarp ""
+selftest async_copy ""
+selftest async_missing_wait ""
 selftest out_of_bounds "past the end of a 4000-byte device buffer"
 selftest host_deref "from host code"
 selftest divergent_sync "__syncthreads after some threads of the block exited"
@@ -63,6 +65,7 @@ selftest partial_shuffle "a warp operation that not every lane reaches"
 selftest wmma_divergent "a warp operation that not every lane reaches"
 selftest wmma_bad_ldm "requires a multiple of 16 bytes"
 selftest wmma_misaligned "requires a 32-byte (256-bit) aligned pointer"
+selftest async_misaligned "requires both 16-byte aligned"
 
 # 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test> (tests/lib/gtest_run.sh)
 source tests/lib/gtest_run.sh
