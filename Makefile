@@ -52,7 +52,11 @@ BLAS_LIBS  := -L$(SYSROOT)$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 # wherever it is called from (the stages are compared bit for bit).
 CXXFLAGS   := -std=c++17 -O3 $(ARCH_FLAGS) -ffp-contract=off -fno-math-errno -fopenmp -Wall -Wextra \
               -Wno-unused-parameter -Icommon -I. -I$(BLAS_INC) $(MPI_CFLAGS) -MMD -MP
-LDFLAGS    := -fopenmp
+# The gold linker where the toolchain has it (binutils does on Debian and Ubuntu): it links a trainer
+# in about a third of ld.bfd's CPU time (0.37 -> 0.11 s), which make test pays for every test
+# binary, mutant and graded exercise. Without it, the default linker.
+LD_GOLD    := $(shell $(CXX) -fuse-ld=gold -Wl,--version 2>/dev/null | grep -q 'GNU gold' && echo -fuse-ld=gold)
+LDFLAGS    := -fopenmp $(LD_GOLD)
 LDLIBS     := -lpthread $(BLAS_LIBS) $(MPI_LIBS)
 # oneDNN (libdnnl-dev): bf16 products on the CPU's bf16 dot-product instructions (common/kernels/gemm_bf16.h).
 # `make DNNL=0` leaves it out (a build for a GPU machine, say): CPU bf16 products are then widened for sgemm.

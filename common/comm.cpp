@@ -13,6 +13,7 @@
 #include "runtime/check.h"           // NZ_CHECK
 #include "kernels/cuda/comm_nccl.h"  // nz::nccl
 #include "runtime/device.h"          // current_device, copy_bytes
+#include "profile.h"                 // StepProfile: NZ_PROFILE=1 counts the time in collectives
 
 namespace nz {
 
@@ -48,12 +49,17 @@ static void sum_slices_in_rank_order(const T* full, T* out, size_t shard, int n_
 }
 
 void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType dt) {
+  StepProfile::Scope profiled(StepProfile::Collectives);  // NZ_PROFILE: a collective's time (profile.h)
   const size_t esz = dtype_bytes(dt), shard_bytes = shard_elems * esz;
   const size_t full_bytes = shard_bytes * size_;
   check_span(full, full_bytes, "reduce_scatter: the full buffer (N slices)");
   check_span(out_shard, shard_bytes, "reduce_scatter: the output slice");
   stats_->add(CommOp::ReduceScatter, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
              uint64_t(size_ - 1) * shard_bytes, peers_across_nodes() * shard_bytes);
+  if (one_rank_on_gpu_) {  // the sum over one rank is its own contribution, bit for bit
+    if (out_shard != full) copy_bytes(out_shard, Location::Device, full, Location::Device, shard_bytes);
+    return;
+  }
   if (nccl_) {  // one GPU per rank: NCCL sums on the GPUs, in its own order
     nccl::reduce_scatter(full, out_shard, shard_elems, dt);
     nccl::join();
@@ -88,6 +94,7 @@ void Comm::all_gather(const void* shard, void* out_full, size_t shard_elems, DTy
 }
 
 CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t shard_elems, DType dt) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   const size_t esz = dtype_bytes(dt), shard_bytes = shard_elems * esz;
   char* own_slice = static_cast<char*>(out_full) + size_t(rank_) * shard_bytes;
   check_span(shard, shard_bytes, "all_gather: the slice sent");
@@ -98,6 +105,10 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
   Ledger::get().set_gathering(out_full, true);  // untouchable until the wait
   stats_->add(CommOp::AllGather, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
              uint64_t(size_ - 1) * shard_bytes, peers_across_nodes() * shard_bytes);
+  if (one_rank_on_gpu_) {  // my slice is the whole: queued on the compute stream, nothing to wait
+    if (shard != own_slice) copy_bytes(own_slice, Location::Device, shard, Location::Device, shard_bytes);
+    return r;
+  }
   if (nccl_) {  // queued on the comm stream; wait() makes the compute stream wait for it
     nccl::all_gather(shard, out_full, shard_elems, dt);
     r.on_comm_stream = true;
@@ -125,6 +136,7 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
 // laptop), a rank spinning inside MPI steals the core another rank needs to finish its compute,
 // and every collective waits for that rank. So after a short spin the waiter sleeps between polls.
 void Comm::wait(CommRequest& r) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   if (r.gathering_into && r.active()) note_gather("gather_wait", r.gathering_into);
   if (r.gathering_into) Ledger::get().set_gathering(r.gathering_into, false);
   r.gathering_into = nullptr;
@@ -149,15 +161,17 @@ void Comm::wait(CommRequest& r) {
 }
 
 void Comm::all_reduce(void* buf, size_t elems, DType dt) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   NZ_CHECK(elems % size_ == 0, "all_reduce of %zu elements over %d ranks: pad to a multiple", elems,
            size_);
   check_span(buf, elems * dtype_bytes(dt), "all_reduce: the buffer");
   const size_t shard = elems / size_;
   const size_t shard_bytes = shard * dtype_bytes(dt);
   void* own_slice = static_cast<char*>(buf) + size_t(rank_) * shard_bytes;
-  if (nccl_) {  // NCCL's own all-reduce; booked as the two halves would be
+  if (nccl_ || one_rank_on_gpu_) {  // NCCL's own all-reduce; booked as the two halves would be
     stats_->add(CommOp::AllReduce, 2 * uint64_t(size_ - 1) * shard, 2 * uint64_t(size_ - 1) * shard_bytes,
                2 * uint64_t(size_ - 1) * shard_bytes, 2 * peers_across_nodes() * shard_bytes);
+    if (one_rank_on_gpu_) return;  // in place over one rank: the sum is already there
     nccl::all_reduce(buf, elems, dt);
     nccl::join();
     return;
@@ -177,6 +191,7 @@ void Comm::all_reduce(void* buf, size_t elems, DType dt) {
 }
 
 void Comm::sum_scalars(double* v, int n) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   std::vector<double> all(size_t(n) * size_);
   CommRequest req;
   MPI_Iallgather(v, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, mpi_, &req.req);
@@ -191,6 +206,7 @@ void Comm::sum_scalars(double* v, int n) {
 }
 
 bool Comm::any_flag(bool mine) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   int flag = mine ? 1 : 0;
   MPI_Request req;
   MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, mpi_, &req);
@@ -202,6 +218,7 @@ bool Comm::any_flag(bool mine) {
 }
 
 std::vector<double> Comm::gather_scalar(double x) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   std::vector<double> all(size_);
   CommRequest req;
   MPI_Iallgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, mpi_, &req.req);
@@ -264,6 +281,7 @@ static bool on_device(const void* p) {
 }
 
 CommRequest Comm::send_start(const void* buf, size_t elems, DType dt, int to, int tag) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   const size_t bytes = elems * dtype_bytes(dt);
   check_span(buf, bytes, "send: the buffer");
   stats_->add(CommOp::PointToPoint, elems, bytes, 0, node_of(to) != node_of(rank_) ? bytes : 0);
@@ -304,6 +322,7 @@ void Comm::issue_held_sends(void* recv_buf, size_t elems, DType dt, int from) {
 }
 
 void Comm::recv(void* buf, size_t elems, DType dt, int from, int tag) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   const size_t bytes = elems * dtype_bytes(dt);
   check_span(buf, bytes, "recv: the buffer");
   stats_->add(CommOp::PointToPoint, 0, 0, bytes);
@@ -329,6 +348,7 @@ void Comm::recv(void* buf, size_t elems, DType dt, int from, int tag) {
 }
 
 CommRequest Comm::all_gather_packed_start(const void* mine, void* out_all, size_t bytes_each, uint64_t elems_each) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   NZ_CHECK(!nccl_ && !on_gpu(), "the quantized all-gather runs on the CPU backend only");
   NZ_CHECK(bytes_each <= size_t(INT_MAX), "all_gather_packed: %zu bytes per rank", bytes_each);
   check_span(mine, bytes_each, "all_gather_packed: the bytes sent");
@@ -346,6 +366,7 @@ CommRequest Comm::all_gather_packed_start(const void* mine, void* out_all, size_
 }
 
 void Comm::all_to_all_packed(void* buf, size_t bytes_each, uint64_t elems_each) {
+  StepProfile::Scope profiled(StepProfile::Collectives);
   NZ_CHECK(!nccl_ && !on_gpu(), "the quantized all-to-all runs on the CPU backend only");
   NZ_CHECK(bytes_each <= size_t(INT_MAX), "all_to_all_packed: %zu bytes per rank", bytes_each);
   check_span(buf, bytes_each * size_, "all_to_all_packed: the buffer (N parts)");

@@ -10,7 +10,8 @@
 // rank r adds the N contributions itself, left to right. No extra buffer: the caller's bucket is
 // the receive buffer.
 //
-// On the CUDA backend (use_device_backend): when every rank has its own GPU the buffers stay on
+// On the CUDA backend (use_device_backend): one rank alone makes no NCCL call and no host round
+// trip (a sum over one rank is the value itself: a device copy when out of place). When every rank has its own GPU the buffers stay on
 // the GPU and NCCL moves them (cuda/comm_nccl.h) — NCCL does not add in rank order, so there the
 // stages agree with stage0_ddp within a tolerance, not bit for bit. When ranks share a GPU (4 ranks
 // on one GPU) the MPI path above runs unchanged on copies in pinned host memory, and stays bitwise.
@@ -73,6 +74,8 @@ class Comm {
   // path. A no-op on the CPU. Collective: every rank calls it.
   void use_device_backend();
   bool uses_nccl() const { return nccl_; }
+  // One rank on the CUDA backend: every collective is a device copy (out of place) or nothing.
+  bool one_rank_on_gpu() const { return one_rank_on_gpu_; }
   int gpus_in_use() const { return gpus_in_use_; }           // distinct GPUs over all ranks (0: CPU)
   int ranks_on_my_gpu() const { return ranks_on_my_gpu_; }  // 1 unless ranks share a GPU
   // Sum of x over the ranks that share this rank's GPU (memory reconciliation). Not counted.
@@ -167,6 +170,7 @@ class Comm {
   std::vector<bool> send_staging_busy_;
   Buffer nccl_recv_staging_;  // NCCL receives into device memory only
   bool nccl_ = false;
+  bool one_rank_on_gpu_ = false;  // size 1 on CUDA: collectives stay on the device, no NCCL
   int gpus_in_use_ = 0, ranks_on_my_gpu_ = 1;
   MPI_Comm gpu_comm_ = MPI_COMM_NULL;  // the ranks sharing this rank's GPU
   MPI_Comm mpi_ = MPI_COMM_WORLD;       // the ranks of this Comm: all, or a group of them

@@ -103,6 +103,12 @@ void Comm::use_device_backend() {
   if (force && *force && strcmp(force, "mpi") != 0)
     user_error("NZ_COMM=%s: unknown collectives backend; valid: mpi (forces the MPI path on GPUs), "
                "or leave it unset", force);
+  // One rank: nothing to bootstrap and nothing to exchange, so no NCCL at all (a single process
+  // started without mpirun needs no NCCL library that works); its collectives are device copies
+  // or nothing (comm.cpp), never a round trip through host memory. NZ_COMM=mpi still forces the
+  // staged MPI path (its tests run on one rank too).
+  one_rank_on_gpu_ = size_ == 1 && !(force && *force);
+  if (one_rank_on_gpu_) return;
   // NCCL needs one GPU per rank (it refuses two ranks on one GPU); sharing ranks take the MPI path.
   nccl_ = all_own && nccl::compiled() && !(force && *force);
   if (!nccl_) return;

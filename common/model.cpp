@@ -13,6 +13,7 @@
 #include "kernels/ops.h"
 #include "runtime/rng.h"
 #include "runtime/watchdog.h"  // heartbeat
+#include "profile.h"           // StepProfile: NZ_PROFILE=1 times attention
 
 namespace nz {
 
@@ -408,7 +409,10 @@ void GPT::forward_t(int u, const T* p) {
   NZ_CHECK((attn_ == Attention::Flash) == flash_attention_in_force(C, NH),
            "attention: the model was built for %s attention, the kernels now run the other",
            attention_name(attn_));
-  ops::attention_forward<T>(ACT(T, s.atty), ACT(T, s.att), ACT(T, s.qkv), b_, T_, C, NH);
+  {
+    StepProfile::Scope profiled(StepProfile::ForwardAttention);  // NZ_PROFILE (profile.h)
+    ops::attention_forward<T>(ACT(T, s.atty), ACT(T, s.att), ACT(T, s.qkv), b_, T_, C, NH);
+  }
   ops::matmul_forward<T>(res_att, ACT(T, s.atty), W(ATTPW), W(ATTPB), BT, C, C);
   // res_att = x + res_att, and ln2 = layernorm(res_att) in the same pass (fused)
   ops::residual_layernorm_forward<T>(res_att, ACT(T, s.ln2), ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), x, res_att,
@@ -508,7 +512,10 @@ void GPT::backward_t(int u, const T* p, T* g) {
                                       ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), BT, C);
   // attention: res_att = x + attproj(attn(qkv(ln1(x))))
   ops::matmul_backward<T>(dln, G(ATTPW), G(ATTPB), dres, ACT(T, s.atty), W(ATTPW), BT, C, C);
-  ops::attention_backward<T>(dqkv, dln, ACT(T, s.qkv), ACT(T, s.att), ACT(T, s.atty), b_, T_, C, NH);
+  {
+    StepProfile::Scope profiled(StepProfile::ForwardAttention);  // the phase says backward (profile.h)
+    ops::attention_backward<T>(dqkv, dln, ACT(T, s.qkv), ACT(T, s.att), ACT(T, s.atty), b_, T_, C, NH);
+  }
   ops::matmul_backward<T>(dln, G(QKVW), G(QKVB), dqkv, ACT(T, s.ln1), W(QKVW), BT, C, 3 * C);
   // d x = the skip path (dres) plus the attention path through ln1 (fused)
   ops::layernorm_backward_residual<T>(dx, G(LN1W), G(LN1B), dres, dln, x, W(LN1W), ACT(A, s.ln1_mean),

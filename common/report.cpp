@@ -9,6 +9,7 @@
 #include "runtime/device.h"         // current_device, cuda_rt
 #include "runtime/json.h"           // JsonWriter
 #include "runtime/mfu.h"            // flops_per_token, peak_flops, mfu
+#include "profile.h"        // StepProfile: NZ_PROFILE=1's line and JSON
 #include "trainer.h"        // Trainer, whose report members this file defines
 #include "zero_formulas.h"  // expected_state_bytes, activation_bytes, expected_*_elems
 
@@ -39,6 +40,7 @@ void Trainer::print_summary(double total_s) {
     printf("done: %d steps in %.1f s | final train loss %.6f | validation loss %.6f (unigram baseline %.4f) | "
            "%.1f ms/step\n",
            args.steps, total_s, steps_.back().loss, last_val_loss_, data->unigram_baseline(), n ? ms / n : 0.0);
+  if (StepProfile::get().steps_timed() > 0) printf("%s\n", StepProfile::get().line(args.steps).c_str());
   if (dtype == DType::F16) {  // how many steps fp16's loss scaling skipped
     int skipped = 0;
     for (const StepRecord& s : steps_) skipped += s.skipped;
@@ -69,11 +71,15 @@ void Trainer::print_gpu_memory_check() {
   const double used = double(total_bytes - free_bytes);
   const double now = comm.sum_on_my_gpu(double(Ledger::get().current_total(Location::Device)));
   const double peak = comm.sum_on_my_gpu(double(Ledger::get().peak_total(Location::Device)));
+  gpu_in_use_bytes_ = used, gpu_ledger_peak_bytes_ = peak, gpu_ledger_now_bytes_ = now;
   if (rank() == 0)
     printf("GPU memory (rank 0's GPU, %d rank%s): ledger peak %s, now %s | in use %s (cudaMemGetInfo "
-           "total - free) | not in the ledger %s (CUDA context, library workspaces, scratch, rounding)\n",
+           "total - free) | not in the ledger %s (CUDA context, library workspaces, scratch, rounding) | "
+           "above the baseline %s (the baseline: %s in use once the context, cuBLAS and NCCL were up, before "
+           "the model)\n",
            comm.ranks_on_my_gpu(), comm.ranks_on_my_gpu() == 1 ? "" : "s", fmt_bytes(peak).c_str(),
-           fmt_bytes(now).c_str(), fmt_bytes(used).c_str(), fmt_bytes(used - now).c_str());
+           fmt_bytes(now).c_str(), fmt_bytes(used).c_str(), fmt_bytes(used - now).c_str(),
+           fmt_bytes(used - gpu_baseline_bytes_).c_str(), fmt_bytes(gpu_baseline_bytes_).c_str());
 }
 
 // One line per rank of peak bytes by category, then the formula, then the verdict.
@@ -191,7 +197,7 @@ std::string Trainer::write_report() {
   j.end_object();
   j.kv("precision", dtype_name(dtype));
   j.kv("device", current_device() == Device::CUDA ? "cuda" : "cpu");
-  j.kv("collectives", comm.uses_nccl() ? "nccl" : "mpi");
+  j.kv("collectives", comm.uses_nccl() ? "nccl" : comm.one_rank_on_gpu() ? "local" : "mpi");
   j.kv("kernels", args.kernels);
   j.kv("attention", args.attention);
   if (current_device() == Device::CUDA) {
@@ -199,6 +205,19 @@ std::string Trainer::write_report() {
     j.kv("gpus", comm.gpus_in_use());
     j.kv("flops_per_token", flops_per_token(args.cfg, args.seq, layout.num_params));
     j.kv("peak_flops_per_gpu", peak_flops(dtype));
+    j.key("gpu_memory");  // rank 0's GPU, its ranks summed (print_gpu_memory_check)
+    j.begin_object();
+    j.kv("baseline_bytes", uint64_t(gpu_baseline_bytes_));
+    j.kv("in_use_bytes", uint64_t(gpu_in_use_bytes_));
+    j.kv("above_baseline_bytes", int64_t(gpu_in_use_bytes_) - int64_t(gpu_baseline_bytes_));
+    j.kv("ledger_peak_bytes", uint64_t(gpu_ledger_peak_bytes_));
+    j.kv("ledger_now_bytes", uint64_t(gpu_ledger_now_bytes_));
+    j.kv("ranks_on_gpu", comm.ranks_on_my_gpu());
+    j.end_object();
+  }
+  if (StepProfile::get().steps_timed() > 0) {  // NZ_PROFILE=1: rank 0's breakdown (profile.h)
+    j.key("profile");
+    j.raw(StepProfile::get().json());
   }
   j.kv("batch", args.batch);
   j.kv("seq", args.seq);

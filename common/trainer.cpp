@@ -9,6 +9,7 @@
 #include <climits>       // INT_MAX
 #include <cstdio>
 #include <cstdlib>      // getenv: OMP_NUM_THREADS
+#include <cstring>      // strcmp: the phase names
 #include <thread>
 
 #include <cmath>         // std::isfinite
@@ -20,6 +21,7 @@
 #include "io/pruned_file.h"    // load_pruned: --prune-mask
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
 #include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
+#include "profile.h"             // StepProfile: NZ_PROFILE=1's per-phase breakdown
 #include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)
 #include "offload/param_store.h"  // ParamSlices: infinity's slices (checkpoints, its disk summary)
@@ -168,7 +170,18 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // zeropp and --qat run on the CPU (auto: even where a GPU is visible)
   select_device(stage == Stage::ZeroPP || qat.on() ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
-  if (current_device() == Device::CUDA) peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
+  if (current_device() == Device::CUDA) {
+    peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
+    // The device-memory baseline: the context, cuBLAS and NCCL (when used) are up, the model has
+    // not allocated yet. Ranks sharing a GPU all come up before any measures, and all measure
+    // before any allocates (the barriers), so each sees the same baseline.
+    cuda_rt::start_libraries();
+    comm.control_barrier();
+    size_t free_bytes = 0, total_bytes = 0;
+    cuda_rt::mem_get_info(&free_bytes, &total_bytes);
+    gpu_baseline_bytes_ = double(total_bytes - free_bytes);
+    comm.control_barrier();
+  }
   dtype = args.dtype;
   elem_bytes = dtype_bytes(dtype);
   // each unit padded for the data-parallel replicas (zeropp: and to whole quantization blocks per slice)
@@ -209,7 +222,9 @@ Trainer::Trainer(int argc, char** argv, Stage st)
       printf("cuda: %s, %d GPU%s for %d rank%s | collectives: %s | kernels: %s%s | MFU against %s\n",
              cuda_rt::device_name(), comm.gpus_in_use(), comm.gpus_in_use() == 1 ? "" : "s", world(),
              world() == 1 ? "" : "s",
-             comm.uses_nccl() ? "NCCL (sums not rank-ordered)" : "MPI through pinned host memory (rank-ordered)",
+             comm.uses_nccl()         ? "NCCL (sums not rank-ordered)"
+             : comm.one_rank_on_gpu() ? "none, one rank (device copies, no NCCL)"
+                                      : "MPI through pinned host memory (rank-ordered)",
              args.kernels.c_str(), args.kernels == "fast" ? (", attention " + args.attention).c_str() : "", peak);
     }
     fflush(stdout);
@@ -423,12 +438,17 @@ void Trainer::init_params(int u, Slice part, void* dst, Location at) {
 }
 
 void Trainer::load_micro_batch(int step, int k) {
+  StepProfile::get().phase(StepProfile::Other);  // until the stage says "forward"
   data->train_batch(step, k, args.accum, dp_world(), dp_rank(), tokens_.data(), targets_.data());
   model->set_batch(tokens_.data(), targets_.data(), args.batch);
 }
 
 void Trainer::phase(const char* name) {
   Ledger::get().set_phase(name);
+  StepProfile::get().phase(strcmp(name, "forward") == 0    ? StepProfile::Forward
+                           : strcmp(name, "backward") == 0 ? StepProfile::Backward
+                           : strcmp(name, "optimizer") == 0 ? StepProfile::Optimizer
+                                                             : StepProfile::Other);
   if (watchdog_) watchdog_->progress(current_step_, name);
 }
 
@@ -443,6 +463,7 @@ void Trainer::begin_step(int step) {
   device_sync();
   t_step_ = std::chrono::steady_clock::now();
   comm_at_step_start_ = comm.stats();
+  StepProfile::get().begin_step();
 }
 
 bool Trainer::skip_step(int step, double loss_sum, double grad_norm) {
@@ -456,7 +477,10 @@ bool Trainer::skip_step(int step, double loss_sum, double grad_norm) {
 }
 
 void Trainer::end_step(int step, double loss_sum, double grad_norm) {
+  StepProfile::get().end_step();
   device_sync();
+  // NZ_PROFILE: read after the sync that is here anyway; the first two steps are warm-up when there are more than 4
+  StepProfile::get().add_step(step, args.steps - first_step_ <= 4 || step - first_step_ >= 2);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_step_).count();
   CommStats step_comm = comm.stats() - comm_at_step_start_;
   phase("log");

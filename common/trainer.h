@@ -151,6 +151,9 @@ class Trainer {
   double hfu_at(double tokens_per_s) const;  // the same, counting activation checkpointing's recompute
   void print_summary(double total_s);        // "done:" and, on GPUs, "throughput:"
   void print_gpu_memory_check();             // the ledger against cudaMemGetInfo
+  // CUDA: cudaMemGetInfo's total - free once the context, cuBLAS and NCCL are up, before the model;
+  // and, at the end (print_gpu_memory_check), in use and the ledger's figures, for --log-json
+  double gpu_baseline_bytes_ = 0, gpu_in_use_bytes_ = 0, gpu_ledger_peak_bytes_ = 0, gpu_ledger_now_bytes_ = 0;
   void print_memory_table();
   std::string write_report();  // "" or, on every rank, why --log-json could not be written
   LossScaler loss_scaler_;

@@ -154,6 +154,15 @@ void job_error(const char* fmt, ...) {
   return true;
 }();
 
+// Line-buffered stdout, unbuffered stderr, before main (and before anything is printed): a
+// process killed at a time limit with its output redirected to a file (the GPU check's rows, a
+// batch job) would otherwise lose the last few kilobytes of finished lines still in the buffer.
+[[maybe_unused]] static const bool output_line_buffered = [] {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  setvbuf(stderr, nullptr, _IONBF, 0);
+  return true;
+}();
+
 std::string fmt_bytes(double b) {
   char buf[32];
   if (b >= 1e9) snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);

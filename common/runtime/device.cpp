@@ -201,6 +201,9 @@ void copy_stream_sync() { no_cuda(); }
 void memcpy_queued(void*, const void*, size_t) { no_cuda(); }
 void synchronize() { no_cuda(); }
 void mem_get_info(size_t*, size_t*) { no_cuda(); }
+void start_libraries() { no_cuda(); }
+void timer_record(int) { no_cuda(); }
+double timer_elapsed_ms(int, int) { no_cuda(); }
 const char* device_name() { return "none"; }
 }  // namespace cuda_rt
 #endif

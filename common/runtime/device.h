@@ -93,6 +93,13 @@ void copy_stream_sync();                                       // wait for the c
 void memcpy_queued(void* dst, const void* src, size_t bytes);  // on the compute stream (copy_to_device_queued)
 void synchronize();
 void mem_get_info(size_t* free_bytes, size_t* total_bytes);
+// The CUDA context and cuBLAS (its handle and a workspace of its own, made now rather than by the
+// first product) brought up, for the device-memory baseline taken right after (trainer.cpp).
+void start_libraries();
+// NZ_PROFILE (profile.h): timing event i, made on first use, recorded on the compute stream; and the
+// milliseconds between two of them, read once the device has been synchronised.
+void timer_record(int i);
+double timer_elapsed_ms(int from, int to);
 const char* device_name();
 }  // namespace cuda_rt
 

@@ -230,6 +230,16 @@ struct Fiber {
   State state;
   WarpOp op;
   unsigned warp_ops;  // warp operations this thread has reached so far
+  // __pipeline_memcpy_async's copies not yet performed (cuda_pipeline.h), in issue order, each with
+  // its group: the number of __pipeline_commit calls before it
+  struct AsyncCopy {
+    void* dst;
+    const void* src;
+    size_t bytes, zfill;
+    unsigned group;
+  };
+  std::vector<AsyncCopy> async_copies;
+  unsigned groups_committed;
 };
 
 struct WarpSlots {
@@ -341,6 +351,8 @@ void run_block() {
     f->warp = i / kWarp;
     f->state = State::Ready;
     f->warp_ops = 0;
+    f->async_copies.clear();  // copies a thread of the previous block never waited for
+    f->groups_committed = 0;
   }
   g_ready.clear();
   queue_range(0, n, false);
@@ -420,6 +432,41 @@ void wmma_check(const char* what, const void* p, unsigned ldm, size_t elem_bytes
          size_t(c - g_dynamic_shared));
 }
 
+void pipeline_copy(void* dst, const void* src, size_t bytes, size_t zfill) {
+  if (!g_cur) fail("__pipeline_memcpy_async called outside a kernel");
+  if (bytes != 4 && bytes != 8 && bytes != 16) fail("__pipeline_memcpy_async of %zu bytes: a GPU copies 4, 8 or 16", bytes);
+  if (zfill > bytes) fail("__pipeline_memcpy_async with zfill %zu > %zu bytes", zfill, bytes);
+  if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 || reinterpret_cast<uintptr_t>(src) % bytes != 0)
+    fail("__pipeline_memcpy_async of %zu bytes from %p to %p: a GPU requires both %zu-byte aligned", bytes, src, dst,
+         bytes);
+  if (!is_device_pointer(src, bytes - zfill)) fail("__pipeline_memcpy_async from %p: not global (device) memory", src);
+  if (is_device_pointer(dst, bytes)) fail("__pipeline_memcpy_async to %p: global memory, not shared memory", dst);
+  g_cur->async_copies.push_back({dst, src, bytes, zfill, g_cur->groups_committed});
+}
+
+void pipeline_commit() {
+  if (!g_cur) fail("__pipeline_commit called outside a kernel");
+  g_cur->groups_committed++;
+}
+
+// Performs, in issue order, the copies of every committed group but the `prior` most recent ones.
+void pipeline_wait_prior(size_t prior) {
+  if (!g_cur) fail("__pipeline_wait_prior called outside a kernel");
+  std::vector<Fiber::AsyncCopy>& q = g_cur->async_copies;
+  const unsigned done_below = g_cur->groups_committed > prior ? unsigned(g_cur->groups_committed - prior) : 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < q.size(); i++) {
+    const Fiber::AsyncCopy& c = q[i];
+    if (c.group < done_below) {
+      memcpy(c.dst, c.src, c.bytes - c.zfill);
+      memset(static_cast<char*>(c.dst) + (c.bytes - c.zfill), 0, c.zfill);
+    } else {
+      q[kept++] = c;
+    }
+  }
+  q.resize(kept);
+}
+
 void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, int src_lane) {
   if (mask != 0xffffffffu) fail("shuffle with mask %#x: the emulator supports full-warp shuffles only", mask);
   Fiber* f = g_cur;
@@ -478,11 +525,25 @@ struct Profile {
   };
 };
 
-void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx) {
+// cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), per kernel
+std::map<const void*, size_t> g_max_dynamic_shared;
+constexpr size_t kSharedDefault = 48 * 1024, kSharedOptIn = 227 * 1024;  // sm_90's limits per block
+
+cudaError_t set_max_dynamic_shared(const void* func, int bytes) {
+  if (!func || bytes < 0 || size_t(bytes) > kSharedOptIn) return record(cudaErrorInvalidValue);
+  g_max_dynamic_shared[func] = size_t(bytes);
+  return cudaSuccess;
+}
+
+void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t smem, void (*body)(void*),
+              void* ctx) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  const auto opted = func ? g_max_dynamic_shared.find(func) : g_max_dynamic_shared.end();
+  const size_t smem_limit = opted == g_max_dynamic_shared.end() ? kSharedDefault
+                                                                : std::max(kSharedDefault, opted->second);
   const bool valid = threads >= 1 && threads <= 1024 && block.x <= 1024 && block.y <= 1024 &&
                      block.z <= 64 && grid.x >= 1 && grid.x <= 0x7fffffffu && grid.y >= 1 &&
-                     grid.y <= 65535 && grid.z >= 1 && grid.z <= 65535 && smem <= 48 * 1024;
+                     grid.y <= 65535 && grid.z >= 1 && grid.z <= 65535 && smem <= smem_limit;
   if (!valid) {
     if (getenv("NZ_EMU_VERBOSE"))
       fprintf(stderr, "nz_emu: launch of %s refused: grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n", name,
@@ -693,6 +754,7 @@ struct nz_emu_stream {
 };
 struct nz_emu_event {
   unsigned flags;
+  double recorded_ms = -1;  // the host's steady clock at the last record; -1: never recorded
 };
 namespace {
 std::set<const void*> g_handles;
@@ -726,7 +788,18 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  return valid_stream(stream) && g_handles.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+  if (!valid_stream(stream) || !g_handles.count(event)) return record(cudaErrorInvalidResourceHandle);
+  event->recorded_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!g_handles.count(start) || !g_handles.count(end) || ((start->flags | end->flags) & cudaEventDisableTiming))
+    return record(cudaErrorInvalidResourceHandle);
+  if (start->recorded_ms < 0 || end->recorded_ms < 0) return cudaErrorNotReady;
+  *ms = float(end->recorded_ms - start->recorded_ms);
+  return cudaSuccess;
 }
 // NZ_EMU_NCCL_STUCK=error|hang (tests of nccl::wait_joined): a collective that never completes,
 // because a peer failed (NCCL reports ncclRemoteError) or silently (ncclInProgress forever).
@@ -754,6 +827,12 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle) {
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t bytes) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (bytes && !is_device_pointer(workspace, bytes)) fail("cublasSetWorkspace: %zu bytes at %p are not device memory", bytes, workspace);
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -851,6 +930,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
 struct nz_emu_nccl {
   MPI_Comm comm;
   int rank, size;
+  bool init_pending = false;  // NZ_EMU_NCCL_STUCK=init: a creation that never completes
+  bool init_unpolled = false;  // made non-blocking: the next async-error poll reports its success
 };
 
 const char* ncclGetErrorString(ncclResult_t result) {
@@ -864,7 +945,20 @@ const char* ncclGetErrorString(ncclResult_t result) {
   return "unknown result";
 }
 
+// NZ_EMU_NO_NCCL=1: any NCCL call stops the run (the test that a one-rank run makes none).
+static void nccl_called(const char* what) {
+  static const bool forbidden = getenv("NZ_EMU_NO_NCCL") && strcmp(getenv("NZ_EMU_NO_NCCL"), "1") == 0;
+  if (forbidden) fail("%s called, and NZ_EMU_NO_NCCL=1 says this run makes no NCCL call", what);
+}
+// NZ_EMU_NCCL_STUCK=init: a non-blocking ncclCommInitRankConfig that never completes (a peer that
+// never joins the bootstrap), for the time limit on communicator creation.
+static bool init_hangs() {
+  static const bool hangs = getenv("NZ_EMU_NCCL_STUCK") && strcmp(getenv("NZ_EMU_NCCL_STUCK"), "init") == 0;
+  return hangs;
+}
+
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  nccl_called("ncclGetUniqueId");
   // Different on every call and every process, like a real id (it names a socket address).
   static unsigned counter = 0;
   memset(id->internal, 0, sizeof(id->internal));
@@ -874,6 +968,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  nccl_called("ncclCommInitRank");
   int initialized = 0, world_size = 0, world_rank = 0;
   MPI_Initialized(&initialized);
   if (!initialized || device_count() == 0) return ncclInvalidUsage;
@@ -892,9 +987,26 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   return ncclSuccess;
 }
 
+// Non-blocking (config.blocking == 0): the communicator is made here, as the blocking call makes
+// it, and ncclInProgress returned; ncclCommGetAsyncError then says ncclSuccess (or, with
+// NZ_EMU_NCCL_STUCK=init, ncclInProgress until the communicator is aborted).
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
+  nccl_called("ncclCommInitRankConfig");
+  if (!config || (config->blocking != 0 && config->blocking != 1)) return ncclInvalidArgument;
+  if (init_hangs()) {  // the bootstrap waits for a peer that never comes
+    *comm = new nz_emu_nccl{MPI_COMM_NULL, rank, nranks};
+    (*comm)->init_pending = true;
+    return ncclInProgress;
+  }
+  const ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
+  if (r != ncclSuccess || config->blocking) return r;
+  (*comm)->init_unpolled = true;  // the creation succeeded, whatever NZ_EMU_NCCL_STUCK does later
+  return ncclInProgress;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclInvalidArgument;
-  MPI_Comm_free(&comm->comm);
+  if (comm->comm != MPI_COMM_NULL) MPI_Comm_free(&comm->comm);
   delete comm;
   return ncclSuccess;
 }
@@ -902,6 +1014,11 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 // (unless NZ_EMU_NCCL_STUCK says otherwise, above).
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (!comm) return ncclInvalidArgument;
+  if (comm->init_pending || comm->init_unpolled) {
+    *async_error = comm->init_pending ? ncclInProgress : ncclSuccess;
+    comm->init_unpolled = false;
+    return ncclSuccess;
+  }
   *async_error = !nccl_stuck() ? ncclSuccess : strcmp(nccl_stuck(), "error") == 0 ? ncclRemoteError : ncclInProgress;
   return ncclSuccess;
 }
@@ -951,6 +1068,7 @@ void ring_sum(const std::vector<char>& all, size_t count, size_t i, int last, in
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclAllReduce");
   if (!comm || op != ncclSum) return ncclInvalidArgument;
   DeviceAccess access;
   if (!is_device_pointer(recv, count * nccl_bytes(type))) fail("ncclAllReduce: recv is not device memory");
@@ -962,6 +1080,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t type,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclReduceScatter");
   if (!comm || op != ncclSum) return ncclInvalidArgument;
   DeviceAccess access;
   if (!is_device_pointer(recv, recvcount * nccl_bytes(type)))
@@ -975,6 +1094,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclAllGather");
   if (!comm) return ncclInvalidArgument;
   DeviceAccess access;
   const size_t bytes = sendcount * nccl_bytes(type);
@@ -1026,19 +1146,23 @@ ncclResult_t add_p2p_op(bool send, const void* buf, size_t count, ncclDataType_t
 }  // namespace
 
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclSend");
   return add_p2p_op(true, send, count, type, peer, comm);
 }
 
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+  nccl_called("ncclRecv");
   return add_p2p_op(false, recv, count, type, peer, comm);
 }
 
 ncclResult_t ncclGroupStart() {
+  nccl_called("ncclGroupStart");
   g_group_depth++;
   return ncclSuccess;
 }
 
 ncclResult_t ncclGroupEnd() {
+  nccl_called("ncclGroupEnd");
   if (g_group_depth == 0) return ncclInvalidUsage;
   return --g_group_depth > 0 ? ncclSuccess : run_p2p_ops();
 }

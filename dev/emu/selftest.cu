@@ -13,6 +13,10 @@
 //                        half, B read row-major and col-major, D stored both ways, against a plain loop
 //   wmma_missing_syncwarp  lanes that read a tile store_matrix_sync wrote without __syncwarp() first
 //                        read other lanes' elements before they are written
+//   async_copy           cp.async (cuda_pipeline.h): 16-byte copies into shared memory, committed,
+//                        waited for, then read by other threads after __syncthreads: the right answer
+//   async_missing_wait   the same kernel without __pipeline_wait_prior: every thread reads shared
+//                        memory that the copies have not yet reached (the copy lands at the wait)
 // Cases the emulator must stop with a message (the check greps for it):
 //   out_of_bounds        a thread writes one element past the end of its buffer
 //   host_deref           host code reads a device pointer
@@ -21,7 +25,9 @@
 //   wmma_divergent       half the lanes return, the other half call mma_sync
 //   wmma_bad_ldm         load_matrix_sync of bf16 rows 20 elements apart (40 bytes, not a multiple of 16)
 //   wmma_misaligned      load_matrix_sync from byte 16 of shared memory (a GPU needs 32-byte alignment)
+//   async_misaligned     a 16-byte __pipeline_memcpy_async from an address 8 bytes into a buffer
 #include <cublas_v2.h>
+#include <cuda_pipeline.h>  // __pipeline_memcpy_async, commit, wait_prior (dev/emu/include/cuda_pipeline.h)
 #include <cuda_runtime.h>
 #include <mma.h>  // nvcuda::wmma (dev/emu/include/mma.h)
 
@@ -65,6 +71,18 @@ __global__ void reverse_without_sync(float* out) {
   __shared__ float s[64];
   s[threadIdx.x] = float(threadIdx.x);
   out[threadIdx.x] = s[63 - threadIdx.x];  // BUG: no __syncthreads between the write and the read
+}
+
+// out = in reversed by 4-float pieces: thread i copies piece i of in into shared memory with one 16-byte
+// asynchronous copy, and after the barrier writes piece (n - 1 - i), which another thread copied.
+__global__ void reverse_pieces_async(float* out, const float* in, bool wait) {
+  extern __shared__ float staged[];
+  const int i = threadIdx.x, n = blockDim.x;
+  __pipeline_memcpy_async(staged + 4 * i, in + 4 * i, 16);
+  __pipeline_commit();
+  if (wait) __pipeline_wait_prior(0);  // the BUG when not: the copy has not landed at the barrier
+  __syncthreads();
+  for (int c = 0; c < 4; c++) out[4 * i + c] = staged[4 * (n - 1 - i) + c];
 }
 
 __global__ void divergent_sync(float* x) {
@@ -294,6 +312,33 @@ int run(const std::string& c) {
     printf("ok: %d of 32 lanes read the stored tile before the other lanes had written it\n", wrong);
     return 0;
   }
+  if (c == "async_copy" || c == "async_missing_wait") {
+    const int n = 64;  // threads, 4 floats each
+    std::vector<float> in(4 * n);
+    for (int i = 0; i < 4 * n; i++) in[i] = float(i);
+    float *d_in = device_floats(4 * n), *d_out = device_floats(4 * n);
+    check(cudaMemcpy(d_in, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    reverse_pieces_async<<<1, n, 4 * n * sizeof(float)>>>(d_out, d_in, c == "async_copy");
+    std::vector<float> out(4 * n);
+    check(cudaMemcpy(out.data(), d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    int wrong = 0;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < 4; k++) wrong += !(out[4 * i + k] == in[4 * (n - 1 - i) + k]);
+    if (c == "async_copy") {
+      if (wrong) {
+        printf("wrong: %d of %d elements differ after waited-for asynchronous copies\n", wrong, 4 * n);
+        return 1;
+      }
+      printf("ok: 16-byte asynchronous copies, waited for, then read across threads\n");
+      return 0;
+    }
+    if (wrong == 0) {
+      printf("wrong: reading before __pipeline_wait_prior went unnoticed\n");
+      return 1;
+    }
+    printf("ok: %d of %d elements read before their copy landed (no __pipeline_wait_prior)\n", wrong, 4 * n);
+    return 0;
+  }
   if (c == "out_of_bounds") {
     const int n = 1000;
     float* x = device_floats(n);
@@ -311,6 +356,9 @@ int run(const std::string& c) {
     load_bf16_tile<<<1, 32, 2048>>>(device_floats(32), 0, 20);
   } else if (c == "wmma_misaligned") {
     load_bf16_tile<<<1, 32, 2048>>>(device_floats(32), 16, 32);
+  } else if (c == "async_misaligned") {
+    float* in = device_floats(64);
+    reverse_pieces_async<<<1, 8, 8 * 16>>>(device_floats(64), in + 2, true);  // 8 bytes in: not 16-aligned
   } else {
     fprintf(stderr, "selftest: unknown case '%s'\n", c.c_str());
     return 2;

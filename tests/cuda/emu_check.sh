@@ -9,15 +9,20 @@
 #   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference;
 #      build/emu/tests/test_cuda_inference: the KV-cached decode step against the CPU decoder;
 #      build/emu/tests/test_cuda_quantize: ZeRO++'s block quantizer against the CPU's, bit for bit;
-#   3. build/emu/tests/test_cuda_comm: ranks sharing one GPU (the MPI path through pinned buffers)
-#      and one GPU per rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI);
+#   3. build/emu/tests/test_cuda_comm: one rank (device copies, and any NCCL call fatal:
+#      NZ_EMU_NO_NCCL), ranks sharing one GPU (the MPI path through pinned buffers) and one GPU per
+#      rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI);
 #   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp, and the
 #      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 4 steps of 16 tokens), and
 #      --attention flash's activations (the log-sum-exp formula) and --batch auto, once with
 #      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path);
 #   5. stage0_ddp trained with --attention flash against --attention gemm, fp32 and bf16 (head size 8:
 #      the CUDA-core kernels), and bf16 with --heads 2 (head size 16: the tensor-core kernels);
-#   6. a stuck NCCL collective (a failed peer, or silence) ends the run naming the collective.
+#   6. a stuck NCCL collective (a failed peer, or silence) ends the run naming the collective, and so
+#      does a communicator creation that never completes (NZ_NCCL_INIT_TIMEOUT);
+#   7. a one-rank trainer on --device cuda, started without mpirun: no NCCL call (NZ_EMU_NO_NCCL=1),
+#      NZ_PROFILE=1's line and JSON from CUDA events, the same losses without it, and the JSON's
+#      gpu_memory against the ledger (tests/lib/check_profile.py).
 # Prints NZRESULT lines (tests/run_all.sh); about 2 minutes on 2 cores after the build.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -51,6 +56,8 @@ selftest poisoned ""
 selftest missing_sync ""
 selftest wmma ""
 selftest wmma_missing_syncwarp ""
+selftest async_copy ""
+selftest async_missing_wait ""
 selftest out_of_bounds "past the end of a 4000-byte device buffer"
 selftest host_deref "from host code"
 selftest divergent_sync "__syncthreads after some threads of the block exited"
@@ -58,6 +65,7 @@ selftest partial_shuffle "a warp operation that not every lane reaches"
 selftest wmma_divergent "a warp operation that not every lane reaches"
 selftest wmma_bad_ldm "requires a multiple of 16 bytes"
 selftest wmma_misaligned "requires a 32-byte (256-bit) aligned pointer"
+selftest async_misaligned "requires both 16-byte aligned"
 
 # 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test> (tests/lib/gtest_run.sh)
 source tests/lib/gtest_run.sh
@@ -65,7 +73,7 @@ gtest() { run_gtest emu "$1" "$log" "${@:2}"; }
 gtest kernels 300 "$EMU/tests/test_cuda_kernels"
 gtest inference 120 "$EMU/tests/test_cuda_inference"
 gtest quantize 120 "$EMU/tests/test_cuda_quantize"  # tests/zeropp/test_cuda_quantize.cpp
-gtest comm_np1_nccl 120 mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np1_local 120 env NZ_EMU_NO_NCCL=1 mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np1_mpi 120 env NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np2_shared 120 mpirun -np 2 "$EMU/tests/test_cuda_comm"
 gtest comm_np2_nccl 120 env NZ_EMU_GPUS=2 mpirun -np 2 "$EMU/tests/test_cuda_comm"
@@ -113,4 +121,30 @@ for m in error hang; do
     echo "NZRESULT FAIL emu.nccl_stuck.$m (exit $rc, expected a non-zero exit naming the collective with '$want'; see $log/nccl_stuck_$m.log)"
   fi
 done
+# 6b. NZ_EMU_NCCL_STUCK=init: ncclCommInitRankConfig (non-blocking) never completes; the run must end
+#     within NZ_NCCL_INIT_TIMEOUT with the line that names the creation.
+rc=0
+NZ_EMU_GPUS=2 NZ_EMU_NCCL_STUCK=init NZ_NCCL_INIT_TIMEOUT=1 timeout -k 5 60 mpirun -np 2 "$EMU/bin/stage0_ddp" --device cuda \
+  --preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2 >"$log/nccl_stuck_init.log" 2>&1 || rc=$?
+if [ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 137 ] &&
+   grep -q 'NCCL communicator creation (ncclCommInitRankConfig, rank [01] of 2) has not completed after 1 s' "$log/nccl_stuck_init.log"; then
+  echo "NZRESULT PASS emu.nccl_stuck.init (exit $rc: $(grep -o 'NCCL communicator creation.*after 1 s' "$log/nccl_stuck_init.log" | head -1))"
+else
+  echo "NZRESULT FAIL emu.nccl_stuck.init (exit $rc, expected a non-zero exit naming the communicator creation; see $log/nccl_stuck_init.log)"
+fi
+
+# 7. one rank on --device cuda, without mpirun (the GPU check's speed rows): no NCCL call at all
+#    (NZ_EMU_NO_NCCL=1 makes one fatal), NZ_PROFILE=1 on and off with the same losses, and the
+#    report's profile and gpu_memory checked against each other and the ledger.
+one_rank="$EMU/bin/stage0_ddp --device cuda --preset tiny --seq 16 --batch 2 --steps 5 --eval-every 0 --eval-windows 2"
+NZ_EMU_NO_NCCL=1 NZ_PROFILE=1 timeout -k 5 120 $one_rank --log-json "$log/one_rank_profiled.json" >"$log/one_rank_profiled.log" 2>&1
+NZ_EMU_NO_NCCL=1 timeout -k 5 120 $one_rank --log-json "$log/one_rank_plain.json" >"$log/one_rank_plain.log" 2>&1
+python3 tests/lib/check_profile.py emu.one_rank cuda_events "3-5 of 5" "$log/one_rank_profiled.log" "$log/one_rank_profiled.json" \
+  "$log/one_rank_plain.log" "$log/one_rank_plain.json" --gpu-memory
+# and on NCCL (2 ranks, 2 emulated GPUs, 2 steps: all timed): collectives are the compute stream's waits
+two="$EMU/bin/stage0_ddp --device cuda --preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2"
+NZ_EMU_GPUS=2 NZ_PROFILE=1 timeout -k 5 120 mpirun -np 2 $two --log-json "$log/nccl_profiled.json" >"$log/nccl_profiled.log" 2>&1
+NZ_EMU_GPUS=2 timeout -k 5 120 mpirun -np 2 $two --log-json "$log/nccl_plain.json" >"$log/nccl_plain.log" 2>&1
+python3 tests/lib/check_profile.py emu.nccl_profile cuda_events "1-2 of 2" "$log/nccl_profiled.log" "$log/nccl_profiled.json" \
+  "$log/nccl_plain.log" "$log/nccl_plain.json"
 exit 0

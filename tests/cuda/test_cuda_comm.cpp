@@ -1,7 +1,8 @@
 // test_cuda_comm.cpp — the collectives on GPU buffers, on whichever path Comm chose:
-//   NCCL (every rank has its own GPU) or MPI staged through pinned host memory (ranks share a GPU,
-//   or NZ_COMM=mpi). Run it under mpirun with 1..4 ranks (tests/cuda/gpu_check.sh does: -np 1 takes
-//   NCCL, NZ_COMM=mpi -np 1 and -np 2, 4 on one GPU take the MPI path).
+//   NCCL (every rank has its own GPU), MPI staged through pinned host memory (ranks share a GPU,
+//   or NZ_COMM=mpi), or none (one rank: device copies, no NCCL call). Run it under mpirun with 1..4
+//   ranks (tests/cuda/gpu_check.sh does: -np 1 takes no NCCL, NZ_COMM=mpi -np 1 and -np 2, 4 on one
+//   GPU take the MPI path).
 //
 //  - sums: the MPI path is bitwise the rank-ordered sum, as on the CPU; NCCL adds in an order of
 //    its own, so there the bound is the one any summation order meets: for fp32,
@@ -230,16 +231,42 @@ TEST_F(CudaComm, LedgerCountsWhatTheCpuPathCounts) {
   EXPECT_EQ(d.model_elems_sent(), uint64_t(5) * (N - 1) * shard);
 }
 
-// The backend rule (comm.h): NCCL exactly when no two ranks share a GPU and NZ_COMM does not force
-// MPI. Here (one machine, every rank seeing every GPU) ranks share a GPU when there are more
-// ranks than GPUs.
+// The backend rule (comm.h): one rank alone makes no NCCL call (its collectives stay on the
+// device); else NCCL exactly when no two ranks share a GPU and NZ_COMM does not force MPI. Here
+// (one machine, every rank seeing every GPU) ranks share a GPU when there are more ranks than GPUs.
 TEST_F(CudaComm, NcclExactlyWhenEveryRankHasItsOwnGpu) {
   const char* force = getenv("NZ_COMM");
   const bool forced_mpi = force && strcmp(force, "mpi") == 0;
   const int gpus = cuda_rt::device_count(), n = comm().local_size();
   const bool own_gpu = n <= gpus;
-  EXPECT_EQ(comm().uses_nccl(), own_gpu && !forced_mpi);
+  EXPECT_EQ(comm().one_rank_on_gpu(), comm().size() == 1 && !forced_mpi);
+  EXPECT_EQ(comm().uses_nccl(), own_gpu && !forced_mpi && comm().size() > 1);
   // local rank r uses GPU r % gpus: the ranks on mine are those with the same remainder
   EXPECT_EQ(comm().ranks_on_my_gpu(), (n - 1 - comm().local_rank() % gpus) / gpus + 1);
   EXPECT_EQ(comm().gpus_in_use(), std::min(n, gpus) * (comm().size() / n));
+}
+
+// One rank (no NCCL, run under NZ_EMU_NO_NCCL=1 on the emulator): every collective is the value
+// itself, bit for bit, in fp32 and bf16, out of place and in place, and nothing goes through host
+// memory (the MPI path's pinned staging buffer, host scratch in the ledger, is never made).
+TEST_F(CudaComm, OneRankCollectivesAreDeviceCopies) {
+  if (!comm().one_rank_on_gpu()) GTEST_SKIP() << "more than one rank, or NZ_COMM=mpi";
+  const uint64_t host_scratch = Ledger::get().peak(Category::Scratch, Location::Host);
+  for (size_t n : kShardSizes) {
+    const std::vector<float> x = contribution(0, n, 77 + n);
+    DeviceVec<float> full(x), out(n), gathered(n), reduced(x);
+    comm().reduce_scatter(full.p, out.p, n, DType::F32);
+    comm().all_gather(out.p, gathered.p, n, DType::F32);
+    comm().all_reduce(reduced.p, n, DType::F32);
+    CommRequest req = comm().all_gather_start(full.p, full.p, n, DType::F32);  // in place: nothing to do
+    comm().wait(req);
+    for (const DeviceVec<float>* v : {&full, &out, &gathered, &reduced})
+      EXPECT_EQ(memcmp(v->get().data(), x.data(), n * sizeof(float)), 0) << n << " elements";
+    std::vector<uint16_t> b(n);
+    for (size_t i = 0; i < n; i++) b[i] = uint16_t(0x3f80 + i * 37);  // bf16 bits, any
+    DeviceVec<uint16_t> bfull(b), bout(n);
+    comm().reduce_scatter(bfull.p, bout.p, n, DType::BF16);
+    EXPECT_EQ(bout.get(), b) << n << " bf16 elements";
+  }
+  EXPECT_EQ(Ledger::get().peak(Category::Scratch, Location::Host), host_scratch) << "a collective staged through host memory";
 }

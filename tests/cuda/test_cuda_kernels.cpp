@@ -12,6 +12,9 @@
 //  - CudaKernels/*.Fused*: the fused ops (residual + layer norm, bias + GELU and their backwards).
 //  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics),
 //    flash attention's tensor-core kernels included.
+//  - CudaKernels/{bf16,fp16}.FlashAttentionLongSequence: the tensor-core flash kernels at T = 1024
+//    (many key and query tiles through the double buffers), head size 64 and 128, within the
+//    derived bound, and bit for bit on a second run.
 //
 // Tolerances (|gpu - cpu| <= rel * |cpu| + floor * max|cpu| over the tensor): the two backends do
 // the same fp32 arithmetic in a different order (warp-strided sums, fused multiply-adds), so
@@ -418,8 +421,10 @@ TYPED_TEST(CudaKernels, Attention) {
 //   dq[t][d]:   scale sum_t2 (u |dS[t][t2]| + eta) |k[t2][d]|
 //   dk[t2][d]:  scale sum_t (u |dS[t][t2]| + eta) |q[t][d]|
 // (kernels_flash_attention.cu derives them). The CUDA-core kernels are granted tol<T> alone.
+// twice: the forward and the backward run a second time into fresh (poisoned) buffers, and must give
+// the same bits (no atomics, a fixed order of every sum).
 template <class T>
-void check_flash_attention(int B, int Tn, int C, int NH, bool expect_wmma, uint64_t seed) {
+void check_flash_attention(int B, int Tn, int C, int NH, bool expect_wmma, uint64_t seed, bool twice = false) {
   const bool wmma = nz::cuda::flash_attention_uses_wmma<T>(C, NH);
   const std::string tag = "flash B=" + std::to_string(B) + " T=" + std::to_string(Tn) + " C=" +
                           std::to_string(C) + " NH=" + std::to_string(NH) + (wmma ? " (tensor cores)" : "");
@@ -503,7 +508,19 @@ void check_flash_attention(int B, int Tn, int C, int NH, bool expect_wmma, uint6
   const std::vector<float> got_lse = d_lse.download();
   expect_close("attention lse " + tag, got_lse, lse, tol<float>());
   gpu::attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att, d_out.ptr(), B, Tn, C, NH);
-  expect_close("attention dqkv " + tag, as_float(d_dqkv.download()), dqkv, tol<T>(), dqkv_extra);
+  const std::vector<T> got_dqkv = d_dqkv.download();
+  expect_close("attention dqkv " + tag, as_float(got_dqkv), dqkv, tol<T>(), dqkv_extra);
+  if (twice) {
+    auto d_out2 = DeviceArray<T>::poisoned(n_out);
+    auto d_lse2 = DeviceArray<float>::poisoned(rows);
+    auto d_dqkv2 = DeviceArray<T>::poisoned(n_qkv);
+    T* d_att2 = reinterpret_cast<T*>(d_lse2.ptr());
+    gpu::attention_forward(d_out2.ptr(), d_att2, d_qkv.ptr(), B, Tn, C, NH);
+    gpu::attention_backward(d_dqkv2.ptr(), d_dout.ptr(), d_qkv.ptr(), d_att2, d_out2.ptr(), B, Tn, C, NH);
+    expect_bitwise("attention out, second run " + tag, d_out2.download(), d_out.download());
+    expect_bitwise("attention lse, second run " + tag, d_lse2.download(), got_lse);
+    expect_bitwise("attention dqkv, second run " + tag, d_dqkv2.download(), got_dqkv);
+  }
   nz::set_attention(nz::Attention::Gemm);
 }
 
@@ -516,6 +533,23 @@ TYPED_TEST(CudaKernels, FlashAttention) {
   check_flash_attention<T>(1, 19, 32, 2, half_types, 117);     // head size 16: one fragment wide
   check_flash_attention<T>(2, 70, 128, 2, half_types, 118);    // head size 64: two query tiles, the last partial
   check_flash_attention<T>(2, 45, 256, 2, half_types, 119);    // head size 128: partial key tiles, two dk/dv blocks
+}
+
+// The tensor-core kernels at a real sequence length, T = 1024: the forward's and dq's 64-query blocks
+// see up to 32 key tiles of 32 (blocks skip the tiles after their last query: causal), dk/dv's
+// 32-key blocks up to 64 query tiles of 16, so the double buffers alternate many times and a tile
+// read from the wrong buffer, at the wrong offset or before its copy landed is caught; head size 64
+// (gpt2's) and 128 (a dq block above 48 KiB of shared memory). Out, lse, dq, dk, dv within the
+// derived bound, and (head size 64) a second run bit for bit. One sequence of one head each: the
+// emulator's cost.
+TYPED_TEST(CudaKernels, FlashAttentionLongSequence) {
+  using T = TypeParam;
+  if constexpr (std::is_same_v<T, float>) {
+    GTEST_SKIP() << "fp32 runs the CUDA-core kernels (FlashAttention covers them)";
+  } else {
+    check_flash_attention<T>(1, 1024, 64, 1, true, 120, true);  // head size 64, and a second run
+    check_flash_attention<T>(1, 1024, 128, 1, true, 121);       // head size 128
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,9 +12,11 @@
 #include "comm_nccl.h"
 #include "cuda_check.h"  // NZ_CUDA_CHECK, nz::fatal
 
+// The communicator is non-blocking (init): any call on it may return ncclInProgress while NCCL
+// finishes it in the background; settle() waits for that, so a call checked here is done.
 #define NZ_NCCL_CHECK(call)                                                                   \
   do {                                                                                        \
-    ncclResult_t nz_res_ = (call);                                                            \
+    ncclResult_t nz_res_ = settle(call, #call);                                               \
     if (nz_res_ != ncclSuccess)                                                               \
       ::nz::fatal(__FILE__, __LINE__, "NCCL error %d (%s) in %s", int(nz_res_),               \
                   ncclGetErrorString(nz_res_), #call);                                        \
@@ -32,6 +34,35 @@ cudaEvent_t g_inputs_ready = nullptr, g_outputs_ready = nullptr;
 long g_issued = 0;
 char g_last_issued[96] = "none", g_last_joined[96] = "none";
 bool g_joined_pending = false;  // outputs_ready recorded and not yet seen complete by the host
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// NZ_NCCL_TIMEOUT: seconds a joined collective may take before the run is ended (default 600).
+double timeout_seconds() {
+  const char* env = getenv("NZ_NCCL_TIMEOUT");
+  const double s = env ? strtod(env, nullptr) : 0.0;
+  return s > 0 ? s : 600.0;
+}
+
+// A call on the non-blocking communicator that returned ncclInProgress: poll its state until NCCL
+// has finished it (enqueueing a collective, a group), within NZ_NCCL_TIMEOUT.
+ncclResult_t settle(ncclResult_t r, const char* call) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (r == ncclInProgress && g_comm) {
+    if (seconds_since(t0) > timeout_seconds()) {
+      ncclCommAbort(g_comm);
+      g_comm = nullptr;
+      ::nz::fatal(__FILE__, __LINE__, "NCCL %s still in progress after %.0f s: a rank has likely died or stopped. "
+                  "HINT: look for a rank that failed first; NZ_NCCL_TIMEOUT=seconds changes the limit", call,
+                  seconds_since(t0));
+    }
+    std::this_thread::yield();
+    if (ncclCommGetAsyncError(g_comm, &r) != ncclSuccess) break;
+  }
+  return r;
+}
 
 ncclDataType_t nccl_type(DType dt) {
   switch (dt) {
@@ -53,11 +84,11 @@ void after_compute(const char* op, size_t elems, DType dt) {
            dt == DType::BF16 ? "bf16" : dt == DType::F64 ? "fp64" : "fp32");
 }
 
-// NZ_NCCL_TIMEOUT: seconds a joined collective may take before the run is ended (default 600).
-double timeout_seconds() {
-  const char* env = getenv("NZ_NCCL_TIMEOUT");
+// NZ_NCCL_INIT_TIMEOUT: seconds the creation of the communicator may take (default 120).
+double init_timeout_seconds() {
+  const char* env = getenv("NZ_NCCL_INIT_TIMEOUT");
   const double s = env ? strtod(env, nullptr) : 0.0;
-  return s > 0 ? s : 600.0;
+  return s > 0 ? s : 120.0;
 }
 
 }  // namespace
@@ -85,7 +116,33 @@ void init(const char id[kUniqueIdBytes], int nranks, int rank) {
   NZ_CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   NZ_CUDA_CHECK(cudaEventCreateWithFlags(&g_inputs_ready, cudaEventDisableTiming));
   NZ_CUDA_CHECK(cudaEventCreateWithFlags(&g_outputs_ready, cudaEventDisableTiming));
-  NZ_NCCL_CHECK(ncclCommInitRank(&g_comm, nranks, uid, rank));  // collective over all ranks
+  // Collective over all ranks, and it can hang: a rank that never arrives, a network NCCL cannot
+  // reach (its bootstrap has no time limit of its own). So creation is non-blocking, polled up to
+  // NZ_NCCL_INIT_TIMEOUT seconds, and then aborted with one line instead of a silent hang.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t state = ncclCommInitRankConfig(&g_comm, nranks, uid, rank, &config);
+  while (state == ncclInProgress) {
+    if (seconds_since(t0) > init_timeout_seconds()) {
+      ncclCommAbort(g_comm);
+      g_comm = nullptr;
+      ::nz::fatal(__FILE__, __LINE__,
+                  "NCCL communicator creation (ncclCommInitRankConfig, rank %d of %d) has not completed after "
+                  "%.0f s: a rank did not start or NCCL cannot reach the others. HINT: check that every rank "
+                  "runs and sees its GPU (NCCL_DEBUG=INFO says where it waits), or run one process without "
+                  "mpirun (no NCCL); NZ_NCCL_INIT_TIMEOUT=seconds changes the limit",
+                  rank, nranks, seconds_since(t0));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (ncclResult_t q = ncclCommGetAsyncError(g_comm, &state); q != ncclSuccess) state = q;
+  }
+  if (state != ncclSuccess) {
+    if (g_comm) ncclCommAbort(g_comm);
+    g_comm = nullptr;
+    ::nz::fatal(__FILE__, __LINE__, "NCCL error %d (%s) creating the communicator (rank %d of %d)", int(state),
+                ncclGetErrorString(state), rank, nranks);
+  }
 }
 
 void finalize() {
@@ -93,7 +150,11 @@ void finalize() {
   join();
   wait_joined();  // a failed peer ends here with a name, not in the synchronize below
   NZ_CUDA_CHECK(cudaStreamSynchronize(g_stream));
-  NZ_NCCL_CHECK(ncclCommDestroy(g_comm));
+  const ncclResult_t destroyed = ncclCommDestroy(g_comm);  // not settle(): the handle is gone after
+  g_comm = nullptr;
+  if (destroyed != ncclSuccess)
+    ::nz::fatal(__FILE__, __LINE__, "NCCL error %d (%s) in ncclCommDestroy", int(destroyed),
+                ncclGetErrorString(destroyed));
   NZ_CUDA_CHECK(cudaEventDestroy(g_inputs_ready));
   NZ_CUDA_CHECK(cudaEventDestroy(g_outputs_ready));
   NZ_CUDA_CHECK(cudaStreamDestroy(g_stream));
@@ -156,7 +217,7 @@ void wait_joined() {
     if (q != cudaErrorNotReady) NZ_CUDA_CHECK(q);
     ncclResult_t async = ncclSuccess;
     NZ_NCCL_CHECK(ncclCommGetAsyncError(g_comm, &async));
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double waited = seconds_since(t0);
     if (async != ncclSuccess && async != ncclInProgress) {
       ncclCommAbort(g_comm);  // releases the GPU from the collective; the run ends below
       g_comm = nullptr;

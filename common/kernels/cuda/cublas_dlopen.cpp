@@ -2,7 +2,7 @@
 //
 // cuBLAS (and cuBLASLt, which it loads) is about 900 MB of shared library, and loading it costs
 // each process about 0.2 s of CPU time before main() runs: every CPU run paid it, and the test
-// suites start thousands of processes. So the programs are linked without it. These five functions,
+// suites start thousands of processes. So the programs are linked without it. These six functions,
 // the only ones the CUDA backend calls (matmul_cublas.cu, kernels_attention.cu), carry cuBLAS's own
 // names and signatures (its header declares them); the first call opens libcublas.so.<major> of the
 // headers this was compiled against, found like a linked library (the programs' RUNPATH, then the
@@ -54,6 +54,10 @@ cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t handle, cudaStream
   return f(handle, stream);
 }
 
+cublasStatus_t CUBLASWINAPI cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t bytes) {
+  static auto f = real<decltype(&cublasSetWorkspace_v2)>("cublasSetWorkspace_v2");
+  return f(handle, workspace, bytes);
+}
 const char* CUBLASWINAPI cublasGetStatusString(cublasStatus_t status) {
   static auto f = real<decltype(&cublasGetStatusString)>("cublasGetStatusString");
   return f(status);

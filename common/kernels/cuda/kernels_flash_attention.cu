@@ -50,7 +50,13 @@
 // fragment is the hardware's undocumented business: no code here indexes a fragment's elements.
 // The warp's rows of Q (and dout) and its accumulators (O; dq; dk, dv) stay in registers, as
 // fragments, for the whole loop; the scores go through the warp's own piece of shared memory, and so
-// does O, 16 columns at a time, to be rescaled by the rows' correction factors.
+// does O, 16 columns at a time, to be rescaled by the rows' correction factors. The dk/dv block's K
+// and V come into shared memory once, for its whole loop over query tiles.
+// Tiles move as FlashAttention-2's do: global -> shared memory in 16-byte pieces (8 bf16/half) by
+// asynchronous copies (cp.async, <cuda_pipeline.h>), double-buffered: while the warps compute on one
+// tile (K, V; or Q, dout, lse, D for dk/dv), the next one's copy is in flight into the other buffer,
+// so one __syncthreads per tile both says "this tile has landed" and "the previous tile is free".
+// Results leave in 16-byte stores too (each lane's 8 values of a 16-column piece).
 //
 // Precision of the tensor-core kernels. The products take bf16/half inputs and add in fp32. Q, K, V
 // and dout are already bf16/half (the storage type) and enter exactly. But P (forward and backward)
@@ -67,11 +73,15 @@
 // order; a row's two halves added as first + second by both of its lanes (the same bits: a + b ==
 // b + a); inside an mma_sync, the tensor cores' own fixed order; across tiles, the tiles in order.
 //
-// Shared memory stays within the 48 KiB a block gets without an opt-in, at head size 128: forward
-// 31 KiB, dq 40 KiB, dk/dv 34 KiB (CUDA-core kernels: the largest tile that fits, pick_tile).
-#include <mma.h>  // nvcuda::wmma: fragments, load/store_matrix_sync, mma_sync (the tensor cores)
+// Shared memory at head size 128 (64): forward 48 KiB (32 KiB), dq 57 KiB (41 KiB), dk/dv 42 KiB
+// (27 KiB); dq at head size 128 is the one above the 48 KiB a block gets without an opt-in, and asks
+// for it (cudaFuncSetAttribute; an H100/H200 allows 227 KiB). The CUDA-core kernels stay within 48
+// KiB: the largest tile that fits, pick_tile.
+#include <cuda_pipeline.h>  // __pipeline_memcpy_async, _commit, _wait_prior: cp.async, global -> shared
+#include <mma.h>            // nvcuda::wmma: fragments, load/store_matrix_sync, mma_sync (the tensor cores)
 
 #include <algorithm>    // std::min, std::max (constexpr: usable in device code with --expt-relaxed-constexpr)
+#include <cstdint>      // uintptr_t
 #include <type_traits>  // std::is_same_v
 
 #include "cuda_common.cuh"     // load/store, scratch_buffer, NZ_CUDA_CHECK_LAUNCH, kWarpSize, kFullMask
@@ -335,9 +345,16 @@ using FragBt = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, typename wmma
 using FragAcc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
 // A head of hs channels is hs / 16 fragments wide, at most kMaxHeadFrags. The per-head fragment
-// arrays have that largest size, and every loop over them is unrolled (#pragma unroll, a constant
-// trip count, the real count as a condition inside) so that each fragment has a fixed register.
+// arrays have a size fixed at compile time, kHeadFrags (a kernel's template parameter): 4 for head
+// sizes up to 64 (gpt2's), 8 above, so that the smaller heads' kernels do not hold registers for
+// fragments they never use (with_head_frags). Every loop over them is unrolled (#pragma unroll, a
+// constant trip count, the real count as a condition inside) so that each fragment has a fixed register.
 constexpr int kMaxHeadFrags = kMaxFlashHeadSize / kFrag;  // 8
+template <class F>
+void with_head_frags(int hs, F&& launch) {  // launch(std::integral_constant<int, kHeadFrags>)
+  if (hs <= 4 * kFrag) launch(std::integral_constant<int, 4>{});
+  else launch(std::integral_constant<int, kMaxHeadFrags>{});
+}
 
 // Tiles (rows; every shared tile's rows padded so that consecutive rows start in different banks,
 // and a row stays a multiple of 16 bytes, as WMMA requires):
@@ -350,30 +367,67 @@ constexpr int kLdScore = kKeys + 4, kLdProb = kKeys + 8;
 constexpr int kKWarps = 2, kKRows = kKWarps * kFrag, kQueries = 16;  // 32 keys per block
 constexpr int kLdScoreT = kQueries + 4, kLdProbT = kQueries + 8;
 
+// Registers: the blocks an SM (65536 registers) should hold at once, which caps a thread's registers
+// (__launch_bounds__). At head sizes up to 64: forward 5 blocks (20 warps, <= 96 registers), dq 4
+// (16 warps, <= 128), dk/dv 8 (16 warps, <= 128), met without spilling (sm_90). Above, no cap:
+// capping them (the forward at 128, dq and dk/dv at 168) makes them spill, so they keep what they
+// need (164-208 registers, 8-12 warps per SM).
+template <int kHeadFrags>
+constexpr int kForwardBlocksPerSM = kHeadFrags <= 4 ? 5 : 1;
+template <int kHeadFrags>
+constexpr int kDqBlocksPerSM = kHeadFrags <= 4 ? 4 : 1;
+template <int kHeadFrags>
+constexpr int kDkDvBlocksPerSM = kHeadFrags <= 4 ? 8 : 1;
+
 // Shared memory of each kernel in bytes (the kernels carve it up in this order; bf16 and half are
 // both 2 bytes). Every part's size is a multiple of 32 bytes, so every part, and every 16-row,
 // 16-column piece of one, starts 32-byte aligned, as WMMA requires.
 static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2, "16-bit storage types");
-size_t wmma_forward_smem(int hs) {  // K, V; per warp: scores, probabilities
-  return 2 * kKeys * (hs + 8) * sizeof(bf16) + kQRows * (kLdScore * sizeof(float) + kLdProb * sizeof(bf16));
+size_t wmma_forward_smem(int hs) {  // two buffers of K, V; per warp: scores, probabilities
+  return 4 * kKeys * (hs + 8) * sizeof(bf16) + kQRows * (kLdScore * sizeof(float) + kLdProb * sizeof(bf16));
 }
-size_t wmma_dq_smem(int hs) {  // K, V; per warp: scores, dP, dS
-  return 2 * kKeys * (hs + 8) * sizeof(bf16) + kQRows * (2 * kLdScore * sizeof(float) + kLdProb * sizeof(bf16));
+size_t wmma_dq_smem(int hs) {  // two buffers of K, V; per warp: scores, dP, dS
+  return 4 * kKeys * (hs + 8) * sizeof(bf16) + kQRows * (2 * kLdScore * sizeof(float) + kLdProb * sizeof(bf16));
 }
-size_t wmma_dkdv_smem(int hs) {  // K, V, Q, dout; per warp: S^T, dP^T, P^T, dS^T; lse and D of a query tile
-  return (2 * kKRows + 2 * kQueries) * (hs + 8) * sizeof(bf16) +
-         kKRows * (2 * kLdScoreT * sizeof(float) + 2 * kLdProbT * sizeof(bf16)) + 2 * kQueries * sizeof(float);
+size_t wmma_dkdv_smem(int hs) {  // K, V, two buffers of Q, dout; per warp: S^T, dP^T, P^T, dS^T; 2 x lse, D
+  return (2 * kKRows + 4 * kQueries) * (hs + 8) * sizeof(bf16) +
+         kKRows * (2 * kLdScoreT * sizeof(float) + 2 * kLdProbT * sizeof(bf16)) + 4 * kQueries * sizeof(float);
 }
 
-// Rows t0 .. t0 + n - 1 of one head into a shared tile (n, ldh) (zeros past the sequence's end: they
-// act as keys and queries that add nothing). Row t of the head starts at src + t * stride. The
-// block's threads share the copy, consecutive threads on consecutive channels (coalesced).
+// Rows t0 .. t0 + n - 1 of one head into a shared tile (n, ldh), in 16-byte pieces (8 bf16/half: every
+// row of the head, of qkv and of a tile starts 16-byte aligned, as hs, C and ldh are multiples of 8),
+// copied asynchronously (cp.async: global -> shared memory without a detour through registers, so
+// the threads go on computing while the copy is in flight). Row t of the head starts at src + t *
+// stride. Rows past the sequence's end are zeros, stored directly (they act as keys and queries that
+// add nothing). The block's threads share the copy, consecutive threads on consecutive pieces
+// (coalesced). The caller commits the copies as a group (__pipeline_commit) and, before anyone
+// reads the tile, waits for them (__pipeline_wait_prior) and then meets the block at a __syncthreads:
+// a thread's wait covers its own copies only.
+constexpr int kVec = 16 / sizeof(bf16);  // elements per 16-byte piece
 template <class T>
 __device__ inline void stage_rows(T* tile, int ldh, const T* src, size_t stride, int t0, int n, int Tn, int hs) {
-  for (int e = threadIdx.x; e < n * hs; e += blockDim.x) {
-    const int i = e / hs, d = e % hs, t = t0 + i;
-    tile[i * ldh + d] = t < Tn ? src[size_t(t) * stride + d] : T{};
+  const int pieces = hs / kVec;
+  for (int e = threadIdx.x; e < n * pieces; e += blockDim.x) {
+    const int i = e / pieces, d = e % pieces * kVec, t = t0 + i;
+    T* dst = tile + i * ldh + d;
+    if (t < Tn) __pipeline_memcpy_async(dst, src + size_t(t) * stride + d, 16);
+    else *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
   }
+}
+
+// One float per row (lse, D) for rows t0 .. t0 + n - 1, by 4-byte asynchronous copies, zeros past the end.
+__device__ inline void stage_floats(float* dst, const float* src, int t0, int n, int Tn) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    if (t0 + i < Tn) __pipeline_memcpy_async(dst + i, src + t0 + i, 4);
+    else dst[i] = 0.0f;
+  }
+}
+
+// Every copy this thread has issued lands, then every thread's (the __syncthreads).
+__device__ inline void wait_staged() {
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
 }
 
 // Per-row work on an accumulator goes through the warp's scratch, a (16, ld) fp32 tile of shared
@@ -400,21 +454,24 @@ __device__ inline void store_tile(T* dst_r, const FragAcc& acc, float* scratch, 
   __syncwarp();
   wmma::store_matrix_sync(scratch, acc, ld, wmma::mem_row_major);
   __syncwarp();
-  if (dst_r)
-    for (int c = side * (kFrag / 2); c < (side + 1) * (kFrag / 2); c++)
-      dst_r[c] = store<T>(scratch[r * ld + c] * factor);
+  if (dst_r) {  // the lane's 8 values (16 bytes) in one store
+    alignas(16) T piece[kFrag / 2];
+    for (int c = 0; c < kFrag / 2; c++) piece[c] = store<T>(scratch[r * ld + side * (kFrag / 2) + c] * factor);
+    *reinterpret_cast<uint4*>(dst_r + side * (kFrag / 2)) = *reinterpret_cast<const uint4*>(piece);
+  }
 }
 
 // Forward: block (64-row query tile, h, b), 4 warps; warp w owns queries q0 + 16w ... q0 + 16w + 15.
-// Shared memory (T unless said): Ks, Vs (kKeys, hs + 8); per warp S (16, kLdScore) fp32, the
-// scores and then the scratch through which O is rescaled and written; P (16, kLdProb).
-template <class T>
-__global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int Tn, int C, int NH) {
+// Shared memory (T unless said): two buffers of Ks, Vs (kKeys, hs + 8), the next tile's copy in flight
+// in one while the warps compute on the other; per warp S (16, kLdScore) fp32, the scores and then
+// the scratch through which O is rescaled and written; P (16, kLdProb).
+template <class T, int kHeadFrags>
+__global__ void __launch_bounds__(kQWarps * kWarpSize, kForwardBlocksPerSM<kHeadFrags>)
+flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int Tn, int C, int NH) {
   extern __shared__ __align__(32) float smem[];  // WMMA's tiles must start 32-byte aligned
   const int hs = C / NH, ldh = hs + 8, head_frags = hs / kFrag;
-  T* Ks = reinterpret_cast<T*>(smem);
-  T* Vs = Ks + kKeys * ldh;
-  float* scores = reinterpret_cast<float*>(Vs + kKeys * ldh);
+  T* kv_buffers = reinterpret_cast<T*>(smem);  // buffer i: Ks at kv_buffers + 2i kKeys ldh, then Vs
+  float* scores = reinterpret_cast<float*>(kv_buffers + 4 * kKeys * ldh);
   T* probs = reinterpret_cast<T*>(scores + kQRows * kLdScore);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int q0 = blockIdx.x * kQRows, h = blockIdx.y, b = blockIdx.z;
@@ -429,26 +486,35 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
   const T* k_src = q_src + C;
   const T* v_src = q_src + 2 * C;
 
-  // Q: the block's 64 rows staged through Ks and Vs (exactly their size), then each warp's 16 rows
-  // into registers as head_frags A fragments. O (16, hs) starts at zero in accumulators.
-  stage_rows(Ks, ldh, q_src, stride, q0, kQRows, Tn, hs);
-  __syncthreads();
-  FragA<T> q[kMaxHeadFrags];
-  FragAcc o[kMaxHeadFrags];
+  // Q: the block's 64 rows staged through buffer 0 (its Ks and Vs: exactly their size), then each
+  // warp's 16 rows into registers as head_frags A fragments. O (16, hs) starts at zero in accumulators.
+  stage_rows(kv_buffers, ldh, q_src, stride, q0, kQRows, Tn, hs);
+  wait_staged();
+  FragA<T> q[kHeadFrags];
+  FragAcc o[kHeadFrags];
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) {
-      wmma::load_matrix_sync(q[f], as_wmma(Ks + warp * kFrag * ldh + f * kFrag), ldh);
+      wmma::load_matrix_sync(q[f], as_wmma(kv_buffers + warp * kFrag * ldh + f * kFrag), ldh);
       wmma::fill_fragment(o[f], 0.0f);
     }
   float m = -INFINITY, l = 0.0f;  // query t's running maximum and sum (both of its lanes keep them)
+  __syncthreads();  // every warp has its Q: buffer 0 can take the first K, V tile
 
   const int last_key = std::min(q0 + kQRows, Tn) - 1;  // causal: no key after the block's last query
-  for (int k0 = 0; k0 <= last_key; k0 += kKeys) {
-    __syncthreads();  // every warp is done with the previous K, V tile (or with Q's staging)
-    stage_rows(Ks, ldh, k_src, stride, k0, kKeys, Tn, hs);
-    stage_rows(Vs, ldh, v_src, stride, k0, kKeys, Tn, hs);
-    __syncthreads();
+  stage_rows(kv_buffers, ldh, k_src, stride, 0, kKeys, Tn, hs);
+  stage_rows(kv_buffers + kKeys * ldh, ldh, v_src, stride, 0, kKeys, Tn, hs);
+  for (int k0 = 0, it = 0; k0 <= last_key; k0 += kKeys, it++) {
+    // this tile lands, and every warp is done with the other buffer (the previous tile): the next
+    // tile goes there, in flight while this one is computed
+    wait_staged();
+    const T* Ks = kv_buffers + (it % 2) * 2 * kKeys * ldh;
+    const T* Vs = Ks + kKeys * ldh;
+    if (k0 + kKeys <= last_key) {
+      T* next = kv_buffers + ((it + 1) % 2) * 2 * kKeys * ldh;
+      stage_rows(next, ldh, k_src, stride, k0 + kKeys, kKeys, Tn, hs);
+      stage_rows(next + kKeys * ldh, ldh, v_src, stride, k0 + kKeys, kKeys, Tn, hs);
+    }
     if (!warp_active || k0 > w0 + kFrag - 1) continue;  // causal: the tile is after all of the warp's queries
 
     // tensor cores: S = Q K^T (16, kKeys), 16 keys at a time, a sum over the head's 16-channel pieces
@@ -456,7 +522,7 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
       FragAcc s;
       wmma::fill_fragment(s, 0.0f);
 #pragma unroll
-      for (int f = 0; f < kMaxHeadFrags; f++)
+      for (int f = 0; f < kHeadFrags; f++)
         if (f < head_frags) {
           FragBt<T> kt;  // K^T (channels 16f.., keys 16j..), read from K's rows
           wmma::load_matrix_sync(kt, as_wmma(Ks + j * kFrag * ldh + f * kFrag), ldh);
@@ -489,7 +555,7 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
 
     // O *= correction, row by row: each 16-column piece of O through S (the scores are used up)
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags) scale_rows(o[f], S, kLdScore, correction);
 
     // tensor cores: O += P V, P (16, kKeys) against V (kKeys, hs), 16 keys and 16 channels at a time
@@ -497,7 +563,7 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
     FragA<T> p[kKeys / kFrag];
     for (int j = 0; j < kKeys / kFrag; j++) wmma::load_matrix_sync(p[j], as_wmma(P + j * kFrag), kLdProb);
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags)
         for (int j = 0; j < kKeys / kFrag; j++) {
           FragB<T> v;  // V (keys 16j.., channels 16f..)
@@ -510,22 +576,23 @@ __global__ void flash_forward_wmma_kernel(T* out, float* lse, const T* qkv, int 
   // out = O / l, 16 columns at a time through S; lse = m + log l
   T* out_t = t < Tn ? out + (size_t(b) * Tn + t) * C + size_t(h) * hs : nullptr;
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) store_tile(out_t ? out_t + f * kFrag : nullptr, o[f], S, kLdScore, 1.0f / l);
   if (t < Tn && side == 0) lse[(size_t(b) * NH + h) * Tn + t] = m + logf(l);
 }
 
 // dq: block (64-row query tile, h, b), 4 warps; warp w owns queries q0 + 16w ... q0 + 16w + 15.
-// Shared memory (T unless said): Ks, Vs (kKeys, hs + 8); per warp S, dP (16, kLdScore) fp32 and
-// dS (16, kLdProb). Q and dout, like the forward's Q, come into registers through Ks and Vs.
-template <class T>
-__global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+// Shared memory (T unless said): two buffers of Ks, Vs (kKeys, hs + 8), as in the forward; per warp
+// S, dP (16, kLdScore) fp32 and dS (16, kLdProb). Q and dout, like the forward's Q, come into
+// registers through the two buffers.
+template <class T, int kHeadFrags>
+__global__ void __launch_bounds__(kQWarps * kWarpSize, kDqBlocksPerSM<kHeadFrags>)
+flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                               const float* D, int Tn, int C, int NH) {
   extern __shared__ __align__(32) float smem[];  // WMMA's tiles must start 32-byte aligned
   const int hs = C / NH, ldh = hs + 8, head_frags = hs / kFrag;
-  T* Ks = reinterpret_cast<T*>(smem);
-  T* Vs = Ks + kKeys * ldh;
-  float* scores = reinterpret_cast<float*>(Vs + kKeys * ldh);
+  T* kv_buffers = reinterpret_cast<T*>(smem);  // buffer i: Ks at kv_buffers + 2i kKeys ldh, then Vs
+  float* scores = reinterpret_cast<float*>(kv_buffers + 4 * kKeys * ldh);
   float* dprobs = scores + kQRows * kLdScore;
   T* dscores = reinterpret_cast<T*>(dprobs + kQRows * kLdScore);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -545,29 +612,34 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
   const size_t row = (size_t(b) * NH + h) * Tn + t;
   const float lse_t = t < Tn ? lse[row] : 0.0f, D_t = t < Tn ? D[row] : 0.0f;
 
-  FragA<T> q[kMaxHeadFrags], dout_f[kMaxHeadFrags];
-  FragAcc dq[kMaxHeadFrags];
-  stage_rows(Ks, ldh, q_src, stride, q0, kQRows, Tn, hs);
-  __syncthreads();
+  FragA<T> q[kHeadFrags], dout_f[kHeadFrags];
+  FragAcc dq[kHeadFrags];
+  T* q_rows = kv_buffers;                       // buffer 0 (64 rows)
+  T* dout_rows = kv_buffers + 2 * kKeys * ldh;  // buffer 1
+  stage_rows(q_rows, ldh, q_src, stride, q0, kQRows, Tn, hs);
+  stage_rows(dout_rows, ldh, dout_src, size_t(C), q0, kQRows, Tn, hs);
+  wait_staged();
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
-    if (f < head_frags) wmma::load_matrix_sync(q[f], as_wmma(Ks + warp * kFrag * ldh + f * kFrag), ldh);
-  __syncthreads();
-  stage_rows(Ks, ldh, dout_src, size_t(C), q0, kQRows, Tn, hs);
-  __syncthreads();
-#pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) {
-      wmma::load_matrix_sync(dout_f[f], as_wmma(Ks + warp * kFrag * ldh + f * kFrag), ldh);
+      wmma::load_matrix_sync(q[f], as_wmma(q_rows + warp * kFrag * ldh + f * kFrag), ldh);
+      wmma::load_matrix_sync(dout_f[f], as_wmma(dout_rows + warp * kFrag * ldh + f * kFrag), ldh);
       wmma::fill_fragment(dq[f], 0.0f);
     }
+  __syncthreads();  // every warp has its Q and dout: the buffers can take K, V tiles
 
   const int last_key = std::min(q0 + kQRows, Tn) - 1;
-  for (int k0 = 0; k0 <= last_key; k0 += kKeys) {
-    __syncthreads();
-    stage_rows(Ks, ldh, k_src, stride, k0, kKeys, Tn, hs);
-    stage_rows(Vs, ldh, v_src, stride, k0, kKeys, Tn, hs);
-    __syncthreads();
+  stage_rows(kv_buffers, ldh, k_src, stride, 0, kKeys, Tn, hs);
+  stage_rows(kv_buffers + kKeys * ldh, ldh, v_src, stride, 0, kKeys, Tn, hs);
+  for (int k0 = 0, it = 0; k0 <= last_key; k0 += kKeys, it++) {
+    wait_staged();  // this tile is here; the other buffer is free for the next (as in the forward)
+    const T* Ks = kv_buffers + (it % 2) * 2 * kKeys * ldh;
+    const T* Vs = Ks + kKeys * ldh;
+    if (k0 + kKeys <= last_key) {
+      T* next = kv_buffers + ((it + 1) % 2) * 2 * kKeys * ldh;
+      stage_rows(next, ldh, k_src, stride, k0 + kKeys, kKeys, Tn, hs);
+      stage_rows(next + kKeys * ldh, ldh, v_src, stride, k0 + kKeys, kKeys, Tn, hs);
+    }
     if (!warp_active || k0 > w0 + kFrag - 1) continue;
 
     // tensor cores: S = Q K^T and dP = dout V^T (16, kKeys), 16 keys at a time
@@ -576,7 +648,7 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
       wmma::fill_fragment(s, 0.0f);
       wmma::fill_fragment(dp, 0.0f);
 #pragma unroll
-      for (int f = 0; f < kMaxHeadFrags; f++)
+      for (int f = 0; f < kHeadFrags; f++)
         if (f < head_frags) {
           FragBt<T> kt, vt;  // K^T and V^T (channels 16f.., keys 16j..)
           wmma::load_matrix_sync(kt, as_wmma(Ks + j * kFrag * ldh + f * kFrag), ldh);
@@ -601,7 +673,7 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
     FragA<T> ds[kKeys / kFrag];
     for (int j = 0; j < kKeys / kFrag; j++) wmma::load_matrix_sync(ds[j], as_wmma(dS + j * kFrag), kLdProb);
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags)
         for (int j = 0; j < kKeys / kFrag; j++) {
           FragB<T> k;  // K (keys 16j.., channels 16f..)
@@ -614,29 +686,29 @@ __global__ void flash_backward_dq_wmma_kernel(T* dqkv, const T* dout, const T* q
   // dq * scale into dqkv's q part, 16 columns at a time through S
   T* dq_t = t < Tn ? dqkv + (size_t(b) * Tn + t) * stride + size_t(h) * hs : nullptr;
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) store_tile(dq_t ? dq_t + f * kFrag : nullptr, dq[f], S, kLdScore, scale);
 }
 
 // dk, dv: block (32-key tile, h, b), 2 warps; warp w owns keys k0 + 16w ... k0 + 16w + 15, whose
 // transposed scores S^T (keys, queries) it computes directly as K Q^T. Shared memory (T unless
-// said): Ks, Vs (kKRows, hs + 8), Qs, dOs (kQueries, hs + 8); per warp St, dPt (16, kLdScoreT) fp32,
-// Pt, dSt (16, kLdProbT); lse_s, D_s (kQueries) fp32.
-template <class T>
-__global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+// said): Ks, Vs (kKRows, hs + 8), loaded once for the whole loop; two buffers of Qs, dOs (kQueries,
+// hs + 8), the next query tile's copy in flight in one while the warps compute on the other; per
+// warp St, dPt (16, kLdScoreT) fp32, Pt, dSt (16, kLdProbT); two buffers of lse_s, D_s (kQueries) fp32.
+template <class T, int kHeadFrags>
+__global__ void __launch_bounds__(kKWarps * kWarpSize, kDkDvBlocksPerSM<kHeadFrags>)
+flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                                 const float* D, int Tn, int C, int NH) {
   extern __shared__ __align__(32) float smem[];  // WMMA's tiles must start 32-byte aligned
   const int hs = C / NH, ldh = hs + 8, head_frags = hs / kFrag;
   T* Ks = reinterpret_cast<T*>(smem);
   T* Vs = Ks + kKRows * ldh;
-  T* Qs = Vs + kKRows * ldh;
-  T* dOs = Qs + kQueries * ldh;
-  float* st_all = reinterpret_cast<float*>(dOs + kQueries * ldh);
+  T* q_buffers = Vs + kKRows * ldh;  // buffer i: Qs at q_buffers + 2i kQueries ldh, then dOs
+  float* st_all = reinterpret_cast<float*>(q_buffers + 4 * kQueries * ldh);
   float* dpt_all = st_all + kKRows * kLdScoreT;
   T* pt_all = reinterpret_cast<T*>(dpt_all + kKRows * kLdScoreT);
   T* dst_all = pt_all + kKRows * kLdProbT;
-  float* lse_s = reinterpret_cast<float*>(dst_all + kKRows * kLdProbT);
-  float* D_s = lse_s + kQueries;
+  float* row_buffers = reinterpret_cast<float*>(dst_all + kKRows * kLdProbT);  // buffer i: lse_s, D_s
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int k0 = blockIdx.x * kKRows, h = blockIdx.y, b = blockIdx.z;
   const int w0 = k0 + warp * kFrag;  // the warp's first key
@@ -655,26 +727,33 @@ __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T*
   const float* lse_bh = lse + (size_t(b) * NH + h) * Tn;
   const float* D_bh = D + (size_t(b) * NH + h) * Tn;
 
-  stage_rows(Ks, ldh, k_src, stride, k0, kKRows, Tn, hs);
+  // the query tile q0 into buffer `buf`: Q, dout, lse, D
+  auto stage_queries = [&](int q0, int buf) {
+    T* Qs = q_buffers + buf * 2 * kQueries * ldh;
+    float* rows = row_buffers + buf * 2 * kQueries;
+    stage_rows(Qs, ldh, q_src, stride, q0, kQueries, Tn, hs);
+    stage_rows(Qs + kQueries * ldh, ldh, dout_src, size_t(C), q0, kQueries, Tn, hs);
+    stage_floats(rows, lse_bh, q0, kQueries, Tn);
+    stage_floats(rows + kQueries, D_bh, q0, kQueries, Tn);
+  };
+  stage_rows(Ks, ldh, k_src, stride, k0, kKRows, Tn, hs);  // K, V once, with the first query tile
   stage_rows(Vs, ldh, v_src, stride, k0, kKRows, Tn, hs);
-  FragAcc dk[kMaxHeadFrags], dv[kMaxHeadFrags];
+  stage_queries(k0, 0);
+  FragAcc dk[kHeadFrags], dv[kHeadFrags];
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) {
       wmma::fill_fragment(dk[f], 0.0f);
       wmma::fill_fragment(dv[f], 0.0f);
     }
 
-  for (int q0 = k0; q0 < Tn; q0 += kQueries) {  // causal: queries before the key tile never see it
-    __syncthreads();  // every warp is done with the previous Q, dout tile (and K, V are staged)
-    stage_rows(Qs, ldh, q_src, stride, q0, kQueries, Tn, hs);
-    stage_rows(dOs, ldh, dout_src, size_t(C), q0, kQueries, Tn, hs);
-    if (threadIdx.x < kQueries) {
-      const int tq = q0 + threadIdx.x;
-      lse_s[threadIdx.x] = tq < Tn ? lse_bh[tq] : 0.0f;
-      D_s[threadIdx.x] = tq < Tn ? D_bh[tq] : 0.0f;
-    }
-    __syncthreads();
+  for (int q0 = k0, it = 0; q0 < Tn; q0 += kQueries, it++) {  // causal: queries before the key tile never see it
+    wait_staged();  // this query tile is here; the other buffer is free for the next (as in the forward)
+    const T* Qs = q_buffers + (it % 2) * 2 * kQueries * ldh;
+    const T* dOs = Qs + kQueries * ldh;
+    const float* lse_s = row_buffers + (it % 2) * 2 * kQueries;
+    const float* D_s = lse_s + kQueries;
+    if (q0 + kQueries < Tn) stage_queries(q0 + kQueries, (it + 1) % 2);
     if (!warp_active || q0 + kQueries - 1 < w0) continue;  // causal: every query of the tile is before the warp's keys
 
     // tensor cores: S^T = K Q^T and dP^T = V dout^T (16 keys, 16 queries)
@@ -682,7 +761,7 @@ __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T*
     wmma::fill_fragment(st, 0.0f);
     wmma::fill_fragment(dpt, 0.0f);
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags) {
         FragA<T> kf, vf;    // the warp's keys' K and V (channels 16f..)
         FragBt<T> qt, dot;  // Q^T and dout^T (channels 16f.., queries), read from their rows
@@ -711,7 +790,7 @@ __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T*
     wmma::load_matrix_sync(pt, as_wmma(Pt), kLdProbT);
     wmma::load_matrix_sync(dst, as_wmma(dSt), kLdProbT);
 #pragma unroll
-    for (int f = 0; f < kMaxHeadFrags; f++)
+    for (int f = 0; f < kHeadFrags; f++)
       if (f < head_frags) {
         FragB<T> dof, qf;  // dout and Q (queries, channels 16f..)
         wmma::load_matrix_sync(dof, as_wmma(dOs + f * kFrag), ldh);
@@ -726,7 +805,7 @@ __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T*
   T* dk_t = tk < Tn ? dqkv + (size_t(b) * Tn + tk) * stride + C + size_t(h) * hs : nullptr;
   T* dv_t = tk < Tn ? dk_t + C : nullptr;
 #pragma unroll
-  for (int f = 0; f < kMaxHeadFrags; f++)
+  for (int f = 0; f < kHeadFrags; f++)
     if (f < head_frags) {
       store_tile(dk_t ? dk_t + f * kFrag : nullptr, dk[f], St, kLdScoreT, scale);
       store_tile(dv_t ? dv_t + f * kFrag : nullptr, dv[f], St, kLdScoreT, 1.0f);
@@ -734,14 +813,23 @@ __global__ void flash_backward_dkdv_wmma_kernel(T* dqkv, const T* dout, const T*
 }
 }  // namespace
 
+// The tensor-core kernels move rows in 16-byte pieces: every tensor they read or write must start
+// 16-byte aligned (cudaMalloc's are 256-byte aligned, the model's activations 64-byte).
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Which kernels: flash_attention_uses_wmma (flash_attention.h). `if constexpr` keeps the tensor-core
 // kernels from being compiled for fp32, which WMMA does not take.
 template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH) {
   if constexpr (!std::is_same_v<T, float>) {
     if (flash_attention_uses_wmma<T>(C, NH)) {
+      NZ_CHECK(aligned16(out) && aligned16(qkv), "flash attention: out and qkv must be 16-byte aligned");
       const dim3 grid(unsigned(ceil_div(Tn, kQRows)), unsigned(NH), unsigned(B));
-      flash_forward_wmma_kernel<T><<<grid, kQWarps * kWarpSize, wmma_forward_smem(C / NH)>>>(out, lse, qkv, Tn, C, NH);
+      with_head_frags(C / NH, [&](auto head_frags) {
+        constexpr int kHeadFrags = decltype(head_frags)::value;
+        flash_forward_wmma_kernel<T, kHeadFrags><<<grid, kQWarps * kWarpSize, wmma_forward_smem(C / NH)>>>(
+            out, lse, qkv, Tn, C, NH);
+      });
       NZ_CUDA_CHECK_LAUNCH();
       return;
     }
@@ -765,15 +853,24 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const float*
 
   if constexpr (!std::is_same_v<T, float>) {
     if (flash_attention_uses_wmma<T>(C, NH)) {
+      NZ_CHECK(aligned16(dqkv) && aligned16(dout) && aligned16(qkv),
+               "flash attention: dqkv, dout and qkv must be 16-byte aligned");
       const int hs = C / NH;
-      dim3 grid(unsigned(ceil_div(Tn, kQRows)), unsigned(NH), unsigned(B));
-      flash_backward_dq_wmma_kernel<T><<<grid, kQWarps * kWarpSize, wmma_dq_smem(hs)>>>(dqkv, dout, qkv, lse, D, Tn,
-                                                                                       C, NH);
-      NZ_CUDA_CHECK_LAUNCH();
-      grid = dim3(unsigned(ceil_div(Tn, kKRows)), unsigned(NH), unsigned(B));
-      flash_backward_dkdv_wmma_kernel<T><<<grid, kKWarps * kWarpSize, wmma_dkdv_smem(hs)>>>(dqkv, dout, qkv, lse, D,
-                                                                                           Tn, C, NH);
-      NZ_CUDA_CHECK_LAUNCH();
+      const size_t dq_smem = wmma_dq_smem(hs);
+      with_head_frags(hs, [&](auto head_frags) {
+        constexpr int kHeadFrags = decltype(head_frags)::value;
+        if (dq_smem > kSmemLimit)  // head size 128's double buffers: above 48 KiB, which needs an opt-in
+          NZ_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_wmma_kernel<T, kHeadFrags>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(dq_smem)));
+        dim3 grid(unsigned(ceil_div(Tn, kQRows)), unsigned(NH), unsigned(B));
+        flash_backward_dq_wmma_kernel<T, kHeadFrags><<<grid, kQWarps * kWarpSize, dq_smem>>>(dqkv, dout, qkv, lse, D,
+                                                                                              Tn, C, NH);
+        NZ_CUDA_CHECK_LAUNCH();
+        grid = dim3(unsigned(ceil_div(Tn, kKRows)), unsigned(NH), unsigned(B));
+        flash_backward_dkdv_wmma_kernel<T, kHeadFrags><<<grid, kKWarps * kWarpSize, wmma_dkdv_smem(hs)>>>(
+            dqkv, dout, qkv, lse, D, Tn, C, NH);
+        NZ_CUDA_CHECK_LAUNCH();
+      });
       return;
     }
   }

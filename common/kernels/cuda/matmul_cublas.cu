@@ -24,18 +24,28 @@ namespace nz {
 namespace cuda {
 namespace {
 
+// cuBLAS's workspace, given to it rather than left for it to allocate at its first product: 32 MiB,
+// what NVIDIA's documentation recommends for Hopper (less for older GPUs: enough for all).
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
 // One handle per process (one GPU per rank), created on first use so that a CPU-only run never
-// touches cuBLAS. Never destroyed: the process exit releases it.
+// touches cuBLAS (the trainers create it at start-up: cublas_start). Never destroyed: the process
+// exit releases it, and the workspace with it.
 cublasHandle_t cublas_handle() {
   static cublasHandle_t handle = nullptr;
   if (!handle) {
     NZ_CUBLAS_CHECK(cublasCreate(&handle));
     NZ_CUBLAS_CHECK(cublasSetStream(handle, 0));  // the default stream, like every other kernel
+    void* workspace = nullptr;
+    NZ_CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspaceBytes));
+    NZ_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, kCublasWorkspaceBytes));
   }
   return handle;
 }
 
 }  // namespace
+
+void cublas_start() { (void)cublas_handle(); }
 
 template <class T> cudaDataType_t cuda_data_type();
 template <> cudaDataType_t cuda_data_type<float>() { return CUDA_R_32F; }

@@ -5,6 +5,10 @@
 namespace nz {
 namespace cuda {
 
+// The handle, made now (it is otherwise made by the first product) with a workspace of its own,
+// so that both are in the device-memory baseline taken before the model's first allocation.
+void cublas_start();
+
 // out (N,OC) = inp (N,C) @ w (OC,C)^T, plus the old out when accumulate (how the bias gets in)
 template <class T>
 void cublas_matmul_forward(T* out, const T* inp, const T* w, int N, int C, int OC, bool accumulate);

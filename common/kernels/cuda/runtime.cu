@@ -4,9 +4,11 @@
 #include <cuda_runtime.h>  // cudaMalloc, cudaMemcpy, cudaGetDeviceCount, cudaMemGetInfo, ...
 
 #include <cstdio>
+#include <vector>
 
 #include "cuda_check.h"   // NZ_CUDA_CHECK
 #include "cuda_common.cuh"  // scratch_buffer (declaration)
+#include "matmul_cublas.h"  // cublas_start
 #include "runtime/device.h"       // nz::cuda_rt declarations
 
 namespace nz {
@@ -27,6 +29,30 @@ int device_count() {
 }
 
 void set_device(int ordinal) { NZ_CUDA_CHECK(cudaSetDevice(ordinal)); }
+
+void start_libraries() {
+  NZ_CUDA_CHECK(cudaFree(nullptr));  // the context exists after this, whichever CUDA version
+  cuda::cublas_start();
+}
+
+namespace {
+std::vector<cudaEvent_t> g_timers;  // NZ_PROFILE's events, reused every step; never destroyed
+}
+
+void timer_record(int i) {
+  while (int(g_timers.size()) <= i) {
+    cudaEvent_t e = nullptr;
+    NZ_CUDA_CHECK(cudaEventCreate(&e));
+    g_timers.push_back(e);
+  }
+  NZ_CUDA_CHECK(cudaEventRecord(g_timers[size_t(i)], 0));
+}
+
+double timer_elapsed_ms(int from, int to) {
+  float ms = 0;
+  NZ_CUDA_CHECK(cudaEventElapsedTime(&ms, g_timers[size_t(from)], g_timers[size_t(to)]));
+  return ms;
+}
 
 void* malloc_device(size_t bytes) {
   if (bytes == 0) return nullptr;

@@ -19,6 +19,8 @@ enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
+// The workspace must be device memory of at least `bytes` (checked); the emulator uses none.
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t bytes);
 const char* cublasGetStatusString(cublasStatus_t status);
 // C (m,n) = alpha * op(A) (m,k) · op(B) (k,n) + beta * C, all column-major; alpha and beta point to
 // floats (CUBLAS_COMPUTE_32F); A and B both CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F, C the same type as

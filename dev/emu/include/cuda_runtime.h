@@ -39,6 +39,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)  // a register budget for the GPU's compiler: nothing to emulate
 // Blocks run one at a time, so a function-local static is exactly one block's shared memory.
 #define __shared__ static
 
@@ -47,6 +48,11 @@ struct dim3 {
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 using uint3 = dim3;
+// The 16-byte vector type of a 16-byte load or store (alignas: a GPU's uint4 is 16-byte aligned).
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 
 // ---- runtime types ----
 enum cudaError_t {
@@ -66,6 +72,9 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4,
 };
+// The one function attribute used: a kernel's dynamic shared memory above the 48 KiB every kernel
+// may have, up to the device's opt-in limit (227 KiB on sm_90; the emulator's device is one).
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
 constexpr unsigned cudaStreamNonBlocking = 0x1;
 constexpr unsigned cudaEventDisableTiming = 0x2;
@@ -114,9 +123,17 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventQuery(cudaEvent_t event);  // done (work runs when queued), unless NZ_EMU_NCCL_STUCK
+cudaError_t cudaEventCreate(cudaEvent_t* event);  // a timing event
+// The host's clock between the two records (work runs when queued, so a record is the moment the
+// stream reaches it); cudaErrorInvalidResourceHandle for an event made with cudaEventDisableTiming,
+// cudaErrorNotReady for one never recorded, as CUDA's.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // ---- the emulator itself ----
 namespace nz_emu {
+
+// cudaFuncSetAttribute's record: the largest dynamic shared memory a launch of func may ask for.
+cudaError_t set_max_dynamic_shared(const void* func, int bytes);
 
 // The running fiber's threadIdx; the block's blockIdx; the launch's blockDim and gridDim.
 const dim3& thread_idx();
@@ -142,7 +159,8 @@ void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
 // Runs body() once per thread of every block; records cudaErrorInvalidConfiguration instead when
 // a GPU would refuse the launch.
-void run_grid(const char* name, dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx);
+void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t smem, void (*body)(void*),
+              void* ctx);
 
 template <class Kernel>
 struct Launch {
@@ -157,7 +175,9 @@ struct Launch {
       std::apply([&](auto&... a) { k(a...); }, tup);
     };
     using Call = decltype(call);
-    run_grid(name, grid, block, smem, [](void* c) { (*static_cast<Call*>(c))(); }, &call);
+    const void* func = nullptr;  // the kernel's identity, for its attributes (a function's address)
+    if constexpr (std::is_pointer<Kernel>::value) func = reinterpret_cast<const void*>(kernel);
+    run_grid(name, func, grid, block, smem, [](void* c) { (*static_cast<Call*>(c))(); }, &call);
   }
 };
 template <class Kernel>
@@ -175,6 +195,12 @@ T shfl_xor(unsigned mask, T v, int lane_mask) {
 }
 
 }  // namespace nz_emu
+
+template <class Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel* func, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+  return nz_emu::set_max_dynamic_shared(reinterpret_cast<const void*>(func), value);
+}
 
 #define threadIdx (::nz_emu::thread_idx())
 #define blockIdx (::nz_emu::block_idx)

@@ -5,7 +5,9 @@
 // (the MPI broadcast of the bootstrap worked). ncclSend / ncclRecv are synchronous as NCCL's are
 // (a send completes only once its receive is posted: MPI_Issend), and match in issue order between
 // two ranks (no tags); inside ncclGroupStart .. ncclGroupEnd they run together at ncclGroupEnd, so a
-// program that NCCL would deadlock deadlocks here too. See cuda_runtime.h in this directory.
+// program that NCCL would deadlock deadlocks here too. NZ_EMU_NO_NCCL=1 makes any NCCL call fatal
+// (a run that must make none); NZ_EMU_NCCL_STUCK=init a non-blocking creation that never
+// completes. See cuda_runtime.h in this directory.
 #pragma once
 #include <cstddef>
 
@@ -23,6 +25,13 @@ enum ncclRedOp_t { ncclSum = 0 };
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
+// The one field of NCCL's ncclConfig_t used here: blocking = 0 makes creation non-blocking (the call
+// returns ncclInProgress and ncclCommGetAsyncError says when the communicator is ready).
+struct ncclConfig_t {
+  int blocking;
+};
+#define NCCL_CONFIG_INITIALIZER {1}
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
