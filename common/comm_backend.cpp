@@ -3,6 +3,7 @@
 // host staging buffer (ranks sharing a GPU), and the NCCL stubs of a build without CUDA.
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,18 +100,19 @@ void Comm::use_device_backend() {
   int first_on_gpu = first == local_rank_, own_gpu = ranks_on_my_gpu_ == 1, all_own = 0;
   MPI_Allreduce(&first_on_gpu, &gpus_in_use_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(&own_gpu, &all_own, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  const char* force = getenv("NZ_COMM");
-  if (force && *force && strcmp(force, "mpi") != 0)
-    user_error("NZ_COMM=%s: unknown collectives backend; valid: mpi (forces the MPI path on GPUs), "
-               "or leave it unset", force);
+  const char* env = getenv("NZ_COMM");
+  const std::string force = env ? env : "";
+  if (!force.empty() && force != "mpi" && force != "nccl")
+    user_error("NZ_COMM=%s: unknown collectives backend; valid: mpi (forces the MPI path on GPUs), nccl "
+               "(NCCL even for one rank: its tests on a one-GPU machine), or leave it unset", env);
   // One rank: nothing to bootstrap and nothing to exchange, so no NCCL at all (a single process
   // started without mpirun needs no NCCL library that works); its collectives are device copies
   // or nothing (comm.cpp), never a round trip through host memory. NZ_COMM=mpi still forces the
-  // staged MPI path (its tests run on one rank too).
-  one_rank_on_gpu_ = size_ == 1 && !(force && *force);
+  // staged MPI path, and NZ_COMM=nccl NCCL (their tests run on one rank too).
+  one_rank_on_gpu_ = size_ == 1 && force.empty();
   if (one_rank_on_gpu_) return;
   // NCCL needs one GPU per rank (it refuses two ranks on one GPU); sharing ranks take the MPI path.
-  nccl_ = all_own && nccl::compiled() && !(force && *force);
+  nccl_ = all_own && nccl::compiled() && force != "mpi";
   if (!nccl_) return;
   char id[nccl::kUniqueIdBytes] = {};
   if (rank_ == 0) nccl::unique_id(id);

@@ -75,6 +75,7 @@ gtest inference 120 "$EMU/tests/test_cuda_inference"
 gtest quantize 120 "$EMU/tests/test_cuda_quantize"  # tests/zeropp/test_cuda_quantize.cpp
 gtest comm_np1_local 120 env NZ_EMU_NO_NCCL=1 mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np1_mpi 120 env NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np1_nccl 120 env NZ_COMM=nccl mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np2_shared 120 mpirun -np 2 "$EMU/tests/test_cuda_comm"
 gtest comm_np2_nccl 120 env NZ_EMU_GPUS=2 mpirun -np 2 "$EMU/tests/test_cuda_comm"
 gtest comm_np3_nccl 120 env NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test_cuda_comm"

@@ -21,7 +21,8 @@
 #              losses must also agree with gemm's
 #   kernels, inference, quantize   test_cuda_{kernels,inference,quantize}: every CUDA kernel, the
 #              decode path and the block quantizer against the CPU, one process each
-#   comm.np1.* test_cuda_comm on device buffers, one process (NCCL, and NZ_COMM=mpi)
+#   comm.np1.* test_cuda_comm on device buffers, one process: local (device copies, no NCCL call),
+#              NZ_COMM=nccl (NCCL on one rank: its only run on a one-GPU machine), NZ_COMM=mpi
 #   mpirun     the bundle's launcher starts 2 ranks that train a step on the CPU; when that fails it
 #              tries again with UCX's transports narrowed (self,sm,tcp, no /proc links) and with the
 #              launcher on 127.0.0.1 over lo, and the later rows use what worked (the row says)
@@ -264,7 +265,7 @@ gpu_memory_of() {  # JSON -> "device memory: ... " or "device memory: none"
   fi
 }
 GPU_ROWS=(device speed.stage0_ddp speed.stage3 speed.stage0_ddp.flash kernels inference quantize
-          comm.np1.nccl comm.np1.mpi comm.np4.shared stages
+          comm.np1.local comm.np1.nccl comm.np1.mpi comm.np4.shared stages
           memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload
           sanitizer.memcheck sanitizer.racecheck)
 LAUNCHER_ROWS=(comm.np4.shared stages memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload)
@@ -442,7 +443,8 @@ save_outputs  # (what a kill of the whole check from outside would otherwise tak
 gtest_row kernels 90 tests/test_cuda_kernels
 gtest_row inference 60 tests/test_cuda_inference
 gtest_row quantize 60 tests/test_cuda_quantize
-gtest_row comm.np1.nccl 60 tests/test_cuda_comm
+gtest_row comm.np1.local 60 tests/test_cuda_comm
+gtest_row comm.np1.nccl 60 env NZ_COMM=nccl tests/test_cuda_comm
 gtest_row comm.np1.mpi 60 env NZ_COMM=mpi tests/test_cuda_comm
 
 # ---- the rows that need the launcher ----

@@ -1,6 +1,6 @@
 // test_cuda_comm.cpp — the collectives on GPU buffers, on whichever path Comm chose:
 //   NCCL (every rank has its own GPU), MPI staged through pinned host memory (ranks share a GPU,
-//   or NZ_COMM=mpi), or none (one rank: device copies, no NCCL call). Run it under mpirun with 1..4
+//   or NZ_COMM=mpi), or none (one rank: device copies, no NCCL call; NZ_COMM=nccl forces NCCL). Run it under mpirun with 1..4
 //   ranks (tests/cuda/gpu_check.sh does: -np 1 takes no NCCL, NZ_COMM=mpi -np 1 and -np 2, 4 on one
 //   GPU take the MPI path).
 //
@@ -232,15 +232,16 @@ TEST_F(CudaComm, LedgerCountsWhatTheCpuPathCounts) {
 }
 
 // The backend rule (comm.h): one rank alone makes no NCCL call (its collectives stay on the
-// device); else NCCL exactly when no two ranks share a GPU and NZ_COMM does not force MPI. Here
-// (one machine, every rank seeing every GPU) ranks share a GPU when there are more ranks than GPUs.
+// device) unless NZ_COMM forces a backend; else NCCL exactly when no two ranks share a GPU and
+// NZ_COMM does not force MPI. Here (one machine, every rank seeing every GPU) ranks share a GPU
+// when there are more ranks than GPUs.
 TEST_F(CudaComm, NcclExactlyWhenEveryRankHasItsOwnGpu) {
   const char* force = getenv("NZ_COMM");
-  const bool forced_mpi = force && strcmp(force, "mpi") == 0;
+  const bool forced_mpi = force && strcmp(force, "mpi") == 0, forced_nccl = force && strcmp(force, "nccl") == 0;
   const int gpus = cuda_rt::device_count(), n = comm().local_size();
   const bool own_gpu = n <= gpus;
-  EXPECT_EQ(comm().one_rank_on_gpu(), comm().size() == 1 && !forced_mpi);
-  EXPECT_EQ(comm().uses_nccl(), own_gpu && !forced_mpi && comm().size() > 1);
+  EXPECT_EQ(comm().one_rank_on_gpu(), comm().size() == 1 && !forced_mpi && !forced_nccl);
+  EXPECT_EQ(comm().uses_nccl(), own_gpu && !forced_mpi && (comm().size() > 1 || forced_nccl));
   // local rank r uses GPU r % gpus: the ranks on mine are those with the same remainder
   EXPECT_EQ(comm().ranks_on_my_gpu(), (n - 1 - comm().local_rank() % gpus) / gpus + 1);
   EXPECT_EQ(comm().gpus_in_use(), std::min(n, gpus) * (comm().size() / n));
@@ -250,7 +251,7 @@ TEST_F(CudaComm, NcclExactlyWhenEveryRankHasItsOwnGpu) {
 // itself, bit for bit, in fp32 and bf16, out of place and in place, and nothing goes through host
 // memory (the MPI path's pinned staging buffer, host scratch in the ledger, is never made).
 TEST_F(CudaComm, OneRankCollectivesAreDeviceCopies) {
-  if (!comm().one_rank_on_gpu()) GTEST_SKIP() << "more than one rank, or NZ_COMM=mpi";
+  if (!comm().one_rank_on_gpu()) GTEST_SKIP() << "more than one rank, or NZ_COMM set";
   const uint64_t host_scratch = Ledger::get().peak(Category::Scratch, Location::Host);
   for (size_t n : kShardSizes) {
     const std::vector<float> x = contribution(0, n, 77 + n);
