@@ -44,7 +44,7 @@ class StepProfile {
   int steps_timed() const { return timed_; }
   double ms(Part p) const { return timed_ ? total_[p] / timed_ : 0; }  // per timed step
   double step_ms() const;
-  // "profile: step ... | steps A-B of N, rank 0, CUDA events" (common29's format), and the JSON object
+  // "profile: step ... | steps A-B of N, rank 0, CUDA events" (the format docs/gpu.md shows; gpu_check.sh parses it), and the JSON object
   std::string line(int total_steps) const;
   std::string json() const;
 
