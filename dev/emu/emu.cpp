@@ -61,6 +61,10 @@ struct Mapping {
   char* base;         // start of the mapping
   size_t data_bytes;  // accessible part (whole pages); the guard page follows
   size_t bytes;       // what was asked for; the buffer is [user, user + bytes)
+  // Sealed: inaccessible to host code and kernels alike, always. cuBLAS's workspace
+  // (cublasSetWorkspace), which on a GPU only the library touches and the emulated cuBLAS never
+  // does: toggling its 32 MiB at every launch would cost more than the runs themselves.
+  bool sealed = false;
 };
 std::map<const char*, Mapping> g_device;  // keyed by the pointer cudaMalloc returned
 std::set<void*> g_pinned;
@@ -83,6 +87,7 @@ bool protect_enabled() {
 }
 
 void set_access(const Mapping& m, bool accessible) {
+  if (m.sealed) return;
   if (protect_enabled() && mprotect(m.base, m.data_bytes, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
     fail("mprotect failed");
 }
@@ -833,6 +838,11 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
 cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t bytes) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (bytes && !is_device_pointer(workspace, bytes)) fail("cublasSetWorkspace: %zu bytes at %p are not device memory", bytes, workspace);
+  auto it = g_device.find(static_cast<const char*>(workspace));
+  if (it != g_device.end()) {  // the library's from now on: sealed (Mapping)
+    set_access(it->second, false);
+    it->second.sealed = true;
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
