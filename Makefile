@@ -12,15 +12,36 @@
 #                                  rows' golden losses (dev/gpu_bundle/rehearsal.sh; by hand, 15-20 minutes)
 #   make arm64-check               64-bit ARM from this x86-64 machine: a cross-build, and a smoke test
 #                                  under emulation (scripts/arm64_check.sh)
-# The CPU backend is always built. When nvcc is on PATH the CUDA backend is compiled into the same
-# binaries (no GPU is needed to build); `make CUDA=0` leaves it out.
+# The CPU backend is always built. Where nvcc runs (on PATH, or in $CUDA_HOME/bin) the CUDA backend
+# is compiled into the same binaries (no GPU is needed to build); `make CUDA=0` leaves it out.
 
 CXX        := mpicxx
 NVCC       ?= nvcc
 BUILD      := build
-CUDA_ARCH  ?= 80 90   # plus PTX for the last one, so newer GPUs can run it
-CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
-CUDA       ?= $(if $(CUDA_HOME),1,0)
+# The CUDA backend is built where nvcc runs, whatever the environment says: a CUDA_HOME set by a
+# container image or a shell profile, with no nvcc in it, leaves the build on the CPU (said in one
+# line); a toolkit whose bin/ is not on PATH is used through CUDA_HOME. CUDA_HOME is then the
+# toolkit of the nvcc that runs (its headers and libraries), unless given on the command line.
+NVCC_RUNS  := $(shell $(NVCC) --version >/dev/null 2>&1 && echo 1)
+ifneq ($(NVCC_RUNS),1)
+  ifneq ($(CUDA_HOME),)
+    ifeq ($(shell $(CUDA_HOME)/bin/nvcc --version >/dev/null 2>&1 && echo 1),1)
+      NVCC      := $(CUDA_HOME)/bin/nvcc
+      NVCC_RUNS := 1
+    else ifeq ($(MAKELEVEL)$(CUDA),0)
+      $(shell echo "make: CUDA_HOME=$(CUDA_HOME) holds no nvcc that runs, and none is on PATH: building the CPU backend only (install the CUDA toolkit, or unset CUDA_HOME)" >&2)
+    endif
+  endif
+endif
+ifneq ($(origin CUDA_HOME),command line)
+  CUDA_HOME := $(if $(NVCC_RUNS),$(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null)))
+endif
+CUDA       ?= $(if $(NVCC_RUNS),1,0)
+# The GPU generations the CUDA objects are compiled for, plus PTX for the last one (so that newer
+# GPUs can run it, compiled by the driver): the machine's own GPUs where nvidia-smi lists them,
+# else sm_80 alone (the first with bf16 tensor cores, which the kernels need): a machine without a
+# GPU builds for one generation, not every one (make gpu-bundle builds its own, for sm_90).
+CUDA_ARCH  ?= $(or $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d . | sort -un | tr '\n' ' '),80)
 # The machine the binaries are for (x86_64-linux-gnu, aarch64-linux-gnu): the compiler's target.
 # A build for another architecture (make arm64-check: ARM64 from an x86-64 machine) sets CXX to that
 # target's compiler and SYSROOT to a root file system holding its libraries: they are found under
@@ -110,6 +131,26 @@ ifeq ($(NZ_BUNDLE),1)
   LDLIBS     := -lpthread $(BLAS_LIBS) -L$(CUDA_HOME)/lib64 -lcudart_static -lnccl -lcublasLt -lcublas -ldl -lrt
   LINK_EXTRA := $(BUILD)/obj/dev/gpu_bundle/glibc_compat.o
 endif
+
+# Objects depend on the configuration that compiled them: $(BUILD)/config.flags holds the compilers
+# and their flags (CUDA on or off, oneDNN, -march, CUDA_ARCH), is rewritten when they change (by any
+# make that may build: not print-build-flags, which a script may call with other settings, nor make -n), and
+# every object already in $(BUILD) depends on it. So a build after `make CUDA=0` (or another
+# HOST_ARCH, DNNL, CUDA_ARCH) recompiles instead of linking objects made for another configuration.
+CONFIG_FILE := $(BUILD)/config.flags
+CONFIG_NOW  := CXX=$(CXX) CXXFLAGS=$(CXXFLAGS) | CUDA=$(CUDA) NVCC=$(NVCC) NVCCFLAGS=$(NVCCFLAGS)
+DRY_RUN     := $(findstring n,$(firstword -$(MAKEFLAGS)))
+BUILDS      := $(if $(DRY_RUN),,$(filter-out print-build-flags clean diff exercise exercise-key deps,$(or $(MAKECMDGOALS),all)))
+ifneq ($(BUILDS),)
+  ifneq ($(CONFIG_NOW),$(file <$(CONFIG_FILE)))
+    ifneq ($(wildcard $(CONFIG_FILE)),)
+      $(info build configuration changed: every object in $(BUILD) is recompiled ($(CONFIG_FILE)))
+    endif
+    $(shell mkdir -p $(BUILD))
+    $(file >$(CONFIG_FILE),$(CONFIG_NOW))
+  endif
+endif
+$(shell find $(BUILD) -name '*.o' 2>/dev/null): $(CONFIG_FILE)
 
 LIB        := $(BUILD)/libnanozero.a
 STAGES     := $(shell grep '^[a-z]' stages.txt)  # the rungs, in order: stages.txt, the one list

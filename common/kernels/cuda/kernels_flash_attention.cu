@@ -36,7 +36,7 @@
 // with its matrix products on the tensor cores, through CUDA's WMMA API (nvcuda::wmma, <mma.h>): a
 // warp multiplies a 16×16 tile of bf16/half by another and adds the product into a 16×16 fp32
 // accumulator in one call (mma_sync). An H200 does ~990 TFLOP/s that way against ~67 in fp32 on the
-// CUDA cores. (bf16 WMMA needs sm_80 or newer; the Makefile builds for sm_80 and sm_90.) A warp owns
+// CUDA cores. (bf16 WMMA needs sm_80 or newer, the Makefile's oldest target.) A warp owns
 // 16 rows:
 //   forward, dq:  16 query rows of a block's 64 (4 warps); K and V stream past in tiles of 32 keys;
 //   dk, dv:       16 keys of a block's 32 (2 warps); Q and dout stream past in tiles of 16 queries.
