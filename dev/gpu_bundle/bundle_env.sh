@@ -8,6 +8,7 @@
 #   - finds the libraries host_libs.txt says come from the machine (cuBLAS, NCCL) in the usual places:
 #     $NZ_LIB_DIRS, LD_LIBRARY_PATH, ldconfig's cache, the CUDA toolkit, and every Python
 #     environment's site-packages/nvidia/*/lib (PyTorch's NCCL: nvidia-nccl-cu13 -> nvidia/nccl/lib);
+#     with NZ_LIB_DIRS_ONLY=1, only in $NZ_LIB_DIRS;
 #   - puts the bundle's mpirun first on PATH and all those folders on LD_LIBRARY_PATH.
 # Sets bundle_lib_dirs (where each host library was found, "name=dir" lines) and bundle_missing
 # (the host libraries found nowhere); returns 1 when something could not be done (bundle_problem
@@ -22,6 +23,9 @@ bundle_pythons() {  # every Python interpreter worth asking for its site-package
 
 bundle_candidate_dirs() {  # folders that may hold a host library, most specific first
   local d py
+  # NZ_LIB_DIRS_ONLY=1: $NZ_LIB_DIRS and nothing else (the check's own tests: what they find must
+  # not depend on what the machine they run on happens to have installed)
+  [ "${NZ_LIB_DIRS_ONLY:-}" = 1 ] && { tr ':' '\n' <<<"${NZ_LIB_DIRS:-}"; return 0; }
   tr ':' '\n' <<<"${NZ_LIB_DIRS:-}:${LD_LIBRARY_PATH:-}"
   [ -n "${CUDA_HOME:-}" ] && echo "$CUDA_HOME/lib64"
   d=$(command -v nvcc 2>/dev/null) && echo "$(dirname "$(dirname "$d")")/lib64"
@@ -44,6 +48,7 @@ bundle_find_lib() {  # soname -> the folder that holds it (first match), or noth
   while read -r d; do
     [ -n "$d" ] && [ -e "$d/$name" ] && { echo "$d"; return 0; }
   done < <(bundle_candidate_dirs)
+  [ "${NZ_LIB_DIRS_ONLY:-}" = 1 ] && return 1
   d=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n && /x86-64/ {print $NF; exit}')
   [ -n "$d" ] && { dirname "$d"; return 0; }
   return 1

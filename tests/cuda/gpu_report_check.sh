@@ -12,6 +12,7 @@
 #                then the other one-process rows, then the launcher's; none of those one-process rows
 #                started by mpirun; tokens/s, MFU, the golden check, the profile line and the device
 #                memory parsed into the table; the reports merged in reports.json, the logs tarred;
+#   sanitizer    the 4 compute-sanitizer rows: a reported error FAILs its row; none installed: SKIP;
 #   golden       speed rows FAIL outside the golden bound (step by step: a step with a larger gap
 #                does not loosen the others), flash FAIL against gemm, FAIL without
 #                golden losses; "profile: none" and "device memory: none" when a run has neither;
@@ -24,12 +25,21 @@
 #   killed       SIGTERM in the middle of a hung row: the table is printed, the hung command is gone;
 #   incomplete   a binary missing from the bundle: a FAIL row, the GPU rows SKIP, the table;
 #   build_fails  run from a repository where make gpu-bundle fails: a FAIL row named build, the table;
+#   host_libs    cuBLAS and NCCL found where the check is told to look (fake, empty files: the same
+#                on a machine without the CUDA toolkit), and a FAIL naming each where they are not;
 #   nccl_in_python  bundle_env.sh finds a library in a Python environment's site-packages/nvidia/*/lib.
 # Prints NZRESULT lines (tests/run_all.sh); the inner checks' own NZRESULT lines stay in their logs.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 tmp=$(mktemp -d /tmp/nanozero-gpureport.XXXXXX)
 trap '[ -z "${NZ_KEEP_TEST_FILES:-}" ] && rm -rf "$tmp"' EXIT
+
+# The host libraries (host_libs.txt: cuBLAS, NCCL) as empty files in a folder of their own, and the
+# check told to look there only: what it finds must not depend on whether this machine has the CUDA
+# toolkit (most learners' machines do not). The host_libs case below shows both outcomes.
+mkdir -p "$tmp/hostlibs" "$tmp/nolibs"
+for f in $(grep -v '^#' dev/gpu_bundle/host_libs.txt | awk '$1 ~ /^lib(cublas|nccl)/ {print $1}'); do : >"$tmp/hostlibs/$f"; done
+export NZ_LIB_DIRS=$tmp/hostlibs NZ_LIB_DIRS_ONLY=1
 
 make_bundle() {  # DIR: a fake bundle around the real scripts
   local b=$1 f
@@ -77,7 +87,22 @@ esac
 [ "$1" = -np ] && shift 2
 exec "$@"
 EOF
-  chmod +x "$b"/bin/* "$b"/tests/* "$b"/mpi/mpirun
+  # compute-sanitizer: logs its tool and command, runs the command, and reports one error for the
+  # tool FAKE_SAN_FAIL names
+  cat >"$b/compute-sanitizer" <<'EOF'
+#!/usr/bin/env bash
+tool="" code=1
+while [ "${1#--}" != "$1" ]; do
+  case $1 in --tool) tool=$2; shift 2 ;; --error-exitcode) code=$2; shift 2 ;; *) shift ;; esac
+done
+echo "$tool $*" >>"${0%/*}/sanitizer.calls"
+"$@"
+rc=$?
+[ "$tool" = "${FAKE_SAN_FAIL:-}" ] && { echo "========= ERROR SUMMARY: 1 error"; exit "$code"; }
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
+EOF
+  chmod +x "$b"/bin/* "$b"/tests/* "$b"/mpi/mpirun "$b/compute-sanitizer"
 }
 
 # run_case NAME ENV... : runs the fake bundle's gpu_check.sh with OUT=$tmp/NAME.files, output in
@@ -122,8 +147,8 @@ deadline_job=$!
 run_case no_gpu CUDA_VISIBLE_DEVICES=none
 ok=1
 if has_table no_gpu && [ $rc = 0 ] && table_row no_gpu PASS bundle >/dev/null && table_row no_gpu PASS mpirun >/dev/null &&
-   [ "$(sed -n '/^== gpu_check/,$p' "$tmp/no_gpu.out" | grep -cE '^   SKIP ')" = 21 ] && out_ok no_gpu; then ok=0; fi
-result no_gpu $ok "expected the table with bundle and mpirun PASS, 20 SKIP rows, exit 0, and the table in \$OUT (exit $rc)"
+   [ "$(sed -n '/^== gpu_check/,$p' "$tmp/no_gpu.out" | grep -cE '^   SKIP ')" = 23 ] && out_ok no_gpu; then ok=0; fi
+result no_gpu $ok "expected the table with bundle and mpirun PASS, 23 SKIP rows, exit 0, and the table in \$OUT (exit $rc)"
 
 run_case no_gpu_fail CUDA_VISIBLE_DEVICES=none NZ_GPU_CHECK_SIMULATE="fail:mpirun.try1 fail:mpirun.try2 fail:mpirun.try3 hang:mpirun.try4" NZ_GPU_CHECK_ROW_LIMIT=2
 ok=1
@@ -132,9 +157,14 @@ result no_gpu_fail $ok "expected the mpirun row FAIL, the table, and a non-zero 
 
 # all_pass: every row, in the order most wanted first, the single-process rows started without the
 # launcher, the speed rows with the golden check, the profile and the device memory, $OUT complete
-run_case all_pass NZ_GPU_CHECK_FAKE_GPU=1
+run_case all_pass NZ_GPU_CHECK_FAKE_GPU=1 NZ_COMPUTE_SANITIZER="$tmp/b/compute-sanitizer"
 ok=1
-if has_table all_pass && [ $rc = 0 ] && grep -q '^   [0-9]* passed, 0 failed, 2 skipped' "$tmp/all_pass.out" &&
+if has_table all_pass && [ $rc = 0 ] && grep -q '^   [0-9]* passed, 0 failed, 0 skipped' "$tmp/all_pass.out" &&
+   table_row all_pass PASS sanitizer.racecheck | grep -q 'ERROR SUMMARY: 0 errors; 2 tests' &&
+   [ "$(row_line all_pass kernels)" -lt "$(row_line all_pass sanitizer.racecheck)" ] &&
+   [ "$(row_line all_pass sanitizer.memcheck)" -lt "$(row_line all_pass inference)" ] &&
+   [ "$(cut -d' ' -f1 "$tmp/b/sanitizer.calls" | paste -sd' ')" = "racecheck synccheck initcheck memcheck" ] &&
+   [ "$(grep -c -- '--gtest_filter=CudaKernels/bf16.FlashAttention:' "$tmp/b/sanitizer.calls")" = 4 ] &&
    table_row all_pass PASS speed.stage0_ddp.flash | grep -q '1000 tokens/s, MFU 40.0%, 123.4 ms/step, attention flash' &&
    table_row all_pass PASS speed.stage0_ddp.flash | grep -q "|d| 0.000100,0.000100,0.000100 within 0.002000,0.002000,0.040000; vs gemm's: |d| 0.000000,0.000000,0.000000;" &&
    table_row all_pass PASS speed.stage3 | grep -q 'profile: step 123.4 ms = forward 30.1 (attention 8.2) + backward 60.3 (attention 15.0) + optimizer 5.0 + collectives 2.0 + other 26.0;' &&
@@ -150,7 +180,17 @@ if has_table all_pass && [ $rc = 0 ] && grep -q '^   [0-9]* passed, 0 failed, 2 
    tar -tzf "$tmp/all_pass.files/logs.tar.gz" | grep -q 'speed.stage0_ddp.flash.log' &&
    python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert "gpu_memory" in d["speed.stage3"] and "memory.stage1" in d' \
      "$tmp/all_pass.files/reports.json"; then ok=0; fi
-result all_pass $ok "expected every row PASS but the 2 sanitizer rows, in order, speed/profile/memory parsed, no launcher for one process, \$OUT complete (exit $rc)"
+result all_pass $ok "expected every row PASS (the 4 sanitizer rows after kernels, on the filtered tests), in order, speed/profile/memory parsed, no launcher for one process, \$OUT complete (exit $rc)"
+
+# sanitizer: a tool that reports an error fails its row (the others pass); without compute-sanitizer
+# the 4 rows SKIP saying so
+run_case sanitizer_error NZ_GPU_CHECK_FAKE_GPU=1 NZ_COMPUTE_SANITIZER="$tmp/b/compute-sanitizer" FAKE_SAN_FAIL=synccheck
+ok=1
+if [ $rc != 0 ] && table_row sanitizer_error FAIL sanitizer.synccheck | grep -q 'exit 9, ERROR SUMMARY: 1 error' &&
+   table_row sanitizer_error PASS sanitizer.initcheck >/dev/null; then ok=0; fi
+run_case sanitizer_none NZ_GPU_CHECK_FAKE_GPU=1
+[ "$(table_row sanitizer_none SKIP 'sanitizer\.[a-z]+' | grep -c 'compute-sanitizer not found')" = 4 ] || ok=1
+result sanitizer $ok "expected the synccheck row FAIL on a reported error, the others PASS, and 4 SKIP rows without compute-sanitizer"
 
 # golden: losses off the CPU's by more than the bound fail their row; flash against gemm too; no
 # report at all: the profile and memory say none
@@ -240,9 +280,19 @@ ok=1
 if has_table build_fails && [ $rc != 0 ] && table_row build_fails FAIL build | grep -q 'simulated compile error'; then ok=0; fi
 result build_fails $ok "expected a FAIL row named build quoting the error, and the table (exit $rc)"
 
+# host_libs: with cuBLAS and NCCL where the check looks, the row names where; with them nowhere, the
+# row FAILs naming each and the GPU rows SKIP — the same on a machine with the toolkit as without it
+run_case host_libs_found NZ_GPU_CHECK_FAKE_GPU=1
+run_case host_libs_missing NZ_GPU_CHECK_FAKE_GPU=1 NZ_LIB_DIRS="$tmp/nolibs"
+ok=1
+if table_row host_libs_found PASS host_libs | grep -q "libcublas in $tmp/hostlibs; libcublasLt in $tmp/hostlibs; libnccl in $tmp/hostlibs" &&
+   table_row host_libs_missing FAIL host_libs | grep -q 'not found: libcublas.so.13 libcublasLt.so.13 libnccl.so.2' &&
+   table_row host_libs_missing SKIP kernels >/dev/null && [ $rc != 0 ] && has_table host_libs_missing; then ok=0; fi
+result host_libs $ok "expected host_libs PASS naming $tmp/hostlibs for each library, and FAIL naming all three (GPU rows SKIP) where none is"
+
 # nccl_in_python: a library only a Python environment holds (PyTorch's nvidia-nccl-cu13 layout)
 mkdir -p "$tmp/py/nvidia/nccl/lib" && : >"$tmp/py/nvidia/nccl/lib/libnz_fake_nccl.so.2"
-found=$(source dev/gpu_bundle/bundle_env.sh && PYTHONPATH="$tmp/py" bundle_find_lib libnz_fake_nccl.so.2)
+found=$(source dev/gpu_bundle/bundle_env.sh && NZ_LIB_DIRS_ONLY= PYTHONPATH="$tmp/py" bundle_find_lib libnz_fake_nccl.so.2)
 ok=1
 [ "$found" = "$tmp/py/nvidia/nccl/lib" ] && ok=0
 result nccl_in_python $ok "expected bundle_env.sh to find it in $tmp/py/nvidia/nccl/lib, found '${found}'"
