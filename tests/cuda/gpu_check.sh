@@ -31,8 +31,10 @@
 #              the ledger and comm counts vs the CPU run
 #   memory.*   the gpt2 preset on 4 ranks sharing the GPU, 3 steps, per stage: the ledger matches its
 #              formulas; the ledger's peak beside cudaMemGetInfo and the device memory report
-#   sanitizer.* compute-sanitizer memcheck and racecheck on the kernel tests, if it is installed and
-#              time is left
+#   sanitizer.* compute-sanitizer's racecheck, synccheck, initcheck and memcheck, one row each, right
+#              after the kernels row, on a small set of bf16 kernel tests that finishes in seconds
+#              (flash attention, layer norm, column sums, softmax cross-entropy: shared memory,
+#              barriers, warp shuffles, tensor cores), if compute-sanitizer is installed
 # Run from the repository (tests/cuda/gpu_check.sh, as `make test` does) without a visible GPU, it
 # prints one SKIP line; with a GPU it first builds the bundle (a row like the others).
 #   bash gpu_check.sh --golden-bound FILE   prints the golden file's gaps and bounds, and exits
@@ -264,10 +266,13 @@ gpu_memory_of() {  # JSON -> "device memory: ... " or "device memory: none"
     echo "device memory: none"
   fi
 }
-GPU_ROWS=(device speed.stage0_ddp speed.stage3 speed.stage0_ddp.flash kernels inference quantize
+SANITIZER_TOOLS=(racecheck synccheck initcheck memcheck)
+# the sanitizer rows' tests: small bf16 ones that exercise shared memory, barriers, shuffles and WMMA
+SANITIZER_TESTS="CudaKernels/bf16.FlashAttention:CudaKernels/bf16.LayerNorm:CudaKernels/bf16.ColumnSumsOverManyRows:CudaKernels/bf16.SoftmaxXent"
+GPU_ROWS=(device speed.stage0_ddp speed.stage3 speed.stage0_ddp.flash kernels
+          "${SANITIZER_TOOLS[@]/#/sanitizer.}" inference quantize
           comm.np1.local comm.np1.nccl comm.np1.mpi comm.np4.shared stages
-          memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload
-          sanitizer.memcheck sanitizer.racecheck)
+          memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload)
 LAUNCHER_ROWS=(comm.np4.shared stages memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload)
 
 # ---- where the bundle is: beside this script, or built from the repository ----
@@ -441,6 +446,17 @@ save_outputs  # (what a kill of the whole check from outside would otherwise tak
 
 # ---- the kernels and the collectives, one process each ----
 gtest_row kernels 90 tests/test_cuda_kernels
+# compute-sanitizer, one tool a row, on SANITIZER_TESTS: a whole kernel suite under racecheck would
+# not finish in the time a row has
+san=${NZ_COMPUTE_SANITIZER-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)}
+for tool in "${SANITIZER_TOOLS[@]}"; do
+  if [ -z "$san" ]; then row SKIP sanitizer.$tool "compute-sanitizer not found"; continue; fi
+  run_row sanitizer.$tool 45 "$san" --tool $tool --error-exitcode 9 tests/test_cuda_kernels --gtest_filter="$SANITIZER_TESTS" || continue
+  errs=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error[s]*' "$log/sanitizer.$tool.log")
+  san_passed=$(grep -c '^NZRESULT PASS' "$log/sanitizer.$tool.log")
+  if [ $rc = 0 ] && [ "$san_passed" -gt 0 ]; then row PASS sanitizer.$tool "${errs:-no error summary}; $san_passed tests"
+  else row FAIL sanitizer.$tool "exit $rc, ${errs:-no error summary}, $san_passed tests passed; see sanitizer.$tool.log"; fi
+done
 gtest_row inference 60 tests/test_cuda_inference
 gtest_row quantize 60 tests/test_cuda_quantize
 gtest_row comm.np1.local 60 tests/test_cuda_comm
@@ -475,14 +491,5 @@ else
   [ ${#jsons[@]} -gt 0 ] && [ -n "$py" ] && timeout 30 "$py" scripts/tour_table.py "${jsons[@]}" >"$log/memory_table.txt" 2>&1 ||
     rm -f "$log/memory_table.txt"
 fi
-
-san=${NZ_COMPUTE_SANITIZER-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)}
-for tool in memcheck racecheck; do
-  if [ -z "$san" ]; then row SKIP sanitizer.$tool "compute-sanitizer not found"; continue; fi
-  run_row sanitizer.$tool 90 "$san" --tool $tool --error-exitcode 9 tests/test_cuda_kernels || continue
-  errs=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$log/sanitizer.$tool.log")
-  if [ $rc = 0 ]; then row PASS sanitizer.$tool "${errs:-no error summary}"
-  else row FAIL sanitizer.$tool "exit $rc, ${errs:-no error summary}; see sanitizer.$tool.log"; fi
-done
 
 ! failed_rows | grep -q .
