@@ -58,6 +58,11 @@ cublasStatus_t CUBLASWINAPI cublasSetWorkspace_v2(cublasHandle_t handle, void* w
   static auto f = real<decltype(&cublasSetWorkspace_v2)>("cublasSetWorkspace_v2");
   return f(handle, workspace, bytes);
 }
+cublasStatus_t CUBLASWINAPI cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  static auto f = real<decltype(&cublasSetMathMode)>("cublasSetMathMode");
+  return f(handle, mode);
+}
+
 const char* CUBLASWINAPI cublasGetStatusString(cublasStatus_t status) {
   static auto f = real<decltype(&cublasGetStatusString)>("cublasGetStatusString");
   return f(status);

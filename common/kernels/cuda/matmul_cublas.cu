@@ -7,7 +7,7 @@
 // Precision: CUBLAS_COMPUTE_32F — products and sums in fp32 for both storage types (no TF32: the
 // default math mode does not allow it), one rounding when the bf16 result is stored.
 // Determinism: cuBLAS gives the same bits every run on the same GPU model and toolkit.
-#include <cublas_v2.h>  // cublasCreate, cublasGemmEx, cublasGetStatusString
+#include <cublas_v2.h>  // cublasCreate, cublasSetMathMode, cublasGemmEx, cublasGetStatusString
 
 #include "cuda_common.cuh"  // nz::bf16, NZ_CUDA_CHECK
 #include "matmul_cublas.h"  // the declarations below
@@ -36,6 +36,9 @@ cublasHandle_t cublas_handle() {
   if (!handle) {
     NZ_CUBLAS_CHECK(cublasCreate(&handle));
     NZ_CUBLAS_CHECK(cublasSetStream(handle, 0));  // the default stream, like every other kernel
+    // bf16/fp16 outputs (the dW products): cuBLAS's default math mode allows a split-K reduction of
+    // the partial sums in bf16/fp16, rounding them where the CPU reference never rounds; keep them fp32
+    NZ_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     void* workspace = nullptr;
     NZ_CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspaceBytes));
     NZ_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, kCublasWorkspaceBytes));

@@ -22,6 +22,10 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 // The workspace must be device memory of at least `bytes` (checked); the emulator uses none.
 cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t bytes);
 const char* cublasGetStatusString(cublasStatus_t status);
+// Math modes. The emulator's products are plain fp32 loops, so every mode computes the same thing
+// here; the modes cuBLAS accepts are accepted (the default, and no reduced-precision reductions).
+enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16 };
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 // C (m,n) = alpha * op(A) (m,k) · op(B) (k,n) + beta * C, all column-major; alpha and beta point to
 // floats (CUBLAS_COMPUTE_32F); A and B both CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F, C the same type as
 // them or CUDA_R_32F (the combinations cuBLAS supports with CUBLAS_COMPUTE_32F).
