@@ -12,6 +12,8 @@
 #                                  rows' golden losses (dev/gpu_bundle/rehearsal.sh; by hand, 15-20 minutes)
 #   make arm64-check               64-bit ARM from this x86-64 machine: a cross-build, and a smoke test
 #                                  under emulation (scripts/arm64_check.sh)
+#   make pristine-check            the README's two commands on a pristine Debian 12 root holding only make
+#                                  and git, as root (scripts/pristine_check.sh; by hand, ~20 minutes)
 # The CPU backend is always built. Where nvcc runs (on PATH, or in $CUDA_HOME/bin) the CUDA backend
 # is compiled into the same binaries (no GPU is needed to build); `make CUDA=0` leaves it out.
 
@@ -165,7 +167,7 @@ TEST_SRC   := $(wildcard tests/*/test_*.cpp)
 TEST_BINS  := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(TEST_SRC))))
 
 .PHONY: all tests extra deps run test diff clean explorer explore bench-adam bench bench-inference plots notebooks exercise exercise-key check \
-        print-build-flags gpu-bundle gpu-rehearsal arm64-check
+        print-build-flags gpu-bundle gpu-rehearsal arm64-check pristine-check
 # `make` builds the programs; `make tests` the test programs and the deliberately broken trainers
 all: $(STAGE_BINS) $(TOOL_BINS)
 tests: $(TEST_BINS) extra
@@ -353,6 +355,12 @@ gpu-rehearsal:
 # make test (it takes many minutes more).
 arm64-check:
 	@bash scripts/arm64_check.sh
+
+# ---- a new user's first contact: make run and make test on a pristine Debian 12 root (mmdebstrap, as
+# root; not part of make test: it takes them both, plus the root). Run it before a stop when the install
+# step, the Makefile or a test's environment changed.
+pristine-check:
+	@bash scripts/pristine_check.sh
 
 # keep intermediate objects (train.o) between builds
 .SECONDARY:
