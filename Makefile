@@ -121,15 +121,16 @@ ifeq ($(CUDA),1)
 endif
 
 # NZ_BUNDLE=1 (set by make gpu-bundle): binaries that run on another machine from one folder. The C++
-# library is linked in (-static-libstdc++), and so is the CUDA runtime (cudart_static: the driver,
-# cuBLAS and NCCL come from that machine); libgcc_s stays the machine's (NCCL needs it there anyway,
+# library is linked in (-static-libstdc++, exporting none of its symbols: NCCL and cuBLAS load the
+# machine's own libstdc++.so.6, which must not bind to the program's copy), and so is the CUDA
+# runtime (cudart_static: the driver, cuBLAS and NCCL come from that machine); libgcc_s stays the machine's (NCCL needs it there anyway,
 # and its unwinder on glibc 2.35 would raise the bundle's glibc floor); every other library is looked
 # up first in the bundle's lib/ ($$ORIGIN/../lib as an RPATH, not a RUNPATH, so that it holds for the
 # libraries those libraries load too).
 LINK_EXTRA :=
 ifeq ($(NZ_BUNDLE),1)
   BLAS_LIBS  := -L$(BLAS_DIR) -lopenblas
-  LDFLAGS    += -static-libstdc++ -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib'
+  LDFLAGS    += -static-libstdc++ -Wl,--exclude-libs,ALL -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib'
   LDLIBS     := -lpthread $(BLAS_LIBS) -L$(CUDA_HOME)/lib64 -lcudart_static -lnccl -lcublasLt -lcublas -ldl -lrt
   LINK_EXTRA := $(BUILD)/obj/dev/gpu_bundle/glibc_compat.o
 endif

@@ -32,6 +32,18 @@ for f in "$dir"/bin/* "$dir"/tests/* "$dir"/mpi/* "$dir"/lib/* "$NZ_BUNDLE_CACHE
     echo "bundle_check: ${f#$dir/}: $name resolves to $path, outside the bundle and not in host_libs.txt"
     problems=$((problems + 1))
   done < <(ldd "$f" 2>&1 | sed 's/^[[:space:]]*//' | grep -v -e '^statically linked' -e '^not a dynamic')
+  # The project's programs carry their own C++ runtime (-static-libstdc++) and must export none of it:
+  # NCCL and cuBLAS load the machine's libstdc++.so.6, and an exported facet id (a GNU unique symbol)
+  # binds that library to the program's copy, of another version: every std::ostringstream of the
+  # program then writes nothing (seen on a GPU machine: the memory table's rows went missing).
+  case "${f#$dir/}" in
+    bin/* | tests/*)
+      n=$(objdump -T "$f" 2>/dev/null | grep -v '\*UND\*' | awk '{print $NF}' | grep -c -E '^_ZN(St|Kt|Ss|Sb)?.*(2idE|6locale)')
+      if [ "$n" -gt 0 ]; then
+        echo "bundle_check: ${f#$dir/} exports $n locale symbols of the C++ runtime it carries (expected none: link with -Wl,--exclude-libs,ALL)"
+        problems=$((problems + 1))
+      fi ;;
+  esac
   v=$(objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1)
   [ -n "$v" ] && need_glibc=$(printf '%s\n%s\n' "$need_glibc" "$v" | sort -V | tail -1)
 done
