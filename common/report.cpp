@@ -111,8 +111,13 @@ void Trainer::print_memory_table() {
   int r = 0;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
-    uint64_t v[kNumCategories + 3];
+    uint64_t v[kNumCategories + 3] = {};
     for (uint64_t& x : v) ls >> x;
+    if (!ls) {  // a row that is not numbers can match nothing (and must not pass for a match)
+      printf("rank %-4d (its row did not read as %d numbers: '%.60s')\n", r++, kNumCategories + 3, line.c_str());
+      all_match = false;
+      continue;
+    }
     const StateBytes f = f_of(r);
     const uint64_t acts = acts_of(r);
     printf("rank %-4d", r++);
@@ -128,6 +133,10 @@ void Trainer::print_memory_table() {
       for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
       printf("\n");
     }
+  }
+  if (r != world()) {  // every rank's row, or no verdict of a match
+    printf("(%d rows gathered for %d ranks)\n", r, world());
+    all_match = false;
   }
   const StateBytes f = f0;
   const uint64_t acts = acts0;
