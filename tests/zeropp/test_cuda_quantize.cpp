@@ -1,14 +1,14 @@
 // test_cuda_quantize.cpp — the block quantizer's CUDA kernels (common/kernels/cuda/kernels_quantize.cu)
 // against the CPU quantizer (common/kernels/quantize.cpp, itself held to the rule written out in
 // test_quantize.cpp) BIT FOR BIT: every packed byte (codes and scales), the count of NaN blocks, and
-// every dequantized value, for int8 and int4, fp32, bf16 and fp16 inputs, on the cases where a
+// every dequantized value (a NaN only as a NaN: its payload is the hardware's), for int8 and int4, fp32, bf16 and fp16 inputs, on the cases where a
 // quantizer goes wrong: ties at .5 (rintf rounds them to even, roundf would not), all zeros, one huge
 // value, the largest finite value of the type, subnormals, NaN and infinities, a shorter last block
 // (odd lengths too), blocks of 8 to 4096 values. Through the untyped calls the trainer uses
 // (quantize_packed(q, dt, ...) on device memory), and to_f32/from_f32 on the device.
 //
 // Runs on the CUDA emulator (tests/cuda/emu_check.sh; tests/zeropp/zeropp.mk builds it into
-// build/emu/tests) and on a GPU where built with nvcc (the GPU bundle does not carry it yet); without
+// build/emu/tests) and on a GPU where built with nvcc (the GPU bundle's quantize row); without
 // the CUDA backend or a visible GPU it skips with one line.
 #include <gtest/gtest.h>
 
@@ -34,6 +34,25 @@ bool gpu_visible() {
 #else
   return false;
 #endif
+}
+
+// The first element of n (of type dt) whose bits differ, unless both are NaN; n if none. A NaN's bits
+// are the hardware's own: x86 passes an operand's NaN on (0 x a NaN scale keeps its sign and payload,
+// F16C keeps the payload's top bits), an NVIDIA GPU writes its canonical NaN (fp32 0x7FFFFFFF, fp16
+// 0x7FFF; seen on an H200). A NaN must stay a NaN on both; every other value must be the same bits.
+size_t first_difference(const void* a, const void* b, size_t n, DType dt) {
+  const size_t e = dtype_bytes(dt);
+  auto is_nan = [&](const unsigned char* p) {
+    if (e == 4) { uint32_t u; memcpy(&u, p, 4); return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+    uint16_t u;
+    memcpy(&u, p, 2);
+    return dt == DType::BF16 ? (u & 0x7FFF) > 0x7F80 : (u & 0x7FFF) > 0x7C00;
+  };
+  const auto* pa = static_cast<const unsigned char*>(a);
+  const auto* pb = static_cast<const unsigned char*>(b);
+  for (size_t i = 0; i < n; i++, pa += e, pb += e)
+    if (memcmp(pa, pb, e) != 0 && !(is_nan(pa) && is_nan(pb))) return i;
+  return n;
 }
 
 template <class T> DType dtype_of();
@@ -76,7 +95,7 @@ void expect_same_bits(const BlockQuant& q, const std::vector<float>& xf, const s
   while (first < bytes && got[first] == want[first]) first++;
   EXPECT_EQ(first, bytes) << where << ": packed byte " << first << " (" << (first < q.code_bytes(n) ? "codes" : "scales")
                           << ") differs: gpu " << int(got[first]) << ", cpu " << int(want[first]);
-  EXPECT_EQ(memcmp(got_back.data(), want_back.data(), n * e), 0) << where << ": the dequantized values differ";
+  EXPECT_EQ(first_difference(got_back.data(), want_back.data(), n, dt), n) << where << ": the dequantized values differ";
 }
 
 // Each case at every storage type, both widths and a few block sizes.
@@ -185,7 +204,8 @@ TEST(CudaQuantize, ConversionsToAndFromFp32AreTheCpus) {
       copy_bytes(got_f.data(), Location::Host, df.data(), Location::Device, n * 4);
     }
     select_device("cpu", 0, false);
-    EXPECT_EQ(memcmp(got_t.data(), want_t.data(), n * e), 0) << dtype_name(dt);
-    EXPECT_EQ(memcmp(got_f.data(), want_f.data(), n * 4), 0) << dtype_name(dt);
+    EXPECT_EQ(first_difference(got_t.data(), want_t.data(), n, dt), n) << dtype_name(dt);
+    EXPECT_EQ(first_difference(got_f.data(), want_f.data(), n, DType::F32), n) << dtype_name(dt);
+    EXPECT_TRUE(std::isnan(got_f[0]) && std::isnan(want_f[0])) << dtype_name(dt) << ": NaN stays NaN";
   }
 }
