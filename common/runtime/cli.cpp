@@ -26,12 +26,31 @@ namespace nz {
 
 namespace {
 
+// What a flag's value names on disk. Every flag whose value is a path says which of these it is,
+// and the checks at the end of parse_args go through the flag table by these kinds: an output is
+// compared with every input and every other output, so a new input flag cannot be forgotten.
+enum class PathKind {
+  None,     // not a path
+  InFile,   // read: never written over (--data, --config, --prune-mask)
+  InDir,    // read: nothing is written into it (--resume)
+  OutFile,  // written whole (--save-model, --log-json)
+  OutDir,   // written into, and cleaned up: nothing else may live there (--ckpt-dir)
+  WorkDir,  // the run's own temporary files, made with unique names and removed (--offload-dir)
+};
+
 struct Flag {
   const char* name;
   const char* meta;
   const char* help;
   std::function<void(const std::string& flag, const std::string& value)> set;
+  PathKind path = PathKind::None;  // what the value names on disk
+  const std::string* value = nullptr;  // where the value is kept (for a path)
 };
+
+// A flag whose value is a path, kept as given in *dst.
+Flag path_flag(const char* name, const char* meta, const char* help, PathKind kind, std::string* dst) {
+  return {name, meta, help, [dst](const std::string&, const std::string& v) { *dst = v; }, kind, dst};
+}
 
 long parse_int(const std::string& flag, const std::string& v, long lo, long hi, const char* what) {
   errno = 0;
@@ -145,6 +164,52 @@ void check_output_dir(const char* flag, const std::string& dir) {
 
 }  // namespace
 
+namespace {
+
+// Outputs are checked before training, not after an hour of it: each must be writable, a file where
+// a file is meant, and never an input or another output, however spelled. Which flags are inputs
+// and outputs comes from the flag table alone (PathKind), so a new flag is checked as soon as it
+// says what it names. resume_auto: --resume auto names no directory.
+void check_paths(const std::vector<Flag>& flags, bool resume_auto) {
+  std::vector<const Flag*> given;  // the path flags in force, in the table's order
+  for (const Flag& f : flags) {
+    const std::string m = f.meta;
+    NZ_CHECK(f.path != PathKind::None || (m != "FILE" && m != "PATH" && m != "DIR"),
+             "%s names a %s: give it a PathKind (cli.cpp), so that outputs are checked against it", f.name, f.meta);
+    if (f.path != PathKind::None && !f.value->empty() && !(f.path == PathKind::InDir && resume_auto))
+      given.push_back(&f);
+  }
+  for (const Flag* f : given) {
+    if (f->path == PathKind::OutFile) check_output_file(f->name, *f->value);
+    if (f->path == PathKind::OutDir) check_output_dir(f->name, *f->value);
+  }
+  auto is_file = [](const Flag* f) { return f->path == PathKind::InFile || f->path == PathKind::OutFile; };
+  // an output file is no input file and no other output file
+  for (size_t j = 0; j < given.size(); j++)
+    for (size_t i = 0; i < j; i++) {
+      const Flag *x = given[i], *y = given[j];
+      if (!is_file(x) || !is_file(y) || (x->path != PathKind::OutFile && y->path != PathKind::OutFile)) continue;
+      if (file_identity(*x->value) != file_identity(*y->value)) continue;
+      const Flag* input = x->path == PathKind::InFile ? x : y->path == PathKind::InFile ? y : nullptr;
+      const Flag* output = input == x ? y : input == y ? x : y;
+      const Flag* other = output == x ? y : x;
+      user_error("%s %s and %s %s: the same file; expected %s: pass another path", output->name,
+                 output->value->c_str(), other->name, other->value->c_str(),
+                 input ? "outputs that never overwrite an input" : "a separate file for each output");
+    }
+  // Nothing goes into the checkpoint directory but checkpoints (its clean-up removes step
+  // directories), nothing is read from it but them (--resume), and nothing is written into the
+  // checkpoint being resumed from.
+  for (const Flag* dir : given)
+    for (const Flag* f : given) {
+      if (dir->path == PathKind::OutDir && is_file(f)) check_not_inside(f->name, *f->value, dir->name, *dir->value);
+      if (dir->path == PathKind::InDir && f->path == PathKind::OutFile)
+        check_not_inside(f->name, *f->value, dir->name, *dir->value);
+    }
+}
+
+}  // namespace
+
 uint64_t parse_bytes(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   const double x = strtod(v.c_str(), &end);
@@ -251,15 +316,15 @@ Args parse_args(int argc, char** argv, const char* program) {
        }},
       {"--loss-scale-min", "X", "fp16: the smallest loss scale (default 1)",
        [&](auto& f, auto& v) { a.loss_scale_min = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given |= !from_config; }},
-      {"--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
-       [&](auto&, auto& v) { a.data = v; }},
-      {"--log-json", "PATH", "write rank 0's report: every step's loss, and every rank's ledger",
-       [&](auto&, auto& v) { a.log_json = v; }},
+      path_flag("--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
+                PathKind::InFile, &a.data),
+      path_flag("--log-json", "PATH", "write rank 0's report: every step's loss, and every rank's ledger",
+                PathKind::OutFile, &a.log_json),
       {"--eval-every", "N", "validation loss every N steps (default 50; 0: only at the end)",
        [&](auto& f, auto& v) { a.eval_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
       {"--eval-windows", "N", "validation windows of --seq tokens (default 32)", pos_int(&a.eval_windows, 1 << 24)},
-      {"--save-model", "PATH", "write the trained model (format: docs/files.md, 'Model file')",
-       [&](auto&, auto& v) { a.save_model = v; }},
+      path_flag("--save-model", "PATH", "write the trained model (format: docs/files.md, 'Model file')",
+                PathKind::OutFile, &a.save_model),
       {"--device", "D", "auto (default: CUDA if a GPU is visible), cpu, or cuda",
        [&](auto&, auto& v) { a.device = v; }},
       {"--kernels", "K", "fast (default: BLAS on the CPU, cuBLAS on CUDA) or reference (the hand-written ones)",
@@ -275,8 +340,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-param", "WHERE", "infinity: keep my parameter slices and the optimizer state in cpu memory "
                                    "(default) or on disk",
        [&](auto&, auto& v) { a.offload_param = v; }},
-      {"--offload-dir", "DIR", "offload --offload-to disk, infinity --offload-param disk: directory for the files",
-       [&](auto&, auto& v) { a.offload_dir = v; }},
+      path_flag("--offload-dir", "DIR", "offload --offload-to disk, infinity --offload-param disk: directory for "
+                "the files", PathKind::WorkDir, &a.offload_dir),
       {"--offload-chunk", "N", "offload, infinity on disk: optimizer elements streamed through host memory at a "
                                 "time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
@@ -320,14 +385,13 @@ Args parse_args(int argc, char** argv, const char* program) {
          a.qat_skip_embed = true;
        }},
       // end qat flags
-      {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
-       [&](auto&, auto& v) { a.ckpt_dir = v; }},
+      path_flag("--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
+                PathKind::OutDir, &a.ckpt_dir),
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
        [&](auto& f, auto& v) { a.ckpt_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
       {"--ckpt-keep", "M", "keep the newest M checkpoints (default 2)", pos_int(&a.ckpt_keep, 1 << 20)},
-      {"--resume", "DIR", "resume from a checkpoint (DIR/step-N), a checkpoint directory's newest valid one, or "
-       "auto (--ckpt-dir's; from step 0 if none); --steps stays the total",
-       [&](auto&, auto& v) { a.resume = v; }},
+      path_flag("--resume", "DIR", "resume from a checkpoint (DIR/step-N), a checkpoint directory's newest valid "
+                "one, or auto (--ckpt-dir's; from step 0 if none); --steps stays the total", PathKind::InDir, &a.resume),
       {"--ckpt-overwrite", "", "let this run remove another run's checkpoints from --ckpt-dir (else refused)",
        nullptr},
       {"--resume-changed", "", "resume even though --seed, --lr, --weight-decay, --clip, --warmup, --batch, --seq, "
@@ -337,13 +401,13 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
       {"--activation-checkpointing", "", "keep only each block's input in the forward and recompute the block "
        "in its backward (less activation memory, one more forward)", nullptr},
-      {"--config", "FILE", "a DeepSpeed JSON config (docs/deepspeed_config.md); flags given here override it",
-       [&](auto&, auto& v) { a.config = v; }},
+      path_flag("--config", "FILE", "a DeepSpeed JSON config (docs/deepspeed_config.md); flags given here override "
+                "it", PathKind::InFile, &a.config),
       {"--quiet", "", "no per-step lines", nullptr},
       // pruning (docs/compression.md): the model starts from the pruned file's weights, and its mask
       // keeps the pruned ones at exactly 0 (the gradient and AdamW masked: prune.h)
-      {"--prune-mask", "FILE", "fine-tune a pruned model file (build/bin/prune): start from its weights, keep "
-       "the pruned ones at 0", [&](auto&, auto& v) { a.prune_mask = v; }},
+      path_flag("--prune-mask", "FILE", "fine-tune a pruned model file (build/bin/prune): start from its weights, "
+                "keep the pruned ones at 0", PathKind::InFile, &a.prune_mask),
   };
   // switches: flags without a value
   const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
@@ -538,28 +602,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       user_error("--resume %s: not a directory; expected a checkpoint (DIR/step-N), a --ckpt-dir, or auto",
                  a.resume.c_str());
   }
-  // Outputs are checked now, not after an hour of training: each must be writable, a file where a
-  // file is meant, and not the same file as an input or another output.
   if (a.data.empty()) a.data = default_data_path();
-  if (!a.save_model.empty()) check_output_file("--save-model", a.save_model);
-  if (!a.log_json.empty()) check_output_file("--log-json", a.log_json);
-  if (!a.ckpt_dir.empty()) check_output_dir("--ckpt-dir", a.ckpt_dir);
-  const std::pair<const char*, std::string> named[] = {
-      {"--data", a.data}, {"--save-model", a.save_model}, {"--log-json", a.log_json}};
-  for (int i = 0; i < 3; i++)
-    for (int j = i + 1; j < 3; j++)
-      if (!named[i].second.empty() && !named[j].second.empty() &&
-          file_identity(named[i].second) == file_identity(named[j].second))
-        user_error("%s %s and %s %s: the same file; expected %s: pass another path", named[j].first,
-                   named[j].second.c_str(), named[i].first, named[i].second.c_str(),
-                   i == 0 ? "outputs that never overwrite the input" : "a separate file for each output");
-  // Nothing goes into the checkpoint directory but checkpoints (its clean-up removes step
-  // directories), nothing is read from it but them, and nothing is written into the checkpoint
-  // being resumed from.
-  for (const auto& [flag, path] : {named[0], named[1], named[2], std::make_pair("--config", a.config)})
-    check_not_inside(flag, path, "--ckpt-dir", a.ckpt_dir);
-  if (a.resume != "auto")
-    for (const auto& [flag, path] : {named[1], named[2]}) check_not_inside(flag, path, "--resume", a.resume);
+  check_paths(flags, a.resume == "auto");
   // --data: a regular file of bounded size (a FIFO would block, /dev/zero never end).
   check_data_file(a.data);
   if (access(a.data.c_str(), R_OK) != 0)

@@ -87,6 +87,28 @@ expect_error data_inside_ckpt_dir "--data $tmp/ckd/c.txt: lies inside --ckpt-dir
 if [ "$(ls "$tmp/ckd")" = c.txt ]; then echo "NZRESULT PASS cli.refused_ckpt_dir_untouched"
 else echo "NZRESULT FAIL cli.refused_ckpt_dir_untouched ($(ls "$tmp/ckd"))"; fi
 
+# ---- every input is safe from every output: --prune-mask and --config as well as --data ----
+# An output (--save-model, --log-json) naming an input file, or --ckpt-dir holding it, is refused
+# before training, on each rung that reads them; the input keeps its bytes. The inputs are real (a
+# pruned model, a config for the rung), so a run that did not refuse would overwrite them.
+$bindir/prune --model "$tmp/good.model" --out "$tmp/in.nzp" --sparsity 0.5 >/dev/null 2>&1
+for stage in stage2 stage3; do
+  echo "{\"zero_optimization\": {\"stage\": ${stage#stage}}}" >"$tmp/in.json"
+  for input in prune-mask config; do
+    [ $input = prune-mask ] && file=$tmp/in.nzp || file=$tmp/in.json
+    sum=$(md5sum <"$file")
+    for output in save-model log-json; do
+      expect_error "${input}_is_${output}_$stage" "--$output $file and --$input $file: the same file" \
+        $bindir/$stage $tiny --$input "$file" --$output "$file"
+      unchanged "${input}_untouched_by_${output}_$stage" "$file" "$sum"
+    done
+    mkdir -p "$tmp/inck" && cp "$file" "$tmp/inck/"
+    expect_error "${input}_inside_ckpt_dir_$stage" "--$input $tmp/inck/${file##*/}: lies inside --ckpt-dir" \
+      $bindir/$stage $tiny --$input "$tmp/inck/${file##*/}" --ckpt-dir "$tmp/inck"
+    rm -rf "$tmp/inck"
+  done
+done
+
 # ---- the model file: a checksum, and a header checked before anything is allocated ----
 # (layout: docs/files.md, "Model file": magic 8, version 4, five int32 at 12..31, the count at 32..39)
 patch() {  # file, offset, python expression for the bytes
