@@ -252,3 +252,8 @@ resilient none --ckpt-dir "$tmp/ck"
 if [ "$(cat "$tmp/launches")" = "--ckpt-dir $tmp/ck --resume auto
 --ckpt-dir $tmp/ck --resume auto" ]; then echo "NZRESULT PASS cli.resilient_resume_auto_without_users"
 else echo "NZRESULT FAIL cli.resilient_resume_auto_without_users ($(cat "$tmp/launches"))"; fi
+# --restarts without its number: the script's own line, exit 2 (not the shell's message)
+expect_error resilient_restarts_without_number "train_resilient.sh: --restarts needs a number (relaunches allowed), e.g. --restarts 3" \
+  scripts/train_resilient.sh --restarts
+expect_error resilient_restarts_before_command "train_resilient.sh: --restarts needs a number" \
+  scripts/train_resilient.sh --restarts -- true --ckpt-dir "$tmp/ck"
