@@ -257,3 +257,19 @@ expect_error resilient_restarts_without_number "train_resilient.sh: --restarts n
   scripts/train_resilient.sh --restarts
 expect_error resilient_restarts_before_command "train_resilient.sh: --restarts needs a number" \
   scripts/train_resilient.sh --restarts -- true --ckpt-dir "$tmp/ck"
+
+# ---- a file-size limit (ulimit -f) is a failed write from the very start, never SIGXFSZ ----
+# MPI's start-up writes shared-memory files of a few MB: under a 3 MB limit it cannot start, and
+# says so (a note naming the limit first), but no process is killed by the signal (exit 25 from
+# mpirun, 153 from a shell); under 8 MB the run trains, with the note.
+for launch in "mpirun -np 2" ""; do
+  out=$( (ulimit -f 3000; $launch $bin $tiny 2>&1) ); rc=$?
+  name=file_size_limit_not_a_kill_$([ -n "$launch" ] && echo mpirun || echo singleton)
+  if [ $rc != 25 ] && [ $rc != 153 ] && [ $rc != 0 ] && ! grep -q "File size limit exceeded" <<<"$out" &&
+     grep -q "^note: the file-size limit (ulimit -f) is 3.07 MB" <<<"$out"; then echo "NZRESULT PASS cli.$name (exit $rc)"
+  else echo "NZRESULT FAIL cli.$name (exit $rc: $(head -c 300 <<<"$out"))"; fi
+done
+out=$( (ulimit -f 8000; mpirun -np 2 $bin $tiny --save-model "$tmp/limited.model" 2>&1) ); rc=$?
+if [ $rc = 0 ] && [ -s "$tmp/limited.model" ] && grep -q "^note: the file-size limit (ulimit -f) is 8.19 MB" <<<"$out"
+then echo "NZRESULT PASS cli.file_size_limit_trains_when_mpi_fits"
+else echo "NZRESULT FAIL cli.file_size_limit_trains_when_mpi_fits (exit $rc: $(head -c 300 <<<"$out"))"; fi
