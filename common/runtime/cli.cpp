@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "runtime/check.h"
@@ -25,6 +26,8 @@
 namespace nz {
 
 namespace {
+
+constexpr double kMinLossScale = 0x1p-24, kMaxLossScale = 1e30;  // --loss-scale-min's lowest; both's highest
 
 // What a flag's value names on disk. Every flag whose value is a path says which of these it is,
 // and the checks at the end of parse_args go through the flag table by these kinds: an output is
@@ -244,6 +247,25 @@ std::string default_data_path() {
 Args parse_args(int argc, char** argv, const char* program) {
   Args a;
   bool from_config = false;  // the flags a --config file stands for are being applied
+  // fp16's loss scales, up to 1e30 (the loss times the scale stays far inside fp32). The initial
+  // (or static) scale is at least 1: scaling exists to lift small gradients into fp16's range, and
+  // a scale below 1 pushes them further under it (at 1e-30 every gradient is 0); DeepSpeed's own
+  // starts at 2^initial_scale_power, at least 1. The dynamic scale's floor may go lower, as in
+  // DeepSpeed, but not below 2^-24, fp16's smallest value: there a gradient would have to exceed
+  // 0.5 to stay nonzero.
+  auto loss_scale = [&](float* dst, double lo, const char* why) {
+    return [&, dst, lo, why](const std::string& f, const std::string& v) {
+      char* end = nullptr;
+      const double x = strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !std::isfinite(x) || x <= 0)
+        user_error("%s %s: expected a positive scale, e.g. %s 65536", f.c_str(), v.c_str(), f.c_str());
+      if (x < lo || x > kMaxLossScale)
+        user_error("%s %s: out of range: expected a scale from %g (%s) to %g", f.c_str(), v.c_str(), lo, why,
+                   kMaxLossScale);
+      *dst = float(x);
+      a.loss_scale_given |= !from_config;
+    };
+  };
   auto pos_int = [](int* dst, long hi) {
     return [dst, hi](const std::string& f, const std::string& v) {
       *dst = int(parse_int(f, v, 1, hi, "a positive whole number"));
@@ -298,7 +320,7 @@ Args parse_args(int argc, char** argv, const char* program) {
        "loss scaling)",
        [&](auto&, auto& v) { a.precision = v; }},
       {"--loss-scale", "X", "fp16: the initial loss scale (default 65536 = 2^16)",
-       [&](auto& f, auto& v) { a.loss_scale = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given |= !from_config; }},
+       loss_scale(&a.loss_scale, 1, "below 1 it shrinks the gradients toward fp16's underflow instead of lifting them")},
       {"--loss-scale-window", "N", "fp16: clean steps before the scale doubles (default 1000; 0: a static scale)",
        [&](auto& f, auto& v) {
          a.loss_scale_window = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0"));
@@ -315,7 +337,7 @@ Args parse_args(int argc, char** argv, const char* program) {
          a.loss_scale_given |= !from_config;
        }},
       {"--loss-scale-min", "X", "fp16: the smallest loss scale (default 1)",
-       [&](auto& f, auto& v) { a.loss_scale_min = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given |= !from_config; }},
+       loss_scale(&a.loss_scale_min, kMinLossScale, "2^-24, fp16's smallest value")},
       path_flag("--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
                 PathKind::InFile, &a.data),
       path_flag("--log-json", "PATH", "write rank 0's report: every step's loss, and every rank's ledger",
@@ -354,7 +376,13 @@ Args parse_args(int argc, char** argv, const char* program) {
        "blocks, L+1 lnf; default: balance the parameters)",
        [&](auto&, auto& v) { a.partition = v; }},
       {"--zero", "0|1", "pipeline: 1 shards each stage's optimizer state over its D replicas (ZeRO-1; 2 and 3 "
-       "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) { a.zero = int(parse_int(f, v, 0, 3, "0..3")); }},
+       "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) {
+         // 2 and 3 are ZeRO stages the pipeline refuses with the reason (pipeline.cpp); anything else is not one
+         const long z = parse_int(f, v, -(1L << 40), 1L << 40, "0 or 1");
+         if (z < 0 || z > 3)
+           user_error("%s %s: expected 0 or 1 (ZeRO-1 inside each stage); e.g. %s 1", f.c_str(), v.c_str(), f.c_str());
+         a.zero = int(z);
+       }},
       {"--qwz", "", "zeropp: all-gather the parameters as int8 blocks, one fp32 scale per --qw-block values", nullptr},
       {"--hpz", "G", "zeropp: simulated nodes of G ranks; a secondary parameter shard over my node's G ranks, so the "
        "backward gathers inside the node (default 0: off)",
@@ -521,6 +549,15 @@ Args parse_args(int argc, char** argv, const char* program) {
                a.config_keys.count("--lr-schedule") ? ("--config " + a.config + " has no scheduler section").c_str()
                                                     : "--lr-schedule constant",
                a.config_keys.count("--lr-schedule") ? " (or a scheduler section to the config)" : "");
+  // WarmupDecayLR falls linearly to 0 from the warm-up's end to its total step: a total before the
+  // warm-up ends would leave no decay at all (DeepSpeed only warns; here it is refused)
+  if (a.lr_schedule == "warmup-decay" && (a.lr_total_steps > 0 ? a.lr_total_steps : a.steps) < a.warmup) {
+    const std::string total = a.lr_total_steps > 0 ? a.origin("--lr-total-steps", std::to_string(a.lr_total_steps))
+                                                   : a.origin("--steps", std::to_string(a.steps)) + " (the total)";
+    user_error("%s: fewer steps than the warm-up (%s), expected a total of at least the warm-up: WarmupDecayLR "
+               "decays to 0 after it; raise the total, or shorten the warm-up", total.c_str(),
+               a.origin("--warmup", std::to_string(a.warmup)).c_str());
+  }
   if (a.warmup_type != "log" && a.warmup_type != "linear")
     user_error("--warmup-type %s: unknown warm-up; valid: log, linear", a.warmup_type.c_str());
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
@@ -554,6 +591,14 @@ Args parse_args(int argc, char** argv, const char* program) {
     if (!valid_quant_block(block))
       user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. %s 256",
                  a.origin(flag, std::to_string(block)).c_str(), block, flag);
+  // flags that only set up another flag: refused without it, not silently ignored
+  for (auto [flag, on, needs] : {std::tuple{"--qw-block", a.qwz, "--qwz"}, std::tuple{"--qg-block", a.qgz, "--qgz"}})
+    if (typed.count(flag) && !on)
+      user_error("%s %s: it sets the blocks of %s, expected it with %s; add %s, or drop %s", flag, typed[flag].c_str(),
+                 needs, needs, needs, flag);
+  if (typed.count("--partition") && a.partition.empty())
+    user_error("--partition '': no stage boundaries, expected the first unit of stages 1..P-1, e.g. --partition 2; "
+               "drop the flag to balance the parameters");
   // begin qat checks
   if (!valid_quant_block(a.qat_block))
     user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. --qat-block 64",
@@ -569,6 +614,11 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--node-size %d with --hpz %d: hpZ's nodes are the ledger's nodes, expected the same G; drop "
                "--node-size", a.node_size, a.hpz);
   const bool on_disk = a.offload_to == "disk" || a.offload_param == "disk";
+  if (!on_disk && !a.offload_dir.empty())  // (a config sets it with device nvme only: on disk)
+    user_error("--offload-dir %s: the disk tier's directory, and %s keeps its state in cpu memory, expected it with %s "
+               "disk; add %s disk, or drop --offload-dir", a.offload_dir.c_str(), program,
+               std::string(program) == "infinity" ? "--offload-param" : "--offload-to",
+               std::string(program) == "infinity" ? "--offload-param" : "--offload-to");
   if (on_disk && a.offload_dir.empty())
     user_error("%s disk needs --offload-dir DIR (an existing, writable directory)",
                a.offload_param == "disk" ? "--offload-param" : "--offload-to");

@@ -208,6 +208,33 @@ expect_error offload_chunk_on_stage3 "--offload-chunk 100: stage3 does not use i
 expect_error prefetch_on_stage1 "--prefetch 0: stage1 does not use it, expected it with build/bin/stage3" \
   $bindir/stage1 $tiny --prefetch=0
 
+# ---- a flag that would be ignored, or a value no run can use, is one line naming the limit ----
+expect_error offload_dir_without_disk_offload "--offload-dir $tmp/adir: the disk tier's directory, and offload keeps its state in cpu memory, expected it with --offload-to disk" \
+  $bindir/offload $tiny --offload-dir "$tmp/adir"
+expect_error offload_dir_without_disk_infinity "--offload-dir $tmp/adir: the disk tier's directory, and infinity keeps its state in cpu memory, expected it with --offload-param disk" \
+  $bindir/infinity $tiny --offload-dir "$tmp/adir"
+expect_error qw_block_without_qwz "--qw-block 64: it sets the blocks of --qwz, expected it with --qwz" $bindir/zeropp $tiny --qgz --qw-block 64
+expect_error qg_block_without_qgz "--qg-block 64: it sets the blocks of --qgz, expected it with --qgz" $bindir/zeropp $tiny --qwz --qg-block=64
+expect_error partition_empty "--partition '': no stage boundaries" $bindir/pipeline $tiny --partition ''
+expect_error zero_negative "--zero -1: expected 0 or 1" $bindir/pipeline $tiny --zero -1
+expect_error zero_huge "--zero 4294967297: expected 0 or 1" $bindir/pipeline $tiny --zero 4294967297
+expect_error loss_scale_tiny "--loss-scale 1e-30: out of range: expected a scale from 1 (below 1 it shrinks the gradients" \
+  $bin $tiny --precision fp16 --loss-scale 1e-30 --loss-scale-min 1e-7
+expect_error loss_scale_huge "--loss-scale 1e31: out of range: expected a scale from 1 .* to 1e+30" $bin $tiny --precision fp16 --loss-scale 1e31
+expect_error loss_scale_min_tiny "--loss-scale-min 1e-30: out of range: expected a scale from 5.96046e-08 (2^-24" \
+  $bin $tiny --precision fp16 --loss-scale-min 1e-30
+expect_error warmup_decay_total_before_warmup "--lr-total-steps 10: fewer steps than the warm-up (--warmup 20)" \
+  $bin $tiny --lr-schedule warmup-decay --lr-total-steps 10 --warmup 20
+expect_error warmup_decay_steps_before_warmup "--steps 5 (the total): fewer steps than the warm-up (--warmup 20)" \
+  $bin $tiny --steps 5 --lr-schedule warmup-decay --warmup 20
+echo '{"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 50, "total_num_steps": 40}}}' >"$tmp/wd.json"
+expect_error warmup_decay_config_total_before_warmup "--config $tmp/wd.json: scheduler.params.total_num_steps 40: fewer steps than the warm-up (--config $tmp/wd.json: scheduler.params.warmup_num_steps 50)" \
+  $bin $tiny --config "$tmp/wd.json"
+# the loss scale at its lowest still trains (fp16, a static scale of 1: DeepSpeed's floor)
+out=$(mpirun -np 1 $bin $tiny --steps 2 --precision fp16 --loss-scale 1 --loss-scale-window 0 2>&1)
+if [ $? = 0 ] && grep -q "^done: 2 steps" <<<"$out"; then echo "NZRESULT PASS cli.loss_scale_of_1_trains"
+else echo "NZRESULT FAIL cli.loss_scale_of_1_trains ($(tail -2 <<<"$out"))"; fi
+
 # ---- a model that cannot fit is one line, before anything is allocated ----
 expect_error model_cannot_fit "expected at most the" $bin $tiny --preset tiny --layers 1000 --dim 65536 --heads 4096
 
