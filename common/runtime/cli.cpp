@@ -319,7 +319,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--precision", "P", "storage type of params, grads, activations: fp32 (default), bf16, or fp16 (with "
        "loss scaling)",
        [&](auto&, auto& v) { a.precision = v; }},
-      {"--loss-scale", "X", "fp16: the initial loss scale (default 65536 = 2^16)",
+      {"--loss-scale", "X", "fp16: the initial loss scale, 1 to 1e30 (default 65536 = 2^16)",
        loss_scale(&a.loss_scale, 1, "below 1 it shrinks the gradients toward fp16's underflow instead of lifting them")},
       {"--loss-scale-window", "N", "fp16: clean steps before the scale doubles (default 1000; 0: a static scale)",
        [&](auto& f, auto& v) {
@@ -336,7 +336,7 @@ Args parse_args(int argc, char** argv, const char* program) {
          a.loss_scale_backoff = parse_float(f, v, 1e-6, 0.999999, "a factor in (0, 1)");
          a.loss_scale_given |= !from_config;
        }},
-      {"--loss-scale-min", "X", "fp16: the smallest loss scale (default 1)",
+      {"--loss-scale-min", "X", "fp16: the smallest loss scale, 2^-24 to 1e30 (default 1)",
        loss_scale(&a.loss_scale_min, kMinLossScale, "2^-24, fp16's smallest value")},
       path_flag("--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
                 PathKind::InFile, &a.data),
