@@ -1,6 +1,9 @@
 // comm_backend.cpp — which transport carries the collectives of comm.cpp: MPI start-up and the
 // node-local ranks, which ranks share a GPU, NCCL (one GPU per rank) or MPI through a pinned
 // host staging buffer (ranks sharing a GPU), and the NCCL stubs of a build without CUDA.
+#include <signal.h>        // signal (SIGXFSZ)
+#include <sys/resource.h>  // getrlimit (RLIMIT_FSIZE)
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -15,7 +18,29 @@
 
 namespace nz {
 
+namespace {
+
+// A file-size limit (ulimit -f) makes a write fail (EFBIG) instead of killing the process
+// (SIGXFSZ), from the very start: MPI's start-up already writes files (its shared-memory
+// segments: about 4.3 MB each with MPICH over UCX), so this comes before MPI_Init. A limit that
+// small makes MPI_Init itself fail, with the library's own messages: one line says why first.
+void file_size_limit_is_a_failed_write() {
+  signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim;
+  constexpr rlim_t kMpiStartupBytes = 16 << 20;  // comfortably above what MPI's start-up writes
+  if (getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= kMpiStartupBytes) return;
+  const char* rank = getenv("PMI_RANK");  // the launcher's rank: MPI's own is not known yet
+  if (!rank) rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (rank && strcmp(rank, "0") != 0) return;
+  fprintf(stderr, "note: the file-size limit (ulimit -f) is %s: writes past it fail, and MPI's start-up writes "
+          "shared-memory files of a few MB; if it fails with 'File too large', raise the limit (ulimit -f "
+          "unlimited)\n", fmt_bytes(double(lim.rlim_cur)).c_str());
+}
+
+}  // namespace
+
 Comm::Comm(int* argc, char*** argv) {
+  file_size_limit_is_a_failed_write();
   int init = 0;
   MPI_Initialized(&init);
   if (!init) MPI_Init(argc, argv);

@@ -209,6 +209,7 @@ int parse_int(const std::string& flag, const std::string& v, long lo, long hi) {
 
 Options parse(int argc, char** argv) {
   Options o;
+  bool prompt_given = false, weights_dir_given = false;  // typed, for the checks of flags that go together
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -251,7 +252,7 @@ Options parse(int argc, char** argv) {
     }
     if (a == "--model") o.model = next();
     else if (a == "--preset") o.preset = next();
-    else if (a == "--prompt") o.prompt = next();
+    else if (a == "--prompt") o.prompt = next(), prompt_given = true;
     else if (a == "--prompts") o.prompts_file = next();
     else if (a == "--batch") o.batch = parse_int(a, next(), 1, kMaxBatch);
     else if (a == "--length") o.length = parse_int(a, next(), 1, 1 << 20);
@@ -260,7 +261,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--prefetch") o.prefetch = parse_int(a, next(), 0, 1);
     else if (a == "--prefill") o.prefill = parse_int(a, next(), 0, 1);
     else if (a == "--weights") o.weights = next();
-    else if (a == "--weights-dir") o.weights_dir = next();
+    else if (a == "--weights-dir") o.weights_dir = next(), weights_dir_given = true;
     else if (a == "--precision") o.precision = next();
     else if (a == "--kernels") o.kernels = next();
     else if (a == "--device") o.device = next();
@@ -286,6 +287,13 @@ Options parse(int argc, char** argv) {
   if (o.model.empty() == o.preset.empty()) user_error("give --model PATH (or --preset NAME for timing); see generate --help");
   if (o.weights != "device" && o.weights != "host" && o.weights != "disk" && o.weights != "sharded")
     user_error("--weights %s: valid: device, host, disk, sharded", o.weights.c_str());
+  // two flags where one would be ignored: refused, not silently dropped
+  if (prompt_given && !o.prompts_file.empty())
+    user_error("--prompt and --prompts %s: two sources of prompts, expected one of them; drop --prompt (or --prompts)",
+               o.prompts_file.c_str());
+  if (weights_dir_given && o.weights != "disk" && !o.bench)  // --bench times the disk placement too
+    user_error("--weights-dir %s: it places --weights disk's file, and this is --weights %s, expected it with --weights "
+               "disk only; add --weights disk, or drop --weights-dir", o.weights_dir.c_str(), o.weights.c_str());
   if (o.int4 && o.int8)
     user_error("--weights-int4 with --weights-int8: one format at a time, expected one of them; drop one");
   if (o.int4 && o.weights == "sharded")

@@ -79,7 +79,7 @@ execute() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
 # run after both lanes, alone.
 longest_first=(tests/cuda/emu_check.sh tests/teaching/exercises_check.sh build/tests/test_pipeline
                tests/teaching/notebooks_check.sh build/tests/test_checkpoint build/tests/test_stage3)
-alone=(tests/checkpoint/fault_check.sh tests/cuda/gpu_report_check.sh tests/infinity/infinity_check.sh
+alone=(tests/checkpoint/fault_check.sh tests/checkpoint/signal_check.sh tests/cuda/gpu_report_check.sh tests/infinity/infinity_check.sh
        tests/stages/offload_check.sh)
 labels=() nps=() cmds=()  # the shared list, in order; a command is one string of words without spaces inside
 add() { labels+=("$1"); nps+=("$2"); cmds+=("$3"); }

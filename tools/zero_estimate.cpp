@@ -63,6 +63,9 @@ Location location_of(Stage s, Category c) {
   return on_host ? Location::Host : Location::Device;
 }
 
+// The host buffer a reduced gradient slice lands in (offload, infinity): the largest unit's slice.
+uint64_t host_landing_bytes(const Layout& L, DType dt) { return L.max_unit_padded / L.world * dtype_bytes(dt); }
+
 struct Estimate {
   Stage stage;
   Layout L;
@@ -83,6 +86,10 @@ Estimate estimate(Stage s, const Layout& L, DType dt, bool raw, uint64_t activat
   for (Category c : kStateCats) (location_of(s, c) == Location::Host ? e.host : e.device) += e.b.of(c);
   NZ_CHECK(e.host == e.b.host, "host bytes %llu, formula %llu", (unsigned long long)e.host,
            (unsigned long long)e.b.host);
+  // offload, infinity: one unit's reduced gradient slice lands in host memory before it is added to
+  // the host's gradient slice (the landing buffer of offload/train.cpp and infinity/train.cpp, the
+  // ledger's host scratch): the largest unit's slice, eU/N. No unit (a raw count): none.
+  if (s == Stage::Offload || s == Stage::Infinity) e.host += host_landing_bytes(L, dt);
   e.comm_elems = expected_comm_elems(s, L, accum);  // the same with checkpointing (zero_formulas.h)
   e.link_elems = expected_link_elems(s, L, accum);
   return e;
@@ -672,6 +679,12 @@ int main(int argc, char** argv) {
            "activations, fits %s (%llu bytes) per rank, without and with activation checkpointing (none: not even 1);\n"
            "what `--batch auto --memory-budget` picks in the trainers.\n",
            seq, fmt_bytes(double(fit_budget)).c_str(), (unsigned long long)fit_budget);
+  for (const Estimate& e : out)
+    if (e.stage == Stage::Offload || e.stage == Stage::Infinity) {
+      printf("\non the host: offload's and infinity's states off the device, plus the buffer one unit's reduced\n"
+             "gradient slice lands in before it is added (the largest unit's slice, eU/N), as the ledger counts it.\n");
+      break;
+    }
   printf("\nsent/step: elements each rank sends per optimizer step in the model-state collectives, with\n"
          "--accum K = %d micro-step%s. Stage0 and stage1 keep the full gradient, sum it locally over the micro-steps\n"
          "and reduce it once: 2(N-1)S whatever K. Stage2 and offload keep only their slice of it, so they\n"

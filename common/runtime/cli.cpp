@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "runtime/check.h"
@@ -26,12 +27,33 @@ namespace nz {
 
 namespace {
 
+constexpr double kMinLossScale = 0x1p-24, kMaxLossScale = 1e30;  // --loss-scale-min's lowest; both's highest
+
+// What a flag's value names on disk. Every flag whose value is a path says which of these it is,
+// and the checks at the end of parse_args go through the flag table by these kinds: an output is
+// compared with every input and every other output, so a new input flag cannot be forgotten.
+enum class PathKind {
+  None,     // not a path
+  InFile,   // read: never written over (--data, --config, --prune-mask)
+  InDir,    // read: nothing is written into it (--resume)
+  OutFile,  // written whole (--save-model, --log-json)
+  OutDir,   // written into, and cleaned up: nothing else may live there (--ckpt-dir)
+  WorkDir,  // the run's own temporary files, made with unique names and removed (--offload-dir)
+};
+
 struct Flag {
   const char* name;
   const char* meta;
   const char* help;
   std::function<void(const std::string& flag, const std::string& value)> set;
+  PathKind path = PathKind::None;  // what the value names on disk
+  const std::string* value = nullptr;  // where the value is kept (for a path)
 };
+
+// A flag whose value is a path, kept as given in *dst.
+Flag path_flag(const char* name, const char* meta, const char* help, PathKind kind, std::string* dst) {
+  return {name, meta, help, [dst](const std::string&, const std::string& v) { *dst = v; }, kind, dst};
+}
 
 long parse_int(const std::string& flag, const std::string& v, long lo, long hi, const char* what) {
   errno = 0;
@@ -145,6 +167,52 @@ void check_output_dir(const char* flag, const std::string& dir) {
 
 }  // namespace
 
+namespace {
+
+// Outputs are checked before training, not after an hour of it: each must be writable, a file where
+// a file is meant, and never an input or another output, however spelled. Which flags are inputs
+// and outputs comes from the flag table alone (PathKind), so a new flag is checked as soon as it
+// says what it names. resume_auto: --resume auto names no directory.
+void check_paths(const std::vector<Flag>& flags, bool resume_auto) {
+  std::vector<const Flag*> given;  // the path flags in force, in the table's order
+  for (const Flag& f : flags) {
+    const std::string m = f.meta;
+    NZ_CHECK(f.path != PathKind::None || (m != "FILE" && m != "PATH" && m != "DIR"),
+             "%s names a %s: give it a PathKind (cli.cpp), so that outputs are checked against it", f.name, f.meta);
+    if (f.path != PathKind::None && !f.value->empty() && !(f.path == PathKind::InDir && resume_auto))
+      given.push_back(&f);
+  }
+  for (const Flag* f : given) {
+    if (f->path == PathKind::OutFile) check_output_file(f->name, *f->value);
+    if (f->path == PathKind::OutDir) check_output_dir(f->name, *f->value);
+  }
+  auto is_file = [](const Flag* f) { return f->path == PathKind::InFile || f->path == PathKind::OutFile; };
+  // an output file is no input file and no other output file
+  for (size_t j = 0; j < given.size(); j++)
+    for (size_t i = 0; i < j; i++) {
+      const Flag *x = given[i], *y = given[j];
+      if (!is_file(x) || !is_file(y) || (x->path != PathKind::OutFile && y->path != PathKind::OutFile)) continue;
+      if (file_identity(*x->value) != file_identity(*y->value)) continue;
+      const Flag* input = x->path == PathKind::InFile ? x : y->path == PathKind::InFile ? y : nullptr;
+      const Flag* output = input == x ? y : input == y ? x : y;
+      const Flag* other = output == x ? y : x;
+      user_error("%s %s and %s %s: the same file; expected %s: pass another path", output->name,
+                 output->value->c_str(), other->name, other->value->c_str(),
+                 input ? "outputs that never overwrite an input" : "a separate file for each output");
+    }
+  // Nothing goes into the checkpoint directory but checkpoints (its clean-up removes step
+  // directories), nothing is read from it but them (--resume), and nothing is written into the
+  // checkpoint being resumed from.
+  for (const Flag* dir : given)
+    for (const Flag* f : given) {
+      if (dir->path == PathKind::OutDir && is_file(f)) check_not_inside(f->name, *f->value, dir->name, *dir->value);
+      if (dir->path == PathKind::InDir && f->path == PathKind::OutFile)
+        check_not_inside(f->name, *f->value, dir->name, *dir->value);
+    }
+}
+
+}  // namespace
+
 uint64_t parse_bytes(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   const double x = strtod(v.c_str(), &end);
@@ -179,6 +247,25 @@ std::string default_data_path() {
 Args parse_args(int argc, char** argv, const char* program) {
   Args a;
   bool from_config = false;  // the flags a --config file stands for are being applied
+  // fp16's loss scales, up to 1e30 (the loss times the scale stays far inside fp32). The initial
+  // (or static) scale is at least 1: scaling exists to lift small gradients into fp16's range, and
+  // a scale below 1 pushes them further under it (at 1e-30 every gradient is 0); DeepSpeed's own
+  // starts at 2^initial_scale_power, at least 1. The dynamic scale's floor may go lower, as in
+  // DeepSpeed, but not below 2^-24, fp16's smallest value: there a gradient would have to exceed
+  // 0.5 to stay nonzero.
+  auto loss_scale = [&](float* dst, double lo, const char* why) {
+    return [&, dst, lo, why](const std::string& f, const std::string& v) {
+      char* end = nullptr;
+      const double x = strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !std::isfinite(x) || x <= 0)
+        user_error("%s %s: expected a positive scale, e.g. %s 65536", f.c_str(), v.c_str(), f.c_str());
+      if (x < lo || x > kMaxLossScale)
+        user_error("%s %s: out of range: expected a scale from %g (%s) to %g", f.c_str(), v.c_str(), lo, why,
+                   kMaxLossScale);
+      *dst = float(x);
+      a.loss_scale_given |= !from_config;
+    };
+  };
   auto pos_int = [](int* dst, long hi) {
     return [dst, hi](const std::string& f, const std::string& v) {
       *dst = int(parse_int(f, v, 1, hi, "a positive whole number"));
@@ -232,8 +319,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--precision", "P", "storage type of params, grads, activations: fp32 (default), bf16, or fp16 (with "
        "loss scaling)",
        [&](auto&, auto& v) { a.precision = v; }},
-      {"--loss-scale", "X", "fp16: the initial loss scale (default 65536 = 2^16)",
-       [&](auto& f, auto& v) { a.loss_scale = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given |= !from_config; }},
+      {"--loss-scale", "X", "fp16: the initial loss scale, 1 to 1e30 (default 65536 = 2^16)",
+       loss_scale(&a.loss_scale, 1, "below 1 it shrinks the gradients toward fp16's underflow instead of lifting them")},
       {"--loss-scale-window", "N", "fp16: clean steps before the scale doubles (default 1000; 0: a static scale)",
        [&](auto& f, auto& v) {
          a.loss_scale_window = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0"));
@@ -249,17 +336,17 @@ Args parse_args(int argc, char** argv, const char* program) {
          a.loss_scale_backoff = parse_float(f, v, 1e-6, 0.999999, "a factor in (0, 1)");
          a.loss_scale_given |= !from_config;
        }},
-      {"--loss-scale-min", "X", "fp16: the smallest loss scale (default 1)",
-       [&](auto& f, auto& v) { a.loss_scale_min = parse_float(f, v, 1e-30, 1e30, "a positive scale"); a.loss_scale_given |= !from_config; }},
-      {"--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
-       [&](auto&, auto& v) { a.data = v; }},
-      {"--log-json", "PATH", "write rank 0's report: every step's loss, and every rank's ledger",
-       [&](auto&, auto& v) { a.log_json = v; }},
+      {"--loss-scale-min", "X", "fp16: the smallest loss scale, 2^-24 to 1e30 (default 1)",
+       loss_scale(&a.loss_scale_min, kMinLossScale, "2^-24, fp16's smallest value")},
+      path_flag("--data", "FILE", "training text (default: data/corpus.txt, shipped with the project)",
+                PathKind::InFile, &a.data),
+      path_flag("--log-json", "PATH", "write rank 0's report: every step's loss, and every rank's ledger",
+                PathKind::OutFile, &a.log_json),
       {"--eval-every", "N", "validation loss every N steps (default 50; 0: only at the end)",
        [&](auto& f, auto& v) { a.eval_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
       {"--eval-windows", "N", "validation windows of --seq tokens (default 32)", pos_int(&a.eval_windows, 1 << 24)},
-      {"--save-model", "PATH", "write the trained model (format: docs/files.md, 'Model file')",
-       [&](auto&, auto& v) { a.save_model = v; }},
+      path_flag("--save-model", "PATH", "write the trained model (format: docs/files.md, 'Model file')",
+                PathKind::OutFile, &a.save_model),
       {"--device", "D", "auto (default: CUDA if a GPU is visible), cpu, or cuda",
        [&](auto&, auto& v) { a.device = v; }},
       {"--kernels", "K", "fast (default: BLAS on the CPU, cuBLAS on CUDA) or reference (the hand-written ones)",
@@ -275,8 +362,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-param", "WHERE", "infinity: keep my parameter slices and the optimizer state in cpu memory "
                                    "(default) or on disk",
        [&](auto&, auto& v) { a.offload_param = v; }},
-      {"--offload-dir", "DIR", "offload --offload-to disk, infinity --offload-param disk: directory for the files",
-       [&](auto&, auto& v) { a.offload_dir = v; }},
+      path_flag("--offload-dir", "DIR", "offload --offload-to disk, infinity --offload-param disk: directory for "
+                "the files", PathKind::WorkDir, &a.offload_dir),
       {"--offload-chunk", "N", "offload, infinity on disk: optimizer elements streamed through host memory at a "
                                 "time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
@@ -289,7 +376,13 @@ Args parse_args(int argc, char** argv, const char* program) {
        "blocks, L+1 lnf; default: balance the parameters)",
        [&](auto&, auto& v) { a.partition = v; }},
       {"--zero", "0|1", "pipeline: 1 shards each stage's optimizer state over its D replicas (ZeRO-1; 2 and 3 "
-       "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) { a.zero = int(parse_int(f, v, 0, 3, "0..3")); }},
+       "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) {
+         // 2 and 3 are ZeRO stages the pipeline refuses with the reason (pipeline.cpp); anything else is not one
+         const long z = parse_int(f, v, -(1L << 40), 1L << 40, "0 or 1");
+         if (z < 0 || z > 3)
+           user_error("%s %s: expected 0 or 1 (ZeRO-1 inside each stage); e.g. %s 1", f.c_str(), v.c_str(), f.c_str());
+         a.zero = int(z);
+       }},
       {"--qwz", "", "zeropp: all-gather the parameters as int8 blocks, one fp32 scale per --qw-block values", nullptr},
       {"--hpz", "G", "zeropp: simulated nodes of G ranks; a secondary parameter shard over my node's G ranks, so the "
        "backward gathers inside the node (default 0: off)",
@@ -320,14 +413,13 @@ Args parse_args(int argc, char** argv, const char* program) {
          a.qat_skip_embed = true;
        }},
       // end qat flags
-      {"--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
-       [&](auto&, auto& v) { a.ckpt_dir = v; }},
+      path_flag("--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
+                PathKind::OutDir, &a.ckpt_dir),
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
        [&](auto& f, auto& v) { a.ckpt_every = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
       {"--ckpt-keep", "M", "keep the newest M checkpoints (default 2)", pos_int(&a.ckpt_keep, 1 << 20)},
-      {"--resume", "DIR", "resume from a checkpoint (DIR/step-N), a checkpoint directory's newest valid one, or "
-       "auto (--ckpt-dir's; from step 0 if none); --steps stays the total",
-       [&](auto&, auto& v) { a.resume = v; }},
+      path_flag("--resume", "DIR", "resume from a checkpoint (DIR/step-N), a checkpoint directory's newest valid "
+                "one, or auto (--ckpt-dir's; from step 0 if none); --steps stays the total", PathKind::InDir, &a.resume),
       {"--ckpt-overwrite", "", "let this run remove another run's checkpoints from --ckpt-dir (else refused)",
        nullptr},
       {"--resume-changed", "", "resume even though --seed, --lr, --weight-decay, --clip, --warmup, --batch, --seq, "
@@ -337,13 +429,13 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.watchdog = int(parse_int(f, v, 0, 1 << 20, "a whole number of seconds >= 0")); }},
       {"--activation-checkpointing", "", "keep only each block's input in the forward and recompute the block "
        "in its backward (less activation memory, one more forward)", nullptr},
-      {"--config", "FILE", "a DeepSpeed JSON config (docs/deepspeed_config.md); flags given here override it",
-       [&](auto&, auto& v) { a.config = v; }},
+      path_flag("--config", "FILE", "a DeepSpeed JSON config (docs/deepspeed_config.md); flags given here override "
+                "it", PathKind::InFile, &a.config),
       {"--quiet", "", "no per-step lines", nullptr},
       // pruning (docs/compression.md): the model starts from the pruned file's weights, and its mask
       // keeps the pruned ones at exactly 0 (the gradient and AdamW masked: prune.h)
-      {"--prune-mask", "FILE", "fine-tune a pruned model file (build/bin/prune): start from its weights, keep "
-       "the pruned ones at 0", [&](auto&, auto& v) { a.prune_mask = v; }},
+      path_flag("--prune-mask", "FILE", "fine-tune a pruned model file (build/bin/prune): start from its weights, "
+                "keep the pruned ones at 0", PathKind::InFile, &a.prune_mask),
   };
   // switches: flags without a value
   const std::map<std::string, bool*> switches = {{"--quiet", &a.quiet},
@@ -457,6 +549,15 @@ Args parse_args(int argc, char** argv, const char* program) {
                a.config_keys.count("--lr-schedule") ? ("--config " + a.config + " has no scheduler section").c_str()
                                                     : "--lr-schedule constant",
                a.config_keys.count("--lr-schedule") ? " (or a scheduler section to the config)" : "");
+  // WarmupDecayLR falls linearly to 0 from the warm-up's end to its total step: a total before the
+  // warm-up ends would leave no decay at all (DeepSpeed only warns; here it is refused)
+  if (a.lr_schedule == "warmup-decay" && (a.lr_total_steps > 0 ? a.lr_total_steps : a.steps) < a.warmup) {
+    const std::string total = a.lr_total_steps > 0 ? a.origin("--lr-total-steps", std::to_string(a.lr_total_steps))
+                                                   : a.origin("--steps", std::to_string(a.steps)) + " (the total)";
+    user_error("%s: fewer steps than the warm-up (%s), expected a total of at least the warm-up: WarmupDecayLR "
+               "decays to 0 after it; raise the total, or shorten the warm-up", total.c_str(),
+               a.origin("--warmup", std::to_string(a.warmup)).c_str());
+  }
   if (a.warmup_type != "log" && a.warmup_type != "linear")
     user_error("--warmup-type %s: unknown warm-up; valid: log, linear", a.warmup_type.c_str());
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
@@ -490,6 +591,14 @@ Args parse_args(int argc, char** argv, const char* program) {
     if (!valid_quant_block(block))
       user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. %s 256",
                  a.origin(flag, std::to_string(block)).c_str(), block, flag);
+  // flags that only set up another flag: refused without it, not silently ignored
+  for (auto [flag, on, needs] : {std::tuple{"--qw-block", a.qwz, "--qwz"}, std::tuple{"--qg-block", a.qgz, "--qgz"}})
+    if (typed.count(flag) && !on)
+      user_error("%s %s: it sets the blocks of %s, expected it with %s; add %s, or drop %s", flag, typed[flag].c_str(),
+                 needs, needs, needs, flag);
+  if (typed.count("--partition") && a.partition.empty())
+    user_error("--partition '': no stage boundaries, expected the first unit of stages 1..P-1, e.g. --partition 2; "
+               "drop the flag to balance the parameters");
   // begin qat checks
   if (!valid_quant_block(a.qat_block))
     user_error("%s: %ld values per scale, expected a power of two from 8 to 65536; e.g. --qat-block 64",
@@ -505,6 +614,11 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--node-size %d with --hpz %d: hpZ's nodes are the ledger's nodes, expected the same G; drop "
                "--node-size", a.node_size, a.hpz);
   const bool on_disk = a.offload_to == "disk" || a.offload_param == "disk";
+  if (!on_disk && !a.offload_dir.empty())  // (a config sets it with device nvme only: on disk)
+    user_error("--offload-dir %s: the disk tier's directory, and %s keeps its state in cpu memory, expected it with %s "
+               "disk; add %s disk, or drop --offload-dir", a.offload_dir.c_str(), program,
+               std::string(program) == "infinity" ? "--offload-param" : "--offload-to",
+               std::string(program) == "infinity" ? "--offload-param" : "--offload-to");
   if (on_disk && a.offload_dir.empty())
     user_error("%s disk needs --offload-dir DIR (an existing, writable directory)",
                a.offload_param == "disk" ? "--offload-param" : "--offload-to");
@@ -538,28 +652,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       user_error("--resume %s: not a directory; expected a checkpoint (DIR/step-N), a --ckpt-dir, or auto",
                  a.resume.c_str());
   }
-  // Outputs are checked now, not after an hour of training: each must be writable, a file where a
-  // file is meant, and not the same file as an input or another output.
   if (a.data.empty()) a.data = default_data_path();
-  if (!a.save_model.empty()) check_output_file("--save-model", a.save_model);
-  if (!a.log_json.empty()) check_output_file("--log-json", a.log_json);
-  if (!a.ckpt_dir.empty()) check_output_dir("--ckpt-dir", a.ckpt_dir);
-  const std::pair<const char*, std::string> named[] = {
-      {"--data", a.data}, {"--save-model", a.save_model}, {"--log-json", a.log_json}};
-  for (int i = 0; i < 3; i++)
-    for (int j = i + 1; j < 3; j++)
-      if (!named[i].second.empty() && !named[j].second.empty() &&
-          file_identity(named[i].second) == file_identity(named[j].second))
-        user_error("%s %s and %s %s: the same file; expected %s: pass another path", named[j].first,
-                   named[j].second.c_str(), named[i].first, named[i].second.c_str(),
-                   i == 0 ? "outputs that never overwrite the input" : "a separate file for each output");
-  // Nothing goes into the checkpoint directory but checkpoints (its clean-up removes step
-  // directories), nothing is read from it but them, and nothing is written into the checkpoint
-  // being resumed from.
-  for (const auto& [flag, path] : {named[0], named[1], named[2], std::make_pair("--config", a.config)})
-    check_not_inside(flag, path, "--ckpt-dir", a.ckpt_dir);
-  if (a.resume != "auto")
-    for (const auto& [flag, path] : {named[1], named[2]}) check_not_inside(flag, path, "--resume", a.resume);
+  check_paths(flags, a.resume == "auto");
   // --data: a regular file of bounded size (a FIFO would block, /dev/zero never end).
   check_data_file(a.data);
   if (access(a.data.c_str(), R_OK) != 0)

@@ -62,6 +62,20 @@ const std::map<std::string, NoEffect> kNoEffect = {
                                                    "optimizer is always this project's AdamW"}},
     {"aio", {Kind::Section, "DeepSpeed's asynchronous I/O for NVMe offload; the disk tier here reads and writes its files "
                             "a chunk at a time (--offload-chunk)"}},
+    // logging and monitoring: what DeepSpeed would record, this project records its own way
+    {"tensorboard", {Kind::Section, "DeepSpeed writes its training metrics (loss, learning rate, loss scale) as "
+                                    "TensorBoard events; here every step's numbers are in its line and in --log-json"}},
+    {"wandb", {Kind::Section, "DeepSpeed sends its training metrics to Weights & Biases; here every step's numbers "
+                              "are in its line and in --log-json"}},
+    {"csv_monitor", {Kind::Section, "DeepSpeed writes its training metrics to CSV files; here every step's numbers are "
+                                    "in its line and in --log-json"}},
+    {"comms_logger", {Kind::Section, "DeepSpeed logs each collective's size and time; here the comm ledger counts every "
+                                     "collective's bytes, printed at the end and in --log-json"}},
+    {"flops_profiler", {Kind::Section, "DeepSpeed profiles each module's FLOPs and time at one step; here every step's "
+                                       "line has its throughput, and the report its MFU from the model's FLOPs"}},
+    {"checkpoint", {Kind::Section, "DeepSpeed's checkpoint options (tag validation across ranks, universal loading, "
+                                   "node-local storage, parallel writes); here --ckpt-dir's checkpoints carry a MANIFEST "
+                                   "and checksums every reader checks, and load at any stage and world size"}},
     {"zero_optimization.overlap_comm", {Kind::Bool, "DeepSpeed overlaps the gradient reduction with the backward on a "
                                                     "second CUDA stream; here each unit's collective runs in turn, with "
                                                     "the same result"}},
@@ -112,6 +126,37 @@ const std::map<std::string, NoEffect> kNoEffect = {
      {Kind::Bool, "DeepSpeed waits for the device at each checkpoint (for profiling); nothing to time apart here"}},
 };
 
+// The keys each section of a config may hold (besides kNoEffect's), by the section's dotted path;
+// "*" stands for a key of any name (a compression group's). One table for the whole file: every
+// key is checked against it before any value is read, so a config with several unknown keys is
+// told about all of them at once, and a section's reader below never sees one.
+const std::map<std::string, std::set<std::string>> kKnownKeys = {
+    {"", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+          "fp16", "bf16", "zero_optimization", "optimizer", "scheduler", "activation_checkpointing", "pipeline",
+          "compression_training", "communication_data_type"}},
+    {"fp16", {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"}},
+    {"bf16", {"enabled"}},
+    {"zero_optimization", {"stage", "offload_optimizer", "offload_param", "cpu_offload", "zero_quantized_weights",
+                           "zero_hpz_partition_size", "zero_quantized_gradients"}},
+    {"zero_optimization.offload_param", {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"}},
+    {"zero_optimization.offload_optimizer", {"device", "nvme_path"}},
+    {"pipeline", {"stages", "partition", "activation_checkpoint_interval", "seed_layers"}},
+    {"optimizer", {"type", "params"}},
+    {"optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode"}},
+    {"scheduler", {"type", "params"}},
+    {"scheduler.params", {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps"}},
+    {"activation_checkpointing", {"partition_activations", "cpu_checkpointing"}},
+    {"compression_training", {"weight_quantization"}},
+    {"compression_training.weight_quantization", {"shared_parameters", "different_groups"}},
+    {"compression_training.weight_quantization.shared_parameters",
+     {"enabled", "quantizer_kernel", "schedule_offset", "quantize_groups", "quantize_verbose", "quantization_type",
+      "quantize_weight_in_forward", "rounding", "fp16_mixed_quantize"}},
+    {"compression_training.weight_quantization.different_groups", {"*"}},
+    {"compression_training.weight_quantization.different_groups.*", {"params", "modules"}},
+    {"compression_training.weight_quantization.different_groups.*.params",
+     {"start_bits", "target_bits", "quantization_period"}},
+};
+
 // "auto" for these flags is resolved by another flag too (the command line's own way to say it).
 const std::map<std::string, std::string> kAlsoResolvedBy = {{"--accum", "--global-batch"}};
 const std::map<std::string, const char*> kMeta = {{"--batch", "B"}, {"--accum", "K"}, {"--lr", "X"},
@@ -136,20 +181,58 @@ struct Reader {
   void note(const std::string& key, const std::string& what) {
     out.notes.push_back("--config " + path + ": " + printable(key) + ": " + what);
   }
-  // Every key of `obj` must be one of `known` (read by the caller) or one of DeepSpeed's keys that
-  // change nothing here (checked for its type and noted once, here).
-  void only(const json& obj, const std::string& where, const std::set<std::string>& known) {
+  // Every key of the file must be one of kKnownKeys' or kNoEffect's: all the others are refused
+  // together, in one line, before any value is read. `pattern` is where's path with "*" for a
+  // key of any name.
+  void check_keys(const json& obj, const std::string& where, const std::string& pattern,
+                  std::vector<std::string>* unknown) const {
+    const auto known = kKnownKeys.find(pattern);
+    if (known == kKnownKeys.end() || !obj.is_object()) return;  // a wrong type: its reader says so
+    const bool any = known->second.count("*") > 0;
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      const std::string key = join(where, it.key());
+      if (any || known->second.count(it.key()))
+        check_keys(it.value(), key, join(pattern, any ? "*" : it.key()), unknown);
+      else if (!kNoEffect.count(key))
+        unknown->push_back(key);
+    }
+  }
+  void refuse_unknown_keys(const json& c) const {
+    std::vector<std::string> unknown;
+    check_keys(c, "", "", &unknown);
+    if (unknown.size() == 1) {  // one: the keys its section may hold
+      const std::string& key = unknown[0];
+      const std::string where = key.find('.') == std::string::npos ? "" : key.substr(0, key.rfind('.'));
+      std::string pattern, list;
+      for (const std::string& part : split_path(where)) pattern = join(pattern, kKnownKeys.count(join(pattern, "*")) ? "*" : part);
+      for (const std::string& k : kKnownKeys.at(pattern)) list += (list.empty() ? "" : ", ") + k;
+      fail(key, "unknown or unsupported key, expected " + (where.empty() ? std::string("a top-level key: ") : where + "'s keys: ") +
+                    list + ", or one of DeepSpeed's that change nothing here (docs/deepspeed_config.md); remove it");
+    }
+    if (!unknown.empty()) {
+      std::string list;
+      for (const std::string& k : unknown) list += (list.empty() ? "" : ", ") + printable(k);
+      fail("", std::to_string(unknown.size()) + " unknown or unsupported keys: " + list + "; expected the keys "
+               "docs/deepspeed_config.md lists (DeepSpeed's that change nothing here among them); remove them");
+    }
+  }
+  static std::vector<std::string> split_path(const std::string& path) {
+    std::vector<std::string> parts;
+    for (size_t at = 0; !path.empty() && at <= path.size();) {
+      const size_t dot = std::min(path.find('.', at), path.size());
+      parts.push_back(path.substr(at, dot - at));
+      at = dot + 1;
+    }
+    return parts;
+  }
+  // A section the reader uses: an object, whose keys of kNoEffect's are checked for their type and
+  // noted once, here (its unknown keys were refused already: refuse_unknown_keys).
+  void only(const json& obj, const std::string& where) {
     if (!obj.is_object()) fail(where, "expected an object { ... }, got " + shown(obj) + "; write the section as one");
     for (auto it = obj.begin(); it != obj.end(); ++it) {
-      if (known.count(it.key())) continue;
       const std::string key = join(where, it.key());
       auto ne = kNoEffect.find(key);
-      if (ne == kNoEffect.end()) {
-        std::string list;
-        for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-        fail(key, "unknown or unsupported key, expected " + (where.empty() ? std::string("a top-level key: ") : where + "'s keys: ") +
-                      list + ", or one of DeepSpeed's that change nothing here (docs/deepspeed_config.md); remove it");
-      }
+      if (ne == kNoEffect.end()) continue;
       const json& v = it.value();
       const Kind kind = ne->second.kind;
       if (kind == Kind::Bool && !v.is_boolean()) fail(key, "expected true or false, got " + shown(v) + "; write one");
@@ -258,9 +341,8 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
                printable(std::string(e.what()).substr(0, 200)).c_str());
   }
   const json& c = parsed;  // read only: operator[] on a const object never adds a key
-  r.only(c, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                 "gradient_clipping", "fp16", "bf16", "zero_optimization", "optimizer", "scheduler",
-                 "activation_checkpointing", "pipeline", "compression_training"});
+  r.refuse_unknown_keys(c);
+  r.only(c, "");
 
   // ---- batch: micro-batch per rank, accumulation, and their product over the ranks ----
   // The flags check their ranges (--batch, --accum: 1 to 65536) and name the key when it is out.
@@ -284,7 +366,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
   bool fp16 = false, bf16 = false;
   if (c.contains("fp16")) {
     const json& h = c["fp16"];
-    r.only(h, "fp16", {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"});
+    r.only(h, "fp16");
     fp16 = r.enabled(h, "fp16");
     if (fp16 && h["enabled"].is_boolean()) r.flag("--precision", "fp16", "fp16.enabled", "true");
     if (fp16) {
@@ -303,11 +385,31 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     }
   }
   if (c.contains("bf16")) {
-    r.only(c["bf16"], "bf16", {"enabled"});
+    r.only(c["bf16"], "bf16");
     bf16 = r.enabled(c["bf16"], "bf16");
     if (bf16 && c["bf16"]["enabled"].is_boolean()) r.flag("--precision", "bf16", "bf16.enabled", "true");
   }
   if (fp16 && bf16) r.fail("fp16.enabled and bf16.enabled", "both true, expected one of them; disable the other");
+  // communication_data_type: DeepSpeed's type for the gradients' reduction (by default the
+  // training's); here the gradients are always reduced in the run's own precision, so the key may
+  // only restate it (the command line's --precision, else the file's)
+  if (c.contains("communication_data_type")) {
+    const std::string key = "communication_data_type";
+    std::string type = r.text(c[key], key);
+    for (char& ch : type) ch = char(tolower((unsigned char)ch));  // DeepSpeed compares in lower case
+    if (type == "bfp16") type = "bf16";                              // its older spelling
+    const std::string run = command_line.count("--precision") ? command_line.at("--precision")
+                            : fp16                            ? "fp16"
+                            : bf16                            ? "bf16"
+                                                              : "fp32";
+    if (type != "fp32" && type != "fp16" && type != "bf16")
+      r.fail(key, shown(c[key]) + ", expected fp32, fp16 or bf16; write the run's precision (" + run + ")");
+    if (type != run)
+      r.fail(key, shown(c[key]) + ": here the gradients are reduced in the run's own precision, " + run +
+                      ", expected \"" + run + "\"; remove the key, or write \"" + run + "\"");
+    r.note(key, shown(c[key]) + ": DeepSpeed reduces the gradients in this type; here they are reduced in the run's "
+                "precision, the same: ignored");
+  }
 
   // ---- ZeRO stage and offload: which binary runs this config ----
   long long stage = 0;
@@ -317,8 +419,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     stage = c["zero_optimization"].get<bool>() ? 1 : 0;  // DeepSpeed's old spelling: true is stage 1
   } else if (c.contains("zero_optimization")) {
     const json& z = c["zero_optimization"];
-    r.only(z, "zero_optimization", {"stage", "offload_optimizer", "offload_param", "cpu_offload",
-                                    "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"});
+    r.only(z, "zero_optimization");
     if (z.contains("stage")) stage = r.whole(z["stage"], "zero_optimization.stage", 0, 3);
     // ZeRO-Infinity's parameter offload (device cpu or nvme): build/bin/infinity, whose optimizer
     // state goes where the parameters go
@@ -326,7 +427,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     const std::string p_key = "zero_optimization.offload_param";
     if (z.contains("offload_param")) {
       const json& p = z["offload_param"];
-      r.only(p, p_key, {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"});
+      r.only(p, p_key);
       param_device = p.contains("device") ? r.text(p["device"], p_key + ".device") : "none";
       if (param_device == "cpu" || param_device == "nvme") {
         param_offload = true;
@@ -372,7 +473,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     if (z.contains("offload_optimizer")) {
       const std::string o_key = "zero_optimization.offload_optimizer";
       const json& o = z["offload_optimizer"];
-      r.only(o, o_key, {"device", "nvme_path"});
+      r.only(o, o_key);
       const std::string device = o.contains("device") ? r.text(o["device"], o_key + ".device") : "none";
       if (param_offload) {  // infinity: the optimizer state lives with the parameter slices
         if (device != param_device)
@@ -430,7 +531,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
   if (c.contains("pipeline")) {
     const json& p = c["pipeline"];
     const std::string k = "pipeline.";
-    r.only(p, "pipeline", {"stages", "partition", "activation_checkpoint_interval", "seed_layers"});
+    r.only(p, "pipeline");
     if (p.contains("stages") && !pipeline && is_auto(p["stages"])) {
       r.note(k + "stages", "\"auto\": " + program + " is one stage: ignored");
     } else if (p.contains("stages") && !r.take_auto(p["stages"], k + "stages", "--pipeline")) {
@@ -477,14 +578,14 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
   // With it, an absent lr or weight_decay is DeepSpeed's Adam's default (1e-3, 0).
   if (c.contains("optimizer")) {
     const json& o = c["optimizer"];
-    r.only(o, "optimizer", {"type", "params"});
+    r.only(o, "optimizer");
     std::string type = o.contains("type") ? r.text(o["type"], "optimizer.type") : "AdamW";
     for (char& ch : type) ch = char(tolower((unsigned char)ch));  // DeepSpeed compares in lower case
     if (type != "adamw" && type != "adam")
       r.fail("optimizer.type", "\"" + printable(o["type"].get<std::string>()) + "\": this project has AdamW only, "
                                "expected \"AdamW\" or \"Adam\"; write \"AdamW\"");
     const json p = o.contains("params") ? o["params"] : json::object();
-    r.only(p, "optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode"});
+    r.only(p, "optimizer.params");
     if (!p.contains("lr")) r.flag("--lr", "0.001", "optimizer.params.lr", "absent (DeepSpeed's default: 0.001)");
     else if (!r.take_auto(p["lr"], "optimizer.params.lr", "--lr")) r.number_flag("--lr", p["lr"], "optimizer.params.lr");
     if (!p.contains("weight_decay")) r.flag("--weight-decay", "0", "optimizer.params.weight_decay", "absent (DeepSpeed's default: 0)");
@@ -514,15 +615,16 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     r.flag("--lr-schedule", "constant", "scheduler", "absent (DeepSpeed: a constant learning rate)");
   } else {
     const json& s = c["scheduler"];
-    r.only(s, "scheduler", {"type", "params"});
+    r.only(s, "scheduler");
     const std::string type = s.contains("type") ? r.text(s["type"], "scheduler.type") : "";
     if (type == "WarmupLR") r.flag("--lr-schedule", "warmup", "scheduler.type", shown(s["type"]));
     else if (type == "WarmupDecayLR") r.flag("--lr-schedule", "warmup-decay", "scheduler.type", shown(s["type"]));
     else r.fail("scheduler.type", "\"" + printable(type) + "\", expected WarmupLR or WarmupDecayLR; write one of them");
     const json p = s.contains("params") ? s["params"] : json::object();
-    std::set<std::string> keys = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"};
-    if (type == "WarmupDecayLR") keys.insert("total_num_steps");
-    r.only(p, "scheduler.params", keys);
+    r.only(p, "scheduler.params");
+    if (type == "WarmupLR" && p.contains("total_num_steps"))
+      r.fail("scheduler.params.total_num_steps", "WarmupDecayLR's key beside WarmupLR (which never decays), expected "
+                                                 "it absent; remove it, or make the type WarmupDecayLR");
     // an absent parameter is DeepSpeed's default: from 0 to 0.001 over 1000 steps, log warm-up
     const std::string k = "scheduler.params.";
     if (!p.contains("warmup_min_lr")) r.flag("--warmup-min-lr", "0", k + "warmup_min_lr", "absent (DeepSpeed's default: 0)");
@@ -551,7 +653,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
   if (c.contains("activation_checkpointing")) {
     const json& a = c["activation_checkpointing"];
     const std::string k = "activation_checkpointing.";
-    r.only(a, "activation_checkpointing", {"partition_activations", "cpu_checkpointing"});
+    r.only(a, "activation_checkpointing");
     if (a.contains("partition_activations") && r.boolean(a["partition_activations"], k + "partition_activations"))
       r.fail(k + "partition_activations",
              "true splits checkpoints over model-parallel ranks, and these trainers have none, expected false; set it "
@@ -570,13 +672,12 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
   // here a scale per --qat-block values from each unit's start). docs/compression.md.
   if (c.contains("compression_training")) {
     const std::string k = "compression_training.weight_quantization";
-    r.only(c["compression_training"], "compression_training", {"weight_quantization"});
+    r.only(c["compression_training"], "compression_training");
     const json& wq = c["compression_training"].value("weight_quantization", json::object());
-    r.only(wq, k, {"shared_parameters", "different_groups"});
+    r.only(wq, k);
     const json& sp = wq.value("shared_parameters", json::object());
     const std::string sk = k + ".shared_parameters";
-    r.only(sp, sk, {"enabled", "quantizer_kernel", "schedule_offset", "quantize_groups", "quantize_verbose",
-                    "quantization_type", "quantize_weight_in_forward", "rounding", "fp16_mixed_quantize"});
+    r.only(sp, sk);
     if (sp.contains("enabled") && r.boolean(sp["enabled"], sk + ".enabled")) {
       auto at = [&](const std::string& key) { return sk + "." + key; };
       auto require = [&](const std::string& key, bool ok, const std::string& why) {
@@ -616,9 +717,9 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
                                             "write one group with modules [\"*\"]");
       const std::string gk = k + ".different_groups." + groups.begin().key();
       const json& g = groups.begin().value();
-      r.only(g, gk, {"params", "modules"});
+      r.only(g, gk);
       const json& gp = g.value("params", json::object());
-      r.only(gp, gk + ".params", {"start_bits", "target_bits", "quantization_period"});
+      r.only(gp, gk + ".params");
       const long long bits = gp.contains("start_bits") ? r.whole(gp["start_bits"], gk + ".params.start_bits") : 0;
       if (bits != 8 && bits != 4) r.fail(gk + ".params.start_bits", "expected 8 or 4; change it");
       if (!gp.contains("target_bits") || r.whole(gp["target_bits"], gk + ".params.target_bits") != bits)

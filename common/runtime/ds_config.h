@@ -11,7 +11,8 @@
 //     for from the command line; without that flag it is one line naming every flag to give;
 //   - an absent section or key is DeepSpeed's default: no scheduler section is a constant
 //     learning rate, no gradient_clipping is no clipping;
-//   - a key this project cannot honour, or does not know, is one line naming it, exit 2;
+//   - a key this project cannot honour is one line naming it, exit 2; keys it does not know are
+//     one line naming every one of them (ds_config.cpp's table of each section's keys);
 //   - a file for another binary (its zero_optimization.stage, or an offload_optimizer given to a
 //     binary that does not offload) is one line naming the binary to run, exit 2.
 // The file itself is checked before it is opened (a regular file of at most 1 MiB: never a

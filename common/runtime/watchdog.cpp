@@ -29,6 +29,7 @@ struct Watchdog::Beat {
   std::atomic<uint64_t> beats;     // its heartbeats so far, as of that tick
   std::atomic<uint64_t> beats_at_step;  // ... when `step` began
   std::atomic<int> step;
+  std::atomic<int> reported;       // this rank has printed the watchdog's line
   char phase[20];
 };
 static_assert(std::atomic<double>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free &&
@@ -42,8 +43,10 @@ double now_s() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 // seconds: the watching thread's period (also how late a rank's progress is seen by the others);
-// a pulse this old means a stopped process; how long the rank that reports goes first
-constexpr double kTick = 0.1, kPulseStale = 3.0, kSpeakerFirst = 1.0;
+// a pulse this old means a stopped process; a pulse this fresh a live one (between the two it is
+// no evidence yet: a stopped rank, or a busy machine); how long each rank that may report waits for
+// the one before it
+constexpr double kTick = 0.1, kPulseStale = 3.0, kPulseFresh = 0.5, kSpeakerFirst = 1.0;
 // This process's heartbeats: how many, and the time of the last. The work writes them; the
 // watching thread copies them into the shared page once a tick, so a heartbeat costs a clock read
 // and two atomic operations.
@@ -123,6 +126,38 @@ void Watchdog::progress(int step, const char* phase) {
   if (mine_) snprintf(mine_->phase, sizeof mine_->phase, "%s", phase);
 }
 
+// One line, printed once: the live ranks other than the culprit may each print it, lowest first,
+// each waiting kSpeakerFirst for the one before it (which may itself have been stopped since), and
+// any rank that sees the line printed leaves. A rank alone prints its own line.
+void Watchdog::report(int culprit, bool stopped, double now) {
+  std::vector<int> speakers;
+  for (int r = 0; r < world_; r++)
+    if (r == rank_ || (r != culprit && now - all_[r]->pulse_s <= kPulseFresh)) speakers.push_back(r);
+  if (world_ > 1 && rank_ == culprit) speakers.erase(std::find(speakers.begin(), speakers.end(), rank_));
+  const size_t turn = std::find(speakers.begin(), speakers.end(), rank_) - speakers.begin();  // size(): none
+  auto someone_reported = [&] {
+    for (int r = 0; r < world_; r++)
+      if (all_[r]->reported) return true;
+    return false;
+  };
+  for (double waited = 0; waited < kSpeakerFirst * double(turn) && !someone_reported(); waited += kTick) {
+    mine_->pulse_s = now_s();  // still alive while it waits
+    usleep(useconds_t(kTick * 1e6));
+  }
+  if (turn == speakers.size() || someone_reported()) return;
+  const Beat& b = *all_[culprit];
+  char where[64];
+  if (b.step >= 0) snprintf(where, sizeof where, "in phase '%.20s' of step %d", b.phase, b.step + 1);
+  else snprintf(where, sizeof where, "during set-up");
+  fprintf(stderr,
+          "error: watchdog: rank %d %s (last progress %.0f s ago, %s); no rank has made progress for %g s "
+          "(--watchdog), so the job ends\n",
+          culprit, stopped ? "stopped responding: it is suspended or frozen" : "has made no progress",
+          now - b.progress_s, where, limit_s_);
+  fflush(stderr);
+  mine_->reported = 1;
+}
+
 void Watchdog::watch() {
   while (!stop_) {
     usleep(useconds_t(kTick * 1e6));
@@ -136,13 +171,21 @@ void Watchdog::watch() {
     for (int r = 0; r < world_; r++) newest = std::max(newest, double(all_[r]->progress_s));
     if (now - newest <= limit_s_) continue;
     // No rank has made progress for the limit: find who holds the job up. A stopped process first
-    // (no pulse). Else the rank furthest behind: every rank does the same work, heartbeat for
-    // heartbeat, so the one at the earliest step with the fewest heartbeats in it is where the
-    // others wait (the last heartbeat's time alone cannot tell: the ranks run milliseconds apart).
+    // (no pulse). A pulse neither fresh nor stale yet is waited for: with a --watchdog under
+    // kPulseStale, a rank stopped a moment ago still looks alive, and the live ranks behind it
+    // would be named instead. So a stopped rank ends the job after max(--watchdog, kPulseStale).
     int culprit = -1;
-    for (int r = 0; r < world_ && culprit < 0; r++)
-      if (now - all_[r]->pulse_s > kPulseStale) culprit = r;
+    bool undecided = false;
+    for (int r = 0; r < world_; r++) {
+      const double age = now - all_[r]->pulse_s;
+      if (age > kPulseStale && culprit < 0) culprit = r;
+      else if (age > kPulseFresh) undecided = true;
+    }
+    if (culprit < 0 && undecided) continue;
     const bool stopped = culprit >= 0;
+    // Else the rank furthest behind: every rank does the same work, heartbeat for heartbeat, so the
+    // one at the earliest step with the fewest heartbeats in it is where the others wait (the last
+    // heartbeat's time alone cannot tell: the ranks run milliseconds apart).
     if (!stopped) {
       auto behind = [](const Beat& a, const Beat& b) {  // a is behind b
         const uint64_t in_a = a.beats - a.beats_at_step, in_b = b.beats - b.beats_at_step;
@@ -154,21 +197,7 @@ void Watchdog::watch() {
       for (int r = 1; r < world_; r++)
         if (behind(*all_[r], *all_[culprit])) culprit = r;
     }
-    const int speaker = culprit == 0 ? (world_ > 1 ? 1 : 0) : 0;
-    if (rank_ == speaker) {
-      const Beat& b = *all_[culprit];
-      char where[64];
-      if (b.step >= 0) snprintf(where, sizeof where, "in phase '%.20s' of step %d", b.phase, b.step + 1);
-      else snprintf(where, sizeof where, "during set-up");
-      fprintf(stderr,
-              "error: watchdog: rank %d %s (last progress %.0f s ago, %s); no rank has made progress for %g s "
-              "(--watchdog), so the job ends\n",
-              culprit, stopped ? "stopped responding: it is suspended or frozen" : "has made no progress",
-              now - b.progress_s, where, limit_s_);
-      fflush(stderr);
-    } else {
-      usleep(useconds_t(kSpeakerFirst * 1e6));  // the speaker goes first
-    }
+    report(culprit, stopped, now);
     _exit(3);  // mpirun sees a rank fail and ends the others, the stopped one included
   }
 }

@@ -11,11 +11,14 @@
 // is in. A rank waiting in a collective makes no progress of its own, but while the peer it waits
 // for still does, the job is alive. So the job is stuck when no rank has made progress for
 // --watchdog seconds. Then every rank reads everyone's heartbeats: a rank whose pulse is stale
-// stopped; otherwise the rank furthest behind (at the earliest step, with the fewest heartbeats in
-// it: every rank does the same work) is the one holding the job up, and the others got further,
-// then waited for it. The lowest rank that is not the culprit prints one line naming it, and every
-// waiting rank exits (code 3), which makes mpirun end the rest. So a stuck job ends within
-// --watchdog + 1 seconds of the last progress of any rank. What has no heartbeat inside —
+// (3 s old) stopped; otherwise the rank furthest behind (at the earliest step, with the fewest
+// heartbeats in it: every rank does the same work) is the one holding the job up, and the others
+// got further, then waited for it. A pulse neither fresh nor stale yet is waited for, so a rank
+// stopped a moment before a short --watchdog runs out is named, not the live ranks waiting for it.
+// The lowest live rank that is not the culprit prints one line naming it (if it cannot, the next
+// one does, a second later), and every waiting rank exits (code 3), which makes mpirun end the
+// rest. So a stuck job ends within --watchdog + 1 seconds of the last progress of any rank, a
+// stopped one within max(--watchdog, 3) + 1 seconds. What has no heartbeat inside —
 // one collective, one fsync, on a GPU the device work queued between two host waits — must fit
 // in --watchdog.
 //
@@ -49,6 +52,7 @@ class Watchdog {
 
  private:
   void watch();
+  void report(int culprit, bool stopped, double now);  // the one line naming the culprit
   int rank_ = 0, world_ = 1;
   double limit_s_;
   Beat* mine_ = nullptr;

@@ -130,6 +130,11 @@ expect_error unknown_weights "--weights gpu" $gen --model "$tmp/tiny.model" --we
 expect_error bad_kv_cache "--kv-cache 2" $gen --model "$tmp/tiny.model" --kv-cache 2
 expect_error no_model "give --model" $gen --prompt hi
 expect_error int8_sharded "not supported" $gen --model "$tmp/tiny.model" --weights sharded --weights-int8
+# a flag that would be ignored beside another is refused, not dropped
+expect_error prompt_and_prompts "--prompt and --prompts $tmp/prompts.txt: two sources of prompts" \
+  $gen --model "$tmp/tiny.model" --prompt hi --prompts "$tmp/prompts.txt"
+expect_error weights_dir_without_disk "--weights-dir /nonexistent: it places --weights disk's file, and this is --weights host" \
+  $gen --model "$tmp/tiny.model" --weights host --weights-dir /nonexistent
 # --prompts: the checks and caps --data has (a regular file of bounded size, never opened when it
 # is not one), and at most 4096 lines (--batch's largest: one sequence and one KV cache per line)
 mkfifo "$tmp/prompts.fifo"

@@ -87,6 +87,28 @@ expect_error data_inside_ckpt_dir "--data $tmp/ckd/c.txt: lies inside --ckpt-dir
 if [ "$(ls "$tmp/ckd")" = c.txt ]; then echo "NZRESULT PASS cli.refused_ckpt_dir_untouched"
 else echo "NZRESULT FAIL cli.refused_ckpt_dir_untouched ($(ls "$tmp/ckd"))"; fi
 
+# ---- every input is safe from every output: --prune-mask and --config as well as --data ----
+# An output (--save-model, --log-json) naming an input file, or --ckpt-dir holding it, is refused
+# before training, on each rung that reads them; the input keeps its bytes. The inputs are real (a
+# pruned model, a config for the rung), so a run that did not refuse would overwrite them.
+$bindir/prune --model "$tmp/good.model" --out "$tmp/in.nzp" --sparsity 0.5 >/dev/null 2>&1
+for stage in stage2 stage3; do
+  echo "{\"zero_optimization\": {\"stage\": ${stage#stage}}}" >"$tmp/in.json"
+  for input in prune-mask config; do
+    [ $input = prune-mask ] && file=$tmp/in.nzp || file=$tmp/in.json
+    sum=$(md5sum <"$file")
+    for output in save-model log-json; do
+      expect_error "${input}_is_${output}_$stage" "--$output $file and --$input $file: the same file" \
+        $bindir/$stage $tiny --$input "$file" --$output "$file"
+      unchanged "${input}_untouched_by_${output}_$stage" "$file" "$sum"
+    done
+    mkdir -p "$tmp/inck" && cp "$file" "$tmp/inck/"
+    expect_error "${input}_inside_ckpt_dir_$stage" "--$input $tmp/inck/${file##*/}: lies inside --ckpt-dir" \
+      $bindir/$stage $tiny --$input "$tmp/inck/${file##*/}" --ckpt-dir "$tmp/inck"
+    rm -rf "$tmp/inck"
+  done
+done
+
 # ---- the model file: a checksum, and a header checked before anything is allocated ----
 # (layout: docs/files.md, "Model file": magic 8, version 4, five int32 at 12..31, the count at 32..39)
 patch() {  # file, offset, python expression for the bytes
@@ -186,6 +208,33 @@ expect_error offload_chunk_on_stage3 "--offload-chunk 100: stage3 does not use i
 expect_error prefetch_on_stage1 "--prefetch 0: stage1 does not use it, expected it with build/bin/stage3" \
   $bindir/stage1 $tiny --prefetch=0
 
+# ---- a flag that would be ignored, or a value no run can use, is one line naming the limit ----
+expect_error offload_dir_without_disk_offload "--offload-dir $tmp/adir: the disk tier's directory, and offload keeps its state in cpu memory, expected it with --offload-to disk" \
+  $bindir/offload $tiny --offload-dir "$tmp/adir"
+expect_error offload_dir_without_disk_infinity "--offload-dir $tmp/adir: the disk tier's directory, and infinity keeps its state in cpu memory, expected it with --offload-param disk" \
+  $bindir/infinity $tiny --offload-dir "$tmp/adir"
+expect_error qw_block_without_qwz "--qw-block 64: it sets the blocks of --qwz, expected it with --qwz" $bindir/zeropp $tiny --qgz --qw-block 64
+expect_error qg_block_without_qgz "--qg-block 64: it sets the blocks of --qgz, expected it with --qgz" $bindir/zeropp $tiny --qwz --qg-block=64
+expect_error partition_empty "--partition '': no stage boundaries" $bindir/pipeline $tiny --partition ''
+expect_error zero_negative "--zero -1: expected 0 or 1" $bindir/pipeline $tiny --zero -1
+expect_error zero_huge "--zero 4294967297: expected 0 or 1" $bindir/pipeline $tiny --zero 4294967297
+expect_error loss_scale_tiny "--loss-scale 1e-30: out of range: expected a scale from 1 (below 1 it shrinks the gradients" \
+  $bin $tiny --precision fp16 --loss-scale 1e-30 --loss-scale-min 1e-7
+expect_error loss_scale_huge "--loss-scale 1e31: out of range: expected a scale from 1 .* to 1e+30" $bin $tiny --precision fp16 --loss-scale 1e31
+expect_error loss_scale_min_tiny "--loss-scale-min 1e-30: out of range: expected a scale from 5.96046e-08 (2^-24" \
+  $bin $tiny --precision fp16 --loss-scale-min 1e-30
+expect_error warmup_decay_total_before_warmup "--lr-total-steps 10: fewer steps than the warm-up (--warmup 20)" \
+  $bin $tiny --lr-schedule warmup-decay --lr-total-steps 10 --warmup 20
+expect_error warmup_decay_steps_before_warmup "--steps 5 (the total): fewer steps than the warm-up (--warmup 20)" \
+  $bin $tiny --steps 5 --lr-schedule warmup-decay --warmup 20
+echo '{"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 50, "total_num_steps": 40}}}' >"$tmp/wd.json"
+expect_error warmup_decay_config_total_before_warmup "--config $tmp/wd.json: scheduler.params.total_num_steps 40: fewer steps than the warm-up (--config $tmp/wd.json: scheduler.params.warmup_num_steps 50)" \
+  $bin $tiny --config "$tmp/wd.json"
+# the loss scale at its lowest still trains (fp16, a static scale of 1: DeepSpeed's floor)
+out=$(mpirun -np 1 $bin $tiny --steps 2 --precision fp16 --loss-scale 1 --loss-scale-window 0 2>&1)
+if [ $? = 0 ] && grep -q "^done: 2 steps" <<<"$out"; then echo "NZRESULT PASS cli.loss_scale_of_1_trains"
+else echo "NZRESULT FAIL cli.loss_scale_of_1_trains ($(tail -2 <<<"$out"))"; fi
+
 # ---- a model that cannot fit is one line, before anything is allocated ----
 expect_error model_cannot_fit "expected at most the" $bin $tiny --preset tiny --layers 1000 --dim 65536 --heads 4096
 
@@ -230,3 +279,24 @@ resilient none --ckpt-dir "$tmp/ck"
 if [ "$(cat "$tmp/launches")" = "--ckpt-dir $tmp/ck --resume auto
 --ckpt-dir $tmp/ck --resume auto" ]; then echo "NZRESULT PASS cli.resilient_resume_auto_without_users"
 else echo "NZRESULT FAIL cli.resilient_resume_auto_without_users ($(cat "$tmp/launches"))"; fi
+# --restarts without its number: the script's own line, exit 2 (not the shell's message)
+expect_error resilient_restarts_without_number "train_resilient.sh: --restarts needs a number (relaunches allowed), e.g. --restarts 3" \
+  scripts/train_resilient.sh --restarts
+expect_error resilient_restarts_before_command "train_resilient.sh: --restarts needs a number" \
+  scripts/train_resilient.sh --restarts -- true --ckpt-dir "$tmp/ck"
+
+# ---- a file-size limit (ulimit -f) is a failed write from the very start, never SIGXFSZ ----
+# MPI's start-up writes shared-memory files of a few MB: under a 3 MB limit it cannot start, and
+# says so (a note naming the limit first), but no process is killed by the signal (exit 25 from
+# mpirun, 153 from a shell); under 8 MB the run trains, with the note.
+for launch in "mpirun -np 2" ""; do
+  out=$( (ulimit -f 3000; $launch $bin $tiny 2>&1) ); rc=$?
+  name=file_size_limit_not_a_kill_$([ -n "$launch" ] && echo mpirun || echo singleton)
+  if [ $rc != 25 ] && [ $rc != 153 ] && [ $rc != 0 ] && ! grep -q "File size limit exceeded" <<<"$out" &&
+     grep -q "^note: the file-size limit (ulimit -f) is 3.07 MB" <<<"$out"; then echo "NZRESULT PASS cli.$name (exit $rc)"
+  else echo "NZRESULT FAIL cli.$name (exit $rc: $(head -c 300 <<<"$out"))"; fi
+done
+out=$( (ulimit -f 8000; mpirun -np 2 $bin $tiny --save-model "$tmp/limited.model" 2>&1) ); rc=$?
+if [ $rc = 0 ] && [ -s "$tmp/limited.model" ] && grep -q "^note: the file-size limit (ulimit -f) is 8.19 MB" <<<"$out"
+then echo "NZRESULT PASS cli.file_size_limit_trains_when_mpi_fits"
+else echo "NZRESULT FAIL cli.file_size_limit_trains_when_mpi_fits (exit $rc: $(head -c 300 <<<"$out"))"; fi

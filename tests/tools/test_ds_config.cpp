@@ -8,7 +8,9 @@
 //     inconsistent one is one line and exit 2;
 //   - command-line flags override the file;
 //   - an unknown or unsupported key, a config for another binary, bad JSON: one line naming it,
-//     exit 2;
+//     exit 2; several unknown keys: one line naming every one of them;
+//   - DeepSpeed's logging and monitoring sections, its checkpoint options and a
+//     communication_data_type equal to the run's precision: one note each (another type: refused);
 //   - configs as users have them (tests/tools/ds_configs: shaped like DeepSpeed's tutorial configs and
 //     the Hugging Face and Lightning integrations' ZeRO-2 and ZeRO-3 configs) run: each of
 //     DeepSpeed's keys that change nothing here is one note line, "auto" takes the command line's
@@ -211,7 +213,9 @@ const std::set<std::string> kNoEffect = {
     "zero_optimization.stage3_max_live_parameters", "zero_optimization.stage3_max_reuse_distance",
     "zero_optimization.stage3_gather_16bit_weights_on_model_save", "zero_optimization.offload_optimizer.pin_memory",
     "zero_optimization.offload_param", "activation_checkpointing.contiguous_memory_optimization",
-    "activation_checkpointing.synchronize_checkpoint_boundary"};
+    "activation_checkpointing.synchronize_checkpoint_boundary",
+    // logging and monitoring, DeepSpeed's checkpoint options, and the reduction's type when it is the run's own
+    "tensorboard", "wandb", "csv_monitor", "comms_logger", "flops_profiler", "checkpoint", "communication_data_type"};
 
 // The keys of `j` (dotted paths) that are in kNoEffect.
 void no_effect_keys(const Json& j, const std::string& where, std::vector<std::string>* out) {
@@ -247,7 +251,8 @@ TEST(DsConfig, ConfigsAsUsersHaveThemRun) {
   for (const Case& c : {Case{"tests/tools/ds_configs/megatron_zero2.json", "stage2", ""},
                         Case{"tests/tools/ds_configs/lightning_zero3.json", "stage3", ""},
                         Case{"tests/tools/ds_configs/hf_zero2.json", "offload", kAutoFlags},
-                        Case{"tests/tools/ds_configs/hf_zero3.json", "stage3", kAutoFlags}}) {
+                        Case{"tests/tools/ds_configs/hf_zero3.json", "stage3", kAutoFlags},
+                        Case{"tests/tools/ds_configs/monitoring_zero2.json", "stage2", ""}}) {
     SCOPED_TRACE(c.file);
     const Json file = Json::parse(read_file(c.file));
     ASSERT_TRUE(file.has("zero_optimization")) << "not a readable config";
@@ -333,6 +338,51 @@ TEST(DsConfig, AutoTakesTheCommandLinesValueOrNamesTheFlag) {
 
 // Files that are no config, and values that would wrap or overflow: one line, exit 2, at once
 // (each run is bounded by `timeout 60`: a hang fails as exit 124).
+// Every unknown key of a config, at any depth, is named in one line: one run tells the user all
+// of them (a group of compression_training counts whatever its name).
+TEST(DsConfig, EveryUnknownKeyInOneLine) {
+  const std::vector<std::string> unknown = {
+      "compression_training.weight_quantization.different_groups.g1.params.zz", "fp16.auto_cast", "sparse_attention",
+      "zero_optimization.mics_shard_size", "zero_optimization.offload_param.bogus"};
+  const std::string config = write_config("several_unknown", R"({"sparse_attention": {"mode": "fixed"},
+      "zero_optimization": {"stage": 2, "mics_shard_size": 8, "overlap_comm": true, "offload_param": {"bogus": 1}},
+      "fp16": {"enabled": false, "auto_cast": false}, "tensorboard": {"enabled": true},
+      "compression_training": {"weight_quantization": {"different_groups": {"g1": {"params": {"zz": 1}}}}}})");
+  std::string out;
+  const int rc = run_command("timeout 60 " + bin_dir() + "/stage2 --config " + config + " " + kRun, &out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_NE(out.find("5 unknown or unsupported keys: "), std::string::npos) << out;
+  for (const std::string& key : unknown) EXPECT_NE(out.find(key), std::string::npos) << key << " not in: " << out;
+  // the keys that are known here, or DeepSpeed's that change nothing, are not among them
+  for (const char* known : {"overlap_comm", "tensorboard", "fp16.enabled", "g1.params,", "offload_param,"})
+    EXPECT_EQ(out.find(known), std::string::npos) << known << " named in: " << out;
+}
+
+// communication_data_type may only restate the run's own precision (the gradients are reduced in
+// it here); total_num_steps is WarmupDecayLR's alone.
+TEST(DsConfig, CommunicationTypeIsTheRunsPrecision) {
+  expect_one_line_error("stage2", write_config("comm_fp32_in_bf16", R"({"zero_optimization": {"stage": 2},
+                          "bf16": {"enabled": true}, "communication_data_type": "fp32"})"), kRun,
+                        "communication_data_type: \"fp32\": here the gradients are reduced in the run's own precision, "
+                        "bf16, expected \"bf16\"");
+  expect_one_line_error("stage2", write_config("comm_bf16_cli", R"({"zero_optimization": {"stage": 2},
+                          "communication_data_type": "bf16"})"), kRun + "--precision fp16 ",
+                        "reduced in the run's own precision, fp16");
+  expect_one_line_error("stage2", write_config("comm_bogus", R"({"zero_optimization": {"stage": 2},
+                          "communication_data_type": "int8"})"), kRun, "expected fp32, fp16 or bf16");
+  expect_one_line_error("stage0_ddp", write_config("warmuplr_total", R"({"scheduler": {"type": "WarmupLR",
+                          "params": {"total_num_steps": 10}}})"), kRun,
+                        "scheduler.params.total_num_steps: WarmupDecayLR's key beside WarmupLR");
+  // DeepSpeed's older spelling of bf16, in its upper case, restating a bf16 run from the command line: accepted
+  RunResult r = run_trainer("stage2", 2, kRun + "--precision bf16 --config " +
+                            write_config("comm_bfp16", R"({"zero_optimization": {"stage": 2}, "communication_data_type": "BFP16"})"),
+                            "comm_bfp16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.report["precision"].str, "bf16");
+  EXPECT_NE(r.output.find("note: --config "), std::string::npos) << r.output;
+}
+
 TEST(DsConfig, BadFilesAndOutOfRangeValuesAreOneLineExit2) {
   const std::string dir = temp_dir() + "/a_dir";
   (void)!system(("mkdir -p '" + dir + "'").c_str());

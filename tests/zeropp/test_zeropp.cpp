@@ -29,6 +29,11 @@ namespace {
 const std::string kFlags =
     "--preset tiny --seq 32 --batch 2 --lr 3e-3 --warmup 2 --eval-every 0 --eval-windows 4 --clip 0.5 ";
 const std::string kBlocks = " --qw-block 64 --qg-block 64";  // small blocks: the tiny model has many
+// `flags` with the small blocks of the techniques it turns on (a block size without its technique is refused)
+std::string with_blocks(const std::string& flags) {
+  return flags + (flags.find("--qwz") != std::string::npos ? " --qw-block 64" : "") +
+         (flags.find("--qgz") != std::string::npos ? " --qg-block 64" : "");
+}
 const int kSteps = 4;
 
 const RunResult& run(const std::string& trainer, int N, int accum, const std::string& extra,
@@ -46,7 +51,7 @@ struct Pair {
 int steps_of(const std::string& prec) { return prec == "fp16" ? 8 : kSteps; }  // fp16: past the skipped ones
 const RunResult& reference_of(const Pair& p, int N, int K, const std::string& prec) {
   if (p.reference == "stage3") return run("stage3", N, K, "", prec, steps_of(prec));
-  return run("zeropp_reference", N, K, p.reference + kBlocks, prec, steps_of(prec));
+  return run("zeropp_reference", N, K, with_blocks(p.reference), prec, steps_of(prec));
 }
 
 std::string describe(const Verdict& v) { return v.str(); }
@@ -58,8 +63,8 @@ TEST(Zeropp, EqualityMatrixBitForBit) {
   const std::vector<Case> cases = {
       {4, 2, "fp32", {"", "stage3"}},  // none of the three: stage3 itself
       {4, 2, "fp32", {"--hpz 2", "stage3"}},
-      {4, 2, "fp32", {"--qwz" + kBlocks, "--qwz"}},
-      {4, 2, "fp32", {"--qgz" + kBlocks, "--qgz"}},
+      {4, 2, "fp32", {with_blocks("--qwz"), "--qwz"}},
+      {4, 2, "fp32", {with_blocks("--qgz"), "--qgz"}},
       {4, 2, "fp32", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
       {3, 1, "fp32", {"--qwz --hpz 3 --qgz" + kBlocks, "--qwz --qgz"}},
       {2, 1, "bf16", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
@@ -93,9 +98,9 @@ TEST(Zeropp, EqualityMatrixBitForBit) {
 TEST(Zeropp, BrokenVariantsAreCaught) {
   struct Mutant { const char* name; int N, K; std::string prec; Pair p; };
   const std::vector<Mutant> mutants = {
-      {"sum_kept_quantized", 4, 2, "fp32", {"--qgz" + kBlocks, "--qgz"}},
+      {"sum_kept_quantized", 4, 2, "fp32", {with_blocks("--qgz"), "--qgz"}},
       {"per_tensor_scale", 4, 2, "fp32", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
-      {"own_slice_exact", 4, 2, "fp32", {"--qgz" + kBlocks, "--qgz"}},
+      {"own_slice_exact", 4, 2, "fp32", {with_blocks("--qgz"), "--qgz"}},
       {"hpz_stale", 4, 2, "fp32", {"--hpz 2", "stage3"}},
       {"bf16_read_as_fp16", 2, 1, "bf16", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
   };
