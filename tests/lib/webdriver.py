@@ -93,6 +93,15 @@ class Browser:
             actions += [{"type": "keyDown", "value": ch}, {"type": "keyUp", "value": ch}]
         self.cmd("POST", "/actions", {"actions": [{"type": "key", "id": "keyboard", "actions": actions}]})
 
+    def set_width(self, width, height=768):
+        """The page's viewport `width` CSS pixels wide (a phone's 400, a tablet's 768, a projector's 1024):
+        the window resized; returns the viewport's width as the page sees it."""
+        self.cmd("POST", "/window/rect", {"width": width, "height": height})
+        return self.run("return window.innerWidth")
+
+    def refresh(self):
+        self.cmd("POST", "/refresh", {})
+
     def wait_for(self, script, timeout=30):
         end = time.time() + timeout
         while time.time() < end:
@@ -140,7 +149,9 @@ class Firefox(Browser):
                 ("POST", "/element"): "WebDriver:FindElement", ("POST", "/actions"): "WebDriver:PerformActions",
                 ("GET", "/screenshot"): "WebDriver:TakeScreenshot", ("DELETE", ""): "Marionette:Quit",
                 ("POST", "/click"): "WebDriver:ElementClick", ("POST", "/clear"): "WebDriver:ElementClear",
-                ("POST", "/value"): "WebDriver:ElementSendKeys", ("POST", "/window/rect"): "WebDriver:SetWindowRect"}
+                ("POST", "/value"): "WebDriver:ElementSendKeys", ("POST", "/window/rect"): "WebDriver:SetWindowRect",
+                ("POST", "/refresh"): "WebDriver:Refresh", ("POST", "/context"): "Marionette:SetContext"}
+    MIN_WIDTH = 500  # Firefox keeps its window at least this wide, headless too
 
     def __init__(self, width=1024, height=768):
         self.port = free_port()
@@ -148,7 +159,8 @@ class Firefox(Browser):
         with open(os.path.join(self.profile, "user.js"), "w") as f:
             f.write(f'user_pref("marionette.port", {self.port});\n')
         exe = shutil.which("firefox-esr") or shutil.which("firefox")
-        self.proc = subprocess.Popen([exe, "--headless", "--marionette", "--profile", self.profile,
+        # -remote-allow-system-access: set_width zooms the page, which is the browser's own (chrome) script
+        self.proc = subprocess.Popen([exe, "--headless", "--marionette", "-remote-allow-system-access", "--profile", self.profile,
                                       "--window-size", f"{width},{height}"], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, env=dict(os.environ, HOME=self.profile))
         for _ in range(600):
@@ -163,6 +175,21 @@ class Firefox(Browser):
         self._read()  # the server's hello
         self.cmd("POST", "/session", {"capabilities": {}})
         self.cmd("POST", "/window/rect", {"width": width, "height": height})
+
+    def set_width(self, width, height=768):
+        """As Browser.set_width; below MIN_WIDTH the window stays MIN_WIDTH wide and the page is zoomed in
+        (Ctrl-+), which gives it a viewport `width` CSS pixels wide, as a phone's screen does. The zoom
+        lasts until the tab leaves the page: call it after loading."""
+        self.cmd("POST", "/window/rect", {"width": max(width, self.MIN_WIDTH), "height": height})
+        zoom = max(width, self.MIN_WIDTH) / width
+        self.cmd("POST", "/context", {"value": "chrome"})
+        try:
+            self.cmd("POST", "/execute/sync", {"script": "Services.prefs.setBoolPref('browser.zoom.siteSpecific', false);"
+                                                         "ZoomManager.setZoomForBrowser(gBrowser.selectedBrowser, arguments[0])",
+                                               "args": [zoom]})
+        finally:
+            self.cmd("POST", "/context", {"value": "content"})
+        return self.run("return window.innerWidth")
 
     def _read(self):
         while b":" not in self.buf:

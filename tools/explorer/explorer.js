@@ -261,10 +261,18 @@ function loadFormState(hash) {
     else $(id).value = p.get(id);
   }
 }
-function saveView() {  // after every change: the link and the address bar hold the view shown
-  const hash = "#" + formState();
-  $("permalink").href = hash;
-  if (location.hash !== hash) history.replaceState(null, "", hash);
+// After every change: the link and the address bar hold the view shown. Once the change is done (a
+// change runs up to three sections, each calling this), as browsers limit how often an address changes.
+let viewPending = false;
+function saveView() {
+  $("permalink").href = "#" + formState();
+  if (viewPending) return;
+  viewPending = true;
+  setTimeout(() => {
+    viewPending = false;
+    const hash = "#" + formState();
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+  }, 0);
 }
 
 // The whole page again for the settings: the explorer, ZeRO++ and the pipeline (each reads the form).
