@@ -43,7 +43,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from webdriver import Browser, Firefox, KEY_ENTER, KEY_TAB, free_port  # noqa: E402
+from webdriver import Browser, Firefox, KEY_ENTER, KEY_TAB, WebDriverError, free_port  # noqa: E402
 
 page_dir, native = sys.argv[1], sys.argv[2]  # (explorer_wasm_check.py imports the configurations from here)
 browsers = [(b.split(":")[0], int(b.split(":")[1])) for b in sys.argv[3:]]  # chromium:300 firefox:100
@@ -290,12 +290,26 @@ def stop(proc):
     proc.wait(timeout=10)
 
 
+def start(kind):
+    """The browser, or None after one FAIL line saying why it did not start (tried twice: a first start
+    on a loaded machine can time out). Either way nothing it started is left running."""
+    for attempt in (1, 2):
+        try:
+            return Browser(1024, 768) if kind == "chromium" else Firefox(1024, 768)
+        except WebDriverError as e:
+            if attempt == 2:
+                res("starts", False, f"({e}; tried twice)")
+    return None
+
+
 def main(kind, count):
     global current
     current = kind
     t0 = time.time()
     page = os.path.abspath(os.path.join(page_dir, "index.html"))
-    browser = Browser(1024, 768) if kind == "chromium" else Firefox(1024, 768)
+    browser = start(kind)
+    if browser is None:
+        return
     try:
         ok = load(browser, "file://" + page)
         res("loads_from_disk", ok, f"({page})")
@@ -726,5 +740,14 @@ return worst;
 """
 
 if __name__ == "__main__":
+    # SIGTERM (a timeout, Ctrl-C's cousin) unwinds as an exception, so that each browser is closed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    failed = False
     for kind, n in browsers:
-        main(kind, n)
+        try:
+            main(kind, n)
+        except Exception as e:  # a check that broke: one line, then the next browser (this one is closed)
+            failed = True
+            current = kind
+            res("runs", False, f"(stopped by {type(e).__name__}: {str(e)[:300]})")
+    sys.exit(1 if failed else 0)

@@ -9,6 +9,32 @@ bin=${NZ_BIN_DIR:-build/bin}
 page=${NZ_EXPLORER_DIR:-$bin/../explorer}
 res() { if [ "$2" = 0 ]; then echo "NZRESULT PASS explorer.$1"; else echo "NZRESULT FAIL explorer.$1 $3"; fi; }
 
+# The browser checks run in a process group of their own (setsid: the Python, chromedriver, the browsers
+# and what they start), which is ended on every way out of this script: a failed or killed check leaves
+# nothing running. A process still in the group when its check has returned is a FAIL naming it.
+groups=()
+in_group() {  # in_group CMD...: runs CMD as its own process group; its exit code
+  setsid "$@" &
+  local g=$!
+  groups+=("$g")
+  wait "$g"
+}
+end_groups() {
+  local g
+  for g in "${groups[@]}"; do kill -TERM -- "-$g" 2>/dev/null; done
+  sleep 0.2
+  for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null; done
+}
+trap end_groups EXIT
+trap 'exit 143' TERM INT HUP
+left_in_group() {  # left_in_group LABEL: FAIL if the last group still has a process, then ends them
+  local g=${groups[-1]} left
+  left=$(pgrep -g "$g" -a 2>/dev/null | grep -v '<defunct>' | cut -c1-80 | paste -sd';')
+  [ -z "$left" ]
+  res "$1" $? "(still running after the check: $left)"
+  end_groups
+}
+
 # make explore's server (scripts/explore.sh): bad settings are one line and exit 2, before serving
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 while read -r label bad_env dir; do
@@ -35,7 +61,7 @@ if [ ! -f "$page/zero_estimate.js" ]; then
 fi
 # the WebAssembly under Node against the native build, byte for byte (no browser needed)
 if command -v node >/dev/null 2>&1; then
-  timeout -k 10 300 python3 tests/tools/explorer_wasm_check.py "$page" "$bin/zero_estimate" ||
+  timeout -k 10 150 python3 tests/tools/explorer_wasm_check.py "$page" "$bin/zero_estimate" ||
     echo "NZRESULT FAIL explorer.wasm_run (explorer_wasm_check.py exited with $?)"
 else
   echo "NZRESULT SKIP explorer.wasm (node not installed; emscripten brings it: bash scripts/install_deps.sh --explorer)"
@@ -52,5 +78,22 @@ else
   echo "NZRESULT SKIP explorer.firefox (firefox-esr not installed; bash scripts/install_deps.sh --explorer installs it)"
 fi
 [ ${#browsers[@]} -gt 0 ] || exit 0
-timeout -k 10 300 python3 tests/tools/explorer_check.py "$page" "$bin/zero_estimate" "${browsers[@]}" ||
+# a browser that cannot start: one line saying why, and nothing left running (the same path a machine
+# takes where Chromium does not start; here TMPDIR names no folder, so it cannot make its profile)
+if command -v chromedriver >/dev/null 2>&1; then
+  said=$(mktemp)
+  in_group env TMPDIR=/nonexistent/explorer_check timeout -k 5 120 python3 -c '
+import sys; sys.path.insert(0, "tests/lib")
+from webdriver import Browser, WebDriverError
+try:
+    Browser()
+except WebDriverError as e:
+    print(e); sys.exit(3)' >"$said" 2>&1; rc=$?
+  out=$(cat "$said"); rm -f "$said"
+  [ $rc = 3 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'chromium did not start.*TMPDIR=' <<<"$out"
+  res a_browser_that_does_not_start_is_one_line $? "(exit $rc: $out)"
+  left_in_group a_browser_that_does_not_start_leaves_nothing_running
+fi
+in_group timeout -k 10 420 python3 tests/tools/explorer_check.py "$page" "$bin/zero_estimate" "${browsers[@]}" ||
   echo "NZRESULT FAIL explorer.browser_run (explorer_check.py exited with $?)"
+left_in_group browsers_leave_nothing_running
