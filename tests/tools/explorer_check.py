@@ -594,12 +594,14 @@ def newcomer_checks(browser, url):
         # scrolls to it, then changed; of the outputs that changed, one at least is on the screen --
         bad, tried = [], 0
         for control, act in (("stage", lambda: pick(browser, "stage", "stage2")),
+                             ("preset", lambda: pick(browser, "preset", "gpt2")),
+                             ("fit", lambda: typed(browser, "fit", "2GB")),
                              ("world", lambda: typed(browser, "world", "16")),
                              ("zpp-node", lambda: typed(browser, "zpp-node", "4")),
                              ("pp-stages", lambda: typed(browser, "pp-stages", "4")),
                              ('[data-paper="128B"]', lambda: browser.click(browser.find('button[data-paper="128B"]'))),
                              ('[data-paper="1T"]', lambda: browser.click(browser.find('button[data-paper="1T"]')))):
-            if control in ("zpp-node", "pp-stages"):  # their tables need a shape
+            if control in ("preset", "fit", "zpp-node", "pp-stages"):  # shown, or with a table, for a shape
                 pick(browser, "model", "shape")
             browser.run("window.scrollTo(0, 0); document.querySelector(arguments[0].startsWith('[') ? arguments[0] : "
                         "'#' + arguments[0]).scrollIntoView({block: 'center'})", control)

@@ -297,7 +297,9 @@ function updateMain() {
     renderAccum(base, N);
     const fits = here.estimates.filter((e) => e.fit_batch !== undefined)
       .map((e) => `${e.stage} ${e.fit_batch || "none"} (${e.fit_batch_checkpointed || "none"} checkpointed)`);
-    status.textContent = `Ψ = ${grouped(here.num_params)} parameters, ${here.precision}` +
+    const perRank = here.estimates.map((e) => `${e.stage} ${fmtBytes(e.device)}`).join(", ");
+    status.textContent = `N = ${N}, on the device per rank: ${perRank}. ` +
+      `Ψ = ${grouped(here.num_params)} parameters, ${here.precision}` +
       (here.raw_params ? " (a raw count: model states only)" : `, activations for batch ${here.batch} x seq ${here.seq}`) +
       (fits.length ? `. Largest micro-batch that fits ${$("fit").value} at N = ${N}: ${fits.join(", ")}.` : "");
     status.className = "";
