@@ -81,6 +81,10 @@ def machine_notes():
     except (OSError, KeyError, ValueError):
         pass
     notes.append(f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if not os.path.exists("/proc/self/stat"):
+        notes.append("/proc is not mounted (a chroot without it: mount -t proc proc /proc)")
+    if not os.path.isdir("/dev/shm"):
+        notes.append("no /dev/shm")
     tmp = tempfile.gettempdir()
     if os.environ.get("TMPDIR") and os.path.realpath(os.environ["TMPDIR"]) != os.path.realpath(tmp):
         notes.append(f"TMPDIR={os.environ['TMPDIR']} is not a writable folder")
