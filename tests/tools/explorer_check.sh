@@ -19,13 +19,16 @@ in_group() {  # in_group CMD...: runs CMD as its own process group; its exit cod
   groups+=("$g")
   wait "$g"
 }
-end_groups() {
-  local g
+alive() { local g; for g in "${groups[@]}"; do pgrep -g "$g" >/dev/null && return 0; done; return 1; }
+end_groups() {  # SIGTERM (the Python closes its browsers), up to 5 s, then SIGKILL
+  local g i
   for g in "${groups[@]}"; do kill -TERM -- "-$g" 2>/dev/null; done
-  sleep 0.2
+  for i in $(seq 50); do alive || break; sleep 0.1; done
   for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null; done
 }
-trap end_groups EXIT
+# the browsers' profiles and logs go to a folder of the check's own, removed on every exit
+work=$(mktemp -d "${TMPDIR:-/tmp}/explorer_check.XXXXXX")
+trap 'end_groups; rm -rf "$work"' EXIT
 trap 'exit 143' TERM INT HUP
 left_in_group() {  # left_in_group LABEL: FAIL if the last group still has a process, then ends them
   local g=${groups[-1]} left
@@ -33,6 +36,7 @@ left_in_group() {  # left_in_group LABEL: FAIL if the last group still has a pro
   [ -z "$left" ]
   res "$1" $? "(still running after the check: $left)"
   end_groups
+  return 0
 }
 
 # scripts/install_deps.sh's explorer parts, as root, with apt stood in for by one whose lock another
@@ -125,6 +129,7 @@ except WebDriverError as e:
   res a_browser_that_does_not_start_is_one_line $? "(exit $rc: $out)"
   left_in_group a_browser_that_does_not_start_leaves_nothing_running
 fi
-in_group timeout -k 10 420 python3 tests/tools/explorer_check.py "$page" "$bin/zero_estimate" "${browsers[@]}" ||
+in_group env TMPDIR="$work" timeout -k 10 420 python3 tests/tools/explorer_check.py "$page" "$bin/zero_estimate" "${browsers[@]}" ||
   echo "NZRESULT FAIL explorer.browser_run (explorer_check.py exited with $?)"
 left_in_group browsers_leave_nothing_running
+exit 0
