@@ -24,7 +24,12 @@ shows is what build/bin/zero_estimate (the native build) prints:
   - a view's permalink (the form in the page's address) reopens the same table;
   - the page works from disk (file://) and from `make explore`'s server (scripts/explore.sh);
   - the check can fail: the same comparison on a copy of the page whose form drops --accum finds
-    the differences.
+    the differences;
+  - as a newcomer uses it (newcomer_checks): at 400, 768 and 1024 CSS pixels no sideways scrolling
+    and the chart at a usable size, each control's effect on the screen where the control is; the
+    address bar as the view (reload = the same settings and tables, ZeRO++'s and the pipeline's
+    included); the default view without an error or an empty box; preset tiny; the command shown
+    under an error; the device-memory line; every bar seen and labelled; the whole result line.
 The same checks run in each browser named (chromium, through chromedriver; firefox, through its
 Marionette port). Prints NZRESULT lines; usage: explorer_check.py PAGE_DIR ZERO_ESTIMATE BROWSER:CONFIGURATIONS... (chromium:300 firefox:100)
 """

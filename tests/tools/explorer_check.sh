@@ -2,8 +2,10 @@
 # The explorer (docs/explorer.md) against the native zero_estimate: its WebAssembly under Node, byte
 # for byte (tests/tools/explorer_wasm_check.py), and the page in headless Chromium and Firefox
 # (tests/tools/explorer_check.py: 300 random configurations in Chromium, 100 in Firefox). A browser that is not installed, or no page (no em++ to build it), is one SKIP line saying
-# what is missing; scripts/install_deps.sh --explorer installs them all (make test runs it). Prints
-# NZRESULT lines for tests/run_all.sh.
+# what is missing; scripts/install_deps.sh --explorer installs them all (make test runs it); a browser
+# that is installed but does not start is one FAIL line saying why. Also install_deps.sh's explorer
+# parts (apt locked, make explore's --explore) and make explore's server. Prints NZRESULT lines for
+# tests/run_all.sh.
 cd "$(dirname "$0")/../.."
 bin=${NZ_BIN_DIR:-build/bin}
 page=${NZ_EXPLORER_DIR:-$bin/../explorer}
