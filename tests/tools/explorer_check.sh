@@ -21,7 +21,17 @@ in_group() {  # in_group CMD...: runs CMD as its own process group; its exit cod
   groups+=("$g")
   wait "$g"
 }
-alive() { local g; for g in "${groups[@]}"; do pgrep -g "$g" >/dev/null && return 0; done; return 1; }
+group_procs() {  # group_procs PGID: its live processes, "PID COMMAND" a line (from /proc: no procps needed)
+  local g=$1 f line pid
+  for f in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null <"$f" || continue
+    set -- ${line##*) }  # after the command's name: state, ppid, pgrp, ...
+    [ "$3" = "$g" ] && [ "$1" != Z ] || continue
+    pid=${f#/proc/}; pid=${pid%/stat}
+    echo "$pid $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | cut -c1-70)"
+  done
+}
+alive() { local g; for g in "${groups[@]}"; do [ -n "$(group_procs "$g")" ] && return 0; done; return 1; }
 end_groups() {  # SIGTERM (the Python closes its browsers), up to 5 s, then SIGKILL
   local g i
   for g in "${groups[@]}"; do kill -TERM -- "-$g" 2>/dev/null; done
@@ -34,7 +44,7 @@ trap 'end_groups; rm -rf "$work"' EXIT
 trap 'exit 143' TERM INT HUP
 left_in_group() {  # left_in_group LABEL: FAIL if the last group still has a process, then ends them
   local g=${groups[-1]} left
-  left=$(pgrep -g "$g" -a 2>/dev/null | grep -v '<defunct>' | cut -c1-80 | paste -sd';')
+  left=$(group_procs "$g" | paste -sd';')
   [ -z "$left" ]
   res "$1" $? "(still running after the check: $left)"
   end_groups
