@@ -304,7 +304,7 @@ endif
 
 # EXPLORE_IP=0.0.0.0 in a container, EXPLORE_PORT= another port (scripts/explore.sh)
 explore:
-	@bash scripts/install_deps.sh --explorer
+	@bash scripts/install_deps.sh --explore
 	@$(MAKE) --no-print-directory explorer
 	@bash scripts/explore.sh $(EXPLORER)
 

@@ -4,17 +4,45 @@
 # Python 3 with the notebook packages (requirements.txt, pinned) in a virtual environment .venv/.
 # As root it installs with apt-get; otherwise it prints the exact command to run and stops.
 # nvcc is optional: when it is on PATH the CUDA backend is built too.
-# --explorer (make explore, make test): also the explorer's compiler and browsers (docs/explorer.md):
-# emscripten (em++: zero_estimate to WebAssembly); chromium, chromium-driver and firefox-esr (its
-# browser test).
+# --explorer (make test): also the explorer's compiler and browsers (docs/explorer.md): emscripten
+# (em++: zero_estimate to WebAssembly); chromium, chromium-driver and firefox-esr (its browser test).
+# --explore (make explore): only what the page needs to be built and served: emscripten and python3
+# (not the trainers' packages, the test's browsers or the notebooks' .venv).
+# apt-get waits up to 2 minutes for a lock another apt holds; when it still fails, its own message is
+# shown, with a line saying so where the lock is held.
 set -euo pipefail
-explorer=0
-[ "${1:-}" = --explorer ] && explorer=1
+explorer=0 explore_only=0
+case "${1:-}" in
+  "") ;;
+  --explorer) explorer=1 ;;
+  --explore) explorer=1 explore_only=1 ;;
+  *) echo "error: install_deps.sh $1: expected no option, --explorer (make test) or --explore (make explore)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
+
+# apt-get ARGS..., without its progress: its error lines (E:, W:) are shown, and a lock held by another
+# process is said in so many words, so that "did not install" is never the only line.
+apt_locked=0
+apt_run() {
+  local log rc=0
+  log=$(mktemp)
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 "$@" >"$log" 2>&1 || rc=$?
+  if [ $rc != 0 ]; then
+    grep -E '^(E|W|Err):' "$log" | head -4 >&2 || tail -3 "$log" >&2
+    if grep -qi 'could not get lock\|unable to acquire the dpkg\|is held by process' "$log"; then
+      echo "apt is locked by another process (above): run the same command again once it is done" >&2
+      apt_locked=1
+    fi
+  fi
+  rm -f "$log"
+  return $rc
+}
 
 # The Debian name of this machine's architecture's library folder: x86_64-linux-gnu, aarch64-linux-gnu, ...
 multiarch=$(gcc -print-multiarch 2>/dev/null || true)
 missing=()
+optional=()
+if [ $explore_only = 0 ]; then
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || missing+=(mpich libmpich-dev)
@@ -27,20 +55,24 @@ command -v timeout >/dev/null 2>&1 || missing+=(coreutils)
 # oneDNN: bf16 matrix products on the CPU's bf16 instructions, where it has them (common/kernels/gemm_bf16.h).
 # Debian builds it for x86-64 and 64-bit ARM, not for every architecture: beyond x86-64 it is optional,
 # installed where apt has it, and the Makefile builds without it where it is absent (DNNL=0).
-optional=()
 if [ ! -f /usr/include/oneapi/dnnl/dnnl.hpp ]; then
   if [ "$multiarch" = x86_64-linux-gnu ]; then missing+=(libdnnl-dev); else optional+=(libdnnl-dev); fi
 fi
 # nlohmann-json, header-only: reads DeepSpeed's config files (common/runtime/ds_config.cpp, --config)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+else
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)  # make explore's server
+fi
 # --explorer: installed apart from the rest, and not required: where apt cannot install them (on
 # Ubuntu `chromium` and `firefox` are snaps, which a container cannot run) the browser test says SKIP.
 explorer_missing=()
 if [ $explorer = 1 ]; then
   command -v em++ >/dev/null 2>&1 || explorer_missing+=(emscripten)
-  command -v chromium >/dev/null 2>&1 || explorer_missing+=(chromium)
-  command -v chromedriver >/dev/null 2>&1 || explorer_missing+=(chromium-driver)
-  command -v firefox-esr >/dev/null 2>&1 || command -v firefox >/dev/null 2>&1 || explorer_missing+=(firefox-esr)
+  if [ $explore_only = 0 ]; then  # the browser test's
+    command -v chromium >/dev/null 2>&1 || explorer_missing+=(chromium)
+    command -v chromedriver >/dev/null 2>&1 || explorer_missing+=(chromium-driver)
+    command -v firefox-esr >/dev/null 2>&1 || command -v firefox >/dev/null 2>&1 || explorer_missing+=(firefox-esr)
+  fi
 fi
 
 # An optional package is wanted where apt has it (asked again after apt-get update, below).
@@ -51,10 +83,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
+    apt_run update -qq
     for p in "${optional[@]}"; do [[ " ${missing[*]} " != *" $p "* ]] && apt_has "$p" && missing+=("$p"); done
     echo "installing: ${missing[*]}"
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_run install -y -qq --no-install-recommends "${missing[@]}"
   else
     echo "nanoZeRO needs: ${missing[*]}"
     echo "run as root:  sudo sh -c '$cmd'"
@@ -66,11 +98,15 @@ fi
 if [ ${#explorer_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing for the explorer: ${explorer_missing[*]}"
-    [ ${#missing[@]} -gt 0 ] || apt-get update -qq
+    [ ${#missing[@]} -gt 0 ] || apt_run update -qq || true  # (a failed update: its message, then each install says)
     # one at a time: a package apt lacks or cannot set up here costs only its own part of the test
     for p in "${explorer_missing[@]}"; do
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 ||
-        echo "$p did not install: the explorer's tests that need it will say SKIP"
+      if [ $apt_locked = 1 ]; then  # (no second wait for the same lock)
+        echo "$p not installed, apt being locked: the explorer's parts that need it will say SKIP"
+      else
+        apt_run install -y -qq --no-install-recommends "$p" ||
+          echo "$p did not install (apt's message above): the explorer's parts that need it will say SKIP"
+      fi
     done
   else
     echo "the explorer needs: ${explorer_missing[*]} (its browser test says SKIP without them)"
@@ -78,8 +114,9 @@ if [ ${#explorer_missing[@]} -gt 0 ]; then
   fi
 fi
 
-# Python packages for the notebooks and plots, pinned, in .venv (never the system Python).
-if [ -f requirements.txt ]; then
+# Python packages for the notebooks and plots, pinned, in .venv (never the system Python); not for make
+# explore, whose page runs none of them.
+if [ $explore_only = 0 ] && [ -f requirements.txt ]; then
   stamp=.venv/.requirements.stamp
   if [ ! -f "$stamp" ] || ! cmp -s requirements.txt "$stamp"; then
     echo "setting up .venv with requirements.txt (once)"

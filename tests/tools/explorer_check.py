@@ -24,7 +24,12 @@ shows is what build/bin/zero_estimate (the native build) prints:
   - a view's permalink (the form in the page's address) reopens the same table;
   - the page works from disk (file://) and from `make explore`'s server (scripts/explore.sh);
   - the check can fail: the same comparison on a copy of the page whose form drops --accum finds
-    the differences.
+    the differences;
+  - as a newcomer uses it (newcomer_checks): at 400, 768 and 1024 CSS pixels no sideways scrolling
+    and the chart at a usable size, each control's effect on the screen where the control is; the
+    address bar as the view (reload = the same settings and tables, ZeRO++'s and the pipeline's
+    included); the default view without an error or an empty box; preset tiny; the command shown
+    under an error; the device-memory line; every bar seen and labelled; the whole result line.
 The same checks run in each browser named (chromium, through chromedriver; firefox, through its
 Marionette port). Prints NZRESULT lines; usage: explorer_check.py PAGE_DIR ZERO_ESTIMATE BROWSER:CONFIGURATIONS... (chromium:300 firefox:100)
 """
@@ -43,7 +48,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from webdriver import Browser, Firefox, KEY_ENTER, KEY_TAB, free_port  # noqa: E402
+from webdriver import Browser, Firefox, KEY_ENTER, KEY_TAB, WebDriverError, free_port  # noqa: E402
 
 page_dir, native = sys.argv[1], sys.argv[2]  # (explorer_wasm_check.py imports the configurations from here)
 browsers = [(b.split(":")[0], int(b.split(":")[1])) for b in sys.argv[3:]]  # chromium:300 firefox:100
@@ -57,6 +62,7 @@ def res(name, ok, detail=""):
 # ---- random configurations, and the flags the command line takes for each ----
 CTX = {"tiny": 32, "small": 128, "gpt2": 1024}
 STAGES = ["all", "stage0_ddp", "stage1", "stage2", "stage3", "offload", "infinity"]
+WORLDS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # the chart's N
 
 
 def random_config(rng):
@@ -95,7 +101,7 @@ def native_flags(c, accum=None):
         for k in ("layers", "dim", "heads", "vocab"):
             if c[k]:
                 f += [f"--{k}", c[k]]
-        f += ["--batch", str(c["batch"]), "--seq", str(c["seq"])]
+        f += ["--batch", str(c["batch"])] + (["--seq", str(c["seq"])] if c["seq"] != "" else [])
         if c["ckpt"]:
             f.append("--activation-checkpointing")
         f += ["--attention", c["attention"]]
@@ -159,8 +165,8 @@ for (const c of configs) {
   const pst = document.getElementById("pp-status");
   const pcells = [...document.querySelectorAll("#pp-table td[data-key]")].map((td) => [td.dataset.key, td.dataset.stage, td.dataset.value]);
   out.push({error: st.className === "error" ? st.textContent : "", cells: cells,
-            zerror: zst.className === "error" ? zst.textContent : "", zcells: zcells,
-            perror: pst.className === "error" ? pst.textContent : "", pcells: pcells});
+            zerror: zst.className === "error" ? zst.textContent : "", zcells: zcells, zneeds: zst.className === "needs",
+            perror: pst.className === "error" ? pst.textContent : "", pcells: pcells, pneeds: pst.className === "needs"});
 }
 return out;
 """
@@ -169,7 +175,7 @@ FIELDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "preci
           "batch", "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms",
           "pp-stages", "pp-schedule", "pp-partition", "pp-zero"]
 DEFAULTS = {"preset": "small", "layers": "", "dim": "", "heads": "", "vocab": "", "params": "7.5B",
-            "batch": 4, "seq": 64, "ckpt": False, "attention": "gemm", "fit": "", "zpp-node": 8, "zpp-qw": 256,
+            "batch": 4, "seq": "", "ckpt": False, "attention": "gemm", "fit": "", "zpp-node": 8, "zpp-qw": 256,
             "zpp-qg": 256, "zpp-net": "", "zpp-ms": "", "pp-stages": 2, "pp-schedule": "1f1b", "pp-partition": "",
             "pp-zero": "0"}
 
@@ -188,7 +194,14 @@ def compare(browser, configs):
     for i, (c, page) in enumerate(zip(configs, shown)):
         prc, pwant = run_native(pipeline_flags(c))
         compare.pipeline_tables += prc == 0
-        if prc != 0:
+        # a parameter count: ZeRO++ and the pipeline need a shape, which the page says as a note, not an error
+        shape_needed = c["model"] == "params"
+        if shape_needed != (prc != 0 and "needs a model shape" in pwant):
+            diffs.append(f"{pipeline_flags(c)}: zero_estimate's answer '{str(pwant)[:80]}' for a {c['model']}")
+        if shape_needed:
+            if not page["pneeds"] or page["pcells"] or page["perror"]:
+                diffs.append(f"{pipeline_flags(c)}: the page shows no note that the pipeline needs a shape")
+        elif prc != 0:
             if page["perror"] != pwant:
                 diffs.append(f"{pipeline_flags(c)}: native '{pwant}', page '{page['perror']}'")
         else:
@@ -207,7 +220,10 @@ def compare(browser, configs):
                     diffs.append(f"{pipeline_flags(c)}: {key} page {pgot[key]}, zero_estimate {pexpect[key]}")
         zrc, zwant = run_native(zeropp_flags(c))
         compare.zeropp_tables += zrc == 0
-        if zrc != 0:
+        if shape_needed:
+            if not page["zneeds"] or page["zcells"] or page["zerror"] or zrc == 0:
+                diffs.append(f"{zeropp_flags(c)}: the page shows no note that ZeRO++ needs a shape")
+        elif zrc != 0:
             if page["zerror"] != zwant:
                 diffs.append(f"{zeropp_flags(c)}: native '{zwant}', page '{page['zerror']}'")
         else:
@@ -279,12 +295,26 @@ def stop(proc):
     proc.wait(timeout=10)
 
 
+def start(kind):
+    """The browser, or None after one FAIL line saying why it did not start (tried twice: a first start
+    on a loaded machine can time out). Either way nothing it started is left running."""
+    for attempt in (1, 2):
+        try:
+            return Browser(1024, 768) if kind == "chromium" else Firefox(1024, 768)
+        except WebDriverError as e:
+            if attempt == 2:
+                res("starts", False, f"({e}; tried twice)")
+    return None
+
+
 def main(kind, count):
     global current
     current = kind
     t0 = time.time()
     page = os.path.abspath(os.path.join(page_dir, "index.html"))
-    browser = Browser(1024, 768) if kind == "chromium" else Firefox(1024, 768)
+    browser = start(kind)
+    if browser is None:
+        return
     try:
         ok = load(browser, "file://" + page)
         res("loads_from_disk", ok, f"({page})")
@@ -311,7 +341,7 @@ def main(kind, count):
                     "document.getElementById('ckpt').checked = false; document.getElementById('attention').value = 'gemm';"
                     "for (const k of ['layers', 'dim', 'heads', 'vocab']) document.getElementById(k).value = '';"
                     "window.nzExplorer.update()")
-        rects = browser.run("return [...document.querySelectorAll('#chart rect')].map((r) => [r.dataset.stage, "
+        rects = browser.run("return [...document.querySelectorAll('#chart rect[data-cat]')].map((r) => [r.dataset.stage, "
                             "r.dataset.world, r.dataset.cat, r.dataset.bytes, +r.getAttribute('y'), +r.getAttribute('height')])")
         _, want = run_native(["--preset", "gpt2", "--precision", "bf16", "--stage", "all", "--batch", "4", "--seq", "64",
                               "--world", "1,2,4,8,16,32,64,128,256,512,1024"])
@@ -406,6 +436,10 @@ def main(kind, count):
                 qbad.append(f"Q{i + 1}: verdict {verdict} on entry, expected {'right' if ok else 'wrong with a worked answer'}")
         score = browser.run("return document.getElementById('quiz-score').textContent")
         line = browser.run("return document.getElementById('quiz-result').value")
+        box = browser.run("const b = document.getElementById('quiz-result');"
+                          "return [b.scrollWidth, b.clientWidth, b.scrollHeight, b.clientHeight]")
+        res("the_result_line_is_shown_whole", box[0] <= box[1] and box[2] <= box[3] and len(line) > 90,
+            f"(a {len(line)}-character line: its box shows {box[1]} x {box[3]} px of {box[0]} x {box[2]})")
         v = subprocess.run([native, "--verify", line], capture_output=True, text=True)
         n_right = sum(expect_right)
         if not score.startswith(f"{n_right} of 20 right") or v.returncode != 0 or f"{n_right} of 20" not in v.stdout:
@@ -500,6 +534,7 @@ def main(kind, count):
                 f"({len(bdiffs)} differences found)")
         finally:
             shutil.rmtree(broken)
+        newcomer_checks(browser, "file://" + page)
         browser_cpu = browser.cpu_seconds()
     finally:
         browser.close()
@@ -507,6 +542,183 @@ def main(kind, count):
     print(f"explorer_check, {kind}: {time.time() - t0:.1f} s, CPU {browser_cpu:.1f} s in the browser and "
           f"{mine.user + mine.system + mine.children_user + mine.children_system:.1f} s here so far (the native runs)",
           flush=True)
+
+
+# ---- as a newcomer uses the page: at a phone's, a tablet's and a projector's width, each control's
+# effect in view, the address bar, the defaults ----
+def pick(browser, id_, value):
+    """A select set as a person sets it (the page hears its change event); False where the page has no such
+    select (the checks that need it then fail on what they read)."""
+    return browser.run("const e = document.getElementById(arguments[0]); if (!e) return false; e.value = arguments[1];"
+                       "e.dispatchEvent(new Event('change')); return true", id_, value)
+
+
+def typed(browser, id_, text):
+    """A box emptied, `text` typed into it and Tab pressed, through WebDriver's keys."""
+    e = browser.find("#" + id_)
+    browser.clear(e)
+    browser.type(e, text)
+    browser.keys(KEY_TAB)
+
+
+def fresh(browser, url):
+    browser.get("about:blank")
+    return load(browser, url)
+
+
+OUTPUTS = ["status", "chart", "table", "zpp-status", "zpp-table", "pp-status", "pp-table", "paper-case"]
+SNAPSHOT = "return arguments[0].map((id) => document.getElementById(id) ? document.getElementById(id).innerHTML : '')"
+IN_VIEW = """
+const r = document.getElementById(arguments[0]).getBoundingClientRect();
+return [r.top, r.bottom, r.width, window.innerHeight];
+"""
+CHART_DRAWN = ("const s = document.getElementById('chart'), v = s.getAttribute('viewBox');"
+               "return v !== null && Math.abs(+v.split(' ')[2] - Math.max(300, Math.round(s.parentElement.clientWidth))) < 1")
+LAYOUT = """
+const c = document.getElementById('chart').getBoundingClientRect();
+const label = document.querySelector('#chart text').getBoundingClientRect();
+return [document.documentElement.scrollWidth, window.innerWidth, document.documentElement.clientWidth,
+        c.width, c.height, label.height];
+"""
+
+
+def newcomer_checks(browser, url):
+    # -- the layout at 400, 768 and 1024 CSS pixels: nothing wider than the window (no sideways
+    # scrolling), the chart at least 90% of the text's width (or 600 px) and its text at least 9 px tall --
+    for width, height in ((400, 800), (768, 900), (1024, 768)):
+        fresh(browser, url)
+        got = browser.set_width(width, height)
+        browser.wait_for(CHART_DRAWN, timeout=5)
+        sw, iw, cw, chart_w, chart_h, text_h = browser.run(LAYOUT)
+        want_w = min(600, 0.9 * (cw - 24))
+        res(f"layout_at_{width}px", got == width and sw <= iw and chart_w >= want_w and chart_h >= 150 and text_h >= 9,
+            f"(viewport {got} px: page {sw} px wide; chart {chart_w:.0f} x {chart_h:.0f} px, at least {want_w:.0f} wanted; "
+            f"its text {text_h:.1f} px tall)")
+
+        # -- every control's effect in view: the control in the middle of the screen, as a person
+        # scrolls to it, then changed; of the outputs that changed, one at least is on the screen --
+        bad, tried = [], 0
+        for control, act in (("stage", lambda: pick(browser, "stage", "stage2")),
+                             ("preset", lambda: pick(browser, "preset", "gpt2")),
+                             ("fit", lambda: typed(browser, "fit", "2GB")),
+                             ("world", lambda: typed(browser, "world", "16")),
+                             ("zpp-node", lambda: typed(browser, "zpp-node", "4")),
+                             ("pp-stages", lambda: typed(browser, "pp-stages", "4")),
+                             ('[data-paper="128B"]', lambda: browser.click(browser.find('button[data-paper="128B"]'))),
+                             ('[data-paper="1T"]', lambda: browser.click(browser.find('button[data-paper="1T"]')))):
+            if control in ("preset", "fit", "zpp-node", "pp-stages"):  # shown, or with a table, for a shape
+                pick(browser, "model", "shape")
+            browser.run("window.scrollTo(0, 0); document.querySelector(arguments[0].startsWith('[') ? arguments[0] : "
+                        "'#' + arguments[0]).scrollIntoView({block: 'center'})", control)
+            before = browser.run(SNAPSHOT, OUTPUTS)
+            act()
+            after = browser.run(SNAPSHOT, OUTPUTS)
+            changed = [o for o, b, a in zip(OUTPUTS, before, after) if a != b]
+            seen = [o for o in changed if (lambda t, b, w, h: w > 0 and b > 0 and t < h)(*browser.run(IN_VIEW, o))]
+            tried += 1
+            if not seen:
+                bad.append(f"{control}: changed {changed or 'nothing'}, none of it on the screen")
+        res(f"each_controls_effect_in_view_at_{width}px", not bad, f"({tried} controls; {'; '.join(bad[:3])})")
+    browser.set_width(1024, 768)
+
+    # -- the default view: no error and no empty box --
+    fresh(browser, url)
+    shown = browser.run("""
+const seen = (e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+const errors = [...document.querySelectorAll('.error, .wrong')].filter(seen).map((e) => e.id + ': ' + e.textContent.slice(0, 60));
+const empty = [...document.querySelectorAll('svg, table')].filter((e) => seen(e) && !e.querySelector('rect, td'))
+  .map((e) => e.id || e.tagName);
+return [errors, empty];""")
+    res("the_default_view_shows_no_error_and_no_empty_box", shown == [[], []],
+        f"(errors {shown[0][:2]}; empty boxes {shown[1]})")
+
+    # -- a shape with preset tiny: the sequence the command line takes for it (its context, 32) --
+    pick(browser, "model", "shape")
+    pick(browser, "preset", "tiny")
+    st = browser.run("const s = document.getElementById('status'); return [s.className, s.textContent]")
+    flags = browser.run("return document.getElementById('cmdline').textContent").split()[1:]
+    v = browser.run("return document.querySelector('#table td[data-key=model_state]')?.dataset.value || ''")
+    rc, want = run_native(["--preset", "tiny", "--batch", "4", "--precision", "bf16", "--accum", "1", "--world", "64",
+                           "--stage", "all", "--attention", "gemm"])
+    res("a_shape_with_preset_tiny", st[0] != "error" and rc == 0 and "--seq" not in flags and
+        v == str(want["estimates"][0]["model_state"]) and f"seq {want['seq']}" in st[1],
+        f"(status '{st[1][:80]}'; command {' '.join(flags)})")
+
+    # -- under an error, the terminal's command is the one that gives that error --
+    typed(browser, "heads", "5")
+    st = browser.run("const s = document.getElementById('status'); return [s.className, s.textContent]")
+    flags = browser.run("return document.getElementById('cmdline').textContent").split()[1:]
+    rc, want = run_native(flags)
+    res("under_an_error_the_command_line_gives_that_error", st[0] == "error" and rc != 0 and want == st[1] and
+        "--heads" in flags, f"(page '{st[1][:70]}'; zero_estimate {' '.join(flags)}: exit {rc}, '{str(want)[:70]}')")
+    typed(browser, "heads", "")
+
+    # -- the device-memory line: drawn for a shape with a memory, gone for a parameter count --
+    pick(browser, "preset", "small")
+    typed(browser, "fit", "24GB")
+    line = "return [...document.querySelectorAll('#chart text')].filter((t) => t.textContent.startsWith('device memory')).length"
+    with_shape = browser.run(line)
+    pick(browser, "model", "params")
+    res("no_device_memory_line_for_a_parameter_count", with_shape == 1 and browser.run(line) == 0,
+        f"({with_shape} line for a shape, {browser.run(line)} for a parameter count)")
+
+    # -- every bar of the linear chart visible or marked, and labelled with its stage; on the log
+    # scale every bar at least 2 px tall (the default view, 7.5B: stage3's bars are 1/N of stage0's) --
+    fresh(browser, url)
+    _, want = run_native(["--params", "7.5B", "--precision", "bf16", "--accum", "1", "--stage", "all",
+                          "--world", ",".join(str(n) for n in WORLDS)])
+    for scale in ("linear", "log"):
+        if not pick(browser, "scale", scale) and scale == "log":
+            res("every_bar_seen_and_labelled_log", False, "(no log scale)")
+            continue
+        bars = browser.run("""
+const out = {};
+for (const r of document.querySelectorAll('#chart rect[data-cat]')) {
+  if (r.dataset.cat === 'host') continue;
+  const k = r.dataset.stage + ' ' + r.dataset.world;
+  out[k] = (out[k] || 0) + r.getBoundingClientRect().height;
+}
+for (const m of document.querySelectorAll('#chart .too-small')) out[m.dataset.stage + ' ' + m.dataset.world + ' mark'] = 1;
+out.labels = [...document.querySelectorAll('#chart .bar-label')].map((t) => t.dataset.stage + ' ' + t.dataset.world);
+return out;""")
+        labels = set(bars.pop("labels"))
+        unseen, unlabelled = [], []
+        for e in want["estimates"]:
+            k = f"{e['stage']} {e['world']}"
+            if int(e["device"]) > 0 and bars.get(k, 0) < (2 if scale == "log" else 1) and                     (scale == "log" or f"{k} mark" not in bars):
+                unseen.append(k)
+            if k not in labels:
+                unlabelled.append(k)
+        res(f"every_bar_seen_and_labelled_{scale}", not unseen and not unlabelled,
+            f"({len(want['estimates'])} bars; unseen {unseen[:4]}; unlabelled {unlabelled[:4]})")
+
+    # -- the address bar is the view: settings of every section changed, then the page reloaded --
+    fresh(browser, url)
+    pick(browser, "model", "shape")
+    pick(browser, "preset", "gpt2")
+    typed(browser, "world", "32")
+    typed(browser, "zpp-node", "4")
+    typed(browser, "zpp-net", "300,25")
+    typed(browser, "pp-stages", "4")
+    pick(browser, "pp-schedule", "gpipe")
+    pick(browser, "pp-zero", "1")
+    pick(browser, "scale", "log")
+    view = ("return [location.hash, document.getElementById('permalink').href === location.href, "
+            "arguments[0].map((id) => { const e = document.getElementById(id); return !e ? null : e.type === 'checkbox' ? e.checked : e.value; }),"
+            "arguments[1].map((id) => document.getElementById(id).innerHTML)]")
+    ids = FIELDS + ["scale"]
+    outs = ["status", "cmdline", "table", "zpp-status", "zpp-table", "pp-status", "pp-table", "chart"]
+    before = browser.run(view, ids, outs)
+    browser.refresh()
+    browser.wait_for("return document.body.dataset.ready === '1'", timeout=60)
+    after = browser.run(view, ids, outs)
+    wanted = ["preset=gpt2", "world=32", "zpp-node=4", "zpp-net=300%2C25", "pp-stages=4", "pp-schedule=gpipe",
+              "pp-zero=1", "scale=log"]
+    missing = [w for w in wanted if w not in before[0]]
+    res("the_address_bar_is_the_view_and_a_reload_shows_it_again",
+        not missing and before[1] and before == after and "<td" in before[3][4] and "<td" in before[3][6],
+        f"(address {before[0][:60]}...; missing {missing}; link = address {before[1]}; after reload "
+        f"{'the same' if before == after else 'differs: ' + str([i for i, (a, b) in enumerate(zip(before[2], after[2])) if a != b])})")
 
 
 # WCAG 2 contrast of each visible element's own text against the first opaque background behind it.
@@ -535,5 +747,14 @@ return worst;
 """
 
 if __name__ == "__main__":
+    # SIGTERM (a timeout, Ctrl-C's cousin) unwinds as an exception, so that each browser is closed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    failed = False
     for kind, n in browsers:
-        main(kind, n)
+        try:
+            main(kind, n)
+        except Exception as e:  # a check that broke: one line, then the next browser (this one is closed)
+            failed = True
+            current = kind
+            res("runs", False, f"(stopped by {type(e).__name__}: {str(e)[:300]})")
+    sys.exit(1 if failed else 0)

@@ -61,7 +61,9 @@ function flagsFromForm() {
   else {
     f.push("--preset", $("preset").value);
     for (const k of ["layers", "dim", "heads", "vocab"]) if ($(k).value.trim()) f.push("--" + k, $(k).value.trim());
-    f.push("--batch", $("batch").value, "--seq", $("seq").value);
+    f.push("--batch", $("batch").value);
+    // the sequence as typed, else zero_estimate's own default (64, or the model's context where shorter)
+    if ($("seq").value.trim()) f.push("--seq", $("seq").value.trim());
     if ($("ckpt").checked) f.push("--activation-checkpointing");
     f.push("--attention", $("attention").value);
     if ($("fit").value.trim()) f.push("--fit", $("fit").value.trim());
@@ -102,10 +104,17 @@ function renderTable(est, N) {
   t.append(body);
 }
 
-// Per-rank device bytes by category, a stacked bar per stage, grouped by N.
-function renderChart(est, budget) {
+// Per-rank device bytes by category, a stacked bar per stage, grouped by N. Drawn at the width it is
+// shown at (a phone's 400 px as a projector's 700), so that its text keeps its size; on a narrow screen
+// every other N, so that each bar stays wide enough to see and to label.
+const STAGE_MARK = { stage0_ddp: "0", stage1: "1", stage2: "2", stage3: "3", offload: "o", infinity: "i" };
+let lastChart = null;  // what the chart shows, drawn again when the window's width changes
+function renderChart(est, budget, N) {
+  lastChart = [est, budget, N];
   const svg = $("chart");
-  const W = 640, H = 300, left = 64, bottom = 36, top = 10;
+  const W = Math.max(300, Math.round(svg.parentElement.clientWidth || 640)), H = 300, left = 64, bottom = 48, top = 10;
+  const log = $("scale").value === "log";
+  const worlds = W < 560 ? WORLDS.filter((n, i) => i % 2 === 0 || n === N) : WORLDS;
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.replaceChildren();
   const ns = "http://www.w3.org/2000/svg";
@@ -118,45 +127,64 @@ function renderChart(est, budget) {
   };
   const stages = [...new Set(est.estimates.map((e) => e.stage))];
   const deviceOf = (e) => CATEGORIES.filter((c) => e.location[c] === "device");
-  let ymax = 0;  // device bytes, and offload's and infinity's host bytes drawn on top of them
-  for (const e of est.estimates) ymax = Math.max(ymax, Number(e.device) + Number(e.host));
+  let ymax = 0, ymin = Infinity;  // device bytes, and offload's and infinity's host bytes drawn on top of them
+  for (const e of est.estimates) {
+    ymax = Math.max(ymax, Number(e.device) + Number(e.host));
+    if (Number(e.device) > 0) ymin = Math.min(ymin, Number(e.device));
+  }
   if (budget) ymax = Math.max(ymax, budget * 1.05);
   if (!(ymax > 0)) ymax = 1;
-  const gw = (W - left - 8) / WORLDS.length, bw = Math.max(2, (gw - 6) / stages.length);
-  const y = (b) => H - bottom - (b / ymax) * (H - bottom - top);
-  for (let i = 0; i <= 4; i++) {  // the y axis, in bytes per rank on the device
-    const v = (ymax * i) / 4;
+  // the log scale: whole powers of ten from below the smallest bar to above the largest
+  const lo = Math.floor(Math.log10(Math.min(ymin, ymax) || 1)), hi = Math.max(lo + 1, Math.ceil(Math.log10(ymax)));
+  const gw = (W - left - 8) / worlds.length, bw = Math.max(2, (gw - 6) / stages.length);
+  const frac = (b) => log ? (b > 0 ? Math.max(0, (Math.log10(b) - lo) / (hi - lo)) : 0) : b / ymax;
+  const y = (b) => H - bottom - frac(b) * (H - bottom - top);
+  const ticks = log ? Array.from({ length: hi - lo + 1 }, (_, i) => 10 ** (lo + i)) : [0, 1, 2, 3, 4].map((i) => (ymax * i) / 4);
+  for (const v of ticks) {  // the y axis, in bytes per rank on the device
     mk("line", { x1: left, x2: W - 4, y1: y(v), y2: y(v), stroke: "#ccc" });
     mk("text", { x: left - 4, y: y(v) + 4, "text-anchor": "end", "font-size": 11 }, fmtBytes(v));
   }
-  WORLDS.forEach((N, gi) => {
+  worlds.forEach((n, gi) => {
     const x0 = left + gi * gw + 3;
-    mk("text", { x: x0 + gw / 2 - 3, y: H - bottom + 14, "text-anchor": "middle", "font-size": 11 }, String(N));
+    if (n === N)  // the N of the table below, shaded
+      mk("rect", { x: x0 - 2, width: gw - 2, y: top, height: H - bottom - top, fill: "#eef3fb", class: "chosen" });
+    mk("text", { x: x0 + gw / 2 - 3, y: H - bottom + 26, "text-anchor": "middle", "font-size": 11,
+                 "font-weight": n === N ? 700 : 400 }, String(n));
     stages.forEach((s, si) => {
-      const e = est.estimates.find((r) => r.world === N && r.stage === s);
+      const e = est.estimates.find((r) => r.world === n && r.stage === s);
       if (!e) return;
+      if (stages.length > 1 && bw >= 6)  // which stage each bar is: 0 1 2 3 o i under it
+        mk("text", { x: x0 + si * bw + (bw - 1) / 2, y: H - bottom + 11, "text-anchor": "middle", "font-size": 10,
+                     class: "bar-label", "data-stage": s, "data-world": n }, STAGE_MARK[s]);
       let acc = 0;
       for (const c of deviceOf(e)) {
         const b = Number(e.bytes[c]);
         if (!b) continue;
         const r = mk("rect", { x: x0 + si * bw, width: bw - 1, y: y(acc + b), height: Math.max(0, y(acc) - y(acc + b)), fill: COLORS[c],
-                               "data-stage": s, "data-world": N, "data-cat": c, "data-bytes": String(e.bytes[c]) });
+                               "data-stage": s, "data-world": n, "data-cat": c, "data-bytes": String(e.bytes[c]) });
         r.append(document.createElementNS(ns, "title"));
-        r.lastChild.textContent = `${s}, N = ${N}: ${c} ${grouped(e.bytes[c])} bytes`;
+        r.lastChild.textContent = `${s}, N = ${n}: ${c} ${grouped(e.bytes[c])} bytes`;
         acc += b;
+      }
+      if (acc > 0 && y(0) - y(acc) < 2) {  // a bar under 2 px at this scale: a mark, so that it does not vanish
+        const m = mk("line", { x1: x0 + si * bw, x2: x0 + si * bw + bw - 1, y1: y(0) - 1.5, y2: y(0) - 1.5, stroke: "#111",
+                               "stroke-width": 3, class: "too-small", "data-stage": s, "data-world": n });
+        m.append(document.createElementNS(ns, "title"));
+        m.lastChild.textContent = `${s}, N = ${n}: ${fmtBytes(acc)} on the device, too small to see at this scale (see the log scale)`;
       }
       const host = Number(e.host);
       if (host) {  // offload, infinity: what lives on the host, a dashed outline above the device's bytes
         const r = mk("rect", { x: x0 + si * bw + 0.5, width: bw - 2, y: y(acc + host), height: Math.max(0, y(acc) - y(acc + host)),
-                               fill: "none", stroke: "#111", "stroke-dasharray": "2 2", "data-stage": s, "data-world": N,
+                               fill: "none", stroke: "#111", "stroke-dasharray": "2 2", "data-stage": s, "data-world": n,
                                "data-cat": "host", "data-bytes": String(e.host) });
         r.append(document.createElementNS(ns, "title"));
-        r.lastChild.textContent = `${s}, N = ${N}: on the host ${grouped(e.host)} bytes`;
+        r.lastChild.textContent = `${s}, N = ${n}: on the host ${grouped(e.host)} bytes`;
       }
     });
   });
   mk("text", { x: left + (W - left) / 2, y: H - 4, "text-anchor": "middle", "font-size": 12 },
-     "N ranks (bars in each group: " + stages.join(", ") + ")");
+     stages.length > 1 ? "N ranks; bars " + stages.map((s) => STAGE_MARK[s]).join(" ") + (log ? ", log scale" : "")
+                       : "N ranks, " + stages[0] + (log ? ", log scale" : ""));
   if (budget) {
     mk("line", { x1: left, x2: W - 4, y1: y(budget), y2: y(budget), stroke: "#000", "stroke-dasharray": "6 3" });
     mk("text", { x: W - 6, y: y(budget) - 4, "text-anchor": "end", "font-size": 11 }, "device memory " + fmtBytes(budget));
@@ -166,9 +194,16 @@ function renderChart(est, budget) {
   for (const c of CATEGORIES)
     legend.append(el("span", { class: "key" }, el("span", { class: "swatch", style: "background:" + COLORS[c] }), c));
   legend.append(el("span", { class: "key" }, el("span", { class: "swatch host" }), "on the host (offload, infinity)"));
+  if (stages.length > 1)
+    legend.append(el("span", { class: "key" }, "bars: " + stages.map((s) => STAGE_MARK[s] + " = " + s).join(", ")));
 }
+window.addEventListener("resize", () => {  // the chart follows the window's width
+  clearTimeout(window.nzResize);
+  window.nzResize = setTimeout(() => { if (lastChart && $("chart").firstChild) renderChart(...lastChart); }, 100);
+});
 
 function budgetBytes() {  // the device memory line: zero_estimate parses it (--fit), the JSON has no echo of it
+  if ($("model").value !== "shape") return 0;  // a parameter count has no --fit: its box is hidden, so no line
   const s = $("fit").value.trim().toLowerCase();
   const m = /^([0-9.]+)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?$/.exec(s);
   if (!m) return 0;
@@ -205,11 +240,14 @@ function renderAccum(base, N) {
   t.append(body);
 }
 
-// The form's settings in the page's address (#model=params&params=7.5B&...), so that a view can be
-// bookmarked or handed to a class as a link; read back when the page opens.
-const FORM_IDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
-                  "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms",
-                  "pp-stages", "pp-schedule", "pp-partition", "pp-zero"];
+// The view's settings in the page's address (#model=params&params=7.5B&...), kept current on every change
+// (history.replaceState: no new history entry per keystroke), so that the address bar is always this
+// view: reloading shows it again, and it can be bookmarked or handed to a class as a link.
+const MAIN_IDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
+                  "seq", "accum", "ckpt", "attention", "fit", "scale"];
+const ZPP_IDS = ["zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"];
+const PP_IDS = ["pp-stages", "pp-schedule", "pp-partition", "pp-zero"];
+const FORM_IDS = MAIN_IDS.concat(ZPP_IDS, PP_IDS);
 function formState() {
   const p = new URLSearchParams();
   for (const id of FORM_IDS) p.set(id, $(id).type === "checkbox" ? ($(id).checked ? "1" : "") : $(id).value);
@@ -223,33 +261,66 @@ function loadFormState(hash) {
     else $(id).value = p.get(id);
   }
 }
-
-function update() {
-  const status = $("status");
+// After every change: the link and the address bar hold the view shown. Once the change is done (a
+// change runs up to three sections, each calling this), as browsers limit how often an address changes.
+let viewPending = false;
+function saveView() {
   $("permalink").href = "#" + formState();
+  if (viewPending) return;
+  viewPending = true;
+  setTimeout(() => {
+    viewPending = false;
+    const hash = "#" + formState();
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+  }, 0);
+}
+
+// The whole page again for the settings: the explorer, ZeRO++ and the pipeline (each reads the form).
+function update() {
+  updateMain();
+  updateZeropp();
+  updatePipeline();
+}
+function updateMain() {
+  const status = $("status");
+  const base = flagsFromForm();
+  // the command of the numbers below, or of the error line that stands in for them
+  $("cmdline").textContent = "zero_estimate " + base.concat(["--world", $("world").value.trim()], stageFlags()).join(" ");
   try {
-    const base = flagsFromForm();
     // N as typed goes to zero_estimate, which judges it (a bad one is its error line)
     const here = estimateJson(base.concat(["--world", $("world").value.trim()], stageFlags()));
     const N = here.estimates[0].world;
     const all = estimateJson(base.concat(["--world", WORLDS.join(",")], stageFlags()));
-    renderChart(all, budgetBytes());
+    if (!here.raw_params) $("seq").placeholder = String(here.seq);  // the sequence used when none is typed
+    renderChart(all, budgetBytes(), N);
     renderTable(here, N);
     renderAccum(base, N);
-    $("cmdline").textContent = "zero_estimate " + base.concat(["--world", $("world").value.trim()], stageFlags()).join(" ");
     const fits = here.estimates.filter((e) => e.fit_batch !== undefined)
       .map((e) => `${e.stage} ${e.fit_batch || "none"} (${e.fit_batch_checkpointed || "none"} checkpointed)`);
-    status.textContent = `Ψ = ${grouped(here.num_params)} parameters, ${here.precision}` +
+    const perRank = here.estimates.map((e) => `${e.stage} ${fmtBytes(e.device)}`).join(", ");
+    status.textContent = `N = ${N}, on the device per rank: ${perRank}. ` +
+      `Ψ = ${grouped(here.num_params)} parameters, ${here.precision}` +
       (here.raw_params ? " (a raw count: model states only)" : `, activations for batch ${here.batch} x seq ${here.seq}`) +
       (fits.length ? `. Largest micro-batch that fits ${$("fit").value} at N = ${N}: ${fits.join(", ")}.` : "");
     status.className = "";
   } catch (e) {
     status.textContent = e.message;  // zero_estimate's own one-line error, and no numbers left from before
     status.className = "error";
-    for (const id of ["chart", "table", "accum-table"]) $(id).replaceChildren();
+    for (const id of ["chart", "table", "accum-table", "legend"]) $(id).replaceChildren();
   }
-  updateZeropp();
-  updatePipeline();
+  saveView();
+}
+
+// ZeRO++ and the pipeline need a model shape: for a parameter count, a plain note saying so and a
+// button that gives one (not an error: nothing the user typed is wrong), instead of a red line.
+function needsShape(status, what) {
+  if ($("model").value === "shape") return false;
+  const b = el("button", { type: "button" }, "use a shape (preset " + $("preset").value + ")");
+  b.addEventListener("click", () => { $("model").value = "shape"; syncModel(); update(); });
+  status.className = "needs";
+  status.replaceChildren(what + " needs a model shape, and Model above gives a parameter count: ", b);
+  saveView();
+  return true;
 }
 
 // ---- ZeRO++: zero_estimate --zeropp G for the model and N of the form ----
@@ -270,6 +341,7 @@ function zeroppFlags() {
 function updateZeropp() {
   const status = $("zpp-status"), t = $("zpp-table");
   t.replaceChildren();
+  if (needsShape(status, "ZeRO++'s table")) return;
   try {
     const z = estimateJson(zeroppFlags());
     const timed = z.estimates.some((e) => e.step_ms !== undefined);
@@ -298,6 +370,7 @@ function updateZeropp() {
     status.className = "error";
     status.textContent = e.message;
   }
+  saveView();
 }
 
 // ---- the pipeline: zero_estimate --pipeline P for the form's model, N and K ----
@@ -313,6 +386,7 @@ function updatePipeline() {
   const status = $("pp-status"), t = $("pp-table");
   t.replaceChildren();
   $("pp-chart").replaceChildren();
+  if (needsShape(status, "The pipeline's table")) return;
   try {
     const p = estimateJson(pipelineFlags());
     const head = el("tr", {}, el("th", { scope: "col" }, "stage"), el("th", { scope: "col" }, "units"));
@@ -343,6 +417,7 @@ function updatePipeline() {
     status.className = "error";
     status.textContent = e.message;
   }
+  saveView();
 }
 
 // ---- a measured run: a trainer's --log-json report, its ledger beside the formula ----
@@ -443,6 +518,8 @@ function drawBars(id, bars, categories) {
 function showPaperTable() {
   $("paper-out").textContent = zeroEstimate(["--paper-table"]).out;
 }
+// A case of Table 1: the form above is set to it (its chart and table follow), and its model states are
+// shown here, under the button clicked, where the eye is.
 function paperCase(psi, N) {
   $("model").value = "params";
   $("params").value = psi;
@@ -452,6 +529,19 @@ function paperCase(psi, N) {
   $("fit").value = "";
   syncModel();
   update();
+  const out = $("paper-case");
+  out.replaceChildren();
+  const cells = [...document.querySelectorAll("#table td[data-key=model_state]")];
+  const head = el("tr", {}, el("th", { scope: "col" }, `Ψ = ${psi}, N = ${N}`));
+  const row = el("tr", {}, el("th", { scope: "row" }, "model states per rank"));
+  for (const td of cells) {
+    head.append(el("th", { scope: "col" }, td.dataset.stage));
+    row.append(el("td", { "data-key": "model_state", "data-stage": td.dataset.stage, "data-value": td.dataset.value,
+                          title: td.title }, td.textContent));
+  }
+  out.append(el("div", { class: "scroll" }, el("table", {}, el("thead", {}, head), el("tbody", {}, row))),
+             el("p", { class: "note" }, "Set in the form above: ", el("a", { href: "#explore" }, "its chart and every category"), "."));
+  out.scrollIntoView({ block: "nearest" });
 }
 
 function syncModel() {
@@ -464,11 +554,13 @@ function syncModel() {
 function start(factory) {
   factory({ print: (l) => captured.out.push(l), printErr: (l) => captured.err.push(l) }).then((m) => {
     wasm = m;
-    for (const id of ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
-                      "seq", "accum", "ckpt", "attention", "fit"])
-      $(id).addEventListener("change", () => { syncModel(); update(); });
-    for (const id of ["zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"]) $(id).addEventListener("change", updateZeropp);
-    for (const id of ["pp-stages", "pp-schedule", "pp-partition", "pp-zero"]) $(id).addEventListener("change", updatePipeline);
+    for (const id of MAIN_IDS) $(id).addEventListener("change", () => { syncModel(); update(); });
+    for (const id of ZPP_IDS) $(id).addEventListener("change", updateZeropp);
+    for (const id of PP_IDS) $(id).addEventListener("change", updatePipeline);
+    // an address edited or pasted in the bar (the same page, another view): that view
+    window.addEventListener("hashchange", () => {
+      if (location.hash.includes("=")) { loadFormState(location.hash); syncModel(); update(); }
+    });
     for (const b of document.querySelectorAll("[data-paper]"))
       b.addEventListener("click", () => paperCase(b.dataset.paper, parseInt(b.dataset.world, 10)));
     $("report").addEventListener("change", (ev) => {

@@ -20,7 +20,7 @@ window.nzQuiz = (function () {
       <ol id="quiz-list"></ol>
       <p id="quiz-score" role="status" aria-live="polite"></p>
       <label>Result line for your instructor, who checks it with <code>zero_estimate --verify 'LINE'</code>:
-        <input id="quiz-result" readonly size="90"></label>
+        <textarea id="quiz-result" readonly rows="2" spellcheck="false"></textarea></label>
       <h3>For the instructor: check a learner's result line</h3>
       <label>Result line <input id="verify-line" size="90"></label>
       <button type="button" id="verify-button">Verify</button>
@@ -94,10 +94,17 @@ window.nzQuiz = (function () {
         last.append(x);
       } else if (line.startsWith("result: ")) {
         $("quiz-result").value = line.slice(8);
+        fitHeight($("quiz-result"));
       }
     }
     score.className = "";
     score.textContent = `${right} of ${count} right` + (answered < count ? ` (${answered} answered)` : " — the quiz is done");
+  }
+
+  // The result line wraps in its box, which grows to show all of it: the whole line is copied.
+  function fitHeight(box) {
+    box.style.height = "auto";
+    box.style.height = box.scrollHeight + 2 + "px";
   }
 
   // zero_estimate --verify LINE, in the page: its code checked, its answers graded again.
