@@ -33,6 +33,8 @@ if [ ! -f /usr/include/oneapi/dnnl/dnnl.hpp ]; then
 fi
 # nlohmann-json, header-only: reads DeepSpeed's config files (common/runtime/ds_config.cpp, --config)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+# libsodium: the Ed25519 signatures of a course's quiz certificates (tools/zero_quiz.cpp, make course-keys)
+[ -f /usr/include/sodium.h ] || missing+=(libsodium-dev)
 # --explorer: installed apart from the rest, and not required: where apt cannot install them (on
 # Ubuntu `chromium` and `firefox` are snaps, which a container cannot run) the browser test says SKIP.
 explorer_missing=()
