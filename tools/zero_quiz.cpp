@@ -271,8 +271,9 @@ constexpr size_t kAnswersLimit = 1 << 20;
 // The answers in a file's text, every attempt of each question in the order given (one per line:
 // `Q<n> <number>` or `<n> <number>`; `#` comments and blank lines ignored; a course's first line
 // `nzquiz-answers ...` skipped here, read by read_header). quiz: the quiz's flags, for messages.
-static std::vector<std::vector<std::string>> read_answers(const std::string& path, const std::string& text,
-                                                          size_t questions, const std::string& quiz) {
+static std::vector<std::vector<std::string>> read_answers(const char* flag, const std::string& path,
+                                                          const std::string& text, size_t questions,
+                                                          const std::string& quiz) {
   std::vector<std::vector<std::string>> attempts(questions);
   std::istringstream in(text);
   std::string line;
@@ -283,18 +284,18 @@ static std::vector<std::vector<std::string>> read_answers(const std::string& pat
     std::istringstream ls(line);
     std::string label, value;
     if (!(ls >> label) || label == "nzquiz-answers") continue;  // blank, or the course's first line
-    if (!(ls >> value)) user_error("--check %s, line %d: \"%s\" is not an answer; expected `Q<n> <number>`",
+    if (!(ls >> value)) user_error("%s %s, line %d: \"%s\" is not an answer; expected `Q<n> <number>`", flag,
                                    path.c_str(), lineno, line.c_str());
     if (label[0] == 'Q' || label[0] == 'q') label = label.substr(1);
     if (!label.empty() && (label.back() == ':' || label.back() == '.')) label.pop_back();
     char* end = nullptr;
     const long n = strtol(label.c_str(), &end, 10);
     if (label.empty() || *end || n < 1 || n > long(questions))
-      user_error("--check %s, line %d: no question \"%s\" in this quiz (Q1..Q%zu, %s)", path.c_str(), lineno,
+      user_error("%s %s, line %d: no question \"%s\" in this quiz (Q1..Q%zu, %s)", flag, path.c_str(), lineno,
                  label.c_str(), questions, quiz.c_str());
     const double v = strtod(value.c_str(), &end);
     if (*end || !std::isfinite(v) || value.size() > 40)
-      user_error("--check %s, line %d: \"%s\" is not a number; write the answer in the question's unit",
+      user_error("%s %s, line %d: \"%s\" is not a number; write the answer in the question's unit", flag,
                  path.c_str(), lineno, value.c_str());
     attempts[n - 1].push_back(value);
   }
@@ -328,7 +329,7 @@ int check_quiz(uint64_t seed, int count, const std::string& path, bool explain, 
     user_error("--check %s: a course's answers file (its line nzquiz-answers); grade it with --student ID "
                "--course-pub FILE, not --seed", path.c_str());
   const std::vector<QuizQuestion> q = make_quiz(seed, count);
-  const auto attempts = read_answers(path, text, q.size(), fmt("--seed %llu --count %d", (unsigned long long)seed, count));
+  const auto attempts = read_answers("--check", path, text, q.size(), fmt("--seed %llu --count %d", (unsigned long long)seed, count));
   std::vector<std::string> given_text(q.size(), "-");  // self-study: the latest answer to each question counts
   for (size_t i = 0; i < q.size(); i++)
     if (!attempts[i].empty()) given_text[i] = attempts[i].back();
@@ -661,7 +662,7 @@ static CourseGrade grade_course_answers(const char* flag, const std::string& pat
                "%s (another student's quiz, or another course's); answer your own quiz", flag, path.c_str(),
                (unsigned long long)g.h.seed, g.h.student.c_str(), (unsigned long long)own, k.id().c_str());
   g.q = make_quiz(g.h.seed, int(g.h.count));
-  const auto attempts = read_answers(path, text, g.q.size(),
+  const auto attempts = read_answers(flag, path, text, g.q.size(),
                                      fmt("student %s, --count %d", g.h.student.c_str(), int(g.h.count)));
   for (size_t i = 0; i < g.q.size(); i++) {
     g.first.push_back(attempts[i].empty() ? "-" : attempts[i][0]);
@@ -719,7 +720,7 @@ int verify_certificate(const std::string& line, const std::string& course_pub) {
   std::vector<std::string> f;
   const char* shape = "`nzcert1 student=ID seed=S count=C date=D first=A1,... attempts=N1,... score=R/C key=K "
                       "sig=SIG`";
-  if (line.size() > 40000 ||
+  if (line.size() > 100000 ||
       !split_fields(line, "nzcert1", {"student", "seed", "count", "date", "first", "attempts", "score", "key", "sig"},
                     &f))
     user_error("--verify \"%.60s...\": not a certificate, expected %s; paste the whole line", line.c_str(), shape);
