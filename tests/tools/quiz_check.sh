@@ -349,3 +349,20 @@ check_bad "seed in a course" "drop --seed" cq --student alice --seed 3
 check_bad "result in a course" "drop --result" cq --check "$tmp/alice.txt" --result
 [ -z "$bad" ] && [ $damaged_ok = 0 ] && [ "$(sum "$keys"/* "$tmp/alice.txt")" = "$before" ]
 res bad_ids_and_keys_are_one_line_exit_2 $? "($bad)"
+
+# ---- the explorer's certificate box, in each browser installed, against --verify word for word
+# (tests/tools/certificate_page_check.py: the browser's WebCrypto Ed25519) ----
+page=${NZ_EXPLORER_DIR:-$(dirname "$est")/../explorer}
+browsers=()
+command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && browsers+=(chromium)
+{ command -v firefox-esr >/dev/null 2>&1 || command -v firefox >/dev/null 2>&1; } && browsers+=(firefox)
+if [ ! -f "$page/zero_estimate.js" ]; then
+  echo "NZRESULT SKIP quiz.page (no page in $page: make explorer builds it, with em++ from emscripten," \
+       "which bash scripts/install_deps.sh --explorer installs)"
+elif [ ${#browsers[@]} = 0 ]; then
+  echo "NZRESULT SKIP quiz.page (neither chromium with chromium-driver nor firefox-esr installed;" \
+       "bash scripts/install_deps.sh --explorer installs them)"
+else
+  timeout -k 10 240 python3 tests/tools/certificate_page_check.py "$page" "$est" "${browsers[@]}" ||
+    echo "NZRESULT FAIL quiz.page.browser_run (certificate_page_check.py exited with $?)"
+fi
