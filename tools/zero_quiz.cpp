@@ -2,7 +2,8 @@
 #include "tools/zero_quiz.h"
 
 #include <fcntl.h>     // open: O_NONBLOCK, so that a FIFO given as a file does not block
-#include <sys/stat.h>  // fstat: only a regular file is read
+#include <poll.h>      // a pipe or a FIFO read while data comes, never waited on forever
+#include <sys/stat.h>  // fstat: a regular file or a pipe is read, a device or a directory is not
 #include <unistd.h>
 
 #include <cerrno>
@@ -224,20 +225,26 @@ static bool right_either(const QuizQuestion& q, double v) {
   return right_exact(q, v, q.answer) || right_exact(q, v, q.paper_answer);
 }
 
-// The whole of a small regular file. Anything else is refused before a byte is read (one line, exit
-// 2): a FIFO (opened with O_NONBLOCK, so that open does not wait for a writer), a device such as
-// /dev/zero, a directory; and a file is read no further than `limit` bytes. mode: the file's.
+// How long a pipe or a FIFO may stay silent before it is given up: a FIFO that no program writes to
+// would otherwise be waited on forever.
+constexpr int kPipeQuietMs = 3000;
+
+// The whole of a small file, read no further than `limit` bytes. A regular file, or a pipe or a FIFO
+// (`--check /dev/stdin`), read while data comes: opened with O_NONBLOCK, so that a FIFO's open does
+// not wait for a writer, and given up after kPipeQuietMs of silence. Anything else is refused before
+// a byte is read: a device such as /dev/zero, a directory. Each refusal is one line, exit 2.
+// mode: the file's permissions.
 static std::string read_small_file(const char* flag, const std::string& path, size_t limit, const char* expected,
                                    unsigned* mode = nullptr) {
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) user_error("%s %s: cannot read it (%s); expected %s", flag, path.c_str(), strerror(errno), expected);
   struct stat st;
   const bool known = fstat(fd, &st) == 0;
-  if (!known || !S_ISREG(st.st_mode)) {
+  const bool pipe = known && S_ISFIFO(st.st_mode);
+  if (!known || !(S_ISREG(st.st_mode) || pipe)) {
     close(fd);
     const char* what = !known                ? "cannot be examined"
                        : S_ISDIR(st.st_mode) ? "is a directory"
-                       : S_ISFIFO(st.st_mode) ? "is a FIFO"
                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "is a device"
                                                                      : "is not a regular file";
     user_error("%s %s: %s, not a file; expected %s", flag, path.c_str(), what, expected);
@@ -246,8 +253,18 @@ static std::string read_small_file(const char* flag, const std::string& path, si
   std::string text;
   char buf[65536];
   for (;;) {
+    if (pipe) {
+      struct pollfd p = {fd, POLLIN, 0};
+      const int ready = poll(&p, 1, kPipeQuietMs);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        close(fd);
+        user_error("%s %s: a FIFO or pipe with nothing written to it for %d s; expected %s (write it to a file and "
+                   "give the file)", flag, path.c_str(), kPipeQuietMs / 1000, expected);
+      }
+    }
     const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n < 0) {
       const int e = errno;
       close(fd);

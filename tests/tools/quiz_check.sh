@@ -176,11 +176,23 @@ out=$($est --verify "nzquiz1 seed=11 count=20 answers=1 score=0/20" 2>&1); rc=$?
 out=$($est --quiz --explain 2>&1); rc=$?
 [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ]; res explain_without_check_is_a_usage_error $? "(exit $rc: $out)"
 
-# ---- the answers file: only a small regular file is read (one line, exit 2, within 10 s each) ----
+# ---- the answers file: a small file or pipe is read, nothing else (one line, exit 2, within 10 s each) ----
 # A FIFO blocked in open, /dev/zero was read without end, and a directory was graded as "no answer".
+# A FIFO nothing writes to is given up after 3 s of silence; one a program writes to, or a pipe on
+# /dev/stdin, is graded; one fed from /dev/zero stops at 1 MiB.
 mkfifo "$tmp/fifo"
 out=$(timeout 10 $est --quiz --check "$tmp/fifo" 2>&1); rc=$?
-[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'FIFO' <<<"$out"; res check_of_a_fifo_is_refused_at_once $? "(exit $rc: $out)"
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'FIFO or pipe with nothing written' <<<"$out"
+res check_of_a_fifo_nothing_writes_to_ends $? "(exit $rc: $out)"
+(timeout 10 cat "$tmp/key_values.txt" >"$tmp/fifo" &)
+out=$(timeout 10 $est --quiz --seed 11 --count 20 --check "$tmp/fifo" 2>&1); rc=$?
+out2=$(timeout 10 $est --quiz --seed 11 --count 20 --check /dev/stdin <"$tmp/key_values.txt" 2>&1); rc2=$?
+out3=$(cat "$tmp/key_values.txt" | timeout 10 $est --quiz --seed 11 --count 20 --check /dev/stdin 2>&1); rc3=$?
+[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q 'score: 20 of 20' <<<"$out" && grep -q 'score: 20 of 20' <<<"$out3"
+res check_reads_a_fifo_and_a_pipe_written_to $? "(exit $rc, $rc2, $rc3: $(tail -1 <<<"$out"))"
+(timeout 10 cat /dev/zero >"$tmp/fifo" 2>/dev/null &)
+out=$( (ulimit -v 1000000; timeout 10 $est --quiz --check "$tmp/fifo") 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'more than' <<<"$out"; res check_of_a_fifo_fed_from_dev_zero_stops $? "(exit $rc: ${out:0:200})"
 out=$( (ulimit -v 1000000; timeout 10 $est --quiz --check /dev/zero) 2>&1); rc=$?
 [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'device' <<<"$out"; res check_of_dev_zero_is_refused $? "(exit $rc: ${out:0:200})"
 out=$(timeout 10 $est --quiz --check "$tmp" 2>&1); rc=$?
