@@ -312,8 +312,8 @@ static std::vector<std::vector<std::string>> read_answers(const char* flag, cons
                  label.c_str(), questions, quiz.c_str());
     const double v = strtod(value.c_str(), &end);
     if (*end || !std::isfinite(v) || value.size() > 40)
-      user_error("%s %s, line %d: \"%s\" is not a number; write the answer in the question's unit", flag,
-                 path.c_str(), lineno, value.c_str());
+      user_error("%s %s, line %d: \"%.60s\" is not a number of at most 40 characters; write the answer in the "
+                 "question's unit", flag, path.c_str(), lineno, value.c_str());
     attempts[n - 1].push_back(value);
   }
   return attempts;
