@@ -201,7 +201,7 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB) $(LINK_EXTRA)
 
 $(BUILD)/bin/zero_estimate: $(BUILD)/obj/tools/zero_estimate.o $(BUILD)/obj/tools/zero_quiz.o $(LIB) $(LINK_EXTRA)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $(filter-out $(LIB) $(LINK_EXTRA),$^) $(LIB) $(LINK_EXTRA) $(LDLIBS) -o $@
+	$(CXX) $(LDFLAGS) $(filter-out $(LIB) $(LINK_EXTRA),$^) $(LIB) $(LINK_EXTRA) $(LDLIBS) -lsodium -o $@
 
 # dev/bench/: the benches (make bench-adam, make bench). A static pattern rule, so a build folder
 # from before they moved out of tools/ (its dependency files name tools/bench_*.cpp) still builds.
@@ -319,6 +319,13 @@ check: deps
 # for instructors: the answers to the find-the-bug exercises (kept encoded in scripts/exercise_bugs.dat)
 exercise-key:
 	@python3 scripts/exercises.py key $(E)
+
+# for instructors: the course's Ed25519 key pair for the quiz's certificates, made once
+# (docs/certificates.md); KEYS=DIR another folder. An existing key is never overwritten.
+KEYS ?= $(HOME)/.nanozero-course
+.PHONY: course-keys
+course-keys: $(BUILD)/bin/zero_estimate
+	@$(BUILD)/bin/zero_estimate --course-keys $(KEYS)
 
 # what scripts/exercises.py compiles a learner's file with
 print-build-flags:

@@ -79,7 +79,7 @@ fi
 # The same Debian release as this machine, so that its libstdc++ matches the cross compiler's GCC.
 gcc_major=$(aarch64-linux-gnu-g++ -dumpversion | cut -d. -f1)
 suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-packages="libc6-dev,libstdc++-$gcc_major-dev,libmpich-dev,libopenblas-openmp-dev,libgtest-dev,nlohmann-json3-dev,libdnnl-dev"
+packages="libc6-dev,libstdc++-$gcc_major-dev,libmpich-dev,libopenblas-openmp-dev,libgtest-dev,nlohmann-json3-dev,libdnnl-dev,libsodium-dev"
 stamp="$suite $packages"
 if [ "$(cat "$ROOT/.nanozero-root" 2>/dev/null)" != "$stamp" ]; then
   [ -n "$suite" ] || { echo "error: /etc/os-release names no Debian release, expected e.g. bookworm; run this on Debian"; exit 2; }

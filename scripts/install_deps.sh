@@ -60,6 +60,8 @@ if [ ! -f /usr/include/oneapi/dnnl/dnnl.hpp ]; then
 fi
 # nlohmann-json, header-only: reads DeepSpeed's config files (common/runtime/ds_config.cpp, --config)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+# libsodium: the Ed25519 signatures of a course's quiz certificates (tools/zero_quiz.cpp, make course-keys)
+[ -f /usr/include/sodium.h ] || missing+=(libsodium-dev)
 else
   command -v python3 >/dev/null 2>&1 || missing+=(python3)  # make explore's server
 fi

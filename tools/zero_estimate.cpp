@@ -7,7 +7,10 @@
 //                           [--precision P] [--accum K] [--json] [--network INTRA,INTER [--compute-ms C]]
 //   build/bin/zero_estimate --paper-table
 //   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE [--explain] [--result]]
-//   build/bin/zero_estimate --verify LINE
+//   build/bin/zero_estimate --verify LINE [--course-pub FILE]
+//   build/bin/zero_estimate --quiz --student ID --course-pub FILE [--count N] [--key | --check FILE [--explain]]
+//   build/bin/zero_estimate --quiz --sign FILE --student ID --signing-key FILE
+//   build/bin/zero_estimate --course-keys DIR
 //
 // The numbers come from common/zero_formulas.h and model.h (make_layout): the
 // same functions the trainers print beside their memory ledger and the tests assert against it,
@@ -185,7 +188,10 @@ void print_usage() {
          "       zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]] ...\n"
          "       zero_estimate --paper-table\n"
          "       zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE [--explain] [--result]]\n"
-         "       zero_estimate --verify LINE\n"
+         "       zero_estimate --verify LINE [--course-pub FILE]\n"
+         "       zero_estimate --quiz --student ID --course-pub FILE [--count N] [--key | --check FILE [--explain]]\n"
+         "       zero_estimate --quiz --sign FILE --student ID --signing-key FILE\n"
+         "       zero_estimate --course-keys DIR\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
          "formulas (common/zero_formulas.h), allocating nothing.\n"
          "  --preset       model preset: %s (default small, like the trainers)\n"
@@ -228,7 +234,14 @@ void print_usage() {
          "                 question's unit); exit 0 when all are right, 1 otherwise\n"
          "  --explain      with --check: the worked answer under each wrong one\n"
          "  --result       with --check: a result line to paste for an instructor (seed, answers, score, check code)\n"
-         "  --verify LINE  check a result line: its code, and its answers graded again (exit 0 when it holds)\n",
+         "  --verify LINE  check a result line: its code, and its answers graded again (exit 0 when it holds);\n"
+         "                 a course's certificate with --course-pub FILE: its signature, seed and score\n"
+         "  a course's quiz (docs/certificates.md):\n"
+         "  --course-keys DIR   the instructor's key pair, once: DIR/course.key (private) and DIR/course.pub\n"
+         "  --student ID        with --quiz: the student's own quiz (its seed from ID and the course's key)\n"
+         "  --course-pub FILE   the course's public key (course.pub)\n"
+         "  --sign FILE         with --quiz: the instructor signs a student's answers file: a certificate\n"
+         "  --signing-key FILE  with --sign: the course's private key (course.key)\n",
          preset_names());
 }
 
@@ -365,6 +378,9 @@ int main(int argc, char** argv) {
   uint64_t quiz_seed = 1;
   std::string check_file;
   bool explain = false, result = false;  // with --check: worked answers under wrong ones; the result line
+  CourseQuiz course;                     // a course's quiz: --student, --course-pub, --signing-key, --sign
+  std::string verify_line, course_keys;
+  bool verify = false, seed_given = false;
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
   int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
   int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
@@ -399,10 +415,15 @@ int main(int argc, char** argv) {
     else if (a == "--seq") seq = parse_pos(a, v, 1 << 20);
     else if (a == "--accum") accum = parse_pos(a, v, 1 << 16);  // the trainers' limit too
     else if (a == "--vocab") vocab = parse_pos(a, v, 1 << 24);
-    else if (a == "--seed") quiz_seed = uint64_t(parse_pos(a, v, 1 << 30));
+    else if (a == "--seed") quiz_seed = uint64_t(parse_pos(a, v, 1 << 30)), seed_given = true;
     else if (a == "--count") quiz_count = parse_pos(a, v, 1000);
     else if (a == "--check") check_file = v;
-    else if (a == "--verify") return verify_quiz_result(v) == 0 ? 0 : 1;
+    else if (a == "--verify") verify_line = v, verify = true;
+    else if (a == "--student") course.student = v;
+    else if (a == "--course-pub") course.course_pub = v;
+    else if (a == "--signing-key") course.signing_key = v;
+    else if (a == "--sign") course.sign_file = v;
+    else if (a == "--course-keys") course_keys = v;
     else if (a == "--fit") fit_budget = parse_bytes(a, v);
     else if (a == "--attention") attention = v;
     else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
@@ -434,6 +455,11 @@ int main(int argc, char** argv) {
     }
     else user_error("unknown flag %s; see zero_estimate --help for the list", a.c_str());
   }
+  if (!course_keys.empty()) {
+    make_course_keys(course_keys);
+    return 0;
+  }
+  if (verify) return verify_quiz_result(verify_line, course.course_pub) == 0 ? 0 : 1;
   if (paper) {
     print_paper_table();
     return 0;
@@ -444,6 +470,14 @@ int main(int argc, char** argv) {
   if (!check_file.empty() && !quiz) user_error("--check grades a quiz: add --quiz (with the quiz's --seed and --count)");
   if (key && !quiz) user_error("--key prints a quiz's answer key: add --quiz (with the quiz's --seed and --count)");
   if (key && !check_file.empty()) user_error("--key and --check both given; expected one: --key prints the key, --check grades");
+  const bool in_course = !course.student.empty() || !course.course_pub.empty() || !course.signing_key.empty() ||
+                         !course.sign_file.empty();
+  if (in_course && !quiz) user_error("--student, --course-pub, --signing-key and --sign go with --quiz; add --quiz");
+  if (quiz && in_course) {
+    course.check_file = check_file, course.key = key, course.explain = explain, course.result = result;
+    course.seed_given = seed_given, course.count = quiz_count;
+    return run_course_quiz(course);
+  }
   if (quiz) {
     if (!check_file.empty()) return check_quiz(quiz_seed, quiz_count, check_file, explain, result) == 0 ? 0 : 1;
     if (key) {

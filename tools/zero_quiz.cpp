@@ -1,18 +1,27 @@
 // zero_quiz.cpp — questions from the formulas, and their grader (zero_quiz.h).
 #include "tools/zero_quiz.h"
 
+#include <fcntl.h>     // open: O_NONBLOCK, so that a FIFO given as a file does not block
+#include <poll.h>      // a pipe or a FIFO read while data comes, never waited on forever
+#include <sys/stat.h>  // fstat: a regular file or a pipe is read, a device or a directory is not
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "runtime/check.h"          // user_error
 #include "model.h"          // GPTConfig, param_count_formula
 #include "runtime/rng.h"            // Rng: the same questions for the same seed
 #include "zero_formulas.h"  // expected_state_bytes, expected_comm_elems, expected_link_elems
+
+#ifndef __EMSCRIPTEN__
+#include <sodium.h>  // Ed25519 signatures and SHA-256 (libsodium): a course's certificates
+#endif
+#include <ctime>     // the certificate's date
 
 namespace nz {
 
@@ -212,12 +221,78 @@ static bool right_exact(const QuizQuestion& q, double v, double want) {
          (q.rel_tol == 0 ? v == want : std::fabs(v - want) <= q.rel_tol * std::fabs(want));
 }
 
-int check_quiz(uint64_t seed, int count, const std::string& path, bool explain, bool result) {
-  std::ifstream in(path);
-  if (!in) user_error("--check %s: cannot read it (%s); give the file with your answers", path.c_str(), strerror(errno));
-  const std::vector<QuizQuestion> q = make_quiz(seed, count);
-  std::vector<double> given(q.size(), NAN);
-  std::vector<std::string> given_text(q.size(), "-");
+static bool right_either(const QuizQuestion& q, double v) {
+  return right_exact(q, v, q.answer) || right_exact(q, v, q.paper_answer);
+}
+
+// How long a pipe or a FIFO may stay silent before it is given up: a FIFO that no program writes to
+// would otherwise be waited on forever.
+constexpr int kPipeQuietMs = 3000;
+
+// The whole of a small file, read no further than `limit` bytes. A regular file, or a pipe or a FIFO
+// (`--check /dev/stdin`), read while data comes: opened with O_NONBLOCK, so that a FIFO's open does
+// not wait for a writer, and given up after kPipeQuietMs of silence. Anything else is refused before
+// a byte is read: a device such as /dev/zero, a directory. Each refusal is one line, exit 2.
+// mode: the file's permissions.
+static std::string read_small_file(const char* flag, const std::string& path, size_t limit, const char* expected,
+                                   unsigned* mode = nullptr) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) user_error("%s %s: cannot read it (%s); expected %s", flag, path.c_str(), strerror(errno), expected);
+  struct stat st;
+  const bool known = fstat(fd, &st) == 0;
+  const bool pipe = known && S_ISFIFO(st.st_mode);
+  if (!known || !(S_ISREG(st.st_mode) || pipe)) {
+    close(fd);
+    const char* what = !known                ? "cannot be examined"
+                       : S_ISDIR(st.st_mode) ? "is a directory"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "is a device"
+                                                                     : "is not a regular file";
+    user_error("%s %s: %s, not a file; expected %s", flag, path.c_str(), what, expected);
+  }
+  if (mode) *mode = unsigned(st.st_mode & 07777);
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    if (pipe) {
+      struct pollfd p = {fd, POLLIN, 0};
+      const int ready = poll(&p, 1, kPipeQuietMs);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        close(fd);
+        user_error("%s %s: a FIFO or pipe with nothing written to it for %d s; expected %s (write it to a file and "
+                   "give the file)", flag, path.c_str(), kPipeQuietMs / 1000, expected);
+      }
+    }
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) {
+      const int e = errno;
+      close(fd);
+      user_error("%s %s: cannot read it (%s); expected %s", flag, path.c_str(), strerror(e), expected);
+    }
+    if (n == 0) break;
+    text.append(buf, size_t(n));
+    if (text.size() > limit) {
+      close(fd);
+      user_error("%s %s: more than %zu bytes, too long for %s; give the right file", flag, path.c_str(), limit,
+                 expected);
+    }
+  }
+  close(fd);
+  return text;
+}
+
+// An answers file holds far less than this (a line per attempt); anything longer is not one.
+constexpr size_t kAnswersLimit = 1 << 20;
+
+// The answers in a file's text, every attempt of each question in the order given (one per line:
+// `Q<n> <number>` or `<n> <number>`; `#` comments and blank lines ignored; a course's first line
+// `nzquiz-answers ...` skipped here, read by read_header). quiz: the quiz's flags, for messages.
+static std::vector<std::vector<std::string>> read_answers(const char* flag, const std::string& path,
+                                                          const std::string& text, size_t questions,
+                                                          const std::string& quiz) {
+  std::vector<std::vector<std::string>> attempts(questions);
+  std::istringstream in(text);
   std::string line;
   int lineno = 0;
   while (std::getline(in, line)) {
@@ -225,45 +300,64 @@ int check_quiz(uint64_t seed, int count, const std::string& path, bool explain, 
     if (size_t h = line.find('#'); h != std::string::npos) line.resize(h);
     std::istringstream ls(line);
     std::string label, value;
-    if (!(ls >> label)) continue;  // blank
-    if (!(ls >> value)) user_error("--check %s, line %d: \"%s\" is not an answer; expected `Q<n> <number>`",
+    if (!(ls >> label) || label == "nzquiz-answers") continue;  // blank, or the course's first line
+    if (!(ls >> value)) user_error("%s %s, line %d: \"%s\" is not an answer; expected `Q<n> <number>`", flag,
                                    path.c_str(), lineno, line.c_str());
     if (label[0] == 'Q' || label[0] == 'q') label = label.substr(1);
     if (!label.empty() && (label.back() == ':' || label.back() == '.')) label.pop_back();
     char* end = nullptr;
     const long n = strtol(label.c_str(), &end, 10);
-    if (label.empty() || *end || n < 1 || n > long(q.size()))
-      user_error("--check %s, line %d: no question \"%s\" in this quiz (Q1..Q%zu, --seed %llu --count %d)",
-                 path.c_str(), lineno, label.c_str(), q.size(), (unsigned long long)seed, count);
+    if (label.empty() || *end || n < 1 || n > long(questions))
+      user_error("%s %s, line %d: no question \"%s\" in this quiz (Q1..Q%zu, %s)", flag, path.c_str(), lineno,
+                 label.c_str(), questions, quiz.c_str());
     const double v = strtod(value.c_str(), &end);
-    if (*end || !std::isfinite(v))
-      user_error("--check %s, line %d: \"%s\" is not a number; write the answer in the question's unit",
-                 path.c_str(), lineno, value.c_str());
-    given[n - 1] = v;
-    given_text[n - 1] = value;
+    if (*end || !std::isfinite(v) || value.size() > 40)
+      user_error("%s %s, line %d: \"%.60s\" is not a number of at most 40 characters; write the answer in the "
+                 "question's unit", flag, path.c_str(), lineno, value.c_str());
+    attempts[n - 1].push_back(value);
   }
+  return attempts;
+}
+
+// One question's verdict line, and under a wrong answer with `explain` its worked answer; `note`
+// follows the verdict. Returns whether v is right.
+static bool print_verdict(size_t i, const QuizQuestion& qi, double v, bool explain, const std::string& note = "") {
+  const bool exact = right_exact(qi, v, qi.answer), paper = !exact && right_exact(qi, v, qi.paper_answer);
+  const std::string tol = qi.rel_tol == 0 ? " exactly" : fmt(" within %g%%", qi.rel_tol * 100);
+  if (!std::isfinite(v)) printf("Q%zu  no answer\n", i + 1);
+  else if (exact && qi.convention.empty()) printf("Q%zu  right (%g %s)%s\n", i + 1, v, qi.unit.c_str(), note.c_str());
+  else if (exact || paper)
+    printf("Q%zu  right (%g %s; %s)%s\n", i + 1, v, qi.unit.c_str(),
+           (exact ? qi.convention : qi.paper_convention).c_str(), note.c_str());
+  else if (std::isnan(qi.paper_answer))
+    printf("Q%zu  wrong: %g %s, expected %.4g%s%s\n", i + 1, v, qi.unit.c_str(), qi.answer, tol.c_str(), note.c_str());
+  else
+    printf("Q%zu  wrong: %g %s, expected %.4g (%s) or %.4g (%s)%s%s\n", i + 1, v, qi.unit.c_str(), qi.answer,
+           qi.convention.c_str(), qi.paper_answer, qi.paper_convention.c_str(), tol.c_str(), note.c_str());
+  if (explain && std::isfinite(v) && !(exact || paper)) printf("    %s\n", qi.explanation.c_str());
+  return exact || paper;
+}
+
+static double answer_value(const std::string& text) { return text == "-" ? NAN : strtod(text.c_str(), nullptr); }
+
+int check_quiz(uint64_t seed, int count, const std::string& path, bool explain, bool result) {
+  const std::string text = read_small_file("--check", path, kAnswersLimit, "a file of answers, one `Q<n> <number>` a line");
+  if (text.find("nzquiz-answers") != std::string::npos)
+    user_error("--check %s: a course's answers file (its line nzquiz-answers); grade it with --student ID "
+               "--course-pub FILE, not --seed", path.c_str());
+  const std::vector<QuizQuestion> q = make_quiz(seed, count);
+  const auto attempts = read_answers("--check", path, text, q.size(), fmt("--seed %llu --count %d", (unsigned long long)seed, count));
+  std::vector<std::string> given_text(q.size(), "-");  // self-study: the latest answer to each question counts
+  for (size_t i = 0; i < q.size(); i++)
+    if (!attempts[i].empty()) given_text[i] = attempts[i].back();
   int wrong = 0;
-  for (size_t i = 0; i < q.size(); i++) {
-    const QuizQuestion& qi = q[i];
-    const double v = given[i];
-    auto matches = [&](double want) { return right_exact(qi, v, want); };
-    const bool exact = matches(qi.answer), paper = !exact && matches(qi.paper_answer);
-    const std::string tol = qi.rel_tol == 0 ? " exactly" : fmt(" within %g%%", qi.rel_tol * 100);
-    wrong += !(exact || paper);
-    if (!std::isfinite(v)) printf("Q%zu  no answer\n", i + 1);
-    else if (exact && qi.convention.empty()) printf("Q%zu  right (%g %s)\n", i + 1, v, qi.unit.c_str());
-    else if (exact || paper)
-      printf("Q%zu  right (%g %s; %s)\n", i + 1, v, qi.unit.c_str(),
-             (exact ? qi.convention : qi.paper_convention).c_str());
-    else if (std::isnan(qi.paper_answer))
-      printf("Q%zu  wrong: %g %s, expected %.4g%s\n", i + 1, v, qi.unit.c_str(), qi.answer, tol.c_str());
-    else
-      printf("Q%zu  wrong: %g %s, expected %.4g (%s) or %.4g (%s)%s\n", i + 1, v, qi.unit.c_str(), qi.answer,
-             qi.convention.c_str(), qi.paper_answer, qi.paper_convention.c_str(), tol.c_str());
-    if (explain && std::isfinite(v) && !(exact || paper)) printf("    %s\n", qi.explanation.c_str());
-  }
+  for (size_t i = 0; i < q.size(); i++) wrong += !print_verdict(i, q[i], answer_value(given_text[i]), explain);
   printf("score: %zu of %zu right\n", q.size() - wrong, q.size());
-  if (result) printf("result: %s\n", quiz_result_line(seed, count, given_text, int(q.size()) - wrong).c_str());
+  if (result) {
+    printf("result: %s\n", quiz_result_line(seed, count, given_text, int(q.size()) - wrong).c_str());
+    printf("(self-study: the result line's code is a checksum, not a signature; anyone can make one. A course's "
+           "certificate is signed by its instructor: docs/certificates.md)\n");
+  }
   return wrong;
 }
 
@@ -280,48 +374,101 @@ std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::st
   return line + fmt(" code=%08x", fnv1a(line));
 }
 
-int verify_quiz_result(const std::string& text) {
+// A line's space-separated fields `name=value`, checked against the names expected in order; false
+// when the line has other fields, fewer, more, or in another order.
+static bool split_fields(const std::string& line, const char* magic, const std::vector<std::string>& names,
+                         std::vector<std::string>* values) {
+  std::istringstream ss(line);
+  std::string tok;
+  if (!(ss >> tok) || tok != magic) return false;
+  values->clear();
+  for (const std::string& name : names) {
+    if (!(ss >> tok) || tok.compare(0, name.size() + 1, name + "=") != 0) return false;
+    values->push_back(tok.substr(name.size() + 1));
+  }
+  if (ss >> tok) return false;
+  // one space between fields, nothing else: the signed text is exactly what is shown
+  std::string rebuilt = magic;
+  for (size_t i = 0; i < names.size(); i++) rebuilt += " " + names[i] + "=" + (*values)[i];
+  return rebuilt == line;
+}
+
+// A whole number of decimal digits only (no sign, no spaces), at most `hi`: strtoull alone reads
+// "-1" as 2^64 - 1 and a number past 2^64 as 2^64 - 1.
+static bool parse_whole(const std::string& s, uint64_t hi, uint64_t* out) {
+  if (s.empty() || s.size() > 20 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  errno = 0;
+  const unsigned long long v = strtoull(s.c_str(), nullptr, 10);
+  if (errno == ERANGE || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+static std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (;;) {
+    const size_t c = s.find(',', at);
+    out.push_back(s.substr(at, c == std::string::npos ? std::string::npos : c - at));
+    if (c == std::string::npos) return out;
+    at = c + 1;
+  }
+}
+
+// An answer as a result line or a certificate carries it: a finite number, or `-` for none.
+static bool answer_field_ok(const std::string& a) {
+  if (a == "-") return true;
+  char* end = nullptr;
+  const double v = strtod(a.c_str(), &end);
+  return !a.empty() && a.size() <= 40 && !*end && std::isfinite(v);
+}
+
+int verify_quiz_result(const std::string& text, const std::string& course_pub) {
   std::string line = text;
   if (line.rfind("result: ", 0) == 0) line = line.substr(8);  // as --check --result prints it
+  if (line.rfind("certificate: ", 0) == 0) line = line.substr(13);  // as --sign prints it
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  unsigned long long seed = 0;
-  int count = 0, right = 0, of = 0, used = 0;
-  char answers[20000], code[16];
-  const bool parsed = line.size() < sizeof answers &&
-                      sscanf(line.c_str(), "nzquiz1 seed=%llu count=%d answers=%19999s score=%d/%d code=%8[0-9a-f]%n",
-                             &seed, &count, answers, &right, &of, code, &used) == 6 &&
-                      size_t(used) == line.size() && strlen(code) == 8 && count >= 1 && count <= 1000 && of == count;
+  if (line.rfind("nzcert1 ", 0) == 0) return verify_certificate(line, course_pub);
+  std::vector<std::string> f;
+  uint64_t seed = 0, count = 0, right = 0, of = 0;
+  const bool parsed = line.size() < 20000 &&
+                      split_fields(line, "nzquiz1", {"seed", "count", "answers", "score", "code"}, &f) &&
+                      f[3].find('/') != std::string::npos &&
+                      parse_whole(f[1], 1000, &count) && count >= 1 &&
+                      parse_whole(f[3].substr(0, f[3].find('/')), count, &right) &&
+                      parse_whole(f[3].substr(f[3].find('/') + 1), 1000, &of) && of == count &&
+                      f[4].size() == 8 && f[4].find_first_not_of("0123456789abcdef") == std::string::npos;
   if (!parsed)
     user_error("--verify \"%.80s\": not a quiz result line, expected `nzquiz1 seed=S count=C answers=A1,A2,... "
                "score=R/C code=XXXXXXXX`; paste the whole line the quiz printed", line.c_str());
-  std::vector<std::string> given;
-  std::stringstream ss(answers);
-  for (std::string a; std::getline(ss, a, ',');) given.push_back(a);
-  if (int(given.size()) != count)
+  if (!parse_whole(f[0], 1u << 30, &seed) || seed < 1)
+    user_error("--verify: seed=%.40s is not a quiz's seed, expected a whole number from 1 to %u as --seed takes it; "
+               "paste the whole line the quiz printed", f[0].c_str(), 1u << 30);
+  const std::vector<std::string> given = split_commas(f[2]);
+  if (given.size() != count)
     user_error("--verify: %zu answers for a quiz of %d questions, expected one per question (`-` for none); paste "
-               "the whole line the quiz printed", given.size(), count);
+               "the whole line the quiz printed", given.size(), int(count));
   const std::string body = line.substr(0, line.rfind(" code="));
-  if (fmt("%08x", fnv1a(body)) != code) {
+  if (fmt("%08x", fnv1a(body)) != f[4]) {
     printf("not verified: the check code does not match the line (edited, or garbled when copied); ask for the line "
            "again\n");
     return 1;
   }
-  const std::vector<QuizQuestion> q = make_quiz(seed, count);
+  const std::vector<QuizQuestion> q = make_quiz(seed, int(count));
   int regraded = 0;
-  for (int i = 0; i < count; i++) {
-    char* end = nullptr;
-    const double v = given[i] == "-" ? NAN : strtod(given[i].c_str(), &end);
-    if (given[i] != "-" && (given[i].empty() || *end))
-      user_error("--verify: answer %d \"%s\" is not a number or `-`; paste the whole line the quiz printed", i + 1,
+  for (size_t i = 0; i < count; i++) {
+    if (!answer_field_ok(given[i]))
+      user_error("--verify: answer %zu \"%s\" is not a number or `-`; paste the whole line the quiz printed", i + 1,
                  given[i].c_str());
-    regraded += right_exact(q[i], v, q[i].answer) || right_exact(q[i], v, q[i].paper_answer);
+    regraded += right_either(q[i], answer_value(given[i]));
   }
-  if (regraded != right) {
-    printf("not verified: the line says %d of %d right, its answers grade %d of %d (--seed %llu --count %d)\n", right,
-           count, regraded, count, seed, count);
+  if (regraded != int(right)) {
+    printf("not verified: the line says %d of %d right, its answers grade %d of %d (--seed %llu --count %d)\n",
+           int(right), int(count), regraded, int(count), (unsigned long long)seed, int(count));
     return 1;
   }
-  printf("verified: --seed %llu --count %d, %d of %d right\n", seed, count, right, count);
+  printf("verified: --seed %llu --count %d, %d of %d right (a self-study line: its code is a checksum, not a "
+         "signature)\n", (unsigned long long)seed, int(count), int(right), int(count));
   return 0;
 }
 
@@ -339,5 +486,390 @@ void print_quiz_key(uint64_t seed, int count) {
              qi.convention.c_str(), qi.paper_answer, qi.paper_convention.c_str());
   }
 }
+
+// ---- a course's quiz and its certificate ----
+
+bool valid_student_id(const std::string& id) {
+  if (id.empty() || id.size() > 64 || !isalnum((unsigned char)id[0])) return false;
+  for (unsigned char c : id)
+    if (!isalnum(c) && c != '.' && c != '_' && c != '@' && c != '-') return false;
+  return true;
+}
+
+#ifndef __EMSCRIPTEN__
+
+static void check_student_id(const char* flag, const std::string& id) {
+  if (!valid_student_id(id))
+    user_error("%s '%.80s': not a student id, expected 1 to 64 letters, digits and . _ @ - starting with a letter "
+               "or digit (no spaces, no / or \\); e.g. %s alice.smith", flag, id.c_str(), flag);
+}
+
+// The first line of a student's answers file, `nzquiz-answers student=ID seed=S count=C`.
+struct AnswersHeader {
+  std::string student;
+  uint64_t seed = 0, count = 0;
+};
+
+static AnswersHeader read_header(const char* flag, const std::string& path, const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (size_t h = line.find('#'); h != std::string::npos) line.resize(h);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r' || line.back() == '\t')) line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    std::vector<std::string> f;
+    AnswersHeader h;
+    if (split_fields(line, "nzquiz-answers", {"student", "seed", "count"}, &f) && valid_student_id(f[0]) &&
+        parse_whole(f[1], 1u << 30, &h.seed) && h.seed >= 1 && parse_whole(f[2], 1000, &h.count) && h.count >= 1) {
+      h.student = f[0];
+      return h;
+    }
+    break;  // the first line that is not blank or a comment is not the header
+  }
+  user_error("%s %s: no first line `nzquiz-answers student=ID seed=S count=C`; a course's answers file begins "
+             "with the line its quiz printed (zero_estimate --quiz --student ID --course-pub FILE)", flag, path.c_str());
+}
+
+constexpr size_t kKeyLimit = 4096;  // a key file is one line
+
+static void sodium_ready() { NZ_CHECK(sodium_init() >= 0, "libsodium could not start (sodium_init)"); }
+
+static std::string hex(const unsigned char* b, size_t n) {
+  std::string h(2 * n + 1, '\0');
+  sodium_bin2hex(&h[0], h.size(), b, n);
+  h.pop_back();
+  return h;
+}
+
+static bool unhex(const std::string& h, unsigned char* out, size_t n) {
+  size_t got = 0;
+  return h.size() == 2 * n && h.find_first_not_of("0123456789abcdef") == std::string::npos &&
+         sodium_hex2bin(out, n, h.c_str(), h.size(), nullptr, &got, nullptr) == 0 && got == n;
+}
+
+struct CourseKey {
+  unsigned char pk[crypto_sign_PUBLICKEYBYTES];
+  unsigned char sk[crypto_sign_SECRETKEYBYTES];  // only from --signing-key
+  std::string id() const { return hex(pk, 8); }   // the key's name in a certificate: its first 8 bytes
+};
+
+// A key file: one line, `magic <hex>` (course.pub: the 32-byte public key; course.key: libsodium's
+// 64-byte secret key, its seed followed by the public key).
+static void read_key_line(const char* flag, const std::string& path, const char* magic, unsigned char* out,
+                          size_t n, unsigned* mode, const char* expected) {
+  const std::string text = read_small_file(flag, path, kKeyLimit, expected, mode);
+  std::istringstream ss(text);
+  std::string m, h, extra;
+  if (!(ss >> m >> h) || (ss >> extra) || m != magic || !unhex(h, out, n))
+    user_error("%s %s: not %s (a line `%s <%zu hex digits>`); give the file make course-keys wrote", flag,
+               path.c_str(), expected, magic, 2 * n);
+}
+
+static CourseKey read_public_key(const std::string& path) {
+  CourseKey k;
+  read_key_line("--course-pub", path, "nzcourse-pub1", k.pk, sizeof k.pk, nullptr, "a course's public key");
+  sodium_memzero(k.sk, sizeof k.sk);
+  return k;
+}
+
+static CourseKey read_signing_key(const std::string& path) {
+  CourseKey k;
+  unsigned mode = 0;
+  read_key_line("--signing-key", path, "nzcourse-key1", k.sk, sizeof k.sk, &mode,
+                "a course's private key (course.key)");
+  // as ssh does: a private key others can read is no longer private
+  if (mode & 077)
+    user_error("--signing-key %s: readable by others (mode %04o), expected 0600; chmod 600 it (and make a new key "
+               "pair if others may have read it)", path.c_str(), mode);
+  unsigned char seed[crypto_sign_SEEDBYTES], pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES];
+  crypto_sign_ed25519_sk_to_seed(seed, k.sk);
+  crypto_sign_seed_keypair(pk, sk, seed);  // the public half the file holds must be the seed's own
+  const bool whole = sodium_memcmp(sk, k.sk, sizeof sk) == 0;
+  sodium_memzero(seed, sizeof seed);
+  sodium_memzero(sk, sizeof sk);
+  if (!whole) user_error("--signing-key %s: damaged (its public half is not its own); restore it from a copy", path.c_str());
+  memcpy(k.pk, pk, sizeof pk);
+  return k;
+}
+
+uint64_t student_seed(const unsigned char public_key[32], const std::string& student) {
+  sodium_ready();
+  static const char tag[] = "nzquiz-seed1";  // with its terminating 0: the tag ends before the key
+  std::string msg(tag, sizeof tag);
+  msg.append(reinterpret_cast<const char*>(public_key), 32);
+  msg += student;
+  unsigned char h[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(h, reinterpret_cast<const unsigned char*>(msg.data()), msg.size());
+  uint64_t x = 0;
+  for (int i = 0; i < 8; i++) x = x << 8 | h[i];
+  return 1 + x % (uint64_t(1) << 30);
+}
+
+static bool exists_path(const std::string& p) {
+  struct stat st;
+  return lstat(p.c_str(), &st) == 0;
+}
+
+// Writes `text` to a new file of `mode`; never replaces one (O_EXCL, and no link followed).
+static bool write_new_file(const std::string& path, const std::string& text, unsigned mode) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) return false;
+  const bool ok = fchmod(fd, mode) == 0 && write(fd, text.data(), text.size()) == ssize_t(text.size()) &&
+                  fsync(fd) == 0;
+  return close(fd) == 0 && ok;
+}
+
+void make_course_keys(const std::string& dir) {
+  sodium_ready();
+  if (dir.empty()) user_error("--course-keys needs a folder; e.g. --course-keys ~/.nanozero-course");
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    user_error("--course-keys %s: not a folder; give a folder for course.key and course.pub", dir.c_str());
+  const std::string key = dir + "/course.key", pub = dir + "/course.pub";
+  for (const std::string& p : {key, pub})
+    if (exists_path(p))
+      user_error("--course-keys %s: %s exists; a course makes its key pair once, and a new one would leave every "
+                 "certificate signed with the old one unverifiable: keep it, or move it away first", dir.c_str(),
+                 p.c_str());
+  if (stat(dir.c_str(), &st) != 0 && mkdir(dir.c_str(), 0700) != 0)
+    user_error("--course-keys %s: cannot make the folder (%s); give a folder whose parent exists", dir.c_str(),
+               strerror(errno));
+  CourseKey k;
+  crypto_sign_keypair(k.pk, k.sk);
+  std::string secret = "nzcourse-key1 " + hex(k.sk, sizeof k.sk) + "\n";
+  const bool key_ok = write_new_file(key, secret, 0600);
+  sodium_memzero(&secret[0], secret.size());
+  sodium_memzero(k.sk, sizeof k.sk);
+  if (!key_ok) {
+    const int e = errno;
+    user_error("--course-keys %s: cannot write %s (%s); nothing was made", dir.c_str(), key.c_str(), strerror(e));
+  }
+  if (!write_new_file(pub, "nzcourse-pub1 " + hex(k.pk, sizeof k.pk) + "\n", 0644)) {
+    const int e = errno;
+    unlink(key.c_str());  // ours, made a moment ago: a private key without its public half is no pair
+    user_error("--course-keys %s: cannot write %s (%s); nothing was made", dir.c_str(), pub.c_str(), strerror(e));
+  }
+  printf("made the course's key pair (Ed25519), key id %s:\n"
+         "  %s  private, mode 0600: it signs the certificates; keep it to yourself, and a copy somewhere safe\n"
+         "  %s  public: give it to the students and to whoever checks a certificate\n",
+         k.id().c_str(), key.c_str(), pub.c_str());
+}
+
+// The grade of a student's answers file: the first attempt at each question, and how many.
+struct CourseGrade {
+  AnswersHeader h;
+  std::vector<QuizQuestion> q;
+  std::vector<std::string> first;  // `-`: never answered
+  std::vector<int> attempts;
+};
+
+// Reads and grades a student's answers file against the quiz of their seed; the file's first line
+// must name `student` (when given) and that student's seed. Prints the verdicts when `print`.
+static CourseGrade grade_course_answers(const char* flag, const std::string& path, const CourseKey& k,
+                                        const std::string& student, bool print, bool explain) {
+  const std::string text = read_small_file(flag, path, kAnswersLimit, "a student's answers file");
+  CourseGrade g;
+  g.h = read_header(flag, path, text);
+  if (!student.empty() && g.h.student != student)
+    user_error("%s %s: the answers of student %s, not of --student %s; sign each student's own file", flag,
+               path.c_str(), g.h.student.c_str(), student.c_str());
+  const uint64_t own = student_seed(k.pk, g.h.student);
+  if (g.h.seed != own)
+    user_error("%s %s: answers to the quiz of seed %llu, but student %s's quiz is seed %llu with this course's key "
+               "%s (another student's quiz, or another course's); answer your own quiz", flag, path.c_str(),
+               (unsigned long long)g.h.seed, g.h.student.c_str(), (unsigned long long)own, k.id().c_str());
+  g.q = make_quiz(g.h.seed, int(g.h.count));
+  const auto attempts = read_answers(flag, path, text, g.q.size(),
+                                     fmt("student %s, --count %d", g.h.student.c_str(), int(g.h.count)));
+  for (size_t i = 0; i < g.q.size(); i++) {
+    g.first.push_back(attempts[i].empty() ? "-" : attempts[i][0]);
+    g.attempts.push_back(int(attempts[i].size()));
+    if (!print) continue;
+    const double first = answer_value(g.first[i]);
+    std::string note;
+    if (attempts[i].size() > 1) {
+      const bool latest = right_either(g.q[i], answer_value(attempts[i].back()));
+      note = fmt(" [first of %zu attempts, the one graded; the latest, %s, is %s]", attempts[i].size(),
+                 attempts[i].back().c_str(), latest ? "right" : "wrong");
+    }
+    print_verdict(i, g.q[i], first, explain, note);
+  }
+  return g;
+}
+
+static int first_right(const CourseGrade& g) {
+  int right = 0;
+  for (size_t i = 0; i < g.q.size(); i++) right += right_either(g.q[i], answer_value(g.first[i]));
+  return right;
+}
+
+static std::string utc_now() {
+  const time_t t = time(nullptr);
+  struct tm u;
+  gmtime_r(&t, &u);
+  char s[32];
+  strftime(s, sizeof s, "%Y-%m-%dT%H:%M:%SZ", &u);
+  return s;
+}
+
+static std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); i++) s += (i ? "," : "") + v[i];
+  return s;
+}
+
+// The certificate: `nzcert1 student=ID seed=S count=C date=D first=A1,... attempts=N1,... score=R/C
+// key=K sig=SIG`, SIG the Ed25519 signature of everything before " sig=".
+static std::string sign_certificate(const CourseGrade& g, const CourseKey& k) {
+  std::vector<std::string> n;
+  for (int a : g.attempts) n.push_back(std::to_string(a));
+  const std::string body = fmt("nzcert1 student=%s seed=%llu count=%d date=%s first=", g.h.student.c_str(),
+                               (unsigned long long)g.h.seed, int(g.h.count), utc_now().c_str()) +
+                           join(g.first) + " attempts=" + join(n) +
+                           fmt(" score=%d/%d key=%s", first_right(g), int(g.h.count), k.id().c_str());
+  unsigned char sig[crypto_sign_BYTES];
+  crypto_sign_detached(sig, nullptr, reinterpret_cast<const unsigned char*>(body.data()), body.size(), k.sk);
+  return body + " sig=" + hex(sig, sizeof sig);
+}
+
+int verify_certificate(const std::string& line, const std::string& course_pub) {
+  sodium_ready();
+  std::vector<std::string> f;
+  const char* shape = "`nzcert1 student=ID seed=S count=C date=D first=A1,... attempts=N1,... score=R/C key=K "
+                      "sig=SIG`";
+  if (line.size() > 100000 ||
+      !split_fields(line, "nzcert1", {"student", "seed", "count", "date", "first", "attempts", "score", "key", "sig"},
+                    &f))
+    user_error("--verify \"%.60s...\": not a certificate, expected %s; paste the whole line", line.c_str(), shape);
+  if (course_pub.empty())
+    user_error("--verify: a course's certificate is checked with the course's public key; add --course-pub FILE "
+               "(the instructor's course.pub)");
+  const CourseKey k = read_public_key(course_pub);
+  uint64_t seed = 0, count = 0, right = 0, of = 0;
+  unsigned char sig[crypto_sign_BYTES], key8[8];
+  const std::vector<std::string> first = split_commas(f[4]), attempts = split_commas(f[5]);
+  const size_t slash = f[6].find('/');
+  auto need = [&](bool ok, const char* name, const std::string& v, const char* expected) {
+    if (!ok)
+      user_error("--verify: %s=%.40s in the certificate, expected %s; paste the whole line the instructor sent", name,
+                 v.c_str(), expected);
+  };
+  need(valid_student_id(f[0]), "student", f[0], "a student id");
+  need(parse_whole(f[1], 1u << 30, &seed) && seed >= 1, "seed", f[1], "a whole number from 1 to 2^30");
+  need(parse_whole(f[2], 1000, &count) && count >= 1, "count", f[2], "a whole number from 1 to 1000");
+  need(f[3].size() == 20 && f[3][10] == 'T' && f[3][19] == 'Z', "date", f[3], "a UTC time, 2026-01-31T12:00:00Z");
+  need(first.size() == count, "first", f[4], "one answer (or -) per question");
+  need(attempts.size() == count, "attempts", f[5], "one count per question");
+  for (size_t i = 0; i < count; i++) {
+    uint64_t a = 0;
+    need(answer_field_ok(first[i]), "first", first[i], "a number or -");
+    need(parse_whole(attempts[i], 1000000, &a) && (a == 0) == (first[i] == "-"), "attempts", attempts[i],
+         "a whole number, 0 where the answer is -");
+  }
+  need(slash != std::string::npos && parse_whole(f[6].substr(0, slash), count, &right) &&
+       parse_whole(f[6].substr(slash + 1), 1000, &of) && of == count, "score", f[6], "R/C, R at most C");
+  need(unhex(f[7], key8, 8), "key", f[7], "16 hex digits");
+  need(unhex(f[8], sig, sizeof sig), "sig", f[8], "128 hex digits");
+  if (f[7] != k.id()) {
+    printf("not verified: signed with key %s, not with this course's key %s\n", f[7].c_str(), k.id().c_str());
+    return 1;
+  }
+  const std::string body = line.substr(0, line.rfind(" sig="));
+  if (crypto_sign_verify_detached(sig, reinterpret_cast<const unsigned char*>(body.data()), body.size(), k.pk) != 0) {
+    printf("not verified: the signature does not match the line (edited after it was signed, or signed with another "
+           "key); ask the instructor for the certificate\n");
+    return 1;
+  }
+  // A valid signature over a seed that is not the student's own would certify another student's quiz.
+  const uint64_t own = student_seed(k.pk, f[0]);
+  if (seed != own) {
+    printf("not verified: seed %llu is not student %s's (theirs is %llu): another student's quiz under this id\n",
+           (unsigned long long)seed, f[0].c_str(), (unsigned long long)own);
+    return 1;
+  }
+  const std::vector<QuizQuestion> q = make_quiz(seed, int(count));
+  int regraded = 0, tries = 0;
+  for (size_t i = 0; i < count; i++) {
+    regraded += right_either(q[i], answer_value(first[i]));
+    tries += atoi(attempts[i].c_str());
+  }
+  if (regraded != int(right)) {
+    printf("not verified: the certificate says %d of %d right, its first answers grade %d of %d\n", int(right),
+           int(count), regraded, int(count));
+    return 1;
+  }
+  printf("verified: student %s, %d of %d right at the first attempt (%d attempts in all), signed %s with course "
+         "key %s (seed %llu)\n", f[0].c_str(), int(right), int(count), tries, f[3].c_str(), k.id().c_str(),
+         (unsigned long long)seed);
+  return 0;
+}
+
+int run_course_quiz(const CourseQuiz& c) {
+  if (c.seed_given)
+    user_error("--seed with a course's quiz: its seed is the student's own (from --student and the course's key); "
+               "drop --seed");
+  if (c.result)
+    user_error("--result makes a self-study line; a course's certificate is signed by the instructor (--sign), so "
+               "drop --result and send your answers file");
+  if (!c.sign_file.empty()) {
+    if (!c.check_file.empty() || c.key)
+      user_error("--sign with --%s; expected one: --sign certifies a student's file", c.key ? "key" : "check");
+    if (c.signing_key.empty()) user_error("--sign needs the course's private key: add --signing-key course.key");
+    if (c.student.empty())
+      user_error("--sign needs the id of the student who sent the file: add --student ID");
+    check_student_id("--student", c.student);
+    sodium_ready();
+    CourseKey k = read_signing_key(c.signing_key);
+    const CourseGrade g = grade_course_answers("--sign", c.sign_file, k, c.student, false, false);
+    printf("certificate: %s\n", sign_certificate(g, k).c_str());
+    sodium_memzero(k.sk, sizeof k.sk);
+    return 0;
+  }
+  if (!c.signing_key.empty()) user_error("--signing-key goes with --sign FILE; students use --course-pub course.pub");
+  if (c.course_pub.empty())
+    user_error("a course's quiz needs the course's public key: add --course-pub FILE (the instructor's course.pub)");
+  const CourseKey k = read_public_key(c.course_pub);
+  if (!c.check_file.empty()) {
+    if (!c.student.empty()) check_student_id("--student", c.student);
+    const CourseGrade g = grade_course_answers("--check", c.check_file, k, c.student, true, c.explain);
+    int tries = 0;
+    for (int a : g.attempts) tries += a;
+    printf("score: %d of %d right at the first attempt (%d attempts in all; the first answer to each question is "
+           "the one graded)\n", first_right(g), int(g.h.count), tries);
+    printf("for a certificate, send this file as it is to your instructor, who signs it (zero_estimate --quiz --sign "
+           "FILE --student %s --signing-key course.key)\n", g.h.student.c_str());
+    return first_right(g) == int(g.h.count) ? 0 : 1;
+  }
+  if (c.student.empty()) user_error("a course's quiz is a student's own: add --student ID");
+  check_student_id("--student", c.student);
+  const uint64_t seed = student_seed(k.pk, c.student);
+  if (c.key) {
+    print_quiz_key(seed, c.count);
+    return 0;
+  }
+  const std::vector<QuizQuestion> q = make_quiz(seed, c.count);
+  printf("ZeRO quiz of student %s (course key %s: seed %llu, --count %d). Answer in a file whose first line is\n"
+         "  nzquiz-answers student=%s seed=%llu count=%d\n"
+         "then one line per answer in each question's unit, e.g. `Q1 12.5`. Every line is an attempt and the first "
+         "answer to each question is the one graded: to try again, add a line, never change one. Check with\n"
+         "  zero_estimate --quiz --student %s --course-pub %s --check answers.txt\n\n",
+         c.student.c_str(), k.id().c_str(), (unsigned long long)seed, c.count, c.student.c_str(),
+         (unsigned long long)seed, c.count, c.student.c_str(), c.course_pub.c_str());
+  for (size_t i = 0; i < q.size(); i++) printf("Q%zu. %s\n\n", i + 1, q[i].text.c_str());
+  return 0;
+}
+
+#else  // the WebAssembly page: no libsodium
+
+[[noreturn]] static void no_signatures() {
+  user_error("a course's keys and certificates need libsodium, which the page does not carry; use the command "
+             "line's zero_estimate");
+}
+uint64_t student_seed(const unsigned char*, const std::string&) { no_signatures(); }
+void make_course_keys(const std::string&) { no_signatures(); }
+int verify_certificate(const std::string&, const std::string&) { no_signatures(); }
+int run_course_quiz(const CourseQuiz&) { no_signatures(); }
+
+#endif
 
 }  // namespace nz

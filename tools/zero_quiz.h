@@ -51,13 +51,55 @@ int check_quiz(uint64_t seed, int count, const std::string& path, bool explain =
 // catches a line edited by hand or garbled on the way; it is a checksum, not a signature: anyone with
 // zero_estimate can make one, and --verify grades the answers again rather than trusting the score.
 std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::string>& answers, int right);
-// zero_estimate --verify LINE: checks the code, grades the answers again and compares the score.
-// Prints one line; returns 0 when the line holds, 1 when it does not. A line that is not a result
-// line is a user error (one line, exit 2).
-int verify_quiz_result(const std::string& line);
+// zero_estimate --verify LINE [--course-pub FILE]: a self-study result line (nzquiz1) has its code
+// checked and its answers graded again; a course's certificate (nzcert1) is checked with the course's
+// public key (verify_certificate). Prints one line; returns 0 when the line holds, 1 when it does
+// not. A line that is neither, or a field out of its range (a seed that is not a whole number from 1
+// to 2^30, as --seed takes it), is a user error (one line, exit 2).
+int verify_quiz_result(const std::string& line, const std::string& course_pub = "");
 
 // The answer key of (seed, count), for the instructor: one line `Q<n> <answer>   # unit, tolerance`
 // per question (a file of them scores 100%), the paper's answer beside the exact one where they differ.
 void print_quiz_key(uint64_t seed, int count);
+
+// ---- a course's quiz and its signed certificate (docs/certificates.md) ----
+// The instructor makes an Ed25519 key pair once (make course-keys: DIR/course.key, mode 0600, and
+// DIR/course.pub); each student answers the quiz of a seed derived from their id and the course's
+// public key, in a file whose first line names them (`nzquiz-answers student=ID seed=S count=C`)
+// and where every answer line is an attempt, the first one to each question the one graded. The
+// instructor signs what a student sends (--sign, with the private key, which students never hold);
+// --verify checks the certificate with the public key alone. Signatures are libsodium's: in the
+// WebAssembly page (no libsodium) these functions say so (one line, exit 2).
+
+// The student ids a course accepts: 1 to 64 of A-Z a-z 0-9 . _ @ -, the first a letter or digit
+// (no spaces, no path characters).
+bool valid_student_id(const std::string& id);
+
+// --course-keys DIR: a new key pair, DIR/course.key (private, 0600) and DIR/course.pub; DIR is made
+// (0700) when absent. An existing key file of either name is never overwritten: one line, exit 2.
+void make_course_keys(const std::string& dir);
+
+// What a course's quiz command was given (zero_estimate --quiz with --student, --course-pub,
+// --signing-key or --sign).
+struct CourseQuiz {
+  std::string student;      // --student ID
+  std::string course_pub;   // --course-pub FILE: the course's public key
+  std::string signing_key;  // --signing-key FILE: the instructor's private key (--sign)
+  std::string sign_file;    // --sign FILE: a student's answers, to certify
+  std::string check_file;   // --check FILE: the student's own grading, first attempts counted
+  bool key = false, explain = false, result = false, seed_given = false;
+  int count = 10;
+};
+// Prints the student's questions (with the first line of their answers file), their key (--key),
+// their grading (--check) or the certificate (--sign). Returns the exit code.
+int run_course_quiz(const CourseQuiz& c);
+
+// The seed of a student's quiz: 1 + (the first 8 bytes of SHA-256("nzquiz-seed1", 0, public key,
+// id), big-endian) mod 2^30, inside --seed's range, so `--quiz --seed S` gives the same questions.
+uint64_t student_seed(const unsigned char public_key[32], const std::string& student);
+
+// --verify of an nzcert1 line: the signature with the course's public key, the seed against the
+// student's, the first answers graded again against the score. Returns 0 verified, 1 not.
+int verify_certificate(const std::string& line, const std::string& course_pub);
 
 }  // namespace nz

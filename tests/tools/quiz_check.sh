@@ -160,7 +160,7 @@ body=${line% code=*}
 [ -n "$line" ] && [ "${line##* code=}" = "$(fnv "$body")" ] && grep -q ' score=19/20 ' <<<"$line"
 res result_line_has_the_score_and_fnv_code $? "($line)"
 out=$($est --verify "$line" 2>&1); rc=$?
-[ $rc = 0 ] && [ "$out" = "verified: --seed 11 --count 20, 19 of 20 right" ]; res verify_accepts_its_line $? "(exit $rc: $out)"
+[ $rc = 0 ] && [ "$out" = "verified: --seed 11 --count 20, 19 of 20 right (a self-study line: its code is a checksum, not a signature)" ]; res verify_accepts_its_line $? "(exit $rc: $out)"
 out=$($est --verify "${line/score=19/score=20}" 2>&1); rc=$?
 [ $rc = 1 ] && grep -q 'not verified: the check code' <<<"$out"; res verify_refuses_an_edited_score $? "(exit $rc: $out)"
 forged="${body/score=19/score=20}"
@@ -175,3 +175,216 @@ out=$($est --verify "nzquiz1 seed=11 count=20 answers=1 score=0/20" 2>&1); rc=$?
 [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ]; res verify_of_a_bad_line_is_one_line_exit_2 $? "(exit $rc: $out)"
 out=$($est --quiz --explain 2>&1); rc=$?
 [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ]; res explain_without_check_is_a_usage_error $? "(exit $rc: $out)"
+
+# ---- the answers file: a small file or pipe is read, nothing else (one line, exit 2, within 10 s each) ----
+# A FIFO blocked in open, /dev/zero was read without end, and a directory was graded as "no answer".
+# A FIFO nothing writes to is given up after 3 s of silence; one a program writes to, or a pipe on
+# /dev/stdin, is graded; one fed from /dev/zero stops at 1 MiB.
+mkfifo "$tmp/fifo"
+out=$(timeout 10 $est --quiz --check "$tmp/fifo" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'FIFO or pipe with nothing written' <<<"$out"
+res check_of_a_fifo_nothing_writes_to_ends $? "(exit $rc: $out)"
+(timeout 10 cat "$tmp/key_values.txt" >"$tmp/fifo" &)
+out=$(timeout 10 $est --quiz --seed 11 --count 20 --check "$tmp/fifo" 2>&1); rc=$?
+out2=$(timeout 10 $est --quiz --seed 11 --count 20 --check /dev/stdin <"$tmp/key_values.txt" 2>&1); rc2=$?
+out3=$(cat "$tmp/key_values.txt" | timeout 10 $est --quiz --seed 11 --count 20 --check /dev/stdin 2>&1); rc3=$?
+[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q 'score: 20 of 20' <<<"$out" && grep -q 'score: 20 of 20' <<<"$out3"
+res check_reads_a_fifo_and_a_pipe_written_to $? "(exit $rc, $rc2, $rc3: $(tail -1 <<<"$out"))"
+(timeout 10 cat /dev/zero >"$tmp/fifo" 2>/dev/null &)
+out=$( (ulimit -v 1000000; timeout 10 $est --quiz --check "$tmp/fifo") 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'more than' <<<"$out"; res check_of_a_fifo_fed_from_dev_zero_stops $? "(exit $rc: ${out:0:200})"
+out=$( (ulimit -v 1000000; timeout 10 $est --quiz --check /dev/zero) 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'device' <<<"$out"; res check_of_dev_zero_is_refused $? "(exit $rc: ${out:0:200})"
+out=$(timeout 10 $est --quiz --check "$tmp" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'directory' <<<"$out"; res check_of_a_directory_is_refused $? "(exit $rc: ${out:0:200})"
+{ cat "$tmp/key_values.txt"; yes '# a comment line of an answers file far too long to be one' | head -c 2000000; } >"$tmp/long.txt"
+out=$(timeout 10 $est --quiz --seed 11 --count 20 --check "$tmp/long.txt" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'more than' <<<"$out"; res check_of_a_file_over_1_MiB_is_refused $? "(exit $rc: ${out:0:200})"
+
+# --verify reads the seed as --seed does: "-1" and a 23-digit seed (read as 2^64 - 1 by strtoull), 0
+# and 2^30 + 1, each with its check code recomputed to match, are one line, exit 2; 2^30 verifies.
+bad=""
+for s in -1 12345678901234567890123 0 1073741825 +5; do
+  l="nzquiz1 seed=$s count=1 answers=- score=0/1"
+  out=$($est --verify "$l code=$(fnv "$l")" 2>&1); rc=$?
+  { [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "seed=$s is not" <<<"$out"; } || bad+=" [seed=$s: exit $rc: $out]"
+done
+l="nzquiz1 seed=1073741824 count=1 answers=- score=0/1"
+out=$($est --verify "$l code=$(fnv "$l")" 2>&1); rc=$?
+[ $rc = 0 ] || bad+=" [seed=2^30: exit $rc: $out]"
+[ -z "$bad" ]; res verify_reads_only_a_seed_that_seed_takes $? "($bad)"
+
+# self-study says what its line is: a checksum, not a signature
+out=$($est --quiz --seed 11 --count 20 --check "$tmp/off.txt" --result 2>&1)
+grep -q 'checksum, not a signature' <<<"$out"; res self_study_result_says_it_is_a_checksum $? "($(tail -1 <<<"$out"))"
+
+# ---- a course's certificates (docs/certificates.md), checked against tests/tools/ed25519_ref.py, an
+# Ed25519 in plain Python independent of libsodium, and the seed against SHA-256 from hashlib ----
+ed() { python3 tests/tools/ed25519_ref.py "$@"; }
+ed selftest; res ed25519_reference_passes_rfc8032_test_1 $? "(tests/tools/ed25519_ref.py disagrees with RFC 8032)"
+sum() { sha256sum "$@" 2>/dev/null | awk '{ print $1 }' | tr '\n' ' '; }
+
+keys=$tmp/course
+out=$($est --course-keys "$keys" 2>&1); rc=$?
+sk_seed=$(awk '{ print substr($2, 1, 64) }' "$keys/course.key" 2>/dev/null)
+pub=$(awk '{ print $2 }' "$keys/course.pub" 2>/dev/null)
+[ $rc = 0 ] && [ "$(stat -c %a "$keys/course.key")" = 600 ] && [ "$(stat -c %a "$keys")" = 700 ] &&
+  [ "$(ed public "$sk_seed")" = "$pub" ] && [ "$(awk '{ print substr($2, 65) }' "$keys/course.key")" = "$pub" ]
+res course_keys_make_an_ed25519_pair_mode_0600 $? "(exit $rc, key mode $(stat -c %a "$keys/course.key" 2>&1): $out)"
+before=$(sum "$keys"/*)
+out=$($est --course-keys "$keys" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'course.key exists' <<<"$out" && [ -n "$pub" ] &&
+  [ "$(sum "$keys"/*)" = "$before" ]
+res course_keys_never_overwrite_a_key $? "(exit $rc: $out)"
+mkdir "$tmp/half" && cp "$keys/course.pub" "$tmp/half/"
+out=$($est --course-keys "$tmp/half" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && [ ! -e "$tmp/half/course.key" ] && cmp -s "$keys/course.pub" "$tmp/half/course.pub"
+res course_keys_refuse_beside_a_public_key $? "(exit $rc: $out)"
+if [ -z "${NZ_BIN_DIR:-}" ]; then  # the Makefile's target, where the build is this checkout's
+  out=$(timeout 300 make -s --no-print-directory course-keys KEYS="$tmp/made" 2>&1); rc=$?
+  [ $rc = 0 ] && [ "$(stat -c %a "$tmp/made/course.key" 2>&1)" = 600 ] && [ -s "$tmp/made/course.pub" ]
+  res make_course_keys_writes_the_pair $? "(exit $rc: $(tail -1 <<<"$out"))"
+fi
+
+# The seed of a student's quiz: SHA-256("nzquiz-seed1\0" + public key + id), 8 bytes big-endian, mod 2^30, + 1.
+seed_of() { python3 -c 'import hashlib, sys
+h = hashlib.sha256(b"nzquiz-seed1\0" + bytes.fromhex(sys.argv[1]) + sys.argv[2].encode()).digest()
+print(1 + int.from_bytes(h[:8], "big") % 2**30)' "$pub" "$1"; }
+cq() { $est --quiz --course-pub "$keys/course.pub" "$@"; }
+alice=$(seed_of alice); bob=$(seed_of bob)
+cq --student alice >"$tmp/alice_quiz.txt" 2>&1
+cq --student alice --key | grep '^Q[0-9]* ' | awk '{ print $1, $2 }' >"$tmp/alice_key.txt"
+$est --quiz --seed "$alice" --count 10 --key | grep '^Q[0-9]* ' | awk '{ print $1, $2 }' >"$tmp/alice_seed_key.txt"
+grep -qx "  nzquiz-answers student=alice seed=$alice count=10" "$tmp/alice_quiz.txt" && [ "$alice" != "$bob" ] &&
+  [ "$(wc -l <"$tmp/alice_key.txt")" = 10 ] && cmp -s "$tmp/alice_key.txt" "$tmp/alice_seed_key.txt"
+res a_students_seed_is_sha256_of_key_and_id $? "(alice $alice, bob $bob: $(head -2 "$tmp/alice_quiz.txt" | tail -1))"
+
+# Alice answers: Q3 wrong first, then the "expected" value the check printed (the page shows the
+# same); every other answer right at once. The first attempt counts: 9 of 10, Q3 tried twice.
+q3_right=$(awk '$1 == "Q3" { print $2 }' "$tmp/alice_key.txt")
+q3_wrong=$(awk -v v="$q3_right" 'BEGIN { print v * 1.5 }')
+{ echo "nzquiz-answers student=alice seed=$alice count=10"; grep -v '^Q3 ' "$tmp/alice_key.txt"; echo "Q3 $q3_wrong"; } >"$tmp/alice.txt"
+expected=$(cq --check "$tmp/alice.txt" 2>&1 | sed -n 's/^Q3  wrong: .*, expected \([0-9.e+-]*\) within.*/\1/p')
+echo "Q3 $expected" >>"$tmp/alice.txt"
+out=$(cq --check "$tmp/alice.txt" 2>&1); rc=$?
+[ -n "$expected" ] && [ $rc = 1 ] && grep -q '^score: 9 of 10 right at the first attempt (11 attempts' <<<"$out" &&
+  grep -q "^Q3  wrong: .*first of 2 attempts, the one graded; the latest, $expected, is right" <<<"$out"
+res expected_value_after_a_wrong_first_try_does_not_count $? "(expected '$expected', exit $rc: $(grep -E '^Q3|^score' <<<"$out"))"
+
+answers_sum=$(sum "$tmp/alice.txt")
+day0=$(date -u +%Y-%m-%d)
+cert=$($est --quiz --sign "$tmp/alice.txt" --student alice --signing-key "$keys/course.key" 2>&1 | sed -n 's/^certificate: //p')
+body=${cert% sig=*}; sig=${cert##* sig=}
+day1=$(date -u +%Y-%m-%d)  # the signing day: $day0, or $day1 if it was signed as midnight passed
+want="nzcert1 student=alice seed=$alice count=10 date=\($day0\|$day1\)T[0-9:]*Z first=[^ ]* attempts=1,1,2,1,1,1,1,1,1,1 score=9/10 key=${pub:0:16}"
+first3=$(sed 's/.* first=//; s/ .*//' <<<"$body" | cut -d, -f3)
+[ -n "$cert" ] && grep -qx "$want" <<<"$body" && [ "$first3" = "$q3_wrong" ] && ed verify "$pub" "$sig" "$body" &&
+  [ "$(sum "$tmp/alice.txt")" = "$answers_sum" ]
+res sign_makes_a_certificate_ed25519_verifies $? "($cert)"
+out=$($est --verify "$cert" --course-pub "$keys/course.pub" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q "^verified: student alice, 9 of 10 right at the first attempt (11 attempts in all), signed \($day0\|$day1\)T" <<<"$out"
+res verify_accepts_a_signed_certificate $? "(exit $rc: $out)"
+
+# Forgeries, each one line, exit 1.
+refused() {  # NAME LINE PATTERN: --verify says "not verified" and PATTERN, in one line, exit 1
+  local out rc
+  out=$($est --verify "$2" --course-pub "$keys/course.pub" 2>&1); rc=$?
+  [ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^not verified: .*$3" <<<"$out"
+  res "$1" $? "(exit $rc: $out)"
+}
+field() { sed "s| $1=[^ ]*| $1=$2|" <<<"$3"; }  # replace field $1 of line $3 with $2
+refused forged_score_is_refused "$(field score 10/10 "$cert")" 'signature does not match'
+answers=$(sed 's/.* first=//; s/ .*//' <<<"$cert")
+refused forged_answer_is_refused "$(field first "${answers/$q3_wrong/$q3_right}" "$(field score 10/10 "$cert")")" 'signature does not match'
+refused another_students_id_is_refused "$(field student bob "$cert")" 'signature does not match'
+other_seed=$(python3 -c 'import os; print(os.urandom(32).hex())')
+other_pub=$(ed public "$other_seed")
+forged=$(field key "${other_pub:0:16}" "$body"); refused another_keys_certificate_is_refused "$forged sig=$(ed sign "$other_seed" "$forged")" 'signed with key'
+refused another_key_under_this_keys_id_is_refused "$body sig=$(ed sign "$other_seed" "$body")" 'signature does not match'
+# Signed with the course's own key (as only a stolen key could): a seed that is not the student's,
+# with answers right for that seed (bob's quiz certified as alice's), and a score the first answers
+# do not earn, are refused all the same.
+$est --quiz --seed "$bob" --count 10 --key | awk '/^Q[0-9]* / { printf "%s%s", sep, $2; sep = "," }' >"$tmp/bob_answers"
+forged=$(field first "$(cat "$tmp/bob_answers")" "$(field seed "$bob" "$(field score 10/10 "$body")")")
+forged=$(field attempts 1,1,1,1,1,1,1,1,1,1 "$forged")
+refused replayed_seed_is_refused "$forged sig=$(ed sign "$sk_seed" "$forged")" "seed $bob is not student alice's"
+forged=$(field score 10/10 "$body")
+refused unearned_score_signed_by_the_key_is_refused "$forged sig=$(ed sign "$sk_seed" "$forged")" 'its first answers grade 9 of 10'
+# the certificate's text itself: a field out of its form is one line, exit 2; no public key, exit 2
+out=$($est --verify "$(field seed -1 "$cert")" --course-pub "$keys/course.pub" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q 'seed=-1 in the certificate' <<<"$out"
+res certificate_with_seed_minus_1_is_one_line_exit_2 $? "(exit $rc: $out)"
+out=$($est --verify "$cert" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q -- '--course-pub' <<<"$out"
+res certificate_without_public_key_is_one_line_exit_2 $? "(exit $rc: $out)"
+
+# Signing refuses answers that are not the named student's own: bob's file, or alice's file
+# answering bob's quiz (a replayed seed), one line, exit 2, no certificate.
+{ echo "nzquiz-answers student=bob seed=$bob count=10"; cat "$tmp/alice_key.txt"; } >"$tmp/bob.txt"
+{ echo "nzquiz-answers student=alice seed=$bob count=10"; cat "$tmp/alice_key.txt"; } >"$tmp/replay.txt"
+bad=""
+for f in bob replay; do
+  out=$($est --quiz --sign "$tmp/$f.txt" --student alice --signing-key "$keys/course.key" 2>&1); rc=$?
+  want="the answers of student bob, not of --student alice"
+  [ $f = replay ] && want="the quiz of seed $bob, but student alice's quiz is seed $alice"
+  { [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "$want" <<<"$out"; } || bad+=" [$f: exit $rc: $out]"
+done
+[ -z "$bad" ]; res sign_refuses_another_students_answers_and_seed $? "($bad)"
+
+# Bad input: a student id with spaces or path characters, a missing, unreadable, damaged or
+# too-open key, each one line, exit 2; nothing is written and the keys are unchanged.
+before=$(sum "$keys"/* "$tmp/alice.txt")
+cp "$keys/course.key" "$tmp/open.key" && chmod 644 "$tmp/open.key"
+# damaged: the public half's last hex digit changed (0 -> 1, any other -> 0)
+cp "$keys/course.key" "$tmp/damaged.key" && chmod 600 "$tmp/damaged.key" && sed -i 's/0$/x/; s/[1-9a-f]$/0/; s/x$/1/' "$tmp/damaged.key"
+[ "$(sed 's/.$//' "$tmp/damaged.key")" = "$(sed 's/.$//' "$keys/course.key")" ] && ! cmp -s "$tmp/damaged.key" "$keys/course.key"
+damaged_ok=$?
+bad=""
+check_bad() {  # LABEL PATTERN ARGS...: one line, exit 2, that names what was wrong (PATTERN)
+  local out rc
+  out=$("${@:3}" 2>&1); rc=$?
+  { [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^error: .*$2" <<<"$out"; } || bad+=" [$1: exit $rc: $out]"
+}
+for id in "alice smith" "../alice" "a/b" 'a\b' ".alice" ""; do
+  want="not a student id"; [ -z "$id" ] && want="add --student ID"
+  check_bad "questions for '$id'" "$want" cq --student "$id"
+  check_bad "sign for '$id'" "$want" $est --quiz --sign "$tmp/alice.txt" --student "$id" --signing-key "$keys/course.key"
+done
+check_bad "missing key" "cannot read it" $est --quiz --sign "$tmp/alice.txt" --student alice --signing-key "$tmp/none.key"
+check_bad "a folder as key" "is a directory" $est --quiz --sign "$tmp/alice.txt" --student alice --signing-key "$keys"
+check_bad "public key as private" "not a course.s private key" $est --quiz --sign "$tmp/alice.txt" --student alice --signing-key "$keys/course.pub"
+check_bad "key readable by others" "readable by others" $est --quiz --sign "$tmp/alice.txt" --student alice --signing-key "$tmp/open.key"
+check_bad "damaged key" "damaged" $est --quiz --sign "$tmp/alice.txt" --student alice --signing-key "$tmp/damaged.key"
+check_bad "missing public key" "cannot read it" cq --student alice --course-pub "$tmp/none.pub"
+check_bad "private key as public" "not a course.s public key" $est --quiz --student alice --course-pub "$keys/course.key"
+check_bad "sign without key" "signing-key" $est --quiz --sign "$tmp/alice.txt" --student alice
+check_bad "sign without student" "add --student" $est --quiz --sign "$tmp/alice.txt" --signing-key "$keys/course.key"
+check_bad "seed in a course" "drop --seed" cq --student alice --seed 3
+check_bad "result in a course" "drop --result" cq --check "$tmp/alice.txt" --result
+[ -z "$bad" ] && [ $damaged_ok = 0 ] && [ "$(sum "$keys"/* "$tmp/alice.txt")" = "$before" ]
+res bad_ids_and_keys_are_one_line_exit_2 $? "($bad)"
+
+# docs/certificates.md's example: its certificate verifies with its course.pub line, in the words shown there
+doc=docs/certificates.md
+grep -o 'nzcourse-pub1 [0-9a-f]*' "$doc" | head -1 >"$tmp/doc.pub"
+doc_cert=$(grep -o 'certificate: nzcert1 .*' "$doc" | head -1)
+out=$($est --verify "$doc_cert" --course-pub "$tmp/doc.pub" 2>&1); rc=$?
+[ $rc = 0 ] && [ -n "$doc_cert" ] && grep -qxF "   $out" "$doc"
+res the_docs_example_certificate_verifies_as_shown $? "(exit $rc: $out)"
+
+# ---- the explorer's certificate box, in each browser installed, against --verify word for word
+# (tests/tools/certificate_page_check.py: the browser's WebCrypto Ed25519) ----
+page=${NZ_EXPLORER_DIR:-$(dirname "$est")/../explorer}
+browsers=()
+command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && browsers+=(chromium)
+{ command -v firefox-esr >/dev/null 2>&1 || command -v firefox >/dev/null 2>&1; } && browsers+=(firefox)
+if [ ! -f "$page/zero_estimate.js" ]; then
+  echo "NZRESULT SKIP quiz.page (no page in $page: make explorer builds it, with em++ from emscripten," \
+       "which bash scripts/install_deps.sh --explorer installs)"
+elif [ ${#browsers[@]} = 0 ]; then
+  echo "NZRESULT SKIP quiz.page (neither chromium with chromium-driver nor firefox-esr installed;" \
+       "bash scripts/install_deps.sh --explorer installs them)"
+else
+  timeout -k 10 240 python3 tests/tools/certificate_page_check.py "$page" "$est" "${browsers[@]}" ||
+    echo "NZRESULT FAIL quiz.page.browser_run (certificate_page_check.py exited with $?)"
+fi
