@@ -461,13 +461,32 @@ def run(binary, cfg, tag, guard=True):
 _ref_lock = threading.Lock()
 
 
-def reference_run(stage, cfg):
+def reference_binary(stage, ex_name=None):
+    """The real trainer: build/bin/STAGE; in the student edition, for an exercise that shares its file
+    with another, the real file with the other's region cut (reference/obj/STAGE/train@NAME.o,
+    scripts/exercise_pack.py), linked here once."""
+    obj = os.path.join(ROOT, "reference", "obj", stage, f"train@{ex_name}.o") if ex_name else ""
+    if not obj or not os.path.exists(obj):
+        return os.path.join(BUILD, "bin", stage)
+    f = build_flags()
+    binary = os.path.join(WORK, "reference", f"{stage}@{ex_name}")
+    lib = os.path.join(ROOT, f["LIB"])
+    with _build_lock:
+        if not os.path.exists(binary) or os.path.getmtime(binary) < max(os.path.getmtime(obj), os.path.getmtime(lib)):
+            os.makedirs(os.path.dirname(binary), exist_ok=True)
+            c = _run_quiet(f"{f['CXX']} {f['LDFLAGS']} {obj} {f['LIB']} {f['LDLIBS']} -o {binary}")
+            if c.returncode != 0:
+                raise GraderError(f"internal: could not link the reference {stage} for {ex_name}: " + c.stderr[-1000:])
+    return binary
+
+
+def reference_run(stage, cfg, ex_name=None):
     """The real trainer's run, cached until the binary changes."""
-    binary = os.path.join(BUILD, "bin", stage)
+    binary = reference_binary(stage, ex_name)
     if not os.path.exists(binary):
         raise GraderError(f"{os.path.relpath(binary, ROOT)} is not built: `make check` builds it "
                           f"(or make {os.path.relpath(binary, ROOT)})")
-    base = os.path.join(WORK, f"ref_{stage}_{cfg.tag}")
+    base = os.path.join(WORK, f"ref_{os.path.basename(binary)}_{cfg.tag}")
     with _ref_lock:
         if (os.path.exists(base + ".json") and os.path.exists(base + ".model")
                 and os.path.getmtime(base + ".json") > os.path.getmtime(binary)):
@@ -1076,7 +1095,7 @@ def _grade(ex, source, p, tag, hint_level):
 
     def one(cfg):
         if cfg.tag not in results:
-            ref = reference_run(ex.stage, cfg)
+            ref = reference_run(ex.stage, cfg, ex.name)
             results[cfg.tag] = (ref, run(binary, cfg, f"learner_{tag}"))
         return results[cfg.tag]
 

@@ -516,7 +516,7 @@ def encode_bugs(entries):
     return "\n".join(blob[i:i + 100] for i in range(0, len(blob), 100)) + "\n"
 
 
-for _b in decode_bugs():
+for _b in (decode_bugs() if os.path.exists(BUGS_FILE) else []):  # (not in the student edition)
     EXERCISES.append(Exercise(_b["name"], _b["path"], _b["stage"], _b["goal"], [], bug=_b))
 BY_NAME = {e.name: e for e in EXERCISES}
 
@@ -612,11 +612,8 @@ def broken_copy(ex):
         return edited(f.read(), ex.bug["edits"], f"find-the-bug {ex.name}")
 
 
-def learner_text(ex):
-    with open(os.path.join(ROOT, ex.path)) as f:
-        text = f.read()
-    if ex.bug:
-        return strip_other_markers(broken_copy(ex))
+def todo_lines(ex):
+    """The TODO that replaces an exercise's regions (PART lines between the parts)."""
     # several parts: ex.todo is one list of lines a part
     parts = ex.todo if ex.todo and isinstance(ex.todo[0], list) else [ex.todo]
     todo = []
@@ -624,7 +621,32 @@ def learner_text(ex):
         which = f", part {k + 1} of {len(parts)}" if len(parts) > 1 else ""
         todo += ([PART] if k else []) + [f"// TODO(exercise {ex.name}{which}): {ex.goal}"] + [
             "//   " + l for l in lines] + [f"// Check your solution with: make check E={ex.name}"]
-    return strip_other_markers(with_region(text, ex.name, todo))
+    return todo
+
+
+# The student edition (scripts/exercise_pack.py) carries the real files as objects in reference/:
+# there the files hold every region's TODO, and the markers stay in a learner's copy.
+PACK = os.path.isdir(os.path.join(ROOT, "reference", "obj"))
+# In the student edition an exercise whose file's other region cannot be left as a TODO (the
+# backward calls the helpers stage3_gather_release defines) starts from the learner's own copy of it.
+BUILDS_ON = {"stage3_backward": "stage3_gather_release"}
+
+
+def learner_text(ex):
+    with open(os.path.join(ROOT, ex.path)) as f:
+        text = f.read()
+    if ex.bug:
+        return strip_other_markers(broken_copy(ex))
+    if PACK and ex.name in BUILDS_ON:
+        base = BY_NAME[BUILDS_ON[ex.name]]
+        mine = os.path.join(LEARNER, base.name, base.file)
+        if not os.path.exists(mine):
+            die(f"{ex.name} builds on your {base.name} (it calls the helpers you write there): do that one "
+                f"first (make exercise E={base.name}; make check E={base.name}), then make exercise E={ex.name}")
+        with open(mine) as f:
+            text = f.read()
+    cut = with_region(text, ex.name, todo_lines(ex))
+    return cut if PACK else strip_other_markers(cut)
 
 
 def cmd_list():
@@ -701,6 +723,11 @@ def main(argv):
         return cmd_check(name, args[1] if len(args) > 1 else None, hint_level)
     if cmd == "key":
         return cmd_key(name)
+    if cmd == "pack":  # make student-pack OUT=DIR
+        if not name:
+            die("usage: make student-pack OUT=DIR (a new or empty directory)")
+        import exercise_pack
+        return exercise_pack.build(os.path.abspath(name), sys.modules[__name__])
     if cmd == "bugs-decode":  # maintainers: the plain JSON of exercise_bugs.dat
         return print(json.dumps(decode_bugs(), indent=1))
     if cmd == "bugs-encode":  # maintainers: exercise_bugs.dat from a JSON file of the same shape
