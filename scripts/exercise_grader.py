@@ -1050,8 +1050,9 @@ def hints(ex, cfg, diffs, passed, rounding_only, runs=None):
 
 # ---- grading ----
 
-def grade(ex, source, quiet=False, tag=None, hint_level=1):
-    """Returns (passed, verdict text). Never raises: whatever goes wrong is a verdict."""
+def grade(ex, source, quiet=False, tag=None, hint_level=1, extra_configs=(), hints_shown=True):
+    """Returns (passed, verdict text). Never raises: whatever goes wrong is a verdict. extra_configs:
+    runs graded after the exercise's own (make grade's hidden ones); hints_shown False: no hint lines."""
     lines = []
 
     def p(s=""):
@@ -1060,7 +1061,7 @@ def grade(ex, source, quiet=False, tag=None, hint_level=1):
             print(s, flush=True)
 
     try:
-        ok = _grade(ex, source, p, tag or ex.name, hint_level)
+        ok = _grade(ex, source, p, tag or ex.name, hint_level, list(extra_configs), hints_shown)
     except GraderError as e:
         p(f"FAIL {ex.name}: the grader could not run: {e}")
         ok = False
@@ -1071,7 +1072,8 @@ def grade(ex, source, quiet=False, tag=None, hint_level=1):
     return ok, "\n".join(lines)
 
 
-def _grade(ex, source, p, tag, hint_level):
+def _grade(ex, source, p, tag, hint_level, extra_configs=(), hints_shown=True):
+    all_configs = list(configs_of(ex)) + list(extra_configs)
     with open(source, errors="replace") as f:
         source_text = f.read()
     out_dir = os.path.join(WORK, tag)
@@ -1087,7 +1089,7 @@ def _grade(ex, source, p, tag, hint_level):
             hs = ex.bug_hints[:hint_level]
             if hint_level < len(ex.bug_hints):
                 hs = hs + [f"(a stronger hint: make check E={ex.name} HINT={hint_level + 1})"]
-        for h in dict.fromkeys(hs):  # (each once, in order)
+        for h in dict.fromkeys(hs if hints_shown else []):  # (each once, in order)
             p("  hint: " + h)
 
     passed, rounded = [], []
@@ -1124,7 +1126,7 @@ def _grade(ex, source, p, tag, hint_level):
 
     if ex.probe and not probe_passes(ex, os.path.join(out_dir, "learner.o"), source, source_text, p, show_hints):
         return False
-    for cfg in configs_of(ex):
+    for cfg in all_configs:
         v = failed_here(cfg)
         if v is None:
             if any(cfg is r for r in rounded):
@@ -1173,19 +1175,19 @@ def _grade(ex, source, p, tag, hint_level):
             hs = hints(ex, cfg, diffs, passed, rounding, runs=one(cfg))
         show_hints(hs)
         return False
-    n_cfg = len(configs_of(ex))
+    n_cfg = len(all_configs)
     what = ("losses, gradient norms, saved model, memory by category, collectives, host<->device traffic"
             + (", prefetch overlap" if ex.stage in PREFETCH_STAGES else "")
             + ("; and your code alone on the probe's crafted inputs" if ex.probe else ""))
     if rounded:
-        exact = [c for c in configs_of(ex) if not any(c is r for r in rounded)]
+        exact = [c for c in all_configs if not any(c is r for r in rounded)]
         p(f"PASS {ex.name}: the same model as the real {ex.stage}, another rounding order: your arithmetic adds "
           f"the same numbers in another order, so the results agree within {ROUNDING_UNITS} units of roundoff on "
           f"{len(rounded)} of {n_cfg} configurations" + (f" and bit for bit on {'; '.join(c.label for c in exact)}"
                                                        if exact else "")
           + "; memory, collectives and traffic are the real ones everywhere")
     else:
-        precisions = ", ".join(dict.fromkeys(c.precision for c in configs_of(ex)))
+        precisions = ", ".join(dict.fromkeys(c.precision for c in all_configs))
         p(f"PASS {ex.name}: bit for bit the real {ex.stage} on {n_cfg} configurations in {precisions} "
           f"({what}" + (", the order of forwards and backwards" if ex.stage == "pipeline" else "") + ")")
     return True

@@ -78,9 +78,12 @@ def answer_lines(exercises):
         with open(os.path.join(ROOT, ex.path)) as h:
             real = h.read()
         given = norm(" ".join(X.todo_lines(ex)))
+        # what the handed-out file itself shows outside the exercise's regions (GPipe's forwards, in
+        # the file of 1F1B's) is given too
+        shown = "\n".join(code_of(l) for l in X.with_region(real, ex.name, [X.PART] * (len(X.regions(real.split("\n"), ex.name)) - 1)).split("\n"))
         for l in X.region_body(real, ex.name):
             c = code_of(l)
-            if len(c) >= 16 and c not in generic and c not in given:
+            if len(c) >= 16 and c not in generic and c not in given and c not in shown:
                 lines.setdefault(c, ex.name)
     return lines
 
@@ -92,9 +95,8 @@ def mentions(text, lines):
 
 
 def holds(text, lines):
-    """The answer lines this text holds: a line whose code (comment, whitespace and semicolon aside)
-    is one of them."""
-    return sorted({c for c in map(code_of, text.split("\n")) if c in lines})
+    """The answer lines this text's code holds (comments, whitespace and semicolons aside)."""
+    return sorted({a for c in map(code_of, text.split("\n")) for a in lines if a in c})
 
 
 def strip_catalogue(src):
@@ -131,8 +133,11 @@ def strip_notebook(text):
 def makefile_for_pack(text, host_arch, cuda):
     """The pack's Makefile: the CUDA setting and the CPU the reference objects were compiled for, and
     the rule that puts the reference objects where the build expects the objects of the cut files."""
-    text = re.sub(r"^CUDA       \?= .*$", f"CUDA       := {cuda}  # as reference/obj was built", text, flags=re.M)
-    text = re.sub(r"^HOST_ARCH  \?= native$", f"HOST_ARCH  ?= {host_arch}  # the CPU of reference/obj", text, flags=re.M)
+    # (a comment on its own line: after a value, make keeps the spaces before it in the value)
+    text = re.sub(r"^CUDA       \?= .*$", f"# the student edition: as reference/obj was built\nCUDA       := {cuda}",
+                  text, flags=re.M)
+    text = re.sub(r"^HOST_ARCH  \?= native$", f"# the student edition: the CPU of reference/obj\nHOST_ARCH  ?= {host_arch}",
+                  text, flags=re.M)
     return text + """
 # ---- the student edition (STUDENT_EDITION.md): the cut files' objects are the instructor's ----
 REFERENCE_OBJ := $(patsubst reference/obj/%,$(BUILD)/obj/%,$(filter-out %@%,$(shell find reference/obj -name '*.o')))
@@ -178,7 +183,7 @@ def build(out, exercises_mod):
         if found and f.endswith(COMPILED):
             kept = []
             for l in t.split("\n"):
-                hit = code_of(l) if code_of(l) in lines else None
+                hit = next((a for a in found if a in code_of(l)), None)
                 if hit:
                     kept.append(re.match(r"\s*", l).group(0) + CUT.format(lines[hit]))
                 else:

@@ -689,6 +689,79 @@ def cmd_check(name, source=None, hint_level=1):
     sys.exit(0 if ok else 1)
 
 
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def cmd_grade(subs, out=None, only=None, hints_shown=True):
+    """make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0]: each student's files,
+    DIR/<student-id>/<exercise>.cpp (one a code exercise, every one of E, nothing else), graded on
+    the public runs and the hidden ones (exercise_hidden.py). One line per student and exercise;
+    OUT (a new or empty folder; default build/grades/<the submissions' folder name>) gets grades.csv
+    and each verdict in full, <student-id>/<exercise>.txt."""
+    import csv
+    import time
+    from exercise_hidden import hidden_for
+    if PACK:
+        die("make grade: this is the student edition; grade on the instructor's full tree")
+    if not subs or not os.path.isdir(subs):
+        die(f"make grade: SUBMISSIONS={subs!r} is not a folder; expected SUBMISSIONS=DIR holding DIR/<student-id>/<exercise>.cpp")
+    code = [e for e in EXERCISES if not e.bug]
+    wanted = [find(n) for n in only.split()] if only else code
+    files = {f"{e.name}{os.path.splitext(e.file)[1]}": e for e in wanted}
+    students = sorted(os.listdir(subs))
+    if not students:
+        die(f"make grade: {subs} holds no student folder; expected {subs}/<student-id>/<exercise>.cpp")
+    for sid in students:
+        if not STUDENT_ID.match(sid) or not os.path.isdir(os.path.join(subs, sid)):
+            die(f"make grade: {os.path.join(subs, sid)!r}: a student id is a folder named with letters, digits, "
+                f"'.', '_' and '-' only (no spaces or path characters); rename it")
+        have = set(os.listdir(os.path.join(subs, sid)))
+        missing, extra = sorted(set(files) - have), sorted(have - set(files))
+        if missing:
+            die(f"make grade: {sid} has no {missing[0]}; expected exactly {', '.join(sorted(files))} (E= grades fewer)")
+        if extra:
+            die(f"make grade: {sid} has {extra[0]}, which is no exercise graded; expected exactly "
+                f"{', '.join(sorted(files))}: remove it or add its exercise to E=")
+    out = out or os.path.join(ROOT, "build", "grades", os.path.basename(os.path.normpath(subs)))
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        die(f"make grade: {out} exists and is not empty; expected a new or empty OUT=DIR (nothing was written)")
+    # every file must compile before anything is graded or written
+    for sid in students:
+        for f, ex in sorted(files.items()):
+            src = os.path.join(subs, sid, f)
+            binary, errors = grader.compile_learner(ex, src, os.path.join(grader.WORK, "grade", sid, ex.name))
+            if not binary:
+                first = next((l.strip() for l in errors if l.strip()), "")
+                die(f"make grade: {sid}/{f} does not compile ({first}); expected a file that builds: "
+                    f"`make check` in the student edition shows the same error")
+    os.makedirs(out, exist_ok=True)
+    rows = []
+    for sid in students:
+        for f, ex in sorted(files.items(), key=lambda x: EXERCISES.index(x[1])):
+            t0 = time.time()
+            extra = hidden_for(ex)
+            ok, verdict = grader.grade(ex, os.path.join(subs, sid, f), quiet=True, tag=f"grade_{sid}_{ex.name}",
+                                       extra_configs=extra, hints_shown=hints_shown)
+            secs = time.time() - t0
+            os.makedirs(os.path.join(out, sid), exist_ok=True)
+            with open(os.path.join(out, sid, ex.name + ".txt"), "w") as h:
+                h.write(verdict + "\n")
+            first = next((l for l in verdict.splitlines() if l.startswith(("FAIL", "PASS"))), "")
+            hidden_failed = first.startswith("FAIL") and any(
+                f"({c.label}" in first for c in extra)
+            runs = len(grader.configs_of(ex)) + len(extra)
+            print(f"{sid:16} {ex.name:26} {'PASS' if ok else 'FAIL'}"
+                  f"{' (a hidden run)' if hidden_failed else ''}  {secs:5.1f} s" + ("" if ok else f"  {first}"), flush=True)
+            rows.append({"student": sid, "exercise": ex.name, "result": "PASS" if ok else "FAIL",
+                         "failed_run": "" if ok else ("hidden" if hidden_failed else "public"),
+                         "runs": runs, "seconds": f"{secs:.1f}", "verdict": first})
+    with open(os.path.join(out, "grades.csv"), "w", newline="") as h:
+        w = csv.DictWriter(h, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {os.path.join(out, 'grades.csv')} ({len(rows)} grades) and each verdict in {out}/<student-id>/")
+
+
 def cmd_key(name):
     """For instructors: each find-the-bug exercise's answer, decoded."""
     bugs = [find(name)] if name else [e for e in EXERCISES if e.bug]
@@ -723,6 +796,19 @@ def main(argv):
         return cmd_check(name, args[1] if len(args) > 1 else None, hint_level)
     if cmd == "key":
         return cmd_key(name)
+    if cmd == "grade":  # make grade SUBMISSIONS=DIR [OUT=DIR] [E=...] [HINTS=0]
+        opts = {"--out": None, "--only": None}
+        rest = []
+        i = 0
+        while i < len(args):
+            if args[i] in opts and i + 1 < len(args):
+                opts[args[i]] = args[i + 1]
+                i += 2
+            else:
+                rest.append(args[i])
+                i += 1
+        return cmd_grade(rest[0] if rest and rest[0] != "--no-hints" else "", opts["--out"], opts["--only"],
+                         hints_shown="--no-hints" not in rest)
     if cmd == "pack":  # make student-pack OUT=DIR
         if not name:
             die("usage: make student-pack OUT=DIR (a new or empty directory)")
