@@ -36,7 +36,9 @@ LEFT_OUT = {"scripts/exercise_bugs.dat": "the find-the-bug answers",
             "tests/teaching/exercise_selftest.py": "the grader's own tests (they grade the catalogue)",
             "tests/teaching/exercises_check.sh": "the grader's own tests",
             "tests/teaching/student_pack_check.sh": "the pack's own test (it needs the real tree)",
-            "tests/teaching/grade_check.sh": "the hidden grading's test"}
+            "tests/teaching/grade_check.sh": "the hidden grading's test",
+            "tests/teaching/notebooks_check.sh": "runs the notebooks with their answers, which the pack has not",
+            "tests/teaching/workshop_check.sh": "checks the workshop plan's find-the-bug exercises, left out here"}
 COMPILED = (".cpp", ".cu")
 CUT = "// (cut from the student edition: a line of exercise {})"
 

@@ -4,7 +4,8 @@
 # every object and program in it, after its own build); it builds (the cut files' objects are the
 # instructor's, copied into place: this build's other objects are reused, so that only those and the
 # links are done); and inside it the real solution of two exercises passes and a wrong one fails with
-# its hint, one of them an exercise that shares its file (graded against the real file cut the same
+# its hint (scripts/exercises.py check: what `make check` runs after its dependency step), one of
+# them an exercise that shares its file (graded against the real file cut the same
 # way). Also: an OUT that exists and is not empty is refused in one line, exit 2, untouched.
 # Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/../.."
@@ -73,7 +74,7 @@ mk = subprocess.run(["python3", "scripts/exercises.py", "make", name], cwd=pack,
 copy = os.path.join(pack, "exercises", name, ex.file)
 text = X.with_region(open(copy).read(), name, body.split("\n"))
 open(copy, "w").write(text)
-c = subprocess.run(["make", "-s", "check", f"E={name}"], cwd=pack, capture_output=True, text=True, timeout=400)
+c = subprocess.run(["python3", "scripts/exercises.py", "check", name], cwd=pack, capture_output=True, text=True, timeout=400)
 good = (c.returncode == 0) == (kind == "real") and phrase in c.stdout
 tail = " | ".join(l for l in c.stdout.splitlines() if l.startswith(("FAIL", "PASS")) or "hint" in l)
 print(f"NZRESULT {'PASS' if good else 'FAIL'} pack.grades_{kind}_{name}" + ("" if good else f" (exit {c.returncode}): {mk.stderr} {tail} {c.stderr[-300:]}"))
