@@ -8,6 +8,11 @@
     make check E=NAME [HINT=2]    build exercises/NAME/<file> into its own binary and grade it
                                   (find-the-bug: HINT=2 gives a stronger hint)
     make exercise-key [E=NAME]    for instructors: the answer to a find-the-bug exercise
+    make student-pack OUT=DIR     for instructors: the student edition, every region cut
+                                  (scripts/exercise_pack.py; docs/exercises.md)
+    make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0]
+                                  for instructors: DIR/<student-id>/<exercise>.cpp graded on the
+                                  public runs and the hidden ones (scripts/exercise_hidden.py)
 
 Because the regions are cut from the files the tests check, an exercise can never drift from the
 code. The grader (scripts/exercise_grader.py) is the project's own equality contract (docs/stages.md,
@@ -825,7 +830,8 @@ def main(argv):
             f.write(encode_bugs(entries))
         os.replace(BUGS_FILE + ".tmp", BUGS_FILE)
         return print(f"wrote {os.path.relpath(BUGS_FILE, ROOT)} ({len(entries)} exercises)")
-    die(f"unknown command {cmd!r}; use list, make NAME, check NAME [FILE] [--hint N], key [NAME]")
+    die(f"unknown command {cmd!r}; use list, make NAME, check NAME [FILE] [--hint N], key [NAME], pack DIR, "
+        f"grade DIR [--out DIR] [--only NAMES] [--no-hints]")
 
 
 if __name__ == "__main__":
