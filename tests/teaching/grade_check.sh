@@ -41,9 +41,9 @@ grep -q 'FAIL' "$tmp/exam/bob.2/pipeline_1f1b.txt" && ! grep -rq 'hint:' "$tmp/e
 
 bad() {  # $1 name, $2 phrase of the one line; the submissions as they are now
   local before after
-  before=$(find "$tmp" -type f | sort | xargs md5sum)
+  before=$(find "$tmp" -type f -print0 | sort -z | xargs -0 md5sum)
   out=$(python3 scripts/exercises.py grade "$subs" --out "${OUT:-$tmp/new}" --only pipeline_1f1b 2>&1); rc=$?
-  after=$(find "$tmp" -type f | sort | xargs md5sum)
+  after=$(find "$tmp" -type f -print0 | sort -z | xargs -0 md5sum)
   [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "$2" <<<"$out" && [ "$before" = "$after" ] && [ ! -e "$tmp/new" ] &&
     echo "NZRESULT PASS grade.refuses_$1" || echo "NZRESULT FAIL grade.refuses_$1 (exit $rc): $out"
 }
@@ -61,3 +61,6 @@ cp "$tmp/saved.cpp" "$subs/bob.2/pipeline_1f1b.cpp"
 mkdir "$subs/carol smith" && cp "$tmp/saved.cpp" "$subs/carol smith/pipeline_1f1b.cpp"
 bad a_student_id_with_a_space "no spaces or path characters"
 rm -rf "$subs/carol smith"
+mkdir "$subs/dave\\..\\x" && cp "$tmp/saved.cpp" "$subs/dave\\..\\x/pipeline_1f1b.cpp"
+bad a_student_id_with_path_characters "no spaces or path characters"
+rm -rf "$subs/dave\\..\\x"
