@@ -552,7 +552,9 @@ def failure_verdict(res, stage=None):
     m = re.search(r"internal error at [^:]+:\d+: (.*)", out)
     if m:
         msg = m.group(1).strip()
-        if "not yet waited for" in msg:
+        if stage == "pipeline":  # its region only orders the operations: a bad index or too many in flight
+            hint = PIPELINE_BOUNDS_HINT
+        elif "not yet waited for" in msg:
             hint = ("a unit's gathered buffer was used while its all-gather was in flight: my slice must "
                     "be in its place before the all-gather starts (the all-gather sends it), and the unit "
                     "is read only after the wait")
@@ -563,8 +565,6 @@ def failure_verdict(res, stage=None):
             hint = ("a slice or a size that does not fit its buffer: count in elements of the run's type "
                     "(owned(u) elements of e = run.elem_bytes bytes), point with elem_ptr or the my_P/my_G "
                     "helpers, and pass dt (run.dtype) to the collectives")
-        elif stage == "pipeline" and ("activation slot" in msg or "micro-batch" in msg):
-            hint = PIPELINE_BOUNDS_HINT
         elif "memory; expected" in msg:
             hint = ("host code cannot read or write device memory (on a GPU it would crash): the host "
                     "optimizer reads and writes host buffers, and the update reaches the device's "
@@ -586,6 +586,8 @@ def failure_verdict(res, stage=None):
             name = f"signal {sig}"
         hint = ("a pointer that does not point into a buffer: a null or stale pointer, or one past the end "
                 "of its buffer" if name in ("SIGSEGV", "SIGBUS") else None)
+        if stage == "pipeline" and hint:
+            hint = PIPELINE_BOUNDS_HINT
         return f"your trainer crashed on rank {m.group(1)}: {name} ({m.group(3)})", hint
     m = re.search(r"^error: (.*)$", out, re.M)
     if m:  # the trainer's own message (a rank that stops calls MPI_Abort, whose lines follow it)

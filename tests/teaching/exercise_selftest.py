@@ -124,6 +124,13 @@ def offline_checks():
     what, hint = grader.failure_verdict(hang, "pipeline")
     good = "neighbour never sends" in hint and "collective" not in hint
     results.append((good, "exercise.grader.a_pipeline_hang_gets_the_pipelines_hint"))
+    # a pipeline stopped by a buffer check or a signal: the pipeline's hint, not the slices' one
+    for out in ("internal error at common/ledger.cpp:12: copy: bytes [0, 8) of buffer \"x\" run past its end",
+                "nz_grader: rank 1: signal 11 (Segmentation fault)\n"):
+        what, hint = grader.failure_verdict({"rc": 1, "output": out}, "pipeline")
+        good = hint and "micro-batch" in hint and "dt (run.dtype)" not in hint
+        results.append((good, "exercise.grader.a_pipeline_crash_gets_the_pipelines_hint_" + out.split()[0].replace(":", "")
+                        + ("" if good else f" ({hint})")))
     # a pipeline whose order is right but whose numbers are not gets no other exercise's hint
     pipe = exercises.BY_NAME["pipeline_1f1b"]
     hs = grader.hints(pipe, grader.PIPELINE_CONFIGS[0], [("norm", "step 1: ...", (0, 2.0))], [], False)
