@@ -276,7 +276,7 @@ check: deps
 # for instructors: the student edition, every code exercise's region cut, into a new or empty OUT
 # (docs/exercises.md, "The student edition"); and the hidden grading of a folder of submissions
 student-pack: all
-	@python3 scripts/exercises.py pack "$(OUT)"
+	@python3 scripts/exercises.py pack "$(OUT)" $(if $(E),--only "$(E)")
 
 grade: all
 	@python3 scripts/exercises.py grade "$(SUBMISSIONS)" $(if $(OUT),--out "$(OUT)") $(if $(E),--only "$(E)") $(if $(filter 0,$(HINTS)),--no-hints)

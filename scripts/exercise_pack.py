@@ -64,9 +64,9 @@ def answer_lines(exercises):
     says something of its own. A line is not an answer when the exercise's TODO gives it (a helper to
     call, `release_unit(u)`), or when a file of the library, the tools or the tests that is not a
     trainer and holds no exercise has it too (`template <class T>`, `return bad`, a loop header)."""
-    import exercises as X
+    import exercises as X  # (the module beside this file: its exercises and their regions)
     files = tracked_files()
-    owners = {ex.path for ex in exercises if not ex.bug}
+    owners = {ex.path for ex in X.EXERCISES if not ex.bug}
     generic_src = [f for f in files if f.endswith((".cpp", ".h")) and f not in owners
                    and not f.endswith("/train.cpp") and not f.startswith(("scripts/", "docs/", "notebooks/"))]
     generic = set()
@@ -149,9 +149,17 @@ $(REFERENCE_OBJ): $(BUILD)/obj/%.o: reference/obj/%.o
 """
 
 
-def build(out, exercises_mod):
+def build(out, exercises_mod, only=None):
+    """only: the exercises the pack hands out (names; default every code exercise)."""
     X = exercises_mod
     code = [ex for ex in X.EXERCISES if not ex.bug]
+    if only:
+        chosen = [X.find(n) for n in only.split()]
+        bugs = [e.name for e in chosen if e.bug]
+        if bugs:
+            X.die(f"make student-pack: {bugs[0]} is a find-the-bug exercise, which the student edition leaves out; "
+                  f"expected code exercises in E= (make exercise lists them)")
+        code = [e for e in code if e in chosen]
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         X.die(f"make student-pack: {out} exists and is not empty; expected a new or empty directory "
               f"(nothing was written): choose another OUT")
@@ -163,7 +171,7 @@ def build(out, exercises_mod):
     by_file = {}
     for ex in code:
         by_file.setdefault(ex.path, []).append(ex)
-    texts, left_out, cut_files = {}, dict(), {}
+    texts, left_out, cut_files, shown = {}, dict(), {}, {}
     for f in tracked_files():
         if f in LEFT_OUT:
             left_out[f] = LEFT_OUT[f]
@@ -185,7 +193,11 @@ def build(out, exercises_mod):
             left_out[f] = "builds from sources the pack cuts (the tests' deliberately broken trainers, the CUDA emulator)"
             continue
         found = holds(t, lines) if f.endswith(COMPILED) else mentions(t, lines)
-        if found and f.endswith(COMPILED):
+        if found and f in by_file:
+            # a handed-out file keeps the lines it repeats from the rungs below it (stage2's update
+            # is stage1's): the learner's copy is built from it and must run as the real trainer
+            shown[f] = found
+        elif found and f.endswith(COMPILED):
             kept = []
             for l in t.split("\n"):
                 hit = next((a for a in found if a in code_of(l)), None)
@@ -225,6 +237,7 @@ def build(out, exercises_mod):
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         subprocess.run(["objcopy", "--strip-debug", o, dst], check=True)
     # the exercises that share a file: the real file with the others' regions cut, compiled
+    os.makedirs(os.path.join(out, "reference", "obj"), exist_ok=True)
     for f, exs in by_file.items():
         if len(exs) < 2:
             continue
@@ -246,16 +259,18 @@ def build(out, exercises_mod):
                                capture_output=True, text=True)
             if c.returncode != 0:
                 X.die(f"make student-pack: could not compile {f} for {ex.name}: " + c.stderr.strip()[-500:])
+    with open(os.path.join(out, "reference", "exercises.txt"), "w") as h:
+        h.write("".join(e.name + "\n" for e in code))
     with open(os.path.join(out, "STUDENT_EDITION.md"), "w") as h:
-        h.write(manifest(code, cut_files, left_out, flags, lines))
+        h.write(manifest(code, cut_files, left_out, flags, lines, shown))
     size = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(out) for n in ns)
     print(f"wrote the student edition to {out}: {sum(1 for _ in texts)} files, {size / 1e6:.1f} MB; "
           f"{len(code)} exercises cut, {len(cut_files)} sources carried as objects, {len(left_out)} files left out "
           f"(STUDENT_EDITION.md)")
 
 
-def manifest(code, cut_files, left_out, flags, lines):
-    out = ["# The student edition", "",
+def manifest(code, cut_files, left_out, flags, lines, shown):
+    out = ["# The student edition", "", "Exercises handed out: " + ", ".join(e.name for e in code) + ".", "",
            "Every code exercise's region holds its TODO (`make exercise` lists them; `make check E=NAME` grades",
            "your copy against the real trainers, on the public grading runs). The real lines are not in this",
            "tree: the files below that were cut are built from the instructor's objects of the real files",
@@ -270,4 +285,8 @@ def manifest(code, cut_files, left_out, flags, lines):
     out += [f"- `{f}`" + (f": {len(v)} lines of other exercises cut" if v else ": its exercise regions")
             for f, v in sorted(cut_files.items())]
     out += ["", "## Left out", ""] + [f"- `{f}`: {why}" for f, why in sorted(left_out.items())]
+    out += ["", "## Lines of earlier exercises that handed-out files still show", "",
+            "A trainer repeats the rungs below it, and your copy of its exercise must run: these lines stay.",
+            "Hand the exercises out in separate packs (make student-pack E=...) to keep them apart.", ""]
+    out += [f"- `{f}`: lines of " + ", ".join(sorted({lines[c] for c in v})) for f, v in sorted(shown.items())] or ["- none"]
     return "\n".join(out) + "\n"

@@ -523,6 +523,12 @@ def encode_bugs(entries):
 
 for _b in (decode_bugs() if os.path.exists(BUGS_FILE) else []):  # (not in the student edition)
     EXERCISES.append(Exercise(_b["name"], _b["path"], _b["stage"], _b["goal"], [], bug=_b))
+# The student edition (scripts/exercise_pack.py) hands out the exercises reference/exercises.txt names.
+_HANDED_OUT = os.path.join(ROOT, "reference", "exercises.txt")
+if os.path.exists(_HANDED_OUT):
+    with open(_HANDED_OUT) as _f:
+        _names = set(_f.read().split())
+    EXERCISES = [e for e in EXERCISES if e.name in _names]
 BY_NAME = {e.name: e for e in EXERCISES}
 
 
@@ -642,7 +648,7 @@ def learner_text(ex):
         text = f.read()
     if ex.bug:
         return strip_other_markers(broken_copy(ex))
-    if PACK and ex.name in BUILDS_ON:
+    if PACK and ex.name in BUILDS_ON and BUILDS_ON[ex.name] in BY_NAME:
         base = BY_NAME[BUILDS_ON[ex.name]]
         mine = os.path.join(LEARNER, base.name, base.file)
         if not os.path.exists(mine):
@@ -818,7 +824,8 @@ def main(argv):
         if not name:
             die("usage: make student-pack OUT=DIR (a new or empty directory)")
         import exercise_pack
-        return exercise_pack.build(os.path.abspath(name), sys.modules[__name__])
+        only = args[args.index("--only") + 1] if "--only" in args[:-1] else None
+        return exercise_pack.build(os.path.abspath(name), sys.modules[__name__], only)
     if cmd == "bugs-decode":  # maintainers: the plain JSON of exercise_bugs.dat
         return print(json.dumps(decode_bugs(), indent=1))
     if cmd == "bugs-encode":  # maintainers: exercise_bugs.dat from a JSON file of the same shape
