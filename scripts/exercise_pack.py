@@ -1,19 +1,20 @@
-"""The student edition: `make student-pack OUT=DIR` (scripts/exercises.py pack DIR).
+"""The student edition: `make student-pack OUT=DIR [E="NAME ..."]` (scripts/exercises.py pack DIR).
 
 A copy of the tree (the files git tracks, as they are now; no .git) in which:
-  - every code exercise's region holds its TODO instead of the real lines (the markers stay, so
-    that `make exercise` and `make check` work there as here);
-  - every other line of the tree that repeats one of those lines (the ladder's later rungs repeat
-    the earlier ones: stage2's update is stage1's, infinity's gathers are stage3's) is cut too, in
-    the sources that are compiled; any other file that holds one (a doc, a test's recipe) is left
-    out, and STUDENT_EDITION.md lists it;
+  - the region of every exercise handed out (E; default every code exercise) holds its TODO instead
+    of the real lines (the markers stay, so that `make exercise` and `make check` work there as here);
+  - every other line of a file not handed out that repeats one of those lines (the ladder's later
+    rungs repeat the earlier ones: stage2's update is stage1's, infinity's gathers are stage3's) is cut
+    too, in the sources that are compiled; any other file that quotes one (a doc, a test's recipe) is
+    left out. A handed-out trainer keeps the lines it repeats from a rung below (a learner's copy of it
+    must run as the real one does); STUDENT_EDITION.md lists what was cut, left out and still shown;
   - the compiled files whose text changed are carried as the instructor's objects of the real files
     (reference/obj/, machine code without debug information or source text), which the pack's
     Makefile copies into place instead of compiling the cut sources: the pack builds and runs as
     this tree does, and `make check` grades against the same real trainers;
-  - an exercise that shares its file with another one is graded against the real file with the
-    other's region cut (reference/obj/<stage>/train@<exercise>.o), since the student's copy has
-    that region cut too; stage3_backward builds on the student's own stage3_gather_release;
+  - an exercise that shares its file with another one handed out is graded against the real file with
+    the other's region cut (reference/obj/<stage>/train@<exercise>.o), since the learner's copy has
+    that region cut too; stage3_backward builds on the learner's own stage3_gather_release;
   - the catalogue of wrong and right solutions, the find-the-bug answers, the hidden grading runs
     and the grader's own tests are left out; the notebooks lose their folded answers and the
     answer variants in their metadata.
