@@ -112,6 +112,24 @@ fi
 b=$tmp/all
 if make_pack "$b" all ""; then
   leaks "$b" all "" shown
+  # the notebooks: no folded answer, no answer variants in the metadata, every exercise cell still there
+  python3 - "$b" <<'PY'
+import glob, json, os, sys
+pack = sys.argv[1]
+bad, cells = [], 0
+for f in sorted(glob.glob("notebooks/*.ipynb")):
+    mine, real = json.load(open(os.path.join(pack, f))), json.load(open(f))
+    for c in mine["cells"]:
+        src = "".join(c["source"])
+        meta = c.get("metadata", {}).get("nanozero", {})
+        if "<details>" in src or "accept" in meta or "wrong" in meta:
+            bad.append(f"{f}: {src[:60]!r}")
+        cells += "answer" in c.get("metadata", {}).get("tags", [])
+    if len(mine["cells"]) != len(real["cells"]):
+        bad.append(f"{f}: {len(mine['cells'])} cells, expected {len(real['cells'])}")
+print(f"NZRESULT {'FAIL' if bad or not cells else 'PASS'} pack.all.notebooks_without_answers ({cells} exercise cells)"
+      + "".join("\n  " + b for b in bad[:10]))
+PY
   grade "$b" all stage3_gather_release real "PASS stage3_gather_release"
   grade "$b" all stage3_backward real "PASS stage3_backward"
 fi
