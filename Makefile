@@ -168,6 +168,7 @@ TEST_SRC   := $(wildcard tests/*/test_*.cpp)
 TEST_BINS  := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(TEST_SRC))))
 
 .PHONY: all tests extra deps run test diff clean explorer explore bench-adam bench bench-inference plots notebooks exercise exercise-key check \
+        student-pack grade \
         print-build-flags gpu-bundle gpu-rehearsal arm64-check pristine-check
 # `make` builds the programs; `make tests` the test programs and the deliberately broken trainers
 all: $(STAGE_BINS) $(TOOL_BINS)
@@ -315,6 +316,14 @@ exercise:
 check: deps
 	@$(MAKE) --no-print-directory -s $(STAGE_BINS)
 	@python3 scripts/exercises.py check $(E) $(if $(HINT),--hint $(HINT))
+
+# for instructors: the student edition, every code exercise's region cut, into a new or empty OUT
+# (docs/exercises.md, "The student edition"); and the hidden grading of a folder of submissions
+student-pack: all
+	@python3 scripts/exercises.py pack "$(OUT)" $(if $(E),--only "$(E)")
+
+grade: all
+	@python3 scripts/exercises.py grade "$(SUBMISSIONS)" $(if $(OUT),--out "$(OUT)") $(if $(E),--only "$(E)") $(if $(filter 0,$(HINTS)),--no-hints)
 
 # for instructors: the answers to the find-the-bug exercises (kept encoded in scripts/exercise_bugs.dat)
 exercise-key:

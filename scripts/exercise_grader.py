@@ -89,10 +89,14 @@ STAGE3_CONFIGS = CONFIGS + [Config(3, 1, "fp32", "--prefetch 0")]
 # fp32 with the slices in host memory, and bf16 with them on disk (a failure there runs its fp32
 # twin, which tells a size in floats from a slice that only host memory kept).
 INFINITY_DISK = "--offload-param disk --offload-dir build/exercises"
-INFINITY_CONFIGS = [Config(3, 1), Config(3, 1, "bf16", INFINITY_DISK)]
+# fp16 on 2 ranks with accumulation 2 too: the host AdamW must undo fp16's loss scale (a mistake there
+# changes the losses from step 3 on, and nothing in fp32 or bf16, whose loss scale is 1).
+INFINITY_CONFIGS = [Config(3, 1), Config(3, 1, "bf16", INFINITY_DISK), Config(2, 2, "fp16")]
 # The pipeline: 4 stages and 5 micro-batches (every stage's warm-up differs, the first stage's slots are
-# reused), then 2 stages x 2 replicas in bf16 with 3. Its order of operations is checked too.
+# reused), then 4 stages and 2 micro-batches (K < P - 1: the warm-up is capped at K), then 2 stages x 2
+# replicas in bf16 with 3. Its order of operations is checked too.
 PIPELINE_CONFIGS = [Config(4, 5, "fp32", "--pipeline 4 --schedule 1f1b"),
+                    Config(4, 2, "fp32", "--pipeline 4 --schedule 1f1b"),
                     Config(4, 3, "bf16", "--pipeline 2 --schedule 1f1b")]
 
 
@@ -108,6 +112,10 @@ ZEROPP_CONFIGS = [Config(3, 1, "fp32", ZEROPP_FLAGS + " --hpz 3"), Config(3, 1, 
 # its skipped steps (a gradient block that overflowed must dequantize to NaN). Both runs are two of the
 # qgZ exercise's: the real trainer's are shared.
 ZEROPP_QUANTIZER_CONFIGS = [ZEROPP_CONFIGS[1], ZEROPP_CONFIGS[2]]
+
+
+# the trainers whose all-gathers are prefetched: their overlap is graded (compare, "overlap")
+PREFETCH_STAGES = ("stage3", "infinity")
 
 
 def configs_for(stage):
@@ -453,13 +461,32 @@ def run(binary, cfg, tag, guard=True):
 _ref_lock = threading.Lock()
 
 
-def reference_run(stage, cfg):
+def reference_binary(stage, ex_name=None):
+    """The real trainer: build/bin/STAGE; in the student edition, for an exercise that shares its file
+    with another, the real file with the other's region cut (reference/obj/STAGE/train@NAME.o,
+    scripts/exercise_pack.py), linked here once."""
+    obj = os.path.join(ROOT, "reference", "obj", stage, f"train@{ex_name}.o") if ex_name else ""
+    if not obj or not os.path.exists(obj):
+        return os.path.join(BUILD, "bin", stage)
+    f = build_flags()
+    binary = os.path.join(WORK, "reference", f"{stage}@{ex_name}")
+    lib = os.path.join(ROOT, f["LIB"])
+    with _build_lock:
+        if not os.path.exists(binary) or os.path.getmtime(binary) < max(os.path.getmtime(obj), os.path.getmtime(lib)):
+            os.makedirs(os.path.dirname(binary), exist_ok=True)
+            c = _run_quiet(f"{f['CXX']} {f['LDFLAGS']} {obj} {f['LIB']} {f['LDLIBS']} -o {binary}")
+            if c.returncode != 0:
+                raise GraderError(f"internal: could not link the reference {stage} for {ex_name}: " + c.stderr[-1000:])
+    return binary
+
+
+def reference_run(stage, cfg, ex_name=None):
     """The real trainer's run, cached until the binary changes."""
-    binary = os.path.join(BUILD, "bin", stage)
+    binary = reference_binary(stage, ex_name)
     if not os.path.exists(binary):
         raise GraderError(f"{os.path.relpath(binary, ROOT)} is not built: `make check` builds it "
                           f"(or make {os.path.relpath(binary, ROOT)})")
-    base = os.path.join(WORK, f"ref_{stage}_{cfg.tag}")
+    base = os.path.join(WORK, f"ref_{os.path.basename(binary)}_{cfg.tag}")
     with _ref_lock:
         if (os.path.exists(base + ".json") and os.path.exists(base + ".model")
                 and os.path.getmtime(base + ".json") > os.path.getmtime(binary)):
@@ -468,7 +495,11 @@ def reference_run(stage, cfg):
                     return {"rc": 0, "report": json.load(f), "model": g.read(), "output": ""}
             except (OSError, ValueError):
                 pass
-        r = run(binary, cfg, os.path.basename(base), guard=False)
+        # a reference cut for the student edition leaves a region out, and with it maybe the writes
+        # that fill a buffer (stage3 without its backward: no gradient): it runs as the learner's does,
+        # every buffer fresh from the guard's zeroed pages, so that both read the same zeros
+        variant = binary != os.path.join(BUILD, "bin", stage)
+        r = run(binary, cfg, os.path.basename(base), guard=variant)
     if r.get("rc") != 0:
         raise GraderError(f"internal: the real {stage} failed ({cfg.label}):\n{r.get('output', '')[-2000:]}")
     return r
@@ -498,12 +529,24 @@ GLIBC_HEAP = re.compile(r"(free\(\): [^\n]*|malloc\(\): [^\n]*|double free or co
                         r"corrupted [^\n]*|munmap_chunk\(\): [^\n]*|realloc\(\): [^\n]*|malloc_consolidate\(\)[^\n]*)")
 
 
-def failure_verdict(res):
-    """(what happened, hint) for a run that did not finish: a hang, a stop, a crash."""
+PIPELINE_HANG_HINT = ("a stage waits for a message its neighbour never sends: stage s's forward of micro-batch k "
+                      "waits for stage s-1's forward of k, its backward of k for stage s+1's backward of k. Run "
+                      "every forward and backward once, and order them so that these waits never form a circle: "
+                      "on every stage the forward of k comes before the backward of k, and a backward comes "
+                      "only after the warm-up's forwards")
+PIPELINE_BOUNDS_HINT = ("a forward or backward of a micro-batch outside 0..K-1, or more micro-batches in flight "
+                        "than the model has activation slots: with few micro-batches (K < P - 1) the warm-up "
+                        "is at most K forwards, and every k from 0 to K-1 runs once each way")
+
+
+def failure_verdict(res, stage=None):
+    """(what happened, hint) for a run that did not finish: a hang, a stop, a crash. stage: the
+    trainer graded (the pipeline's hangs and stops have hints of their own)."""
     out = res.get("output", "")
-    hang_hint = ("a collective that only some ranks call (inside an `if` on the rank, or a loop whose "
-                 "count differs between ranks) waits forever for the others; so does a wait for something "
-                 "that was never started")
+    hang_hint = PIPELINE_HANG_HINT if stage == "pipeline" else (
+        "a collective that only some ranks call (inside an `if` on the rank, or a loop whose "
+        "count differs between ranks) waits forever for the others; so does a wait for something "
+        "that was never started")
     m = re.search(r"error: watchdog: rank (\d+) (.*?)\(last progress ([\d.]+) s ago, ([^)]*)\)", out)
     if m:
         return (f"your trainer hung: rank {m.group(1)} made no progress for {WATCHDOG_S} s ({m.group(4)}), "
@@ -513,7 +556,9 @@ def failure_verdict(res):
     m = re.search(r"internal error at [^:]+:\d+: (.*)", out)
     if m:
         msg = m.group(1).strip()
-        if "not yet waited for" in msg:
+        if stage == "pipeline":  # its region only orders the operations: a bad index or too many in flight
+            hint = PIPELINE_BOUNDS_HINT
+        elif "not yet waited for" in msg:
             hint = ("a unit's gathered buffer was used while its all-gather was in flight: my slice must "
                     "be in its place before the all-gather starts (the all-gather sends it), and the unit "
                     "is read only after the wait")
@@ -545,14 +590,16 @@ def failure_verdict(res):
             name = f"signal {sig}"
         hint = ("a pointer that does not point into a buffer: a null or stale pointer, or one past the end "
                 "of its buffer" if name in ("SIGSEGV", "SIGBUS") else None)
+        if stage == "pipeline" and hint:
+            hint = PIPELINE_BOUNDS_HINT
         return f"your trainer crashed on rank {m.group(1)}: {name} ({m.group(3)})", hint
+    m = re.search(r"^error: (.*)$", out, re.M)
+    if m:  # the trainer's own message (a rank that stops calls MPI_Abort, whose lines follow it)
+        return f"your trainer stopped with an error: {m.group(1).strip()}", None
     m = re.search(r"^(Abort.*|Fatal error in [^\n]*)$", out, re.M)
     if m and "MPI" in out:  # MPI itself found the ranks' calls inconsistent
         return (f"MPI stopped your trainer: {m.group(1).strip()[:300]}",
                 "the ranks called different collectives, or the same ones with different sizes: " + hang_hint)
-    m = re.search(r"^error: (.*)$", out, re.M)
-    if m:
-        return f"your trainer stopped with an error: {m.group(1).strip()}", None
     m = re.search(r"signal (\d+)", out) or re.search(r"EXIT CODE: (\d+)", out)
     if m:
         sig = int(m.group(1))
@@ -770,8 +817,15 @@ def within_rounding(ref, got, precision):
 
 def precision_hints(cfg, diffs, crashed_msg=None):
     """A configuration in bf16 or fp16 failed where the same shape passed in fp32: the mistake
-    assumes 4-byte floats."""
+    assumes 4-byte floats, or (fp16, step 1 right, memory and communication right) forgets the
+    loss scale, which is 1 in fp32 and bf16."""
     p = cfg.precision
+    first = min((d[2] if d[0] == "loss" else d[2][0] for d in diffs if d[0] in ("loss", "norm")), default=None)
+    if p == "fp16" and crashed_msg is None and first and all(d[0] in ("loss", "norm", "model") for d in diffs):
+        return [f"right in fp32 and bf16 but not in fp16, from step {first + 1} on: fp16 stores the gradients "
+                f"multiplied by the loss scale (run.loss_scale(), 1 in the other precisions), and the scale given "
+                f"to AdamW must undo it: pass the AdamW call the `scale` computed above the loop (the clipping "
+                f"divided by the loss scale), not the clipping alone"]
     if crashed_msg is not None:
         return [f"right in fp32, but in {p} (2-byte elements) it does not fit its buffer: a hard-coded "
                 f"DType::F32 for dt, a (float*) cast for pointer arithmetic into a {p} buffer, or "
@@ -790,13 +844,62 @@ def precision_hints(cfg, diffs, crashed_msg=None):
     return out
 
 
-def hints(ex, cfg, diffs, passed, rounding_only):
+def nan_hint(ex):
+    """What NaN or infinite numbers most likely come from, in this exercise's code."""
+    if ex.stage == "pipeline":
+        return ("a backward that ran before its own forward, or on activations a later forward overwrote: "
+                "on every stage the forward of k comes before the backward of k, and at most min(P - s, K) "
+                "micro-batches are in flight")
+    if ex.stage == "zeropp":
+        return ("a scale that divides by zero, or a sum read before it was written: dequantize rank 0's blocks "
+                "into the sum first, then add the others")
+    return ("a division by zero in a scale, or memory read before it was written (a gradient slice "
+            "added to, not written, on the first micro-step; a unit used before its gather was waited for)")
+
+
+def pipeline_hints(diffs):
+    """The pipeline's order was right but something else differs: its own hints, never another
+    exercise's (its region decides only the order of forwards and backwards)."""
+    kinds = {d[0] for d in diffs}
+    if kinds & {"memory"}:
+        return ["the activations held differ from the real pipeline's: at most min(P - s, K) micro-batches may "
+                "be in flight on stage s (forward run, backward not yet)"]
+    return ["every rank ran the real order of forwards and backwards, yet the model differs: each micro-batch's "
+            "forward and backward must run once on every stage, the backwards in ascending order"]
+
+
+def infinity_update_hint(cfg, ref, got):
+    """Infinity, step 1 right and a later step not: the stored slices never changed (no write-back),
+    they hold something else than the update (a write-back before adam.step stores the gradient),
+    or the update itself differs (the AdamW call's arguments). Told apart by the real trainer run
+    with --lr 0 (its weights never move) and by the saved model's distance from the real one."""
+    frozen = reference_run("infinity", Config(cfg.n, cfg.accum, cfg.precision, (cfg.extra + " --lr 0").strip()))
+    losses = [s["loss"] for s in got["report"]["steps_log"]]
+    if losses == [s["loss"] for s in frozen["report"]["steps_log"]]:
+        return ("step 1 is right but every later step computes with the first parameters: the stored slices "
+                "never change. After the host AdamW, store the updated slice where the slices live "
+                "(params.write_back(u, slice)), so that the next step's fetch brings it up")
+    pa, pb = model_floats(ref["model"]), model_floats(got["model"])
+    far = len(pa) == len(pb) and math.sqrt(sum((x - y) ** 2 for x, y in zip(pa, pb))) > \
+        0.5 * math.sqrt(sum(x * x for x in pa))
+    if far:
+        return ("step 1 is right but the stored slices then hold something other than parameters: the "
+                "write-back stores what the host AdamW wrote into outbox(u), so it comes after adam.step; only "
+                "params.write_back stores a slice (what params.fetch(u) returns is a copy)")
+    return ("step 1 is right and the slices are written back, but the update differs from the real one: check "
+            "the AdamW call's arguments (the gradient slice in, outbox(u) out, run.lr(), and the `scale` computed "
+            "above the loop: it applies the clipping and undoes fp16's loss scale)")
+
+
+def hints(ex, cfg, diffs, passed, rounding_only, runs=None):
     """What the differences most likely mean; each hint follows from the lines printed above it."""
     n, accum = cfg.n, cfg.accum
     kinds = {d[0] for d in diffs}
     out = []
     if "schedule" in kinds:  # the rest follows from it
         return schedule_hints(next(d[2] for d in diffs if d[0] == "schedule"))
+    if ex.stage == "pipeline":
+        return pipeline_hints(diffs)
     comm = {d[2][0]: d[2] for d in diffs if d[0] == "comm"}
     for kind, _, data in diffs:
         if kind == "comm":
@@ -886,8 +989,16 @@ def hints(ex, cfg, diffs, passed, rounding_only):
     if kinds & {"loss", "norm", "model"}:
         norm = next((d for d in diffs if d[0] == "norm"), None)
         loss = next((d for d in diffs if d[0] == "loss"), None)
+        too_large = norm and norm[2][0] == 0 and any(
+            abs(norm[2][1] - m) < 1e-3 * m for m in {n * accum, n, accum} if m > 1)
+        too_small = norm and norm[2][0] == 0 and any(
+            abs(norm[2][1] - 1 / m) < 1e-3 / m for m in {n * accum, n, accum} if m > 1)
         if ex.stage == "zeropp" and "bytes" in kinds:
             pass  # the bytes on the wire said what is wrong
+        elif ex.stage == "zeropp" and too_small:  # (before the quantization's hint: a factor is no rounding)
+            out.append(f"the gradient is {1 / norm[2][1]:.3g} times too small: averaged twice? Your reduction "
+                       f"stores the plain sum over the ranks in `mine`; the trainer averages it afterwards, when "
+                       f"it adds my slice into my_G(u)")
         elif ex.stage == "zeropp" and not rounding_only:
             out.append("every rank's int4 blocks of my slice, my own included, must be dequantized to fp32 "
                        "first, then added in rank order: the sum itself is never quantized, and no rank's "
@@ -898,12 +1009,10 @@ def hints(ex, cfg, diffs, passed, rounding_only):
         elif ex.exact:
             out.append("each output must be the sum of all N ranks' contributions, read from slice r of "
                        "`full` at r * shard + i")
-        elif norm and norm[2][0] == 0 and any(
-                abs(norm[2][1] - m) < 1e-3 * m for m in {n * accum, n, accum} if m > 1):
+        elif too_large:
             out.append(f"the gradient is {norm[2][1]:.3g} times too large: the sum over ranks and micro-steps "
                        f"must be averaged (run.grad_average_scale() = 1/(N * accum))")
-        elif norm and norm[2][0] == 0 and any(
-                abs(norm[2][1] - 1 / m) < 1e-3 / m for m in {n * accum, n, accum} if m > 1):
+        elif too_small:
             out.append(f"the gradient is {1 / norm[2][1]:.3g} times too small: averaged twice?")
         elif accum > 1 and any(c.accum == 1 and c.precision == cfg.precision for c in passed) and ex.stage == "stage1":
             out.append("right with --accum 1 but not with accumulation: G(u) holds the sum of this rank's "
@@ -920,10 +1029,8 @@ def hints(ex, cfg, diffs, passed, rounding_only):
             out.append("the very first forward differs: a gathered unit does not hold every rank's stored "
                        "slice of it: copy this rank's own slice of unit u, params.fetch(u), up into its place "
                        "before the all-gather starts")
-        elif ex.stage == "infinity" and (norm or loss):
-            out.append("step 1 is right but a later step is not: the next step fetched a slice other than "
-                       "the updated one: store what the host AdamW wrote into outbox(u) with "
-                       "params.write_back(u, outbox(u)), after adam.step")
+        elif ex.stage == "infinity" and (norm or loss) and runs:
+            out.append(infinity_update_hint(cfg, *runs))
         elif loss and loss[2] == 0:
             out.append("the very first forward differs: the parameters it reads are not the full, current ones")
         elif norm and norm[2][0] == 0:
@@ -949,8 +1056,9 @@ def hints(ex, cfg, diffs, passed, rounding_only):
 
 # ---- grading ----
 
-def grade(ex, source, quiet=False, tag=None, hint_level=1):
-    """Returns (passed, verdict text). Never raises: whatever goes wrong is a verdict."""
+def grade(ex, source, quiet=False, tag=None, hint_level=1, extra_configs=(), hints_shown=True):
+    """Returns (passed, verdict text). Never raises: whatever goes wrong is a verdict. extra_configs:
+    runs graded after the exercise's own (make grade's hidden ones); hints_shown False: no hint lines."""
     lines = []
 
     def p(s=""):
@@ -959,7 +1067,7 @@ def grade(ex, source, quiet=False, tag=None, hint_level=1):
             print(s, flush=True)
 
     try:
-        ok = _grade(ex, source, p, tag or ex.name, hint_level)
+        ok = _grade(ex, source, p, tag or ex.name, hint_level, list(extra_configs), hints_shown)
     except GraderError as e:
         p(f"FAIL {ex.name}: the grader could not run: {e}")
         ok = False
@@ -970,7 +1078,8 @@ def grade(ex, source, quiet=False, tag=None, hint_level=1):
     return ok, "\n".join(lines)
 
 
-def _grade(ex, source, p, tag, hint_level):
+def _grade(ex, source, p, tag, hint_level, extra_configs=(), hints_shown=True):
+    all_configs = list(configs_of(ex)) + list(extra_configs)
     with open(source, errors="replace") as f:
         source_text = f.read()
     out_dir = os.path.join(WORK, tag)
@@ -986,7 +1095,7 @@ def _grade(ex, source, p, tag, hint_level):
             hs = ex.bug_hints[:hint_level]
             if hint_level < len(ex.bug_hints):
                 hs = hs + [f"(a stronger hint: make check E={ex.name} HINT={hint_level + 1})"]
-        for h in dict.fromkeys(hs):  # (each once, in order)
+        for h in dict.fromkeys(hs if hints_shown else []):  # (each once, in order)
             p("  hint: " + h)
 
     passed, rounded = [], []
@@ -994,7 +1103,7 @@ def _grade(ex, source, p, tag, hint_level):
 
     def one(cfg):
         if cfg.tag not in results:
-            ref = reference_run(ex.stage, cfg)
+            ref = reference_run(ex.stage, cfg, ex.name)
             results[cfg.tag] = (ref, run(binary, cfg, f"learner_{tag}"))
         return results[cfg.tag]
 
@@ -1002,7 +1111,7 @@ def _grade(ex, source, p, tag, hint_level):
         """The verdict for cfg, or None when it passes (bits, or rounding where allowed)."""
         ref, got = one(cfg)
         if got.get("rc") != 0:
-            what, hint = failure_verdict(got)
+            what, hint = failure_verdict(got, ex.stage)
             where = learner_lines(binary, got.get("output", ""), source, source_text)
             return ("crash", what, hint, where)
         nf = not_finite(ref, got)
@@ -1010,10 +1119,8 @@ def _grade(ex, source, p, tag, hint_level):
             i, what = nf
             return ("nan", f"step {i + 1}: the {what} is not a number (NaN or infinite), where the real "
                            f"{ex.stage}'s is {fmt(ref['report']['steps_log'][i]['loss' if what == 'loss' else 'grad_norm'])}",
-                    "a division by zero in a scale, or memory read before it was written (a gradient slice "
-                    "added to, not written, on the first micro-step; a unit used before its gather was waited "
-                    "for)", [])
-        diffs = compare(ref, got, prefetch=ex.stage == "stage3" and "--prefetch 0" not in cfg.extra)
+                    nan_hint(ex), [])
+        diffs = compare(ref, got, prefetch=ex.stage in PREFETCH_STAGES and "--prefetch 0" not in cfg.extra)
         if not diffs:
             return None
         numeric_only = all(d[0] in ("loss", "norm", "model") for d in diffs)
@@ -1025,7 +1132,7 @@ def _grade(ex, source, p, tag, hint_level):
 
     if ex.probe and not probe_passes(ex, os.path.join(out_dir, "learner.o"), source, source_text, p, show_hints):
         return False
-    for cfg in configs_of(ex):
+    for cfg in all_configs:
         v = failed_here(cfg)
         if v is None:
             if any(cfg is r for r in rounded):
@@ -1071,22 +1178,22 @@ def _grade(ex, source, p, tag, hint_level):
                 hs = [f"right in fp32; in {cfg.precision} the sums differ by rounding: add in acc_t<T> (fp32) "
                       f"and round to T once, at the end (store<T>)"]
         else:
-            hs = hints(ex, cfg, diffs, passed, rounding)
+            hs = hints(ex, cfg, diffs, passed, rounding, runs=one(cfg))
         show_hints(hs)
         return False
-    n_cfg = len(configs_of(ex))
+    n_cfg = len(all_configs)
     what = ("losses, gradient norms, saved model, memory by category, collectives, host<->device traffic"
-            + (", prefetch overlap" if ex.stage == "stage3" else "")
+            + (", prefetch overlap" if ex.stage in PREFETCH_STAGES else "")
             + ("; and your code alone on the probe's crafted inputs" if ex.probe else ""))
     if rounded:
-        exact = [c for c in configs_of(ex) if not any(c is r for r in rounded)]
+        exact = [c for c in all_configs if not any(c is r for r in rounded)]
         p(f"PASS {ex.name}: the same model as the real {ex.stage}, another rounding order: your arithmetic adds "
           f"the same numbers in another order, so the results agree within {ROUNDING_UNITS} units of roundoff on "
           f"{len(rounded)} of {n_cfg} configurations" + (f" and bit for bit on {'; '.join(c.label for c in exact)}"
                                                        if exact else "")
           + "; memory, collectives and traffic are the real ones everywhere")
     else:
-        precisions = ", ".join(dict.fromkeys(c.precision for c in configs_of(ex)))
+        precisions = ", ".join(dict.fromkeys(c.precision for c in all_configs))
         p(f"PASS {ex.name}: bit for bit the real {ex.stage} on {n_cfg} configurations in {precisions} "
           f"({what}" + (", the order of forwards and backwards" if ex.stage == "pipeline" else "") + ")")
     return True

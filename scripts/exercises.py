@@ -8,6 +8,11 @@
     make check E=NAME [HINT=2]    build exercises/NAME/<file> into its own binary and grade it
                                   (find-the-bug: HINT=2 gives a stronger hint)
     make exercise-key [E=NAME]    for instructors: the answer to a find-the-bug exercise
+    make student-pack OUT=DIR     for instructors: the student edition, every region cut
+                                  (scripts/exercise_pack.py; docs/exercises.md)
+    make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0]
+                                  for instructors: DIR/<student-id>/<exercise>.cpp graded on the
+                                  public runs and the hidden ones (scripts/exercise_hidden.py)
 
 Because the regions are cut from the files the tests check, an exercise can never drift from the
 code. The grader (scripts/exercise_grader.py) is the project's own equality contract (docs/stages.md,
@@ -287,7 +292,11 @@ EXERCISES = [
                   "for (int r = L.world - 1; r >= 0; r--) {     // dequantize"),
                  ("r == 0 ? sum : part", "r == L.world - 1 ? sum : part"),
                  ("if (r > 0) for", "if (r < L.world - 1) for")],
-                "added in another order")],
+                "added in another order"),
+               ("averages the sum, which the trainer averages again after it", "average",
+                [("from_f32(dt, sum, n, mine);", "from_f32(dt, sum, n, mine);\n"
+                  "average_grads(dt, mine, n, run.grad_average_scale());")],
+                "averaged twice")],
         exact=True),
     Exercise(
         "zeropp_block_quantizer", "common/kernels/quantize.cpp", "zeropp",
@@ -391,10 +400,21 @@ EXERCISES = [
                 [("params.fetch(u), owned(u));", "params.fetch(u), owned(u) * e);")], "past its end"),
                ("passes DType::F32 to the all-gather", "dtype",
                 [("owned(u), dt);", "owned(u), DType::F32);")], "right in fp32, but in bf16"),
+               ("a prefetch that waits at once", "blocking-prefetch",
+                [("in_flight[u] = comm.all_gather_start(mine, gathered[u].data(), owned(u), dt);",
+                  "in_flight[u] = comm.all_gather_start(mine, gathered[u].data(), owned(u), dt);\n"
+                  "comm.wait(in_flight[u]);")],
+                "waited for right after it started"),
+               ("AdamW without the fp16 loss scale (graded in fp16)", "loss-scale",
+                [("run.lr(), scale, run.adam_step());", "run.lr(), clip_scale(norm, run.args.clip), run.adam_step());")],
+                "loss scale"),
+               ("AdamW without the clipping scale", "adamw",
+                [("run.lr(), scale, run.adam_step());", "run.lr(), 1.0f, run.adam_step());")],
+                "the AdamW call"),
                ("writes back before the update (stores the gradient)", "order",
                 [("adam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());\nparams.write_back(u, outbox(u));", "params.write_back(u, outbox(u));\nadam.step(u, my_G(u), outbox(u), run.lr(), scale, run.adam_step());")], "after adam.step"),
                ("never writes back: every step fetches the first parameters", "write-back",
-                [("\nparams.write_back(u, outbox(u));", "")], "after adam.step"),
+                [("\nparams.write_back(u, outbox(u));", "")], "never change"),
                ("copies the update into the fetched slice instead of writing it back", "tier",
                 [("params.write_back(u, outbox(u));", "std::memcpy(const_cast<void*>(params.fetch(u)), outbox(u), owned(u) * e);")],
                 "only write_back stores")],
@@ -466,6 +486,17 @@ EXERCISES = [
                 [("for (int k = K - warmup; k < K; k++) ops.push_back({false, k});",
                   "for (int k = K - 1; k >= K - warmup; k--) ops.push_back({false, k});")],
                 "ascending"),
+               ("the warm-up not capped at K (graded with K < P - 1)", "schedule-k",
+                [("const int warmup = std::min(P - s - 1, K);", "const int warmup = P - s - 1;")],
+                "at most K"),
+               ("the steady state stops one micro-batch early", "schedule",
+                [("for (int k = warmup; k < K; k++) {", "for (int k = warmup; k < K - 1; k++) {")],
+                "its forward once and its backward once"),
+               ("the cool-down starts one early on every stage but the last (waits for a gradient never sent)",
+                "hang",
+                [("for (int k = K - warmup; k < K; k++) ops.push_back({false, k});",
+                  "for (int k = K - warmup - (s < P - 1); k < K; k++) ops.push_back({false, k});")],
+                "its neighbour never sends"),
                ("GPipe's order (every forward first) under 1F1B's memory limit", "schedule",
                 "for (int k = 0; k < K; k++) ops.push_back({true, k});\n"
                 "for (int k = 0; k < K; k++) ops.push_back({false, k});", "GPipe")],
@@ -490,8 +521,14 @@ def encode_bugs(entries):
     return "\n".join(blob[i:i + 100] for i in range(0, len(blob), 100)) + "\n"
 
 
-for _b in decode_bugs():
+for _b in (decode_bugs() if os.path.exists(BUGS_FILE) else []):  # (not in the student edition)
     EXERCISES.append(Exercise(_b["name"], _b["path"], _b["stage"], _b["goal"], [], bug=_b))
+# The student edition (scripts/exercise_pack.py) hands out the exercises reference/exercises.txt names.
+_HANDED_OUT = os.path.join(ROOT, "reference", "exercises.txt")
+if os.path.exists(_HANDED_OUT):
+    with open(_HANDED_OUT) as _f:
+        _names = set(_f.read().split())
+    EXERCISES = [e for e in EXERCISES if e.name in _names]
 BY_NAME = {e.name: e for e in EXERCISES}
 
 
@@ -586,11 +623,8 @@ def broken_copy(ex):
         return edited(f.read(), ex.bug["edits"], f"find-the-bug {ex.name}")
 
 
-def learner_text(ex):
-    with open(os.path.join(ROOT, ex.path)) as f:
-        text = f.read()
-    if ex.bug:
-        return strip_other_markers(broken_copy(ex))
+def todo_lines(ex):
+    """The TODO that replaces an exercise's regions (PART lines between the parts)."""
     # several parts: ex.todo is one list of lines a part
     parts = ex.todo if ex.todo and isinstance(ex.todo[0], list) else [ex.todo]
     todo = []
@@ -598,7 +632,32 @@ def learner_text(ex):
         which = f", part {k + 1} of {len(parts)}" if len(parts) > 1 else ""
         todo += ([PART] if k else []) + [f"// TODO(exercise {ex.name}{which}): {ex.goal}"] + [
             "//   " + l for l in lines] + [f"// Check your solution with: make check E={ex.name}"]
-    return strip_other_markers(with_region(text, ex.name, todo))
+    return todo
+
+
+# The student edition (scripts/exercise_pack.py) carries the real files as objects in reference/:
+# there the files hold every region's TODO, and the markers stay in a learner's copy.
+PACK = os.path.isdir(os.path.join(ROOT, "reference", "obj"))
+# In the student edition an exercise whose file's other region cannot be left as a TODO (the
+# backward calls the helpers stage3_gather_release defines) starts from the learner's own copy of it.
+BUILDS_ON = {"stage3_backward": "stage3_gather_release"}
+
+
+def learner_text(ex):
+    with open(os.path.join(ROOT, ex.path)) as f:
+        text = f.read()
+    if ex.bug:
+        return strip_other_markers(broken_copy(ex))
+    if PACK and ex.name in BUILDS_ON and BUILDS_ON[ex.name] in BY_NAME:
+        base = BY_NAME[BUILDS_ON[ex.name]]
+        mine = os.path.join(LEARNER, base.name, base.file)
+        if not os.path.exists(mine):
+            die(f"{ex.name} builds on your {base.name} (it calls the helpers you write there): do that one "
+                f"first (make exercise E={base.name}; make check E={base.name}), then make exercise E={ex.name}")
+        with open(mine) as f:
+            text = f.read()
+    cut = with_region(text, ex.name, todo_lines(ex))
+    return cut if PACK else strip_other_markers(cut)
 
 
 def cmd_list():
@@ -641,6 +700,79 @@ def cmd_check(name, source=None, hint_level=1):
     sys.exit(0 if ok else 1)
 
 
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def cmd_grade(subs, out=None, only=None, hints_shown=True):
+    """make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0]: each student's files,
+    DIR/<student-id>/<exercise>.cpp (one a code exercise, every one of E, nothing else), graded on
+    the public runs and the hidden ones (exercise_hidden.py). One line per student and exercise;
+    OUT (a new or empty folder; default build/grades/<the submissions' folder name>) gets grades.csv
+    and each verdict in full, <student-id>/<exercise>.txt."""
+    import csv
+    import time
+    from exercise_hidden import hidden_for
+    if PACK:
+        die("make grade: this is the student edition; grade on the instructor's full tree")
+    if not subs or not os.path.isdir(subs):
+        die(f"make grade: SUBMISSIONS={subs!r} is not a folder; expected SUBMISSIONS=DIR holding DIR/<student-id>/<exercise>.cpp")
+    code = [e for e in EXERCISES if not e.bug]
+    wanted = [find(n) for n in only.split()] if only else code
+    files = {f"{e.name}{os.path.splitext(e.file)[1]}": e for e in wanted}
+    students = sorted(os.listdir(subs))
+    if not students:
+        die(f"make grade: {subs} holds no student folder; expected {subs}/<student-id>/<exercise>.cpp")
+    for sid in students:
+        if not STUDENT_ID.match(sid) or not os.path.isdir(os.path.join(subs, sid)):
+            die(f"make grade: {os.path.join(subs, sid)!r}: a student id is a folder named with letters, digits, "
+                f"'.', '_' and '-' only (no spaces or path characters); rename it")
+        have = set(os.listdir(os.path.join(subs, sid)))
+        missing, extra = sorted(set(files) - have), sorted(have - set(files))
+        if missing:
+            die(f"make grade: {sid} has no {missing[0]}; expected exactly {', '.join(sorted(files))} (E= grades fewer)")
+        if extra:
+            die(f"make grade: {sid} has {extra[0]}, which is no exercise graded; expected exactly "
+                f"{', '.join(sorted(files))}: remove it or add its exercise to E=")
+    out = out or os.path.join(ROOT, "build", "grades", os.path.basename(os.path.normpath(subs)))
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        die(f"make grade: {out} exists and is not empty; expected a new or empty OUT=DIR (nothing was written)")
+    # every file must compile before anything is graded or written
+    for sid in students:
+        for f, ex in sorted(files.items()):
+            src = os.path.join(subs, sid, f)
+            binary, errors = grader.compile_learner(ex, src, os.path.join(grader.WORK, "grade", sid, ex.name))
+            if not binary:
+                first = next((l.strip() for l in errors if l.strip()), "")
+                die(f"make grade: {sid}/{f} does not compile ({first}); expected a file that builds: "
+                    f"`make check` in the student edition shows the same error")
+    os.makedirs(out, exist_ok=True)
+    rows = []
+    for sid in students:
+        for f, ex in sorted(files.items(), key=lambda x: EXERCISES.index(x[1])):
+            t0 = time.time()
+            extra = hidden_for(ex)
+            ok, verdict = grader.grade(ex, os.path.join(subs, sid, f), quiet=True, tag=f"grade_{sid}_{ex.name}",
+                                       extra_configs=extra, hints_shown=hints_shown)
+            secs = time.time() - t0
+            os.makedirs(os.path.join(out, sid), exist_ok=True)
+            with open(os.path.join(out, sid, ex.name + ".txt"), "w") as h:
+                h.write(verdict + "\n")
+            first = next((l for l in verdict.splitlines() if l.startswith(("FAIL", "PASS"))), "")
+            hidden_failed = first.startswith("FAIL") and any(
+                f"({c.label}" in first for c in extra)
+            runs = len(grader.configs_of(ex)) + len(extra)
+            print(f"{sid:16} {ex.name:26} {'PASS' if ok else 'FAIL'}"
+                  f"{' (a hidden run)' if hidden_failed else ''}  {secs:5.1f} s" + ("" if ok else f"  {first}"), flush=True)
+            rows.append({"student": sid, "exercise": ex.name, "result": "PASS" if ok else "FAIL",
+                         "failed_run": "" if ok else ("hidden" if hidden_failed else "public"),
+                         "runs": runs, "seconds": f"{secs:.1f}", "verdict": first})
+    with open(os.path.join(out, "grades.csv"), "w", newline="") as h:
+        w = csv.DictWriter(h, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {os.path.join(out, 'grades.csv')} ({len(rows)} grades) and each verdict in {out}/<student-id>/")
+
+
 def cmd_key(name):
     """For instructors: each find-the-bug exercise's answer, decoded."""
     bugs = [find(name)] if name else [e for e in EXERCISES if e.bug]
@@ -675,6 +807,25 @@ def main(argv):
         return cmd_check(name, args[1] if len(args) > 1 else None, hint_level)
     if cmd == "key":
         return cmd_key(name)
+    if cmd == "grade":  # make grade SUBMISSIONS=DIR [OUT=DIR] [E=...] [HINTS=0]
+        opts = {"--out": None, "--only": None}
+        rest = []
+        i = 0
+        while i < len(args):
+            if args[i] in opts and i + 1 < len(args):
+                opts[args[i]] = args[i + 1]
+                i += 2
+            else:
+                rest.append(args[i])
+                i += 1
+        return cmd_grade(rest[0] if rest and rest[0] != "--no-hints" else "", opts["--out"], opts["--only"],
+                         hints_shown="--no-hints" not in rest)
+    if cmd == "pack":  # make student-pack OUT=DIR
+        if not name:
+            die("usage: make student-pack OUT=DIR (a new or empty directory)")
+        import exercise_pack
+        only = args[args.index("--only") + 1] if "--only" in args[:-1] else None
+        return exercise_pack.build(os.path.abspath(name), sys.modules[__name__], only)
     if cmd == "bugs-decode":  # maintainers: the plain JSON of exercise_bugs.dat
         return print(json.dumps(decode_bugs(), indent=1))
     if cmd == "bugs-encode":  # maintainers: exercise_bugs.dat from a JSON file of the same shape
@@ -686,7 +837,8 @@ def main(argv):
             f.write(encode_bugs(entries))
         os.replace(BUGS_FILE + ".tmp", BUGS_FILE)
         return print(f"wrote {os.path.relpath(BUGS_FILE, ROOT)} ({len(entries)} exercises)")
-    die(f"unknown command {cmd!r}; use list, make NAME, check NAME [FILE] [--hint N], key [NAME]")
+    die(f"unknown command {cmd!r}; use list, make NAME, check NAME [FILE] [--hint N], key [NAME], pack DIR, "
+        f"grade DIR [--out DIR] [--only NAMES] [--no-hints]")
 
 
 if __name__ == "__main__":

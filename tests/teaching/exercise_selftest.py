@@ -112,6 +112,30 @@ def offline_checks():
         except Exception as e:  # noqa: BLE001
             what, good = f"raised {type(e).__name__}: {e}", False
         results.append((good, f"exercise.grader.{name}" + ("" if good else f" ({what})")))
+    # the trainer's own error line is the verdict, not the MPI abort that follows it
+    res = {"rc": 1, "output": "error: parameters are NaN after step 2 (rank 0)\nAbort(1) on node 0 (rank 0 in comm 0): "
+                              "application called MPI_Abort(MPI_COMM_WORLD, 1) - process 0\n"}
+    what, hint = grader.failure_verdict(res, "zeropp")
+    good = "parameters are NaN" in what and "different collectives" not in (hint or "")
+    results.append((good, "exercise.grader.the_trainers_own_error_line_before_mpis_abort" + ("" if good else f" ({what})")))
+    # a pipeline that hangs gets the pipeline's hint, never the collectives' one
+    hang = {"rc": 3, "output": "error: watchdog: rank 1 has made no progress (last progress 5 s ago, in phase "
+                               "'backward' of step 1); no progress"}
+    what, hint = grader.failure_verdict(hang, "pipeline")
+    good = "neighbour never sends" in hint and "collective" not in hint
+    results.append((good, "exercise.grader.a_pipeline_hang_gets_the_pipelines_hint"))
+    # a pipeline stopped by a buffer check or a signal: the pipeline's hint, not the slices' one
+    for out in ("internal error at common/ledger.cpp:12: copy: bytes [0, 8) of buffer \"x\" run past its end",
+                "nz_grader: rank 1: signal 11 (Segmentation fault)\n"):
+        what, hint = grader.failure_verdict({"rc": 1, "output": out}, "pipeline")
+        good = hint and "micro-batch" in hint and "dt (run.dtype)" not in hint
+        results.append((good, "exercise.grader.a_pipeline_crash_gets_the_pipelines_hint_" + out.split()[0].replace(":", "")
+                        + ("" if good else f" ({hint})")))
+    # a pipeline whose order is right but whose numbers are not gets no other exercise's hint
+    pipe = exercises.BY_NAME["pipeline_1f1b"]
+    hs = grader.hints(pipe, grader.PIPELINE_CONFIGS[0], [("norm", "step 1: ...", (0, 2.0))], [], False)
+    good = hs and not any("reduce" in h or "averaged" in h or "slice" in h for h in hs)
+    results.append((good, "exercise.grader.pipeline_hints_name_no_other_exercise" + ("" if good else f" ({hs})")))
     # null losses on both sides (fp16's skipped steps) are equal, not a crash of the comparison
     step = {"loss": None, "grad_norm": None, "to_host_elems": 0, "to_device_elems": 0}
     rank = {"rank": 0, "ledger": {l: {"peak": {}} for l in ("device", "host", "disk")},
