@@ -25,7 +25,7 @@
 #   7. a one-rank trainer on --device cuda, started without mpirun: no NCCL call (NZ_EMU_NO_NCCL=1),
 #      NZ_PROFILE=1's line and JSON from CUDA events, the same losses without it, and the JSON's
 #      gpu_memory against the ledger (tests/lib/check_profile.py).
-# Prints NZRESULT lines (tests/run_all.sh); about 2 minutes on 2 cores after the build.
+# Prints NZRESULT lines (tests/run_all.sh); about 3 CPU-minutes after the build.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
