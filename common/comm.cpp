@@ -135,6 +135,18 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
 // Waiting politely: when there are more ranks than cores on this machine (4 ranks on a 2-core
 // laptop), a rank spinning inside MPI steals the core another rank needs to finish its compute,
 // and every collective waits for that rank. So after a short spin the waiter sleeps between polls.
+void wait_politely(MPI_Request* req, bool sleep) {
+  int done = 0;
+  for (int spin = 0; spin < 64 && !done; spin++) MPI_Test(req, &done, MPI_STATUS_IGNORE);
+  while (!done) {
+    if (sleep) {
+      struct timespec ts = {0, 20000};  // 20 us
+      nanosleep(&ts, nullptr);
+    }
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+  }
+}
+
 void Comm::wait(CommRequest& r) {
   StepProfile::Scope profiled(StepProfile::Collectives);
   if (r.gathering_into && r.active()) note_gather("gather_wait", r.gathering_into);
@@ -147,15 +159,7 @@ void Comm::wait(CommRequest& r) {
     return;
   }
   if (!r.active()) return;
-  int done = 0;
-  for (int spin = 0; spin < 64 && !done; spin++) MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
-  while (!done) {
-    if (oversubscribed_) {
-      struct timespec ts = {0, 20000};  // 20 us
-      nanosleep(&ts, nullptr);
-    }
-    MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
-  }
+  wait_politely(&r.req, oversubscribed_);
   r.req = MPI_REQUEST_NULL;
   if (r.staged >= 0) send_staging_busy_[r.staged] = false, r.staged = -1;  // the send's host copy is free
 }
@@ -229,23 +233,36 @@ std::vector<double> Comm::gather_scalar(double x) {
 
 // ---- the control channel (not counted) ----
 
-void Comm::control_barrier() const { MPI_Barrier(mpi_); }
+// Each one started non-blocking and waited for politely (wait_politely): ranks reach these at
+// different times (start-up, the report at the end), and a blocking call would spin meanwhile.
+void Comm::control_barrier() const {
+  MPI_Request req;
+  MPI_Ibarrier(mpi_, &req);
+  wait_politely(&req, oversubscribed_);
+}
 
 int Comm::control_min(int mine) const {
   int out = mine;
-  MPI_Allreduce(&mine, &out, 1, MPI_INT, MPI_MIN, mpi_);
+  MPI_Request req;
+  MPI_Iallreduce(&mine, &out, 1, MPI_INT, MPI_MIN, mpi_, &req);
+  wait_politely(&req, oversubscribed_);
   return out;
 }
 
 uint64_t Comm::control_min(uint64_t mine) const {
   uint64_t out = mine;
-  MPI_Allreduce(&mine, &out, 1, MPI_UINT64_T, MPI_MIN, mpi_);
+  MPI_Request req;
+  MPI_Iallreduce(&mine, &out, 1, MPI_UINT64_T, MPI_MIN, mpi_, &req);
+  wait_politely(&req, oversubscribed_);
   return out;
 }
 
 void Comm::control_broadcast(void* data, size_t bytes, int root) const {
   NZ_CHECK(bytes <= size_t(INT_MAX), "control_broadcast: %zu bytes", bytes);
-  if (bytes) MPI_Bcast(data, int(bytes), MPI_BYTE, root, mpi_);
+  if (!bytes) return;
+  MPI_Request req;
+  MPI_Ibcast(data, int(bytes), MPI_BYTE, root, mpi_, &req);
+  wait_politely(&req, oversubscribed_);
 }
 
 std::string Comm::control_broadcast(const std::string& s) const {
@@ -259,7 +276,9 @@ std::string Comm::control_broadcast(const std::string& s) const {
 
 void Comm::control_gather(const void* mine, size_t bytes, void* all) const {
   NZ_CHECK(bytes <= size_t(INT_MAX), "control_gather: %zu bytes", bytes);
-  MPI_Gather(mine, int(bytes), MPI_BYTE, all, int(bytes), MPI_BYTE, 0, mpi_);
+  MPI_Request req;
+  MPI_Igather(mine, int(bytes), MPI_BYTE, all, int(bytes), MPI_BYTE, 0, mpi_, &req);
+  wait_politely(&req, oversubscribed_);
 }
 
 void Comm::abort_job(int code) const {
@@ -381,15 +400,17 @@ void Comm::all_to_all_packed(void* buf, size_t bytes_each, uint64_t elems_each) 
 std::string Comm::gather_strings(const std::string& mine, const char* separator) {
   int len = int(mine.size());
   std::vector<int> lens(size_), offs(size_);
-  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, mpi_);
+  MPI_Request req;
+  MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, mpi_, &req);
+  wait_politely(&req, oversubscribed_);
   std::vector<char> all;
   if (rank_ == 0) {
     int total = 0;
     for (int r = 0; r < size_; r++) offs[r] = total, total += lens[r];
     all.resize(total);
   }
-  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, 0,
-              mpi_);
+  MPI_Igatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, 0, mpi_, &req);
+  wait_politely(&req, oversubscribed_);
   if (rank_ != 0) return {};
   std::string out;
   for (int r = 0; r < size_; r++) {

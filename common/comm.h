@@ -46,6 +46,9 @@ struct CommRequest {
   bool active() const { return req != MPI_REQUEST_NULL || on_comm_stream; }
 };
 
+// Waits for req; with sleep, a short spin and then sleeps between the polls (comm.cpp).
+void wait_politely(MPI_Request* req, bool sleep);
+
 class Comm {
  public:
   // MPI_Init once per process, then learn rank, size and the node-local rank.

@@ -47,11 +47,24 @@ Comm::Comm(int* argc, char*** argv) {
   Ledger::get();  // exists before this Comm, so it outlives the staging buffer
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  MPI_Comm node;  // the ranks on this machine: picks the GPU and the threads per rank
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local_rank_);
-  MPI_Comm_size(node, &local_size_);
-  MPI_Comm_free(&node);
+  // The ranks on this machine (they pick the GPU and the threads per rank): those with my host's
+  // name, exchanged non-blocking and waited for with sleeps (comm.cpp, wait_politely). The ranks
+  // arrive here as each finishes loading its libraries, and an early one spinning inside a blocking
+  // call (MPI_Comm_split_type) would take the core a late one needs to get here. Once per run.
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  std::vector<char> hosts(size_t(size_) * sizeof host);
+  MPI_Request req;
+  MPI_Iallgather(host, int(sizeof host), MPI_CHAR, hosts.data(), int(sizeof host), MPI_CHAR, MPI_COMM_WORLD,
+                 &req);
+  wait_politely(&req, true);
+  local_rank_ = local_size_ = 0;
+  for (int r = 0; r < size_; r++) {
+    const bool here = strncmp(&hosts[size_t(r) * sizeof host], host, sizeof host) == 0;
+    local_size_ += here;
+    local_rank_ += here && r < rank_;
+  }
   oversubscribed_ = local_size_ > int(std::thread::hardware_concurrency());
 }
 

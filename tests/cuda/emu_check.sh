@@ -15,7 +15,9 @@
 #   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp, and the
 #      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 4 steps of 16 tokens), and
 #      --attention flash's activations (the log-sum-exp formula) and --batch auto, once with
-#      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path);
+#      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path); the runs the
+#      GPU count cannot change (one rank, or the CPU) are made once and checked by both
+#      (the run cache, NZ_RUN_CACHE: test_cuda_stages.cpp, run_cached_any_gpus);
 #   5. stage0_ddp trained with --attention flash against --attention gemm, fp32 and bf16 (head size 8:
 #      the CUDA-core kernels), and bf16 with --heads 2 (head size 16: the tensor-core kernels);
 #   6. a stuck NCCL collective (a failed peer, or silence) ends the run naming the collective, and so
@@ -23,7 +25,7 @@
 #   7. a one-rank trainer on --device cuda, started without mpirun: no NCCL call (NZ_EMU_NO_NCCL=1),
 #      NZ_PROFILE=1's line and JSON from CUDA events, the same losses without it, and the JSON's
 #      gpu_memory against the ledger (tests/lib/check_profile.py).
-# Prints NZRESULT lines (tests/run_all.sh); about 2 minutes on 2 cores after the build.
+# Prints NZRESULT lines (tests/run_all.sh); about 3 CPU-minutes after the build.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -79,8 +81,11 @@ gtest comm_np1_nccl 120 env NZ_COMM=nccl mpirun -np 1 "$EMU/tests/test_cuda_comm
 gtest comm_np2_shared 120 mpirun -np 2 "$EMU/tests/test_cuda_comm"
 gtest comm_np2_nccl 120 env NZ_EMU_GPUS=2 mpirun -np 2 "$EMU/tests/test_cuda_comm"
 gtest comm_np3_nccl 120 env NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test_cuda_comm"
+# the run cache the two stages runs share: tests/run_all.sh's, or one of this check's own
+[ -n "${NZ_RUN_CACHE:-}" ] || export NZ_RUN_CACHE=$log/runs
 gtest stages_1gpu 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 "$EMU/tests/test_cuda_stages"
 gtest stages_2gpus 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 NZ_EMU_GPUS=2 "$EMU/tests/test_cuda_stages"
+[ "$NZ_RUN_CACHE" = "$log/runs" ] && rm -rf "$NZ_RUN_CACHE"  # its model files; the logs stay
 for l in stages_1gpu stages_2gpus; do grep '^NZTABLE stage .* N=2 ' "$log/$l.log" | sed "s/^NZTABLE /  $l: /"; done
 
 # 5. flash attention in a whole training run: stage0_ddp --attention flash against --attention gemm,

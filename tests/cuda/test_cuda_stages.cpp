@@ -59,10 +59,27 @@ std::vector<std::string> stages() {
   return s;
 }
 
+// On the emulator this binary runs twice (tests/cuda/emu_check.sh): with one emulated GPU, and with
+// two (NZ_EMU_GPUS=2). Only a run of several ranks on the device differs between the two (its ranks
+// share the GPU through MPI, or have one each and NCCL, comm_backend.cpp); a run of one rank uses
+// GPU 0 and no NCCL whatever the count, and a run on the CPU no GPU at all. Those are started with
+// the count unset, the same request both times: the run cache (harness.h, NZ_RUN_CACHE) makes each
+// once, and the second time checks it again from there.
+const RunResult& run_cached_any_gpus(const std::string& trainer, int N, const std::string& device,
+                                     const std::string& flags, const std::string& tag) {
+  const char* gpus = getenv("NZ_EMU_GPUS");
+  if (!gpus || (N > 1 && device == "cuda")) return run_cached(trainer, N, flags + " --device " + device, tag);
+  const std::string saved = gpus;
+  unsetenv("NZ_EMU_GPUS");
+  const RunResult& r = run_cached(trainer, N, flags + " --device " + device, tag);
+  setenv("NZ_EMU_GPUS", saved.c_str(), 1);
+  return r;
+}
+
 // One run per (trainer, ranks, precision, device), shared by the tests below.
 const RunResult& run(const std::string& trainer, int N, const std::string& prec, const std::string& device,
                      const std::string& extra = "") {
-  return run_cached(trainer, N, kFlags + "--precision " + prec + " --device " + device + extra, prec + "_" + device);
+  return run_cached_any_gpus(trainer, N, device, kFlags + "--precision " + prec + extra, prec + "_" + device);
 }
 
 class CudaStages : public ::testing::Test {
@@ -210,9 +227,9 @@ TEST_F(CudaStages, FlashAttentionBatchAutoFitsByTheLogSumExpFormula) {
   for (const char* a : {"gemm", "flash"}) {
     SCOPED_TRACE(a);
     const nz::Attention attn = std::string(a) == "flash" ? nz::Attention::Flash : nz::Attention::Gemm;
-    const RunResult r = run_trainer("stage0_ddp", 1,
-                                    "--preset tiny --seq 32 --steps 1 --eval-every 0 --eval-windows 1 --device cuda "
-                                    "--batch auto --memory-budget 1500KB --attention " + std::string(a), a);
+    const RunResult& r = run_cached_any_gpus("stage0_ddp", 1, "cuda",
+                                             "--preset tiny --seq 32 --steps 1 --eval-every 0 --eval-windows 1 "
+                                             "--batch auto --memory-budget 1500KB --attention " + std::string(a), a);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const int B = int(r.report["batch"].u());
     EXPECT_EQ(B, nz::largest_fitting_batch(nz::Stage::DDP, L, T, nz::DType::F32, false, budget, 1 << 16, attn));
