@@ -452,7 +452,9 @@ san=${NZ_COMPUTE_SANITIZER-$(command -v compute-sanitizer || ls /usr/local/cuda/
 for tool in "${SANITIZER_TOOLS[@]}"; do
   if [ -z "$san" ]; then row SKIP sanitizer.$tool "compute-sanitizer not found"; continue; fi
   run_row sanitizer.$tool 45 "$san" --tool $tool --error-exitcode 9 tests/test_cuda_kernels --gtest_filter="$SANITIZER_TESTS" || continue
-  errs=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error[s]*' "$log/sanitizer.$tool.log")
+  # racecheck's own summary counts hazards (errors and warnings); every tool's ends with its errors
+  errs=$(grep -o -E 'RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)|ERROR SUMMARY: [0-9]+ errors?' \
+    "$log/sanitizer.$tool.log" | head -2 | paste -sd';' | sed 's/;/; /')
   san_passed=$(grep -c '^NZRESULT PASS' "$log/sanitizer.$tool.log")
   if [ $rc = 0 ] && [ "$san_passed" -gt 0 ]; then row PASS sanitizer.$tool "${errs:-no error summary}; $san_passed tests"
   else row FAIL sanitizer.$tool "exit $rc, ${errs:-no error summary}, $san_passed tests passed; see sanitizer.$tool.log"; fi
