@@ -14,6 +14,9 @@
 # Prints NZRESULT lines (tests/run_all.sh).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
+# make as a user's shell starts it, not as a sub-make of `make test` (whose MAKELEVEL and MAKEFLAGS
+# the environment carries here)
+unset MAKELEVEL MAKEFLAGS MFLAGS
 tmp=$(mktemp -d /tmp/nanozero-buildcheck.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
