@@ -82,7 +82,7 @@ execute() {  # $1 = label, $2 = number of ranks (0: no mpirun), rest = command
 # build, then CPU-heavy runs), the exercise graders, the pipeline's matrix, the notebooks. The
 # timing-sensitive shell checks (killed ranks, watchdogs, files held open while a run is stopped)
 # run after both lanes, alone.
-longest_first=(tests/cuda/emu_check.sh tests/teaching/exercises_check.sh build/tests/test_pipeline
+longest_first=(tests/cuda/emu_check.sh tests/teaching/student_pack_check.sh tests/teaching/exercises_check.sh build/tests/test_pipeline
                tests/teaching/notebooks_check.sh build/tests/test_checkpoint build/tests/test_stage3)
 alone=(tests/checkpoint/fault_check.sh tests/checkpoint/signal_check.sh tests/cuda/gpu_report_check.sh tests/infinity/infinity_check.sh
        tests/stages/offload_check.sh)
