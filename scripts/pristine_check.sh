@@ -3,7 +3,8 @@
 # pristine Debian 12 root: built with mmdebstrap holding only make and git (and the certificates git
 # and pip need), the repository's committed HEAD cloned into it, and `make run`, then `make test`,
 # run there as root with a clean environment. Only the package sources this machine uses are passed
-# through (its apt sources and their Acquire:: settings, its pip configuration); there is no CUDA
+# through (its apt sources and their Acquire:: settings, its pip configuration, the certificate
+# authorities it adds in /usr/local/share/ca-certificates); there is no CUDA
 # toolkit, no MPI, nothing installed by hand. Prints each command's result and time, and exits
 # non-zero if either fails. The root's mounts are removed on every exit path (a failure, Ctrl-C, a
 # kill), and the root with them unless PRISTINE_KEEP=1.
@@ -66,6 +67,12 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 cp /etc/hosts "$root/etc/hosts"
 echo "$(hostname)" >"$root/etc/hostname"
 [ -f /etc/pip.conf ] && cp /etc/pip.conf "$root/etc/pip.conf"
+# the certificate authorities this machine adds to reach its mirrors (a proxy's, say): trusted there too
+if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  chroot "$root" update-ca-certificates >/dev/null 2>&1 || die "update-ca-certificates failed in the root"
+fi
 for m in proc sys dev dev/pts; do
   mkdir -p "$root/$m"
   case $m in
