@@ -19,6 +19,7 @@ cd "$(dirname "$0")/../.."
 bin=${NZ_BIN_DIR:-build/bin}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+source tests/lib/job.sh    # rank_pid, wait_for_checkpoint
 source tests/lib/check.sh  # pass, fail, expect_error
 check_suite fault
 # name, the command's exit code, the exit code wanted, a pattern its one line must hold, its output
@@ -27,25 +28,6 @@ one_line() {
   else fail "$1" "exit $2, want $3 and one line with '$4'; got: $5"; fi
 }
 
-# The pid of rank $2 of the job whose command line contains $1 (a path unique to that job).
-rank_pid() {
-  local p
-  for p in $(pgrep -f -- "$1"); do
-    [ "$(tr '\0' '\n' </proc/$p/cmdline 2>/dev/null | head -1)" = "$bin/$3" ] || continue
-    tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "PMI_RANK=$2" && { echo $p; return; }
-  done
-}
-wait_for_checkpoint() {  # directory, lowest step, tenths of a second: until a complete checkpoint of that step or later
-  local m s
-  for _ in $(seq "$3"); do
-    for m in "$1"/step-*/MANIFEST; do
-      s=${m%/MANIFEST}; s=${s##*/step-}
-      [ -e "$m" ] && [ $((10#$s)) -ge "$2" ] && return 0
-    done
-    sleep 0.05
-  done
-  return 1
-}
 
 # ---- kill -9 one rank mid-run; the wrapper relaunches; the same final model ----
 job="--preset small --eval-every 0 --eval-windows 4 --quiet --steps 60 --watchdog 30"

@@ -9,31 +9,12 @@
 cd "$(dirname "$0")/../.."
 bin=${NZ_BIN_DIR:-build/bin}
 tmp=$(mktemp -d)
+source tests/lib/job.sh    # rank_pid, wait_for_checkpoint
 source tests/lib/check.sh  # pass, fail
 check_suite signal
 leftover=()  # pids to end on the way out, whatever happened
 trap 'for p in "${leftover[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 
-# The pid of rank $2 of the job whose command line contains $1 (a path unique to that job), running
-# program $3.
-rank_pid() {
-  local p
-  for p in $(pgrep -f -- "$1"); do
-    [ "$(tr '\0' '\n' </proc/$p/cmdline 2>/dev/null | head -1)" = "$bin/$3" ] || continue
-    tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "PMI_RANK=$2" && { echo $p; return; }
-  done
-}
-wait_for_checkpoint() {  # directory, lowest step, tenths of a second: until a complete checkpoint of that step or later
-  local m s
-  for _ in $(seq "$3"); do
-    for m in "$1"/step-*/MANIFEST; do
-      s=${m%/MANIFEST}; s=${s##*/step-}
-      [ -e "$m" ] && [ $((10#$s)) -ge "$2" ] && return 0
-    done
-    sleep 0.1
-  done
-  return 1
-}
 seconds_since() { python3 -c "import sys; print(f'{$(date +%s.%N) - $1:.1f}')"; }
 at_most() { python3 -c "import sys; sys.exit(0 if $1 <= $2 else 1)"; }
 
@@ -47,7 +28,7 @@ stop_rank() {
     --watchdog 1 --ckpt-dir "$marker" --ckpt-every 20 "$@" >"$tmp/$name.log" 2>&1 &
   local job=$! stopped="" t_stop
   leftover+=("$job")
-  if wait_for_checkpoint "$marker" 20 1200; then
+  if wait_for_checkpoint "$marker" 20 2400; then
     local pid
     pid=$(rank_pid "$marker" "$victim" "$prog")
     [ -n "$pid" ] && kill -STOP "$pid" && stopped=$pid && t_stop=$(date +%s.%N) && leftover+=("$pid")
@@ -77,7 +58,7 @@ scripts/train_resilient.sh --restarts 2 -- mpirun -np 2 $bin/stage2 --preset tin
 wrapper=$!
 leftover+=("$wrapper")
 ranks_before=""
-if wait_for_checkpoint "$ck" 20 1200; then
+if wait_for_checkpoint "$ck" 20 2400; then
   ranks_before="$(rank_pid "$ck" 0 stage2) $(rank_pid "$ck" 1 stage2)"
   kill -TERM $wrapper
 fi
