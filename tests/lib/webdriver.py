@@ -51,25 +51,17 @@ def descendants(root):
 def stop_tree(proc):
     """Ends `proc` and every process under it, whatever state they are in: a check that fails, or a
     browser that did not start, leaves nothing running."""
-    tree = descendants(proc.pid)
-    for pid in [proc.pid] + tree:
+    tree = [proc.pid] + descendants(proc.pid)
+    for sig in (15, 9):  # SIGTERM, then SIGKILL for what did not end on it
+        for pid in tree:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
         try:
-            os.kill(pid, 15)
-        except OSError:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
             pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    for pid in [proc.pid] + tree:  # what did not end on SIGTERM
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def machine_notes():
