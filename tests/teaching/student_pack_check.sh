@@ -25,6 +25,7 @@ make_pack() {  # $1 folder, $2 label, $3 exercises (empty: all); builds it; retu
   echo "NZRESULT PASS pack.$2.is_written ($out)"
   mkdir -p "$1/build"
   cp -a build/obj "$1/build/obj"
+  cp -a build/config.flags "$1/build/"  # the configuration those objects were compiled in (the Makefile's stamp)
   rm -rf "$1/build/obj/tests" "$1/build/obj/mutants"
   ( cd "$1/reference/obj" && find . -name '*.o' ! -name '*@*' ) | while read -r o; do rm -f "$1/build/obj/$o"; done
   find "$1" -path "$1/build" -prune -o -type f ! -path "$1/reference/*" -print0 | xargs -0 touch -h -d '2020-01-01'
