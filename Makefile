@@ -24,21 +24,20 @@ BUILD      := build
 # container image or a shell profile, with no nvcc in it, leaves the build on the CPU (said in one
 # line); a toolkit whose bin/ is not on PATH is used through CUDA_HOME. CUDA_HOME is then the
 # toolkit of the nvcc that runs (its headers and libraries), unless given on the command line.
-NVCC_RUNS  := $(shell $(NVCC) --version >/dev/null 2>&1 && echo 1)
-ifneq ($(NVCC_RUNS),1)
+NVCC_BIN   := $(shell $(NVCC) --version >/dev/null 2>&1 && command -v $(NVCC))
+ifeq ($(NVCC_BIN),)
   ifneq ($(CUDA_HOME),)
-    ifeq ($(shell $(CUDA_HOME)/bin/nvcc --version >/dev/null 2>&1 && echo 1),1)
-      NVCC      := $(CUDA_HOME)/bin/nvcc
-      NVCC_RUNS := 1
-    else ifeq ($(MAKELEVEL)$(CUDA),0)
+    NVCC_BIN := $(shell $(CUDA_HOME)/bin/nvcc --version >/dev/null 2>&1 && echo $(CUDA_HOME)/bin/nvcc)
+    NVCC     := $(or $(NVCC_BIN),$(NVCC))
+    ifeq ($(NVCC_BIN)$(MAKELEVEL)$(CUDA),0)
       $(shell echo "make: CUDA_HOME=$(CUDA_HOME) holds no nvcc that runs, and none is on PATH: building the CPU backend only (install the CUDA toolkit, or unset CUDA_HOME)" >&2)
     endif
   endif
 endif
 ifneq ($(origin CUDA_HOME),command line)
-  CUDA_HOME := $(if $(NVCC_RUNS),$(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null)))
+  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC_BIN))
 endif
-CUDA       ?= $(if $(NVCC_RUNS),1,0)
+CUDA       ?= $(if $(NVCC_BIN),1,0)
 # The GPU generations the CUDA objects are compiled for, plus PTX for the last one (so that newer
 # GPUs can run it, compiled by the driver): the machine's own GPUs where nvidia-smi lists them,
 # else sm_80 alone (the first with bf16 tensor cores, which the kernels need): a machine without a
@@ -123,8 +122,9 @@ endif
 # NZ_BUNDLE=1 (set by make gpu-bundle): binaries that run on another machine from one folder. The C++
 # library is linked in (-static-libstdc++, exporting none of its symbols: NCCL and cuBLAS load the
 # machine's own libstdc++.so.6, which must not bind to the program's copy), and so is the CUDA
-# runtime (cudart_static: the driver, cuBLAS and NCCL come from that machine); libgcc_s stays the machine's (NCCL needs it there anyway,
-# and its unwinder on glibc 2.35 would raise the bundle's glibc floor); every other library is looked
+# runtime (cudart_static: the driver, cuBLAS and NCCL come from that machine); libgcc_s stays the
+# machine's (NCCL needs it there anyway, and its unwinder on glibc 2.35 would raise the bundle's
+# glibc floor); every other library is looked
 # up first in the bundle's lib/ ($$ORIGIN/../lib as an RPATH, not a RUNPATH, so that it holds for the
 # libraries those libraries load too).
 LINK_EXTRA :=
