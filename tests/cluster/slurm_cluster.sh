@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# make slurm-check: a real Slurm on this machine (as root; not part of make test), docs/cluster.md.
+#   - installs Slurm and munge where missing (scripts/install_deps.sh --slurm);
+#   - writes a private configuration (one node with this machine's cores, its own ports, munge
+#     socket and key, state and logs in build/slurm-check/) and starts munged, slurmctld and slurmd;
+#   - submits scripts/slurm/nanozero.sbatch for stage0_ddp and stage3 on 4 tasks (srun --mpi=pmi2):
+#     each job's losses and model file bit for bit `mpirun -np 4`'s;
+#   - a requeue: stage3 requeued mid-run (`scontrol requeue`), its second run resumes from the
+#     newest checkpoint and ends with the uninterrupted run's model and losses;
+#   - bad input under Slurm: a stage that does not exist and an MPI plugin srun lacks (the job's one
+#     line, exit code 2), a partition that does not exist (refused at submission), a job that never
+#     starts (the time-out says squeue's reason);
+#   - every daemon it started is stopped on every exit path, by the pids it recorded, and no process
+#     of its jobs is left; nothing is written outside build/slurm-check/ (but the packages).
+# Prints NZRESULT lines and ends with "slurm-check: N passed, N failed[, N skipped]".
+cd "$(dirname "$0")/../.."
+source tests/lib/check.sh  # pass, fail
+check_suite slurm
+bin=${NZ_BIN_DIR:-build/bin}
+started=$SECONDS
+summary() {  # the closing line, from this run's NZRESULT lines (kept in $results)
+  echo "slurm-check: $(grep -c '^NZRESULT PASS' "$results") passed, $(grep -c '^NZRESULT FAIL' "$results") failed" \
+       "($((SECONDS - started)) s)"
+}
+
+if [ "$(id -u)" != 0 ]; then
+  echo "NZRESULT SKIP slurm (not root: starting slurmctld, slurmd and munged needs root; run make slurm-check as root)"
+  exit 0
+fi
+if ! bash scripts/install_deps.sh --slurm; then
+  echo "NZRESULT SKIP slurm (Slurm and munge are missing and did not install: apt's message above)"
+  exit 0
+fi
+for p in stage0_ddp stage3; do
+  [ -x "$bin/$p" ] || { echo "NZRESULT FAIL slurm.build ($bin/$p missing: make $bin/$p)"; exit 1; }
+done
+
+dir=$PWD/build/slurm-check
+mkdir -p build
+exec 9>build/slurm-check.lock
+flock -n 9 || { echo "NZRESULT FAIL slurm.lock (another make slurm-check holds build/slurm-check.lock)"; exit 1; }
+rm -rf "$dir"
+mkdir -p "$dir"/{state,spool,jobs,runs,ref}
+chmod 700 "$dir"   # munged refuses a key or socket in a directory others may write to
+results=$dir/results
+: >"$results"   # (also the mark of this run's start: nothing of Slurm's or munge's outside build/ newer)
+# Tee every verdict into $results (for the closing count) as it is printed.
+pass() { echo "NZRESULT PASS $check_name.$1" | tee -a "$results"; }
+fail() { echo "NZRESULT FAIL $check_name.$1 ($2)" | tee -a "$results"; }
+# A mark every process this check starts carries in its environment (the daemons, and through them
+# slurmstepd, the batch scripts and the ranks): how the clean-up finds what a job left behind.
+mark="NZ_SLURM_CHECK=$$.$RANDOM"
+
+# ---- the clean-up, on every exit path: jobs cancelled, daemons stopped by pid, stragglers by mark ----
+daemons=()  # "name pid"
+marked_pids() {  # the processes whose environment holds $mark (not this shell)
+  local e p
+  for e in /proc/[0-9]*/environ; do
+    p=${e#/proc/}; p=${p%/environ}
+    [ "$p" = $$ ] && continue
+    tr '\0' '\n' 2>/dev/null <"$e" | grep -qxF "$mark" && echo "$p"
+  done
+}
+stop_pid() {  # pid: SIGTERM, up to 5 s, then SIGKILL
+  kill -TERM "$1" 2>/dev/null || return 0
+  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null
+}
+cleaned=0
+cleanup() {
+  [ $cleaned = 1 ] && return
+  cleaned=1
+  if [ ${#daemons[@]} -gt 0 ] && [ -n "${SLURM_CONF:-}" ]; then
+    scancel --quiet --full --user=root 2>/dev/null   # this cluster's jobs: its own config (SLURM_CONF)
+    for _ in $(seq 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
+  fi
+  local i
+  for ((i = ${#daemons[@]} - 1; i >= 0; i--)); do stop_pid "${daemons[i]#* }"; done  # slurmd, slurmctld, munged
+  for p in $(marked_pids); do kill -KILL "$p" 2>/dev/null; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- the private cluster ----
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+host=$(hostname -s)
+[ ${#dir} -lt 80 ] || { fail setup "the munge socket's path $dir/munge.socket is too long for a Unix socket: run from a shorter path"; summary; exit 1; }
+dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 status=none && chmod 400 "$dir/munge.key"
+env "$mark" munged -F --force --socket="$dir/munge.socket" --key-file="$dir/munge.key" --log-file="$dir/munged.log" \
+  --pid-file="$dir/munged.pid" --seed-file="$dir/munged.seed" 2>>"$dir/munged.log" &
+daemons+=("munged $!")
+mem=$(awk '/MemTotal/ {print int($2 / 1024 / 2)}' /proc/meminfo)   # half the memory, in MB
+ctld_port=$(free_port) slurmd_port=$(free_port)
+# cred_expire: a requeued job waits cred_expire + 1 s before it may start again (120 s by default).
+# CPUs: the machine's cores, but at least 4: Slurm refuses more tasks on a node than its CPUs (even
+# with --overcommit, when --ntasks-per-node asks for them, as the batch script does), and this check
+# runs 4 tasks on one node; config_overrides keeps such a node in service (each rank runs one thread).
+cpus=$(nproc)
+[ "$cpus" -ge 4 ] || cpus=4
+cat >"$dir/slurm.conf" <<EOF
+# make slurm-check's private cluster: one node, this machine (tests/cluster/slurm_cluster.sh)
+ClusterName=nanozero
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$dir/munge.socket,cred_expire=5
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+PlugStackConfig=$dir/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+KillWait=5
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+: >"$dir/plugstack.conf"   # no SPANK plugins (not the system's /etc/slurm/plugstack.conf)
+export SLURM_CONF=$dir/slurm.conf
+for _ in $(seq 50); do [ -S "$dir/munge.socket" ] && break; sleep 0.1; done
+env "$mark" slurmctld -D -c -f "$SLURM_CONF" 2>>"$dir/slurmctld.log" &
+daemons+=("slurmctld $!")
+env "$mark" slurmd -D -f "$SLURM_CONF" 2>>"$dir/slurmd.log" &
+daemons+=("slurmd $!")
+state=""
+for _ in $(seq 300); do
+  state=$(sinfo -h -o %T 2>/dev/null)
+  [ "$state" = idle ] && break
+  sleep 0.1
+done
+if [ "$state" = idle ]; then
+  pass "cluster_up (munged, slurmctld, slurmd: pids ${daemons[*]#* }; node $host idle with $cpus CPUs for $(nproc) cores in $((SECONDS - started)) s; srun --mpi=list: $(srun --mpi=list 2>&1 | sed -n 's/^[[:space:]]\{1,\}//p' | tr '\n' ' '))"
+else
+  fail cluster_up "node state '$state' after 30 s; logs: $(tail -2 "$dir/slurmctld.log" "$dir/slurmd.log" "$dir/munged.log" | tr '\n' ' ')"
+  summary; exit 1
+fi
+
+# ---- jobs ----
+# submit NAME STAGE FLAGS CKPT_EVERY [sbatch options...]: the job id, or sbatch's message (the batch
+# script as a student would submit it, its shape given on the command line)
+submit() {
+  local name=$1
+  STAGE=$2 FLAGS=$3 CKPT_EVERY=$4 RUN_DIR=$dir/runs/$name env "$mark" \
+    sbatch --parsable --chdir="$PWD" --job-name="$name" --nodes=1 --ntasks-per-node=4 \
+    --output="$dir/jobs/$name.out" "${@:5}" scripts/slurm/nanozero.sbatch 2>&1
+}
+# wait_job ID SECONDS: 0 once the job has left the queue; otherwise 1, after a line that says why
+wait_job() {
+  local t0=$SECONDS
+  while [ $((SECONDS - t0)) -lt "$2" ]; do
+    [ -z "$(squeue -h -j "$1" -o %T 2>/dev/null)" ] && return 0
+    sleep 0.2
+  done
+  echo "job $1 did not end within $2 s: squeue says $(squeue -h -j "$1" -o '%T (%r)' 2>&1)"
+  return 1
+}
+job_field() { scontrol show job "$1" 2>/dev/null | grep -o "$2=[^ ]*" | head -1 | cut -d= -f2; }
+# losses NEW REF [FROM]: the steps_log losses of report NEW equal REF's, exactly, step by step (from
+# step FROM on); prints how many
+same_losses() {
+  python3 - "$@" <<'EOF'
+import json, sys
+new, ref = (json.load(open(p)) for p in sys.argv[1:3])
+first = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+want = {s["step"]: s["loss"] for s in ref["steps_log"] if s["step"] >= first}
+got = {s["step"]: s["loss"] for s in new["steps_log"]}
+if new["world"] != 4 or got != want:
+    diff = [k for k in sorted(set(want) | set(got)) if got.get(k) != want.get(k)][:3]
+    sys.exit(f"world {new['world']}, {len(got)} steps against {len(want)}; first differing steps {diff}")
+print(f"{len(got)} losses")
+EOF
+}
+tiny="--preset tiny --seq 16 --batch 2 --eval-every 0 --quiet"
+# the reference: the same run under mpirun; OMP_NUM_THREADS as the batch script sets it from
+# --cpus-per-task (the fast kernels' bits depend on the thread count)
+reference() {  # name stage flags
+  OMP_NUM_THREADS=1 timeout 300 mpirun -np 4 "$bin/$2" $3 --save-model "$dir/ref/$1.model" \
+    --log-json "$dir/ref/$1.json" >"$dir/ref/$1.log" 2>&1
+}
+
+# stage0_ddp and stage3 on 4 tasks against mpirun -np 4: the same losses, the same model file
+for stage in stage0_ddp stage3; do
+  flags="$tiny --steps 30"
+  reference "$stage" "$stage" "$flags"
+  t0=$SECONDS
+  id=$(submit "$stage" "$stage" "$flags" 10)
+  if ! [[ "$id" =~ ^[0-9]+$ ]]; then fail "${stage}_equals_mpirun" "sbatch refused: $id"; continue; fi
+  why=$(wait_job "$id" 180) || { fail "${stage}_equals_mpirun" "$why"; scancel "$id"; continue; }
+  took=$((SECONDS - t0))
+  run=$dir/runs/$stage
+  losses=$(same_losses "$run/report.json" "$dir/ref/$stage.json" 2>&1)
+  if [ "$(job_field "$id" JobState)" = COMPLETED ] && cmp -s "$run/final.model" "$dir/ref/$stage.model" &&
+     grep -q 'losses$' <<<"$losses"; then
+    pass "${stage}_equals_mpirun (job $id, srun --mpi=pmi2, 4 tasks: $losses and the model file bit for bit mpirun -np 4's; ${took} s from sbatch to the end)"
+  else
+    fail "${stage}_equals_mpirun" "job $id $(job_field "$id" JobState) exit $(job_field "$id" ExitCode); $losses; models: $(cmp "$run/final.model" "$dir/ref/$stage.model" 2>&1); output: $(tail -3 "$dir/jobs/$stage.out" | tr '\n' ' ')"
+  fi
+done
+
+# the requeue: stage3 requeued once its step-20 checkpoint is written; the second run resumes
+flags="$tiny --steps 300"
+reference requeue stage3 "$flags"
+t0=$SECONDS
+id=$(submit requeue stage3 "$flags" 20)
+ck=$dir/runs/requeue/ckpt
+requeued="" why=""
+if [[ "$id" =~ ^[0-9]+$ ]]; then
+  for _ in $(seq 1200); do  # up to 60 s: the job starts, then writes step-20
+    ls "$ck"/step-*/MANIFEST >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  if ls "$ck"/step-*/MANIFEST >/dev/null 2>&1; then
+    scontrol requeue "$id" && requeued=$(ls -d "$ck"/step-* | tail -1)
+  fi
+  why=$(wait_job "$id" 240) || { scancel "$id"; }
+fi
+took=$((SECONDS - t0))
+out=$dir/jobs/requeue.out
+from=$(grep -o "^resumed from [^:]*: [0-9]* of 300" "$out" 2>/dev/null | head -1)
+n=$(grep -o ': [0-9]* of' <<<"$from" | tr -dc 0-9)
+losses=$(same_losses "$dir/runs/requeue/report.json" "$dir/ref/requeue.json" "$((${n:-0} + 1))" 2>&1)
+if [ -n "$requeued" ] && [ -z "$why" ] && [ "$(job_field "$id" JobState)" = COMPLETED ] &&
+   grep -q "DUE TO JOB REQUEUE" "$out" && grep -q "(run 1 of it)" "$out" && [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 300 ] &&
+   cmp -s "$dir/runs/requeue/final.model" "$dir/ref/requeue.model" && grep -q 'losses$' <<<"$losses"; then
+  pass "requeue_resumes_same_model (job $id requeued after ${requeued##*/}, its second run ${from#resumed from $dir/}: the model file bit for bit the uninterrupted mpirun -np 4 run's, its $losses too; ${took} s with the requeue's wait)"
+else
+  fail requeue_resumes_same_model "job '$id' requeued after '${requeued##*/}' ${why}; state $(job_field "$id" JobState) restarts $(job_field "$id" Restarts); '$from'; $losses; models: $(cmp "$dir/runs/requeue/final.model" "$dir/ref/requeue.model" 2>&1); output: $(grep -v '^step' "$out" 2>/dev/null | tail -4 | tr '\n' ' ')"
+fi
+
+# ---- bad input under Slurm ----
+# job_one_line NAME WORDS ID: the job failed with exit code 2 and its output is one line holding WORDS
+job_one_line() {
+  local why out
+  why=$(wait_job "$3" 60) || { fail "$1" "$why"; scancel "$3"; return; }
+  out=$(cat "$dir/jobs/$1.out" 2>/dev/null)
+  if [ "$(job_field "$3" ExitCode)" = 2:0 ] && [ "$(grep -c . <<<"$out")" = 1 ] && grep -q -- "$2" <<<"$out"; then
+    pass "$1 ($out)"
+  else fail "$1" "exit $(job_field "$3" ExitCode), want 2:0 and one line with '$2'; got: $(head -c 300 <<<"$out")"; fi
+}
+job_one_line bad_stage_one_line "STAGE=stage9 is not a trainer" "$(submit bad_stage_one_line stage9 "$tiny" 10)"
+job_one_line bad_mpi_plugin_one_line "MPI=pmi1: this cluster's srun offers" "$(MPI=pmi1 submit bad_mpi_plugin_one_line stage3 "$tiny" 10)"
+out=$(submit bad_partition stage3 "$tiny" 10 --partition=nosuch)
+if [ -z "$(squeue -h 2>/dev/null)" ] && grep -qi "invalid partition" <<<"$out" && ! [[ "$out" =~ ^[0-9]+$ ]]; then
+  pass "bad_partition_refused_at_submission ($(head -1 <<<"$out"))"
+else fail bad_partition_refused_at_submission "sbatch said: $out; queue: $(squeue -h 2>&1)"; fi
+# a job that never starts (held): the wait's time-out names squeue's reason
+id=$(submit never_starts stage3 "$tiny" 10 --hold)
+why=$(wait_job "$id" 3)
+if [ $? = 1 ] && grep -q "did not end within 3 s: squeue says PENDING (JobHeldUser)" <<<"$why"; then pass "never_starting_job_timeout_says_why ($why)"
+else fail never_starting_job_timeout_says_why "got: $why"; fi
+scancel "$id" 2>/dev/null
+
+# ---- the clean-up, checked: no daemon, no process of a job, nothing written outside build/ ----
+pids="${daemons[*]#* }"
+cleanup
+sleep 0.5
+left=""
+for p in $pids; do kill -0 "$p" 2>/dev/null && left+=" $p"; done
+left+=$(marked_pids | tr '\n' ' ')
+if [ -z "${left// /}" ]; then pass "everything_stopped (daemons $pids and every job process gone)"
+else fail everything_stopped "still running: $left"; fi
+# where Slurm and munge write by default: nothing there from this run (the packages' own files are older)
+written=$(find /etc/slurm /etc/munge /var/spool/slurm* /var/lib/slurm* /var/log/slurm* /var/lib/munge \
+               /var/log/munge /run/slurm* /run/munge -newer "$results" 2>/dev/null | head -5)
+if [ -z "$written" ]; then pass "nothing_written_outside_build (their default state, log and run folders untouched)"
+else fail nothing_written_outside_build "$(tr '\n' ' ' <<<"$written")"; fi
+summary
+grep -q '^NZRESULT FAIL' "$results" && exit 1
+exit 0
