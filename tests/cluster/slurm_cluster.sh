@@ -43,7 +43,8 @@ rm -rf "$dir"
 mkdir -p "$dir"/{state,spool,jobs,runs,ref}
 chmod 700 "$dir"   # munged refuses a key or socket in a directory others may write to
 results=$dir/results
-: >"$results"   # (also the mark of this run's start: nothing of Slurm's or munge's outside build/ newer)
+: >"$results"
+touch "$dir/started"   # nothing of Slurm's or munge's outside build/ may be newer (checked at the end)
 # Tee every verdict into $results (for the closing count) as it is printed.
 pass() { echo "NZRESULT PASS $check_name.$1" | tee -a "$results"; }
 fail() { echo "NZRESULT FAIL $check_name.$1 ($2)" | tee -a "$results"; }
@@ -121,6 +122,8 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# look at the queue every 2 s (60 and 30 by default), so the requeued job starts once it may
+SchedulerParameters=sched_interval=2,bf_interval=2
 MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
@@ -128,9 +131,14 @@ KillWait=5
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+GresTypes=gpu
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:1 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+# scripts/slurm/gpu_check.sbatch's partition: the same node, with one GPU that is only counted
+PartitionName=gpu Nodes=$host MaxTime=INFINITE State=UP
 EOF
+# (Slurm drops a GPU without a device file; /dev/null stands in, and with task/none nothing is bound)
+echo "Name=gpu File=/dev/null" >"$dir/gres.conf"
 : >"$dir/plugstack.conf"   # no SPANK plugins (not the system's /etc/slurm/plugstack.conf)
 export SLURM_CONF=$dir/slurm.conf
 for _ in $(seq 50); do [ -S "$dir/munge.socket" ] && break; sleep 0.1; done
@@ -147,7 +155,7 @@ done
 if [ "$state" = idle ]; then
   pass "cluster_up (munged, slurmctld, slurmd: pids ${daemons[*]#* }; node $host idle with $cpus CPUs for $(nproc) cores in $((SECONDS - started)) s; srun --mpi=list: $(srun --mpi=list 2>&1 | sed -n 's/^[[:space:]]\{1,\}//p' | tr '\n' ' '))"
 else
-  fail cluster_up "node state '$state' after 30 s; logs: $(tail -2 "$dir/slurmctld.log" "$dir/slurmd.log" "$dir/munged.log" | tr '\n' ' ')"
+  fail cluster_up "node state '$state' after 30 s; logs: $(tail -q -n 2 "$dir/slurmctld.log" "$dir/slurmd.log" "$dir/munged.log" | tr '\n' ' ')"
   summary; exit 1
 fi
 
@@ -266,6 +274,28 @@ if [ $? = 1 ] && grep -q "did not end within 3 s: squeue says PENDING (JobHeldUs
 else fail never_starting_job_timeout_says_why "got: $why"; fi
 scancel "$id" 2>/dev/null
 
+# ---- the GPU bundle's batch script on the "gpu" partition, with a stand-in bundle: its gpu_check.sh
+# records what the job gave it and whether the bundle's launcher (MPICH's hydra, here the system's)
+# starts its ranks itself (fork) or through srun; the real check needs a GPU (docs/gpu.md)
+fake=$dir/fake-bundle
+mkdir -p "$fake"
+cat >"$fake/gpu_check.sh" <<'EOF'
+env | grep -E '^(OUT|HYDRA_LAUNCHER|SLURM_JOB_PARTITION|SLURM_GPUS_ON_NODE)=' | sort >"$OUT/env.txt"
+mpirun -v -np 2 true 2>&1 | grep 'Launch arguments' >"$OUT/launch.txt"
+echo "stand-in gpu_check.sh done"
+EOF
+id=$(env "$mark" BUNDLE="$fake" OUT="$dir/runs/gpu_check" sbatch --parsable --chdir="$PWD" --cpus-per-task=1 \
+     --output="$dir/jobs/gpu_check.out" scripts/slurm/gpu_check.sbatch 2>&1)
+why=$(wait_job "$id" 60) || scancel "$id" 2>/dev/null
+envs=$(tr '\n' ' ' <"$dir/runs/gpu_check/env.txt" 2>/dev/null)
+if [ -z "$why" ] && [ "$(job_field "$id" ExitCode)" = 0:0 ] && grep -q "stand-in gpu_check.sh done" "$dir/jobs/gpu_check.out" &&
+   [[ "$envs" == *HYDRA_LAUNCHER=fork*SLURM_GPUS_ON_NODE=1*SLURM_JOB_PARTITION=gpu* ]] &&
+   [ -s "$dir/runs/gpu_check/launch.txt" ] && ! grep -q srun "$dir/runs/gpu_check/launch.txt"; then
+  pass "gpu_check_sbatch_on_gpu_partition (job $id: $envs; the launcher forks its ranks, no srun)"
+else
+  fail gpu_check_sbatch_on_gpu_partition "job '$id' $why exit $(job_field "$id" ExitCode); env: $envs; launch: $(head -c 200 "$dir/runs/gpu_check/launch.txt" 2>/dev/null); output: $(tail -3 "$dir/jobs/gpu_check.out" 2>/dev/null | tr '\n' ' ')"
+fi
+
 # ---- the clean-up, checked: no daemon, no process of a job, nothing written outside build/ ----
 pids="${daemons[*]#* }"
 cleanup
@@ -277,7 +307,7 @@ if [ -z "${left// /}" ]; then pass "everything_stopped (daemons $pids and every 
 else fail everything_stopped "still running: $left"; fi
 # where Slurm and munge write by default: nothing there from this run (the packages' own files are older)
 written=$(find /etc/slurm /etc/munge /var/spool/slurm* /var/lib/slurm* /var/log/slurm* /var/lib/munge \
-               /var/log/munge /run/slurm* /run/munge -newer "$results" 2>/dev/null | head -5)
+               /var/log/munge /run/slurm* /run/munge -newer "$dir/started" 2>/dev/null | head -5)
 if [ -z "$written" ]; then pass "nothing_written_outside_build (their default state, log and run folders untouched)"
 else fail nothing_written_outside_build "$(tr '\n' ' ' <<<"$written")"; fi
 summary
