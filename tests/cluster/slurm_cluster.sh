@@ -7,12 +7,17 @@
 #     each job's losses and model file bit for bit `mpirun -np 4`'s;
 #   - a requeue: stage3 requeued mid-run (`scontrol requeue`), its second run resumes from the
 #     newest checkpoint and ends with the uninterrupted run's model and losses;
+#   - the time limit: --time=1 and the script's --signal=B:USR1: the script requeues its job before
+#     the limit and the next run resumes;
+#   - the GPU bundle's batch script (scripts/slurm/gpu_check.sbatch) on a "gpu" partition, with a
+#     stand-in bundle;
 #   - bad input under Slurm: a stage that does not exist and an MPI plugin srun lacks (the job's one
 #     line, exit code 2), a partition that does not exist (refused at submission), a job that never
 #     starts (the time-out says squeue's reason);
 #   - every daemon it started is stopped on every exit path, by the pids it recorded, and no process
-#     of its jobs is left; nothing is written outside build/slurm-check/ (but the packages).
-# Prints NZRESULT lines and ends with "slurm-check: N passed, N failed[, N skipped]".
+#     of its jobs is left; nothing is written to Slurm's and munge's default folders (their state,
+#     logs and sockets are in build/slurm-check/; only the packages stay).
+# Prints NZRESULT lines and ends with "slurm-check: N passed, N failed (S s)"; not root: one SKIP line.
 cd "$(dirname "$0")/../.."
 source tests/lib/check.sh  # pass, fail
 check_suite slurm
@@ -249,6 +254,30 @@ if [ -n "$requeued" ] && [ -z "$why" ] && [ "$(job_field "$id" JobState)" = COMP
   pass "requeue_resumes_same_model (job $id requeued after ${requeued##*/}, its second run ${from#resumed from $dir/}: the model file bit for bit the uninterrupted mpirun -np 4 run's, its $losses too; ${took} s with the requeue's wait)"
 else
   fail requeue_resumes_same_model "job '$id' requeued after '${requeued##*/}' ${why}; state $(job_field "$id" JobState) restarts $(job_field "$id" Restarts); '$from'; $losses; models: $(cmp "$dir/runs/requeue/final.model" "$dir/ref/requeue.model" 2>&1); output: $(grep -v '^step' "$out" 2>/dev/null | tail -4 | tr '\n' ' ')"
+fi
+
+# the time limit: --time=1 with the script's --signal=B:USR1@S, S = 50 s (slurmctld looks every 30 s,
+# so the signal comes 10 to 40 s into the run); the script requeues the job, and its next run
+# resumes. The run is longer than the limit: the check cancels it once the second run has resumed.
+t0=$SECONDS
+id=$(submit time_limit stage3 "$tiny --steps 100000000" 50 --time=1 --signal=B:USR1@50)
+out=$dir/jobs/time_limit.out
+resumed=""
+if [[ "$id" =~ ^[0-9]+$ ]]; then
+  for _ in $(seq 600); do  # up to 120 s
+    resumed=$(grep -o "^resumed from [^:]*: [0-9]* of" "$out" 2>/dev/null | head -1)
+    [ -n "$resumed" ] && break
+    sleep 0.2
+  done
+  scancel "$id"
+  wait_job "$id" 30 >/dev/null
+fi
+took=$((SECONDS - t0))
+if [ -n "$resumed" ] && grep -q "the time limit is near: requeueing job $id" "$out" && grep -q "(run 1 of it)" "$out" &&
+   ! grep -q "DUE TO TIME LIMIT" "$out"; then
+  pass "time_limit_signal_requeues (job $id, --time=1: SIGUSR1 before the limit, requeued by the script, its next run resumed at step $(tr -dc 0-9 <<<"${resumed##*: }"); ${took} s)"
+else
+  fail time_limit_signal_requeues "job '$id', ${took} s; resumed: '$resumed'; output: $(grep -v '^step' "$out" 2>/dev/null | tail -4 | tr '\n' ' ')"
 fi
 
 # ---- bad input under Slurm ----
