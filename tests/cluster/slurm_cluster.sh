@@ -251,7 +251,7 @@ losses=$(same_losses "$dir/runs/requeue/report.json" "$dir/ref/requeue.json" "$(
 if [ -n "$requeued" ] && [ -z "$why" ] && [ "$(job_field "$id" JobState)" = COMPLETED ] &&
    grep -q "DUE TO JOB REQUEUE" "$out" && grep -q "(run 1 of it)" "$out" && [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 300 ] &&
    cmp -s "$dir/runs/requeue/final.model" "$dir/ref/requeue.model" && grep -q 'losses$' <<<"$losses"; then
-  pass "requeue_resumes_same_model (job $id requeued after ${requeued##*/}, its second run ${from#resumed from $dir/}: the model file bit for bit the uninterrupted mpirun -np 4 run's, its $losses too; ${took} s with the requeue's wait)"
+  pass "requeue_resumes_same_model (job $id requeued after ${requeued##*/}, its second run resumed at step $n of 300: the model file bit for bit the uninterrupted mpirun -np 4 run's, its $losses too; ${took} s with the requeue's wait)"
 else
   fail requeue_resumes_same_model "job '$id' requeued after '${requeued##*/}' ${why}; state $(job_field "$id" JobState) restarts $(job_field "$id" Restarts); '$from'; $losses; models: $(cmp "$dir/runs/requeue/final.model" "$dir/ref/requeue.model" 2>&1); output: $(grep -v '^step' "$out" 2>/dev/null | tail -4 | tr '\n' ' ')"
 fi
