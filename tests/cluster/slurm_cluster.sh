@@ -24,8 +24,10 @@ check_suite slurm
 bin=${NZ_BIN_DIR:-build/bin}
 started=$SECONDS
 summary() {  # the closing line, from this run's NZRESULT lines (kept in $results)
+  local skipped
+  skipped=$(grep -c '^NZRESULT SKIP' "$results")
   echo "slurm-check: $(grep -c '^NZRESULT PASS' "$results") passed, $(grep -c '^NZRESULT FAIL' "$results") failed" \
-       "($((SECONDS - started)) s)"
+       "$([ "$skipped" = 0 ] || echo ", $skipped skipped ")($((SECONDS - started)) s)"
 }
 
 if [ "$(id -u)" != 0 ]; then
@@ -83,10 +85,37 @@ cleanup() {
   local i
   for ((i = ${#daemons[@]} - 1; i >= 0; i--)); do stop_pid "${daemons[i]#* }"; done  # slurmd, slurmctld, munged
   for p in $(marked_pids); do kill -KILL "$p" 2>/dev/null; done
+  declare -F two_nodes_down >/dev/null && two_nodes_down
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# ---- two more nodes, where root may make network namespaces: each its own network (a veth pair to a
+# bridge, where slurmctld listens), host name and boot id (so MPI treats them as two machines) ----
+two_id=nz$$ two_net=10.214.0 two_ok=0 two_why=""
+two_nodes_down() {  # deleting a namespace deletes its end of a veth pair, and so the pair
+  ip netns del ${two_id}a 2>/dev/null; ip netns del ${two_id}b 2>/dev/null; ip link del ${two_id}br 2>/dev/null
+}
+two_nodes_up() {
+  command -v ip >/dev/null || { two_why="no ip command (iproute2)"; return; }
+  ip -o addr | grep -q " $two_net\." && { two_why="$two_net.0/24 is in use here"; return; }
+  local n i=1
+  ip link add ${two_id}br type bridge && ip addr add $two_net.254/24 dev ${two_id}br && ip link set ${two_id}br up || return
+  for n in a b; do
+    ip netns add $two_id$n && ip link add ${two_id}${n}0 type veth peer name ${two_id}${n}1 &&
+      ip link set ${two_id}${n}1 netns $two_id$n && ip link set ${two_id}${n}0 master ${two_id}br &&
+      ip link set ${two_id}${n}0 up && ip -n $two_id$n addr add $two_net.$i/24 dev ${two_id}${n}1 &&
+      ip -n $two_id$n link set ${two_id}${n}1 up && ip -n $two_id$n link set lo up || return
+    printf '2f7e0000-0000-4000-8000-00000000000%d\n' $i >"$dir/boot_id.$n"
+    i=$((i + 1))
+  done
+  two_ok=1
+}
+two_nodes_up 2>"$dir/two_nodes.err" || two_why="root may not make network namespaces and veth pairs here: $(head -1 "$dir/two_nodes.err")"
+[ $two_ok = 1 ] || two_nodes_down
+ctld_addr=127.0.0.1
+[ $two_ok = 1 ] && ctld_addr=$two_net.254   # a local address the namespaces reach too
 
 # ---- the private cluster ----
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -107,7 +136,7 @@ cpus=$(nproc)
 cat >"$dir/slurm.conf" <<EOF
 # make slurm-check's private cluster: one node, this machine (tests/cluster/slurm_cluster.sh)
 ClusterName=nanozero
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -116,11 +145,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$dir/munge.socket,cred_expire=5
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd.%n.pid
 SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
+SlurmdLogFile=$dir/slurmd.%n.log
 PlugStackConfig=$dir/plugstack.conf
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -142,6 +171,12 @@ PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 # scripts/slurm/gpu_check.sbatch's partition: the same node, with one GPU that is only counted
 PartitionName=gpu Nodes=$host MaxTime=INFINITE State=UP
 EOF
+[ $two_ok = 1 ] && cat >>"$dir/slurm.conf" <<EOF
+# two nodes in network namespaces, 2 CPUs each
+NodeName=nodea NodeAddr=$two_net.1 CPUs=2 RealMemory=1000 State=UNKNOWN
+NodeName=nodeb NodeAddr=$two_net.2 CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=two Nodes=nodea,nodeb MaxTime=INFINITE State=UP
+EOF
 # (Slurm drops a GPU without a device file; /dev/null stands in, and with task/none nothing is bound)
 echo "Name=gpu File=/dev/null" >"$dir/gres.conf"
 : >"$dir/plugstack.conf"   # no SPANK plugins (not the system's /etc/slurm/plugstack.conf)
@@ -149,18 +184,18 @@ export SLURM_CONF=$dir/slurm.conf
 for _ in $(seq 50); do [ -S "$dir/munge.socket" ] && break; sleep 0.1; done
 env "$mark" slurmctld -D -c -f "$SLURM_CONF" 2>>"$dir/slurmctld.log" &
 daemons+=("slurmctld $!")
-env "$mark" slurmd -D -f "$SLURM_CONF" 2>>"$dir/slurmd.log" &
+env "$mark" slurmd -D -N "$host" -f "$SLURM_CONF" 2>>"$dir/slurmd.$host.log" &
 daemons+=("slurmd $!")
 state=""
 for _ in $(seq 300); do
-  state=$(sinfo -h -o %T 2>/dev/null)
+  state=$(sinfo -h -n "$host" -o %T 2>/dev/null | sort -u)
   [ "$state" = idle ] && break
   sleep 0.1
 done
 if [ "$state" = idle ]; then
   pass "cluster_up (munged, slurmctld, slurmd: pids ${daemons[*]#* }; node $host idle with $cpus CPUs for $(nproc) cores in $((SECONDS - started)) s; srun --mpi=list: $(srun --mpi=list 2>&1 | sed -n 's/^[[:space:]]\{1,\}//p' | tr '\n' ' '))"
 else
-  fail cluster_up "node state '$state' after 30 s; logs: $(tail -q -n 2 "$dir/slurmctld.log" "$dir/slurmd.log" "$dir/munged.log" | tr '\n' ' ')"
+  fail cluster_up "node state '$state' after 30 s; logs: $(tail -q -n 2 "$dir/slurmctld.log" "$dir/slurmd.$host.log" "$dir/munged.log" | tr '\n' ' ')"
   summary; exit 1
 fi
 
@@ -325,6 +360,41 @@ else
   fail gpu_check_sbatch_on_gpu_partition "job '$id' $why exit $(job_field "$id" ExitCode); env: $envs; launch: $(head -c 200 "$dir/runs/gpu_check/launch.txt" 2>/dev/null); output: $(tail -3 "$dir/jobs/gpu_check.out" 2>/dev/null | tr '\n' ' ')"
 fi
 
+# ---- the same job across two slurmd nodes (network namespaces), against mpirun -np 4 on one ----
+# Each slurmd runs in its namespace with a host name and boot id of its own, and a fresh sysfs (so
+# that UCX sees that namespace's network devices; /sys/fs/cgroup, which slurmd needs, bound back).
+if [ $two_ok = 1 ]; then
+  mkdir -p "$dir/cgroup"
+  for n in a b; do
+    env "$mark" nsenter --net=/run/netns/$two_id$n unshare --uts --mount sh -c "hostname node$n &&
+      mount --bind $dir/boot_id.$n /proc/sys/kernel/random/boot_id && mount --rbind /sys/fs/cgroup $dir/cgroup &&
+      mount -t sysfs sysfs /sys && mount --rbind $dir/cgroup /sys/fs/cgroup &&
+      exec slurmd -D -N node$n -f $SLURM_CONF" 2>>"$dir/slurmd.node$n.log" &
+    daemons+=("slurmd.node$n $!")
+  done
+  for _ in $(seq 300); do [ "$(sinfo -h -p two -o %T 2>/dev/null)" = idle ] && break; sleep 0.1; done
+  # UCX_TLS=self,tcp: with shared memory in the mix (UCX's default) the job trains and writes its model,
+  # then one rank's MPI_Finalize never returns here (closing a TCP endpoint across the namespaces)
+  flags="$tiny --steps 10"
+  reference two_nodes stage3 "$flags"
+  t0=$SECONDS
+  id=$(UCX_TLS=self,tcp submit two_nodes stage3 "$flags" 5 --partition=two --nodes=2 --ntasks-per-node=2)
+  why=""
+  [[ "$id" =~ ^[0-9]+$ ]] && { why=$(wait_job "$id" 180) || scancel "$id"; }
+  took=$((SECONDS - t0))
+  run=$dir/runs/two_nodes out=$dir/jobs/two_nodes.out
+  losses=$(same_losses "$run/report.json" "$dir/ref/two_nodes.json" 2>&1)
+  if [ -z "$why" ] && [ "$(job_field "$id" JobState)" = COMPLETED ] && [ "$(job_field "$id" NumNodes)" = 2 ] &&
+     grep -q "4 tasks on 2 node(s)" "$out" && grep -q "needs every rank on one machine" "$out" &&
+     cmp -s "$run/final.model" "$dir/ref/two_nodes.model" && grep -q 'losses$' <<<"$losses"; then
+    pass "two_nodes_equal_one (job $id on nodea and nodeb, 2 tasks each, over TCP between the namespaces: $losses and the model file bit for bit mpirun -np 4's on one machine; ${took} s, $(grep -o '[0-9.]* ms/step' "$out"))"
+  else
+    fail two_nodes_equal_one "job '$id' $why $(job_field "$id" JobState) on $(job_field "$id" NodeList); $losses; models: $(cmp "$run/final.model" "$dir/ref/two_nodes.model" 2>&1); output: $(grep -v '^step\|^rank\|^ ' "$out" 2>/dev/null | tail -3 | tr '\n' ' ')"
+  fi
+else
+  echo "NZRESULT SKIP $check_name.two_nodes_equal_one ($two_why)" | tee -a "$results"
+fi
+
 # ---- the clean-up, checked: no daemon, no process of a job, nothing written outside build/ ----
 pids="${daemons[*]#* }"
 cleanup
@@ -332,7 +402,10 @@ sleep 0.5
 left=""
 for p in $pids; do kill -0 "$p" 2>/dev/null && left+=" $p"; done
 left+=$(marked_pids | tr '\n' ' ')
-if [ -z "${left// /}" ]; then pass "everything_stopped (daemons $pids and every job process gone)"
+left+=$(ip -o link 2>/dev/null | grep -o "$two_id[a-z0-9]*" | sort -u | tr '\n' ' ')
+left+=$(ip netns list 2>/dev/null | grep -o "^$two_id[a-z]*" | tr '\n' ' ')
+left+=$(grep -o " $dir[^ ]*" /proc/mounts | tr '\n' ' ')
+if [ -z "${left// /}" ]; then pass "everything_stopped (daemons $pids and every job process gone, no namespace, link or mount left)"
 else fail everything_stopped "still running: $left"; fi
 # where Slurm and munge write by default: nothing there from this run (the packages' own files are older)
 written=$(find /etc/slurm /etc/munge /var/spool/slurm* /var/lib/slurm* /var/log/slurm* /var/lib/munge \
