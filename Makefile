@@ -375,7 +375,7 @@ arm64-check:
 
 # ---- Slurm on this machine (docs/cluster.md): a private one-node cluster runs scripts/slurm/nanozero.sbatch
 # against mpirun -np 4 and requeues a job mid-run (tests/cluster/slurm_cluster.sh; as root, installs Slurm and
-# munge where missing; about 90 s on 2 cores; not part of make test, which checks the batch scripts' dry runs).
+# munge where missing; about 100 s on 2 cores; not part of make test, which checks the batch scripts' dry runs).
 .PHONY: slurm-check
 # Not root: the check's one SKIP line, nothing built.
 slurm-check:

@@ -11,6 +11,8 @@
 #     the limit and the next run resumes;
 #   - the GPU bundle's batch script (scripts/slurm/gpu_check.sbatch) on a "gpu" partition, with a
 #     stand-in bundle;
+#   - where root may make network namespaces: the same job across two slurmd nodes, each in a
+#     namespace of its own, bit for bit mpirun -np 4 on one machine (else one SKIP line);
 #   - bad input under Slurm: a stage that does not exist and an MPI plugin srun lacks (the job's one
 #     line, exit code 2), a partition that does not exist (refused at submission), a job that never
 #     starts (the time-out says squeue's reason);
