@@ -95,15 +95,20 @@ trap 'exit 143' TERM
 
 # ---- two more nodes, where root may make network namespaces: each its own network (a veth pair to a
 # bridge, where slurmctld listens), host name and boot id (so MPI treats them as two machines) ----
-two_id=nz$$ two_net=10.214.0 two_ok=0 two_why=""
+two_id=nzs$$ two_net=10.214.0 two_ok=0 two_why=""
 two_nodes_down() {  # deleting a namespace deletes its end of a veth pair, and so the pair
   ip netns del ${two_id}a 2>/dev/null; ip netns del ${two_id}b 2>/dev/null; ip link del ${two_id}br 2>/dev/null
 }
 two_nodes_up() {
   command -v ip >/dev/null || { two_why="no ip command (iproute2)"; return; }
   ip -o addr | grep -q " $two_net\." && { two_why="$two_net.0/24 is in use here"; return; }
+  ip link add ${two_id}br type bridge && ip addr add $two_net.254/24 dev ${two_id}br && ip link set ${two_id}br up ||
+    return
+  two_ok=1
+}
+# the two namespaces, made just before their job
+two_namespaces_up() {
   local n i=1
-  ip link add ${two_id}br type bridge && ip addr add $two_net.254/24 dev ${two_id}br && ip link set ${two_id}br up || return
   for n in a b; do
     ip netns add $two_id$n && ip link add ${two_id}${n}0 type veth peer name ${two_id}${n}1 &&
       ip link set ${two_id}${n}1 netns $two_id$n && ip link set ${two_id}${n}0 master ${two_id}br &&
@@ -112,7 +117,6 @@ two_nodes_up() {
     printf '2f7e0000-0000-4000-8000-00000000000%d\n' $i >"$dir/boot_id.$n"
     i=$((i + 1))
   done
-  two_ok=1
 }
 two_nodes_up 2>"$dir/two_nodes.err" || two_why="root may not make network namespaces and veth pairs here: $(head -1 "$dir/two_nodes.err")"
 [ $two_ok = 1 ] || two_nodes_down
@@ -286,7 +290,7 @@ from=$(grep -o "^resumed from [^:]*: [0-9]* of 300" "$out" 2>/dev/null | head -1
 n=$(grep -o ': [0-9]* of' <<<"$from" | tr -dc 0-9)
 losses=$(same_losses "$dir/runs/requeue/report.json" "$dir/ref/requeue.json" "$((${n:-0} + 1))" 2>&1)
 if [ -n "$requeued" ] && [ -z "$why" ] && [ "$(job_field "$id" JobState)" = COMPLETED ] &&
-   grep -q "DUE TO JOB REQUEUE" "$out" && grep -q "(run 1 of it)" "$out" && [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 300 ] &&
+   grep -q "DUE TO JOB REQUEUE" "$out" && grep -q "(requeued 1 times)" "$out" && [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 300 ] &&
    cmp -s "$dir/runs/requeue/final.model" "$dir/ref/requeue.model" && grep -q 'losses$' <<<"$losses"; then
   pass "requeue_resumes_same_model (job $id requeued after ${requeued##*/}, its second run resumed at step $n of 300: the model file bit for bit the uninterrupted mpirun -np 4 run's, its $losses too; ${took} s with the requeue's wait)"
 else
@@ -310,7 +314,7 @@ if [[ "$id" =~ ^[0-9]+$ ]]; then
   wait_job "$id" 30 >/dev/null
 fi
 took=$((SECONDS - t0))
-if [ -n "$resumed" ] && grep -q "the time limit is near: requeueing job $id" "$out" && grep -q "(run 1 of it)" "$out" &&
+if [ -n "$resumed" ] && grep -q "the time limit is near: requeueing job $id" "$out" && grep -q "(requeued 1 times)" "$out" &&
    ! grep -q "DUE TO TIME LIMIT" "$out"; then
   pass "time_limit_signal_requeues (job $id, --time=1: SIGUSR1 before the limit, requeued by the script, its next run resumed at step $(tr -dc 0-9 <<<"${resumed##*: }"); ${took} s)"
 else
@@ -365,6 +369,9 @@ fi
 # ---- the same job across two slurmd nodes (network namespaces), against mpirun -np 4 on one ----
 # Each slurmd runs in its namespace with a host name and boot id of its own, and a fresh sysfs (so
 # that UCX sees that namespace's network devices; /sys/fs/cgroup, which slurmd needs, bound back).
+if [ $two_ok = 1 ] && ! two_namespaces_up 2>"$dir/two_nodes.err"; then
+  two_ok=0 two_why="root may not make network namespaces and veth pairs here: $(head -1 "$dir/two_nodes.err")"
+fi
 if [ $two_ok = 1 ]; then
   mkdir -p "$dir/cgroup"
   for n in a b; do
@@ -374,15 +381,22 @@ if [ $two_ok = 1 ]; then
       exec slurmd -D -N node$n -f $SLURM_CONF" 2>>"$dir/slurmd.node$n.log" &
     daemons+=("slurmd.node$n $!")
   done
-  for _ in $(seq 300); do [ "$(sinfo -h -p two -o %T 2>/dev/null)" = idle ] && break; sleep 0.1; done
+  state=""
+  for _ in $(seq 300); do
+    state=$(sinfo -h -p two -o %T 2>/dev/null)
+    [ "$state" = idle ] && break
+    sleep 0.1
+  done
   # UCX_TLS=self,tcp: with shared memory in the mix (UCX's default) the job trains and writes its model,
   # then one rank's MPI_Finalize never returns here (closing a TCP endpoint across the namespaces)
   flags="$tiny --steps 10"
   reference two_nodes stage3 "$flags"
   t0=$SECONDS
-  id=$(UCX_TLS=self,tcp submit two_nodes stage3 "$flags" 5 --partition=two --nodes=2 --ntasks-per-node=2)
+  [ "$state" = idle ] && id=$(UCX_TLS=self,tcp submit two_nodes stage3 "$flags" 5 --partition=two --nodes=2 --ntasks-per-node=2)
   why=""
-  [[ "$id" =~ ^[0-9]+$ ]] && { why=$(wait_job "$id" 180) || scancel "$id"; }
+  if [ "$state" != idle ]; then why="nodea and nodeb $state after 30 s: $(tail -q -n 1 "$dir"/slurmd.node?.log | tr '\n' ' ')"
+  elif [[ "$id" =~ ^[0-9]+$ ]]; then why=$(wait_job "$id" 120) || scancel "$id"
+  else why="sbatch said: $id"; fi
   took=$((SECONDS - t0))
   run=$dir/runs/two_nodes out=$dir/jobs/two_nodes.out
   losses=$(same_losses "$run/report.json" "$dir/ref/two_nodes.json" 2>&1)
@@ -391,6 +405,8 @@ if [ $two_ok = 1 ]; then
      cmp -s "$run/final.model" "$dir/ref/two_nodes.model" && grep -q 'losses$' <<<"$losses"; then
     pass "two_nodes_equal_one (job $id on nodea and nodeb, 2 tasks each, over TCP between the namespaces: $losses and the model file bit for bit mpirun -np 4's on one machine; ${took} s, $(grep -o '[0-9.]* ms/step' "$out"))"
   else
+    # a job whose ranks all wrote their report but did not end: UCX's TCP teardown (openucx/ucx issue 8738)
+    [ -n "$why" ] && grep -q "^ledger matches" "$out" 2>/dev/null && why+=" (the run had finished: MPI_Finalize did not return)"
     fail two_nodes_equal_one "job '$id' $why $(job_field "$id" JobState) on $(job_field "$id" NodeList); $losses; models: $(cmp "$run/final.model" "$dir/ref/two_nodes.model" 2>&1); output: $(grep -v '^step\|^rank\|^ ' "$out" 2>/dev/null | tail -3 | tr '\n' ' ')"
   fi
 else
