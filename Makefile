@@ -373,6 +373,15 @@ gpu-rehearsal:
 arm64-check:
 	@bash scripts/arm64_check.sh
 
+# ---- Slurm on this machine (docs/cluster.md): a private one-node cluster runs scripts/slurm/nanozero.sbatch
+# against mpirun -np 4 and requeues a job mid-run (tests/cluster/slurm_cluster.sh; as root, installs Slurm and
+# munge where missing; about 100 s on 2 cores; not part of make test, which checks the batch scripts' dry runs).
+.PHONY: slurm-check
+# Not root: the check's one SKIP line, nothing built.
+slurm-check:
+	@[ "$$(id -u)" != 0 ] || $(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/stage0_ddp $(BUILD)/bin/stage3
+	@bash tests/cluster/slurm_cluster.sh
+
 # ---- a new user's first contact: make run and make test on a pristine Debian 12 root (mmdebstrap, as
 # root; not part of make test: it takes them both, plus the root). Run it before a stop when the install
 # step, the Makefile or a test's environment changed.

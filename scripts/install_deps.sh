@@ -8,15 +8,18 @@
 # (em++: zero_estimate to WebAssembly); chromium, chromium-driver and firefox-esr (its browser test).
 # --explore (make explore): only what the page needs to be built and served: emscripten and python3
 # (not the trainers' packages, the test's browsers or the notebooks' .venv).
+# --slurm (make slurm-check): only Slurm's controller, node daemon and client, and munge (its
+# authentication), to run a private one-node Slurm (tests/cluster/slurm_check.sh, docs/cluster.md).
 # apt-get waits up to 2 minutes for a lock another apt holds; when it still fails, its own message is
 # shown, with a line saying so where the lock is held.
 set -euo pipefail
-explorer=0 explore_only=0
+explorer=0 explore_only=0 slurm=0
 case "${1:-}" in
   "") ;;
   --explorer) explorer=1 ;;
   --explore) explorer=1 explore_only=1 ;;
-  *) echo "error: install_deps.sh $1: expected no option, --explorer (make test) or --explore (make explore)" >&2; exit 2 ;;
+  --slurm) slurm=1 ;;
+  *) echo "error: install_deps.sh $1: expected no option, --explorer (make test), --explore (make explore) or --slurm (make slurm-check)" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 
@@ -37,6 +40,24 @@ apt_run() {
   rm -f "$log"
   return $rc
 }
+
+# --slurm: Slurm and munge only (the trainers' packages are make's own business); apt-get update first.
+if [ $slurm = 1 ]; then
+  slurm_missing=()
+  for c in slurmctld slurmd; do command -v $c >/dev/null 2>&1 || slurm_missing+=($c); done
+  command -v sbatch >/dev/null 2>&1 || slurm_missing+=(slurm-client)
+  command -v munged >/dev/null 2>&1 || slurm_missing+=(munge)
+  [ ${#slurm_missing[@]} = 0 ] && exit 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "make slurm-check needs: ${slurm_missing[*]}"
+    echo "run as root:  sudo sh -c 'apt-get update && apt-get install -y --no-install-recommends ${slurm_missing[*]}'"
+    exit 1
+  fi
+  echo "installing for make slurm-check: ${slurm_missing[*]}"
+  apt_run update -qq || true  # (a failed update: its message, then the install says)
+  apt_run install -y -qq --no-install-recommends "${slurm_missing[@]}"
+  exit 0
+fi
 
 # The Debian name of this machine's architecture's library folder: x86_64-linux-gnu, aarch64-linux-gnu, ...
 multiarch=$(gcc -print-multiarch 2>/dev/null || true)
