@@ -14,6 +14,9 @@
 #                                  under emulation (scripts/arm64_check.sh)
 #   make pristine-check            the README's two commands on a pristine Debian 12 root holding only make
 #                                  and git, as root (scripts/pristine_check.sh; by hand, ~20 minutes)
+#   make two-nodes [RATE=100mbit]  every rung across two nodes on this machine (network namespaces and a
+#                                  veth pair, as root): bit for bit one node's run, and the link's bytes
+#                                  beside the ledger's (scripts/two_nodes.sh; by hand, 2-3 minutes)
 # The CPU backend is always built. Where nvcc runs (on PATH, or in $CUDA_HOME/bin) the CUDA backend
 # is compiled into the same binaries (no GPU is needed to build); `make CUDA=0` leaves it out.
 
@@ -169,7 +172,7 @@ TEST_BINS  := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(TEST_SRC))))
 
 .PHONY: all tests extra deps run test diff clean explorer explore bench-adam bench bench-inference plots notebooks exercise exercise-key check \
         student-pack grade \
-        print-build-flags gpu-bundle gpu-rehearsal arm64-check pristine-check
+        print-build-flags gpu-bundle gpu-rehearsal arm64-check pristine-check two-nodes
 # `make` builds the programs; `make tests` the test programs and the deliberately broken trainers
 all: $(STAGE_BINS) $(TOOL_BINS)
 tests: $(TEST_BINS) extra
@@ -387,6 +390,12 @@ slurm-check:
 # step, the Makefile or a test's environment changed.
 pristine-check:
 	@bash scripts/pristine_check.sh
+
+# ---- past one machine: two nodes on this one (network namespaces joined by a veth pair, as root), every
+# rung's run across them against its one-node run, and the bytes that crossed (docs/cluster.md). Not part
+# of make test: it runs every rung twice and MPI's TCP teardown can take 20 s per run.
+two-nodes: all
+	@bash scripts/two_nodes.sh $(if $(RATE),--rate $(RATE))
 
 # keep intermediate objects (train.o) between builds
 .SECONDARY:

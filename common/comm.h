@@ -66,9 +66,12 @@ class Comm {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   // Nodes, for the comm ledger's split of bytes inside a node and across nodes (ZeRO++, whose point
-  // is to keep traffic off the slow links between nodes). Simulated: ranks 0..G-1 are node 0, G..2G-1
-  // node 1, and so on; until set, all ranks are one node. A group keeps its ranks' nodes.
+  // is to keep traffic off the slow links between nodes). By default the machines the ranks run on:
+  // ranks with the same host name (MPI_Get_processor_name) share a node, numbered in rank order.
+  // set_node_size(G) simulates nodes on one machine instead: ranks 0..G-1 are node 0, G..2G-1 node 1,
+  // and so on. A group keeps its ranks' nodes.
   void set_node_size(int G);
+  int host_nodes() const { return host_nodes_; }  // machines the ranks of the world run on
   int node_of(int r) const;              // the node of rank r of this Comm
   uint64_t peers_across_nodes() const;   // ranks of this Comm on another node than mine
   // Call once the device is chosen (select_device). On CUDA, when no two ranks share a GPU,
@@ -179,7 +182,8 @@ class Comm {
   MPI_Comm mpi_ = MPI_COMM_WORLD;       // the ranks of this Comm: all, or a group of them
   CommStats own_stats_;
   CommStats* stats_ = &own_stats_;      // a group counts into its parent's ledger
-  std::vector<int> node_of_;            // each rank's node (set_node_size); empty: one node
+  std::vector<int> node_of_;            // each rank's node (host names, or set_node_size); empty: one node
+  int host_nodes_ = 1;                  // distinct host names among the world's ranks
 };
 
 }  // namespace nz

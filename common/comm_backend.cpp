@@ -65,6 +65,18 @@ Comm::Comm(int* argc, char*** argv) {
     local_size_ += here;
     local_rank_ += here && r < rank_;
   }
+  // The same names give the nodes: node k is the k-th distinct host name in rank order. On one
+  // machine that is one node, as before; set_node_size replaces it with simulated nodes.
+  std::vector<std::string> names;
+  node_of_.resize(size_);
+  for (int r = 0; r < size_; r++) {
+    std::string name(&hosts[size_t(r) * sizeof host], strnlen(&hosts[size_t(r) * sizeof host], sizeof host));
+    size_t k = 0;
+    while (k < names.size() && names[k] != name) k++;
+    if (k == names.size()) names.push_back(name);
+    node_of_[r] = int(k);
+  }
+  host_nodes_ = int(names.size());
   oversubscribed_ = local_size_ > int(std::thread::hardware_concurrency());
 }
 

@@ -119,6 +119,29 @@ TEST(Comm, LedgerCountsExactlyTheElementsEachCallSends) {
   EXPECT_EQ(d.model_elems_sent(), uint64_t(4) * (N - 1) * shard);
 }
 
+// Nodes are the machines the ranks run on (their host names): under one mpirun on one machine that
+// is one node, and nothing crosses a node. set_node_size(G) simulates nodes of G consecutive ranks,
+// and a rank then sends (N - G) of its N - 1 shards of a reduce-scatter across nodes. (Two real
+// nodes: make two-nodes, scripts/two_nodes.sh.)
+TEST(Comm, NodesAreTheMachinesUnlessSimulated) {
+  const int N = comm().size(), r = comm().rank();
+  EXPECT_EQ(comm().host_nodes(), 1);
+  for (int q = 0; q < N; q++) EXPECT_EQ(comm().node_of(q), 0);
+  EXPECT_EQ(comm().peers_across_nodes(), 0u);
+  const size_t shard = 33;
+  std::vector<float> buf(shard * N, 1.0f), out(shard);
+  for (int G = 1; G <= N; G++) {
+    if (N % G) continue;
+    Comm g(comm(), 0, r);  // the same ranks, in a group whose nodes can be simulated
+    g.set_node_size(G);
+    for (int q = 0; q < N; q++) EXPECT_EQ(g.node_of(q), q / G) << "G = " << G;
+    CommStats before = g.stats();
+    g.reduce_scatter(buf.data(), out.data(), shard, DType::F32);
+    CommStats d = g.stats() - before;
+    EXPECT_EQ(d.op[int(CommOp::ReduceScatter)].bytes_across_sent, uint64_t(N - G) * shard * 4) << "G = " << G;
+  }
+}
+
 TEST(Comm, SumScalarsAddsInRankOrder) {
   const int N = comm().size(), r = comm().rank();
   double v[2] = {1e16 * (r == 0) + 1.0, double(r)};
