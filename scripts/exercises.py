@@ -10,9 +10,10 @@
     make exercise-key [E=NAME]    for instructors: the answer to a find-the-bug exercise
     make student-pack OUT=DIR     for instructors: the student edition, every region cut
                                   (scripts/exercise_pack.py; docs/exercises.md)
-    make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0]
+    make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0] [SIGNING_KEY=FILE]
                                   for instructors: DIR/<student-id>/<exercise>.cpp graded on the
-                                  public runs and the hidden ones (scripts/exercise_hidden.py)
+                                  public runs and the hidden ones (scripts/exercise_hidden.py); with
+                                  the course's key, each student's own hidden runs and a signed record
 
 Because the regions are cut from the files the tests check, an exercise can never drift from the
 code. The grader (scripts/exercise_grader.py) is the project's own equality contract (docs/stages.md,
@@ -703,12 +704,26 @@ def cmd_check(name, source=None, hint_level=1):
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def cmd_grade(subs, out=None, only=None, hints_shown=True):
-    """make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0]: each student's files,
-    DIR/<student-id>/<exercise>.cpp (one a code exercise, every one of E, nothing else), graded on
-    the public runs and the hidden ones (exercise_hidden.py). One line per student and exercise;
+def zero_estimate(*args):
+    """build/bin/zero_estimate's output line, or make grade's one error line (exit 2) with its message."""
+    tool = os.path.join(grader.BUILD, "bin", "zero_estimate")
+    if not os.path.exists(tool):
+        die(f"make grade: {os.path.relpath(tool, ROOT)} is not built, expected it for SIGNING_KEY; run make")
+    c = subprocess.run([tool, *args], capture_output=True, text=True)
+    if c.returncode != 0:
+        die("make grade: SIGNING_KEY: " + ((c.stderr or c.stdout).strip().splitlines() or ["failed"])[0]
+            .removeprefix("error: "))
+    return c.stdout.strip()
+
+
+def cmd_grade(subs, out=None, only=None, hints_shown=True, signing_key=None):
+    """make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0] [SIGNING_KEY=FILE]: each student's
+    files, DIR/<student-id>/<exercise>.cpp (one a code exercise, every one of E, nothing else), graded
+    on the public runs and the hidden ones (exercise_hidden.py). One line per student and exercise;
     OUT (a new or empty folder; default build/grades/<the submissions' folder name>) gets grades.csv
-    and each verdict in full, <student-id>/<exercise>.txt."""
+    and each verdict in full, <student-id>/<exercise>.txt. With the course's private key, each
+    student's hidden runs are chosen by their grading seed and their verdicts signed:
+    <student-id>/grade-record.txt, one nzgrade1 line (zero_estimate --verify LINE --course-pub FILE)."""
     import csv
     import time
     from exercise_hidden import hidden_for
@@ -736,6 +751,10 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True):
     out = out or os.path.join(ROOT, "build", "grades", os.path.basename(os.path.normpath(subs)))
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         die(f"make grade: {out} exists and is not empty; expected a new or empty OUT=DIR (nothing was written)")
+    # each student's grading seed, from the course's key (a key that cannot be read stops here, before
+    # anything is compiled or written)
+    seeds = {sid: int(zero_estimate("--grade-seed", sid, "--signing-key", signing_key)) for sid in students} \
+        if signing_key is not None else {}
     # every file must compile before anything is graded or written
     for sid in students:
         for f, ex in sorted(files.items()):
@@ -750,7 +769,7 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True):
     for sid in students:
         for f, ex in sorted(files.items(), key=lambda x: EXERCISES.index(x[1])):
             t0 = time.time()
-            extra = hidden_for(ex)
+            extra = hidden_for(ex, seeds.get(sid))
             ok, verdict = grader.grade(ex, os.path.join(subs, sid, f), quiet=True, tag=f"grade_{sid}_{ex.name}",
                                        extra_configs=extra, hints_shown=hints_shown)
             secs = time.time() - t0
@@ -763,14 +782,24 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True):
             runs = len(grader.configs_of(ex)) + len(extra)
             print(f"{sid:16} {ex.name:26} {'PASS' if ok else 'FAIL'}"
                   f"{' (a hidden run)' if hidden_failed else ''}  {secs:5.1f} s" + ("" if ok else f"  {first}"), flush=True)
-            rows.append({"student": sid, "exercise": ex.name, "result": "PASS" if ok else "FAIL",
+            rows.append({"student": sid, "seed": seeds.get(sid, ""), "exercise": ex.name,
+                         "result": "PASS" if ok else "FAIL",
                          "failed_run": "" if ok else ("hidden" if hidden_failed else "public"),
                          "runs": runs, "seconds": f"{secs:.1f}", "verdict": first})
+        if seeds:  # the student's verdicts, signed with the course's key
+            mine = ",".join(f"{r['exercise']}:{r['result']}" for r in rows if r["student"] == sid)
+            record = zero_estimate("--sign-grade", f"nzgrade1 student={sid} seed={seeds[sid]} exercises={mine}",
+                                   "--signing-key", signing_key)
+            with open(os.path.join(out, sid, "grade-record.txt"), "w") as h:
+                h.write(record + "\n")
+            print(f"{sid:16} signed: {os.path.join(out, sid, 'grade-record.txt')} "
+                  f"({record.split(' passed=')[1].split()[0]} passed, seed {seeds[sid]})", flush=True)
     with open(os.path.join(out, "grades.csv"), "w", newline="") as h:
         w = csv.DictWriter(h, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    print(f"wrote {os.path.join(out, 'grades.csv')} ({len(rows)} grades) and each verdict in {out}/<student-id>/")
+    print(f"wrote {os.path.join(out, 'grades.csv')} ({len(rows)} grades) and each verdict in {out}/<student-id>/"
+          + ("" if seeds else "; no SIGNING_KEY: the hidden runs are the same for every student and no record is signed"))
 
 
 def cmd_key(name):
@@ -808,7 +837,7 @@ def main(argv):
     if cmd == "key":
         return cmd_key(name)
     if cmd == "grade":  # make grade SUBMISSIONS=DIR [OUT=DIR] [E=...] [HINTS=0]
-        opts = {"--out": None, "--only": None}
+        opts = {"--out": None, "--only": None, "--signing-key": None}
         rest = []
         i = 0
         while i < len(args):
@@ -819,7 +848,7 @@ def main(argv):
                 rest.append(args[i])
                 i += 1
         return cmd_grade(rest[0] if rest and rest[0] != "--no-hints" else "", opts["--out"], opts["--only"],
-                         hints_shown="--no-hints" not in rest)
+                         hints_shown="--no-hints" not in rest, signing_key=opts["--signing-key"])
     if cmd == "pack":  # make student-pack OUT=DIR
         if not name:
             die("usage: make student-pack OUT=DIR (a new or empty directory)")
@@ -838,7 +867,7 @@ def main(argv):
         os.replace(BUGS_FILE + ".tmp", BUGS_FILE)
         return print(f"wrote {os.path.relpath(BUGS_FILE, ROOT)} ({len(entries)} exercises)")
     die(f"unknown command {cmd!r}; use list, make NAME, check NAME [FILE] [--hint N], key [NAME], pack DIR, "
-        f"grade DIR [--out DIR] [--only NAMES] [--no-hints]")
+        f"grade DIR [--out DIR] [--only NAMES] [--no-hints] [--signing-key FILE]")
 
 
 if __name__ == "__main__":
