@@ -684,6 +684,11 @@ def cmd_make(name):
               f"give it away: read the code, run it, and let `make check E={ex.name}` (then HINT=2) guide you.")
     else:
         print(f"look for TODO(exercise {ex.name}); then: make check E={ex.name}")
+        with open(dst) as f:
+            cut = sum("cut from the student edition): write it here" in l for l in f)
+        if cut:  # the student edition: this trainer repeats lines of other exercises (exercise_pack.py)
+            print(f"this file also repeats {cut} lines of other exercises, cut from the student edition: write them "
+                  f"back where it says TODO(a line of exercise ...), as in your solutions there")
 
 
 def cmd_check(name, source=None, hint_level=1):
