@@ -31,6 +31,7 @@ kept encoded in scripts/exercise_bugs.dat so that nobody reads an answer by acci
 exercise-key` decodes them.
 """
 import base64
+import hashlib
 import json
 import os
 import re
@@ -721,6 +722,42 @@ def zero_estimate(*args):
     return c.stdout.strip()
 
 
+def shared_reference(ex, src):
+    """For an exercise whose file holds another exercise's region (stage1's two, stage3's two): the
+    real file with the other region as the submission has it, built (binary, or None when that is the
+    real file). The student edition's copy has the other region as its TODO (or, for stage3_backward,
+    the student's own stage3_gather_release), so the real trainer is not what it must match; this
+    grades each exercise of the file on its own, as the student edition's make check does."""
+    with open(os.path.join(ROOT, ex.path)) as f:
+        real = f.read()
+    with open(src, errors="replace") as f:
+        mine = f.read()
+    text = real
+    for other in [o for o in EXERCISES if not o.bug and o.path == ex.path and o is not ex]:
+        def markers(t):
+            ls = t.split("\n")
+            return ([i for i, l in enumerate(ls) if BEGIN.match(l) and BEGIN.match(l).group(2) == other.name],
+                    [i for i, l in enumerate(ls) if END.match(l) and END.match(l).group(1) == other.name])
+        (b, e), (rb, _) = markers(mine), markers(real)
+        if len(b) != len(rb) or len(e) != len(b) or any(x >= y for x, y in zip(b, e)):
+            continue  # the markers are not there as in the real file: the real region stands
+        text = with_region(text, other.name, region_body(mine, other.name))
+    if text == real:
+        return None
+    h = hashlib.sha256(text.encode()).hexdigest()[:12]
+    d = os.path.join(grader.WORK, "grade", "reference", f"{ex.name}-{h}")
+    binary = os.path.join(d, f"{ex.stage}@{ex.name}-{h}")  # (its name keys the cache of its runs)
+    if not os.path.exists(binary):
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, ex.file), "w") as f:
+            f.write(text)
+        built, errors = grader.compile_learner(ex, os.path.join(d, ex.file), d)
+        if not built:
+            return errors  # (the caller says it: the other region as submitted does not build)
+        os.replace(built, binary)
+    return binary
+
+
 def cmd_grade(subs, out=None, only=None, hints_shown=True, signing_key=None):
     """make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0] [SIGNING_KEY=FILE]: each student's
     files, DIR/<student-id>/<exercise>.cpp (one a code exercise, every one of E, nothing else), graded
@@ -761,10 +798,16 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True, signing_key=None):
     seeds = {sid: int(zero_estimate("--grade-seed", sid, "--signing-key", signing_key)) for sid in students} \
         if signing_key is not None else {}
     # every file must compile before anything is graded or written
+    refs = {}  # (student, exercise): the reference of a shared file (shared_reference), or None
     for sid in students:
         for f, ex in sorted(files.items()):
             src = os.path.join(subs, sid, f)
             binary, errors = grader.compile_learner(ex, src, os.path.join(grader.WORK, "grade", sid, ex.name))
+            if binary:
+                ref = shared_reference(ex, src)
+                if isinstance(ref, list):
+                    binary, errors = None, ref
+                refs[(sid, ex.name)] = ref
             if not binary:
                 first = next((l.strip() for l in errors if l.strip()), "")
                 die(f"make grade: {sid}/{f} does not compile ({first}); expected a file that builds: "
@@ -776,7 +819,7 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True, signing_key=None):
             t0 = time.time()
             extra = hidden_for(ex, seeds.get(sid))
             ok, verdict = grader.grade(ex, os.path.join(subs, sid, f), quiet=True, tag=f"grade_{sid}_{ex.name}",
-                                       extra_configs=extra, hints_shown=hints_shown)
+                                       extra_configs=extra, hints_shown=hints_shown, reference=refs[(sid, ex.name)])
             secs = time.time() - t0
             os.makedirs(os.path.join(out, sid), exist_ok=True)
             with open(os.path.join(out, sid, ex.name + ".txt"), "w") as h:

@@ -154,3 +154,20 @@ cp "$keys/course.key" "$tmp/open.key" && chmod 644 "$tmp/open.key"
 KEY=$tmp/open.key bad a_key_others_can_read "readable by others"
 KEY=$keys/course.pub bad a_public_key_as_the_signing_key "private key"
 rm -f "$tmp/open.key"
+
+# a file two exercises share: the student edition's copy of stage1_reduce_scatter has
+# stage1_update_and_gather's region as its TODO, so it is graded against the real stage1 with that
+# region as submitted (the real one would never match a copy whose update is a TODO)
+python3 - "$tmp/shared" <<'PY'
+import os, sys
+sys.path.insert(0, "scripts")
+import exercises as X
+ex, other = X.BY_NAME["stage1_reduce_scatter"], X.BY_NAME["stage1_update_and_gather"]
+text = X.with_region(open(ex.path).read(), other.name, X.todo_lines(other))
+os.makedirs(os.path.join(sys.argv[1], "carol"))
+open(os.path.join(sys.argv[1], "carol", "stage1_reduce_scatter.cpp"), "w").write(text)
+PY
+out=$(timeout 400 nice python3 scripts/exercises.py grade "$tmp/shared" --out "$tmp/shared_out" --only stage1_reduce_scatter 2>&1); rc=$?
+[ $rc = 0 ] && grep -q '^carol .*stage1_reduce_scatter .*PASS' <<<"$out" &&
+  echo "NZRESULT PASS grade.a_shared_file_is_graded_with_its_other_region_as_submitted" ||
+  echo "NZRESULT FAIL grade.a_shared_file_is_graded_with_its_other_region_as_submitted (exit $rc): $out"
