@@ -707,7 +707,7 @@ def cmd_check(name, source=None, hint_level=1):
     sys.exit(0 if ok else 1)
 
 
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # (a course's ids, zero_quiz.h: at most 64)
 
 
 def zero_estimate(*args):
@@ -782,7 +782,7 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True, signing_key=None):
     for sid in students:
         if not STUDENT_ID.match(sid) or not os.path.isdir(os.path.join(subs, sid)):
             die(f"make grade: {os.path.join(subs, sid)!r}: a student id is a folder named with letters, digits, "
-                f"'.', '_' and '-' only (no spaces or path characters); rename it")
+                f"'.', '_' and '-' only, at most 64 (no spaces or path characters); rename it")
         have = set(os.listdir(os.path.join(subs, sid)))
         missing, extra = sorted(set(files) - have), sorted(have - set(files))
         if missing:
