@@ -175,7 +175,7 @@ def build(out, exercises_mod, only=None):
     by_file = {}
     for ex in code:
         by_file.setdefault(ex.path, []).append(ex)
-    texts, left_out, cut_files, shown = {}, dict(), {}, {}
+    texts, left_out, cut_files, cut_handed = {}, dict(), {}, {}
     for f in tracked_files():
         if f in LEFT_OUT:
             left_out[f] = LEFT_OUT[f]
@@ -211,7 +211,7 @@ def build(out, exercises_mod, only=None):
             t = "\n".join(kept)
             cut_files[f] = found
             if f in by_file:
-                shown[f] = found
+                cut_handed[f] = found
         elif found:
             left_out[f] = "holds the lines of " + ", ".join(sorted({lines[c] for c in found}))
             continue
@@ -267,7 +267,7 @@ def build(out, exercises_mod, only=None):
     with open(os.path.join(out, "reference", "exercises.txt"), "w") as h:
         h.write("".join(e.name + "\n" for e in code))
     with open(os.path.join(out, "STUDENT_EDITION.md"), "w") as h:
-        h.write(manifest(code, cut_files, left_out, flags, lines, shown))
+        h.write(manifest(code, cut_files, left_out, flags, lines, cut_handed))
     size = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(out) for n in ns)
     print(f"wrote the student edition to {out}: {sum(1 for _ in texts)} files, {size / 1e6:.1f} MB; "
           f"{len(code)} exercises cut, {len(cut_files)} sources carried as objects, {len(left_out)} files left out "
@@ -278,7 +278,7 @@ def lines_of(v):
     return f"{len(v)} line" + ("s" if len(v) != 1 else "")
 
 
-def manifest(code, cut_files, left_out, flags, lines, shown):
+def manifest(code, cut_files, left_out, flags, lines, cut_handed):
     out = ["# The student edition", "", "Exercises handed out: " + ", ".join(e.name for e in code) + ".", "",
            "Every code exercise's region holds its TODO (`make exercise` lists them; `make check E=NAME` grades",
            "your copy against the real trainers, on the public grading runs). The real lines are not in this",
@@ -302,5 +302,5 @@ def manifest(code, cut_files, left_out, flags, lines, shown):
             "exercise runs as the real trainer only once you write them back, as in your solution of NAME",
             "(`make check` grades the whole file against the real trainer).", ""]
     out += [f"- `{f}`: {lines_of(v)} of " + ", ".join(sorted({lines[c] for c in v}))
-            for f, v in sorted(shown.items())] or ["- none"]
+            for f, v in sorted(cut_handed.items())] or ["- none"]
     return "\n".join(out) + "\n"

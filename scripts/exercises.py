@@ -640,6 +640,8 @@ def todo_lines(ex):
 # The student edition (scripts/exercise_pack.py) carries the real files as objects in reference/:
 # there the files hold every region's TODO, and the markers stay in a learner's copy.
 PACK = os.path.isdir(os.path.join(ROOT, "reference", "obj"))
+# how the student edition marks a line of another exercise cut from a handed-out trainer (exercise_pack.py)
+CUT_MARK = "cut from the student edition): write it here"
 # In the student edition an exercise whose file's other region cannot be left as a TODO (the
 # backward calls the helpers stage3_gather_release defines) starts from the learner's own copy of it.
 BUILDS_ON = {"stage3_backward": "stage3_gather_release"}
@@ -686,7 +688,7 @@ def cmd_make(name):
     else:
         print(f"look for TODO(exercise {ex.name}); then: make check E={ex.name}")
         with open(dst) as f:
-            cut = sum("cut from the student edition): write it here" in l for l in f)
+            cut = sum(CUT_MARK in l for l in f)
         if cut:  # the student edition: this trainer repeats lines of other exercises (exercise_pack.py)
             print(f"this file also repeats {cut} lines of other exercises, cut from the student edition: write them "
                   f"back where it says TODO(a line of exercise ...), as in your solutions there")
@@ -703,6 +705,11 @@ def cmd_check(name, source=None, hint_level=1):
     source = source or os.path.join(LEARNER, ex.name, ex.file)
     if not os.path.exists(source):
         die(f"{os.path.relpath(source, ROOT)} does not exist: `make exercise E={ex.name}` writes it")
+    with open(source, errors="replace") as f:
+        cut = sum(CUT_MARK in l for l in f)
+    if cut:  # the student edition: lines of other exercises this trainer repeats (exercise_pack.py)
+        print(f"note: your copy still has {cut} lines of other exercises to write back (TODO(a line of exercise ...)); "
+              f"until they are, it cannot train as the real {ex.stage} does")
     ok, _ = grader.grade(ex, source, hint_level=hint_level)
     sys.exit(0 if ok else 1)
 

@@ -137,7 +137,7 @@ PY
            infinity_fetch_write_back zeropp_qgz_reduce; do
     grade "$b" all $e real "PASS $e"
   done
-  grade "$b" all stage2_reduce_scatter uncut "FAIL stage2_reduce_scatter"
+  grade "$b" all stage2_reduce_scatter uncut "still has 2 lines of other exercises to write back"
   # make exercise says where they are
   out=$(cd "$b" && FORCE=1 python3 scripts/exercises.py make stage2_reduce_scatter 2>&1)
   grep -q "also repeats 2 lines of other exercises" <<<"$out" &&
