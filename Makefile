@@ -326,7 +326,7 @@ student-pack: all
 	@python3 scripts/exercises.py pack "$(OUT)" $(if $(E),--only "$(E)")
 
 grade: all
-	@python3 scripts/exercises.py grade "$(SUBMISSIONS)" $(if $(OUT),--out "$(OUT)") $(if $(E),--only "$(E)") $(if $(filter 0,$(HINTS)),--no-hints)
+	@python3 scripts/exercises.py grade "$(SUBMISSIONS)" $(if $(OUT),--out "$(OUT)") $(if $(E),--only "$(E)") $(if $(filter 0,$(HINTS)),--no-hints) $(if $(SIGNING_KEY),--signing-key "$(SIGNING_KEY)")
 
 # for instructors: the answers to the find-the-bug exercises (kept encoded in scripts/exercise_bugs.dat)
 exercise-key:

@@ -480,9 +480,10 @@ def reference_binary(stage, ex_name=None):
     return binary
 
 
-def reference_run(stage, cfg, ex_name=None):
-    """The real trainer's run, cached until the binary changes."""
-    binary = reference_binary(stage, ex_name)
+def reference_run(stage, cfg, ex_name=None, binary=None):
+    """The real trainer's run, cached until the binary changes. binary: another reference than
+    reference_binary's (make grade's, for a file another exercise shares: exercises.py)."""
+    binary = binary or reference_binary(stage, ex_name)
     if not os.path.exists(binary):
         raise GraderError(f"{os.path.relpath(binary, ROOT)} is not built: `make check` builds it "
                           f"(or make {os.path.relpath(binary, ROOT)})")
@@ -1056,9 +1057,10 @@ def hints(ex, cfg, diffs, passed, rounding_only, runs=None):
 
 # ---- grading ----
 
-def grade(ex, source, quiet=False, tag=None, hint_level=1, extra_configs=(), hints_shown=True):
+def grade(ex, source, quiet=False, tag=None, hint_level=1, extra_configs=(), hints_shown=True, reference=None):
     """Returns (passed, verdict text). Never raises: whatever goes wrong is a verdict. extra_configs:
-    runs graded after the exercise's own (make grade's hidden ones); hints_shown False: no hint lines."""
+    runs graded after the exercise's own (make grade's hidden ones); hints_shown False: no hint lines;
+    reference: the trainer to compare with, when not the real one (make grade, a shared file)."""
     lines = []
 
     def p(s=""):
@@ -1067,7 +1069,7 @@ def grade(ex, source, quiet=False, tag=None, hint_level=1, extra_configs=(), hin
             print(s, flush=True)
 
     try:
-        ok = _grade(ex, source, p, tag or ex.name, hint_level, list(extra_configs), hints_shown)
+        ok = _grade(ex, source, p, tag or ex.name, hint_level, list(extra_configs), hints_shown, reference)
     except GraderError as e:
         p(f"FAIL {ex.name}: the grader could not run: {e}")
         ok = False
@@ -1078,7 +1080,7 @@ def grade(ex, source, quiet=False, tag=None, hint_level=1, extra_configs=(), hin
     return ok, "\n".join(lines)
 
 
-def _grade(ex, source, p, tag, hint_level, extra_configs=(), hints_shown=True):
+def _grade(ex, source, p, tag, hint_level, extra_configs=(), hints_shown=True, reference=None):
     all_configs = list(configs_of(ex)) + list(extra_configs)
     with open(source, errors="replace") as f:
         source_text = f.read()
@@ -1103,7 +1105,7 @@ def _grade(ex, source, p, tag, hint_level, extra_configs=(), hints_shown=True):
 
     def one(cfg):
         if cfg.tag not in results:
-            ref = reference_run(ex.stage, cfg, ex.name)
+            ref = reference_run(ex.stage, cfg, ex.name, reference)
             results[cfg.tag] = (ref, run(binary, cfg, f"learner_{tag}"))
         return results[cfg.tag]
 

@@ -1,6 +1,13 @@
 """The hidden grading runs (make grade, scripts/exercises.py grade): run after the public ones of
 each exercise, never in the student edition. More ranks, odd world sizes, K < P - 1 and K > P for the
-pipeline, every precision each rung supports, prefetch on and off."""
+pipeline, every precision each rung supports, prefetch on and off.
+
+With the course's key (make grade SIGNING_KEY=course.key) each student's hidden runs are their own:
+the initialisation seed and data order (--seed), the sequence length and the micro-batch come from
+the student's grading seed (zero_estimate --grade-seed: SHA-256 of the course's public key and the
+student's id, docs/certificates.md), so the outputs one student's trainer must match are no other's."""
+import hashlib
+
 from exercise_grader import Config, INFINITY_DISK, ZEROPP_FLAGS
 
 HIDDEN = {
@@ -15,7 +22,19 @@ HIDDEN = {
                  Config(4, 2, "fp16", "--pipeline 2 --schedule 1f1b")],
     "zeropp": [Config(4, 1, "bf16", ZEROPP_FLAGS + " --hpz 2"), Config(5, 1, "fp32", ZEROPP_FLAGS)],
 }
+SEQS, BATCHES = (16, 24, 32), (1, 2)  # the tiny model's context is 32 or more; sizes no larger than the public runs'
 
 
-def hidden_for(ex):
-    return HIDDEN.get(ex.stage, [])
+def personal(cfg, seed, i):
+    """Hidden run i with the initialisation seed, data order and sizes of a student's grading seed
+    (the trainers take the last of a repeated flag: these override exercise_grader.FLAGS')."""
+    h = hashlib.sha256(f"nzgrade-run {seed} {i}".encode()).digest()
+    init = 1 + int.from_bytes(h[:4], "big") % (1 << 30)
+    seq, batch = SEQS[h[4] % len(SEQS)], BATCHES[h[5] % len(BATCHES)]
+    return Config(cfg.n, cfg.accum, cfg.precision, f"{cfg.extra} --seed {init} --seq {seq} --batch {batch}".strip())
+
+
+def hidden_for(ex, seed=None):
+    """The hidden runs of an exercise; with a student's grading seed, that student's own."""
+    runs = HIDDEN.get(ex.stage, [])
+    return runs if seed is None else [personal(c, seed, i) for i, c in enumerate(runs)]

@@ -3,11 +3,11 @@
 A copy of the tree (the files git tracks, as they are now; no .git) in which:
   - the region of every exercise handed out (E; default every code exercise) holds its TODO instead
     of the real lines (the markers stay, so that `make exercise` and `make check` work there as here);
-  - every other line of a file not handed out that repeats one of those lines (the ladder's later
-    rungs repeat the earlier ones: stage2's update is stage1's, infinity's gathers are stage3's) is cut
-    too, in the sources that are compiled; any other file that quotes one (a doc, a test's recipe) is
-    left out. A handed-out trainer keeps the lines it repeats from a rung below (a learner's copy of it
-    must run as the real one does); STUDENT_EDITION.md lists what was cut, left out and still shown;
+  - every other line of any file that repeats one of those lines (the ladder's later rungs repeat the
+    earlier ones: stage2's update is stage1's, infinity's gathers are stage3's) is cut too, in the
+    sources that are compiled, handed-out trainers included (there the learner writes it back, as in
+    their solution of the exercise it comes from); any other file that quotes one (a doc, a test's
+    recipe) is left out. STUDENT_EDITION.md lists what was cut and what was left out;
   - the compiled files whose text changed are carried as the instructor's objects of the real files
     (reference/obj/, machine code without debug information or source text), which the pack's
     Makefile copies into place instead of compiling the cut sources: the pack builds and runs as
@@ -42,6 +42,9 @@ LEFT_OUT = {"scripts/exercise_bugs.dat": "the find-the-bug answers",
             "tests/teaching/workshop_check.sh": "checks the workshop plan's find-the-bug exercises, left out here"}
 COMPILED = (".cpp", ".cu")
 CUT = "// (cut from the student edition: a line of exercise {})"
+# in a handed-out file, the learner's copy is built from it: the line must be written back
+CUT_HANDED_OUT = ("// TODO(a line of exercise {}, cut from the student edition): write it here as in your "
+                  "solution of {}")
 
 
 def norm(s):
@@ -172,7 +175,7 @@ def build(out, exercises_mod, only=None):
     by_file = {}
     for ex in code:
         by_file.setdefault(ex.path, []).append(ex)
-    texts, left_out, cut_files, shown = {}, dict(), {}, {}
+    texts, left_out, cut_files, cut_handed = {}, dict(), {}, {}
     for f in tracked_files():
         if f in LEFT_OUT:
             left_out[f] = LEFT_OUT[f]
@@ -194,20 +197,21 @@ def build(out, exercises_mod, only=None):
             left_out[f] = "builds from sources the pack cuts (the tests' deliberately broken trainers, the CUDA emulator)"
             continue
         found = holds(t, lines) if f.endswith(COMPILED) else mentions(t, lines)
-        if found and f in by_file:
-            # a handed-out file keeps the lines it repeats from the rungs below it (stage2's update
-            # is stage1's): the learner's copy is built from it and must run as the real trainer
-            shown[f] = found
-        elif found and f.endswith(COMPILED):
+        if found and f.endswith(COMPILED):
+            # a handed-out trainer repeats the rungs below it (stage2's update is stage1's): those
+            # lines are cut too, and the learner writes them back in their copy
+            cut = CUT_HANDED_OUT if f in by_file else CUT
             kept = []
             for l in t.split("\n"):
                 hit = next((a for a in found if a in code_of(l)), None)
                 if hit:
-                    kept.append(re.match(r"\s*", l).group(0) + CUT.format(lines[hit]))
+                    kept.append(re.match(r"\s*", l).group(0) + cut.format(lines[hit], lines[hit]))
                 else:
                     kept.append(l)
             t = "\n".join(kept)
             cut_files[f] = found
+            if f in by_file:
+                cut_handed[f] = found
         elif found:
             left_out[f] = "holds the lines of " + ", ".join(sorted({lines[c] for c in found}))
             continue
@@ -263,14 +267,18 @@ def build(out, exercises_mod, only=None):
     with open(os.path.join(out, "reference", "exercises.txt"), "w") as h:
         h.write("".join(e.name + "\n" for e in code))
     with open(os.path.join(out, "STUDENT_EDITION.md"), "w") as h:
-        h.write(manifest(code, cut_files, left_out, flags, lines, shown))
+        h.write(manifest(code, cut_files, left_out, flags, lines, cut_handed))
     size = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(out) for n in ns)
     print(f"wrote the student edition to {out}: {sum(1 for _ in texts)} files, {size / 1e6:.1f} MB; "
           f"{len(code)} exercises cut, {len(cut_files)} sources carried as objects, {len(left_out)} files left out "
           f"(STUDENT_EDITION.md)")
 
 
-def manifest(code, cut_files, left_out, flags, lines, shown):
+def lines_of(v):
+    return f"{len(v)} line" + ("s" if len(v) != 1 else "")
+
+
+def manifest(code, cut_files, left_out, flags, lines, cut_handed):
     out = ["# The student edition", "", "Exercises handed out: " + ", ".join(e.name for e in code) + ".", "",
            "Every code exercise's region holds its TODO (`make exercise` lists them; `make check E=NAME` grades",
            "your copy against the real trainers, on the public grading runs). The real lines are not in this",
@@ -283,11 +291,16 @@ def manifest(code, cut_files, left_out, flags, lines, shown):
            "stage3_backward builds on your stage3_gather_release (the backward calls its helpers):",
            "`make exercise E=stage3_backward` starts from your copy of it.", "",
            "## Sources carried as objects", ""]
-    out += [f"- `{f}`" + (f": {len(v)} lines of other exercises cut" if v else ": its exercise regions")
+    handed = {e.path for e in code}
+    out += [f"- `{f}`" + (": its exercise regions" if f in handed else "")
+            + (f"{',' if f in handed else ':'} {lines_of(v)} of other exercises cut" if v else "")
             for f, v in sorted(cut_files.items())]
     out += ["", "## Left out", ""] + [f"- `{f}`: {why}" for f, why in sorted(left_out.items())]
-    out += ["", "## Lines of earlier exercises that handed-out files still show", "",
-            "A trainer repeats the rungs below it, and your copy of its exercise must run: these lines stay.",
-            "Hand the exercises out in separate packs (make student-pack E=...) to keep them apart.", ""]
-    out += [f"- `{f}`: lines of " + ", ".join(sorted({lines[c] for c in v})) for f, v in sorted(shown.items())] or ["- none"]
+    out += ["", "## Lines of other exercises cut from the files handed out", "",
+            "A trainer repeats the rungs below it (stage2's update is stage1's). Those lines are cut from it",
+            "too, each marked `TODO(a line of exercise NAME, cut from the student edition)`: your copy of its",
+            "exercise runs as the real trainer only once you write them back, as in your solution of NAME",
+            "(`make check` grades the whole file against the real trainer).", ""]
+    out += [f"- `{f}`: {lines_of(v)} of " + ", ".join(sorted({lines[c] for c in v}))
+            for f, v in sorted(cut_handed.items())] or ["- none"]
     return "\n".join(out) + "\n"

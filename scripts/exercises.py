@@ -10,9 +10,10 @@
     make exercise-key [E=NAME]    for instructors: the answer to a find-the-bug exercise
     make student-pack OUT=DIR     for instructors: the student edition, every region cut
                                   (scripts/exercise_pack.py; docs/exercises.md)
-    make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0]
+    make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0] [SIGNING_KEY=FILE]
                                   for instructors: DIR/<student-id>/<exercise>.cpp graded on the
-                                  public runs and the hidden ones (scripts/exercise_hidden.py)
+                                  public runs and the hidden ones (scripts/exercise_hidden.py); with
+                                  the course's key, each student's own hidden runs and a signed record
 
 Because the regions are cut from the files the tests check, an exercise can never drift from the
 code. The grader (scripts/exercise_grader.py) is the project's own equality contract (docs/stages.md,
@@ -30,6 +31,7 @@ kept encoded in scripts/exercise_bugs.dat so that nobody reads an answer by acci
 exercise-key` decodes them.
 """
 import base64
+import hashlib
 import json
 import os
 import re
@@ -638,6 +640,8 @@ def todo_lines(ex):
 # The student edition (scripts/exercise_pack.py) carries the real files as objects in reference/:
 # there the files hold every region's TODO, and the markers stay in a learner's copy.
 PACK = os.path.isdir(os.path.join(ROOT, "reference", "obj"))
+# how the student edition marks a line of another exercise cut from a handed-out trainer (exercise_pack.py)
+CUT_MARK = "cut from the student edition): write it here"
 # In the student edition an exercise whose file's other region cannot be left as a TODO (the
 # backward calls the helpers stage3_gather_release defines) starts from the learner's own copy of it.
 BUILDS_ON = {"stage3_backward": "stage3_gather_release"}
@@ -683,6 +687,11 @@ def cmd_make(name):
               f"give it away: read the code, run it, and let `make check E={ex.name}` (then HINT=2) guide you.")
     else:
         print(f"look for TODO(exercise {ex.name}); then: make check E={ex.name}")
+        with open(dst) as f:
+            cut = sum(CUT_MARK in l for l in f)
+        if cut:  # the student edition: this trainer repeats lines of other exercises (exercise_pack.py)
+            print(f"this file also repeats {cut} lines of other exercises, cut from the student edition: write them "
+                  f"back where it says TODO(a line of exercise ...), as in your solutions there")
 
 
 def cmd_check(name, source=None, hint_level=1):
@@ -696,19 +705,74 @@ def cmd_check(name, source=None, hint_level=1):
     source = source or os.path.join(LEARNER, ex.name, ex.file)
     if not os.path.exists(source):
         die(f"{os.path.relpath(source, ROOT)} does not exist: `make exercise E={ex.name}` writes it")
+    with open(source, errors="replace") as f:
+        cut = sum(CUT_MARK in l for l in f)
+    if cut:  # the student edition: lines of other exercises this trainer repeats (exercise_pack.py)
+        print(f"note: your copy still has {cut} lines of other exercises to write back (TODO(a line of exercise ...)); "
+              f"until they are, it cannot train as the real {ex.stage} does")
     ok, _ = grader.grade(ex, source, hint_level=hint_level)
     sys.exit(0 if ok else 1)
 
 
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # (a course's ids, zero_quiz.h: at most 64)
 
 
-def cmd_grade(subs, out=None, only=None, hints_shown=True):
-    """make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0]: each student's files,
-    DIR/<student-id>/<exercise>.cpp (one a code exercise, every one of E, nothing else), graded on
-    the public runs and the hidden ones (exercise_hidden.py). One line per student and exercise;
+def zero_estimate(*args):
+    """build/bin/zero_estimate's output line, or make grade's one error line (exit 2) with its message."""
+    tool = os.path.join(grader.BUILD, "bin", "zero_estimate")
+    if not os.path.exists(tool):
+        die(f"make grade: {os.path.relpath(tool, ROOT)} is not built, expected it for SIGNING_KEY; run make")
+    c = subprocess.run([tool, *args], capture_output=True, text=True)
+    if c.returncode != 0:
+        die("make grade: SIGNING_KEY: " + ((c.stderr or c.stdout).strip().splitlines() or ["failed"])[0]
+            .removeprefix("error: "))
+    return c.stdout.strip()
+
+
+def shared_reference(ex, src):
+    """For an exercise whose file holds another exercise's region (stage1's two, stage3's two): the
+    real file with the other region as the submission has it, built (binary, or None when that is the
+    real file). The student edition's copy has the other region as its TODO (or, for stage3_backward,
+    the student's own stage3_gather_release), so the real trainer is not what it must match; this
+    grades each exercise of the file on its own, as the student edition's make check does."""
+    with open(os.path.join(ROOT, ex.path)) as f:
+        real = f.read()
+    with open(src, errors="replace") as f:
+        mine = f.read()
+    text = real
+    for other in [o for o in EXERCISES if not o.bug and o.path == ex.path and o is not ex]:
+        def markers(t):
+            ls = t.split("\n")
+            return ([i for i, l in enumerate(ls) if BEGIN.match(l) and BEGIN.match(l).group(2) == other.name],
+                    [i for i, l in enumerate(ls) if END.match(l) and END.match(l).group(1) == other.name])
+        (b, e), (rb, _) = markers(mine), markers(real)
+        if len(b) != len(rb) or len(e) != len(b) or any(x >= y for x, y in zip(b, e)):
+            continue  # the markers are not there as in the real file: the real region stands
+        text = with_region(text, other.name, region_body(mine, other.name))
+    if text == real:
+        return None
+    h = hashlib.sha256(text.encode()).hexdigest()[:12]
+    d = os.path.join(grader.WORK, "grade", "reference", f"{ex.name}-{h}")
+    binary = os.path.join(d, f"{ex.stage}@{ex.name}-{h}")  # (its name keys the cache of its runs)
+    if not os.path.exists(binary):
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, ex.file), "w") as f:
+            f.write(text)
+        built, errors = grader.compile_learner(ex, os.path.join(d, ex.file), d)
+        if not built:
+            return errors  # (the caller says it: the other region as submitted does not build)
+        os.replace(built, binary)
+    return binary
+
+
+def cmd_grade(subs, out=None, only=None, hints_shown=True, signing_key=None):
+    """make grade SUBMISSIONS=DIR [OUT=DIR] [E="NAME ..."] [HINTS=0] [SIGNING_KEY=FILE]: each student's
+    files, DIR/<student-id>/<exercise>.cpp (one a code exercise, every one of E, nothing else), graded
+    on the public runs and the hidden ones (exercise_hidden.py). One line per student and exercise;
     OUT (a new or empty folder; default build/grades/<the submissions' folder name>) gets grades.csv
-    and each verdict in full, <student-id>/<exercise>.txt."""
+    and each verdict in full, <student-id>/<exercise>.txt. With the course's private key, each
+    student's hidden runs are chosen by their grading seed and their verdicts signed:
+    <student-id>/grade-record.txt, one nzgrade1 line (zero_estimate --verify LINE --course-pub FILE)."""
     import csv
     import time
     from exercise_hidden import hidden_for
@@ -725,7 +789,7 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True):
     for sid in students:
         if not STUDENT_ID.match(sid) or not os.path.isdir(os.path.join(subs, sid)):
             die(f"make grade: {os.path.join(subs, sid)!r}: a student id is a folder named with letters, digits, "
-                f"'.', '_' and '-' only (no spaces or path characters); rename it")
+                f"'.', '_' and '-' only, at most 64 (no spaces or path characters); rename it")
         have = set(os.listdir(os.path.join(subs, sid)))
         missing, extra = sorted(set(files) - have), sorted(have - set(files))
         if missing:
@@ -736,11 +800,21 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True):
     out = out or os.path.join(ROOT, "build", "grades", os.path.basename(os.path.normpath(subs)))
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         die(f"make grade: {out} exists and is not empty; expected a new or empty OUT=DIR (nothing was written)")
+    # each student's grading seed, from the course's key (a key that cannot be read stops here, before
+    # anything is compiled or written)
+    seeds = {sid: int(zero_estimate("--grade-seed", sid, "--signing-key", signing_key)) for sid in students} \
+        if signing_key is not None else {}
     # every file must compile before anything is graded or written
+    refs = {}  # (student, exercise): the reference of a shared file (shared_reference), or None
     for sid in students:
         for f, ex in sorted(files.items()):
             src = os.path.join(subs, sid, f)
             binary, errors = grader.compile_learner(ex, src, os.path.join(grader.WORK, "grade", sid, ex.name))
+            if binary:
+                ref = shared_reference(ex, src)
+                if isinstance(ref, list):
+                    binary, errors = None, ref
+                refs[(sid, ex.name)] = ref
             if not binary:
                 first = next((l.strip() for l in errors if l.strip()), "")
                 die(f"make grade: {sid}/{f} does not compile ({first}); expected a file that builds: "
@@ -750,9 +824,9 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True):
     for sid in students:
         for f, ex in sorted(files.items(), key=lambda x: EXERCISES.index(x[1])):
             t0 = time.time()
-            extra = hidden_for(ex)
+            extra = hidden_for(ex, seeds.get(sid))
             ok, verdict = grader.grade(ex, os.path.join(subs, sid, f), quiet=True, tag=f"grade_{sid}_{ex.name}",
-                                       extra_configs=extra, hints_shown=hints_shown)
+                                       extra_configs=extra, hints_shown=hints_shown, reference=refs[(sid, ex.name)])
             secs = time.time() - t0
             os.makedirs(os.path.join(out, sid), exist_ok=True)
             with open(os.path.join(out, sid, ex.name + ".txt"), "w") as h:
@@ -763,14 +837,24 @@ def cmd_grade(subs, out=None, only=None, hints_shown=True):
             runs = len(grader.configs_of(ex)) + len(extra)
             print(f"{sid:16} {ex.name:26} {'PASS' if ok else 'FAIL'}"
                   f"{' (a hidden run)' if hidden_failed else ''}  {secs:5.1f} s" + ("" if ok else f"  {first}"), flush=True)
-            rows.append({"student": sid, "exercise": ex.name, "result": "PASS" if ok else "FAIL",
+            rows.append({"student": sid, "seed": seeds.get(sid, ""), "exercise": ex.name,
+                         "result": "PASS" if ok else "FAIL",
                          "failed_run": "" if ok else ("hidden" if hidden_failed else "public"),
                          "runs": runs, "seconds": f"{secs:.1f}", "verdict": first})
+        if seeds:  # the student's verdicts, signed with the course's key
+            mine = ",".join(f"{r['exercise']}:{r['result']}" for r in rows if r["student"] == sid)
+            record = zero_estimate("--sign-grade", f"nzgrade1 student={sid} seed={seeds[sid]} exercises={mine}",
+                                   "--signing-key", signing_key)
+            with open(os.path.join(out, sid, "grade-record.txt"), "w") as h:
+                h.write(record + "\n")
+            print(f"{sid:16} signed: {os.path.join(out, sid, 'grade-record.txt')} "
+                  f"({record.split(' passed=')[1].split()[0]} passed, seed {seeds[sid]})", flush=True)
     with open(os.path.join(out, "grades.csv"), "w", newline="") as h:
         w = csv.DictWriter(h, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    print(f"wrote {os.path.join(out, 'grades.csv')} ({len(rows)} grades) and each verdict in {out}/<student-id>/")
+    print(f"wrote {os.path.join(out, 'grades.csv')} ({len(rows)} grades) and each verdict in {out}/<student-id>/"
+          + ("" if seeds else "; no SIGNING_KEY: the hidden runs are the same for every student and no record is signed"))
 
 
 def cmd_key(name):
@@ -808,7 +892,7 @@ def main(argv):
     if cmd == "key":
         return cmd_key(name)
     if cmd == "grade":  # make grade SUBMISSIONS=DIR [OUT=DIR] [E=...] [HINTS=0]
-        opts = {"--out": None, "--only": None}
+        opts = {"--out": None, "--only": None, "--signing-key": None}
         rest = []
         i = 0
         while i < len(args):
@@ -819,7 +903,7 @@ def main(argv):
                 rest.append(args[i])
                 i += 1
         return cmd_grade(rest[0] if rest and rest[0] != "--no-hints" else "", opts["--out"], opts["--only"],
-                         hints_shown="--no-hints" not in rest)
+                         hints_shown="--no-hints" not in rest, signing_key=opts["--signing-key"])
     if cmd == "pack":  # make student-pack OUT=DIR
         if not name:
             die("usage: make student-pack OUT=DIR (a new or empty directory)")
@@ -838,7 +922,7 @@ def main(argv):
         os.replace(BUGS_FILE + ".tmp", BUGS_FILE)
         return print(f"wrote {os.path.relpath(BUGS_FILE, ROOT)} ({len(entries)} exercises)")
     die(f"unknown command {cmd!r}; use list, make NAME, check NAME [FILE] [--hint N], key [NAME], pack DIR, "
-        f"grade DIR [--out DIR] [--only NAMES] [--no-hints]")
+        f"grade DIR [--out DIR] [--only NAMES] [--no-hints] [--signing-key FILE]")
 
 
 if __name__ == "__main__":

@@ -192,6 +192,7 @@ void print_usage() {
          "       zero_estimate --quiz --student ID --course-pub FILE [--count N] [--key | --check FILE [--explain]]\n"
          "       zero_estimate --quiz --sign FILE --student ID --signing-key FILE\n"
          "       zero_estimate --course-keys DIR\n"
+         "       zero_estimate --grade-seed ID --signing-key FILE | --sign-grade LINE --signing-key FILE\n"
          "Per-rank bytes of every ZeRO stage, and the elements each rank sends per optimizer step, from the\n"
          "formulas (common/zero_formulas.h), allocating nothing.\n"
          "  --preset       model preset: %s (default small, like the trainers)\n"
@@ -241,7 +242,9 @@ void print_usage() {
          "  --student ID        with --quiz: the student's own quiz (its seed from ID and the course's key)\n"
          "  --course-pub FILE   the course's public key (course.pub)\n"
          "  --sign FILE         with --quiz: the instructor signs a student's answers file: a certificate\n"
-         "  --signing-key FILE  with --sign: the course's private key (course.key)\n",
+         "  --signing-key FILE  with --sign: the course's private key (course.key)\n"
+         "  --grade-seed ID     the seed of a student's hidden grading runs (make grade SIGNING_KEY=...)\n"
+         "  --sign-grade LINE   sign a student's exercise verdicts (make grade writes LINE); --verify checks it\n",
          preset_names());
 }
 
@@ -424,6 +427,8 @@ int main(int argc, char** argv) {
     else if (a == "--signing-key") course.signing_key = v;
     else if (a == "--sign") course.sign_file = v;
     else if (a == "--course-keys") course_keys = v;
+    else if (a == "--grade-seed") course.grade_seed_of = v;  // make grade's signed records (zero_quiz.h)
+    else if (a == "--sign-grade") course.grade_line = v;
     else if (a == "--fit") fit_budget = parse_bytes(a, v);
     else if (a == "--attention") attention = v;
     else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
@@ -459,6 +464,7 @@ int main(int argc, char** argv) {
     make_course_keys(course_keys);
     return 0;
   }
+  if (!course.grade_seed_of.empty() || !course.grade_line.empty()) return run_course_grade(course);
   if (verify) return verify_quiz_result(verify_line, course.course_pub) == 0 ? 0 : 1;
   if (paper) {
     print_paper_table();

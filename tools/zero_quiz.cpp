@@ -429,6 +429,7 @@ int verify_quiz_result(const std::string& text, const std::string& course_pub) {
   if (line.rfind("certificate: ", 0) == 0) line = line.substr(13);  // as --sign prints it
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
   if (line.rfind("nzcert1 ", 0) == 0) return verify_certificate(line, course_pub);
+  if (line.rfind("nzgrade1 ", 0) == 0) return verify_grade_record(line, course_pub);
   std::vector<std::string> f;
   uint64_t seed = 0, count = 0, right = 0, of = 0;
   const bool parsed = line.size() < 20000 &&
@@ -592,10 +593,10 @@ static CourseKey read_signing_key(const std::string& path) {
   return k;
 }
 
-uint64_t student_seed(const unsigned char public_key[32], const std::string& student) {
+// 1 + (the first 8 bytes of SHA-256(tag with its terminating 0, public key, id), big-endian) mod 2^30
+static uint64_t seed_of(const char* tag, const unsigned char public_key[32], const std::string& student) {
   sodium_ready();
-  static const char tag[] = "nzquiz-seed1";  // with its terminating 0: the tag ends before the key
-  std::string msg(tag, sizeof tag);
+  std::string msg(tag, strlen(tag) + 1);  // with its terminating 0: the tag ends before the key
   msg.append(reinterpret_cast<const char*>(public_key), 32);
   msg += student;
   unsigned char h[crypto_hash_sha256_BYTES];
@@ -603,6 +604,14 @@ uint64_t student_seed(const unsigned char public_key[32], const std::string& stu
   uint64_t x = 0;
   for (int i = 0; i < 8; i++) x = x << 8 | h[i];
   return 1 + x % (uint64_t(1) << 30);
+}
+
+uint64_t student_seed(const unsigned char public_key[32], const std::string& student) {
+  return seed_of("nzquiz-seed1", public_key, student);
+}
+
+uint64_t grade_seed(const unsigned char public_key[32], const std::string& student) {
+  return seed_of("nzgrade-seed1", public_key, student);
 }
 
 static bool exists_path(const std::string& p) {
@@ -859,6 +868,129 @@ int run_course_quiz(const CourseQuiz& c) {
   return 0;
 }
 
+// ---- a course's graded exercises: the seed of a student's hidden runs, and the signed grade record ----
+
+// `NAME:PASS,NAME:FAIL,...`: 1 to 64 exercises, each named once by lower-case letters, digits and _.
+static bool exercises_field_ok(const std::string& field, int* passed, int* count) {
+  const std::vector<std::string> items = split_commas(field);
+  std::vector<std::string> names;
+  *passed = *count = 0;
+  if (items.empty() || items.size() > 64) return false;
+  for (const std::string& it : items) {
+    const size_t colon = it.find(':');
+    if (colon == std::string::npos || colon == 0 || colon > 64) return false;
+    const std::string name = it.substr(0, colon), verdict = it.substr(colon + 1);
+    if (name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) return false;
+    if (verdict != "PASS" && verdict != "FAIL") return false;
+    for (const std::string& n : names)
+      if (n == name) return false;
+    names.push_back(name);
+    *passed += verdict == "PASS";
+    ++*count;
+  }
+  return true;
+}
+
+static const char* kGradeShape = "`nzgrade1 student=ID seed=S exercises=NAME:PASS,NAME:FAIL,...`";
+
+// The record: the verdicts make grade gives, then the count of passes, the date, the key's id and the
+// Ed25519 signature of everything before " sig=". The seed must be the student's own with this key.
+static std::string sign_grade_record(const std::string& line, const CourseKey& k) {
+  std::vector<std::string> f;
+  uint64_t seed = 0;
+  int passed = 0, count = 0;
+  if (line.size() > 10000 || !split_fields(line, "nzgrade1", {"student", "seed", "exercises"}, &f) ||
+      !valid_student_id(f[0]) || !parse_whole(f[1], 1u << 30, &seed) || seed < 1 ||
+      !exercises_field_ok(f[2], &passed, &count))
+    user_error("--sign-grade \"%.60s\": not a grade to sign, expected %s (make grade writes it)", line.c_str(),
+               kGradeShape);
+  const uint64_t own = grade_seed(k.pk, f[0]);
+  if (seed != own)
+    user_error("--sign-grade: seed %llu is not student %s's grading seed with this course's key %s (theirs is %llu): "
+               "grade their files with their own seed (make grade SIGNING_KEY=...)", (unsigned long long)seed,
+               f[0].c_str(), k.id().c_str(), (unsigned long long)own);
+  const std::string body = line + fmt(" passed=%d/%d date=%s key=%s", passed, count, utc_now().c_str(), k.id().c_str());
+  unsigned char sig[crypto_sign_BYTES];
+  crypto_sign_detached(sig, nullptr, reinterpret_cast<const unsigned char*>(body.data()), body.size(), k.sk);
+  return body + " sig=" + hex(sig, sizeof sig);
+}
+
+int run_course_grade(const CourseQuiz& c) {
+  if (!c.grade_seed_of.empty() && !c.grade_line.empty())
+    user_error("--grade-seed with --sign-grade; expected one: the seed first, then the record it grades");
+  if (!c.grade_seed_of.empty()) {
+    check_student_id("--grade-seed", c.grade_seed_of);
+    if (c.signing_key.empty() == c.course_pub.empty())
+      user_error("--grade-seed needs the course's key: add --signing-key course.key or --course-pub course.pub (one)");
+    CourseKey k = c.signing_key.empty() ? read_public_key(c.course_pub) : read_signing_key(c.signing_key);
+    sodium_memzero(k.sk, sizeof k.sk);
+    printf("%llu\n", (unsigned long long)grade_seed(k.pk, c.grade_seed_of));
+    return 0;
+  }
+  if (c.signing_key.empty()) user_error("--sign-grade needs the course's private key: add --signing-key course.key");
+  sodium_ready();
+  CourseKey k = read_signing_key(c.signing_key);
+  const std::string record = sign_grade_record(c.grade_line, k);
+  sodium_memzero(k.sk, sizeof k.sk);
+  printf("%s\n", record.c_str());
+  return 0;
+}
+
+int verify_grade_record(const std::string& line, const std::string& course_pub) {
+  sodium_ready();
+  std::vector<std::string> f;
+  if (line.size() > 20000 ||
+      !split_fields(line, "nzgrade1", {"student", "seed", "exercises", "passed", "date", "key", "sig"}, &f))
+    user_error("--verify \"%.60s...\": not a grade record, expected `nzgrade1 student=ID seed=S exercises=... "
+               "passed=R/C date=D key=K sig=SIG`; paste the whole line", line.c_str());
+  if (course_pub.empty())
+    user_error("--verify: a grade record is checked with the course's public key; add --course-pub FILE "
+               "(the instructor's course.pub)");
+  const CourseKey k = read_public_key(course_pub);
+  uint64_t seed = 0, right = 0, of = 0;
+  int passed = 0, count = 0;
+  unsigned char sig[crypto_sign_BYTES], key8[8];
+  const size_t slash = f[3].find('/');
+  auto need = [&](bool ok, const char* name, const std::string& v, const char* expected) {
+    if (!ok)
+      user_error("--verify: %s=%.40s in the grade record, expected %s; paste the whole line the instructor sent",
+                 name, v.c_str(), expected);
+  };
+  need(valid_student_id(f[0]), "student", f[0], "a student id");
+  need(parse_whole(f[1], 1u << 30, &seed) && seed >= 1, "seed", f[1], "a whole number from 1 to 2^30");
+  need(exercises_field_ok(f[2], &passed, &count), "exercises", f[2], "NAME:PASS or NAME:FAIL, comma-separated");
+  need(slash != std::string::npos && parse_whole(f[3].substr(0, slash), 64, &right) &&
+       parse_whole(f[3].substr(slash + 1), 64, &of) && right <= of, "passed", f[3], "R/C, R at most C");
+  need(f[4].size() == 20 && f[4][10] == 'T' && f[4][19] == 'Z', "date", f[4], "a UTC time, 2026-01-31T12:00:00Z");
+  need(unhex(f[5], key8, 8), "key", f[5], "16 hex digits");
+  need(unhex(f[6], sig, sizeof sig), "sig", f[6], "128 hex digits");
+  if (f[5] != k.id()) {
+    printf("not verified: signed with key %s, not with this course's key %s\n", f[5].c_str(), k.id().c_str());
+    return 1;
+  }
+  const std::string body = line.substr(0, line.rfind(" sig="));
+  if (crypto_sign_verify_detached(sig, reinterpret_cast<const unsigned char*>(body.data()), body.size(), k.pk) != 0) {
+    printf("not verified: the signature does not match the line (edited after it was signed, or signed with another "
+           "key); ask the instructor for the record\n");
+    return 1;
+  }
+  // A valid signature over a seed that is not the student's own: another student's hidden runs under this id.
+  const uint64_t own = grade_seed(k.pk, f[0]);
+  if (seed != own) {
+    printf("not verified: seed %llu is not student %s's grading seed (theirs is %llu): another student's hidden runs "
+           "under this id\n", (unsigned long long)seed, f[0].c_str(), (unsigned long long)own);
+    return 1;
+  }
+  if (int(right) != passed || int(of) != count) {
+    printf("not verified: the record says %d of %d passed, its verdicts count %d of %d\n", int(right), int(of),
+           passed, count);
+    return 1;
+  }
+  printf("verified: student %s, %d of %d exercises passed (%s), graded %s with course key %s (seed %llu)\n",
+         f[0].c_str(), passed, count, f[2].c_str(), f[4].c_str(), k.id().c_str(), (unsigned long long)seed);
+  return 0;
+}
+
 #else  // the WebAssembly page: no libsodium
 
 [[noreturn]] static void no_signatures() {
@@ -869,6 +1001,9 @@ uint64_t student_seed(const unsigned char*, const std::string&) { no_signatures(
 void make_course_keys(const std::string&) { no_signatures(); }
 int verify_certificate(const std::string&, const std::string&) { no_signatures(); }
 int run_course_quiz(const CourseQuiz&) { no_signatures(); }
+uint64_t grade_seed(const unsigned char*, const std::string&) { no_signatures(); }
+int run_course_grade(const CourseQuiz&) { no_signatures(); }
+int verify_grade_record(const std::string&, const std::string&) { no_signatures(); }
 
 #endif
 

@@ -89,6 +89,8 @@ struct CourseQuiz {
   std::string check_file;   // --check FILE: the student's own grading, first attempts counted
   bool key = false, explain = false, result = false, seed_given = false;
   int count = 10;
+  std::string grade_seed_of;  // --grade-seed ID: the seed of a student's hidden grading runs
+  std::string grade_line;     // --sign-grade LINE: a student's exercise verdicts, to sign
 };
 // Prints the student's questions (with the first line of their answers file), their key (--key),
 // their grading (--check) or the certificate (--sign). Returns the exit code.
@@ -101,5 +103,25 @@ uint64_t student_seed(const unsigned char public_key[32], const std::string& stu
 // --verify of an nzcert1 line: the signature with the course's public key, the seed against the
 // student's, the first answers graded again against the score. Returns 0 verified, 1 not.
 int verify_certificate(const std::string& line, const std::string& course_pub);
+
+// ---- a course's graded exercises: the hidden runs' seed and the signed grade record ----
+// make grade SUBMISSIONS=DIR SIGNING_KEY=FILE (scripts/exercises.py, docs/certificates.md) asks for each
+// student's seed, picks the hidden runs' initialisation seed, data order and sizes from it
+// (scripts/exercise_hidden.py), grades, and has the verdicts signed as one line:
+//   nzgrade1 student=ID seed=S exercises=NAME:PASS,NAME:FAIL,... passed=R/C date=D key=K sig=SIG
+// SIG the Ed25519 signature of everything before " sig=", as a quiz certificate's.
+
+// The seed of a student's hidden grading runs: student_seed's derivation under its own tag
+// ("nzgrade-seed1"), so it is not the quiz's seed and nobody chooses it.
+uint64_t grade_seed(const unsigned char public_key[32], const std::string& student);
+
+// --grade-seed ID (with --signing-key or --course-pub): prints the student's grading seed.
+// --sign-grade 'nzgrade1 student=ID seed=S exercises=...' --signing-key FILE: prints the signed record
+// (the seed must be the student's own with this key). Returns the exit code.
+int run_course_grade(const CourseQuiz& c);
+
+// --verify of an nzgrade1 line: the signature with the course's public key, the seed against the
+// student's, the count of passes against `passed`. Returns 0 verified, 1 not.
+int verify_grade_record(const std::string& line, const std::string& course_pub);
 
 }  // namespace nz
