@@ -427,9 +427,11 @@ uint64_t persistent_elems(const Layout& L, double threshold) {
 }
 
 // What each knob of `knobs` (zero_optimization's, as written) may hold on one GPU at `stage`
-// (1, 2, 3) for layout L (raw: no tensors, no hidden size) in dtype dt.
-std::vector<DsBuffer> ds_buffers(const std::map<std::string, std::string>& knobs, int stage, const Layout& L,
+// (DeepSpeed's stage of the rung: 1, 2, 3) for layout L (raw: no tensors, no hidden size) in dtype dt.
+std::vector<DsBuffer> ds_buffers(const std::map<std::string, std::string>& knobs, Stage rung, const Layout& L,
                                  const GPTConfig& cfg, bool raw, DType dt, const std::string& path) {
+  const int stage = ds_stage(rung);
+  const bool host_optimizer = rung == Stage::Offload || rung == Stage::Infinity;  // its optimizer steps on the host
   const uint64_t e = dtype_bytes(dt), psi = L.num_params, S = L.shard_total;
   const double C = raw ? 0 : double(cfg.dim);
   std::vector<DsBuffer> out;
@@ -479,7 +481,10 @@ std::vector<DsBuffer> ds_buffers(const std::map<std::string, std::string>& knobs
     else if (key == "stage3_param_persistence_threshold") {
       if (stage == 3 && raw) b.meaning += " (--params: no tensors, not counted)";
       b.bytes = stage == 3 && !raw ? persistent_elems(L, v) * e : 0;
-    } else if (key == "sub_group_size") b.bytes = stage == 3 ? std::min(n, S) * 4 : 0;
+    } else if (key == "sub_group_size") {
+      b.bytes = stage == 3 && !host_optimizer ? std::min(n, S) * 4 : 0;
+      if (stage == 3 && host_optimizer) b.meaning += " (offloaded: on the host)";
+    }
     out.push_back(b);
   }
   return out;
@@ -867,7 +872,7 @@ int main(int argc, char** argv) {
 
   // --config: its knobs are resolved (and "auto" refused where nothing fills it) before anything prints
   for (const Estimate& e : out)
-    if (!ds_path.empty()) ds_buffers(ds_knobs, ds_stage(e.stage), e.L, cfg, raw, dt, ds_path);
+    if (!ds_path.empty()) ds_buffers(ds_knobs, e.stage, e.L, cfg, raw, dt, ds_path);
 
   // ---- JSON: exact bytes, one record per (world, stage) ----
   if (json) {
@@ -920,7 +925,7 @@ int main(int argc, char** argv) {
       if (!ds_path.empty()) {  // --config: DeepSpeed's buffers for this stage, by knob
         j.key("deepspeed_buffers");
         j.begin_object();
-        for (const DsBuffer& b : ds_buffers(ds_knobs, ds_stage(e.stage), e.L, cfg, raw, dt, ds_path))
+        for (const DsBuffer& b : ds_buffers(ds_knobs, e.stage, e.L, cfg, raw, dt, ds_path))
           j.kv(b.key, b.bytes);
         j.end_object();
       }
@@ -1020,7 +1025,7 @@ int main(int argc, char** argv) {
     }
   if (!ds_path.empty())
     for (const Estimate& e : out)
-      print_ds_buffers(ds_buffers(ds_knobs, ds_stage(e.stage), e.L, cfg, raw, dt, ds_path), ds_path,
+      print_ds_buffers(ds_buffers(ds_knobs, e.stage, e.L, cfg, raw, dt, ds_path), ds_path,
                        stage_name(e.stage), ds_stage(e.stage), e, dt);
   printf("\nsent/step: elements each rank sends per optimizer step in the model-state collectives, with\n"
          "--accum K = %d micro-step%s. Stage0 and stage1 keep the full gradient, sum it locally over the micro-steps\n"

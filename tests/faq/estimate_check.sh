@@ -114,6 +114,14 @@ d = json.loads(out) if rc == 0 else {}
 result("config_command_line_wins", d.get("precision") == "fp32" and d["estimates"][0]["stage"] == "stage1"
        and d["estimates"][0]["deepspeed_buffers"]["reduce_bucket_size"] == 2e8 * 4, out[:200] + err)
 
+# parameters and optimizer on the host (build/bin/infinity): the sub-group's fp32 gradient is there too
+path = config("inf.json", {"bf16": {"enabled": True}, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+              "offload_optimizer": {"device": "cpu"}}})
+rc, out, err = run("--config", path, "--params", "1B", "--world", "4", "--json")
+e0 = json.loads(out)["estimates"][0] if rc == 0 else {}
+result("config_offloaded_sub_group_on_the_host", e0.get("stage") == "infinity" and e0["deepspeed_buffers"]["sub_group_size"] == 0
+       and e0["deepspeed_buffers"]["stage3_max_live_parameters"] == 2 * 10**9, out[:300] + err)
+
 # ---- bad input: one line naming the key, exit 2, nothing on stdout ----
 def bad(name, obj, must, args=()):
     path = config(name + ".json", obj)
