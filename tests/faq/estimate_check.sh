@@ -142,6 +142,22 @@ for name, args, must in [("estimator_fp32", ["--params", "1B"], "--precision fp3
                          ("estimator_node", ["--params", "1B", "--precision", "bf16", "--world", "12", "--gpus-per-node", "8"], "--gpus-per-node 8")]:
     rc, out, err = run("--deepspeed-estimator", *args)
     result(f"refuses_{name}", rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and must in err, f"rc {rc} {err!r}")
+
+# ---- the explorer's WebAssembly build prints the same as the native one (where it is built) ----
+js = "build/explorer/zero_estimate.js"
+if os.path.exists(js) and subprocess.run(["node", "--version"], capture_output=True).returncode == 0:
+    bad = []
+    for args in (["--deepspeed-estimator", "--params", "7.5B", "--world", "64", "--precision", "bf16"],
+                 ["--deepspeed-estimator", "--preset", "gpt2", "--vocab", "50257", "--world", "8", "--precision", "bf16"],
+                 ["--quiz", "--seed", "5", "--count", "24", "--key"]):
+        script = (f"require('./{js}')({{print: l => console.log(l), printErr: l => console.error(l)}})"
+                  f".then(m => m.callMain({json.dumps(args)}))")
+        page = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60).stdout
+        if page != run(*args)[1]:
+            bad.append(" ".join(args[:3]))
+    result("explorer_prints_the_same", not bad, f"the page differs for: {bad} (make explorer rebuilds it)")
+else:
+    print("NZRESULT SKIP faq.explorer_prints_the_same (no build/explorer/zero_estimate.js or no node: make explorer)")
 PY
 rc=$?
 [ $rc = 0 ] || echo "NZRESULT FAIL faq.estimate_check (the checker exited with $rc)"
