@@ -11,7 +11,13 @@ BIN=${NZ_BIN_DIR:-build/bin} MUT=${NZ_MUTANT_DIR:-build/mutants/bin}
 tmp=$(mktemp -d /tmp/nanozero-bugs.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 BIN=$BIN MUT=$MUT TMP=$tmp timeout -k 10 600 python3 - <<'PY'
-import json, os, subprocess
+import json, os, subprocess, sys
+sys.path.insert(0, "tests/faq")
+from doc_lines import missing as missing_lines, quoted_block
+printed = []
+def say(text):  # what the page quotes (docs/faq.md, under `$ bash tests/faq/bugs_check.sh | grep -v "^NZRESULT"`)
+    print(text)
+    printed.extend(text.splitlines())
 BIN, MUT, TMP = os.environ["BIN"], os.environ["MUT"], os.environ["TMP"]
 runs = {}
 
@@ -112,11 +118,16 @@ for name, source, mutant, symptom, invariant, also in bugs:
     seen, what = symptom()
     caught = not invariants[invariant][0](mutant)
     missed += not caught
-    print(f"bug {name}\n  source:  {source}\n  broken:  {mutant}\n  symptom: {what}\n  "
+    say(f"bug {name}\n  source:  {source}\n  broken:  {mutant}\n  symptom: {what}\n  "
           + (f"caught by faq.bugs.{name}.caught ({invariant}){'; ' + also if also else ''}" if caught else "MISSED"))
     print(f"NZRESULT {'PASS' if seen else 'FAIL'} faq.bugs.{name}.symptom" + ("" if seen else f" ({what})"))
     print(f"NZRESULT {'PASS' if caught else 'FAIL'} faq.bugs.{name}.caught" + ("" if caught else f" (MISSED: {invariant} holds)"))
-print(f"{len(bugs)} bugs replayed, {len(bugs) - missed} caught, {missed} missed")
+say(f"{len(bugs)} bugs replayed, {len(bugs) - missed} caught, {missed} missed")
+quoted = quoted_block(open("docs/faq.md").read(), 'bash tests/faq/bugs_check.sh | grep -v "^NZRESULT"')
+gone = missing_lines(quoted or [], printed)
+ok = bool(quoted) and not gone
+print(f"NZRESULT {'PASS' if ok else 'FAIL'} faq.bugs.doc (docs/faq.md quotes this output"
+      + (f": {len(quoted)} lines, all printed)" if ok else f": {'no quoted block' if not quoted else f'{len(gone)} line(s) not printed, first: {gone[0]}'})"))
 PY
 rc=$?
 [ $rc = 0 ] || echo "NZRESULT FAIL faq.bugs (the checker exited with $rc)"
