@@ -26,6 +26,10 @@
 // (zeropp_comm_per_step), and the bytes ZeRO++ adds per rank (zeropp_state_bytes): what the ledger
 // of `mpirun -np N build/bin/zeropp --qwz --hpz G --qgz` shows, to the byte.
 //
+// --config FILE (docs/faq.md): a DeepSpeed config read by common/runtime/ds_config.h, as the trainers read it,
+// and its zero_optimization knobs counted as the bytes DeepSpeed's own buffers may hold (ds_buffers).
+// --deepspeed-estimator: DeepSpeed's estimate_zero2/zero3_model_states_mem_needs restated, beside the ledger.
+//
 // --params PSI (e.g. 7.5B, 125M, 1e12) takes a raw parameter count instead of a model shape. There
 // is no unit layout then: Ψ is padded to a multiple of N (fewer than N zeros) and held in no unit,
 // so the buffers of one unit (buckets, gathered units, stage0/1's incoming unit gradient) and the
@@ -48,6 +52,10 @@
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
 #include "tools/zero_quiz.h"      // make_quiz, check_quiz
 #include "kernels/quantize.h"       // valid_quant_block
+#ifndef __EMSCRIPTEN__
+#include "runtime/ds_config.h"      // read_ds_config: --config, DeepSpeed's JSON (no files in the explorer's page)
+#endif
+#include <map>
 
 using namespace nz;
 
@@ -187,6 +195,9 @@ void print_usage() {
          "                     [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]\n"
          "       zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]] ...\n"
          "       zero_estimate --paper-table\n"
+         "       zero_estimate --config DS.json [--preset NAME | --params PSI] [--world N[,N...]] ...\n"
+         "       zero_estimate --deepspeed-estimator [--preset NAME | --params PSI [--largest-layer L]] [--world N[,N...]]\n"
+         "                     --precision bf16|fp16 [--gpus-per-node G]\n"
          "       zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE [--explain] [--result]]\n"
          "       zero_estimate --verify LINE [--course-pub FILE]\n"
          "       zero_estimate --quiz --student ID --course-pub FILE [--count N] [--key | --check FILE [--explain]]\n"
@@ -226,6 +237,14 @@ void print_usage() {
          "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches,\n"
          "                 --zero 1 (each stage's optimizer state sharded over its N/P replicas); --json: exact\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
+         "  --config FILE  a DeepSpeed config: its stage, micro-batch, accumulation, precision and checkpointing\n"
+         "                 (flags given here win), and the bytes its zero_optimization knobs (reduce_bucket_size,\n"
+         "                 allgather_bucket_size, overlap_comm, stage3_prefetch_bucket_size, stage3_max_live_parameters,\n"
+         "                 stage3_max_reuse_distance, stage3_param_persistence_threshold, sub_group_size) may hold on a\n"
+         "                 GPU as DeepSpeed's buffers, beside the ledger's; \"auto\" as the Hugging Face integration fills it\n"
+         "  --deepspeed-estimator  DeepSpeed's estimate_zero2/zero3_model_states_mem_needs, every offload and zero_init\n"
+         "                 case, beside the ledger's model states, each difference named (docs/faq.md); --gpus-per-node G\n"
+         "                 (default min(N, 8)); --largest-layer L with --params (a model shape gives it)\n"
          "  --paper-table  the ZeRO paper's Table 1 (7.5B, 128B, 1T parameters; N = 1..1024)\n"
          "  --vocab V      the vocabulary size (default: the preset's, 256 bytes; GPT-2 has 50257)\n"
          "  --quiz         numeric questions from these formulas, without their answers (--seed S,\n"
@@ -367,6 +386,217 @@ void print_zeropp_table(const GPTConfig& cfg, const std::string& preset, const s
   }
 }
 
+
+// ---- DeepSpeed beside the ledger: its buffers (--config FILE) and its estimator (--deepspeed-estimator) ----
+// DeepSpeed's buffers are its own, not this project's: nanoZeRO's bucket is one unit (eU) and stage3
+// gathers at most two neighbouring units (2eU), whatever a config says. These are what DeepSpeed's
+// knobs let it hold on a GPU for the same model, N and precision, so that a config's share of the
+// memory can be read beside the ledger's. Defaults: DeepSpeed's zero_optimization config (runtime/zero/
+// config.py); "auto": as the Hugging Face integration fills it in (hidden size C: reduce_bucket_size
+// C^2, stage3_prefetch_bucket_size 0.9 C^2, stage3_param_persistence_threshold 10 C).
+struct DsKnob {
+  const char* key;
+  double fallback;  // DeepSpeed's default when the key is absent
+  const char* meaning;
+};
+const DsKnob kDsKnobs[] = {
+    {"reduce_bucket_size", 5e8, "gradient elements reduced at a time: one bucket of them (stages 1-3)"},
+    {"overlap_comm", 0, "reduce on a second stream: stages 1-2 keep a second bucket (default: true at stage 3)"},
+    {"allgather_bucket_size", 5e8, "parameter elements stages 1-2 all-gather at a time after the step"},
+    {"stage3_prefetch_bucket_size", 5e7, "parameter elements stage 3 gathers ahead of their use"},
+    {"stage3_max_live_parameters", 1e9, "the most parameter elements stage 3 keeps gathered at once"},
+    {"stage3_max_reuse_distance", 1e9, "a gathered parameter used again this soon stays (within max_live)"},
+    {"stage3_param_persistence_threshold", 1e5, "tensors smaller than this stay whole on every rank (stage 3)"},
+    {"sub_group_size", 1e9, "elements stage 3's optimizer steps at a time: their fp32 gradient lives then"},
+};
+
+struct DsBuffer {
+  std::string key, value, from, meaning;
+  uint64_t bytes = 0;
+};
+
+// DeepSpeed's ZeRO stage for a rung of this ladder.
+int ds_stage(Stage s) {
+  return s == Stage::DDP ? 0 : s == Stage::Z1 ? 1 : s == Stage::Z2 || s == Stage::Offload ? 2 : 3;
+}
+
+// The elements of the model's tensors smaller than `threshold` (DeepSpeed keeps them whole).
+uint64_t persistent_elems(const Layout& L, double threshold) {
+  uint64_t n = 0;
+  for (const Unit& u : L.units)
+    for (const TensorSpec& t : u.tensors)
+      if (double(t.numel) < threshold) n += t.numel;
+  return n;
+}
+
+// What each knob of `knobs` (zero_optimization's, as written) may hold on one GPU at `stage`
+// (DeepSpeed's stage of the rung: 1, 2, 3) for layout L (raw: no tensors, no hidden size) in dtype dt.
+std::vector<DsBuffer> ds_buffers(const std::map<std::string, std::string>& knobs, Stage rung, const Layout& L,
+                                 const GPTConfig& cfg, bool raw, DType dt, const std::string& path) {
+  const int stage = ds_stage(rung);
+  const bool host_optimizer = rung == Stage::Offload || rung == Stage::Infinity;  // its optimizer steps on the host
+  const uint64_t e = dtype_bytes(dt), psi = L.num_params, S = L.shard_total;
+  const double C = raw ? 0 : double(cfg.dim);
+  std::vector<DsBuffer> out;
+  bool overlap = stage == 3;  // DeepSpeed's default: on at stage 3, off below
+  double reduce = 0;
+  for (const DsKnob& k : kDsKnobs) {
+    DsBuffer b{k.key, "", "default", k.meaning};
+    auto it = knobs.find(k.key);
+    double v = k.fallback;
+    if (std::string(k.key) == "overlap_comm") {
+      if (it != knobs.end()) overlap = it->second == "true", b.from = "file";
+      b.value = overlap ? "true" : "false";
+      // stages 1-2 double-buffer the reduction bucket when they overlap it with the backward
+      b.bytes = overlap && stage < 3 ? uint64_t(reduce) * e : 0;
+      out.push_back(b);
+      continue;
+    }
+    if (it != knobs.end() && it->second != "null") {
+      if (it->second == "auto") {
+        const std::string key = k.key;
+        double filled = key == "reduce_bucket_size"                              ? C * C
+                        : key == "stage3_prefetch_bucket_size" && stage == 3        ? std::floor(0.9 * C * C)
+                        : key == "stage3_param_persistence_threshold" && stage == 3 ? 10 * C
+                                                                                    : -1;
+        if (filled < 0)
+          user_error("--config %s: zero_optimization.%s: \"auto\", which the Hugging Face integration fills in for "
+                     "reduce_bucket_size only (and at stage 3 for stage3_prefetch_bucket_size and "
+                     "stage3_param_persistence_threshold), expected a number; write one", path.c_str(), k.key);
+        if (raw)
+          user_error("--config %s: zero_optimization.%s: \"auto\" is filled from the hidden size, and --params has "
+                     "none, expected a model shape; use --preset (and --dim), or write a number", path.c_str(), k.key);
+        v = filled, b.from = key == "reduce_bucket_size" ? "auto: C^2" : key == "stage3_prefetch_bucket_size"
+                                                                           ? "auto: 0.9 C^2" : "auto: 10 C";
+      } else {
+        v = strtod(it->second.c_str(), nullptr), b.from = "file";  // checked >= 0 by read_ds_config
+      }
+    }
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.0f", v);
+    b.value = buf;
+    const std::string key = k.key;
+    const uint64_t n = uint64_t(v);
+    if (key == "reduce_bucket_size") reduce = v, b.bytes = stage >= 1 ? n * e : 0;
+    else if (key == "allgather_bucket_size") b.bytes = stage == 1 || stage == 2 ? std::min(n, psi) * e : 0;
+    else if (key == "stage3_prefetch_bucket_size" || key == "stage3_max_live_parameters")
+      b.bytes = stage == 3 ? std::min(n, psi) * e : 0;
+    else if (key == "stage3_param_persistence_threshold") {
+      if (stage == 3 && raw) b.meaning += " (--params: no tensors, not counted)";
+      b.bytes = stage == 3 && !raw ? persistent_elems(L, v) * e : 0;
+    } else if (key == "sub_group_size") {
+      b.bytes = stage == 3 && !host_optimizer ? std::min(n, S) * 4 : 0;
+      if (stage == 3 && host_optimizer) b.meaning += " (offloaded: on the host)";
+    }
+    out.push_back(b);
+  }
+  return out;
+}
+
+void print_ds_buffers(const std::vector<DsBuffer>& bufs, const std::string& path, const std::string& binary,
+                      int stage, const Estimate& e, DType dt) {
+  uint64_t sum = 0;
+  for (const DsBuffer& b : bufs) sum += b.bytes;
+  printf("\nDeepSpeed's buffers for --config %s (ZeRO stage %d, %s, N = %d): what each knob may hold on a GPU,\n"
+         "beside this project's ledger (which has its own, smaller ones)\n", path.c_str(), stage, dtype_name(dt),
+         e.L.world);
+  printf("%-36s %12s %-14s %12s  %s\n", "zero_optimization.", "value", "from", "bytes", "meaning");
+  for (const DsBuffer& b : bufs)
+    printf("%-36s %12s %-14s %12llu  %s\n", b.key.c_str(), b.value.c_str(), b.from.c_str(),
+           (unsigned long long)b.bytes, b.meaning.c_str());
+  printf("%-36s %12s %-14s %12llu  %s\n", "= DeepSpeed's buffers", "", "", (unsigned long long)sum,
+         fmt_bytes(double(sum)).c_str());
+  printf("%-36s %12s %-14s %12llu  %s\n", ("nanoZeRO's own (" + binary + ")").c_str(), "", "",
+         (unsigned long long)(e.b.comm_buffers + e.b.gathered_peak),
+         "comm_buffers (one unit, eU) + gathered (two units at most, stage3)");
+}
+
+// DeepSpeed's estimator, restated (deepspeedai/DeepSpeed at 02aa38c: runtime/zero/stage_1_and_2.py,
+// estimate_zero2_model_states_mem_needs; runtime/zero/stage3.py, estimate_zero3_model_states_mem_needs),
+// Ψ parameters, LL the largest layer's (the module with the most parameters of its own), T = all GPUs,
+// g = GPUs per node, n = nodes, f = additional_buffer_factor (1.5). Bytes per GPU and per node's host:
+//   ZeRO-2, no offload:        GPU 2Ψ + 18Ψ/T (its comment: 2 bf16 grads + 4 fp32 grads + 4 fp32 params
+//                              + 8 Adam; earlier releases: 4Ψ + 16Ψ/T)      CPU 4Ψ g f
+//   ZeRO-2, optimizer on cpu:  GPU 2Ψ                                      CPU Ψ max(4T, 16) f
+//   ZeRO-3, nothing offloaded: GPU 4LL + 18Ψ/T     CPU 4LL g f (zero_init), 4Ψ g f (without)
+//   ZeRO-3, optimizer on cpu:  GPU 4LL + 2Ψ/T      CPU 16Ψ f/n (zero_init), Ψ max(4g, 16/n) f (without)
+//   ZeRO-3, params and optimizer on cpu: GPU 4LL   CPU 18Ψ f/n (zero_init), Ψ max(4g, 18/n) f (without)
+// (Python's int() truncates each product; so does this.) DeepSpeed prints bytes / 2^30 and calls it GB.
+struct DsEstimate {
+  const char* name;
+  double gpu, cpu;
+};
+std::vector<DsEstimate> deepspeed_estimates(double psi, double LL, int total, int per_node, double f = 1.5) {
+  const double T = total, g = per_node, n = double(total / per_node);
+  auto i = [](double x) { return std::trunc(x); };
+  return {
+      {"ZeRO-2 offload_optimizer=none", i(2 * psi + i(18 * psi / T)), i(psi * 4 * g * f)},
+      {"ZeRO-2 offload_optimizer=cpu", i(2 * psi), i(psi * std::max(4 * T, 16.0) * f)},
+      {"ZeRO-3 none, zero_init=1", i(4 * LL + i(18 * psi / T)), i(LL * 4 * g * f)},
+      {"ZeRO-3 none, zero_init=0", i(4 * LL + i(18 * psi / T)), i(psi * 4 * g * f)},
+      {"ZeRO-3 optimizer=cpu, zero_init=1", i(4 * LL + i(2 * psi / T)), i(psi * 16 / n * f)},
+      {"ZeRO-3 optimizer=cpu, zero_init=0", i(4 * LL + i(2 * psi / T)), i(psi * std::max(4 * g, 16 / n) * f)},
+      {"ZeRO-3 param+optimizer=cpu, zero_init=1", i(4 * LL), i(psi * 18 / n * f)},
+      {"ZeRO-3 param+optimizer=cpu, zero_init=0", i(4 * LL), i(psi * std::max(4 * g, 18 / n) * f)},
+  };
+}
+
+// DeepSpeed's largest layer for this model: the module with the most parameters of its own, wte
+// (V C), wpe (ctx C), or the MLP's fc (4C^2 + 4C, weight and bias).
+uint64_t largest_module(const GPTConfig& c) {
+  const uint64_t C = c.dim;
+  return std::max({uint64_t(c.vocab) * C, uint64_t(c.ctx) * C, 4 * C * C + 4 * C});
+}
+
+void print_deepspeed_estimator(const std::vector<int>& worlds, int per_node_arg, const GPTConfig& cfg, bool raw,
+                               uint64_t raw_psi, uint64_t largest_arg, DType dt) {
+  for (int N : worlds) {
+    const int g = per_node_arg > 0 ? per_node_arg : std::min(N, 8);
+    if (N % g != 0)
+      user_error("--gpus-per-node %d with --world %d: %d ranks do not make whole nodes of %d, expected a world "
+                 "that %d divides", g, N, N, g, g);
+    const Layout L = raw ? paper_layout(raw_psi, N) : make_layout(cfg, N);
+    const double psi = double(L.num_params);
+    const uint64_t LL = raw ? largest_arg : largest_module(cfg);
+    const std::vector<DsEstimate> ds = deepspeed_estimates(psi, double(LL), N, g);
+    // the ledger's rung for each case: model states on the device per rank, on the host per node
+    const Estimate z2 = estimate(Stage::Z2, L, dt, raw, 0, 1), off = estimate(Stage::Offload, L, dt, raw, 0, 1);
+    const Estimate z3 = estimate(Stage::Z3, L, dt, raw, 0, 1), inf = estimate(Stage::Infinity, L, dt, raw, 0, 1);
+    const Estimate* rung[] = {&z2, &off, &z3, &z3, nullptr, nullptr, &inf, &inf};
+    printf("DeepSpeed's estimator beside the ledger: Ψ = %llu, largest layer LL = %llu%s, N = %d = %d node%s x %d GPUs, "
+           "%s\n", (unsigned long long)L.num_params, (unsigned long long)LL,
+           raw ? (largest_arg ? " (--largest-layer)" : " (--params: give --largest-layer)") : " (wte, wpe or fc)", N,
+           N / g, N / g == 1 ? "" : "s", g, dtype_name(dt));
+    printf("GB = 1e9 bytes (DeepSpeed prints bytes / 2^30 as GB); model states only, activations apart\n");
+    printf("%-40s %10s %10s | %-9s %10s %10s | %s\n", "DeepSpeed case", "GPU/rank", "CPU/node", "rung", "device",
+           "host/node", "device - DeepSpeed's GPU");
+    for (size_t c = 0; c < ds.size(); c++) {
+      printf("%-40s %10.2f %10.2f | ", ds[c].name, ds[c].gpu / 1e9, ds[c].cpu / 1e9);
+      if (!rung[c]) {
+        printf("%-9s %10s %10s | (no rung: nanoZeRO offloads stage3's optimizer only with its parameters)\n", "-",
+               "-", "-");
+        continue;
+      }
+      const Estimate& r = *rung[c];
+      const double device = double(r.device), host = double(r.host) * g;
+      printf("%-9s %10.2f %10.2f | %+.2f GB", stage_name(r.stage), device / 1e9, host / 1e9, (device - ds[c].gpu) / 1e9);
+      if (device > 0) printf(" (DeepSpeed's = %.3f x the ledger's)", ds[c].gpu / device);
+      printf("\n");
+    }
+    const double S = double(L.shard_total), e = double(dtype_bytes(dt)), U = double(L.max_unit_padded);
+    printf("Differences, named (S = Ψ/N = %.0f, e = %.0f, the ledger's largest unit U = %.0f):\n", S, e, U);
+    printf("  ZeRO-2 GPU: DeepSpeed 2Ψ + 18Ψ/N, the ledger eΨ + (e + 12)S + eU: DeepSpeed adds an fp32 copy of\n"
+           "    the gradient slice (4S = %.2f GB) and counts 2-byte parameters whatever the precision; the ledger adds\n"
+           "    its bucket eU (%.2f GB).\n", 4 * S / 1e9, e * U / 1e9);
+    printf("  ZeRO-3 GPU: DeepSpeed 4LL + 18Ψ/N against the ledger's (2e + 12)S + 3eU: 18 per parameter against 16\n"
+           "    (2S = %.2f GB), and the largest layer at 4 bytes (%.2f GB) against two gathered units and a bucket\n"
+           "    (3eU = %.2f GB).\n", 2 * S / 1e9, 4 * double(LL) / 1e9, 3 * e * U / 1e9);
+    printf("  CPU: DeepSpeed's figures are load-time peaks, not the steady state: without zero_init every process\n"
+           "    holds the whole model in fp32 (4Ψ per GPU of the node), with offload ZeRO-2 max(4N, 16)Ψ, all times\n"
+           "    the buffer factor 1.5; the ledger's host column is what the offload rungs hold while training.\n\n");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -390,6 +620,11 @@ int main(int argc, char** argv) {
   long qw_block = 256, qg_block = 256;
   Network network;  // --network INTRA,INTER in GB/s, --compute-ms
   std::string schedule = "1f1b", partition;
+  std::string ds_path;              // --config FILE: DeepSpeed's buffers for the file's stage
+  bool ds_estimator = false;        // --deepspeed-estimator: DeepSpeed's formulas beside the ledger
+  int gpus_per_node = 0;            // with it: GPUs per node (default min(N, 8))
+  uint64_t largest_layer = 0;       // with it and --params: DeepSpeed's largest layer
+  std::map<std::string, std::string> typed;  // the flags given, which a config's "auto" and keys defer to
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i], v;
     if (a == "--help" || a == "-h") {
@@ -400,12 +635,14 @@ int main(int argc, char** argv) {
     if (a == "--paper-table") { paper = true; continue; }
     if (a == "--quiz") { quiz = true; continue; }
     if (a == "--key") { key = true; continue; }
-    if (a == "--offload") { stage_arg = "offload"; continue; }
-    if (a == "--activation-checkpointing") { checkpointing = true; continue; }
+    if (a == "--offload") { stage_arg = "offload", typed["--stage"] = "offload"; continue; }
+    if (a == "--activation-checkpointing") { checkpointing = true, typed[a] = ""; continue; }
+    if (a == "--deepspeed-estimator") { ds_estimator = true; continue; }
     if (a == "--explain") { explain = true; continue; }
     if (a == "--result") { result = true; continue; }
     if (i + 1 >= argc) user_error("%s needs a value, or is unknown; see zero_estimate --help", a.c_str());
     v = argv[++i];
+    typed[a] = v;
     if (a == "--preset") preset = v, have_preset = true;
     else if (a == "--params") raw_psi = parse_count(a, v);
     else if (a == "--layers") layers = parse_pos(a, v, 1000);
@@ -436,6 +673,9 @@ int main(int argc, char** argv) {
     else if (a == "--partition") partition = v;
     else if (a == "--zero") zero = v == "0" ? 0 : parse_pos(a, v, 3);  // 2, 3: refused by the plan
     else if (a == "--zeropp") zeropp_node = parse_pos(a, v, 1 << 20);
+    else if (a == "--config") ds_path = v;
+    else if (a == "--gpus-per-node") gpus_per_node = parse_pos(a, v, 1 << 20);
+    else if (a == "--largest-layer") largest_layer = parse_count(a, v);
     else if (a == "--network") {
       char* end = nullptr;
       network.intra_gbs = strtod(v.c_str(), &end);
@@ -499,6 +739,41 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  // ---- --config FILE: a DeepSpeed config's stage, micro-batch, accumulation, precision and activation
+  // checkpointing (a flag on the command line wins, as in the trainers), and its zero_optimization knobs,
+  // counted below as DeepSpeed's buffers ----
+  std::map<std::string, std::string> ds_knobs;
+  if (!ds_path.empty()) {
+#ifdef __EMSCRIPTEN__
+    user_error("--config reads a file, and this page has none; run build/bin/zero_estimate --config FILE");
+#else
+    for (const char* other : {"--zeropp", "--pipeline", "--fit"})
+      if (typed.count(other))
+        user_error("--config with %s: the config's buffers are counted for the ZeRO stages' table, expected one of "
+                   "them; drop %s or --config", other, other);
+    // "auto" takes the command line's value (zero_estimate's own defaults for batch, accum, precision);
+    // the optimizer's and schedule's keys change no byte here, so any value stands for them
+    std::map<std::string, std::string> cl = {{"--batch", std::to_string(batch)}, {"--accum", std::to_string(accum)},
+                                             {"--precision", precision}, {"--lr", "0"}, {"--weight-decay", "0"},
+                                             {"--clip", "0"}, {"--warmup", "0"}, {"--warmup-min-lr", "0"},
+                                             {"--pipeline", "1"}};
+    const DsConfig ds = read_ds_config(ds_path, "", cl);
+    if (ds.binary == "zeropp" || ds.binary == "pipeline")
+      user_error("--config %s: a config for build/bin/%s, expected one for the ZeRO stages (0-3, offload); use "
+                 "zero_estimate --%s for its table", ds_path.c_str(), ds.binary.c_str(), ds.binary.c_str());
+    for (const ConfigFlag& f : ds.flags) {
+      if (typed.count(f.flag)) continue;  // the command line wins
+      const std::string from = "--config " + ds_path + ": " + f.key;
+      if (f.flag == "--batch") batch = parse_pos(from, f.value, 1 << 16);
+      else if (f.flag == "--accum") accum = parse_pos(from, f.value, 1 << 16);
+      else if (f.flag == "--precision") precision = f.value;
+      else if (f.flag == "--activation-checkpointing") checkpointing = true;
+    }
+    if (!typed.count("--stage")) stage_arg = ds.binary;
+    ds_knobs = ds.zero_knobs;
+#endif
+  }
+
   // ---- what to estimate ----
   const bool raw = raw_psi > 0;
   if (raw && fit_budget > 0)
@@ -537,6 +812,24 @@ int main(int argc, char** argv) {
   if (zero > 0 && pipeline == 0)
     user_error("--zero %d: only with --pipeline P (the ZeRO stages are the table's columns without it); add --pipeline",
                zero);
+  if ((gpus_per_node > 0 || largest_layer > 0) && !ds_estimator)
+    user_error("%s goes with --deepspeed-estimator; add it", gpus_per_node > 0 ? "--gpus-per-node" : "--largest-layer");
+  if (ds_estimator) {
+    for (const char* other : {"--config", "--zeropp", "--pipeline", "--fit", "--stage", "--batch", "--seq", "--accum",
+                              "--attention", "--activation-checkpointing"})
+      if (typed.count(other))
+        user_error("--deepspeed-estimator with %s: DeepSpeed's estimator counts model states only, for every stage "
+                   "and offload case at once, expected no %s; drop it", other, other);
+    if (json) user_error("--deepspeed-estimator prints a table, expected no --json; drop --json");
+    if (dt == DType::F32)
+      user_error("--deepspeed-estimator with --precision fp32: DeepSpeed's estimator counts 16-bit training (2-byte "
+                 "parameters and gradients, an fp32 master), expected bf16 or fp16; add --precision bf16");
+    if (largest_layer > 0 && !raw)
+      user_error("--largest-layer with a model shape: the model gives it (wte, wpe or fc), expected --params; drop "
+                 "--largest-layer");
+    print_deepspeed_estimator(worlds, gpus_per_node, cfg, raw, raw_psi, largest_layer, dt);
+    return 0;
+  }
   if (network.intra_gbs > 0 && zeropp_node == 0)
     user_error("--network prices ZeRO++'s bytes: add --zeropp G (the ranks per node)");
   if (zeropp_node > 0) {
@@ -582,6 +875,10 @@ int main(int argc, char** argv) {
       }
     }
   }
+
+  // --config: its knobs are resolved (and "auto" refused where nothing fills it) before anything prints
+  for (const Estimate& e : out)
+    if (!ds_path.empty()) ds_buffers(ds_knobs, e.stage, e.L, cfg, raw, dt, ds_path);
 
   // ---- JSON: exact bytes, one record per (world, stage) ----
   if (json) {
@@ -630,6 +927,13 @@ int main(int argc, char** argv) {
       if (fit_budget > 0) {  // 0: not even a micro-batch of 1 fits
         j.kv("fit_batch", e.fit);
         j.kv("fit_batch_checkpointed", e.fit_ckpt);
+      }
+      if (!ds_path.empty()) {  // --config: DeepSpeed's buffers for this stage, by knob
+        j.key("deepspeed_buffers");
+        j.begin_object();
+        for (const DsBuffer& b : ds_buffers(ds_knobs, e.stage, e.L, cfg, raw, dt, ds_path))
+          j.kv(b.key, b.bytes);
+        j.end_object();
       }
       j.kv("comm_elems_per_step", e.comm_elems);
       j.kv("link_elems_per_step", e.link_elems);
@@ -725,6 +1029,10 @@ int main(int argc, char** argv) {
              "gradient slice lands in before it is added (the largest unit's slice, eU/N), as the ledger counts it.\n");
       break;
     }
+  if (!ds_path.empty())
+    for (const Estimate& e : out)
+      print_ds_buffers(ds_buffers(ds_knobs, e.stage, e.L, cfg, raw, dt, ds_path), ds_path,
+                       stage_name(e.stage), ds_stage(e.stage), e, dt);
   printf("\nsent/step: elements each rank sends per optimizer step in the model-state collectives, with\n"
          "--accum K = %d micro-step%s. Stage0 and stage1 keep the full gradient, sum it locally over the micro-steps\n"
          "and reduce it once: 2(N-1)S whatever K. Stage2 and offload keep only their slice of it, so they\n"

@@ -98,6 +98,76 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
     const uint64_t psi = params_of(shape);
     const int N = worlds[pick(5)];
     const DType dt = pick(2) ? DType::BF16 : DType::F32;
+    // ---- the FAQ's questions (docs/faq.md, notebooks/08_faq.ipynb): every sixth question, each with
+    // its worked answer; the DeepSpeed figures are its estimator's and its knobs' (zero_estimate
+    // --deepspeed-estimator, --config) ----
+    if (i % 6 == 5) {
+      const int kind = pick(5);
+      const Layout L = paper_layout(psi, N);
+      const double S = double(L.shard_total);
+      // the model by name and size (its shape only where the question needs it)
+      const std::string model = fmt("%s (Ψ = %llu parameters)", shape.name, (unsigned long long)psi);
+      if (kind == 0) {  // ZeRO-3 against ZeRO-2: where the gathered units stop outweighing the saving
+        GPTConfig c;
+        c.vocab = 50257, c.ctx = 1024, c.layers = shape.layers, c.dim = shape.dim, c.heads = shape.heads;
+        int flip = 0;
+        for (int n = 1; n <= 64 && !flip; n++) {
+          const Layout Ln = make_layout(c, n);
+          if (expected_state_bytes(Stage::Z3, Ln, DType::BF16).total() < expected_state_bytes(Stage::Z2, Ln, DType::BF16).total())
+            flip = n;
+        }
+        const Layout L1 = make_layout(c, 1);
+        const double G = double(expected_state_bytes(Stage::Z3, L1, DType::BF16).gathered_peak) / 2;
+        q.push_back({fmt("%s's shape (%d blocks of width %d, a tied embedding of 50257 tokens, context 1024), bf16 "
+                         "mixed precision. stage3 keeps a slice of the parameters but gathers two "
+                         "neighbouring units whole (the one computing and the next), besides stage2's bucket. "
+                         "What is the fewest ranks N for which stage3's model states per rank (buckets and gathered "
+                         "units included) are smaller than stage2's?", shape.name, shape.layers, shape.dim),
+                     double(flip), 0.0, "ranks"});
+        q.back().explanation = fmt("stage3 saves e(P - S) = eP(1 - 1/N) of parameters and pays the gathered peak, "
+                                   "the two largest neighbouring units: here the embedding and the first block, %.0f "
+                                   "elements of P = %llu. It holds less once P(1 - 1/N) > %.0f: N > %.3g, so N = %d; "
+                                   "on one rank it always holds more.", G, (unsigned long long)L1.padded_total, G,
+                                   1 / (1 - G / double(L1.padded_total)), flip);
+      } else if (kind == 1) {  // DeepSpeed's estimator against the paper, ZeRO-2
+        const double gb = 4 * double(psi) / N / 1e9;
+        q.push_back({fmt("%s on %d GPUs, ZeRO-2 in 16-bit mixed precision. DeepSpeed's estimator "
+                         "(estimate_zero2_model_states_mem_needs) counts 2Ψ + 18Ψ/N bytes per GPU; the ZeRO paper "
+                         "and this project's ledger 2Ψ + 14Ψ/N. How many GB (10^9 bytes) more does DeepSpeed count?",
+                         model.c_str(), N), gb, 0.01, "GB"});
+        q.back().explanation = fmt("18Ψ/N - 14Ψ/N = 4Ψ/N = 4 x %llu / %d = %.4g GB: an fp32 copy of the gradient "
+                                   "slice, which DeepSpeed's optimizer steps from and the paper's K = 12 does not "
+                                   "count (docs/faq.md).", (unsigned long long)psi, N, gb);
+      } else if (kind == 2) {  // stage2 against stage1: every micro-step
+        const int K = 2 + pick(7);
+        q.push_back({fmt("%s on %d ranks with gradient accumulation over %d micro-steps: stage2 sends how many "
+                         "times the elements stage1 sends per optimizer step?", stage_name(Stage::Z2), N, K),
+                     (K + 1) / 2.0, 0.0, "times"});
+        q.back().explanation = fmt("stage1 keeps the whole gradient, sums the micro-steps locally and reduces once: "
+                                   "2(N-1)S. stage2 keeps only its slice, so it reduce-scatters every micro-step, "
+                                   "then all-gathers once: (K+1)(N-1)S. (K+1)/2 = %d/2 = %.4g.", K + 1, (K + 1) / 2.0);
+      } else if (kind == 3) {  // DeepSpeed's bucket against ZeRO-2's gradient saving
+        const double R = pick(2) ? 5e8 : 2e8;
+        const double billions = 2 * R / (2 * (1 - 1.0 / N)) / 1e9;
+        q.push_back({fmt("DeepSpeed ZeRO-2 in fp16 with overlap_comm keeps a second gradient bucket of "
+                         "reduce_bucket_size = %.0e elements that ZeRO-1 does not, and saves 2Ψ(1 - 1/N) bytes of "
+                         "gradient. On %d GPUs, above how many billion parameters does ZeRO-2 hold less than ZeRO-1?",
+                         R, N), billions, 0.01, "B parameters"});
+        q.back().explanation = fmt("The bucket costs e R = 2 x %.0e = %.4g GB whatever the model; the saving "
+                                   "2Ψ(1 - 1/%d) passes it at Ψ = eR / (2(1 - 1/N)) = %.4g billion (DeepSpeed issue "
+                                   "1302: on a small model ZeRO-2 uses more).", R, 2 * R / 1e9, N, billions);
+      } else {  // stage3_max_live_parameters
+        const double live = pick(2) ? 1e9 : 1e8;
+        const double gb = 2 * std::min(live, double(psi)) / 1e9;
+        q.push_back({fmt("%s, DeepSpeed ZeRO-3 in bf16 with stage3_max_live_parameters = %.0e: how many GB "
+                         "(10^9 bytes) of gathered parameters may each GPU hold at once, at most?",
+                         model.c_str(), live), gb, 0.01, "GB"});
+        q.back().explanation = fmt("2 bytes x min(%.0e, Ψ = %llu) = %.4g GB, whatever N: a knob that does not shrink "
+                                   "with more GPUs (docs/faq.md, \"Memory per GPU is the same on 2 and on 4 GPUs\"; S "
+                                   "= %.0f is what does).", live, (unsigned long long)psi, gb, S);
+      }
+      continue;
+    }
     switch (i % 5) {
       case 0: {  // model-state bytes per rank
         const Stage s = zero[pick(4)];

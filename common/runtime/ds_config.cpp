@@ -239,6 +239,7 @@ struct Reader {
       if (kind == Kind::Size && !is_auto(v) && !v.is_null() && !(v.is_number() && v.get<double>() >= 0))
         fail(key, "expected a number >= 0 or \"auto\", got " + shown(v) + "; write one");
       if (kind == Kind::Section && !v.is_object()) fail(key, "expected an object { ... }, got " + shown(v) + "; write one");
+      if (where == "zero_optimization") out.zero_knobs[it.key()] = is_auto(v) ? "auto" : v.dump();
       note(key, std::string(ne->second.why) + ": ignored");
     }
   }
@@ -567,7 +568,8 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
            "different times, so it cannot be sharded away after each one, expected 0 or 1; set it to 1");
   if (pipeline && stage == 1) r.flag("--zero", "1", "zero_optimization.stage", "1");
   const std::string want = pipeline ? "pipeline" : binary_for(stage, offload, param_offload, zeropp);
-  if (want != program)
+  r.out.binary = want;
+  if (!program.empty() && want != program)
     user_error("--config %s: a config for ZeRO stage %lld%s, and this is %s, expected build/bin/%s; run build/bin/%s "
                "with it", path.c_str(), stage,
                param_offload ? " with offload_param" : offload ? " with offload_optimizer" : zeropp ? " with ZeRO++'s keys" : "",

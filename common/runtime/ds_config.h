@@ -42,11 +42,15 @@ struct DsConfig {
   std::vector<ConfigFlag> flags;    // in the file's order
   long long train_batch_size = 0;   // 0: not given, or "auto"
   std::vector<std::string> notes;   // one line per key that changes nothing here (printed by rank 0)
+  // For zero_estimate --config: the binary the file is for, and zero_optimization's tuning knobs
+  // as written ("reduce_bucket_size" -> "5e8", "auto", "true"); absent knobs are not listed.
+  std::string binary;
+  std::map<std::string, std::string> zero_knobs;
 };
 
 // Reads and checks `path` for the binary `program` (stage0_ddp, stage1, stage2, stage3, offload).
 // command_line: the flags given on the command line (flag -> value), which "auto" takes its values
-// from.
+// from. program "": any binary (zero_estimate: the file says which; DsConfig::binary).
 DsConfig read_ds_config(const std::string& path, const std::string& program,
                         const std::map<std::string, std::string>& command_line);
 

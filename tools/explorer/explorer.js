@@ -544,6 +544,11 @@ function paperCase(psi, N) {
   out.scrollIntoView({ block: "nearest" });
 }
 
+// ---- DeepSpeed's estimator beside the ledger (docs/faq.md): zero_estimate's own text ----
+function showDeepSpeed(flags) {
+  $("ds-out").textContent = zeroEstimate(["--deepspeed-estimator", "--precision", "bf16"].concat(flags.split(" "))).out;
+}
+
 function syncModel() {
   const raw = $("model").value === "params";
   for (const id of ["shape-fields", "activation-fields"]) $(id).hidden = raw;
@@ -568,6 +573,8 @@ function start(factory) {
       if (f) f.text().then(showReport);
     });
     showPaperTable();
+    for (const b of document.querySelectorAll("[data-ds]")) b.addEventListener("click", () => showDeepSpeed(b.dataset.ds));
+    showDeepSpeed("--params 7.5B --world 64");
     if (location.hash.includes("=")) loadFormState(location.hash);
     syncModel();
     update();
@@ -576,5 +583,5 @@ function start(factory) {
   });
 }
 const writeFile = (path, text) => wasm.FS.writeFile(path, text);
-window.nzExplorer = { zeroEstimate, estimateJson, update, paperCase, writeFile, showReport };
+window.nzExplorer = { zeroEstimate, estimateJson, update, paperCase, writeFile, showReport, showDeepSpeed };
 start(createZeroEstimate);
