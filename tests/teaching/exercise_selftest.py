@@ -64,6 +64,16 @@ def jobs_for(ex, tmp):
             def second(ok, verdict, ex=ex):
                 return None if not ok and ex.bug_hints[1] in verdict else "no second hint: " + verdict
             out.append((ex, label(ex, "gives_its_second_hint_on_request"), src, second, 2))
+        # the bugs of docs/faq.md: a fix that only hides the symptom is rejected, the real fix passes
+        for i, (what, fix) in enumerate(ex.bug.get("wrong_fixes", []), 1):
+            text = exercises.edited(exercises.learner_text(ex), fix, f"{ex.name}: {what}")
+            out.append((ex, label(ex, "rejects_" + slug(what)), write(text, i),
+                        lambda ok, verdict: "it PASSED" if ok else None, 1))
+        if ex.bug.get("wrong_fixes"):
+            with open(os.path.join(ROOT, ex.path)) as f:
+                real = f.read()
+            out.append((ex, label(ex, "accepts_the_fixed_file"), write(real, 99),
+                        lambda ok, verdict: None if ok else "it FAILED: " + verdict, 1))
         return out
 
     def passes(phrase):
