@@ -20,9 +20,9 @@
 #include "io/crc32c.h"         // the --prune-mask's identity in checkpoints
 #include "io/pruned_file.h"    // load_pruned: --prune-mask
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
-#include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
+#include "watchdog.h"            // Watchdog: a rank that stops making progress ends the job
 #include "profile.h"             // StepProfile: NZ_PROFILE=1's per-phase breakdown
-#include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
+#include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)
 #include "offload/param_store.h"  // ParamSlices: infinity's slices (checkpoints, its disk summary)
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "runtime/check.h"  // NZ_CHECK (elem_ptr)
-#include "runtime/cli.h"
+#include "input/cli.h"
 #include "comm.h"
-#include "runtime/data.h"
+#include "input/data.h"
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"

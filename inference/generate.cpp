@@ -25,7 +25,7 @@
 #include "runtime/check.h"
 #include "io/model_file.h"  // load_model
 #include "comm.h"
-#include "runtime/data.h"        // read_input_file: a regular file of bounded size (as --data)
+#include "input/data.h"        // read_input_file: a regular file of bounded size (as --data)
 #include "inference/decoder.h"     // Decoder, kv_cache_bytes
 #include "runtime/device.h"
 #include "kernels/kernels.h"     // set_kernels

@@ -16,7 +16,7 @@
 #include "runtime/check.h"       // user_error
 #include "io/model_file.h"  // save_model: the model file
 #include "io/checkpoint.h"        // find_checkpoint, CheckpointReader
-#include "runtime/cli.h"         // check_output_file
+#include "input/cli.h"         // check_output_file
 #include "kernels/kernels.h"     // cpu::cast (bf16 -> fp32)
 
 using namespace nz;

@@ -14,7 +14,7 @@
 #include "runtime/check.h"
 #include "io/model_file.h"
 #include "comm.h"
-#include "runtime/data.h"
+#include "input/data.h"
 #include "runtime/device.h"
 #include "model.h"
 #include "inference/quant.h"

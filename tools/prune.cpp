@@ -21,7 +21,7 @@
 #include "io/pruned_file.h"  // write_pruned_file, pruned_file_bytes
 #include "prune.h"           // magnitude_prune
 #include "runtime/check.h"   // user_error
-#include "runtime/cli.h"     // check_output_file
+#include "input/cli.h"     // check_output_file
 
 using namespace nz;
 
