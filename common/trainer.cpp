@@ -88,7 +88,7 @@ LossScaleConfig loss_scale_config(const Args& a) {
           a.loss_scale_backoff, a.loss_scale_min};
 }
 
-ScheduleConfig schedule_config(const Args& a) {
+LrScheduleConfig lr_schedule_config(const Args& a) {
   return {a.lr, a.warmup, a.steps, a.lr_schedule, a.warmup_min_lr, a.warmup_type, a.lr_total_steps};
 }
 
@@ -104,7 +104,7 @@ CheckpointConfig checkpoint_config(const Args& a) {
   c.seed = a.seed;
   c.lr = a.lr, c.weight_decay = a.weight_decay, c.clip = a.clip;
   c.warmup = a.warmup, c.steps = a.steps, c.batch = a.batch, c.seq = a.seq, c.accum = a.accum;
-  c.schedule = schedule_config(a);
+  c.lr_schedule = lr_schedule_config(a);
   // --qat: "none", or the bits, the block and the skip, e.g. int4/64/embedding-kept
   if (a.qat_bits)
     c.qat = "int" + std::to_string(a.qat_bits) + "/" + std::to_string(a.qat_block) +
@@ -116,7 +116,7 @@ CheckpointConfig checkpoint_config(const Args& a) {
 
 void Trainer::configs_from_args() {
   adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
-  schedule = schedule_config(args);
+  lr_schedule = lr_schedule_config(args);
   offload = {args.offload_dir, size_t(args.offload_chunk), &comm};
   zeropp = zeropp_config(args, world());
   qat = {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed};

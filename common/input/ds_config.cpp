@@ -609,7 +609,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
                                              "(AdamW); remove it");
   }
 
-  // ---- the schedule: DeepSpeed's WarmupLR (then constant) and WarmupDecayLR (then linear to 0) ----
+  // ---- the lr schedule: DeepSpeed's WarmupLR (then constant) and WarmupDecayLR (then linear to 0) ----
   // No scheduler section: DeepSpeed keeps the optimizer's learning rate, constant.
   if (!c.contains("scheduler")) {
     r.flag("--lr-schedule", "constant", "scheduler", "absent (DeepSpeed: a constant learning rate)");
