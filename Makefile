@@ -100,8 +100,9 @@ ifeq ($(DNNL),1)
 endif
 LDLIBS     += $(DNNL_LIBS)
 
-# The library: the core (common/*.cpp, what a learner reads), its rooms (common/kernels, runtime, io,
-# offload), and the inference pieces the tools and tests share (inference/decoder, quant). Includes
+# The library: the core (common/*.cpp, what a learner reads), its rooms (common/kernels, runtime,
+# input, io, offload), and the inference pieces the tools and tests share (inference/decoder, quant;
+# the CUDA ops of its decode step, inference/kernels_decode.cu, are in CUDA_SRC). Includes
 # name the room from common/ ("kernels/kernels.h") or from the root ("inference/decoder.h").
 COMMON_SRC := $(wildcard common/*.cpp common/*/*.cpp) inference/decoder.cpp inference/quant.cpp
 COMMON_OBJ := $(COMMON_SRC:%.cpp=$(BUILD)/obj/%.o)
@@ -112,7 +113,7 @@ ifeq ($(CUDA),1)
                 -Xcompiler -fopenmp,-ffp-contract=off --expt-relaxed-constexpr \
                 $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
-  CUDA_SRC   := $(wildcard common/kernels/cuda/*.cu)
+  CUDA_SRC   := $(wildcard common/kernels/cuda/*.cu inference/*.cu)
   CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
   # cuBLAS is opened by the first GPU matmul, not linked: loading it costs every process about
   # 0.2 s of CPU time, GPU or not (common/kernels/cuda/cublas_dlopen.cpp). The bundle links it.
@@ -285,17 +286,21 @@ notebooks: deps
 EMXX          ?= em++
 HAVE_EMXX     := $(shell command -v $(EMXX) 2>/dev/null)
 EXPLORER      := $(BUILD)/explorer
-# What zero_estimate links, less what it never calls in a page (MPI: tools/explorer/wasm/mpi.h). cli.cpp is
+# What zero_estimate links, less what it never calls in a page (MPI: tools/explorer/wasm/mpi_stub.h, copied
+# under the name the code includes, <mpi.h>, into $(EXPLORER)/include). cli.cpp is
 # there for parse_bytes (--fit); its trainer flags, whose limits shift a 32-bit long here, are never parsed.
 EXPLORER_CPP  := tools/zero_estimate.cpp tools/zero_quiz.cpp common/zero_formulas.cpp common/layout.cpp \
-                 common/pipeline.cpp common/ledger.cpp common/runtime/check.cpp common/runtime/cli.cpp \
+                 common/pipeline.cpp common/ledger.cpp common/runtime/check.cpp common/input/cli.cpp \
                  common/runtime/json.cpp common/runtime/device.cpp common/kernels/quantize.cpp
 EXPLORER_PAGE := $(addprefix $(EXPLORER)/,index.html explorer.js quiz.js explorer.css)
-$(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h) tools/explorer/wasm/mpi.h
+$(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h) $(EXPLORER)/include/mpi.h
 	@mkdir -p $(dir $@)
-	NODE_PATH=/usr/share/nodejs $(EMXX) -std=c++17 -O2 -ffp-contract=off -Wall -Wno-shift-count-overflow -Itools/explorer/wasm -Icommon -I. \
+	NODE_PATH=/usr/share/nodejs $(EMXX) -std=c++17 -O2 -ffp-contract=off -Wall -Wno-shift-count-overflow -I$(EXPLORER)/include -Icommon -I. \
 	  $(EXPLORER_CPP) -sSINGLE_FILE=1 -sMODULARIZE=1 -sEXPORT_NAME=createZeroEstimate -sINVOKE_RUN=0 \
 	  -sEXPORTED_RUNTIME_METHODS=callMain,FS -sALLOW_MEMORY_GROWTH=1 -o $@
+$(EXPLORER)/include/mpi.h: tools/explorer/wasm/mpi_stub.h
+	@mkdir -p $(dir $@)
+	cp $< $@
 $(EXPLORER)/%: tools/explorer/%
 	@mkdir -p $(dir $@)
 	cp $< $@

@@ -48,14 +48,18 @@ static void sum_slices_in_rank_order(const T* full, T* out, size_t shard, int n_
   }
 }
 
+CallTraffic Comm::to_each_peer(uint64_t elems, uint64_t bytes) const {
+  const uint64_t peers = uint64_t(size_ - 1);
+  return CallTraffic::both_ways(peers * elems, peers * bytes).across_nodes(peers_across_nodes() * bytes);
+}
+
 void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType dt) {
   StepProfile::Scope profiled(StepProfile::Collectives);  // NZ_PROFILE: a collective's time (profile.h)
   const size_t esz = dtype_bytes(dt), shard_bytes = shard_elems * esz;
   const size_t full_bytes = shard_bytes * size_;
   check_span(full, full_bytes, "reduce_scatter: the full buffer (N slices)");
   check_span(out_shard, shard_bytes, "reduce_scatter: the output slice");
-  stats_->add(CommOp::ReduceScatter, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
-             uint64_t(size_ - 1) * shard_bytes, peers_across_nodes() * shard_bytes);
+  stats_->add(CommOp::ReduceScatter, to_each_peer(shard_elems, shard_bytes));
   if (one_rank_on_gpu_) {  // the sum over one rank is its own contribution, bit for bit
     if (out_shard != full) copy_bytes(out_shard, Location::Device, full, Location::Device, shard_bytes);
     return;
@@ -103,8 +107,7 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
   r.gathering_into = out_full;
   note_gather("gather_start", out_full);
   Ledger::get().set_gathering(out_full, true);  // untouchable until the wait
-  stats_->add(CommOp::AllGather, uint64_t(size_ - 1) * shard_elems, uint64_t(size_ - 1) * shard_bytes,
-             uint64_t(size_ - 1) * shard_bytes, peers_across_nodes() * shard_bytes);
+  stats_->add(CommOp::AllGather, to_each_peer(shard_elems, shard_bytes));
   if (one_rank_on_gpu_) {  // my slice is the whole: queued on the compute stream, nothing to wait
     if (shard != own_slice) copy_bytes(own_slice, Location::Device, shard, Location::Device, shard_bytes);
     return r;
@@ -173,8 +176,7 @@ void Comm::all_reduce(void* buf, size_t elems, DType dt) {
   const size_t shard_bytes = shard * dtype_bytes(dt);
   void* own_slice = static_cast<char*>(buf) + size_t(rank_) * shard_bytes;
   if (nccl_ || one_rank_on_gpu_) {  // NCCL's own all-reduce; booked as the two halves would be
-    stats_->add(CommOp::AllReduce, 2 * uint64_t(size_ - 1) * shard, 2 * uint64_t(size_ - 1) * shard_bytes,
-               2 * uint64_t(size_ - 1) * shard_bytes, 2 * peers_across_nodes() * shard_bytes);
+    stats_->add(CommOp::AllReduce, to_each_peer(2 * uint64_t(shard), 2 * uint64_t(shard_bytes)));
     if (one_rank_on_gpu_) return;  // in place over one rank: the sum is already there
     nccl::all_reduce(buf, elems, dt);
     nccl::join();
@@ -191,7 +193,7 @@ void Comm::all_reduce(void* buf, size_t elems, DType dt) {
   uint64_t b = delta.op[int(CommOp::ReduceScatter)].bytes_sent + delta.op[int(CommOp::AllGather)].bytes_sent;
   uint64_t x = delta.op[int(CommOp::ReduceScatter)].bytes_across_sent +
                delta.op[int(CommOp::AllGather)].bytes_across_sent;
-  stats_->add(CommOp::AllReduce, e, b, b, x);
+  stats_->add(CommOp::AllReduce, CallTraffic::both_ways(e, b).across_nodes(x));
 }
 
 void Comm::sum_scalars(double* v, int n) {
@@ -205,8 +207,7 @@ void Comm::sum_scalars(double* v, int n) {
     for (int r = 1; r < size_; r++) acc += all[size_t(r) * n + i];
     v[i] = acc;
   }
-  stats_->add(CommOp::Scalars, uint64_t(size_ - 1) * n, uint64_t(size_ - 1) * n * 8,
-             uint64_t(size_ - 1) * n * 8);
+  stats_->add(CommOp::Scalars, CallTraffic::both_ways(uint64_t(size_ - 1) * n, uint64_t(size_ - 1) * n * 8));
 }
 
 bool Comm::any_flag(bool mine) {
@@ -217,7 +218,7 @@ bool Comm::any_flag(bool mine) {
   CommRequest r;
   r.req = req;
   wait(r);
-  stats_->add(CommOp::OverflowFlag, uint64_t(size_ - 1), uint64_t(size_ - 1) * 4, uint64_t(size_ - 1) * 4);
+  stats_->add(CommOp::OverflowFlag, CallTraffic::both_ways(uint64_t(size_ - 1), uint64_t(size_ - 1) * 4));
   return flag != 0;
 }
 
@@ -227,7 +228,7 @@ std::vector<double> Comm::gather_scalar(double x) {
   CommRequest req;
   MPI_Iallgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, mpi_, &req.req);
   wait(req);
-  stats_->add(CommOp::Scalars, uint64_t(size_ - 1), uint64_t(size_ - 1) * 8, uint64_t(size_ - 1) * 8);
+  stats_->add(CommOp::Scalars, CallTraffic::both_ways(uint64_t(size_ - 1), uint64_t(size_ - 1) * 8));
   return all;
 }
 
@@ -303,7 +304,8 @@ CommRequest Comm::send_start(const void* buf, size_t elems, DType dt, int to, in
   StepProfile::Scope profiled(StepProfile::Collectives);
   const size_t bytes = elems * dtype_bytes(dt);
   check_span(buf, bytes, "send: the buffer");
-  stats_->add(CommOp::PointToPoint, elems, bytes, 0, node_of(to) != node_of(rank_) ? bytes : 0);
+  const uint64_t across = node_of(to) != node_of(rank_) ? bytes : 0;
+  stats_->add(CommOp::PointToPoint, CallTraffic::sent(elems, bytes).across_nodes(across));
   CommRequest r;
   if (nccl_) {  // held back for the next group (comm.h); wait() or the next recv issues it
     NZ_CHECK(on_device(buf), "send: NCCL sends device memory only");
@@ -344,7 +346,7 @@ void Comm::recv(void* buf, size_t elems, DType dt, int from, int tag) {
   StepProfile::Scope profiled(StepProfile::Collectives);
   const size_t bytes = elems * dtype_bytes(dt);
   check_span(buf, bytes, "recv: the buffer");
-  stats_->add(CommOp::PointToPoint, 0, 0, bytes);
+  stats_->add(CommOp::PointToPoint, CallTraffic::received(bytes));
   if (nccl_) {
     if (on_device(buf)) {
       issue_held_sends(buf, elems, dt, from);
@@ -375,8 +377,7 @@ CommRequest Comm::all_gather_packed_start(const void* mine, void* out_all, size_
   CommRequest r;
   r.gathering_into = out_all;
   note_gather("gather_start", out_all);
-  stats_->add(CommOp::AllGather, uint64_t(size_ - 1) * elems_each, uint64_t(size_ - 1) * bytes_each,
-              uint64_t(size_ - 1) * bytes_each, peers_across_nodes() * bytes_each);
+  stats_->add(CommOp::AllGather, to_each_peer(elems_each, bytes_each));
   char* own = static_cast<char*>(out_all) + size_t(rank_) * bytes_each;
   if (mine != own) memcpy(own, mine, bytes_each);
   if (size_ > 1)
@@ -389,8 +390,7 @@ void Comm::all_to_all_packed(void* buf, size_t bytes_each, uint64_t elems_each) 
   NZ_CHECK(!nccl_ && !on_gpu(), "the quantized all-to-all runs on the CPU backend only");
   NZ_CHECK(bytes_each <= size_t(INT_MAX), "all_to_all_packed: %zu bytes per rank", bytes_each);
   check_span(buf, bytes_each * size_, "all_to_all_packed: the buffer (N parts)");
-  stats_->add(CommOp::AllToAll, uint64_t(size_ - 1) * elems_each, uint64_t(size_ - 1) * bytes_each,
-              uint64_t(size_ - 1) * bytes_each, peers_across_nodes() * bytes_each);
+  stats_->add(CommOp::AllToAll, to_each_peer(elems_each, bytes_each));
   if (size_ == 1) return;
   CommRequest r;
   MPI_Ialltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, int(bytes_each), MPI_BYTE, mpi_, &r.req);

@@ -162,6 +162,9 @@ class Comm {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool oversubscribed_ = false;  // more ranks than cores on this machine: sleep while waiting
   void* staging(size_t bytes);   // MPI path on GPUs: pinned host copy of a device buffer
+  // The comm ledger's count of a collective that sends `elems` elements (`bytes`) to each peer and
+  // receives as many from each: reduce-scatter, all-gather, all-to-all (one slice per peer).
+  CallTraffic to_each_peer(uint64_t elems, uint64_t bytes) const;
   Buffer staging_;
   // point to point on GPUs: the sends held back for NCCL's next group; the MPI path's host copies
   struct HeldSend {

@@ -168,6 +168,7 @@ void Comm::use_device_backend() {
   if (rank_ == 0) nccl::unique_id(id);
   MPI_Bcast(id, int(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD);  // NCCL is bootstrapped over MPI
   nccl::init(id, size_, rank_);
+  set_before_host_wait(nccl::wait_joined);  // a failed peer ends the host's next wait with a name
 }
 
 double Comm::sum_on_my_gpu(double x) {

@@ -20,13 +20,13 @@ static const char* comm_op_name(CommOp op) {
   }
 }
 
-void CommStats::add(CommOp o, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv, uint64_t bytes_across) {
+void CommStats::add(CommOp o, const CallTraffic& t) {
   CommCounts& c = op[int(o)];
   c.calls++;
-  c.elems_sent += elems_sent;
-  c.bytes_sent += bytes_sent;
-  c.bytes_recv += bytes_recv;
-  c.bytes_across_sent += bytes_across;
+  c.elems_sent += t.elems_sent;
+  c.bytes_sent += t.bytes_sent;
+  c.bytes_recv += t.bytes_recv;
+  c.bytes_across_sent += t.bytes_across;
 }
 
 void CommStats::add_link(bool to_host, size_t elems, size_t bytes) {

@@ -36,11 +36,27 @@ struct LinkCounts {
   uint64_t to_host_elems = 0, to_device_elems = 0;
 };
 
+// One call's traffic on this rank, each count by its name: what it sent (elements and bytes), what
+// it received, and how many of the bytes sent went to ranks on another node. Built by the way the
+// call moves data, e.g. CallTraffic::both_ways(e, b).across_nodes(x).
+struct CallTraffic {
+  uint64_t elems_sent = 0, bytes_sent = 0, bytes_recv = 0, bytes_across = 0;
+  // sent elems (bytes), and received as many bytes: every collective
+  static CallTraffic both_ways(uint64_t elems, uint64_t bytes) { return {elems, bytes, bytes, 0}; }
+  static CallTraffic sent(uint64_t elems, uint64_t bytes) { return {elems, bytes, 0, 0}; }
+  static CallTraffic received(uint64_t bytes) { return {0, 0, bytes, 0}; }
+  CallTraffic across_nodes(uint64_t bytes) const {
+    CallTraffic t = *this;
+    t.bytes_across = bytes;
+    return t;
+  }
+};
+
 struct CommStats {
   CommCounts op[kNumCommOps];
   LinkCounts link;
-  // One call of `op` that sent and received this much.
-  void add(CommOp op, uint64_t elems_sent, uint64_t bytes_sent, uint64_t bytes_recv, uint64_t bytes_across = 0);
+  // One call of `op` that moved this much.
+  void add(CommOp op, const CallTraffic& t);
   void add_link(bool to_host, size_t elems, size_t bytes);
   // Model-state traffic: everything except the small scalar all-reduces (loss, norm, timings)
   // and the overflow flag.

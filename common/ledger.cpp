@@ -222,4 +222,13 @@ void check_span_at(const void* p, size_t bytes, Location at, const char* use) {
            ext->name.c_str(), location_name(ext->loc), location_name(at));
 }
 
+void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes) {
+  if (bytes == 0) return;
+  // offload's copies say where each side is: the ledger knows where it really is (a copy "up" from the
+  // device's own memory, or into host memory, would work on the CPU backend and fail on a GPU)
+  check_span_at(dst, bytes, dst_loc, "copy: the destination");
+  check_span_at(src, bytes, src_loc, "copy: the source");
+  raw_copy_async(dst, dst_loc, src, src_loc, bytes);
+}
+
 }  // namespace nz

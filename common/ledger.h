@@ -159,4 +159,9 @@ void check_span(const void* p, size_t bytes, const char* use);
 // must come from where its source is (offload's host optimizer and its copy up).
 void check_span_at(const void* p, size_t bytes, Location at, const char* use);
 
+// Offload's host<->device copy (device.h, raw_copy_async: queued on a copy stream; copy_wait waits
+// for it), with both sides checked against the ledger first: each must be where it is said to be,
+// so a copy that would fail on a GPU fails on the CPU too.
+void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes);
+
 }  // namespace nz

@@ -18,7 +18,7 @@
 //
 // Skipped steps also leave the learning-rate schedule where it was, as DeepSpeed does (its engine
 // steps the LR scheduler only when the optimizer really stepped): the update count, not the step
-// index, is the schedule's and Adam's clock.
+// index, is the lr schedule's and Adam's clock.
 #pragma once
 #include "comm.h"
 

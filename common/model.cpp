@@ -12,7 +12,7 @@
 #include "runtime/check.h"
 #include "kernels/ops.h"
 #include "runtime/rng.h"
-#include "runtime/watchdog.h"  // heartbeat
+#include "runtime/heartbeat.h"  // heartbeat
 #include "profile.h"           // StepProfile: NZ_PROFILE=1 times attention
 
 namespace nz {

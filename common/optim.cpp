@@ -7,7 +7,7 @@
 
 #include "runtime/check.h"
 #include "kernels/ops.h"
-#include "runtime/watchdog.h"       // heartbeat: an optimizer unit (or a disk chunk of one) is done
+#include "runtime/heartbeat.h"       // heartbeat: an optimizer unit (or a disk chunk of one) is done
 
 namespace nz {
 

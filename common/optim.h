@@ -50,7 +50,7 @@ std::vector<Slice> whole_units(const Layout& L);           // stage0: everything
 std::vector<Slice> owned_shards(const Layout& L, int rank); // stages 1-3: slice `rank` of each unit
 
 // AdamW's hyper-parameters (the trainer fills them from the command line). The learning rate is
-// not here: it changes every update (schedule.h) and is passed to each step.
+// not here: it changes every update (lr_schedule.h) and is passed to each step.
 struct AdamWConfig {
   float weight_decay = 0.1f;  // decoupled; matrices and embeddings only (TensorSpec::decay)
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;

@@ -8,7 +8,7 @@
 #include "io/atomic_file.h"    // AtomicFile: the report written whole or not at all
 #include "runtime/device.h"         // current_device, cuda_rt
 #include "runtime/json.h"           // JsonWriter
-#include "runtime/mfu.h"            // flops_per_token, peak_flops, mfu
+#include "mfu.h"            // flops_per_token, peak_flops, mfu
 #include "profile.h"        // StepProfile: NZ_PROFILE=1's line and JSON
 #include "trainer.h"        // Trainer, whose report members this file defines
 #include "zero_formulas.h"  // expected_state_bytes, activation_bytes, expected_*_elems
@@ -236,7 +236,7 @@ std::string Trainer::write_report() {
   j.kv("memory_budget", args.memory_budget);  // bytes per rank (--batch auto), 0 without
   j.kv("global_batch", args.global_batch);
   j.kv("steps", args.steps);
-  j.key("settings");  // the optimizer, schedule, loss-scale and offload settings in force (flags or --config)
+  j.key("settings");  // the optimizer, lr schedule, loss-scale and offload settings in force (flags or --config)
   j.begin_object();
   j.kv("config", args.config);
   j.kv("lr", double(args.lr));

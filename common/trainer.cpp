@@ -20,9 +20,9 @@
 #include "io/crc32c.h"         // the --prune-mask's identity in checkpoints
 #include "io/pruned_file.h"    // load_pruned: --prune-mask
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
-#include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
+#include "watchdog.h"            // Watchdog: a rank that stops making progress ends the job
 #include "profile.h"             // StepProfile: NZ_PROFILE=1's per-phase breakdown
-#include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
+#include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)
 #include "offload/param_store.h"  // ParamSlices: infinity's slices (checkpoints, its disk summary)
 
@@ -88,7 +88,7 @@ LossScaleConfig loss_scale_config(const Args& a) {
           a.loss_scale_backoff, a.loss_scale_min};
 }
 
-ScheduleConfig schedule_config(const Args& a) {
+LrScheduleConfig lr_schedule_config(const Args& a) {
   return {a.lr, a.warmup, a.steps, a.lr_schedule, a.warmup_min_lr, a.warmup_type, a.lr_total_steps};
 }
 
@@ -104,7 +104,7 @@ CheckpointConfig checkpoint_config(const Args& a) {
   c.seed = a.seed;
   c.lr = a.lr, c.weight_decay = a.weight_decay, c.clip = a.clip;
   c.warmup = a.warmup, c.steps = a.steps, c.batch = a.batch, c.seq = a.seq, c.accum = a.accum;
-  c.schedule = schedule_config(a);
+  c.lr_schedule = lr_schedule_config(a);
   // --qat: "none", or the bits, the block and the skip, e.g. int4/64/embedding-kept
   if (a.qat_bits)
     c.qat = "int" + std::to_string(a.qat_bits) + "/" + std::to_string(a.qat_block) +
@@ -116,7 +116,7 @@ CheckpointConfig checkpoint_config(const Args& a) {
 
 void Trainer::configs_from_args() {
   adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
-  schedule = schedule_config(args);
+  lr_schedule = lr_schedule_config(args);
   offload = {args.offload_dir, size_t(args.offload_chunk), &comm};
   zeropp = zeropp_config(args, world());
   qat = {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed};

@@ -14,16 +14,16 @@
 #include <vector>
 
 #include "runtime/check.h"  // NZ_CHECK (elem_ptr)
-#include "runtime/cli.h"
+#include "input/cli.h"
 #include "comm.h"
-#include "runtime/data.h"
+#include "input/data.h"
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"
 #include "offload/host_adamw.h"  // HostAdamW, OffloadConfig (the offload stage)
 #include "optim.h"
 #include "pipeline.h"  // PipelinePlan: pipeline/train.cpp's stages and replicas
-#include "schedule.h"
+#include "lr_schedule.h"
 #include "zero_formulas.h"
 
 namespace nz {
@@ -58,7 +58,7 @@ class Trainer {
   // (trainer.cpp, configs_from_args): the optimizer, the schedule, offload's state (and, private
   // below, the checkpoints').
   AdamWConfig adamw;
-  ScheduleConfig schedule;
+  LrScheduleConfig lr_schedule;
   OffloadConfig offload;
   ZeroppConfig zeropp;  // zeropp: which of ZeRO++'s three, their blocks, the simulated node size
   QatConfig qat;        // --qat: the model computes with fake-quantized weights (qat.h), any stage
@@ -98,7 +98,7 @@ class Trainer {
   // The optimizer's clock: the learning rate and Adam's 1-based step count of this step's update.
   // Both count the updates applied so far, which is the step index unless fp16 skipped steps
   // (loss_scale.h: a skipped step moves neither the schedule nor Adam, as in DeepSpeed).
-  float lr() const { return lr_at(schedule, updates_done_); }
+  float lr() const { return lr_at(lr_schedule, updates_done_); }
   int adam_step() const { return updates_done_ + 1; }
   // fp16 loss scaling (loss_scale.h): the scale this step's backward multiplied the loss by (1 in
   // fp32 and bf16). Gradients are stored scaled; the stages divide the norm and the update by it.

@@ -11,7 +11,7 @@ EMU          := $(BUILD)/emu
 EMU_OPT      ?= -O1
 EMU_CXXFLAGS := $(filter-out -O3 -DNZ_HAVE_CUDA -DNZ_CUBLAS_DLOPEN -I$(CUDA_HOME)/include,$(CXXFLAGS)) \
                 $(EMU_OPT) -DNZ_HAVE_CUDA -Idev/emu/include -Icommon/kernels/cuda -Wno-unknown-pragmas
-EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/kernels/cuda/*.cu))
+EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/kernels/cuda/*.cu inference/*.cu))
 EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \
                 $(EMU)/obj/dev/emu/emu.o
 EMU_LIB      := $(EMU)/libnanozero_emu.a

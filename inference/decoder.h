@@ -59,7 +59,7 @@ class Decoder {
 };
 
 // The two ops a decode step needs beyond kernels.h, on the CPU (decoder.cpp) and on CUDA
-// (common/kernels/cuda/kernels_decode.cu). Shapes: out/x (B,C); qkv (B,3C); cache rows (B, Tc, C).
+// (inference/kernels_decode.cu). Shapes: out/x (B,C); qkv (B,3C); cache rows (B, Tc, C).
 namespace decode_cpu {
 // out[b] = wte[tokens[b]] + wpe[pos]
 template <class T>

@@ -25,7 +25,7 @@
 #include "runtime/check.h"
 #include "io/model_file.h"  // load_model
 #include "comm.h"
-#include "runtime/data.h"        // read_input_file: a regular file of bounded size (as --data)
+#include "input/data.h"        // read_input_file: a regular file of bounded size (as --data)
 #include "inference/decoder.h"     // Decoder, kv_cache_bytes
 #include "runtime/device.h"
 #include "kernels/kernels.h"     // set_kernels
@@ -34,6 +34,7 @@
 #include "runtime/rng.h"
 #include "inference/sampling.h"    // sample_byte
 #include "inference/weights.h"     // Weights, Placement
+#include "input/tool_flags.h"      // ToolFlags: the loop over argv
 
 using namespace nz;
 
@@ -198,91 +199,70 @@ Result generate(const Options& o, Comm& comm, const Layout& L, DType dt, const s
   return r;
 }
 
-int parse_int(const std::string& flag, const std::string& v, long lo, long hi) {
-  char* end;
-  errno = 0;
-  long x = strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno == ERANGE || x < lo || x > hi)
-    user_error("%s %s: expected a whole number from %ld to %ld", flag.c_str(), v.c_str(), lo, hi);
-  return int(x);
+// The usage, with the presets' names (for --preset).
+std::string usage() {
+  return "usage: generate --model PATH [--prompt TEXT | --prompts FILE] [options]\n"
+         "  --model PATH          a model file written by a trainer's --save-model\n"
+         "  --preset NAME         instead of --model: a randomly initialised " +
+         std::string(preset_names()) +
+         " (timing only)\n"
+         "  --prompt TEXT         text to continue (default: a newline)\n"
+         "  --prompts FILE        one prompt per line (at most 4096); sequence b continues line b % lines\n"
+         "  --batch B             sequences decoded together (default: 1, or the lines of --prompts)\n"
+         "  --length N            bytes to generate per sequence (default 200)\n"
+         "  --window T            positions the model may use, at most its context (default: the context);\n"
+         "                        a model trained with --seq T has never seen a position past T\n"
+         "  --kv-cache 1|0        1 (default): compute only the new position; 0: the full forward each step\n"
+         "  --prefill 1|0         with the cache: the prompt in one forward (default), or one byte per step\n"
+         "  --weights W           device (default) | host | disk | sharded (under mpirun: stage3's slices)\n"
+         "  --weights-dir DIR     --weights disk: where the weights file goes (default /tmp)\n"
+         "  --prefetch 1|0        bring the next unit in before this one runs (default 1)\n"
+         "  --weights-int8        store and move the weights as int8, one fp32 scale per block of 64,\n"
+         "                        dequantised per unit just before it runs (not with --weights sharded)\n"
+         "  --int8-embed 1|0      with --weights-int8: the tied embedding in int8 too (default 1)\n"
+         "  --weights-int4        the same as int4 (two per byte; the project's block quantizer), CPU only\n"
+         "  --int4-block B        with --weights-int4: values per fp32 scale, a power of two from 8 to\n"
+         "                        65536 (default 64); a unit's last block may be shorter (no padding)\n"
+         "  --int4-embed 1|0      with --weights-int4: the tied embedding in int4 too (default 0: kept)\n"
+         "  --precision P         fp32 (default) | bf16\n"
+         "  --kernels K           fast (default) | reference (the hand-written kernels)\n"
+         "  --device D            cpu (default) | cuda | auto\n"
+         "  --temperature X       0 (greedy) to 100 (default 0.8)\n"
+         "  --seed N              random seed (default 1); sequence b samples from stream b\n"
+         "  --quiet               the text only, no statistics\n"
+         "  --bench               tokens/s against B (1..16) per placement, ms per byte with and without\n"
+         "                        the cache, bytes moved per token; --length steps per run\n";
 }
 
 Options parse(int argc, char** argv) {
   Options o;
   bool prompt_given = false, weights_dir_given = false;  // typed, for the checks of flags that go together
-  for (int i = 1; i < argc; i++) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) user_error("%s needs a value; see generate --help", a.c_str());
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      printf(
-          "usage: generate --model PATH [--prompt TEXT | --prompts FILE] [options]\n"
-          "  --model PATH          a model file written by a trainer's --save-model\n"
-          "  --preset NAME         instead of --model: a randomly initialised %s (timing only)\n"
-          "  --prompt TEXT         text to continue (default: a newline)\n"
-          "  --prompts FILE        one prompt per line (at most 4096); sequence b continues line b %% lines\n"
-          "  --batch B             sequences decoded together (default: 1, or the lines of --prompts)\n"
-          "  --length N            bytes to generate per sequence (default 200)\n"
-          "  --window T            positions the model may use, at most its context (default: the context);\n"
-          "                        a model trained with --seq T has never seen a position past T\n"
-          "  --kv-cache 1|0        1 (default): compute only the new position; 0: the full forward each step\n"
-          "  --prefill 1|0         with the cache: the prompt in one forward (default), or one byte per step\n"
-          "  --weights W           device (default) | host | disk | sharded (under mpirun: stage3's slices)\n"
-          "  --weights-dir DIR     --weights disk: where the weights file goes (default /tmp)\n"
-          "  --prefetch 1|0        bring the next unit in before this one runs (default 1)\n"
-          "  --weights-int8        store and move the weights as int8, one fp32 scale per block of 64,\n"
-          "                        dequantised per unit just before it runs (not with --weights sharded)\n"
-          "  --int8-embed 1|0      with --weights-int8: the tied embedding in int8 too (default 1)\n"
-          "  --weights-int4        the same as int4 (two per byte; the project's block quantizer), CPU only\n"
-          "  --int4-block B        with --weights-int4: values per fp32 scale, a power of two from 8 to\n"
-          "                        65536 (default 64); a unit's last block may be shorter (no padding)\n"
-          "  --int4-embed 1|0      with --weights-int4: the tied embedding in int4 too (default 0: kept)\n"
-          "  --precision P         fp32 (default) | bf16\n"
-          "  --kernels K           fast (default) | reference (the hand-written kernels)\n"
-          "  --device D            cpu (default) | cuda | auto\n"
-          "  --temperature X       0 (greedy) to 100 (default 0.8)\n"
-          "  --seed N              random seed (default 1); sequence b samples from stream b\n"
-          "  --quiet               the text only, no statistics\n"
-          "  --bench               tokens/s against B (1..16) per placement, ms per byte with and without\n"
-          "                        the cache, bytes moved per token; --length steps per run\n",
-          preset_names());
-      exit(0);
-    }
-    if (a == "--model") o.model = next();
-    else if (a == "--preset") o.preset = next();
-    else if (a == "--prompt") o.prompt = next(), prompt_given = true;
-    else if (a == "--prompts") o.prompts_file = next();
-    else if (a == "--batch") o.batch = parse_int(a, next(), 1, kMaxBatch);
-    else if (a == "--length") o.length = parse_int(a, next(), 1, 1 << 20);
-    else if (a == "--window") o.window = parse_int(a, next(), 1, 1 << 20);
-    else if (a == "--kv-cache") o.kv_cache = parse_int(a, next(), 0, 1);
-    else if (a == "--prefetch") o.prefetch = parse_int(a, next(), 0, 1);
-    else if (a == "--prefill") o.prefill = parse_int(a, next(), 0, 1);
-    else if (a == "--weights") o.weights = next();
-    else if (a == "--weights-dir") o.weights_dir = next(), weights_dir_given = true;
-    else if (a == "--precision") o.precision = next();
-    else if (a == "--kernels") o.kernels = next();
-    else if (a == "--device") o.device = next();
-    else if (a == "--quiet") o.quiet = true;
-    else if (a == "--bench") o.bench = 1;
-    else if (a == "--weights-int8") o.int8 = 1;
-    else if (a == "--int8-embed") o.int8_embed = parse_int(a, next(), 0, 1);
-    else if (a == "--weights-int4") o.int4 = 1;
-    else if (a == "--int4-embed") o.int4_embed = parse_int(a, next(), 0, 1);
-    else if (a == "--int4-block") o.int4_block = parse_int(a, next(), -(1 << 30), 1 << 30), o.int4_block_given = true;
-    else if (a == "--seed") o.seed = uint64_t(parse_int(a, next(), 0, 2147483647));
-    else if (a == "--temperature") {
-      std::string v = next();
-      char* end;
-      double x = strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(x >= 0) || x > 100)
-        user_error("--temperature %s: expected a number from 0 (greedy) to 100", v.c_str());
-      o.temperature = float(x);
-    } else {
-      user_error("unknown flag %s; see generate --help", a.c_str());
-    }
+  for (ToolFlags f(argc, argv, "generate", usage()); f.next();) {
+    if (f.is("--model")) o.model = f.value();
+    else if (f.is("--preset")) o.preset = f.value();
+    else if (f.is("--prompt")) o.prompt = f.value(), prompt_given = true;
+    else if (f.is("--prompts")) o.prompts_file = f.value();
+    else if (f.is("--batch")) o.batch = int(f.whole_number(1, kMaxBatch));
+    else if (f.is("--length")) o.length = int(f.whole_number(1, 1 << 20));
+    else if (f.is("--window")) o.window = int(f.whole_number(1, 1 << 20));
+    else if (f.is("--kv-cache")) o.kv_cache = int(f.whole_number(0, 1));
+    else if (f.is("--prefetch")) o.prefetch = int(f.whole_number(0, 1));
+    else if (f.is("--prefill")) o.prefill = int(f.whole_number(0, 1));
+    else if (f.is("--weights")) o.weights = f.value();
+    else if (f.is("--weights-dir")) o.weights_dir = f.value(), weights_dir_given = true;
+    else if (f.is("--precision")) o.precision = f.value();
+    else if (f.is("--kernels")) o.kernels = f.value();
+    else if (f.is("--device")) o.device = f.value();
+    else if (f.is("--quiet")) o.quiet = true;
+    else if (f.is("--bench")) o.bench = 1;
+    else if (f.is("--weights-int8")) o.int8 = 1;
+    else if (f.is("--int8-embed")) o.int8_embed = int(f.whole_number(0, 1));
+    else if (f.is("--weights-int4")) o.int4 = 1;
+    else if (f.is("--int4-embed")) o.int4_embed = int(f.whole_number(0, 1));
+    else if (f.is("--int4-block")) o.int4_block = int(f.whole_number(-(1 << 30), 1 << 30)), o.int4_block_given = true;
+    else if (f.is("--seed")) o.seed = uint64_t(f.whole_number(0, 2147483647));
+    else if (f.is("--temperature")) o.temperature = float(f.number(0, 100, "a number from 0 (greedy) to 100"));
+    else f.unknown();
   }
   if (o.model.empty() == o.preset.empty()) user_error("give --model PATH (or --preset NAME for timing); see generate --help");
   if (o.weights != "device" && o.weights != "host" && o.weights != "disk" && o.weights != "sharded")

@@ -32,7 +32,7 @@ void quantize_int8(const float* w, size_t n, int8_t* q, float* scales);
 template <class T>
 void dequantize_int8(T* out, const int8_t* q, const float* scales, size_t n);
 
-namespace decode_cuda {  // common/kernels/cuda/kernels_decode.cu
+namespace decode_cuda {  // inference/kernels_decode.cu
 template <class T>
 void dequantize_int8(T* out, const int8_t* q, const float* scales, size_t n);
 }

@@ -44,7 +44,7 @@ FLAGS = ("--preset tiny --seq 32 --batch 2 --steps 4 --lr 3e-3 --warmup 2 --clip
 # fp16 starts from a small loss scale that grows (window 4): no step of these short runs overflows,
 # so every step updates the model (the default 2^16 skips them all on this tiny model).
 FP16_FLAGS = "--loss-scale 1024 --loss-scale-window 4"
-WATCHDOG_S = 5     # a rank without progress this long ends the run (common/runtime/watchdog.h)
+WATCHDOG_S = 5     # a rank without progress this long ends the run (common/watchdog.h)
 RUN_TIMEOUT_S = 60  # and if even the watchdog cannot (a rank spinning in set-up), this does
 # unit roundoff of each precision: the size of one rounding error, relative
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "bf16": 2.0 ** -8, "fp16": 2.0 ** -11}

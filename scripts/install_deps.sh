@@ -79,7 +79,7 @@ command -v timeout >/dev/null 2>&1 || missing+=(coreutils)
 if [ ! -f /usr/include/oneapi/dnnl/dnnl.hpp ]; then
   if [ "$multiarch" = x86_64-linux-gnu ]; then missing+=(libdnnl-dev); else optional+=(libdnnl-dev); fi
 fi
-# nlohmann-json, header-only: reads DeepSpeed's config files (common/runtime/ds_config.cpp, --config)
+# nlohmann-json, header-only: reads DeepSpeed's config files (common/input/ds_config.cpp, --config)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
 # libsodium: the Ed25519 signatures of a course's quiz certificates (tools/zero_quiz.cpp, make course-keys)
 [ -f /usr/include/sodium.h ] || missing+=(libsodium-dev)

@@ -32,7 +32,7 @@ for the formulas, and writes (with infinity's runs for largest_model.png):
     compression.png          a trained `small` model pruned (loss against sparsity, before and after
                              fine-tuning) and quantized (int8, int4, int4 after QAT): loss against
                              bytes, from the committed table docs/data/compression.tsv (no training here)
-The notebooks in notebooks/ draw the same figures with the same code (scripts/nzplots.py).
+The notebooks in notebooks/ draw the same figures with the same code (scripts/nzplots/).
 """
 import argparse
 import sys

@@ -16,31 +16,26 @@
 #include "runtime/check.h"       // user_error
 #include "io/model_file.h"  // save_model: the model file
 #include "io/checkpoint.h"        // find_checkpoint, CheckpointReader
-#include "runtime/cli.h"         // check_output_file
+#include "input/cli.h"         // check_output_file
+#include "input/tool_flags.h"  // ToolFlags: the loop over argv
 #include "kernels/kernels.h"     // cpu::cast (bf16 -> fp32)
 
 using namespace nz;
 
+const char* const kUsage =
+    "usage: consolidate --ckpt DIR --out model.bin [--with-optimizer]\n"
+    "  --ckpt            a checkpoint (DIR/step-N), or a --ckpt-dir: its newest valid checkpoint\n"
+    "  --out             the model file to write (format: docs/files.md, 'Model file')\n"
+    "  --with-optimizer  also OUT.adam_m, OUT.adam_v (and OUT.master in bf16), in the same format\n";
+
 int main(int argc, char** argv) {
   std::string ckpt, out;
   bool with_optimizer = false;
-  for (int i = 1; i < argc; i++) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) user_error("%s needs a value; see consolidate --help", a.c_str());
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      printf("usage: consolidate --ckpt DIR --out model.bin [--with-optimizer]\n"
-             "  --ckpt            a checkpoint (DIR/step-N), or a --ckpt-dir: its newest valid checkpoint\n"
-             "  --out             the model file to write (format: docs/files.md, 'Model file')\n"
-             "  --with-optimizer  also OUT.adam_m, OUT.adam_v (and OUT.master in bf16), in the same format\n");
-      return 0;
-    }
-    if (a == "--ckpt") ckpt = next();
-    else if (a == "--out") out = next();
-    else if (a == "--with-optimizer") with_optimizer = true;
-    else user_error("unknown flag %s; see consolidate --help", a.c_str());
+  for (ToolFlags f(argc, argv, "consolidate", kUsage); f.next();) {
+    if (f.is("--ckpt")) ckpt = f.value();
+    else if (f.is("--out")) out = f.value();
+    else if (f.is("--with-optimizer")) with_optimizer = true;
+    else f.unknown();
   }
   if (ckpt.empty() || out.empty()) user_error("--ckpt DIR and --out FILE are required; see consolidate --help");
   // Every file it writes, checked before anything is read: none may land inside the checkpoint it reads.

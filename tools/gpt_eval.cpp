@@ -14,12 +14,28 @@
 #include "runtime/check.h"
 #include "io/model_file.h"
 #include "comm.h"
-#include "runtime/data.h"
+#include "input/data.h"
+#include "input/tool_flags.h"  // ToolFlags: the loop over argv
 #include "runtime/device.h"
 #include "model.h"
 #include "inference/quant.h"
 
 using namespace nz;
+
+const char* const kUsage =
+    "usage: gpt_eval --model PATH --data FILE [--seq T] [--split all|val] [--windows N]\n"
+    "  --model    a model file written by a trainer's --save-model\n"
+    "  --data     the text to score\n"
+    "  --seq      window length in bytes (default: the model's context)\n"
+    "  --split    all (default): the whole file; val: its last 10%, as the trainers split it\n"
+    "  --windows  score only the first N windows (default: all)\n"
+    "  --weights-int8   score the model as generate --weights-int8 runs it: every unit quantised\n"
+    "                   to int8 (one fp32 scale per block of 64) and dequantised\n"
+    "  --int8-embed 1|0 with --weights-int8: the tied embedding in int8 too (default 1)\n"
+    "  --weights-int4   score the model as generate --weights-int4 runs it: int4, one fp32 scale per\n"
+    "                   block (the project's quantizer, kernels/quantize.h)\n"
+    "  --int4-block B   with --weights-int4: values per scale, a power of two 8..65536 (default 64)\n"
+    "  --int4-embed 1|0 with --weights-int4: the tied embedding in int4 too (default 0: kept fp32)\n";
 
 int main(int argc, char** argv) {
   Comm comm(&argc, &argv);
@@ -28,60 +44,25 @@ int main(int argc, char** argv) {
   int int4 = 0, int4_embed = 0;  // --weights-int4 (quant.h): the embedding kept by default
   long int4_block = long(kInt4Block);
   bool int4_block_given = false;
-  for (int i = 1; i < argc; i++) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) user_error("%s needs a value; see gpt_eval --help", a.c_str());
-      return argv[++i];
-    };
-    auto pos = [&](const std::string& v) {
-      char* end;
-      long x = strtol(v.c_str(), &end, 10);
-      if (*end || x <= 0 || x > (1 << 24)) user_error("%s %s: expected a positive whole number", a.c_str(), v.c_str());
-      return int(x);
-    };
-    if (a == "--help" || a == "-h") {
-      printf("usage: gpt_eval --model PATH --data FILE [--seq T] [--split all|val] [--windows N]\n"
-             "  --model    a model file written by a trainer's --save-model\n"
-             "  --data     the text to score\n"
-             "  --seq      window length in bytes (default: the model's context)\n"
-             "  --split    all (default): the whole file; val: its last 10%%, as the trainers split it\n"
-             "  --windows  score only the first N windows (default: all)\n"
-             "  --weights-int8   score the model as generate --weights-int8 runs it: every unit quantised\n"
-             "                   to int8 (one fp32 scale per block of 64) and dequantised\n"
-             "  --int8-embed 1|0 with --weights-int8: the tied embedding in int8 too (default 1)\n"
-             "  --weights-int4   score the model as generate --weights-int4 runs it: int4, one fp32 scale per\n"
-             "                   block (the project's quantizer, kernels/quantize.h)\n"
-             "  --int4-block B   with --weights-int4: values per scale, a power of two 8..65536 (default 64)\n"
-             "  --int4-embed 1|0 with --weights-int4: the tied embedding in int4 too (default 0: kept fp32)\n");
-      return 0;
-    }
-    if (a == "--model") model_path = next();
-    else if (a == "--data") data_path = next();
-    else if (a == "--seq") seq = pos(next());
-    else if (a == "--windows") windows = pos(next());
-    else if (a == "--split") split = next();
-    else if (a == "--weights-int8") int8 = 1;
-    else if (a == "--weights-int4") int4 = 1;
-    else if (a == "--int4-block") {
-      const std::string v = next();
+  for (ToolFlags f(argc, argv, "gpt_eval", kUsage); f.next();) {
+    if (f.is("--model")) model_path = f.value();
+    else if (f.is("--data")) data_path = f.value();
+    else if (f.is("--seq")) seq = int(f.whole_number(1, 1 << 24, "a positive whole number"));
+    else if (f.is("--windows")) windows = int(f.whole_number(1, 1 << 24, "a positive whole number"));
+    else if (f.is("--split")) split = f.value();
+    else if (f.is("--weights-int8")) int8 = 1;
+    else if (f.is("--weights-int4")) int4 = 1;
+    else if (f.is("--int4-block")) {
+      const std::string v = f.value();
       char* end;
       int4_block = strtol(v.c_str(), &end, 10);
       if (v.empty() || *end || !valid_quant_block(int4_block))
         user_error("--int4-block %s: expected a power of two from 8 to 65536 (a whole number of bytes of codes per "
                    "block); e.g. --int4-block 32", v.c_str());
       int4_block_given = true;
-    } else if (a == "--int4-embed") {
-      const std::string v = next();
-      if (v != "0" && v != "1") user_error("--int4-embed %s: expected 0 or 1", v.c_str());
-      int4_embed = v == "1";
-    }
-    else if (a == "--int8-embed") {
-      std::string v = next();
-      if (v != "0" && v != "1") user_error("--int8-embed %s: expected 0 or 1", v.c_str());
-      int8_embed = v == "1";
-    }
-    else user_error("unknown flag %s; see gpt_eval --help", a.c_str());
+    } else if (f.is("--int4-embed")) int4_embed = f.zero_or_one();
+    else if (f.is("--int8-embed")) int8_embed = f.zero_or_one();
+    else f.unknown();
   }
   if (model_path.empty()) user_error("--model PATH is required; see gpt_eval --help");
   if (data_path.empty()) user_error("--data FILE is required; see gpt_eval --help");

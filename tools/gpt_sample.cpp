@@ -20,8 +20,19 @@
 #include "model.h"
 #include "runtime/rng.h"
 #include "inference/sampling.h"
+#include "input/tool_flags.h"  // ToolFlags: the loop over argv
 
 using namespace nz;
+
+const char* const kUsage =
+    "usage: gpt_sample --model PATH [--prompt TEXT] [--length N] [--temperature X] [--seed N]\n"
+    "  --model        a model file written by a trainer's --save-model\n"
+    "  --prompt       text to continue (default: a newline)\n"
+    "  --length       bytes to generate (default 200)\n"
+    "  --temperature  0 (greedy: always the likeliest byte) to 100; lower is more predictable (default 0.8)\n"
+    "  --seed         random seed (default 1)\n"
+    "  --window       bytes of context the model sees, at most its context; use the --seq it was\n"
+    "                 trained with (default 64, the trainers' default)\n";
 
 int main(int argc, char** argv) {
   Comm comm(&argc, &argv);
@@ -30,55 +41,23 @@ int main(int argc, char** argv) {
   int window_arg = -1;  // --window; default: the trainers' default --seq, 64, or the context if shorter
   float temperature = 0.8f;
   uint64_t seed = 1;
-  for (int i = 1; i < argc; i++) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) user_error("%s needs a value; see gpt_sample --help", a.c_str());
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      printf("usage: gpt_sample --model PATH [--prompt TEXT] [--length N] [--temperature X] [--seed N]\n"
-             "  --model        a model file written by a trainer's --save-model\n"
-             "  --prompt       text to continue (default: a newline)\n"
-             "  --length       bytes to generate (default 200)\n"
-             "  --temperature  0 (greedy: always the likeliest byte) to 100; lower is more predictable (default 0.8)\n"
-             "  --seed         random seed (default 1)\n"
-             "  --window       bytes of context the model sees, at most its context; use the --seq it was\n"
-             "                 trained with (default 64, the trainers' default)\n");
-      return 0;
-    }
-    if (a == "--model") model_path = next();
-    else if (a == "--prompt") prompt = next();
-    else if (a == "--length") {
-      std::string v = next();
-      char* end;
-      long x = strtol(v.c_str(), &end, 10);
-      if (*end || x <= 0 || x > 1000000) user_error("--length %s: expected a whole number in 1..1000000", v.c_str());
-      length = int(x);
-    } else if (a == "--temperature") {
-      std::string v = next();
-      char* end;
-      double x = strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(x >= 0) || x > 100)
-        user_error("--temperature %s: expected a number from 0 (greedy) to 100", v.c_str());
-      temperature = float(x);
-    } else if (a == "--seed") {
-      std::string v = next();
+  for (ToolFlags f(argc, argv, "gpt_sample", kUsage); f.next();) {
+    if (f.is("--model")) model_path = f.value();
+    else if (f.is("--prompt")) prompt = f.value();
+    else if (f.is("--length")) length = int(f.whole_number(1, 1000000, "a whole number in 1..1000000"));
+    else if (f.is("--temperature")) temperature = float(f.number(0, 100, "a number from 0 (greedy) to 100"));
+    else if (f.is("--seed")) {
+      const std::string v = f.value();
       char* end;
       errno = 0;
       unsigned long long x = strtoull(v.c_str(), &end, 10);
       if (v.empty() || *end || v[0] == '-' || errno == ERANGE)
         user_error("--seed %s: expected a whole number from 0 to %llu", v.c_str(), ~0ull);
       seed = x;
-    } else if (a == "--window") {
-      std::string v = next();
-      char* end;
-      long x = strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || x <= 0 || x > 1 << 20)
-        user_error("--window %s: expected a whole number from 1 to the model's context", v.c_str());
-      window_arg = int(x);
+    } else if (f.is("--window")) {
+      window_arg = int(f.whole_number(1, 1 << 20, "a whole number from 1 to the model's context"));
     } else {
-      user_error("unknown flag %s; see gpt_sample --help", a.c_str());
+      f.unknown();
     }
   }
   if (model_path.empty()) user_error("--model PATH is required; see gpt_sample --help");

@@ -21,34 +21,29 @@
 #include "io/pruned_file.h"  // write_pruned_file, pruned_file_bytes
 #include "prune.h"           // magnitude_prune
 #include "runtime/check.h"   // user_error
-#include "runtime/cli.h"     // check_output_file
+#include "input/cli.h"     // check_output_file
+#include "input/tool_flags.h"  // ToolFlags: the loop over argv
 
 using namespace nz;
+
+const char* const kUsage =
+    "usage: prune --model IN --out OUT --sparsity S [--method magnitude] [--scope per-matrix|global]\n"
+    "  --model     a model file, or a pruned model file\n"
+    "  --out       the pruned model file to write: a bitmask and the kept weights (docs/files.md)\n"
+    "  --sparsity  the fraction of the blocks' matrices to remove, 0 <= S < 1\n"
+    "  --method    magnitude (the smallest |w|; the only one)\n"
+    "  --scope     per-matrix (S of each matrix, default) or global (S of all of them together)\n";
 
 int main(int argc, char** argv) {
   std::string model, out, method = "magnitude", scope = "per-matrix", sparsity_text;
   bool sparsity_given = false;
-  for (int i = 1; i < argc; i++) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) user_error("%s needs a value; see prune --help", a.c_str());
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      printf("usage: prune --model IN --out OUT --sparsity S [--method magnitude] [--scope per-matrix|global]\n"
-             "  --model     a model file, or a pruned model file\n"
-             "  --out       the pruned model file to write: a bitmask and the kept weights (docs/files.md)\n"
-             "  --sparsity  the fraction of the blocks' matrices to remove, 0 <= S < 1\n"
-             "  --method    magnitude (the smallest |w|; the only one)\n"
-             "  --scope     per-matrix (S of each matrix, default) or global (S of all of them together)\n");
-      return 0;
-    }
-    if (a == "--model") model = next();
-    else if (a == "--out") out = next();
-    else if (a == "--sparsity") sparsity_text = next(), sparsity_given = true;
-    else if (a == "--method") method = next();
-    else if (a == "--scope") scope = next();
-    else user_error("unknown flag %s; see prune --help", a.c_str());
+  for (ToolFlags f(argc, argv, "prune", kUsage); f.next();) {
+    if (f.is("--model")) model = f.value();
+    else if (f.is("--out")) out = f.value();
+    else if (f.is("--sparsity")) sparsity_text = f.value(), sparsity_given = true;
+    else if (f.is("--method")) method = f.value();
+    else if (f.is("--scope")) scope = f.value();
+    else f.unknown();
   }
   if (model.empty() || out.empty() || !sparsity_given)
     user_error("--model IN, --out OUT and --sparsity S are required; see prune --help");

@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "runtime/check.h"          // user_error
-#include "runtime/cli.h"            // fmt_bytes
+#include "input/cli.h"            // fmt_bytes
 #include "kernels/cuda/flash_attention.h"  // cuda::flash_attention_fits: the head sizes flash attention takes
 #include "runtime/json.h"           // JsonWriter
 #include "model.h"          // presets, make_layout, activation_bytes

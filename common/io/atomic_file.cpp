@@ -18,7 +18,7 @@
 
 #include "io/crc32c.h"
 #include "runtime/check.h"   // at_fatal_exit
-#include "runtime/watchdog.h"  // heartbeat: a piece of the file written
+#include "runtime/heartbeat.h"  // heartbeat: a piece of the file written
 
 namespace nz {
 

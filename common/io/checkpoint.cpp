@@ -24,7 +24,7 @@
 #include "runtime/check.h"
 #include "io/model_file.h"   // first_non_finite, element_name
 #include "io/crc32c.h"
-#include "runtime/watchdog.h"     // heartbeat: a unit loaded (writes beat in AtomicFile)
+#include "runtime/heartbeat.h"     // heartbeat: a unit loaded (writes beat in AtomicFile)
 #include "kernels/kernels.h"      // cpu::cast: stored bf16/fp16 params widened to be checked
 #include "kernels/quantize.h"     // valid_quant_block: a MANIFEST's pad_block
 #include "offload/param_store.h"  // ParamSlices: infinity's slices, off the device
@@ -161,7 +161,7 @@ std::string manifest_text(const CheckpointConfig& a, Stage stage, int world, int
     o << buf;
   }
   // for the reader: where the run goes on (the step is the data position; not parsed)
-  snprintf(buf, sizeof buf, "next_lr %.9g\nnext_adam_t %d\nnext_sequence %llu\n", lr_at(a.schedule, step - ls.skipped),
+  snprintf(buf, sizeof buf, "next_lr %.9g\nnext_adam_t %d\nnext_sequence %llu\n", lr_at(a.lr_schedule, step - ls.skipped),
            step - ls.skipped + 1, (unsigned long long)step * a.accum * data_world * a.batch);
   o << buf;
   for (const Manifest::File& f : files) {

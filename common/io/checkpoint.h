@@ -19,8 +19,8 @@
 // the directory itself goes only when nothing else is left in it. Nothing else has state: a
 // micro-batch is a pure function of (seed, step, micro-step, accum, world, rank) (data.h), Adam's
 // step count is step + 1, the learning rate a function of the step. So the step is the data
-// position and the schedule position, and the seed the whole RNG state. (fp16: Adam and the
-// schedule count the updates applied, step minus the skipped steps the MANIFEST records.)
+// position and the lr schedule's position, and the seed the whole RNG state. (fp16: Adam and the
+// lr schedule count the updates applied, step minus the skipped steps the MANIFEST records.)
 //
 // Shard file (little-endian):
 //   bytes 0..7   magic "NZCKSHRD"
@@ -43,7 +43,7 @@
 #include "loss_scale.h"  // LossScaler, LossScaleState (fp16)
 #include "layout.h"
 #include "optim.h"
-#include "schedule.h"  // ScheduleConfig: the next update's learning rate, in the MANIFEST
+#include "lr_schedule.h"  // LrScheduleConfig: the next update's learning rate, in the MANIFEST
 #include "zero_formulas.h"  // Stage
 
 namespace nz {
@@ -69,7 +69,7 @@ struct CheckpointConfig {
   uint64_t seed = 0;
   float lr = 0, weight_decay = 0, clip = 0;
   int warmup = 0, steps = 0, batch = 0, seq = 0, accum = 0;
-  ScheduleConfig schedule;
+  LrScheduleConfig lr_schedule;
   std::string qat = "none";      // --qat: "none", or e.g. "int4/64" (trainer.cpp, checkpoint_config)
   // --prune-mask: "none", or the mask's identity "<pruned count>/<CRC-32C of its bits>" (trainer.cpp)
   std::string prune = "none";

@@ -16,7 +16,7 @@
 #include "io/crc32c.h"
 #include "io/pruned_file.h"  // load_model reads a pruned model too
 #include "kernels/kernels.h"  // cpu::cast, to widen bf16 parameters to fp32
-#include "runtime/watchdog.h"  // heartbeat: a unit collected
+#include "runtime/heartbeat.h"  // heartbeat: a unit collected
 
 namespace nz {
 

@@ -8,7 +8,7 @@
 #include "kernels/ops.h"
 #include "offload/offload_store.h"  // DiskState (offload to disk)
 #include "runtime/check.h"
-#include "runtime/watchdog.h"       // heartbeat: an optimizer unit (or a disk chunk of one) is done
+#include "runtime/heartbeat.h"       // heartbeat: an optimizer unit (or a disk chunk of one) is done
 
 namespace nz {
 

@@ -13,12 +13,16 @@
 #include <string>
 
 #include "runtime/check.h"
-#include "kernels/cuda/comm_nccl.h"  // nccl::wait_joined (a no-op stub without CUDA or NCCL)
-#include "ledger.h"          // check_span_at
 
 namespace nz {
 
 static Device g_device = Device::CPU;
+static void (*g_before_host_wait)() = nullptr;  // set_before_host_wait
+
+void set_before_host_wait(void (*wait)()) { g_before_host_wait = wait; }
+static void before_host_wait() {
+  if (g_before_host_wait) g_before_host_wait();
+}
 
 const char* location_name(Location l) {
   switch (l) {
@@ -151,22 +155,18 @@ void fill_zero(void* p, size_t bytes, Location loc) {
 void copy_bytes(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes) {
   if (bytes == 0) return;
   bool on_gpu = g_device == Device::CUDA && (dst_loc == Location::Device || src_loc == Location::Device);
-  if (on_gpu && dst_loc == Location::Host) nccl::wait_joined();  // a failed peer: a named error, not a hang
+  if (on_gpu && dst_loc == Location::Host) before_host_wait();  // a failed peer: a named error, not a hang
   if (on_gpu) cuda_rt::memcpy_any(dst, src, bytes);
   else memcpy(dst, src, bytes);
 }
 
 void device_sync() {
-  if (g_device == Device::CUDA) nccl::wait_joined();
+  if (g_device == Device::CUDA) before_host_wait();
   if (g_device == Device::CUDA) cuda_rt::synchronize();
 }
 
-void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes) {
+void raw_copy_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes) {
   if (bytes == 0) return;
-  // offload's copies say where each side is: the ledger knows where it really is (a copy "up" from the
-  // device's own memory, or into host memory, would work on the CPU backend and fail on a GPU)
-  check_span_at(dst, bytes, dst_loc, "copy: the destination");
-  check_span_at(src, bytes, src_loc, "copy: the source");
   bool on_gpu = g_device == Device::CUDA && (dst_loc == Location::Device || src_loc == Location::Device);
   if (on_gpu) cuda_rt::memcpy_async(dst, src, bytes);
   else memcpy(dst, src, bytes);
@@ -179,7 +179,7 @@ void copy_to_device_queued(void* dst, const void* src, size_t bytes) {
 }
 
 void copy_wait() {
-  if (g_device == Device::CUDA) nccl::wait_joined();
+  if (g_device == Device::CUDA) before_host_wait();
   if (g_device == Device::CUDA) cuda_rt::copy_stream_sync();
 }
 

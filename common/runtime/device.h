@@ -48,10 +48,14 @@ void device_sync();
 // Offload's host<->device copies: on CUDA queued on a copy stream of their own, after the device
 // work already queued, and asynchronous for the host (Location::Host memory is pinned), so the CPU
 // can work while they run; copy_wait() waits for all of them. On the CPU backend: memcpy, no wait.
-// Both sides are checked against the ledger (ledger.h, check_span_at): each must be where it is said
-// to be, so a copy that would fail on a GPU fails on the CPU too.
-void copy_bytes_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes);
+// Unchecked: the trainers call copy_bytes_async (ledger.h), which checks both sides first.
+void raw_copy_async(void* dst, Location dst_loc, const void* src, Location src_loc, size_t bytes);
 void copy_wait();
+
+// Runs before the host waits for the device (a copy to the host, device_sync, copy_wait). The NCCL
+// path sets it (comm_backend.cpp: nccl::wait_joined), so a collective whose peer failed ends the run
+// with a name instead of hanging the wait. Unset: nothing runs.
+void set_before_host_wait(void (*wait)());
 
 // A host->device copy queued on the compute stream, behind the kernels already queued there, that
 // does not make the host wait (a copy from ordinary host memory waits for the whole queue first).

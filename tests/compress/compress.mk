@@ -36,14 +36,9 @@ EXTRA_BINS += $(QAT_MUTANT_BINS)
 
 # one rule per mutant: its source is a copy of the file it breaks
 define QAT_MUTANT_SRC_RULE
-$(BUILD)/mutants/mutant_qat_$(1).cpp: $(QAT_MUTANT_FILE_$(1)) tests/compress/compress.mk
+$(BUILD)/mutants/mutant_qat_$(1).cpp: $(QAT_MUTANT_FILE_$(1)) tests/compress/compress.mk tests/lib/make_mutant.sh
 	@mkdir -p $$(dir $$@)
-	@sed -e '$$(QAT_MUTANT_SED_$(1))' $$< >$$@.tmp
-	@n=$$$$(diff $$< $$@.tmp | grep -c '^>'); if [ "$$$$n" != 1 ]; then \
-	  echo "tests/compress/compress.mk: mutant_qat_$(1) must change one line of $$<, but its sed changed $$$$n:"; \
-	  echo "  $$< was changed; update QAT_MUTANT_SED_$(1)"; rm -f $$@.tmp; exit 1; fi
-	@mv $$@.tmp $$@
-	@echo "mutant_qat_$(1): $$$$(diff $$< $$@ | grep '^>' | sed 's/^> *//')"
+	@bash tests/lib/make_mutant.sh tests/compress/compress.mk mutant_qat_$(1) 1 $$< $$@ -e '$$(QAT_MUTANT_SED_$(1))'
 endef
 $(foreach m,$(QAT_MUTANTS),$(eval $(call QAT_MUTANT_SRC_RULE,$(m))))
 

@@ -33,15 +33,9 @@ PRUNE_MUTANT_BINS := $(PRUNE_MUTANTS:%=$(BUILD)/mutants/bin/mutant_prune_%)
 EXTRA_BINS += $(PRUNE_MUTANT_BINS)
 
 define prune_mutant
-$(BUILD)/mutants/mutant_prune_$(1).cpp: $(PRUNE_MUTANT_FILE_$(1)) tests/compress/prune_mutants.mk
+$(BUILD)/mutants/mutant_prune_$(1).cpp: $(PRUNE_MUTANT_FILE_$(1)) tests/compress/prune_mutants.mk tests/lib/make_mutant.sh
 	@mkdir -p $$(dir $$@)
-	@sed $$(PRUNE_MUTANT_SED_$(1)) $$< >$$@.tmp
-	@n=$$$$(diff $$< $$@.tmp | grep -c '^>'); if [ "$$$$n" != "$(PRUNE_MUTANT_LINES)" ]; then \
-	  echo "tests/compress/prune_mutants.mk: mutant_prune_$(1) must change $(PRUNE_MUTANT_LINES) line of $$<, but"; \
-	  echo "  its sed changed $$$$n: $$< was refactored; update PRUNE_MUTANT_SED_$(1)"; \
-	  rm -f $$@.tmp; exit 1; fi
-	@mv $$@.tmp $$@
-	@echo "mutant_prune_$(1) ($(PRUNE_MUTANT_STAGE_$(1))):"; diff $$< $$@ | grep '^>' | sed 's/^> */  /'
+	@bash tests/lib/make_mutant.sh tests/compress/prune_mutants.mk mutant_prune_$(1) $(PRUNE_MUTANT_LINES) $$< $$@ $$(PRUNE_MUTANT_SED_$(1))
 $(BUILD)/obj/mutants/mutant_prune_$(1).o: $(BUILD)/mutants/mutant_prune_$(1).cpp
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) -I$$(dir $(PRUNE_MUTANT_FILE_$(1))) -c $$< -o $$@

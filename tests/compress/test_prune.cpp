@@ -26,8 +26,8 @@
 #include "kernels/kernels.h"  // set_kernels: the reference kernels, as the run below uses
 #include "layout.h"
 #include "model.h"
-#include "runtime/cli.h"   // default_data_path
-#include "runtime/data.h"
+#include "input/cli.h"   // default_data_path
+#include "input/data.h"
 
 using namespace nzt;
 

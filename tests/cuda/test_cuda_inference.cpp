@@ -1,5 +1,5 @@
 // test_cuda_inference.cpp — the CUDA decode path (inference/decoder.cpp on the CUDA backend, the
-// kernels of common/kernels/cuda/kernels_decode.cu) against the CPU decoder, which tests/inference/test_inference.cpp
+// kernels of inference/kernels_decode.cu) against the CPU decoder, which tests/inference/test_inference.cpp
 // checks against the full forward to the bit.
 //
 // Tolerance on the probabilities, |cuda - cpu| <= 1e-4 in fp32 and 2e-2 in bf16 (absolute; every

@@ -26,24 +26,5 @@ INFINITY_MUTANT_SED_grad_slice_not_down := \
   -e 's/^\( *\)to_host(landing\.data(), mine, owned(u));$$/\1(void)to_host;  \/\/ (never copied down)/'
 INFINITY_MUTANT_LINES_grad_slice_not_down := 1
 
-INFINITY_MUTANT_BINS := $(INFINITY_MUTANTS:%=$(BUILD)/mutants/bin/mutant_infinity_%)
-EXTRA_BINS += $(INFINITY_MUTANT_BINS)
-
-INFINITY_MUTANT_SRCS := $(INFINITY_MUTANTS:%=$(BUILD)/mutants/mutant_infinity_%.cpp)
-$(INFINITY_MUTANT_SRCS): $(BUILD)/mutants/mutant_infinity_%.cpp: infinity/train.cpp tests/infinity/mutants.mk
-	@mkdir -p $(dir $@)
-	@sed $(INFINITY_MUTANT_SED_$*) $< >$@.tmp
-	@n=$$(diff $< $@.tmp | grep -c '^>'); if [ "$$n" != "$(INFINITY_MUTANT_LINES_$*)" ]; then \
-	  echo "tests/infinity/mutants.mk: mutant_infinity_$* must change $(INFINITY_MUTANT_LINES_$*) lines of $<, but"; \
-	  echo "  its sed changed $$n: infinity was refactored; update INFINITY_MUTANT_SED_$*"; \
-	  rm -f $@.tmp; exit 1; fi
-	@mv $@.tmp $@
-	@echo "mutant_infinity_$*:"; diff $< $@ | grep '^>' | sed 's/^> */  /'
-
-$(INFINITY_MUTANTS:%=$(BUILD)/obj/mutants/mutant_infinity_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -c $< -o $@
-
-$(INFINITY_MUTANT_BINS): $(BUILD)/mutants/bin/%: $(BUILD)/obj/mutants/%.o $(LIB)
-	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+include tests/lib/mutants.mk
+$(eval $(call train_mutants,INFINITY,infinity,infinity,tests/infinity/mutants.mk))

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/data.h"
+#include "input/data.h"
 #include "ledger.h"
 #include "model.h"
 #include "runtime/rng.h"

@@ -29,15 +29,9 @@ EXTRA_BINS += $(PIPELINE_MUTANT_BINS)
 pipeline_mutant_src = $(BUILD)/mutants/mutant_pipeline_$(1)$(if $(filter common/%,$(PIPELINE_MUTANT_FILE_$(1))),_pipeline,).cpp
 
 define PIPELINE_MUTANT_RULES
-$(call pipeline_mutant_src,$(1)): $(PIPELINE_MUTANT_FILE_$(1)) tests/pipeline/mutants.mk
+$(call pipeline_mutant_src,$(1)): $(PIPELINE_MUTANT_FILE_$(1)) tests/pipeline/mutants.mk tests/lib/make_mutant.sh
 	@mkdir -p $$(dir $$@)
-	@sed -e '$(PIPELINE_MUTANT_SED_$(1))' $$< >$$@.tmp
-	@n=$$$$(diff $$< $$@.tmp | grep -c '^[<>]'); if [ "$$$$n" != 2 ]; then \
-	  echo "tests/pipeline/mutants.mk: mutant_pipeline_$(1) must change exactly one line of $$<, but the sed"; \
-	  echo "  '$(PIPELINE_MUTANT_SED_$(1))' changed $$$$((n / 2)): the file was refactored; update PIPELINE_MUTANT_SED_$(1)"; \
-	  rm -f $$@.tmp; exit 1; fi
-	@mv $$@.tmp $$@
-	@echo "mutant_pipeline_$(1): $$$$(diff $$< $$@ | grep '^>' | sed 's/^> *//')"
+	@bash tests/lib/make_mutant.sh tests/pipeline/mutants.mk mutant_pipeline_$(1) 1 $$< $$@ -e '$$(PIPELINE_MUTANT_SED_$(1))'
 $(BUILD)/obj/mutants/$(notdir $(basename $(call pipeline_mutant_src,$(1)))).o: $(call pipeline_mutant_src,$(1))
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) -Ipipeline -c $$< -o $$@

@@ -15,28 +15,12 @@
 # reduce-scatter writes the summed slice wherever it is told, and the bucket is scratch, so the
 # result is bit for bit stage2's.)
 STAGE2_MUTANTS := no_average wrong_slice last_microbatch_only
-STAGE2_MUTANT_SED_no_average := s/run\.grad_average_scale()/1.0f/
-STAGE2_MUTANT_SED_wrong_slice := s/L\.units\[u\]\.offset + L\.shard(u, rank)\.begin/L.units[u].offset + L.shard(u, (rank + 1) % L.world).begin/
-STAGE2_MUTANT_SED_last_microbatch_only := /accumulate_grads(/s/k == 0)/true)/
+STAGE2_MUTANT_SED_no_average := -e 's/run\.grad_average_scale()/1.0f/'
+STAGE2_MUTANT_LINES_no_average := 1
+STAGE2_MUTANT_SED_wrong_slice := -e 's/L\.units\[u\]\.offset + L\.shard(u, rank)\.begin/L.units[u].offset + L.shard(u, (rank + 1) % L.world).begin/'
+STAGE2_MUTANT_LINES_wrong_slice := 1
+STAGE2_MUTANT_SED_last_microbatch_only := -e '/accumulate_grads(/s/k == 0)/true)/'
+STAGE2_MUTANT_LINES_last_microbatch_only := 1
 
-STAGE2_MUTANT_BINS := $(STAGE2_MUTANTS:%=$(BUILD)/mutants/bin/mutant_stage2_%)
-EXTRA_BINS += $(STAGE2_MUTANT_BINS)
-
-STAGE2_MUTANT_SRCS := $(STAGE2_MUTANTS:%=$(BUILD)/mutants/mutant_stage2_%.cpp)
-$(STAGE2_MUTANT_SRCS): $(BUILD)/mutants/mutant_stage2_%.cpp: stage2/train.cpp tests/stages/stage2_mutants.mk
-	@mkdir -p $(dir $@)
-	@sed -e '$(STAGE2_MUTANT_SED_$*)' $< >$@.tmp
-	@n=$$(diff $< $@.tmp | grep -c '^[<>]'); if [ "$$n" != 2 ]; then \
-	  echo "tests/stages/stage2_mutants.mk: mutant_stage2_$* must change exactly one line of $<, but the sed"; \
-	  echo "  '$(STAGE2_MUTANT_SED_$*)' changed $$((n / 2)): stage2 was refactored; update STAGE2_MUTANT_SED_$*"; \
-	  rm -f $@.tmp; exit 1; fi
-	@mv $@.tmp $@
-	@echo "mutant_stage2_$*: $$(diff $< $@ | grep '^>' | sed 's/^> *//')"
-
-$(STAGE2_MUTANTS:%=$(BUILD)/obj/mutants/mutant_stage2_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -c $< -o $@
-
-$(STAGE2_MUTANT_BINS): $(BUILD)/mutants/bin/%: $(BUILD)/obj/mutants/%.o $(LIB)
-	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+include tests/lib/mutants.mk
+$(eval $(call train_mutants,STAGE2,stage2,stage2,tests/stages/stage2_mutants.mk))

@@ -29,24 +29,5 @@ STAGE3_MUTANT_SED_prefetch_across_steps := \
   -e 's/^\( *\)release_unit(u); *\/\/ release: unit u, until the next forward$$/\1u == EMBED ? prefetch(EMBED) : release_unit(u);/'
 STAGE3_MUTANT_LINES_prefetch_across_steps := 1
 
-STAGE3_MUTANT_BINS := $(STAGE3_MUTANTS:%=$(BUILD)/mutants/bin/mutant_stage3_%)
-EXTRA_BINS += $(STAGE3_MUTANT_BINS)
-
-STAGE3_MUTANT_SRCS := $(STAGE3_MUTANTS:%=$(BUILD)/mutants/mutant_stage3_%.cpp)
-$(STAGE3_MUTANT_SRCS): $(BUILD)/mutants/mutant_stage3_%.cpp: stage3/train.cpp tests/stages/stage3_mutants.mk
-	@mkdir -p $(dir $@)
-	@sed $(STAGE3_MUTANT_SED_$*) $< >$@.tmp
-	@n=$$(diff $< $@.tmp | grep -c '^>'); if [ "$$n" != "$(STAGE3_MUTANT_LINES_$*)" ]; then \
-	  echo "tests/stages/stage3_mutants.mk: mutant_stage3_$* must change $(STAGE3_MUTANT_LINES_$*) lines of $<, but its"; \
-	  echo "  sed changed $$n: stage3 was refactored; update STAGE3_MUTANT_SED_$*"; \
-	  rm -f $@.tmp; exit 1; fi
-	@mv $@.tmp $@
-	@echo "mutant_stage3_$*:"; diff $< $@ | grep '^>' | sed 's/^> */  /'
-
-$(STAGE3_MUTANTS:%=$(BUILD)/obj/mutants/mutant_stage3_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -c $< -o $@
-
-$(STAGE3_MUTANT_BINS): $(BUILD)/mutants/bin/%: $(BUILD)/obj/mutants/%.o $(LIB)
-	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+include tests/lib/mutants.mk
+$(eval $(call train_mutants,STAGE3,stage3,stage3,tests/stages/stage3_mutants.mk))

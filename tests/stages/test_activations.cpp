@@ -25,7 +25,7 @@
 
 #include "harness.h"
 #include "ledger.h"
-#include "runtime/mfu.h"            // recompute_flops_per_token
+#include "mfu.h"            // recompute_flops_per_token
 #include "model.h"
 #include "runtime/rng.h"
 #include "zero_formulas.h"  // expected_activation_bytes, expected_comm_elems

@@ -1,4 +1,4 @@
-// test_ds_config.cpp — DeepSpeed's config file (--config, common/runtime/ds_config.h), as a learner uses it:
+// test_ds_config.cpp — DeepSpeed's config file (--config, common/input/ds_config.h), as a learner uses it:
 //   - every config in configs/ runs its binary (a few steps of the tiny model) with the values the
 //     file says: read here from the file itself (json_read.h, not the trainers' parser) and compared
 //     with what the run's report says it used;

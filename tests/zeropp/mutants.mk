@@ -48,24 +48,5 @@ ZEROPP_MUTANT_SED_inf_hidden := $(ZEROPP_INF_IN_GRAD) \
   -e 's/^\( *\)from_f32(dt, sum, n, mine);/\1for (size_t i = 0; i < n; i++) { if (std::isnan(sum[i])) sum[i] = 0; } from_f32(dt, sum, n, mine);/'
 ZEROPP_MUTANT_LINES_inf_hidden := 2
 
-ZEROPP_MUTANT_BINS := $(ZEROPP_MUTANTS:%=$(BUILD)/mutants/bin/mutant_zeropp_%)
-EXTRA_BINS += $(ZEROPP_MUTANT_BINS)
-
-ZEROPP_MUTANT_SRCS := $(ZEROPP_MUTANTS:%=$(BUILD)/mutants/mutant_zeropp_%.cpp)
-$(ZEROPP_MUTANT_SRCS): $(BUILD)/mutants/mutant_zeropp_%.cpp: zeropp/train.cpp tests/zeropp/mutants.mk
-	@mkdir -p $(dir $@)
-	@sed $(ZEROPP_MUTANT_SED_$*) $< >$@.tmp
-	@n=$$(diff $< $@.tmp | grep -c '^>'); if [ "$$n" != "$(ZEROPP_MUTANT_LINES_$*)" ]; then \
-	  echo "tests/zeropp/mutants.mk: mutant_zeropp_$* must change $(ZEROPP_MUTANT_LINES_$*) lines of $<, but its"; \
-	  echo "  sed changed $$n: zeropp was changed; update ZEROPP_MUTANT_SED_$*"; \
-	  rm -f $@.tmp; exit 1; fi
-	@mv $@.tmp $@
-	@echo "mutant_zeropp_$*:"; diff $< $@ | grep '^>' | sed 's/^> */  /'
-
-$(ZEROPP_MUTANTS:%=$(BUILD)/obj/mutants/mutant_zeropp_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -c $< -o $@
-
-$(ZEROPP_MUTANT_BINS): $(BUILD)/mutants/bin/%: $(BUILD)/obj/mutants/%.o $(LIB)
-	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+include tests/lib/mutants.mk
+$(eval $(call train_mutants,ZEROPP,zeropp,zeropp,tests/zeropp/mutants.mk))

@@ -337,7 +337,7 @@ TEST(Zeropp, BadInputIsOneLineAndExitCodeTwo) {
   }
 }
 
-// DeepSpeed's keys (common/runtime/ds_config.cpp): zero_quantized_weights, zero_hpz_partition_size and
+// DeepSpeed's keys (common/input/ds_config.cpp): zero_quantized_weights, zero_hpz_partition_size and
 // zero_quantized_gradients on stage 3 are --qwz, --hpz G, --qgz, to the bit; with another stage, refused.
 TEST(Zeropp, DeepSpeedKeysAreTheFlags) {
   const std::string dir = temp_dir();

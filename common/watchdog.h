@@ -29,14 +29,11 @@
 #include <atomic>
 #include <thread>
 
+#include "runtime/heartbeat.h"  // heartbeat: what the watchdog watches for
+
 namespace nz {
 
 class Comm;
-
-// A piece of work is done: this rank is alive and getting somewhere. Cheap (a clock read and two
-// atomic operations), callable from any thread, with or without a watchdog. Never call it while waiting
-// for another rank (in a collective): waiting is not progress.
-void heartbeat();
 
 class Watchdog {
  public:

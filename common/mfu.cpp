@@ -1,5 +1,5 @@
 // mfu.cpp — FLOPs per token, the GPUs' peak FLOP/s, and their ratio.
-#include "runtime/mfu.h"
+#include "mfu.h"
 
 #include <cstdlib>
 #include <cstring>

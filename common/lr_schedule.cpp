@@ -1,12 +1,12 @@
-// schedule.cpp — the learning-rate schedules (schedule.h).
-#include "schedule.h"
+// lr_schedule.cpp — the learning-rate schedules (lr_schedule.h).
+#include "lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace nz {
 
-float lr_at(const ScheduleConfig& a, int step) {
+float lr_at(const LrScheduleConfig& a, int step) {
   if (a.kind == "constant") return a.lr;  // DeepSpeed without a scheduler: the optimizer's rate
   if (a.kind != "cosine") {
     // DeepSpeed's WarmupLR and WarmupDecayLR at scheduler iteration `step`: min + (max - min) * gamma,

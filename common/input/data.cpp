@@ -1,5 +1,5 @@
 // data.cpp — reading the corpus and cutting windows from it.
-#include "runtime/data.h"
+#include "input/data.h"
 
 #include <fcntl.h>     // open: O_NONBLOCK (read_input_file)
 #include <sys/stat.h>  // fstat: a regular file only

@@ -1,9 +1,8 @@
 // watchdog.cpp — heartbeats in shared memory and the thread that watches them (watchdog.h).
-#include "runtime/watchdog.h"
+#include "watchdog.h"
 
 #include <fcntl.h>     // open
 #include <sys/mman.h>  // mmap
-#include <time.h>      // clock_gettime
 #include <unistd.h>    // ftruncate, unlink, _exit
 
 #include <algorithm>  // std::max
@@ -37,27 +36,12 @@ static_assert(std::atomic<double>::is_always_lock_free && std::atomic<uint64_t>:
               "the watchdog shares its atomics between processes: they must be lock-free");
 
 namespace {
-double now_s() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 // seconds: the watching thread's period (also how late a rank's progress is seen by the others);
 // a pulse this old means a stopped process; a pulse this fresh a live one (between the two it is
 // no evidence yet: a stopped rank, or a busy machine); how long each rank that may report waits for
 // the one before it
 constexpr double kTick = 0.1, kPulseStale = 3.0, kPulseFresh = 0.5, kSpeakerFirst = 1.0;
-// This process's heartbeats: how many, and the time of the last. The work writes them; the
-// watching thread copies them into the shared page once a tick, so a heartbeat costs a clock read
-// and two atomic operations.
-std::atomic<uint64_t> g_beats{0};
-std::atomic<double> g_last_beat_s{0};
 }  // namespace
-
-void heartbeat() {
-  g_beats.fetch_add(1, std::memory_order_relaxed);
-  g_last_beat_s.store(now_s(), std::memory_order_relaxed);
-}
 
 Watchdog::Watchdog(Comm& comm, int seconds) : rank_(comm.rank()), world_(comm.size()), limit_s_(seconds) {
   if (comm.local_size() != comm.size()) {
@@ -86,8 +70,8 @@ Watchdog::Watchdog(Comm& comm, int seconds) : rank_(comm.rank()), world_(comm.si
   mine_ = map(rank_, true);
   if (mine_) {
     heartbeat();
-    mine_->pulse_s = mine_->progress_s = now_s();
-    mine_->beats = mine_->beats_at_step = g_beats.load();
+    mine_->pulse_s = mine_->progress_s = monotonic_s();
+    mine_->beats = mine_->beats_at_step = heartbeat_count();
     mine_->step = -1;
     snprintf(mine_->phase, sizeof mine_->phase, "setup");
   }
@@ -119,7 +103,7 @@ Watchdog::~Watchdog() {
 
 void Watchdog::progress(int step, const char* phase) {
   if (mine_ && step != mine_->step) {
-    mine_->beats_at_step = g_beats.load();
+    mine_->beats_at_step = heartbeat_count();
     mine_->step = step;
   }
   heartbeat();
@@ -141,7 +125,7 @@ void Watchdog::report(int culprit, bool stopped, double now) {
     return false;
   };
   for (double waited = 0; waited < kSpeakerFirst * double(turn) && !someone_reported(); waited += kTick) {
-    mine_->pulse_s = now_s();  // still alive while it waits
+    mine_->pulse_s = monotonic_s();  // still alive while it waits
     usleep(useconds_t(kTick * 1e6));
   }
   if (turn == speakers.size() || someone_reported()) return;
@@ -161,10 +145,10 @@ void Watchdog::report(int culprit, bool stopped, double now) {
 void Watchdog::watch() {
   while (!stop_) {
     usleep(useconds_t(kTick * 1e6));
-    const double now = now_s();
+    const double now = monotonic_s();
     mine_->pulse_s = now;
-    mine_->beats = g_beats.load(std::memory_order_relaxed);
-    mine_->progress_s = g_last_beat_s.load(std::memory_order_relaxed);
+    mine_->beats = heartbeat_count();
+    mine_->progress_s = last_heartbeat_s();
     // The job is alive while any rank makes progress: waiting in a collective for a rank that is
     // slow but alive is not being stuck.
     double newest = 0;

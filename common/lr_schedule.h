@@ -1,11 +1,11 @@
-// schedule.h — the learning rate at each optimizer update: linear warm-up then cosine decay
+// lr_schedule.h — the learning rate at each optimizer update: linear warm-up then cosine decay
 // (this project's), DeepSpeed's WarmupLR / WarmupDecayLR, or a constant rate.
 #pragma once
 #include <string>
 
 namespace nz {
 
-struct ScheduleConfig {
+struct LrScheduleConfig {
   float lr = 3e-3f;                   // peak learning rate
   int warmup = 20;                    // warm-up updates
   int steps = 200;                    // the run's steps (cosine decays to lr/10 at the last one)
@@ -18,6 +18,6 @@ struct ScheduleConfig {
 // Linear warm-up to lr over warmup steps, then cosine decay to lr/10 at the last step; or, with
 // kind warmup / warmup-decay, DeepSpeed's WarmupLR / WarmupDecayLR; or, with kind constant (a
 // --config without a scheduler section), lr at every step.
-float lr_at(const ScheduleConfig& s, int step);
+float lr_at(const LrScheduleConfig& s, int step);
 
 }  // namespace nz

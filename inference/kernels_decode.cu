@@ -1,10 +1,10 @@
 // kernels_decode.cu — the two ops of a KV-cached decode step that kernels.h does not have
 // (decoder.h): the embedding of one position, one query row attending over the cache, and the
 // dequantisation of an int8 unit (quant.h).
-// The attention is the reference attention kernel's row pos (kernels_attention.cu), one warp per
-// (b, h), with K and V read from the cache (B, Tc, C) instead of qkv.
-#include "runtime/check.h"          // NZ_CHECK
-#include "cuda_common.cuh"  // load/store, warp_sum, NZ_CUDA_CHECK_LAUNCH
+// The attention is the reference attention kernel's row pos (common/kernels/cuda/kernels_attention.cu),
+// one warp per (b, h), with K and V read from the cache (B, Tc, C) instead of qkv.
+#include "runtime/check.h"  // NZ_CHECK
+#include "kernels/cuda/cuda_common.cuh"  // load/store, warp_sum, NZ_CUDA_CHECK_LAUNCH
 #include "inference/decoder.h"
 #include "inference/quant.h"          // kQuantBlock
 

@@ -1,5 +1,5 @@
 // cli.cpp — flag parsing and validation.
-#include "runtime/cli.h"
+#include "input/cli.h"
 
 #include "kernels/quantize.h"  // valid_quant_block
 
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "runtime/check.h"
-#include "runtime/data.h"       // check_data_file
-#include "runtime/ds_config.h"  // read_ds_config: --config, DeepSpeed's JSON file
+#include "input/data.h"       // check_data_file
+#include "input/ds_config.h"  // read_ds_config: --config, DeepSpeed's JSON file
 
 namespace nz {
 

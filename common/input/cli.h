@@ -1,8 +1,10 @@
-// cli.h — the trainers' command line: parsed once (parse_args), identical for every stage. The
-// tools parse their own flags (consolidate, gpt_eval, gpt_sample, zero_estimate, generate; the
-// DeepSpeed file has its reader, ds_config.h), with the helpers below for what they share. The
-// core never sees Args: the trainer turns it into each part's config struct (trainer.cpp).
-// Bad values get one line (flag, value, what is valid) and exit code 2 before anything is allocated.
+// cli.h — the trainers' command line: one parser for every rung (parse_args), --config's DeepSpeed
+// file read into the same flags (ds_config.h). A rung's own flags (offload's, the pipeline's,
+// ZeRO++'s) are refused by the other rungs, naming the ones that take them. The tools' flags go
+// through tool_flags.h; what they share with the trainers is below (check_output_file,
+// check_not_inside, parse_bytes, default_data_path). The core never sees Args: the trainer turns it
+// into each part's config struct (trainer.cpp). Bad values get one line (flag, value, what is
+// valid) and exit code 2 before anything is allocated.
 #pragma once
 #include <algorithm>  // std::max
 #include <map>
@@ -20,7 +22,7 @@ struct Args {
   std::string preset = "small";
   int layers = -1, dim = -1, heads = -1;  // -1: the preset's value
   GPTConfig cfg;                          // the preset with the overrides applied
-  // batch and schedule
+  // batch and learning-rate schedule
   int batch = 4;     // micro-batch per rank
   bool batch_auto = false;      // --batch auto: the largest that fits --memory-budget (Trainer sets batch)
   uint64_t memory_budget = 0;   // bytes per rank; 0: the GPU's free memory (--batch auto)
@@ -30,7 +32,7 @@ struct Args {
   int steps = 200;
   float lr = 3e-3f;  // peak learning rate
   int warmup = 20;   // linear warm-up steps, then cosine decay to lr/10
-  // the schedule after the warm-up (optim.h, lr_at): cosine to lr/10 (this project's), or
+  // the lr schedule after the warm-up (lr_schedule.h, lr_at): cosine to lr/10 (this project's), or
   // DeepSpeed's WarmupLR ("warmup": constant) and WarmupDecayLR ("warmup-decay": linear to 0), or
   // "constant": lr at every step, no warm-up (DeepSpeed without a scheduler section)
   std::string lr_schedule = "cosine";

@@ -1,5 +1,5 @@
 // ds_config.cpp — DeepSpeed's JSON config, translated key by key into this project's flags.
-#include "runtime/ds_config.h"
+#include "input/ds_config.h"
 
 #include <cmath>
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <set>
 
 #include "runtime/check.h"  // user_error
-#include "runtime/data.h"   // read_input_file: a regular file of bounded size, never a FIFO
+#include "input/data.h"   // read_input_file: a regular file of bounded size, never a FIFO
 
 namespace nz {
 
@@ -611,7 +611,7 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
                                              "(AdamW); remove it");
   }
 
-  // ---- the schedule: DeepSpeed's WarmupLR (then constant) and WarmupDecayLR (then linear to 0) ----
+  // ---- the lr schedule: DeepSpeed's WarmupLR (then constant) and WarmupDecayLR (then linear to 0) ----
   // No scheduler section: DeepSpeed keeps the optimizer's learning rate, constant.
   if (!c.contains("scheduler")) {
     r.flag("--lr-schedule", "constant", "scheduler", "absent (DeepSpeed: a constant learning rate)");

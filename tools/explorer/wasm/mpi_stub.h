@@ -1,5 +1,6 @@
-// mpi.h for the browser build of zero_estimate (tools/explorer, docs/explorer.md): a page has no
-// MPI, and zero_estimate starts none. The library files it links (runtime/check.cpp, pipeline.cpp)
+// mpi_stub.h — <mpi.h> for the browser build of zero_estimate (tools/explorer, docs/explorer.md): a
+// page has no MPI, and zero_estimate starts none. The build copies it to $(BUILD)/explorer/include/mpi.h
+// (Makefile): in the tree it has a name of its own, so it is never taken for MPI's header. The library files it links (runtime/check.cpp, pipeline.cpp)
 // include <mpi.h> for their multi-rank paths; here MPI is never initialized, so check.cpp's user_error()
 // and fatal() take their single-process path (print the line, exit), and nothing else is reached.
 #pragma once
