@@ -26,7 +26,7 @@
 // (zeropp_comm_per_step), and the bytes ZeRO++ adds per rank (zeropp_state_bytes): what the ledger
 // of `mpirun -np N build/bin/zeropp --qwz --hpz G --qgz` shows, to the byte.
 //
-// --config FILE (docs/faq.md): a DeepSpeed config read by common/runtime/ds_config.h, as the trainers read it,
+// --config FILE (docs/faq.md): a DeepSpeed config read by common/input/ds_config.h, as the trainers read it,
 // and its zero_optimization knobs counted as the bytes DeepSpeed's own buffers may hold (ds_buffers).
 // --deepspeed-estimator: DeepSpeed's estimate_zero2/zero3_model_states_mem_needs restated, beside the ledger.
 //
@@ -53,7 +53,7 @@
 #include "tools/zero_quiz.h"      // make_quiz, check_quiz
 #include "kernels/quantize.h"       // valid_quant_block
 #ifndef __EMSCRIPTEN__
-#include "runtime/ds_config.h"      // read_ds_config: --config, DeepSpeed's JSON (no files in the explorer's page)
+#include "input/ds_config.h"        // read_ds_config: --config, DeepSpeed's JSON (no files in the explorer's page)
 #endif
 #include <map>
 
