@@ -97,9 +97,13 @@ endif
 LDLIBS     += $(DNNL_LIBS)
 
 # The library: the core (common/*.cpp, what a learner reads), its rooms (common/kernels, runtime, io,
-# offload), and the inference pieces the tools and tests share (inference/decoder, quant). Includes
+# compression), and the inference pieces the tools and tests share (inference/decoder, quant). Includes
 # name the room from common/ ("kernels/kernels.h") or from the root ("inference/decoder.h").
-COMMON_SRC := $(wildcard common/*.cpp common/*/*.cpp) inference/decoder.cpp inference/quant.cpp
+# A rung's own files (its plan, its store, its formulas) live beside its train.cpp: DIR/*.cpp for each
+# rung of stages.txt, included from the root ("pipeline/pipeline.h").
+RUNG_DIRS  := $(shell sed -n 's/^+*\([a-z][a-z0-9_]*\).*/\1/p' stages.txt)
+RUNG_SRC   := $(filter-out %/train.cpp,$(wildcard $(addsuffix /*.cpp,$(RUNG_DIRS))))
+COMMON_SRC := $(wildcard common/*.cpp common/*/*.cpp) $(RUNG_SRC) inference/decoder.cpp inference/quant.cpp
 COMMON_OBJ := $(COMMON_SRC:%.cpp=$(BUILD)/obj/%.o)
 
 ifeq ($(CUDA),1)
@@ -284,10 +288,11 @@ EXPLORER      := $(BUILD)/explorer
 # What zero_estimate links, less what it never calls in a page (MPI: tools/explorer/wasm/mpi.h). cli.cpp is
 # there for parse_bytes (--fit); its trainer flags, whose limits shift a 32-bit long here, are never parsed.
 EXPLORER_CPP  := tools/zero_estimate.cpp tools/zero_quiz.cpp common/zero_formulas.cpp common/layout.cpp \
-                 common/pipeline.cpp common/ledger.cpp common/runtime/check.cpp common/runtime/cli.cpp \
+                 pipeline/pipeline.cpp pipeline/formulas.cpp zeropp/formulas.cpp \
+                 common/ledger.cpp common/runtime/check.cpp common/runtime/cli.cpp \
                  common/runtime/json.cpp common/runtime/device.cpp common/kernels/quantize.cpp
 EXPLORER_PAGE := $(addprefix $(EXPLORER)/,index.html explorer.js quiz.js explorer.css)
-$(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h) tools/explorer/wasm/mpi.h
+$(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h pipeline/*.h zeropp/*.h) tools/explorer/wasm/mpi.h
 	@mkdir -p $(dir $@)
 	NODE_PATH=/usr/share/nodejs $(EMXX) -std=c++17 -O2 -ffp-contract=off -Wall -Wno-shift-count-overflow -Itools/explorer/wasm -Icommon -I. \
 	  $(EXPLORER_CPP) -sSINGLE_FILE=1 -sMODULARIZE=1 -sEXPORT_NAME=createZeroEstimate -sINVOKE_RUN=0 \

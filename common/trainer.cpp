@@ -18,13 +18,13 @@
 #include "io/model_file.h"  // save_model_from_units
 #include "io/checkpoint.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
 #include "io/crc32c.h"         // the --prune-mask's identity in checkpoints
-#include "io/pruned_file.h"    // load_pruned: --prune-mask
+#include "compression/pruned_file.h"  // load_pruned: --prune-mask
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
 #include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
 #include "profile.h"             // StepProfile: NZ_PROFILE=1's per-phase breakdown
 #include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)
-#include "offload/param_store.h"  // ParamSlices: infinity's slices (checkpoints, its disk summary)
+#include "infinity/param_store.h"  // ParamSlices: infinity's slices (checkpoints, its disk summary)
 
 namespace nz {
 
@@ -36,6 +36,11 @@ ZeroppConfig zeropp_config(const Args& a, int world) {
           size_t(a.qg_block)};
 }
 
+// The model-state bytes per rank the fits checks count: ZeRO++'s (stage3's and what it adds), or the stage's.
+StateBytes model_state_bytes(Stage stage, const Layout& L, DType dt, const ZeroppConfig& zpp) {
+  return stage == Stage::ZeroPP ? zeropp_state_bytes(L, dt, zpp) : expected_state_bytes(stage, L, dt);
+}
+
 // A model (with its batch) that cannot fit this machine is one line before anything is allocated,
 // not an allocation failure later: the formulas' bytes per rank (zero_formulas.h), times the ranks
 // sharing the memory, against the memory there is (the GPU's, and the host's for offload's state;
@@ -43,11 +48,11 @@ ZeroppConfig zeropp_config(const Args& a, int world) {
 // does not count (libraries, scratch) comes on top.
 void check_model_fits(const Args& args, Stage stage, const Comm& comm, int dp_world) {
   const Layout L = make_layout(args.cfg, dp_world, args.quant_pad_block());
-  const ZeroppConfig zpp = zeropp_config(args, comm.size());  // zeropp: what it adds to stage3
+  const StateBytes states = model_state_bytes(stage, L, args.dtype, zeropp_config(args, comm.size()));
   const Device device_kind = select_device(args.device.c_str(), comm.local_rank(), false);  // quietly: once more aloud later
   const Attention attn = flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
   const double device = double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype,
-                                                    args.activation_checkpointing, attn, &zpp));
+                                                    args.activation_checkpointing, attn, &states));
   // (the disk tier's files are not host memory: their room is checked when they are made)
   const double host = double(offload_state_bytes(stage, L, args.dtype, offload_tier(args, stage)).host);
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
@@ -238,7 +243,7 @@ Trainer::~Trainer() = default;
 void Trainer::settle_batch() {
   const int N = dp_world();
   const Layout L = make_layout(args.cfg, N, args.quant_pad_block());  // zeropp: its padded layout
-  const ZeroppConfig zpp = zeropp_config(args, world());                // and what it adds to stage3
+  const StateBytes states = model_state_bytes(stage, L, args.dtype, zeropp_config(args, world()));  // zeropp's own
   std::string budget_from = "--memory-budget";
   int fit = 0;
   // the device (chosen here quietly, again later aloud) and the kernels decide attention's activations:
@@ -249,7 +254,7 @@ void Trainer::settle_batch() {
   // --qat: the model's fake-quantized unit is on the device beside the states and activations
   const uint64_t qat_copy = qat_bytes(L, args.dtype, {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed});
   auto peak_at = [&](int B) {
-    return expected_device_peak(stage, L, B, args.seq, args.dtype, args.activation_checkpointing, attn, &zpp) +
+    return expected_device_peak(stage, L, B, args.seq, args.dtype, args.activation_checkpointing, attn, &states) +
            qat_copy;
   };
   if (args.batch_auto) {
@@ -269,7 +274,7 @@ void Trainer::settle_batch() {
     }
     args.memory_budget = budget;
     fit = budget < qat_copy ? 0 : largest_fitting_batch(stage, L, args.seq, args.dtype, args.activation_checkpointing,
-                                                       budget - qat_copy, 1 << 16, attn, &zpp);
+                                                       budget - qat_copy, 1 << 16, attn, &states);
     if (fit == 0) {
       const uint64_t need = peak_at(1);
       user_error("--batch auto: a micro-batch of 1 needs %s per rank, more than the budget of %s (%s); raise the "
@@ -295,8 +300,7 @@ void Trainer::settle_batch() {
   }
   if (rank() == 0 && args.batch_auto) {
     const bool ck = args.activation_checkpointing;
-    const StateBytes f = stage == Stage::ZeroPP ? zeropp_state_bytes(L, args.dtype, zpp)
-                                                : expected_state_bytes(stage, L, args.dtype);
+    const StateBytes& f = states;
     const uint64_t acts = expected_activation_bytes(args.cfg, args.batch, args.seq, args.dtype, ck, attn);
     printf("batch auto: micro-batch %d per rank, the largest that fits %s (%llu bytes) per rank (%s)%s: predicted peak %s = "
            "model states %s + activations %s%s (zero_formulas.h); %d would need %s\n",

@@ -22,9 +22,10 @@
 #include "model.h"
 #include "offload/host_adamw.h"  // HostAdamW, OffloadConfig (the offload stage)
 #include "optim.h"
-#include "pipeline.h"  // PipelinePlan: pipeline/train.cpp's stages and replicas
+#include "pipeline/pipeline.h"  // PipelinePlan: pipeline/train.cpp's stages and replicas
 #include "schedule.h"
 #include "zero_formulas.h"
+#include "zeropp/formulas.h"  // ZeroppConfig
 
 namespace nz {
 

@@ -11,7 +11,7 @@
 #include <cmath>      // std::sqrt
 
 #include "kernels/ops.h"  // kernels on the run's backend
-#include "offload/param_store.h"  // ParamSlices: my parameter slices in host memory or in a file
+#include "infinity/param_store.h"  // ParamSlices: my parameter slices in host memory or in a file
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;

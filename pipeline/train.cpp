@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "kernels/ops.h"  // kernels on the run's backend
-#include "pipeline.h"     // PipelinePlan, stage_ops, StageClock
+#include "pipeline/formulas.h"  // PipelinePlan, stage_ops, StageClock (pipeline.h); the bytes
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the pipeline idea)
 
 using namespace nz;

@@ -1,6 +1,6 @@
-// param_store.h — ZeRO-Infinity's parameter slices off the device (infinity/train.cpp,
-// --offload-param cpu|disk): this rank's slice of every unit, in the storage type, in host memory
-// or in one file. The trainer fetches a unit's slice just before its all-gather (it is copied up
+// param_store.h — ZeRO-Infinity's parameter slices off the device, in host memory or a file.
+// For infinity/train.cpp (--offload-param cpu|disk): this rank's slice of every unit, in the
+// storage type, in host memory or in one file. The trainer fetches a unit's slice just before its all-gather (it is copied up
 // into its place in the gathered unit) and writes the updated slice back after the host AdamW.
 //
 // Disk tier: the file is made as offload's are (offload_store.h: a fresh name, unlinked at once,

@@ -1,5 +1,5 @@
-// host_adamw.cpp — AdamW run by the CPU on offload's state, in host memory or streamed from
-// files (host_adamw.h).
+// host_adamw.cpp — AdamW run by the CPU on offload's state, in host memory or in files.
+// (host_adamw.h)
 #include "offload/host_adamw.h"
 
 #include <algorithm>

@@ -1,6 +1,7 @@
-// pipeline.h — pipeline parallelism's plan (pipeline/train.cpp): which units each stage holds,
-// which rank is which (stage, replica), the order of one stage's forwards and backwards (GPipe,
-// 1F1B), how many micro-batches' activations a stage keeps, and where its time goes (the bubble).
+// pipeline.h — pipeline parallelism's plan: who holds which units, and in which order they run.
+// For pipeline/train.cpp: which units each stage holds, which rank is which (stage, replica),
+// the order of one stage's forwards and backwards (GPipe, 1F1B), how many micro-batches'
+// activations a stage keeps, and where its time goes (the bubble).
 //
 // N ranks = P stages x D replicas. Rank r is stage r / D of replica r % D: the D ranks of a stage
 // are neighbours in rank order, and they reduce the gradients of their units over the replicas

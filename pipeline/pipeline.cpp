@@ -1,5 +1,5 @@
 // pipeline.cpp — the partition, the schedules and the stage clock (pipeline.h).
-#include "pipeline.h"
+#include "pipeline/pipeline.h"
 
 #include <algorithm>
 #include <cstdio>
