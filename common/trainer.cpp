@@ -24,7 +24,6 @@
 #include "profile.h"             // StepProfile: NZ_PROFILE=1's per-phase breakdown
 #include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)
-#include "infinity/param_store.h"  // ParamSlices: infinity's slices (checkpoints, its disk summary)
 
 namespace nz {
 
@@ -128,19 +127,14 @@ void Trainer::configs_from_args() {
   checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));
 }
 
-Trainer::Trainer(int argc, char** argv, Stage st)
+Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
     : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st),
       loss_scaler_(loss_scale_config(args)) {
-  // the pipeline's stages and replicas (one stage of N replicas elsewhere): bad ones are one line here
-  pipeline = make_pipeline_plan(args.cfg, world(), rank(), args.pipeline, args.schedule, args.partition,
-                                args.zero);
-  // the pipeline's last stage quantizes its own copy of wte for the LM head: its blocks are the
-  // embedding's (counted from the unit's start) only if wte is whole blocks
-  const size_t wte_elems = size_t(args.cfg.vocab) * args.cfg.dim;
-  if (stage == Stage::Pipeline && args.qat_bits && !args.qat_skip_embed && wte_elems % args.qat_block != 0)
-    user_error("--qat with --pipeline: wte's %zu values are not whole blocks of %ld, expected a --qat-block that "
-               "divides them (at most %zu); use a smaller --qat-block or --qat-skip embedding", wte_elems,
-               args.qat_block, wte_elems & (~wte_elems + 1));
+  // where this rank stands: the rung's topology (one that cannot be made is one line there), or
+  // every rank a replica of the whole model
+  if (topology_of) topology = topology_of(args, world(), rank());
+  if (topology.dp_world == 0) topology.dp_world = world(), topology.dp_rank = rank();
+  if (topology.end_unit < 0) topology.end_unit = args.cfg.layers + 2;  // to the final layernorm
   if (stage == Stage::ZeroPP && args.device == "cuda")
     user_error("--device cuda: zeropp's quantized collectives and qgZ's sum run on the CPU backend only (the block "
                "quantizer has CUDA kernels, the trainer does not use them yet), expected --device cpu or auto; run "
@@ -192,10 +186,10 @@ Trainer::Trainer(int argc, char** argv, Stage st)
   // each unit padded for the data-parallel replicas (zeropp: and to whole quantization blocks per slice)
   layout = make_layout(args.cfg, dp_world(), args.quant_pad_block());
   Ledger::get().set_timeline_last_step(1);
-  // this stage's units and the micro-batches it keeps in flight (all units, one slot, but in the pipeline)
-  const PipelinePlan& pp = pipeline;
-  model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing, pp.first(),
-                                pp.end(), activation_slots(pp.schedule, pp.stages, pp.stage, args.accum));
+  // the units this rank runs and the micro-batches it keeps in flight (the topology's)
+  const Topology& t = topology;
+  model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing, t.first_unit,
+                                t.end_unit, t.activation_slots ? t.activation_slots(args.accum) : 1);
   model->set_qat(qat);  // the same fake quantization in every trainer: no stage file sees it
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
@@ -317,7 +311,7 @@ void Trainer::settle_batch() {
   fflush(stdout);
 }
 
-void Trainer::checkpoint_state(ParamSlices& slices, OptimizerState& optimizer) {
+void Trainer::checkpoint_state(HeldParams& slices, OptimizerState& optimizer) {
   held_slices_ = &slices;
   params_held_ = ParamsHeld::OwnSlices;
   register_held(optimizer);
@@ -351,13 +345,13 @@ HeldState Trainer::held_state() {
   h.params = held_params_;
   h.slices = held_slices_;
   h.params_full = params_held_ != ParamsHeld::OwnSlices;  // else this rank's slices
-  if (params_held_ == ParamsHeld::StageUnits) h.first_unit = pipeline.first(), h.end_unit = pipeline.end();
+  if (params_held_ == ParamsHeld::StageUnits) h.first_unit = topology.first_unit, h.end_unit = topology.end_unit;
   h.data_world = dp_world();
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
   h.rank = rank();
   h.run_id = run_id_;
-  if (held_slices_) return h;  // (sized by construction: param_store.h)
+  if (held_slices_) return h;  // (sized by construction)
   size_t held_elems = 0;
   for (int u = 0; u < layout.num_units(); u++) held_elems += h.params_range(u).size();
   NZ_CHECK(held_params_->bytes() == held_elems * elem_bytes,
@@ -553,8 +547,8 @@ double Trainer::evaluate() {
     if (real == 0) data->val_window(0, tokens_.data(), targets_.data());
     model->set_batch(tokens_.data(), targets_.data(), std::max(real, 1));
     double s = 0;
-    if (forward_loss) {
-      s = forward_loss();
+    if (hooks.forward_loss) {
+      s = hooks.forward_loss();
     } else {
       for (int u = 0; u < layout.num_units(); u++) {
         model->forward(u, unit_access.acquire(u));
@@ -576,7 +570,7 @@ void Trainer::finish() {
   evals_.push_back({args.steps, last_val_loss_});
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
   print_summary(total_s);
-  if (held_slices_ && rank() == 0 && !held_slices_->io_summary().empty())  // infinity on disk
+  if (held_slices_ && rank() == 0 && !held_slices_->io_summary().empty())  // e.g. slices on disk
     printf("%s\n", held_slices_->io_summary().c_str());
   if (current_device() == Device::CUDA) print_gpu_memory_check();
   std::string failed;  // what could not be written: said once everything else is written

@@ -16,13 +16,14 @@
 #include "runtime/check.h"  // NZ_CHECK (elem_ptr)
 #include "runtime/cli.h"
 #include "comm.h"
+#include "io/held_params.h"  // HeldParams: what checkpoints read where a rung holds no params buffer
 #include "runtime/data.h"
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"
 #include "offload/host_adamw.h"  // HostAdamW, OffloadConfig (the offload stage)
 #include "optim.h"
-#include "pipeline/pipeline.h"  // PipelinePlan: pipeline/train.cpp's stages and replicas
+#include "rung.h"  // Topology, RungHooks: what a rung hands the Trainer
 #include "schedule.h"
 #include "zero_formulas.h"
 #include "zeropp/formulas.h"  // ZeroppConfig
@@ -30,7 +31,6 @@
 namespace nz {
 
 struct CheckpointConfig;  // io/checkpoint.h: the trainer keeps it; the stages never see it
-class ParamSlices;        // offload/param_store.h: infinity's slices
 
 // How a stage makes a unit's full parameters available: stages 0-2 point into their full buffer;
 // stage3 gathers the unit and releases it afterwards.
@@ -49,7 +49,8 @@ inline Location offload_tier(const Args& a, Stage s) {
 
 class Trainer {
  public:
-  Trainer(int argc, char** argv, Stage stage);
+  // topology_of: the rung's (rung.h), where its ranks are not N replicas of the whole model
+  Trainer(int argc, char** argv, Stage stage, TopologyOf topology_of = nullptr);
   ~Trainer();
 
   Comm comm;
@@ -69,25 +70,17 @@ class Trainer {
   std::unique_ptr<DataLoader> data;
   std::unique_ptr<GPT> model;
   UnitAccess unit_access;  // set by the stage once its parameters exist (validation, model file)
-  // pipeline/train.cpp: the stages and replicas (pipeline.h); every other stage is one stage of N
-  // replicas. The model above is then this rank's stage's, and the layout is padded for D replicas.
-  PipelinePlan pipeline;
-  // The summed loss of the batch in the model, from a forward over every unit (validation). Set by
-  // a stage whose forward is not the plain unit loop over unit_access (the pipeline's crosses its
-  // stages; a rank without the head returns 0).
-  std::function<double()> forward_loss;
-  // The memory table's formula for rank r (report.cpp): by default the stage's, the same on every
-  // rank; the pipeline's differs from stage to stage.
-  std::function<StateBytes(int r)> state_formula;
-  std::function<uint64_t(int r)> activation_formula;
-  std::string pipeline_report;  // pipeline: a JSON object, the report's "pipeline" (the bubble per rank)
+  // Where this rank stands (rung.h): the data-parallel replicas, the units it runs (the model above
+  // holds those), the activation slots. The layout is padded for the replicas.
+  Topology topology;
+  RungHooks hooks;  // a rung's own validation forward, memory formulas, report (rung.h); empty: defaults
 
   int world() const { return comm.size(); }
   int rank() const { return comm.rank(); }
-  // Data parallelism: the replicas of the model and which one this rank is (N and its rank, except in
-  // the pipeline: D = N / P). The batch, the data and the gradient average are per replica.
-  int dp_world() const { return pipeline.replicas; }
-  int dp_rank() const { return pipeline.replica; }
+  // Data parallelism: the replicas of the model and which one this rank is (N and its rank, unless
+  // the rung's topology says otherwise). The batch, the data and the gradient average are per replica.
+  int dp_world() const { return topology.dp_world; }
+  int dp_rank() const { return topology.dp_rank; }
   // The scale that turns a sum over replicas and micro-steps into their mean: 1 / (D * accum).
   float grad_average_scale() const { return 1.0f / float(dp_world() * args.accum); }
 
@@ -127,8 +120,8 @@ class Trainer {
   // the step loop starts at first_step(). end_step() writes a checkpoint when one is due
   // (--ckpt-dir, --ckpt-every).
   void checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& optimizer);
-  // infinity: its own slices, off the device (param_store.h)
-  void checkpoint_state(ParamSlices& slices, OptimizerState& optimizer);
+  // or its own slices, held away from a buffer (io/held_params.h)
+  void checkpoint_state(HeldParams& slices, OptimizerState& optimizer);
   int first_step() const { return first_step_; }
 
  private:
@@ -181,7 +174,7 @@ class Trainer {
   void register_held(OptimizerState& optimizer);  // both checkpoint_state: the optimizer, and --resume
   std::unique_ptr<CheckpointConfig> checkpoint_;
   Buffer* held_params_ = nullptr;
-  ParamSlices* held_slices_ = nullptr;
+  HeldParams* held_slices_ = nullptr;
   ParamsHeld params_held_ = ParamsHeld::AllUnits;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)

@@ -7,6 +7,7 @@
 
 #include "comm.h"           // gather_scalar: every rank's times
 #include "runtime/check.h"  // user_error
+#include "runtime/cli.h"    // Args
 
 namespace nz {
 
@@ -141,6 +142,26 @@ void StageClock::stop() {
   running_ = false;
   new_step_ = true;
   op_.micro = -1;
+}
+
+PipelinePlan pipeline_plan(const Args& a, int world, int rank) {
+  return make_pipeline_plan(a.cfg, world, rank, a.pipeline, a.schedule, a.partition, a.zero);
+}
+
+Topology pipeline_topology(const Args& a, int world, int rank) {
+  const PipelinePlan plan = pipeline_plan(a, world, rank);
+  // the last stage quantizes its own copy of wte for the LM head: its blocks are the embedding's
+  // (counted from the unit's start) only if wte is whole blocks
+  const size_t wte_elems = size_t(a.cfg.vocab) * a.cfg.dim;
+  if (a.qat_bits && !a.qat_skip_embed && wte_elems % a.qat_block != 0)
+    user_error("--qat with --pipeline: wte's %zu values are not whole blocks of %ld, expected a --qat-block that "
+               "divides them (at most %zu); use a smaller --qat-block or --qat-skip embedding", wte_elems,
+               a.qat_block, wte_elems & (~wte_elems + 1));
+  Topology t;
+  t.dp_world = plan.replicas, t.dp_rank = plan.replica;
+  t.first_unit = plan.first(), t.end_unit = plan.end();
+  t.activation_slots = [plan](int K) { return activation_slots(plan.schedule, plan.stages, plan.stage, K); };
+  return t;
 }
 
 std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "layout.h"
+#include "rung.h"  // Topology
 
 namespace nz {
 
@@ -59,6 +60,13 @@ struct PipelinePlan {
 // --zero 2 or 3 (see make_pipeline_plan in pipeline.cpp for why they do not fit a pipeline).
 PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P, const std::string& schedule,
                                 const std::string& partition, int zero = 0);
+struct Args;  // runtime/cli.h
+// The plan from the command line (--pipeline, --schedule, --partition, --zero): make_pipeline_plan's.
+PipelinePlan pipeline_plan(const Args& a, int world, int rank);
+// This rank's topology (rung.h): its stage's units, its replica among D, its schedule's activation
+// slots. Bad flags are one line here (the plan's, and --qat's blocks on the last stage's wte).
+Topology pipeline_topology(const Args& a, int world, int rank);
+
 // The default partition: each boundary where the running parameter count comes nearest to s/P of
 // the total, every stage at least one unit (DeepSpeed's partition_method "parameters").
 std::vector<int> balanced_partition(const Layout& L, int P);

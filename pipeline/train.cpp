@@ -32,14 +32,14 @@ using namespace nz;
 enum Tag { kActivation = 1, kActivationGrad, kHeadGrad, kTiedWeights, kModelFile };
 
 int main(int argc, char** argv) {
-  Trainer run(argc, argv, Stage::Pipeline);
+  Trainer run(argc, argv, Stage::Pipeline, pipeline_topology);  // my stage's units, my replica
   const Layout& L = run.layout;  // padded for the D replicas, as stage0_ddp on D ranks pads it
   const DType dt = run.dtype;
   const size_t e = run.elem_bytes;
   const int EMBED = L.embed_unit();
   GPT& model = *run.model;  // my stage's units, with its activation slots
   Comm& comm = run.comm;
-  const PipelinePlan& pipe = run.pipeline;
+  const PipelinePlan pipe = pipeline_plan(run.args, comm.size(), comm.rank());  // stages x replicas
   const int s = pipe.stage, d = pipe.replica, K = run.args.accum;
   const bool first = s == 0, last = s == pipe.stages - 1;
   const int u0 = pipe.first(), u1 = pipe.end();  // my units: [u0, u1)
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   send_tied_weights();  // the head's copy starts as the first stage's wte: initial, or resumed
 
   // Validation crosses the stages like a forward; the model file collects every unit on rank 0.
-  run.forward_loss = [&]() -> double {
+  run.hooks.forward_loss = [&]() -> double {
     const size_t elems = size_t(model.rows()) * run.args.seq * L.cfg.dim;
     if (!first) comm.recv(model.stage_input(), elems, dt, prev, kActivation);
     for (int u = u0; u < u1; u++) model.forward(u, P(u));
@@ -123,8 +123,8 @@ int main(int argc, char** argv) {
     return unit_on_rank0.data();
   }};
   // the memory table's formulas: each stage's own
-  run.state_formula = [&](int r) { return pipeline_stage_bytes(L, dt, pipe, r / pipe.replicas); };
-  run.activation_formula = [&](int r) {
+  run.hooks.state_formula = [&](int r) { return pipeline_stage_bytes(L, dt, pipe, r / pipe.replicas); };
+  run.hooks.activation_formula = [&](int r) {
     return pipeline_activation_bytes(L.cfg, run.args.batch, run.args.seq, dt, run.args.activation_checkpointing,
                                      model.attention(), pipe, r / pipe.replicas, K);
   };
@@ -225,7 +225,8 @@ int main(int argc, char** argv) {
   }
 
   // the bubble: each rank's share of the schedule spent waiting, beside the equal-stages formula
-  run.pipeline_report = report_bubble(comm, pipe, K, clock);
+  run.hooks.report_key = "pipeline";
+  run.hooks.report_json = report_bubble(comm, pipe, K, clock);
   run.finish();
   return 0;
 }

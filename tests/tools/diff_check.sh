@@ -44,7 +44,7 @@ check_lesson stage1 stage2 60
 check_lesson stage2 stage3 100
 check_lesson stage2 offload 60
 # the pipeline is a rung beside the ladder: stages, schedules, point-to-point, the tied weight
-check_lesson stage0_ddp pipeline 240
+check_lesson stage0_ddp pipeline 250
 # infinity is stage3 with its slices off the device: the copies up and down, the host optimizer
 check_lesson stage3 infinity 100
 # ZeRO++ beside stage3: three marked blocks (qwZ, hpZ, qgZ), each a switch
