@@ -3,8 +3,9 @@
 // model file, the memory table and the JSON report. Each stage's train.cpp owns only its model
 // state (what is sharded, what is gathered, which collective runs where).
 //
-// Defined in two files: trainer.cpp (set-up, step bookkeeping, validation, finish) and report.cpp
-// (what the run reports at the end: the summary, the per-rank memory table, the JSON report).
+// Defined in three files: trainer_setup.cpp (the set-up: the flags checked, the batch settled, the
+// model made), trainer.cpp (the step protocol: checkpoints, step bookkeeping, validation, finish) and
+// report.cpp (what the run reports at the end: the summary, the per-rank memory table, the JSON report).
 // The model file is written by model_file.h, MFU computed by mfu.h.
 #pragma once
 #include <chrono>
@@ -21,7 +22,6 @@
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"
-#include "offload/host_adamw.h"  // HostAdamW, OffloadConfig (the offload stage)
 #include "optim.h"
 #include "rung.h"  // Topology, RungHooks: what a rung hands the Trainer
 #include "schedule.h"
@@ -57,11 +57,10 @@ class Trainer {
   Args args;  // the command line; the core below takes only the config structs made from it
   Stage stage;
   // The command line's settings for each part of the core, filled from args in one place
-  // (trainer.cpp, configs_from_args): the optimizer, the schedule, offload's state (and, private
-  // below, the checkpoints').
+  // (trainer_setup.cpp, configs_from_args): the optimizer, the schedule (and, private below, the
+  // checkpoints').
   AdamWConfig adamw;
   ScheduleConfig schedule;
-  OffloadConfig offload;
   ZeroppConfig zeropp;  // zeropp: which of ZeRO++'s three, their blocks, the simulated node size
   QatConfig qat;        // --qat: the model computes with fake-quantized weights (qat.h), any stage
   Layout layout;
@@ -137,7 +136,7 @@ class Trainer {
   std::vector<uint8_t> prune_keep_;  // the pruned file's mask, model file order, until set_up_pruning
   std::shared_ptr<const UnitMasks> prune_masks_;
   std::vector<float> pruned_params_;  // the pruned file's Ψ weights, model file order (init_params)
-  void configs_from_args();  // adamw, schedule, offload, checkpoint from args
+  void configs_from_args();  // adamw, schedule, checkpoint from args
   // Mean validation loss over args.eval_windows windows, split over the ranks.
   double evaluate();
   // report.cpp
