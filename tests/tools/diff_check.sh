@@ -43,8 +43,9 @@ check_lesson stage0_ddp stage1 60
 check_lesson stage1 stage2 60
 check_lesson stage2 stage3 100
 check_lesson stage2 offload 60
-# the pipeline is a rung beside the ladder: stages, schedules, point-to-point, the tied weight
-check_lesson stage0_ddp pipeline 250
+# the pipeline is a rung beside the ladder: split the layers instead of the batch (marked blocks:
+# the split, ZeRO-1 inside the replicas, the tied weight, the sends), and the schedule's loop
+check_lesson stage0_ddp pipeline 220
 # infinity is stage3 with its slices off the device: the copies up and down, the host optimizer
 check_lesson stage3 infinity 100
 # ZeRO++ beside stage3: three marked blocks (qwZ, hpZ, qgZ), each a switch
@@ -74,7 +75,7 @@ fi
 # between two of them (one more, for the +/-/space) fits 100. The trainers mirror each other, so
 # they are wrapped alike and a neighbour diff shows the idea, not the wrapping.
 wide=$(python3 - stage0_ddp/train.cpp stage1/train.cpp stage2/train.cpp stage3/train.cpp offload/train.cpp \
-  infinity/train.cpp zeropp/train.cpp <<'PY'
+  pipeline/train.cpp infinity/train.cpp zeropp/train.cpp <<'PY'
 import sys
 for f in sys.argv[1:]:
     for n, line in enumerate(open(f, encoding="utf-8"), 1):
