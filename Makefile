@@ -101,10 +101,15 @@ endif
 LDLIBS     += $(DNNL_LIBS)
 
 # The library: the core (common/*.cpp, what a learner reads), its rooms (common/kernels, runtime,
-# input, io, offload), and the inference pieces the tools and tests share (inference/decoder, quant;
-# the CUDA ops of its decode step, inference/kernels_decode.cu, are in CUDA_SRC). Includes
+# input, io, compression), the rungs' own files (DIR/*.cpp of stages.txt), and the inference pieces
+# the tools and tests share (inference/decoder, quant; the CUDA ops of its decode step,
+# inference/kernels_decode.cu, are in CUDA_SRC). Includes
 # name the room from common/ ("kernels/kernels.h") or from the root ("inference/decoder.h").
-COMMON_SRC := $(wildcard common/*.cpp common/*/*.cpp) inference/decoder.cpp inference/quant.cpp
+# A rung's own files (its plan, its store, its formulas) live beside its train.cpp: DIR/*.cpp for each
+# rung of stages.txt, included from the root ("pipeline/pipeline.h").
+RUNG_DIRS  := $(shell sed -n 's/^+*\([a-z][a-z0-9_]*\).*/\1/p' stages.txt)
+RUNG_SRC   := $(filter-out %/train.cpp,$(wildcard $(addsuffix /*.cpp,$(RUNG_DIRS))))
+COMMON_SRC := $(wildcard common/*.cpp common/*/*.cpp) $(RUNG_SRC) inference/decoder.cpp inference/quant.cpp
 COMMON_OBJ := $(COMMON_SRC:%.cpp=$(BUILD)/obj/%.o)
 
 ifeq ($(CUDA),1)
@@ -290,10 +295,11 @@ EXPLORER      := $(BUILD)/explorer
 # under the name the code includes, <mpi.h>, into $(EXPLORER)/include). cli.cpp is
 # there for parse_bytes (--fit); its trainer flags, whose limits shift a 32-bit long here, are never parsed.
 EXPLORER_CPP  := tools/zero_estimate.cpp tools/zero_quiz.cpp common/zero_formulas.cpp common/layout.cpp \
-                 common/pipeline.cpp common/ledger.cpp common/runtime/check.cpp common/input/cli.cpp \
+                 pipeline/pipeline.cpp pipeline/formulas.cpp zeropp/formulas.cpp \
+                 common/ledger.cpp common/runtime/check.cpp common/input/cli.cpp \
                  common/runtime/json.cpp common/runtime/device.cpp common/kernels/quantize.cpp
 EXPLORER_PAGE := $(addprefix $(EXPLORER)/,index.html explorer.js quiz.js explorer.css)
-$(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h) $(EXPLORER)/include/mpi.h
+$(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h pipeline/*.h zeropp/*.h) $(EXPLORER)/include/mpi.h
 	@mkdir -p $(dir $@)
 	NODE_PATH=/usr/share/nodejs $(EMXX) -std=c++17 -O2 -ffp-contract=off -Wall -Wno-shift-count-overflow -I$(EXPLORER)/include -Icommon -I. \
 	  $(EXPLORER_CPP) -sSINGLE_FILE=1 -sMODULARIZE=1 -sEXPORT_NAME=createZeroEstimate -sINVOKE_RUN=0 \

@@ -9,9 +9,9 @@
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"  // Attention, flash_attention_in_force
 #include "layout.h"  // GPTConfig, Unit, Slice, Layout
-#include "prune.h"   // UnitMasks: --prune-mask
+#include "compression/prune.h"  // UnitMasks: --prune-mask
 #include "ledger.h"
-#include "qat.h"  // QatConfig: --qat
+#include "compression/qat.h"  // QatConfig: --qat
 
 namespace nz {
 

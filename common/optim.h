@@ -7,7 +7,7 @@
 #include "kernels/dtype.h"
 #include "layout.h"
 #include "ledger.h"
-#include "prune.h"  // UnitMasks: --prune-mask
+#include "compression/prune.h"  // UnitMasks: --prune-mask
 
 namespace nz {
 

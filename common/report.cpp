@@ -96,8 +96,8 @@ void Trainer::print_memory_table() {
   const uint64_t acts0 =
       expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing, model->attention());
   // rank r's formula: the stage's, or (pipeline) its stage's
-  auto f_of = [&](int r) { return state_formula ? state_formula(r) : f0; };
-  auto acts_of = [&](int r) { return activation_formula ? activation_formula(r) : acts0; };
+  auto f_of = [&](int r) { return hooks.state_formula ? hooks.state_formula(r) : f0; };
+  auto acts_of = [&](int r) { return hooks.activation_formula ? hooks.activation_formula(r) : acts0; };
   const Category cols[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
                            Category::AdamV, Category::Activations, Category::CommBuffers, Category::Gathered};
   printf("\nper-rank memory, peak bytes (%s, %d ranks, %s; formulas: zero_formulas.h)\n", stage_name(stage),
@@ -127,8 +127,8 @@ void Trainer::print_memory_table() {
       uint64_t want = c == Category::Activations ? acts : f.of(c);
       if (c == Category::Gathered ? v[int(c)] > want : v[int(c)] != want) all_match = false;
     }
-    if (qat.on() && !state_formula && v[kNumCategories + 2] != qat_bytes(layout, dtype, qat)) all_match = false;
-    if (state_formula) {  // the pipeline: each stage's own formula, under its rank
+    if (qat.on() && !hooks.state_formula && v[kNumCategories + 2] != qat_bytes(layout, dtype, qat)) all_match = false;
+    if (hooks.state_formula) {  // the pipeline: each stage's own formula, under its rank
       printf("%-9s", "formula");
       for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
       printf("\n");
@@ -140,16 +140,16 @@ void Trainer::print_memory_table() {
   }
   const StateBytes f = f0;
   const uint64_t acts = acts0;
-  if (!state_formula) printf("%-9s", "formula");
-  if (!state_formula)
+  if (!hooks.state_formula) printf("%-9s", "formula");
+  if (!hooks.state_formula)
     for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
   printf("%sledger %s the formulas on every rank (model state %s per rank; Ψ = %zu, padded %zu, shard %zu)\n",
-         state_formula ? "" : "\n", all_match ? "matches" : "DOES NOT MATCH",
-         state_formula ? "per stage, above" : fmt_bytes(double(f.total())).c_str(), layout.num_params,
+         hooks.state_formula ? "" : "\n", all_match ? "matches" : "DOES NOT MATCH",
+         hooks.state_formula ? "per stage, above" : fmt_bytes(double(f.total())).c_str(), layout.num_params,
          layout.padded_total, layout.shard_total);
   // the fake-quantized unit (zero_formulas.h, qat_bytes): device scratch, on every rank alike (a
   // pipeline stage's own units: qat_bytes with its range, not checked here)
-  if (qat.on() && !state_formula)
+  if (qat.on() && !hooks.state_formula)
     printf("qat: %s, blocks of %zu%s: the fake-quantized unit, formula %llu bytes per rank (device scratch)\n",
            qat.bits == 8 ? "int8" : "int4", qat.block, qat.skip_embed ? ", embedding kept" : "",
            (unsigned long long)qat_bytes(layout, dtype, qat));
@@ -175,9 +175,9 @@ std::string Trainer::write_report() {
   j.begin_object();
   j.kv("stage", stage_name(stage));
   j.kv("world", world());
-  if (!pipeline_report.empty()) {
-    j.key("pipeline");
-    j.raw(pipeline_report);
+  if (!hooks.report_json.empty()) {  // the rung's own object (rung.h)
+    j.key(hooks.report_key.c_str());
+    j.raw(hooks.report_json);
   }
   if (stage == Stage::ZeroPP) {  // what ZeRO++ adds to stage3, and its bytes per step (zero_formulas.h)
     const ZeroppComm c = zeropp_comm_per_step(layout, dtype, zeropp, args.accum);

@@ -3,8 +3,9 @@
 // model file, the memory table and the JSON report. Each stage's train.cpp owns only its model
 // state (what is sharded, what is gathered, which collective runs where).
 //
-// Defined in two files: trainer.cpp (set-up, step bookkeeping, validation, finish) and report.cpp
-// (what the run reports at the end: the summary, the per-rank memory table, the JSON report).
+// Defined in three files: trainer_setup.cpp (the set-up: the flags checked, the batch settled, the
+// model made), trainer.cpp (the step protocol: checkpoints, step bookkeeping, validation, finish) and
+// report.cpp (what the run reports at the end: the summary, the per-rank memory table, the JSON report).
 // The model file is written by model_file.h, MFU computed by mfu.h.
 #pragma once
 #include <chrono>
@@ -17,19 +18,19 @@
 #include "input/cli.h"
 #include "comm.h"
 #include "input/data.h"
+#include "io/held_params.h"  // HeldParams: what checkpoints read where a rung holds no params buffer
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"
-#include "offload/host_adamw.h"  // HostAdamW, OffloadConfig (the offload stage)
 #include "optim.h"
-#include "pipeline.h"  // PipelinePlan: pipeline/train.cpp's stages and replicas
+#include "rung.h"  // Topology, RungHooks: what a rung hands the Trainer
 #include "lr_schedule.h"
 #include "zero_formulas.h"
+#include "zeropp/formulas.h"  // ZeroppConfig
 
 namespace nz {
 
 struct CheckpointConfig;  // io/checkpoint.h: the trainer keeps it; the stages never see it
-class ParamSlices;        // offload/param_store.h: infinity's slices
 
 // How a stage makes a unit's full parameters available: stages 0-2 point into their full buffer;
 // stage3 gathers the unit and releases it afterwards.
@@ -48,18 +49,18 @@ inline Location offload_tier(const Args& a, Stage s) {
 
 class Trainer {
  public:
-  Trainer(int argc, char** argv, Stage stage);
+  // topology_of: the rung's (rung.h), where its ranks are not N replicas of the whole model
+  Trainer(int argc, char** argv, Stage stage, TopologyOf topology_of = nullptr);
   ~Trainer();
 
   Comm comm;
   Args args;  // the command line; the core below takes only the config structs made from it
   Stage stage;
   // The command line's settings for each part of the core, filled from args in one place
-  // (trainer.cpp, configs_from_args): the optimizer, the schedule, offload's state (and, private
-  // below, the checkpoints').
+  // (trainer_setup.cpp, configs_from_args): the optimizer, the schedule (and, private below, the
+  // checkpoints').
   AdamWConfig adamw;
   LrScheduleConfig lr_schedule;
-  OffloadConfig offload;
   ZeroppConfig zeropp;  // zeropp: which of ZeRO++'s three, their blocks, the simulated node size
   QatConfig qat;        // --qat: the model computes with fake-quantized weights (qat.h), any stage
   Layout layout;
@@ -68,25 +69,17 @@ class Trainer {
   std::unique_ptr<DataLoader> data;
   std::unique_ptr<GPT> model;
   UnitAccess unit_access;  // set by the stage once its parameters exist (validation, model file)
-  // pipeline/train.cpp: the stages and replicas (pipeline.h); every other stage is one stage of N
-  // replicas. The model above is then this rank's stage's, and the layout is padded for D replicas.
-  PipelinePlan pipeline;
-  // The summed loss of the batch in the model, from a forward over every unit (validation). Set by
-  // a stage whose forward is not the plain unit loop over unit_access (the pipeline's crosses its
-  // stages; a rank without the head returns 0).
-  std::function<double()> forward_loss;
-  // The memory table's formula for rank r (report.cpp): by default the stage's, the same on every
-  // rank; the pipeline's differs from stage to stage.
-  std::function<StateBytes(int r)> state_formula;
-  std::function<uint64_t(int r)> activation_formula;
-  std::string pipeline_report;  // pipeline: a JSON object, the report's "pipeline" (the bubble per rank)
+  // Where this rank stands (rung.h): the data-parallel replicas, the units it runs (the model above
+  // holds those), the activation slots. The layout is padded for the replicas.
+  Topology topology;
+  RungHooks hooks;  // a rung's own validation forward, memory formulas, report (rung.h); empty: defaults
 
   int world() const { return comm.size(); }
   int rank() const { return comm.rank(); }
-  // Data parallelism: the replicas of the model and which one this rank is (N and its rank, except in
-  // the pipeline: D = N / P). The batch, the data and the gradient average are per replica.
-  int dp_world() const { return pipeline.replicas; }
-  int dp_rank() const { return pipeline.replica; }
+  // Data parallelism: the replicas of the model and which one this rank is (N and its rank, unless
+  // the rung's topology says otherwise). The batch, the data and the gradient average are per replica.
+  int dp_world() const { return topology.dp_world; }
+  int dp_rank() const { return topology.dp_rank; }
   // The scale that turns a sum over replicas and micro-steps into their mean: 1 / (D * accum).
   float grad_average_scale() const { return 1.0f / float(dp_world() * args.accum); }
 
@@ -126,8 +119,8 @@ class Trainer {
   // the step loop starts at first_step(). end_step() writes a checkpoint when one is due
   // (--ckpt-dir, --ckpt-every).
   void checkpoint_state(Buffer& params, ParamsHeld held, OptimizerState& optimizer);
-  // infinity: its own slices, off the device (param_store.h)
-  void checkpoint_state(ParamSlices& slices, OptimizerState& optimizer);
+  // or its own slices, held away from a buffer (io/held_params.h)
+  void checkpoint_state(HeldParams& slices, OptimizerState& optimizer);
   int first_step() const { return first_step_; }
 
  private:
@@ -143,7 +136,7 @@ class Trainer {
   std::vector<uint8_t> prune_keep_;  // the pruned file's mask, model file order, until set_up_pruning
   std::shared_ptr<const UnitMasks> prune_masks_;
   std::vector<float> pruned_params_;  // the pruned file's Ψ weights, model file order (init_params)
-  void configs_from_args();  // adamw, schedule, offload, checkpoint from args
+  void configs_from_args();  // adamw, schedule, checkpoint from args
   // Mean validation loss over args.eval_windows windows, split over the ranks.
   double evaluate();
   // report.cpp
@@ -180,7 +173,7 @@ class Trainer {
   void register_held(OptimizerState& optimizer);  // both checkpoint_state: the optimizer, and --resume
   std::unique_ptr<CheckpointConfig> checkpoint_;
   Buffer* held_params_ = nullptr;
-  ParamSlices* held_slices_ = nullptr;
+  HeldParams* held_slices_ = nullptr;
   ParamsHeld params_held_ = ParamsHeld::AllUnits;
   OptimizerState* held_optimizer_ = nullptr;
   std::string resume_from_;  // the checkpoint --resume found ("" for none)

@@ -195,58 +195,15 @@ uint64_t expected_activation_bytes(const GPTConfig& c, int B, int T, DType dt, b
   return blocks + ends + grads + tokens;
 }
 
-StateBytes pipeline_stage_bytes(const Layout& L, DType dt, const PipelinePlan& plan, int stage) {
-  const uint64_t e = dtype_bytes(dt);
-  const bool mixed = dt != DType::F32;
-  uint64_t Ps = 0, Us = 0;
-  for (int u = plan.first_unit[stage]; u < plan.first_unit[stage + 1]; u++) {
-    Ps += L.units[u].padded;
-    Us = std::max<uint64_t>(Us, L.units[u].padded);
-  }
-  const bool tied_copy = stage == plan.stages - 1 && stage != 0;  // the head without the embedding
-  const uint64_t VC = uint64_t(L.cfg.vocab) * L.cfg.dim;
-  StateBytes b;
-  b.params = e * Ps + (tied_copy ? e * VC : 0);
-  b.grads = e * Ps + e * Us + (tied_copy ? e * VC : 0);
-  const uint64_t Os = plan.zero == 1 ? Ps / plan.replicas : Ps;  // --zero 1: my replica's slice of each unit
-  b.master = mixed ? 4 * Os : 0;
-  b.adam_m = 4 * Os;
-  b.adam_v = 4 * Os;
-  return b;
-}
-
-uint64_t pipeline_activation_bytes(const GPTConfig& c, int B, int T, DType dt, bool checkpointing, Attention attn,
-                                   const PipelinePlan& plan, int stage, int accum) {
-  auto r = [](uint64_t n) { return (n + 63) / 64 * 64; };
-  const uint64_t BT = uint64_t(B) * T, C = c.dim, H = c.heads, V = c.vocab;
-  const uint64_t e = dtype_bytes(dt), f = dt == DType::F64 ? 8 : 4;
-  const int first = plan.first_unit[stage], end = plan.first_unit[stage + 1], units = c.layers + 2;
-  uint64_t blocks_here = 0;  // units 1..L are the blocks
-  for (int u = std::max(first, 1); u < std::min(end, units - 1); u++) blocks_here++;
-  const bool has_embed = first == 0, has_head = end == units;
-  const uint64_t softmax = attn == Attention::Flash ? r(4 * uint64_t(B) * H * T) : r(uint64_t(B) * H * T * T * e);
-  const uint64_t internals = 4 * r(BT * C * e) + r(3 * BT * C * e) + 2 * r(4 * BT * C * e) + softmax + 4 * r(BT * f);
-  const uint64_t output = r(BT * C * e);
-  const uint64_t blocks = checkpointing ? blocks_here * output + (blocks_here > 0 ? internals : 0)
-                                        : blocks_here * (internals + output);
-  const uint64_t input = r(BT * C * e);
-  const uint64_t head = has_head ? r(BT * C * e) + 2 * r(BT * f) + r(BT * V * e) + r(BT * f) : 0;
-  const uint64_t tokens = (has_embed ? r(4 * BT) : 0) + (has_head ? r(4 * BT) : 0);
-  const uint64_t grads = 4 * r(BT * C * e) + r(4 * BT * C * e) + r(3 * BT * C * e);
-  const uint64_t slots = activation_slots(plan.schedule, plan.stages, stage, accum);
-  return slots * (input + blocks + head + tokens) + grads;
-}
-
 uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing,
-                              Attention attn, const ZeroppConfig* zeropp) {
-  const StateBytes b = stage == Stage::ZeroPP && zeropp ? zeropp_state_bytes(L, dt, *zeropp)
-                                                        : expected_state_bytes(stage, L, dt);
+                              Attention attn, const StateBytes* state) {
+  const StateBytes b = state ? *state : expected_state_bytes(stage, L, dt);
   return b.total() - b.host + expected_activation_bytes(L.cfg, B, T, dt, checkpointing, attn);
 }
 
 int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
-                          int max_batch, Attention attn, const ZeroppConfig* zeropp) {
-  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing, attn, zeropp) <= budget; };
+                          int max_batch, Attention attn, const StateBytes* state) {
+  auto fits = [&](int B) { return expected_device_peak(stage, L, B, T, dt, checkpointing, attn, state) <= budget; };
   if (!fits(1)) return 0;
   int lo = 1, hi = max_batch;  // fits(lo); the answer is in [lo, hi]
   while (lo < hi) {
@@ -278,45 +235,6 @@ StateBytes offload_state_bytes(Stage stage, const Layout& L, DType dt, Location 
   b.disk = b.master + b.adam_m + b.adam_v + (stage == Stage::Infinity ? b.params : 0);
   b.host -= b.disk;
   return b;
-}
-
-}  // namespace nz
-
-namespace nz {
-
-static uint64_t packed(int bits, size_t block, uint64_t n) { return BlockQuant{bits, block}.packed_bytes(n); }
-
-StateBytes zeropp_state_bytes(const Layout& L, DType dt, const ZeroppConfig& z) {
-  StateBytes b = expected_state_bytes(Stage::Z3, L, dt);
-  const uint64_t e = dtype_bytes(dt), N = L.world, P = L.padded_total, s_max = L.max_unit_padded / N;
-  if (z.hpz > 0) b.params += e * P / uint64_t(z.hpz);
-  if (z.qwz) b.comm_buffers += (N + 1) * packed(8, z.qw_block, s_max);
-  if (z.qgz) b.comm_buffers += N * packed(4, z.qg_block, s_max) + 8 * s_max;
-  return b;
-}
-
-ZeroppComm zeropp_comm_per_step(const Layout& L, DType dt, const ZeroppConfig& z, int accum) {
-  const uint64_t e = dtype_bytes(dt), N = L.world, Gn = z.node_size, K = accum;
-  ZeroppComm c;
-  // one collective that sends `bytes` (standing for `elems`) to each of `peers` ranks, `across` of them
-  // on other nodes
-  auto add = [&](uint64_t elems, uint64_t bytes, uint64_t peers, uint64_t across) {
-    c.elems += K * peers * elems;
-    c.bytes += K * peers * bytes;
-    c.bytes_across += K * across * bytes;
-  };
-  for (int u = 0; u < L.num_units(); u++) {
-    const uint64_t p = L.units[u].padded, s = p / N;
-    const uint64_t gather = z.qwz ? packed(8, z.qw_block, s) : e * s;
-    const int forward_gathers = u == L.embed_unit() ? 2 : 1;  // the embedding again for the LM head
-    for (int i = 0; i < forward_gathers; i++) add(s, gather, N - 1, N - Gn);
-    if (u != L.embed_unit()) {  // the embedding's backward needs no parameters
-      if (z.hpz > 0) add(p / z.hpz, e * p / z.hpz, z.hpz - 1, 0);  // inside my node only
-      else add(s, gather, N - 1, N - Gn);
-    }
-    add(s, z.qgz ? packed(4, z.qg_block, s) : e * s, N - 1, N - Gn);  // the reduce-scatter
-  }
-  return c;
 }
 
 uint64_t qat_bytes(const Layout& L, DType dt, const QatConfig& q, int first, int end) {

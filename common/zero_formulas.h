@@ -13,15 +13,14 @@
 #include "ledger.h"
 #include "kernels/kernels.h"  // Attention
 #include "layout.h"
-#include "pipeline.h"  // PipelinePlan
-#include "qat.h"       // QatConfig
+#include "compression/qat.h"  // QatConfig
 
 namespace nz {
 
-// Pipeline: pipeline/train.cpp (pipeline.h); its per-stage bytes are pipeline_stage_bytes below, the
-// whole-model functions count it as stage0_ddp (every rank all units: an upper bound).
+// Pipeline: pipeline/train.cpp; its per-stage bytes are in pipeline/formulas.h, the whole-model
+// functions count it as stage0_ddp (every rank all units: an upper bound).
 // ZeroPP: zeropp/train.cpp, stage3 with ZeRO++'s quantized and node-local collectives; the
-// whole-model functions count it as stage3, and zeropp_bytes below adds what ZeRO++ adds.
+// whole-model functions count it as stage3, and zeropp/formulas.h adds what ZeRO++ adds.
 enum class Stage { DDP, Z1, Z2, Z3, Offload, Pipeline, Infinity, ZeroPP };
 const char* stage_name(Stage s);
 bool parse_stage(const std::string& s, Stage* out);
@@ -67,16 +66,15 @@ uint64_t expected_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt,
 // is added as if they all peaked together, so the ledger's device peak is at most this; in these
 // trainers they do (the model states are allocated before the first forward and the activations
 // once), so it is equal (tests/test_batch_fit). What --batch auto fits into --memory-budget.
-// zeropp: ZeRO++'s switches, for Stage::ZeroPP (its layout padded to N x block): what it adds to
-// stage3's state (zeropp_state_bytes below) is counted too; null: stage3's alone.
-struct ZeroppConfig;
+// state: a rung's own model-state bytes where they differ from its stage's (zeropp: what ZeRO++
+// adds to stage3, zeropp/formulas.h); null: expected_state_bytes(stage).
 uint64_t expected_device_peak(Stage stage, const Layout& L, int B, int T, DType dt, bool checkpointing,
-                              Attention attn = Attention::Gemm, const ZeroppConfig* zeropp = nullptr);
+                              Attention attn = Attention::Gemm, const StateBytes* state = nullptr);
 // The largest micro-batch B in 1..max_batch whose expected_device_peak fits in budget bytes, or 0
 // when even B = 1 does not (activations grow with B, nothing else does).
 int largest_fitting_batch(Stage stage, const Layout& L, int T, DType dt, bool checkpointing, uint64_t budget,
                           int max_batch = 1 << 16, Attention attn = Attention::Gemm,
-                          const ZeroppConfig* zeropp = nullptr);
+                          const StateBytes* state = nullptr);
 
 // Elements this rank sends per optimizer step in the model-state collectives, with K = accum
 // micro-steps. Stages 0 and 1 keep the full gradient, so they accumulate it locally and reduce
@@ -112,51 +110,5 @@ uint64_t expected_overflow_flag_elems(const Layout& L, DType dt);
 // model keeps every stage file unchanged. For a pipeline stage: units [first, end), and on a last
 // stage without the embedding the LM head's wte copy, V C elements.
 uint64_t qat_bytes(const Layout& L, DType dt, const QatConfig& q, int first = 0, int end = -1);
-
-// ---- ZeRO++ (zeropp/train.cpp, docs/zeropp.md): what it adds to stage3, for a layout padded to
-// N x block (make_layout's pad_block), with s_u = p_u / N the slice of unit u (p_u padded) ----
-struct ZeroppConfig {
-  bool qwz = false;              // int8 parameter gathers
-  int hpz = 0;                   // hpZ's node size G (0: off)
-  bool qgz = false;              // int4 gradient reduce-scatter
-  int node_size = 1;             // the simulated node: --hpz's G, --node-size, or all N ranks
-  size_t qw_block = 256, qg_block = 256;
-};
-// Model-state bytes per rank: stage3's, plus
-//   params        + e P / G                  hpZ's secondary shard: my node's 1/G of every unit
-//   comm_buffers  + (N + 1) q8(U/N)          qwZ: my slice and every rank's, as int8 + scales
-//                 + N q4(U/N) + 8 U/N        qgZ: N slices as int4 + scales, two fp32 slices (the
-//                                            sum and one rank's dequantized blocks)
-// where qb(n) = b n / 8 + 4 n / block bytes (kernels/quantize.h, packed_bytes).
-StateBytes zeropp_state_bytes(const Layout& L, DType dt, const ZeroppConfig& z);
-// What one rank sends per optimizer step in the model-state collectives (K micro-steps), with G'
-// the node size: every collective sends the same to each of the N - 1 others, G' - 1 of them
-// inside my node and N - G' across. Per micro-step, per unit u, what goes to one peer:
-//   forward gathers (every unit, the embedding twice)   q8(s_u) with qwZ, else e s_u
-//   backward gathers (every unit but the embedding)     hpZ: e p_u / G to the G - 1 others of my
-//                                                       node only; else as the forward's
-//   gradient reduce-scatter (every unit)                q4(s_u) with qgZ, else e s_u
-// With none of the three this is stage3's 3K(N-1)S elements of e bytes.
-struct ZeroppComm {
-  uint64_t elems = 0;         // the parameters the bytes stand for (the ledger's elems_sent)
-  uint64_t bytes = 0;         // all bytes sent
-  uint64_t bytes_across = 0;  // of them, to ranks on other nodes
-};
-ZeroppComm zeropp_comm_per_step(const Layout& L, DType dt, const ZeroppConfig& z, int accum);
-
-// ---- pipeline (pipeline.h): what stage s holds, with P_s = Σ padded over its units and U_s its
-// largest unit (padded for the D replicas), V x C the tied wte ----
-//   params   e P_s                (+ e VC on the last stage: its copy of wte for the LM head)
-//   grads    e P_s + e U_s        (+ e VC on the last stage: the head's d wte, on its way to stage 0)
-//   master   4 P_s (bf16, fp16), Adam m, v 4 P_s each: the optimizer state of its units only
-//            (--zero 1: P_s / D each, its replica's slice of every unit, as stage1 on D ranks)
-// (with P = 1 the stage holds everything: stage0_ddp's bytes).
-StateBytes pipeline_stage_bytes(const Layout& L, DType dt, const PipelinePlan& plan, int stage);
-// Activations of stage s holding `slots` micro-batches (activation_slots: K for GPipe, min(P-s, K) for
-// 1F1B), term by term as expected_activation_bytes: per slot the stage's input r(BTCe) (the embedding's
-// output on stage 0), its blocks' internals and outputs, the head's ends on the last stage, the tokens
-// on the first and the targets on the last r(4BT) each; once, the backward's grads of one block.
-uint64_t pipeline_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn,
-                                   const PipelinePlan& plan, int stage, int accum);
 
 }  // namespace nz

@@ -11,7 +11,8 @@
 #include <cmath>      // std::sqrt
 
 #include "kernels/ops.h"  // kernels on the run's backend
-#include "offload/param_store.h"  // ParamSlices: my parameter slices in host memory or in a file
+#include "offload/host_adamw.h"  // HostAdamW: offload's (infinity = stage3 + offload)
+#include "infinity/param_store.h"  // ParamSlices: my parameter slices in host memory or in a file
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -52,7 +53,8 @@ int main(int argc, char** argv) {
   // it is written back where the slices live (offload's outbox, with no device at the end)
   auto outbox = [&](int u) { return my_G(u); };
   // master, m, v for my slices on the host (or on disk, beside the parameter file); CPU AdamW
-  HostAdamW adam(L, owned_shards(L, rank), dt, state_at, run.adamw, run.offload);
+  HostAdamW adam(L, owned_shards(L, rank), dt, state_at, run.adamw,
+                 offload_config(run.args, comm));
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.shard(u, rank), outbox(u), Location::Host);  // P_p: only my slice
     adam.init_master(u, outbox(u));

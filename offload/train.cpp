@@ -9,6 +9,7 @@
 #include <cmath>      // std::sqrt
 
 #include "kernels/ops.h"  // kernels on the run's backend
+#include "offload/host_adamw.h"  // HostAdamW: AdamW on the host, its state in memory or files
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -52,7 +53,8 @@ int main(int argc, char** argv) {
   auto outbox = [&](int u) { return my_G(u); };
   // offload: master, m, v for my slices on the host (or on disk); AdamW runs on the CPU
   const Location state_at = run.args.offload_to == "disk" ? Location::Disk : Location::Host;
-  HostAdamW adam(L, owned_shards(L, rank), dt, state_at, run.adamw, run.offload);
+  HostAdamW adam(L, owned_shards(L, rank), dt, state_at, run.adamw,
+                 offload_config(run.args, comm));
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     to_host(outbox(u), my_P(u), owned(u));  // offload: the master starts as my slice, copied down

@@ -227,7 +227,7 @@ def compile_learner(ex, source, out_dir):
     if c.returncode != 0:
         with open(source, errors="replace") as s:
             return None, first_compile_error(c.stderr, source, s.read())
-    if ex.path.startswith("common/"):  # the collective layer: the real trainer, the learner's comm.o first
+    if not ex.path.endswith("/train.cpp"):  # a library file: the real trainer, the learner's object first
         objs = f"{os.path.join(BUILD, 'obj', ex.stage, 'train.o')} {obj}"
     else:
         objs = obj

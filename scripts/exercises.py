@@ -468,7 +468,7 @@ EXERCISES = [
                 "for (int r = 0; r < n_ranks; r++) acc += load(full[size_t(r) * shard + i]);\n"
                 "out[i] = store<T>(acc);", BITS)]),
     Exercise(
-        "pipeline_1f1b", "common/pipeline.cpp", "pipeline",
+        "pipeline_1f1b", "pipeline/pipeline.cpp", "pipeline",
         "the pipeline: the order of forwards and backwards of 1F1B on stage s of P, for K micro-batches",
         ["Append to `ops` the 1F1B order for stage s (0-based) of P stages and K micro-batches:",
          "{true, k} is the forward of micro-batch k, {false, k} its backward. First a warm-up of",

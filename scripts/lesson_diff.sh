@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `make diff A=stage1 B=stage2`: the lesson between two stages, as a unified diff. The exercise
-# markers (`// begin exercise: NAME`, `// end exercise: NAME`, see scripts/exercises.py) are left
-# out: they mark where a learner writes code, not what the stage teaches.
+# `make diff A=stage1 B=stage2`: the lesson between two stages, as a unified diff of their train.cpp,
+# then B's own files (a rung is a folder: its plan, its store, its formulas beside its train.cpp),
+# each with its line count and its first line, the file's purpose. The exercise markers
+# (`// begin exercise: NAME`, `// end exercise: NAME`, see scripts/exercises.py) are left out: they
+# mark where a learner writes code, not what the stage teaches.
 #   COLOR=auto|always|never   colour the lines that changed (default auto: on a terminal only;
 #                             `COLOR=always ... | less -R` keeps the colours in a pager)
 #   WORDS=1                   the words that changed, in colour, inside whole lines (git's
@@ -32,9 +34,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for d in "$A" "$B"; do
   mkdir -p "$tmp/$d"
-  for f in "$d"/*; do
-    [ -f "$f" ] && grep -v '// \(begin\|end\) exercise: ' "$f" >"$tmp/$f" || true
-  done
+  [ -f "$d/train.cpp" ] && grep -v '// \(begin\|end\) exercise: ' "$d/train.cpp" >"$tmp/$d/train.cpp" || true
+done
+# B's own files: every file of B but its train.cpp that A does not hold the same
+own=()
+for f in "$B"/*; do
+  n=${f##*/}
+  [ -f "$f" ] && [ "$n" != train.cpp ] && ! cmp -s "$f" "$A/$n" && own+=("$f")
 done
 cd "$tmp"
 if [ -n "$WORDS" ]; then
@@ -46,4 +52,13 @@ elif [ "$COLOR" = always ] && diff --color=always /dev/null /dev/null >/dev/null
   diff -ru --color=always "$A" "$B" || true
 else  # plain, or a diff without --color (not GNU diffutils)
   diff -ru "$A" "$B" || true
+fi
+cd - >/dev/null
+if [ ${#own[@]} -gt 0 ]; then
+  echo
+  echo "$B's own files (the rung's code beside its train.cpp):"
+  for f in "${own[@]}"; do
+    echo "  $f ($(wc -l <"$f") lines)"
+    echo "      $(head -n 1 "$f" | sed 's,^// [^ ]* — ,,')"
+  done
 fi

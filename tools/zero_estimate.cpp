@@ -50,6 +50,8 @@
 #include "runtime/json.h"           // JsonWriter
 #include "model.h"          // presets, make_layout, activation_bytes
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
+#include "pipeline/formulas.h"  // pipeline_stage_bytes, pipeline_activation_bytes
+#include "zeropp/formulas.h"    // zeropp_state_bytes, zeropp_comm_per_step
 #include "tools/zero_quiz.h"      // make_quiz, check_quiz
 #include "kernels/quantize.h"       // valid_quant_block
 #ifndef __EMSCRIPTEN__

@@ -8,7 +8,7 @@
 //        dequantized, then they are summed in rank order in fp32. Units are padded to N x block:
 //        every slice is whole blocks, counted from the unit's start (kernels/quantize.h).
 // Holds: stage3's; + hpZ's secondary shard eP/G; + the quantized buffers (zeropp_state_bytes).
-// Sends: stage3's collectives, fewer bytes across nodes (zero_formulas.h, zeropp_comm_per_step).
+// Sends: stage3's collectives, fewer bytes across nodes (zeropp/formulas.h, zeropp_comm_per_step).
 // Docs:  docs/zeropp.md; README.md (the ladder); docs/stages.md.
 #include <cmath>      // std::sqrt
 #include <cstring>    // memcpy

@@ -27,7 +27,6 @@
 #include "runtime/heartbeat.h"     // heartbeat: a unit loaded (writes beat in AtomicFile)
 #include "kernels/kernels.h"      // cpu::cast: stored bf16/fp16 params widened to be checked
 #include "kernels/quantize.h"     // valid_quant_block: a MANIFEST's pad_block
-#include "offload/param_store.h"  // ParamSlices: infinity's slices, off the device
 
 namespace nz {
 

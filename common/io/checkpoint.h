@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "comm.h"
+#include "io/held_params.h"  // HeldParams: parameters held away from a buffer
 #include "loss_scale.h"  // LossScaler, LossScaleState (fp16)
 #include "layout.h"
 #include "optim.h"
@@ -47,8 +48,6 @@
 #include "zero_formulas.h"  // Stage
 
 namespace nz {
-
-class ParamSlices;  // offload/param_store.h
 
 constexpr char kShardMagic[8] = {'N', 'Z', 'C', 'K', 'S', 'H', 'R', 'D'};
 constexpr uint32_t kShardVersion = 1;
@@ -83,8 +82,8 @@ struct HeldState {
   bool params_full = true;   // the pipeline: its stage's units [first_unit, end_unit), whole
   int first_unit = 0, end_unit = 1 << 30;
   int data_world = 1;        // the replicas that split the data (N, but D = N / P in the pipeline)
-  // infinity: this rank's slices off the device (param_store.h) instead of a params buffer
-  ParamSlices* slices = nullptr;
+  // or this rank's slices held away from a buffer (held_params.h), instead of a params buffer
+  HeldParams* slices = nullptr;
   OptimizerState* opt = nullptr;
   LossScaler* scaler = nullptr;  // fp16: its state is saved and restored too
   int rank = 0;

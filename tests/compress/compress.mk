@@ -26,9 +26,9 @@ QAT_MUTANT_FILE_master_quantized := common/model.cpp
 QAT_MUTANT_SED_master_quantized := s/^  return qat_unit_\.data();$$/  memcpy(const_cast<void*>(p), qat_unit_.data(), n * dtype_bytes(dt_)); return p;/
 QAT_MUTANT_FILE_backward_exact := common/model.cpp
 QAT_MUTANT_SED_backward_exact := s|^  p = qat_view(u, p, L_\.units\[u\]\.numel);  // q(w), as in the forward$$|  // (the exact weights)|
-QAT_MUTANT_FILE_per_unit_scale := common/qat.cpp
+QAT_MUTANT_FILE_per_unit_scale := common/compression/qat.cpp
 QAT_MUTANT_SED_per_unit_scale := s/const BlockQuant bq{q\.bits, q\.block};/const BlockQuant bq{q.bits, n};/
-QAT_MUTANT_FILE_skip_ignored := common/trainer.cpp
+QAT_MUTANT_FILE_skip_ignored := common/trainer_setup.cpp
 QAT_MUTANT_SED_skip_ignored := s/size_t(args\.qat_block), args\.qat_skip_embed};/size_t(args.qat_block), false};/
 
 QAT_MUTANT_BINS := $(QAT_MUTANTS:%=$(BUILD)/mutants/bin/mutant_qat_%)

@@ -1,6 +1,6 @@
 # tests/compress/prune_mutants.mk — deliberately broken copies of the pruning mask, for the tests of
 # the tests: tests/compress/test_prune.cpp runs each one and requires its checks to report the bug.
-# The mask lives in common/ (prune.h), not in the stage files, so each mutant is a sed of one common
+# The mask lives in common/ (compression/prune.h), not in the stage files, so each mutant is a sed of one common
 # file, compiled and linked into one stage ahead of the library (the library's copy of that file
 # is then never pulled in). `make tests` builds them into $(BUILD)/mutants/bin/.
 #
@@ -24,7 +24,7 @@ PRUNE_MUTANT_SED_decay_unmasked := -e 's/^    p32\[i\] = p_\[j\], m\[i\] = m_\[j
 PRUNE_MUTANT_FILE_one_shard := common/optim.cpp
 PRUNE_MUTANT_STAGE_one_shard := stage2
 PRUNE_MUTANT_SED_one_shard := -e 's/cfg\.prune->pruned_at(u, own\.begin, begin + i)/cfg.prune->pruned_at(u, 0, begin + i)/'
-PRUNE_MUTANT_FILE_host_unmasked := common/offload/host_adamw.cpp
+PRUNE_MUTANT_FILE_host_unmasked := offload/host_adamw.cpp
 PRUNE_MUTANT_STAGE_host_unmasked := offload
 PRUNE_MUTANT_SED_host_unmasked := -e 's/^    pruned\.restore(p32, m, v, dt_, .*$$/    ;  \/\/ (not put back)/'
 PRUNE_MUTANT_LINES := 1

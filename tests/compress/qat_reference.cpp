@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     adam.init_master(u, P(u));
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};  // the model file: exact
-  run.forward_loss = [&] {  // validation: on what the model sees
+  run.hooks.forward_loss = [&] {  // validation: on what the model sees
     for (int u = 0; u < L.num_units(); u++) model.forward(u, V(u));
     model.head_forward(V(EMBED));
     return model.take_loss_sum();

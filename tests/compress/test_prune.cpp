@@ -1,4 +1,4 @@
-// test_prune.cpp — pruning (prune.h, io/pruned_file.h, tools/prune.cpp) and fine-tuning a pruned
+// test_prune.cpp — pruning (compression/prune.h, pruned_file.h, tools/prune.cpp) and fine-tuning a pruned
 // model in every stage of the ladder, as a learner runs them:
 //   - the pruned file: its size is the formula written out below, its mask prunes exactly
 //     floor(S n) of each matrix (or of all of them, --scope global), the smallest |w| (ties to the
@@ -38,7 +38,7 @@ const std::string kTiny =
 const double kSparsity = 0.5;
 
 // The pruned file, read here from its description in docs/files.md ("Pruned model file"),
-// independently of io/pruned_file.cpp.
+// independently of compression/pruned_file.cpp.
 struct PrunedFile {
   uint64_t size = 0, params = 0, kept = 0;
   std::vector<uint8_t> keep;    // per parameter

@@ -1,4 +1,4 @@
-// test_qat.cpp — quantization-aware training (--qat int8|int4, common/qat.h, docs/compression.md):
+// test_qat.cpp — quantization-aware training (--qat int8|int4, common/compression/qat.h, docs/compression.md):
 //   - reference: stage0_ddp with --qat is bit for bit qat_reference (tests/compress/qat_reference.cpp:
 //     the fake quantization written out in a plain trainer's loop, straight-through gradients to
 //     exact parameters), in int8, int4, int4 with the embedding kept, another block size, bf16;

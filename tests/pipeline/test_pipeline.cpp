@@ -14,8 +14,9 @@
 #include "harness.h"
 #include "kernels/kernels.h"  // Attention
 #include "model.h"            // stage_activation_bytes: the model's own allocation
-#include "pipeline.h"         // stage_ops, activation_slots
-#include "zero_formulas.h"    // pipeline_activation_bytes, expected_activation_bytes
+#include "pipeline/pipeline.h"  // stage_ops, activation_slots
+#include "pipeline/formulas.h"  // pipeline_activation_bytes
+#include "zero_formulas.h"      // expected_activation_bytes
 
 using namespace nzt;
 

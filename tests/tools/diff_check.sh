@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The lessons stay focused: `make diff A=stage0_ddp B=stage1`, `stage1 stage2`, `stage2 stage3` and
-# `stage2 offload` are what a learner reads, so each must be small (under MAX changed lines, as git counts:
-# lines added plus lines removed), must change something, must not hide a whole file behind
-# "Only in", and every hunk that adds code must say, in a comment, which idea it implements.
+# `stage2 offload` are what a learner reads, so each train.cpp diff must be small (under MAX changed
+# lines, as git counts: lines added plus lines removed), must change something, must not hide a whole
+# file behind "Only in", and every hunk that adds code must say, in a comment, which idea it
+# implements. The rung's own files are listed after it, each by its purpose line (checked below).
 # Prints NZRESULT lines for tests/run_all.sh.
 cd "$(dirname "$0")/../.."
 
@@ -42,18 +43,39 @@ check_lesson stage0_ddp stage1 60
 check_lesson stage1 stage2 60
 check_lesson stage2 stage3 100
 check_lesson stage2 offload 60
-# the pipeline is a rung beside the ladder: stages, schedules, point-to-point, the tied weight
-check_lesson stage0_ddp pipeline 240
+# the pipeline is a rung beside the ladder: split the layers instead of the batch (marked blocks:
+# the split, ZeRO-1 inside the replicas, the tied weight, the sends), and the schedule's loop
+check_lesson stage0_ddp pipeline 220
 # infinity is stage3 with its slices off the device: the copies up and down, the host optimizer
 check_lesson stage3 infinity 100
 # ZeRO++ beside stage3: three marked blocks (qwZ, hpZ, qgZ), each a switch
 check_lesson stage3 zeropp 140
 
+# A rung is a folder: beside its train.cpp, the files only it uses (make diff lists them under the
+# train.cpp diff). Each opens with its purpose in one line, `// NAME — what it is for`, which the
+# listing shows, so it must be whole in that line (a sentence ending in a full stop) and fit 99
+# columns.
+purpose=$(for d in $(sed -n 's/^+*\([a-z][a-z0-9_]*\).*/\1/p' stages.txt); do
+  for f in "$d"/*; do
+    n=${f##*/}
+    [ -f "$f" ] && [ "$n" != train.cpp ] || continue
+    first=$(head -n 1 "$f")
+    if ! grep -qE "^// ${n//./\\.} — .+\.\$" <<<"$first" || [ ${#first} -gt 99 ]; then
+      printf '%s: "%s"; ' "$f" "$first"
+    fi
+  done
+done)
+if [ -z "$purpose" ]; then
+  echo "NZRESULT PASS diff.rung_files_say_their_purpose"
+else
+  echo "NZRESULT FAIL diff.rung_files_say_their_purpose (want a first line '// NAME — purpose.' of <= 99 columns: $purpose)"
+fi
+
 # Readable on a projector: every line of the five trainers fits 99 columns, so every line of a diff
 # between two of them (one more, for the +/-/space) fits 100. The trainers mirror each other, so
 # they are wrapped alike and a neighbour diff shows the idea, not the wrapping.
 wide=$(python3 - stage0_ddp/train.cpp stage1/train.cpp stage2/train.cpp stage3/train.cpp offload/train.cpp \
-  infinity/train.cpp zeropp/train.cpp <<'PY'
+  pipeline/train.cpp infinity/train.cpp zeropp/train.cpp <<'PY'
 import sys
 for f in sys.argv[1:]:
     for n, line in enumerate(open(f, encoding="utf-8"), 1):

@@ -20,7 +20,8 @@
 
 #include "harness.h"
 #include "model.h"          // preset_config
-#include "zero_formulas.h"  // expected_device_peak, ZeroppConfig: what --batch auto fits
+#include "zero_formulas.h"  // expected_device_peak: what --batch auto fits
+#include "zeropp/formulas.h"  // ZeroppConfig, zeropp_state_bytes
 
 using namespace nzt;
 
@@ -301,12 +302,13 @@ TEST(Zeropp, BatchAutoFitsZeroppsPeakNotStage3s) {
   nz::preset_config("tiny", &tiny);
   const nz::Layout L = nz::make_layout(tiny, N, 64);
   const nz::ZeroppConfig z{true, 2, true, 2, 64, 64};
-  auto peak = [&](int B, const nz::ZeroppConfig* zpp) {
-    return nz::expected_device_peak(nz::Stage::ZeroPP, L, B, T, nz::DType::BF16, false, nz::Attention::Gemm, zpp);
+  const nz::StateBytes zpp = nz::zeropp_state_bytes(L, nz::DType::BF16, z);
+  auto peak = [&](int B, const nz::StateBytes* states) {
+    return nz::expected_device_peak(nz::Stage::ZeroPP, L, B, T, nz::DType::BF16, false, nz::Attention::Gemm, states);
   };
-  const uint64_t budget = peak(B0, &z);
+  const uint64_t budget = peak(B0, &zpp);
   ASSERT_LE(peak(B0 + 1, nullptr), budget) << "the case this test is about: stage3's formula fits more";
-  ASSERT_GT(peak(B0 + 1, &z), budget);
+  ASSERT_GT(peak(B0 + 1, &zpp), budget);
   const RunResult& fit = run("zeropp", N, 1, "--qwz --hpz 2 --qgz" + kBlocks + " --seq 16 --batch auto " +
                              "--memory-budget " + std::to_string(budget), "bf16", 1);
   ASSERT_EQ(fit.exit_code, 0) << fit.output;

@@ -1,5 +1,5 @@
-// host_adamw.cpp — AdamW run by the CPU on offload's state, in host memory or streamed from
-// files (host_adamw.h).
+// host_adamw.cpp — AdamW run by the CPU on offload's state, in host memory or in files.
+// (host_adamw.h)
 #include "offload/host_adamw.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "offload/offload_store.h"  // DiskState (offload to disk)
 #include "runtime/check.h"
+#include "input/cli.h"            // Args: --offload-dir, --offload-chunk
 #include "runtime/heartbeat.h"       // heartbeat: an optimizer unit (or a disk chunk of one) is done
 
 namespace nz {
@@ -88,6 +89,10 @@ void HostAdamW::put(OptArray a, size_t at, size_t n, const float* host) {
   if (!disk_) return OptimizerState::put(a, at, n, host);
   NZ_CHECK(at + n <= total_, "optimizer state: no such elements");
   disk_->write_array(int(a), at, n, host);
+}
+
+OffloadConfig offload_config(const Args& a, const Comm& comm) {
+  return {a.offload_dir, size_t(a.offload_chunk), &comm};
 }
 
 }  // namespace nz

@@ -1,5 +1,5 @@
 // qat.cpp — the fake quantization of quantization-aware training (qat.h).
-#include "qat.h"
+#include "compression/qat.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,5 +1,5 @@
 // param_store.cpp — infinity's parameter slices in host memory or in a file (param_store.h).
-#include "offload/param_store.h"
+#include "infinity/param_store.h"
 
 #include <signal.h>  // signal (SIGXFSZ)
 #include <unistd.h>  // close

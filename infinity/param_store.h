@@ -1,6 +1,6 @@
-// param_store.h — ZeRO-Infinity's parameter slices off the device (infinity/train.cpp,
-// --offload-param cpu|disk): this rank's slice of every unit, in the storage type, in host memory
-// or in one file. The trainer fetches a unit's slice just before its all-gather (it is copied up
+// param_store.h — ZeRO-Infinity's parameter slices off the device, in host memory or a file.
+// For infinity/train.cpp (--offload-param cpu|disk): this rank's slice of every unit, in the
+// storage type, in host memory or in one file. The trainer fetches a unit's slice just before its all-gather (it is copied up
 // into its place in the gathered unit) and writes the updated slice back after the host AdamW.
 //
 // Disk tier: the file is made as offload's are (offload_store.h: a fresh name, unlinked at once,
@@ -19,6 +19,7 @@
 #include <string>
 #include <utility>
 
+#include "io/held_params.h"  // HeldParams
 #include "kernels/dtype.h"
 #include "layout.h"
 #include "ledger.h"  // Buffer
@@ -27,7 +28,7 @@ namespace nz {
 
 class Comm;  // comm.h
 
-class ParamSlices {
+class ParamSlices : public HeldParams {  // checkpoints read and write it (held_params.h)
  public:
   // where: Location::Host (a Buffer of S elements, ledger params/host) or Location::Disk (a file of
   // S elements in dir, ledger params/disk, and two host buffers of the largest slice, scratch).
@@ -44,8 +45,8 @@ class ParamSlices {
   // The updated slice of unit u (host memory) becomes the stored one.
   void write_back(int u, const void* slice);
   // Elements [at, at + n) of my packed slices (shard offsets), to or from host memory (checkpoints).
-  void read(size_t at, size_t n, void* dst);
-  void write(size_t at, size_t n, const void* src);
+  void read(size_t at, size_t n, void* dst) override;
+  void write(size_t at, size_t n, const void* src) override;
   // Disk tier: what the file cost. Fetches served by the read-ahead, of all fetches (the guess's hit
   // rate); bytes read and written; the time spent reading (in either thread) and writing, and the
   // time the training waited for a slice: reading time it did not wait for overlapped compute.
@@ -54,7 +55,7 @@ class ParamSlices {
     double read_ms = 0, write_ms = 0, waited_ms = 0;
   };
   IoStats io_stats() const;
-  std::string io_summary() const;  // one line (Trainer::finish prints rank 0's); "" on the host tier
+  std::string io_summary() const override;  // one line (Trainer::finish prints rank 0's); "" on the host tier
 
  private:
   const Layout& L_;

@@ -1,5 +1,5 @@
 // pipeline.cpp — the partition, the schedules and the stage clock (pipeline.h).
-#include "pipeline.h"
+#include "pipeline/pipeline.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,6 +7,8 @@
 
 #include "comm.h"           // gather_scalar: every rank's times
 #include "runtime/check.h"  // user_error
+#include "runtime/cli.h"    // Args
+#include "runtime/json.h"   // JsonWriter: the report's "pipeline" object
 
 namespace nz {
 
@@ -143,6 +145,38 @@ void StageClock::stop() {
   op_.micro = -1;
 }
 
+PipelinePlan pipeline_plan(const Args& a, int world, int rank) {
+  return make_pipeline_plan(a.cfg, world, rank, a.pipeline, a.schedule, a.partition, a.zero);
+}
+
+Topology pipeline_topology(const Args& a, int world, int rank) {
+  const PipelinePlan plan = pipeline_plan(a, world, rank);
+  // the last stage quantizes its own copy of wte for the LM head: its blocks are the embedding's
+  // (counted from the unit's start) only if wte is whole blocks
+  const size_t wte_elems = size_t(a.cfg.vocab) * a.cfg.dim;
+  if (a.qat_bits && !a.qat_skip_embed && wte_elems % a.qat_block != 0)
+    user_error("--qat with --pipeline: wte's %zu values are not whole blocks of %ld, expected a --qat-block that "
+               "divides them (at most %zu); use a smaller --qat-block or --qat-skip embedding", wte_elems,
+               a.qat_block, wte_elems & (~wte_elems + 1));
+  Topology t;
+  t.dp_world = plan.replicas, t.dp_rank = plan.replica;
+  t.first_unit = plan.first(), t.end_unit = plan.end();
+  t.activation_slots = [plan](int K) { return activation_slots(plan.schedule, plan.stages, plan.stage, K); };
+  return t;
+}
+
+void recv_waiting(Comm& comm, StageClock& clock, void* dst, size_t elems, DType dt, int from, int tag) {
+  clock.waiting();
+  comm.recv(dst, elems, dt, from, tag);
+  clock.computing();
+}
+
+void wait_waiting(Comm& comm, StageClock& clock, CommRequest& sent) {
+  clock.waiting();
+  comm.wait(sent);
+  clock.computing();
+}
+
 std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock) {
   const std::vector<double> compute_s = comm.gather_scalar(clock.compute_s);
   const std::vector<double> wait_s = comm.gather_scalar(clock.wait_s);
@@ -160,13 +194,19 @@ std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const Sta
   }
   const std::string all_events = comm.gather_strings(mine + "]", "\n");  // rank 0: one line per rank
   size_t line_at = 0;
-  char head[160];
-  snprintf(head, sizeof head, "{\"stages\": %d, \"replicas\": %d, \"zero\": %d, \"schedule\": \"%s\", "
-           "\"bubble_formula\": %.17g, ", plan.stages, plan.replicas, plan.zero, schedule_name(plan.schedule),
-           bubble_formula(plan.stages, K));
-  std::string report = std::string(head) + "\"first_unit\": [";
-  for (size_t i = 0; i < plan.first_unit.size(); i++) report += (i ? ", " : "") + std::to_string(plan.first_unit[i]);
-  report += "], \"ranks\": [";
+  JsonWriter j;
+  j.begin_object();
+  j.kv("stages", plan.stages);
+  j.kv("replicas", plan.replicas);
+  j.kv("zero", plan.zero);
+  j.kv("schedule", schedule_name(plan.schedule));
+  j.kv("bubble_formula", bubble_formula(plan.stages, K));
+  j.key("first_unit");
+  j.begin_array();
+  for (int u : plan.first_unit) j.value(u);
+  j.end_array();
+  j.key("ranks");
+  j.begin_array();
   if (comm.rank() == 0)
     printf("pipeline: %d stages x %d replicas, %s, %d micro-batches | bubble (P-1)/(K+P-1) = %.3f\n", plan.stages,
            plan.replicas, schedule_name(plan.schedule), K, bubble_formula(plan.stages, K));
@@ -178,15 +218,21 @@ std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const Sta
       printf("  rank %d (stage %d, units %d..%d, %d activation slots): compute %.1f ms, waiting %.1f ms: idle %.3f\n",
              r, rs, plan.first_unit[rs], plan.first_unit[rs + 1] - 1,
              activation_slots(plan.schedule, plan.stages, rs, K), 1e3 * compute_s[r], 1e3 * wait_s[r], idle);
-    char entry[160];
-    snprintf(entry, sizeof entry, "%s{\"stage\": %d, \"compute_s\": %.6f, \"wait_s\": %.6f, \"idle\": %.6f, \"events\": ",
-             r ? ", " : "", rs, compute_s[r], wait_s[r], idle);
+    j.begin_object();
+    j.kv("stage", rs);
+    j.kv("compute_s", compute_s[r]);
+    j.kv("wait_s", wait_s[r]);
+    j.kv("idle", idle);
     const size_t line_end = std::min(all_events.find('\n', line_at), all_events.size());
-    report += entry + (comm.rank() == 0 ? all_events.substr(line_at, line_end - line_at) : "[]") + "}";
+    j.key("events");  // rank 0 gathered them: one line per rank
+    j.raw(comm.rank() == 0 ? all_events.substr(line_at, line_end - line_at) : "[]");
+    j.end_object();
     line_at = line_end + 1;
   }
+  j.end_array();
+  j.end_object();
   fflush(stdout);
-  return report + "]}";
+  return j.str();
 }
 
 }  // namespace nz

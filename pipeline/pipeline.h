@@ -1,6 +1,7 @@
-// pipeline.h — pipeline parallelism's plan (pipeline/train.cpp): which units each stage holds,
-// which rank is which (stage, replica), the order of one stage's forwards and backwards (GPipe,
-// 1F1B), how many micro-batches' activations a stage keeps, and where its time goes (the bubble).
+// pipeline.h — pipeline parallelism's plan: who holds which units, and in which order they run.
+// For pipeline/train.cpp: which units each stage holds, which rank is which (stage, replica),
+// the order of one stage's forwards and backwards (GPipe, 1F1B), how many micro-batches'
+// activations a stage keeps, and where its time goes (the bubble).
 //
 // N ranks = P stages x D replicas. Rank r is stage r / D of replica r % D: the D ranks of a stage
 // are neighbours in rank order, and they reduce the gradients of their units over the replicas
@@ -17,10 +18,13 @@
 // adds the head's and the lookup's parts of micro-batch k in the same order as stage0_ddp.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "comm.h"  // Comm, CommRequest: the waits the stage clock counts
 #include "layout.h"
+#include "rung.h"  // Topology
 
 namespace nz {
 
@@ -58,6 +62,13 @@ struct PipelinePlan {
 // --zero 2 or 3 (see make_pipeline_plan in pipeline.cpp for why they do not fit a pipeline).
 PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P, const std::string& schedule,
                                 const std::string& partition, int zero = 0);
+struct Args;  // runtime/cli.h
+// The plan from the command line (--pipeline, --schedule, --partition, --zero): make_pipeline_plan's.
+PipelinePlan pipeline_plan(const Args& a, int world, int rank);
+// This rank's topology (rung.h): its stage's units, its replica among D, its schedule's activation
+// slots. Bad flags are one line here (the plan's, and --qat's blocks on the last stage's wte).
+Topology pipeline_topology(const Args& a, int world, int rank);
+
 // The default partition: each boundary where the running parameter count comes nearest to s/P of
 // the total, every stage at least one unit (DeepSpeed's partition_method "parameters").
 std::vector<int> balanced_partition(const Layout& L, int P);
@@ -72,7 +83,7 @@ struct StageEvent {
 // Where a stage's time goes while it runs its schedule: computing, or waiting for a neighbour (a
 // receive, or a send it must see through before it may reuse the buffer). The idle fraction
 // wait / (compute + wait) is the measured bubble. Each stretch is also kept as an event of the op
-// it belongs to (the last step's: the pipeline diagram, scripts/pipeline_plots.py).
+// it belongs to (the last step's: the pipeline diagram, notebooks/05_pipeline.ipynb).
 class StageClock {
  public:
   int start(const PipeOp& op);  // the schedule's next op begins (computing); returns its micro-batch
@@ -89,7 +100,22 @@ class StageClock {
   std::chrono::steady_clock::time_point since_;
 };
 
-class Comm;
+// The messages between two ranks of a pipeline that may be in flight together, told apart.
+enum PipeTag { kActivation = 1, kActivationGrad, kHeadGrad, kTiedWeights, kModelFile };
+
+class Trainer;  // trainer.h
+// What the Trainer asks of a pipeline rank besides training (rung.h's hooks, and unit_access):
+// validation's forward through every stage (the loss on the last, 0 elsewhere), rank 0's access to
+// every unit for the model file, and the memory table's formulas, each stage its own. P(u): unit
+// u's parameters on my stage; head_weights: the LM head's wte (the last stage's), else null.
+void set_pipeline_hooks(Trainer& run, const PipelinePlan& pipe, std::function<void*(int u)> P,
+                        const void* head_weights);
+
+// A receive, or a send seen through, counted on the stage clock as waiting: the bubble is made of
+// these (pipeline/train.cpp calls them wherever a neighbour may keep it waiting).
+void recv_waiting(Comm& comm, StageClock& clock, void* dst, size_t elems, DType dt, int from, int tag);
+void wait_waiting(Comm& comm, StageClock& clock, CommRequest& sent);
+
 // The bubble, measured: every rank's compute and wait times gathered; rank 0 prints them with each
 // rank's idle fraction beside the formula. Returns the report's "pipeline" object (JSON), with each
 // rank's events of the last step (ms from the first of them on any rank). Collective.

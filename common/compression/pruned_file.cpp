@@ -1,5 +1,5 @@
 // pruned_file.cpp — writing and reading the pruned model file (pruned_file.h).
-#include "io/pruned_file.h"
+#include "compression/pruned_file.h"
 
 #include <sys/stat.h>
 
@@ -10,7 +10,7 @@
 #include "io/atomic_file.h"
 #include "io/crc32c.h"
 #include "io/model_file.h"  // first_non_finite, element_name
-#include "prune.h"          // prunable: which bits may be 0
+#include "compression/prune.h"  // prunable: which bits may be 0
 #include "runtime/check.h"
 
 namespace nz {

@@ -10,13 +10,15 @@ namespace nz {
 
 class Comm;  // comm.h
 
-// Where offload's optimizer state lives beyond the device (the trainer fills it from the command
-// line: --offload-dir, --offload-chunk).
-struct OffloadConfig {
+// Where offload's optimizer state lives beyond the device (offload_config fills it from the
+// command line: --offload-dir, --offload-chunk).
+struct OffloadConfig {  // from the command line: offload_config
   std::string dir;               // Location::Disk: the folder of the state files
   size_t chunk_elems = 1 << 20;  // Location::Disk: elements streamed per chunk
   const Comm* comm = nullptr;    // Location::Disk: the run's ranks, which agree on a failed reservation
 };
+struct Args;  // runtime/cli.h
+OffloadConfig offload_config(const Args& a, const Comm& comm);  // --offload-dir, --offload-chunk
 
 // The same AdamW for ZeRO-Offload, run by the CPU on state in host memory (or on disk): an fp32
 // master of the owned slices (in fp32 mode too: the parameters themselves stay on the device), m

@@ -1,5 +1,5 @@
 // prune.cpp — magnitude pruning and the mask in a trainer's layout (prune.h).
-#include "prune.h"
+#include "compression/prune.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,6 @@
-// offload_store.h — offload's disk tier (--offload-to disk --offload-dir DIR): the optimizer state
-// of a rank's owned slices (fp32 master, Adam m and v) lives in three files, and each step streams
+// offload_store.h — offload's disk tier: the optimizer state in files (--offload-to disk).
+// With --offload-dir DIR the optimizer state of a rank's owned slices (fp32 master, Adam m and v)
+// lives in three files, and each step streams
 // it through host buffers a chunk at a time. Host memory for the optimizer state is then bounded
 // by the chunk (--offload-chunk elements), however large the model; the price is reading and
 // writing 12 bytes per owned parameter per step. Reads and writes are plain and synchronous.
