@@ -13,7 +13,7 @@
 
 namespace nz {
 
-struct Args;  // runtime/cli.h
+struct Args;  // input/cli.h
 
 // Where this rank stands. The default: every rank a data-parallel replica of the whole model, one
 // micro-batch's activations at a time.

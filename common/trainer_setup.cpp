@@ -16,8 +16,8 @@
 #include "io/crc32c.h"         // the --prune-mask's identity in checkpoints
 #include "compression/pruned_file.h"  // load_pruned: --prune-mask
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
-#include "runtime/watchdog.h"    // Watchdog: a rank that stops making progress ends the job
-#include "runtime/mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
+#include "watchdog.h"            // Watchdog: a rank that stops making progress ends the job
+#include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
 #include "kernels/ops.h"         // cpu::cast; set_kernels (kernels.h)
 
 namespace nz {
@@ -87,7 +87,7 @@ LossScaleConfig loss_scale_config(const Args& a) {
           a.loss_scale_backoff, a.loss_scale_min};
 }
 
-ScheduleConfig schedule_config(const Args& a) {
+LrScheduleConfig lr_schedule_config(const Args& a) {
   return {a.lr, a.warmup, a.steps, a.lr_schedule, a.warmup_min_lr, a.warmup_type, a.lr_total_steps};
 }
 
@@ -103,7 +103,7 @@ CheckpointConfig checkpoint_config(const Args& a) {
   c.seed = a.seed;
   c.lr = a.lr, c.weight_decay = a.weight_decay, c.clip = a.clip;
   c.warmup = a.warmup, c.steps = a.steps, c.batch = a.batch, c.seq = a.seq, c.accum = a.accum;
-  c.schedule = schedule_config(a);
+  c.lr_schedule = lr_schedule_config(a);
   // --qat: "none", or the bits, the block and the skip, e.g. int4/64/embedding-kept
   if (a.qat_bits)
     c.qat = "int" + std::to_string(a.qat_bits) + "/" + std::to_string(a.qat_block) +
@@ -115,7 +115,7 @@ CheckpointConfig checkpoint_config(const Args& a) {
 
 void Trainer::configs_from_args() {
   adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
-  schedule = schedule_config(args);
+  lr_schedule = lr_schedule_config(args);
   zeropp = zeropp_config(args, world());
   qat = {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed};
   checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));

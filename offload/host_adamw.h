@@ -17,7 +17,7 @@ struct OffloadConfig {  // from the command line: offload_config
   size_t chunk_elems = 1 << 20;  // Location::Disk: elements streamed per chunk
   const Comm* comm = nullptr;    // Location::Disk: the run's ranks, which agree on a failed reservation
 };
-struct Args;  // runtime/cli.h
+struct Args;  // input/cli.h
 OffloadConfig offload_config(const Args& a, const Comm& comm);  // --offload-dir, --offload-chunk
 
 // The same AdamW for ZeRO-Offload, run by the CPU on state in host memory (or on disk): an fp32

@@ -7,7 +7,7 @@
 
 #include "comm.h"           // gather_scalar: every rank's times
 #include "runtime/check.h"  // user_error
-#include "runtime/cli.h"    // Args
+#include "input/cli.h"    // Args
 #include "runtime/json.h"   // JsonWriter: the report's "pipeline" object
 
 namespace nz {

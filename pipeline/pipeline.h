@@ -62,7 +62,7 @@ struct PipelinePlan {
 // --zero 2 or 3 (see make_pipeline_plan in pipeline.cpp for why they do not fit a pipeline).
 PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P, const std::string& schedule,
                                 const std::string& partition, int zero = 0);
-struct Args;  // runtime/cli.h
+struct Args;  // input/cli.h
 // The plan from the command line (--pipeline, --schedule, --partition, --zero): make_pipeline_plan's.
 PipelinePlan pipeline_plan(const Args& a, int world, int rank);
 // This rank's topology (rung.h): its stage's units, its replica among D, its schedule's activation
