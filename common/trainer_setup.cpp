@@ -14,7 +14,7 @@
 #include "runtime/check.h"       // NZ_CHECK
 #include "io/checkpoint.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
 #include "io/crc32c.h"         // the --prune-mask's identity in checkpoints
-#include "compression/pruned_file.h"  // load_pruned: --prune-mask
+#include "io/pruned_file.h"  // load_pruned: --prune-mask
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
 #include "watchdog.h"            // Watchdog: a rank that stops making progress ends the job
 #include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token

@@ -5,7 +5,7 @@
 // IN is a model file (--save-model, consolidate) or a pruned file (pruned again: its pruned weights
 // are 0, the smallest there are). The blocks' matrices lose the fraction S of their weights with
 // the smallest |w| (prune.h: what is prunable and why); OUT holds the mask and the kept weights
-// (compression/pruned_file.h), and every tool that takes --model reads it. A trainer fine-tunes it with
+// (io/pruned_file.h), and every tool that takes --model reads it. A trainer fine-tunes it with
 // --prune-mask OUT, keeping the pruned weights at exactly 0. OUT is written atomically: on any
 // error it is left as it was.
 #include <sys/stat.h>  // stat: --out is not --model
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "io/model_file.h"   // load_model (either kind of file)
-#include "compression/pruned_file.h"  // write_pruned_file, pruned_file_bytes
+#include "io/pruned_file.h"  // write_pruned_file, pruned_file_bytes
 #include "compression/prune.h"        // magnitude_prune
 #include "runtime/check.h"   // user_error
 #include "input/cli.h"     // check_output_file

@@ -14,7 +14,7 @@
 #include "runtime/check.h"
 #include "runtime/device.h"  // copy_bytes
 #include "io/crc32c.h"
-#include "compression/pruned_file.h"  // load_model reads a pruned model too
+#include "io/pruned_file.h"  // load_model reads a pruned model too
 #include "kernels/kernels.h"  // cpu::cast, to widen bf16 parameters to fp32
 #include "runtime/heartbeat.h"  // heartbeat: a unit collected
 

@@ -38,7 +38,7 @@ const std::string kTiny =
 const double kSparsity = 0.5;
 
 // The pruned file, read here from its description in docs/files.md ("Pruned model file"),
-// independently of compression/pruned_file.cpp.
+// independently of io/pruned_file.cpp.
 struct PrunedFile {
   uint64_t size = 0, params = 0, kept = 0;
   std::vector<uint8_t> keep;    // per parameter

@@ -1,5 +1,5 @@
 // pruned_file.cpp — writing and reading the pruned model file (pruned_file.h).
-#include "compression/pruned_file.h"
+#include "io/pruned_file.h"
 
 #include <sys/stat.h>
 
