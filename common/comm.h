@@ -72,6 +72,9 @@ class Comm {
   // and so on. A group keeps its ranks' nodes.
   void set_node_size(int G);
   int host_nodes() const { return host_nodes_; }  // machines the ranks of the world run on
+  // The ranks per machine when every machine runs as many and its ranks are consecutive (ranks 0..G-1
+  // on the first, G..2G-1 on the next): the nodes set_node_size(G) would simulate. 0 otherwise.
+  int ranks_per_host() const;
   int node_of(int r) const;              // the node of rank r of this Comm
   uint64_t peers_across_nodes() const;   // ranks of this Comm on another node than mine
   // Call once the device is chosen (select_device). On CUDA, when no two ranks share a GPU,

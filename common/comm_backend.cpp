@@ -107,6 +107,14 @@ void Comm::set_node_size(int G) {
 
 int Comm::node_of(int r) const { return node_of_.empty() ? 0 : node_of_[r]; }
 
+int Comm::ranks_per_host() const {
+  if (host_nodes_ < 1 || size_ % host_nodes_ != 0) return 0;
+  const int G = size_ / host_nodes_;
+  for (int r = 0; r < size_; r++)
+    if (node_of(r) != r / G) return 0;
+  return G;
+}
+
 uint64_t Comm::peers_across_nodes() const {
   uint64_t n = 0;
   for (int r = 0; r < size_; r++) n += node_of(r) != node_of(rank_);

@@ -25,9 +25,23 @@ namespace nz {
 namespace {
 
 // ZeRO++'s switches (the stage's own layout is make_layout's with args.quant_pad_block()).
-ZeroppConfig zeropp_config(const Args& a, int world) {
-  return {a.qwz, a.hpz, a.qgz, a.node_size > 0 ? a.node_size : a.hpz > 0 ? a.hpz : world, size_t(a.qw_block),
-          size_t(a.qg_block)};
+// ZeRO++'s nodes are the machines when the ranks run on several (--hpz and --node-size must then say
+// the same G), else simulated on one: --hpz's G, --node-size, or all ranks one node.
+ZeroppConfig zeropp_config(const Args& a, const Comm& comm, Stage stage) {
+  const int world = comm.size(), hosts = comm.host_nodes(), G = comm.ranks_per_host();
+  int node_size = a.node_size > 0 ? a.node_size : a.hpz > 0 ? a.hpz : world;
+  if (stage == Stage::ZeroPP && hosts > 1) {
+    if (G == 0)
+      user_error("zeropp: the %d ranks run on %d machines, but a machine's ranks are not consecutive or not as "
+                 "many on each, expected ranks 0..G-1 on the first machine, G..2G-1 on the next; start them with "
+                 "mpiexec -ppn G (or a host file of host:G lines)", world, hosts);
+    for (auto [flag, g] : {std::pair{"--hpz", a.hpz}, std::pair{"--node-size", a.node_size}})
+      if (g > 0 && g != G)
+        user_error("%s %d: the ranks run on %d machines of %d ranks, and ZeRO++'s nodes are the machines, "
+                   "expected %s %d (or none)", flag, g, hosts, G, flag, G);
+    node_size = G;
+  }
+  return {a.qwz, a.hpz, a.qgz, node_size, size_t(a.qw_block), size_t(a.qg_block)};
 }
 
 // The model-state bytes per rank the fits checks count: ZeRO++'s (stage3's and what it adds), or the stage's.
@@ -42,7 +56,7 @@ StateBytes model_state_bytes(Stage stage, const Layout& L, DType dt, const Zerop
 // does not count (libraries, scratch) comes on top.
 void check_model_fits(const Args& args, Stage stage, const Comm& comm, int dp_world) {
   const Layout L = make_layout(args.cfg, dp_world, args.quant_pad_block());
-  const StateBytes states = model_state_bytes(stage, L, args.dtype, zeropp_config(args, comm.size()));
+  const StateBytes states = model_state_bytes(stage, L, args.dtype, zeropp_config(args, comm, stage));
   const Device device_kind = select_device(args.device.c_str(), comm.local_rank(), false);  // quietly: once more aloud later
   const Attention attn = flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
   const double device = double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype,
@@ -116,7 +130,7 @@ CheckpointConfig checkpoint_config(const Args& a) {
 void Trainer::configs_from_args() {
   adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
   lr_schedule = lr_schedule_config(args);
-  zeropp = zeropp_config(args, world());
+  zeropp = zeropp_config(args, comm, stage);
   qat = {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed};
   checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));
 }
@@ -190,8 +204,10 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
   if (!args.prune_mask.empty()) set_up_pruning();
   if (rank() == 0) {
     const GPTConfig& c = args.cfg;
-    printf("%s | %d ranks | %s: %d layers, width %d, %d heads, context %d | %zu parameters (%zu padded, %zu per rank)\n",
-           stage_name(stage), world(), args.preset.c_str(), c.layers, c.dim, c.heads, c.ctx,
+    // the machines, where there are several (the comm ledger counts the bytes between them)
+    const std::string nodes = comm.host_nodes() > 1 ? " on " + std::to_string(comm.host_nodes()) + " nodes" : "";
+    printf("%s | %d ranks%s | %s: %d layers, width %d, %d heads, context %d | %zu parameters (%zu padded, %zu per rank)\n",
+           stage_name(stage), world(), nodes.c_str(), args.preset.c_str(), c.layers, c.dim, c.heads, c.ctx,
            layout.num_params, layout.padded_total, layout.shard_total);
     printf("%s | %s | batch %d x seq %d x accum %d per rank | %d steps | %d threads per rank | data %s (%zu bytes)\n",
            dtype_name(dtype), current_device() == Device::CUDA ? "cuda" : "cpu", args.batch, args.seq,
@@ -231,7 +247,7 @@ Trainer::~Trainer() = default;
 void Trainer::settle_batch() {
   const int N = dp_world();
   const Layout L = make_layout(args.cfg, N, args.quant_pad_block());  // zeropp: its padded layout
-  const StateBytes states = model_state_bytes(stage, L, args.dtype, zeropp_config(args, world()));  // zeropp's own
+  const StateBytes states = model_state_bytes(stage, L, args.dtype, zeropp_config(args, comm, stage));  // zeropp's own
   std::string budget_from = "--memory-budget";
   int fit = 0;
   // the device (chosen here quietly, again later aloud) and the kernels decide attention's activations:

@@ -193,7 +193,8 @@ def build(out, exercises_mod, only=None):
             t = strip_catalogue(t)
         if f.endswith(".ipynb"):
             t = strip_notebook(t)
-        if f.endswith(".mk") and any(x in t for x in ("train.cpp", "train.o", "COMMON_SRC") + tuple(by_file)):
+        if f.endswith(".mk") and any(x in t for x in ("train.cpp", "train.o", "COMMON_SRC", "train_mutants",
+                                                      "tests/lib/mutants.mk") + tuple(by_file)):
             left_out[f] = "builds from sources the pack cuts (the tests' deliberately broken trainers, the CUDA emulator)"
             continue
         found = holds(t, lines) if f.endswith(COMPILED) else mentions(t, lines)

@@ -59,6 +59,7 @@ runs=(
   "pipeline|pipeline --pipeline 2 --accum 2"
   "infinity|infinity"
   "zeropp|zeropp --hpz 2 --qwz --qgz"
+  "zeropp_machines|zeropp --qwz --qgz"
 )
 
 # wait_run PID DIR: wait for the two-node run. MPI_Finalize over UCX's TCP transport (UCX 1.13, as in
@@ -208,6 +209,27 @@ print(f'{$across / 2 / $steps / bps * 1e3:.1f}')")
     echo "NZRESULT FAIL two_nodes.$name (differs from the one-node run: $why)"; fail=1
   fi
 done
+# ZeRO++'s nodes are the machines: a G that is not theirs, and a rank order that splits a machine's
+# ranks, are each one line and exit 2 (the run stops before it trains)
+refused() {  # refused NAME HOSTS PATTERN ARGS...: the two-node run of zeropp ARGS must stop with PATTERN
+  local name=$1 hosts=$2 pattern=$3; shift 3
+  [[ -z "$only" || ",$only," == *",zeropp,"* ]] || return 0
+  local launch=(mpiexec -hosts "$hosts" -launcher ssh -launcher-exec "$work/launch.sh" -iface "$veth_a" -n 4
+                "$bin/zeropp" "${common[@]}" "$@")
+  local out rc
+  out=$(timeout 120 ip netns exec "$ns_a" unshare --uts --mount /bin/sh -c "$enter_node" nodea "$work/boot_id.a" \
+        "$(printf '%q ' "${launch[@]}")" 2>&1); rc=$?
+  local line; line=$(grep -m1 "^error: " <<< "$out")
+  if [[ $rc -ne 0 && "$line" == *"$pattern"* ]]; then
+    echo "NZRESULT PASS two_nodes.refuses_$name ($line)"
+  else
+    echo "NZRESULT FAIL two_nodes.refuses_$name (exit $rc, expected a line with '$pattern'; got: ${line:-$(tail -1 <<< "$out")})"
+    fail=1
+  fi
+}
+refused hpz_not_the_machines "$ip_a:2,$ip_b:2" "the ranks run on 2 machines of 2 ranks" --hpz 4
+refused ranks_of_a_machine_apart "$ip_a:1,$ip_b:1" "a machine's ranks are not consecutive" --hpz 2
+
 echo
 cat "$work/table.txt"
 echo "(link bytes: Ethernet frames both ways, with TCP/IP headers, about 66 B per packet, MPI's headers and"

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   GPT& model = *run.model;
   Comm& comm = run.comm;
   const ZeroppConfig& zpp = run.zeropp;
-  comm.set_node_size(zpp.node_size);  // simulated nodes: ranks 0..G-1 are node 0, and so on
+  comm.set_node_size(zpp.node_size);  // nodes of G: the machines' own, or simulated on one
   const BlockQuant qw{8, zpp.qw_block}, qg{4, zpp.qg_block};  // int8 weights, int4 gradients
   const size_t max_owned = L.max_unit_padded / L.world;
 
@@ -160,12 +160,14 @@ int main(int argc, char** argv) {
     // end exercise: zeropp_qgz_reduce
   };
   // ==== end qgZ ====
+  const char* nodes_are = comm.host_nodes() > 1       ? " (the machines)"
+                          : zpp.node_size < L.world ? " (simulated)" : "";
   if (rank == 0 && !run.args.quiet)
-    printf("zeropp: qwZ %s | hpZ %s | qgZ %s | nodes of %d ranks | units padded to %zu x %zu\n",
+    printf("zeropp: qwZ %s | hpZ %s | qgZ %s | nodes of %d ranks%s | units padded to %zu x %zu\n",
            zpp.qwz ? ("int8, blocks of " + std::to_string(qw.block)).c_str() : "off",
            G ? ("secondary shard over " + std::to_string(G) + " ranks").c_str() : "off",
            zpp.qgz ? ("int4, blocks of " + std::to_string(qg.block)).c_str() : "off",
-           zpp.node_size, size_t(L.world), L.pad_block);
+           zpp.node_size, nodes_are, size_t(L.world), L.pad_block);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);

@@ -522,8 +522,9 @@ def main(kind, count):
         # -- the comparison can fail: a page whose form drops --accum --
         broken = tempfile.mkdtemp()
         try:
-            for f in os.listdir(page_dir):
-                shutil.copy(os.path.join(page_dir, f), broken)
+            for f in os.listdir(page_dir):  # the page's files (not the build's include/ folder)
+                if os.path.isfile(os.path.join(page_dir, f)):
+                    shutil.copy(os.path.join(page_dir, f), broken)
             js = os.path.join(broken, "explorer.js")
             text = open(js).read()
             mutated = text.replace('"--accum", $("accum").value', '"--accum", "1"')
