@@ -13,7 +13,7 @@ EMU_CXXFLAGS := $(filter-out -O3 -DNZ_HAVE_CUDA -DNZ_CUBLAS_DLOPEN -I$(CUDA_HOME
                 $(EMU_OPT) -DNZ_HAVE_CUDA -Idev/emu/include -Icommon/kernels/cuda -Wno-unknown-pragmas
 EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/kernels/cuda/*.cu))
 EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \
-                $(EMU)/obj/dev/emu/emu.o
+                $(EMU)/obj/dev/emu/emu.o $(EMU)/obj/dev/emu/check.o
 EMU_LIB      := $(EMU)/libnanozero_emu.a
 # the host libraries the common/ objects need: the BLAS, oneDNN when built with it (Makefile DNNL), and
 # MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
@@ -37,9 +37,13 @@ $(EMU)/gen/%.cuh: %.cuh dev/emu/cu2cpp.pl
 	@mkdir -p $(dir $@)
 	perl dev/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
 
+# The kernels' translation units are compiled with GCC's thread-sanitizer instrumentation: a call
+# before every load and store, which dev/emu/check.cpp answers (NZ_EMU_CHECK; the sanitizer's own
+# library is not linked), and line tables (-g1) so that a finding names its source lines.
+EMU_INSTRUMENT := -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -g1
 $(EMU)/obj/gen/%.o: $(EMU)/gen/%.cpp $(EMU_GEN_CUH)
 	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_INSTRUMENT) -c $< -o $@
 
 $(EMU)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -75,3 +79,22 @@ $(EMU)/tests/emu_selftest: $(EMU)/obj/gen/dev/emu/selftest.o $(EMU_LIB)
 	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
 
 -include $(shell find $(EMU)/obj -name '*.d' 2>/dev/null)
+
+# make emu-check CU=path/to/program.cu [ARGS="..."]: one CUDA program (kernels and a host main using
+# the runtime API; no MPI needed) built against the emulator with every check on (NZ_EMU_CHECK=all)
+# and run with ARGS (dev/emu/emu_check.sh). Each finding is a line "emu-check: KIND: ...", and the
+# exit status is non-zero; a clean program exits with its own. CU and ARGS reach the script as raw
+# text in the environment: nothing in them is expanded by make or the shell.
+.PHONY: emu-check
+ifneq ($(filter emu-check,$(MAKECMDGOALS)),)
+ifeq ($(strip $(value CU)),)
+$(error make emu-check: no program given (CU is empty); expected: make emu-check CU=path/to/program.cu [ARGS="arguments"])
+else ifeq ($(wildcard $(value CU)),)
+$(error make emu-check: $(value CU): no such file; expected: make emu-check CU=path/to/program.cu [ARGS="arguments"])
+endif
+endif
+emu-check: export EMU_CHECK_CU = $(value CU)
+emu-check: export EMU_CHECK_ARGS = $(value ARGS)
+emu-check: $(EMU_LIB)
+	@EMU_CXX='$(CXX)' EMU_FLAGS='$(EMU_CXXFLAGS) $(EMU_INSTRUMENT)' EMU_LINK='$(LDFLAGS)' EMU_LIB='$(EMU_LIB)' \
+	  EMU_LIBS='$(EMU_LIBS)' bash dev/emu/emu_check.sh

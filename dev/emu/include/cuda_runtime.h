@@ -157,6 +157,11 @@ struct DeviceAccess {
 bool is_device_pointer(const void* p, size_t bytes);  // [p, p+bytes) inside one cudaMalloc
 void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
+// NZ_EMU_CHECK (dev/emu/check.h): a static __shared__ array reached by a thread (cu2cpp.pl)
+namespace check {
+void static_shared(void* p, size_t bytes, const char* name, const char* file, int line);
+}
+
 // Runs body() once per thread of every block; records cudaErrorInvalidConfiguration instead when
 // a GPU would refuse the launch.
 void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t smem, void (*body)(void*),
