@@ -20,8 +20,12 @@ EMU_LIB      := $(EMU)/libnanozero_emu.a
 EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS) $(MPI_LIBS)
 # the ladder, and the pipeline (test_cuda_stages runs it on both paths)
 EMU_STAGES   := $(foreach s,$(STAGES) pipeline,$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
+# Broken copies of the flash attention kernels (dev/emu/flash_mutants.pl), each linked into the kernel
+# tests in place of the real ones: the catalogue of bugs the race check must catch.
+EMU_MUTANTS  := dq_no_syncwarp early_prefetch q_no_barrier
+EMU_MUTANT_TESTS := $(EMU_MUTANTS:%=$(EMU)/tests/flash_mutant_%)
 EMU_TESTS    := $(addprefix $(EMU)/tests/,$(basename $(notdir $(wildcard tests/cuda/test_cuda_*.cpp)))) \
-                $(EMU)/tests/emu_selftest
+                $(EMU)/tests/emu_selftest $(EMU)/tests/emu_catalogue $(EMU_MUTANT_TESTS)
 
 .PHONY: emu
 emu: $(EMU_STAGES) $(EMU_TESTS)
@@ -77,6 +81,22 @@ $(EMU)/tests/%: $(EMU)/obj/tests/cuda/%.o $(EMU)/obj/tests/lib/gtest_mpi_main.o 
 $(EMU)/tests/emu_selftest: $(EMU)/obj/gen/dev/emu/selftest.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+
+$(EMU)/tests/emu_catalogue: $(EMU)/obj/gen/tests/cuda/emu_catalogue.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+
+$(EMU)/gen/mutants/%/kernels_flash_attention.cpp: $(EMU)/gen/common/kernels/cuda/kernels_flash_attention.cpp \
+    dev/emu/flash_mutants.pl
+	@mkdir -p $(dir $@)
+	perl dev/emu/flash_mutants.pl $* <$< >$@.tmp && mv $@.tmp $@
+# the rewritten headers (.cuh) of the real kernels' folder, for the mutant's #include "x.cuh"
+$(EMU)/obj/gen/mutants/%.o: EMU_CXXFLAGS += -iquote $(EMU)/gen/common/kernels/cuda
+# the mutant's object before the library: the library's flash attention object is never pulled in
+$(EMU)/tests/flash_mutant_%: $(EMU)/obj/tests/cuda/test_cuda_kernels.o $(EMU)/obj/tests/lib/gtest_mpi_main.o \
+    $(EMU)/obj/gen/mutants/%/kernels_flash_attention.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -lgtest $(EMU_LIBS) -o $@
 
 -include $(shell find $(EMU)/obj -name '*.d' 2>/dev/null)
 

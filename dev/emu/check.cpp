@@ -79,6 +79,8 @@ constexpr int kExitFindings = 66;
 unsigned long g_findings = 0, g_shown = 0;
 constexpr unsigned long kMaxShown = 50;
 std::set<std::string> g_seen;  // distinct findings (kind and places), each printed once
+std::map<std::string, int> g_per_kernel;
+constexpr int kMaxPerKernel = 4;
 
 void at_exit() {
   fprintf(stderr, "nz_emu: %lu finding%s by NZ_EMU_CHECK (%lu distinct shown); exit status %d\n", g_findings,
@@ -104,17 +106,27 @@ std::string where(const void* pc) {
       const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
       if (n > 0) exe[n] = 0, file = exe;
     }
-    snprintf(cmd, sizeof(cmd), "addr2line -e '%s' 0x%lx 2>/dev/null", file, off);
+    // -i: the chain of inlined calls, innermost first; the first place outside the emulator's own
+    // headers (uint4's copy, cp.async, WMMA loads and stores are inlined into the kernel) is the one
+    snprintf(cmd, sizeof(cmd), "addr2line -i -e '%s' 0x%lx 2>/dev/null", file, off);
     if (FILE* p = popen(cmd, "r")) {
       char line[512];
-      if (fgets(line, sizeof(line), p)) {
+      bool first = true;
+      while (fgets(line, sizeof(line), p)) {
         line[strcspn(line, "\n")] = 0;
+        if (strncmp(line, "??", 2) == 0) continue;
         const char* slash = strstr(line, "common/");  // paths from the repository root where possible
         if (!slash) slash = strstr(line, "dev/");
         if (!slash) slash = strstr(line, "tests/");
-        out = strncmp(line, "??", 2) == 0 ? "?" : std::string(slash ? slash : line);
-        const size_t paren = out.find(" (");
-        if (paren != std::string::npos) out.resize(paren);
+        std::string place = slash ? slash : line;
+        const size_t paren = place.find(" (");
+        if (paren != std::string::npos) place.resize(paren);
+        // Only the rewritten .cu files are instrumented, and cu2cpp.pl keeps their line numbers;
+        // the debug information sometimes names the rewritten file instead of the #line one.
+        const size_t cpp = place.find(".cpp:");
+        if (cpp != std::string::npos) place.replace(cpp, 4, ".cu");
+        if (first || out.find("dev/emu/include/") != std::string::npos) out = place;
+        first = false;
       }
       pclose(p);
     }
@@ -132,6 +144,8 @@ void vreport(const char* kind, const char* kernel, const void* pc1, const void* 
   char key[256];
   snprintf(key, sizeof(key), "%s %s %p %p", kind, kernel, pc1, pc2);
   if (!g_seen.insert(key).second || g_shown >= kMaxShown) return;
+  // at most kMaxPerKernel lines per kind and kernel: one bug touches many places
+  if (++g_per_kernel[std::string(kind) + " " + kernel] > kMaxPerKernel) return;
   g_shown++;
   char msg[1024];
   vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -388,6 +402,14 @@ void access(const void* p, size_t n, bool write, bool aligned, const void* pc) {
   Region* r = find(c);
   if (r) check_access(*r, c, n, write, aligned, pc, true, true);
 }
+
+}  // namespace check
+
+void vector_access(const void* p, size_t bytes, bool write) {
+  if (check::g_thread >= 0) check::access(p, bytes, write, true, __builtin_return_address(0));
+}
+
+namespace check {
 
 // ---- the scheduler's events ---------------------------------------------------------------
 void launch_begin(const char* kernel, unsigned threads) {

@@ -48,11 +48,29 @@ struct dim3 {
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 using uint3 = dim3;
-// The 16-byte vector type of a 16-byte load or store (alignas: a GPU's uint4 is 16-byte aligned).
+namespace nz_emu {
+// A 16-byte vector load or store, for NZ_EMU_CHECK (check.cpp): the compiler splits a uint4 copy into
+// 4-byte moves, so its alignment is checked here; also recorded as one access for the other checks.
+void vector_access(const void* p, size_t bytes, bool write);
+}  // namespace nz_emu
+// The 16-byte vector type of a 16-byte load or store (alignas: a GPU's uint4 is 16-byte aligned, and
+// a GPU faults on a uint4 access at an address that is not). Copies tell the checks where they read
+// and write (always inlined, so the code address they record is the kernel's).
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
+  uint4() = default;
+  constexpr uint4(unsigned x_, unsigned y_, unsigned z_, unsigned w_) : x(x_), y(y_), z(z_), w(w_) {}
+  __attribute__((always_inline)) uint4(const uint4& o) : x(o.x), y(o.y), z(o.z), w(o.w) {
+    nz_emu::vector_access(&o, 16, false);
+  }
+  __attribute__((always_inline)) uint4& operator=(const uint4& o) {
+    nz_emu::vector_access(&o, 16, false);
+    nz_emu::vector_access(this, 16, true);
+    x = o.x, y = o.y, z = o.z, w = o.w;
+    return *this;
+  }
 };
-inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4(x, y, z, w); }
 
 // ---- runtime types ----
 enum cudaError_t {
