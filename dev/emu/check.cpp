@@ -396,6 +396,18 @@ void check_access(Region& r, const char* c, size_t n, bool write, bool aligned, 
 
 }  // namespace
 
+// An atomic read-modify-write: bounds, alignment and never-written memory, no race record.
+void atomic(void* p, size_t n, const void* pc) {
+  const char* c = static_cast<const char*>(p);
+  Region* r = find(c);
+  if (!r) return;
+  const unsigned kinds = g_kinds;
+  g_kinds &= ~kRace;
+  check_access(*r, c, n, false, true, pc, false, true);
+  check_access(*r, c, n, true, true, pc, true, false);
+  g_kinds = kinds;
+}
+
 void access(const void* p, size_t n, bool write, bool aligned, const void* pc) {
   const char* c = static_cast<const char*>(p);
   if (c >= g_stack_lo && c < g_stack_hi) return;  // the thread's own stack
@@ -407,6 +419,10 @@ void access(const void* p, size_t n, bool write, bool aligned, const void* pc) {
 
 void vector_access(const void* p, size_t bytes, bool write) {
   if (check::g_thread >= 0) check::access(p, bytes, write, true, __builtin_return_address(0));
+}
+
+void atomic_access(void* p, size_t bytes) {
+  if (check::g_thread >= 0) check::atomic(p, bytes, __builtin_return_address(0));
 }
 
 namespace check {

@@ -43,6 +43,9 @@ void static_shared(void* p, size_t bytes, const char* name, const char* file, in
 void async_issued(void* dst, size_t bytes, const void* pc);
 void async_landed(void* dst, const void* src, size_t bytes, size_t zfill, const void* pc);
 
+// An atomic read-modify-write of n bytes (no race record: atomics do not race with each other).
+void atomic(void* p, size_t n, const void* pc);
+
 // One load or store of n bytes by the running thread (aligned: the compiler assumed n-byte alignment).
 void access(const void* p, size_t n, bool write, bool aligned, const void* pc);
 

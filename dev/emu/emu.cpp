@@ -468,7 +468,18 @@ void syncthreads() {
   yield_to_scheduler();
 }
 
-void syncwarp() {
+// The mask of a warp operation: every lane that calls it must be in it (on a GPU, undefined
+// otherwise: an "emu-check: mask" finding here, fatal), and the emulator supports whole warps only.
+void check_mask(const char* what, unsigned mask) {
+  if (!(mask >> g_cur->lane & 1)) {
+    g_fail_kind = "mask";
+    fail("%s by lane %d with mask %#x, which leaves the lane out (undefined on a GPU)", what, g_cur->lane, mask);
+  }
+  if (mask != 0xffffffffu) fail("%s with mask %#x: the emulator supports whole-warp operations only", what, mask);
+}
+
+void syncwarp(unsigned mask) {
+  check_mask("__syncwarp", mask);
   g_cur->state = State::AtWarp;
   g_cur->op = WarpOp::Syncwarp;
   g_cur->warp_ops++;
@@ -534,7 +545,7 @@ void pipeline_wait_prior(size_t prior) {
 }
 
 void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, int src_lane) {
-  if (mask != 0xffffffffu) fail("shuffle with mask %#x: the emulator supports full-warp shuffles only", mask);
+  check_mask("a shuffle", mask);
   Fiber* f = g_cur;
   const unsigned op = f->warp_ops;
   WarpSlots& w = g_warps[f->warp];
@@ -546,6 +557,29 @@ void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, 
   // A shuffle whose source lane is outside the warp returns the caller's own value.
   const int src = src_lane >= 0 && src_lane < kWarp ? src_lane : f->lane;
   memcpy(theirs, &w.value[op & 1][src], bytes);
+}
+
+unsigned ballot(unsigned mask, bool predicate) {
+  check_mask("__ballot_sync", mask);
+  Fiber* f = g_cur;
+  const unsigned op = f->warp_ops;
+  WarpSlots& w = g_warps[f->warp];
+  w.value[op & 1][f->lane] = predicate;
+  f->state = State::AtWarp;
+  f->op = WarpOp::Shuffle;
+  f->warp_ops++;
+  yield_to_scheduler();
+  unsigned bits = 0;
+  for (int l = 0; l < kWarp; l++) bits |= unsigned(w.value[op & 1][l] != 0) << l;
+  return bits & mask;
+}
+
+unsigned active_mask() {
+  const int first = g_cur->warp * kWarp;
+  unsigned bits = 0;
+  for (int l = 0; l < kWarp && first + l < g_block_threads; l++)
+    if (g_fibers[size_t(first + l)]->state != State::Done) bits |= 1u << l;
+  return bits;
 }
 
 // NZ_EMU_PROFILE=1: at exit, the emulation time per kernel (where the emulator spends its time;

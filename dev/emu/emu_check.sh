@@ -53,7 +53,7 @@ fi
 # the run: its own process group, so a time-out ends everything it started
 NZ_EMU_CHECK=all setsid timeout -k 5 "$limit" "$dir/$name" "${args[@]}" &
 child=$!
-wait "$child"
+{ wait "$child"; } 2>/dev/null  # no "Aborted" line from the shell: the program said why
 rc=$?
 child=
 if [ $rc = 124 ] || [ $rc = 137 ]; then

@@ -19,6 +19,10 @@
 //   in_padding            bounds      x[n] read, inside the allocation's padding
 //   misaligned_uint4      misaligned  a 16-byte store 8 bytes into a buffer
 //   misaligned_float      misaligned  a float loaded from a 2-byte offset
+// and correct kernels that every check must pass silently:
+//   atomic_counter        counter's fix: atomicAdd
+//   warp_api              __shfl_sync, __shfl_up_sync, __shfl_down_sync (width 8), __ballot_sync,
+//                         __any_sync, __all_sync, __activemask against their definitions
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -100,6 +104,22 @@ __global__ void wmma_no_syncwarp(float* out) {
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> f;
   wmma::load_matrix_sync(f, tile, 16, wmma::mem_row_major);
   wmma::store_matrix_sync(out, f, 16, wmma::mem_row_major);
+}
+
+__global__ void count_atomic(int* counter) { atomicAdd(counter, 1); }
+
+// out[lane * 8 + i]: the warp functions' results for lane `lane` (one warp)
+__global__ void warp_api(int* out) {
+  const int lane = threadIdx.x;
+  int* o = out + lane * 8;
+  o[0] = __shfl_sync(0xffffffffu, lane * 10, 3);          // lane 3's value
+  o[1] = __shfl_up_sync(0xffffffffu, lane, 1, 8);         // lane - 1 within groups of 8, else own
+  o[2] = __shfl_down_sync(0xffffffffu, lane, 2, 8);       // lane + 2 within groups of 8, else own
+  o[3] = int(__ballot_sync(0xffffffffu, lane % 3 == 0));  // lanes 0, 3, 6, ...
+  o[4] = __any_sync(0xffffffffu, lane == 17);
+  o[5] = __all_sync(0xffffffffu, lane < 31);
+  o[6] = int(__activemask());
+  o[7] = __shfl_xor_sync(0xffffffffu, lane, 5, 16);
 }
 
 // ---- uninitialised ----
@@ -233,6 +253,31 @@ int run(const std::string& c) {
     float* d_out = device<float>(1);
     load_float<<<1, 1>>>(d_out, d_h);
     return verdict(to_host(d_out, 1)[0] == 1.0f, "the float at byte 2 read back");
+  }
+  if (c == "atomic_counter") {
+    int* d = device<int>(1);
+    cudaMemset(d, 0, sizeof(int));
+    count_atomic<<<4, 256>>>(d);
+    const int h = to_host(d, 1)[0];
+    return verdict(h == 1024, ("counter " + std::to_string(h) + " after 1024 atomic increments").c_str());
+  }
+  if (c == "warp_api") {
+    int* d = device<int>(256);
+    warp_api<<<1, 32>>>(d);
+    const std::vector<int> h = to_host(d, 256);
+    unsigned thirds = 0;
+    for (int l = 0; l < 32; l += 3) thirds |= 1u << l;
+    int wrong = 0;
+    for (int l = 0; l < 32; l++) {
+      const int* o = &h[l * 8];
+      wrong += o[0] != 30;
+      wrong += o[1] != (l % 8 >= 1 ? l - 1 : l);
+      wrong += o[2] != (l % 8 + 2 < 8 ? l + 2 : l);
+      wrong += unsigned(o[3]) != thirds;
+      wrong += o[4] != 1 || o[5] != 0 || unsigned(o[6]) != 0xffffffffu;
+      wrong += o[7] != (l ^ 5);
+    }
+    return verdict(wrong == 0, (std::to_string(wrong) + " wrong results of the warp functions").c_str());
   }
   fprintf(stderr, "emu_catalogue: unknown case '%s'\n", c.c_str());
   return 2;

@@ -6,7 +6,8 @@
 # limits). What it cannot tell (speed, the GPU's exact bits) tests/cuda/gpu_check.sh measures on a GPU.
 #   1. tests of the emulator: a correct kernel works, and so do the emulated tensor cores (WMMA);
 #      each deliberately broken kernel is stopped or gives a wrong answer;
-#   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference;
+#   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference (a fuzzed schedule:
+#      NZ_EMU_SEED=2);
 #      build/emu/tests/test_cuda_inference: the KV-cached decode step against the CPU decoder;
 #      build/emu/tests/test_cuda_quantize: ZeRO++'s block quantizer against the CPU's, bit for bit;
 #   3. build/emu/tests/test_cuda_comm: one rank (device copies, and any NCCL call fatal:
@@ -28,8 +29,8 @@
 #   8. the checks (NZ_EMU_CHECK, dev/emu/check.h): every case of the catalogue of broken kernels
 #      (tests/cuda/emu_catalogue.cu) reported by its check, and right with every other check on; the
 #      flash attention mutants (dev/emu/flash_mutants.pl) reported by the race check; the kernel
-#      tests (but the two long-sequence ones) and one training run with every check on and the
-#      schedule fuzzed (NZ_EMU_SEED), 0 findings;
+#      tests (most of them) and one training run with every check on and the schedule fuzzed
+#      (NZ_EMU_SEED), 0 findings;
 #   9. make emu-check: a clean program (its own exit status, ARGS as words), a broken one (the
 #      finding, non-zero), and bad input (no CU, a missing file, a compile error, a hang).
 # Prints NZRESULT lines (tests/run_all.sh); about 3 CPU-minutes after the build.
@@ -79,7 +80,9 @@ selftest async_misaligned "requires both 16-byte aligned"
 # 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test> (tests/lib/gtest_run.sh)
 source tests/lib/gtest_run.sh
 gtest() { run_gtest emu "$1" "$log" "${@:2}"; }
-gtest kernels 300 "$EMU/tests/test_cuda_kernels"
+# the kernels under a fuzzed schedule (NZ_EMU_SEED: threads and blocks released in a random order);
+# section 8 runs them again under another seed with every check on
+gtest kernels 300 env NZ_EMU_SEED=2 "$EMU/tests/test_cuda_kernels"
 gtest inference 120 "$EMU/tests/test_cuda_inference"
 gtest quantize 120 "$EMU/tests/test_cuda_quantize"  # tests/zeropp/test_cuda_quantize.cpp
 gtest comm_np1_local 120 env NZ_EMU_NO_NCCL=1 mpirun -np 1 "$EMU/tests/test_cuda_comm"
@@ -186,6 +189,16 @@ catalogue before_start bounds
 catalogue in_padding bounds
 catalogue misaligned_uint4 misaligned
 catalogue misaligned_float misaligned
+# correct kernels (the atomic fix of counter, the warp functions): right, and silent under every check
+for c in atomic_counter warp_api; do
+  out="$log/catalogue_$c.log" rc=0
+  NZ_EMU_CHECK=all timeout -k 5 60 "$EMU/tests/emu_catalogue" "$c" >"$out" 2>&1 || rc=$?
+  if [ $rc = 0 ] && grep -q '^ok: ' "$out" && ! grep -q '^emu-check:' "$out"; then
+    echo "NZRESULT PASS emu.catalogue.$c (every check on, no finding: $(grep '^ok: ' "$out" | cut -c5-))"
+  else
+    echo "NZRESULT FAIL emu.catalogue.$c (exit $rc: $(head -1 "$out"); see $out)"
+  fi
+done
 
 # The flash attention mutants on the bf16 kernel test (the tensor-core kernels): the race check names
 # the mutated kernel. With it off, dq_no_syncwarp passes the test (the emulator's WMMA load orders
@@ -206,11 +219,14 @@ for m in dq_no_syncwarp early_prefetch q_no_barrier; do
   fi
 done
 
-# The project's kernels with every check on and two fuzzed schedules (NZ_EMU_SEED): no finding, every
-# test passing. (The two long-sequence tests, 1024 tokens, run above without the checks.)
-for seed in 1 2; do
+# The project's kernels with every check on and another fuzzed schedule (NZ_EMU_SEED=1; seed 2 ran
+# them above): no finding, every test passing. Left out, to keep the cost small (they ran above
+# without the checks): the two long-sequence tests (1024 tokens), and the fp32 and fp16 column sums
+# over 70001 rows (the same kernel as bf16's, which stays). About 3 times the unchecked CPU time.
+for seed in 1; do
   out="$log/kernels_checked_seed$seed.log" rc=0 start=$SECONDS
-  NZ_EMU_CHECK=all NZ_EMU_SEED=$seed timeout -k 5 600 "$EMU/tests/test_cuda_kernels" --gtest_filter='-*LongSequence*' \
+  NZ_EMU_CHECK=all NZ_EMU_SEED=$seed timeout -k 5 600 "$EMU/tests/test_cuda_kernels" \
+    --gtest_filter='-*LongSequence*:CudaKernels/fp32.ColumnSumsOverManyRows:CudaKernels/fp16.ColumnSumsOverManyRows' \
     >"$out" 2>&1 || rc=$?
   n=$(grep -c '^emu-check:' "$out")
   if [ $rc = 0 ] && [ "$n" = 0 ] && [ "$(grep -c '^NZRESULT PASS' "$out")" -gt 40 ] && ! grep -q '^NZRESULT FAIL' "$out"; then
