@@ -76,6 +76,8 @@ selftest wmma_divergent "a warp operation that not every lane reaches"
 selftest wmma_bad_ldm "requires a multiple of 16 bytes"
 selftest wmma_misaligned "requires a 32-byte (256-bit) aligned pointer"
 selftest async_misaligned "requires both 16-byte aligned"
+selftest mask_syncwarp "__syncwarp by lane 0 with mask 0xffff0000, which leaves the lane out"
+selftest mask_shuffle "a shuffle by lane 0 with mask 0xffff0000, which leaves the lane out"
 
 # 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test> (tests/lib/gtest_run.sh)
 source tests/lib/gtest_run.sh

@@ -32,6 +32,7 @@
 //               block)                                               static_accumulator, fmaxf_hides_nan
 //   bounds      accesses outside a buffer's exact bytes (padding included)   before_start, in_padding
 //   misaligned  an n-byte access not n-aligned, uint4 copies included  misaligned_uint4, misaligned_float
+//   mask        (always, fatal) a lane calling a warp function with a mask that leaves it out
 // What it cannot check: speed, bank conflicts, occupancy, the exact bits of a GPU (no fused
 // multiply-add contraction, other summation orders in cuBLAS and NCCL), the order of streams
 // (every operation, event and collective completes before its call returns), fences and atomics,
