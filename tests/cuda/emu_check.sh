@@ -29,8 +29,8 @@
 #   8. the checks (NZ_EMU_CHECK, dev/emu/check.h): every case of the catalogue of broken kernels
 #      (tests/cuda/emu_catalogue.cu) reported by its check, and right with every other check on; the
 #      flash attention mutants (dev/emu/flash_mutants.pl) reported by the race check; the kernel
-#      tests (most of them) and one training run with every check on and the schedule fuzzed
-#      (NZ_EMU_SEED), 0 findings;
+#      tests (most of them) with every check on and the schedule fuzzed (NZ_EMU_SEED), and every
+#      trainer with --device cuda under every check, 0 findings;
 #   9. make emu-check: a clean program (its own exit status, ARGS as words), a broken one (the
 #      finding, non-zero), and bad input (no CU, a missing file, a compile error, a hang).
 # Prints NZRESULT lines (tests/run_all.sh); about 3 CPU-minutes after the build.
@@ -250,6 +250,19 @@ if [ $rc = 0 ] && ! grep -q '^emu-check:' "$log/stage_checked.log" &&
 else
   echo "NZRESULT FAIL emu.stage_checked (exit $rc, $(grep -c '^emu-check:' "$log/stage_checked.log") finding lines; see $log/stage_checked.log)"
 fi
+# every other trainer on 2 ranks and 2 emulated GPUs (the NCCL path; stage3 with its prefetch, the
+# offload copy stream, the pipeline's sends), every check on: 2 steps, no finding
+for s in stage1 stage2 stage3 offload pipeline; do
+  [ -x "$EMU/bin/$s" ] || continue
+  out="$log/stage_checked_$s.log" rc=0
+  NZ_EMU_GPUS=2 NZ_EMU_CHECK=all timeout -k 5 300 mpirun -np 2 "$EMU/bin/$s" --device cuda --preset tiny --seq 16 --batch 2 \
+    --steps 2 --eval-every 0 --eval-windows 2 --precision bf16 --heads 2 --attention flash >"$out" 2>&1 || rc=$?
+  if [ $rc = 0 ] && ! grep -q '^emu-check:' "$out" && [ "$(grep -c '^step ' "$out")" = 2 ]; then
+    echo "NZRESULT PASS emu.stage_checked.$s (2 ranks, every check on: 0 findings)"
+  else
+    echo "NZRESULT FAIL emu.stage_checked.$s (exit $rc, $(grep -c '^emu-check:' "$out") finding lines; see $out)"
+  fi
+done
 
 # 9. make emu-check
 leftovers_before=$(ls -d /tmp/nz-emu-check.* 2>/dev/null | wc -l)
