@@ -154,19 +154,6 @@ void vreport(const char* kind, const char* kernel, const void* pc1, const void* 
 }
 }  // namespace
 
-void finding(const char* kind, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char msg[1024];
-  vsnprintf(msg, sizeof(msg), fmt, ap);  // a finding of its own: keyed by its text
-  va_end(ap);
-  if (g_findings++ == 0) atexit(at_exit);
-  if (!g_seen.insert(std::string(kind) + " " + msg).second || g_shown >= kMaxShown) return;
-  g_shown++;
-  fprintf(stderr, "emu-check: %s: %s\n", kind, msg);
-  fflush(stderr);
-}
-
 namespace {
 const char* g_kernel = "?";
 void report(const char* kind, const void* pc1, const void* pc2, const char* fmt, ...)

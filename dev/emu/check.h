@@ -20,9 +20,6 @@ extern int g_thread;
 extern const char* g_stack_lo;
 extern const char* g_stack_hi;
 
-// One finding: "emu-check: <kind>: <message>", printed once per distinct place.
-void finding(const char* kind, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-
 // The scheduler's events.
 void launch_begin(const char* kernel, unsigned threads_per_block);
 void block_begin(unsigned block_linear, unsigned char* dyn_shared, size_t dyn_size, unsigned char* dyn_buffer,
