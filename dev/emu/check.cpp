@@ -71,10 +71,6 @@ unsigned parse_kinds(const char* e) {
   }
   return k;
 }
-struct Configure {
-  Configure() { g_kinds = parse_kinds(getenv("NZ_EMU_CHECK")); }
-} g_configure;
-
 constexpr int kExitFindings = 66;
 unsigned long g_findings = 0, g_shown = 0;
 constexpr unsigned long kMaxShown = 50;
@@ -82,12 +78,24 @@ std::set<std::string> g_seen;  // distinct findings (kind and places), each prin
 std::map<std::string, int> g_per_kernel;
 constexpr int kMaxPerKernel = 4;
 
+unsigned long long g_checked = 0, g_launches = 0;  // loads and stores checked; kernel launches
+
+// At exit, with a check on: what was checked, and status 66 when anything was found.
 void at_exit() {
-  fprintf(stderr, "nz_emu: %lu finding%s by NZ_EMU_CHECK (%lu distinct shown); exit status %d\n", g_findings,
-          g_findings == 1 ? "" : "s", g_shown, kExitFindings);
+  fprintf(stderr, "nz_emu: NZ_EMU_CHECK=%s: %llu loads and stores of device and shared memory checked in %llu kernel "
+          "launch%s, %lu finding%s (%lu shown)\n", getenv("NZ_EMU_CHECK"), g_checked, g_launches,
+          g_launches == 1 ? "" : "es", g_findings, g_findings == 1 ? "" : "s", g_shown);
   fflush(stderr);
-  _exit(kExitFindings);
+  fflush(nullptr);  // the program's stdout too: _exit skips stdio's own flush
+  if (g_findings) _exit(kExitFindings);
 }
+
+struct Configure {
+  Configure() {
+    g_kinds = parse_kinds(getenv("NZ_EMU_CHECK"));
+    if (g_kinds) atexit(at_exit);
+  }
+} g_configure;
 
 // "file.cu:123" for a return address in kernel code (addr2line on the object holding it; needs -g)
 std::string where(const void* pc) {
@@ -140,7 +148,7 @@ std::string where(const void* pc) {
 namespace {
 // Prints the finding unless one of the same kind at the same places (kernel, code addresses) was.
 void vreport(const char* kind, const char* kernel, const void* pc1, const void* pc2, const char* fmt, va_list ap) {
-  if (g_findings++ == 0) atexit(at_exit);
+  g_findings++;
   char key[256];
   snprintf(key, sizeof(key), "%s %s %p %p", kind, kernel, pc1, pc2);
   if (!g_seen.insert(key).second || g_shown >= kMaxShown) return;
@@ -388,6 +396,7 @@ void atomic(void* p, size_t n, const void* pc) {
   const char* c = static_cast<const char*>(p);
   Region* r = find(c);
   if (!r) return;
+  g_checked++;
   const unsigned kinds = g_kinds;
   g_kinds &= ~kRace;
   check_access(*r, c, n, false, true, pc, false, true);
@@ -399,7 +408,9 @@ void access(const void* p, size_t n, bool write, bool aligned, const void* pc) {
   const char* c = static_cast<const char*>(p);
   if (c >= g_stack_lo && c < g_stack_hi) return;  // the thread's own stack
   Region* r = find(c);
-  if (r) check_access(*r, c, n, write, aligned, pc, true, true);
+  if (!r) return;
+  g_checked++;
+  check_access(*r, c, n, write, aligned, pc, true, true);
 }
 
 }  // namespace check
@@ -416,6 +427,7 @@ namespace check {
 
 // ---- the scheduler's events ---------------------------------------------------------------
 void launch_begin(const char* kernel, unsigned threads) {
+  g_launches++;
   g_kernel = kernel;
   g_launch_serial = g_serial + 1;
   g_block_of_serial.clear();

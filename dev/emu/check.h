@@ -4,7 +4,7 @@
 // NZ_EMU_CHECK picks the checks: "all", "none" (the default), or a comma list of race, uninit,
 // bounds, misaligned. `make emu-check` turns on all of them. A finding is one line on stderr,
 // "emu-check: KIND: ...", and a program with findings exits with status 66 (at exit, so one run
-// reports every distinct finding).
+// reports every distinct finding), after a line saying how many accesses were checked.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -232,7 +232,8 @@ for seed in 1; do
     >"$out" 2>&1 || rc=$?
   n=$(grep -c '^emu-check:' "$out")
   if [ $rc = 0 ] && [ "$n" = 0 ] && [ "$(grep -c '^NZRESULT PASS' "$out")" -gt 40 ] && ! grep -q '^NZRESULT FAIL' "$out"; then
-    echo "NZRESULT PASS emu.kernels_checked.seed$seed ($(grep -c '^NZRESULT PASS' "$out") tests, every check on, 0 findings, $((SECONDS - start)) s)"
+    echo "NZRESULT PASS emu.kernels_checked.seed$seed ($(grep -c '^NZRESULT PASS' "$out") tests, every check on," \
+         "$(grep -o '[0-9]* loads and stores' "$out") checked, 0 findings, $((SECONDS - start)) s)"
   else
     echo "NZRESULT FAIL emu.kernels_checked.seed$seed (exit $rc, $n finding lines; see $out)"
     grep -m3 '^emu-check:' "$out"
@@ -246,7 +247,8 @@ timeout -k 5 120 $checked >"$log/stage_unchecked.log" 2>&1
 if [ $rc = 0 ] && ! grep -q '^emu-check:' "$log/stage_checked.log" &&
    [ "$(grep -c '^step ' "$log/stage_checked.log")" = 2 ] &&
    diff <(grep -o '^step .*| loss [0-9.]*' "$log/stage_checked.log") <(grep -o '^step .*| loss [0-9.]*' "$log/stage_unchecked.log") >/dev/null; then
-  echo "NZRESULT PASS emu.stage_checked (stage0_ddp bf16 flash, every check on: 0 findings, the same losses)"
+  echo "NZRESULT PASS emu.stage_checked (stage0_ddp bf16 flash, every check on: $(grep -o '[0-9]* loads and stores' \
+        "$log/stage_checked.log") checked, 0 findings, the same losses)"
 else
   echo "NZRESULT FAIL emu.stage_checked (exit $rc, $(grep -c '^emu-check:' "$log/stage_checked.log") finding lines; see $log/stage_checked.log)"
 fi
@@ -258,7 +260,8 @@ for s in stage1 stage2 stage3 offload pipeline; do
   NZ_EMU_GPUS=2 NZ_EMU_CHECK=all timeout -k 5 300 mpirun -np 2 "$EMU/bin/$s" --device cuda --preset tiny --seq 16 --batch 2 \
     --steps 2 --eval-every 0 --eval-windows 2 --precision bf16 --heads 2 --attention flash >"$out" 2>&1 || rc=$?
   if [ $rc = 0 ] && ! grep -q '^emu-check:' "$out" && [ "$(grep -c '^step ' "$out")" = 2 ]; then
-    echo "NZRESULT PASS emu.stage_checked.$s (2 ranks, every check on: 0 findings)"
+    echo "NZRESULT PASS emu.stage_checked.$s (2 ranks, every check on: $(grep -o '[0-9]* loads and stores' "$out" |
+          awk '{n += $1} END {print n}') loads and stores checked, 0 findings)"
   else
     echo "NZRESULT FAIL emu.stage_checked.$s (exit $rc, $(grep -c '^emu-check:' "$out") finding lines; see $out)"
   fi
