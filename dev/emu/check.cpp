@@ -63,8 +63,10 @@ unsigned parse_kinds(const char* e) {
     else if (w == "bounds") k |= kBounds;
     else if (w == "misaligned") k |= kMisaligned;
     else {
-      fprintf(stderr, "nz_emu: NZ_EMU_CHECK=%s: unknown check '%s' (expected all, none, or a comma list of race, "
-              "uninit, bounds, misaligned)\n", e, w.c_str());
+      fprintf(stderr,
+              "nz_emu: NZ_EMU_CHECK=%s: unknown check '%s' (expected all, none, or a comma list of race, "
+              "uninit, bounds, misaligned)\n",
+              e, w.c_str());
       exit(2);
     }
     start = end + 1;
@@ -82,9 +84,11 @@ unsigned long long g_checked = 0, g_launches = 0;  // loads and stores checked; 
 
 // At exit, with a check on: what was checked, and status 66 when anything was found.
 void at_exit() {
-  fprintf(stderr, "nz_emu: NZ_EMU_CHECK=%s: %llu loads and stores of device and shared memory checked in %llu kernel "
-          "launch%s, %lu finding%s (%lu shown)\n", getenv("NZ_EMU_CHECK"), g_checked, g_launches,
-          g_launches == 1 ? "" : "es", g_findings, g_findings == 1 ? "" : "s", g_shown);
+  fprintf(stderr,
+          "nz_emu: NZ_EMU_CHECK=%s: %llu loads and stores of device and shared memory checked in %llu kernel "
+          "launch%s, %lu finding%s (%lu shown)\n",
+          getenv("NZ_EMU_CHECK"), g_checked, g_launches, g_launches == 1 ? "" : "es", g_findings,
+          g_findings == 1 ? "" : "s", g_shown);
   fflush(stderr);
   fflush(nullptr);  // the program's stdout too: _exit skips stdio's own flush
   if (g_findings) _exit(kExitFindings);
@@ -207,9 +211,9 @@ struct Region {
   const char* name = nullptr;  // static shared: the variable, its file and line
   const char* file = nullptr;
   int line = 0;
-  unsigned poisoned_block = ~0u;          // static shared: the block serial last poisoned for
-  std::vector<unsigned char> written;     // uninit: per valid byte, 1 once written
-  std::vector<Shadow*> pages;             // race: this launch's shadow per kPage bytes, or null
+  unsigned poisoned_block = ~0u;       // static shared: the block serial last poisoned for
+  std::vector<unsigned char> written;  // uninit: per valid byte, 1 once written
+  std::vector<Shadow*> pages;          // race: this launch's shadow per kPage bytes, or null
 };
 
 std::map<const char*, Region> g_device;  // keyed by lo
@@ -219,10 +223,10 @@ Region* g_last = nullptr;                // the region of the last access (most 
 
 // the launch
 unsigned g_serial = 0, g_launch_serial = 1;  // this block's serial; the launch's first block's
-std::vector<unsigned> g_block_of_serial;      // block linear index of each serial of this launch
-std::vector<uint32_t> g_warp_epoch;           // per warp: barriers released (__syncwarp or __syncthreads)
-std::vector<uint32_t> g_warp_bar;             // per warp: its epoch right after the last __syncthreads
-std::vector<Shadow*> g_free_pages;  // pages of freed buffers, for reuse
+std::vector<unsigned> g_block_of_serial;     // block linear index of each serial of this launch
+std::vector<uint32_t> g_warp_epoch;          // per warp: barriers released (__syncwarp or __syncthreads)
+std::vector<uint32_t> g_warp_bar;            // per warp: its epoch right after the last __syncthreads
+std::vector<Shadow*> g_free_pages;           // pages of freed buffers, for reuse
 
 constexpr uint64_t kEpochMask = (1u << 22) - 1;
 
@@ -239,7 +243,8 @@ Region* find(const char* c) {
 }
 
 std::string thread_name(unsigned serial, unsigned tid) {
-  const unsigned bl = serial - g_launch_serial < g_block_of_serial.size() ? g_block_of_serial[serial - g_launch_serial] : 0;
+  const unsigned bl =
+      serial - g_launch_serial < g_block_of_serial.size() ? g_block_of_serial[serial - g_launch_serial] : 0;
   const unsigned gx = std::max(1u, grid_dim.x), gy = std::max(1u, grid_dim.y);
   const unsigned bx = std::max(1u, block_dim.x), by = std::max(1u, block_dim.y);
   char s[96];
@@ -250,12 +255,10 @@ std::string thread_name(unsigned serial, unsigned tid) {
 
 std::string buffer_name(const Region& r, size_t off) {
   char s[256];
-  if (r.space == Space::Global)
-    snprintf(s, sizeof(s), "byte %zu of a %zu-byte device buffer", off, r.bytes);
+  if (r.space == Space::Global) snprintf(s, sizeof(s), "byte %zu of a %zu-byte device buffer", off, r.bytes);
   else if (r.space == Space::DynamicShared)
     snprintf(s, sizeof(s), "byte %zu of dynamic shared memory (%zu bytes)", off, r.bytes);
-  else
-    snprintf(s, sizeof(s), "byte %zu of __shared__ %s (%s:%d)", off, r.name, r.file, r.line);
+  else snprintf(s, sizeof(s), "byte %zu of __shared__ %s (%s:%d)", off, r.name, r.file, r.line);
   return s;
 }
 
@@ -290,14 +293,14 @@ const char* rule(uint64_t tag) {
                                    : "another warp with no __syncthreads between";
 }
 
-void report_race(const char* kind, const Region& r, size_t off, const Cell& earlier, bool earlier_write,
-                 const void* pc, bool write) {
+void report_race(const char* kind, const Region& r, size_t off, const Cell& earlier, bool earlier_write, const void* pc,
+                 bool write) {
   const unsigned serial = unsigned(earlier.tag >> 32);
   const unsigned tid = unsigned(earlier.tag >> 22 & 0x3ff);
-  report("race", pc, pc_of(earlier.pc), "%s on %s in kernel %s: %s %s at %s; %s %s it at %s: %s", kind, buffer_name(r, off).c_str(),
-          g_kernel, thread_name(g_serial, unsigned(g_thread)).c_str(), write ? "writes" : "reads", where(pc).c_str(),
-          thread_name(serial, tid).c_str(), earlier_write ? "wrote" : "read", where(pc_of(earlier.pc)).c_str(),
-          rule(earlier.tag));
+  report("race", pc, pc_of(earlier.pc), "%s on %s in kernel %s: %s %s at %s; %s %s it at %s: %s", kind,
+         buffer_name(r, off).c_str(), g_kernel, thread_name(g_serial, unsigned(g_thread)).c_str(),
+         write ? "writes" : "reads", where(pc).c_str(), thread_name(serial, tid).c_str(),
+         earlier_write ? "wrote" : "read", where(pc_of(earlier.pc)).c_str(), rule(earlier.tag));
 }
 
 Shadow* page(Region& r, size_t off) {
@@ -371,16 +374,18 @@ void check_access(Region& r, const char* c, size_t n, bool write, bool aligned, 
   }
   const size_t off = size_t(c - r.user);
   if ((g_kinds & kMisaligned) && aligned && n > 1 && reinterpret_cast<uintptr_t>(c) % n != 0)
-    report("misaligned", pc, nullptr, "%zu-byte %s at %s (address %% %zu = %zu) in kernel %s, %s, at %s: a GPU requires %zu-byte "
-            "alignment", n, write ? "store" : "load", buffer_name(r, off).c_str(), n,
-            size_t(reinterpret_cast<uintptr_t>(c) % n), g_kernel, thread_name(g_serial, unsigned(g_thread)).c_str(),
-            where(pc).c_str(), n);
+    report("misaligned", pc, nullptr,
+           "%zu-byte %s at %s (address %% %zu = %zu) in kernel %s, %s, at %s: a GPU requires %zu-byte "
+           "alignment",
+           n, write ? "store" : "load", buffer_name(r, off).c_str(), n, size_t(reinterpret_cast<uintptr_t>(c) % n),
+           g_kernel, thread_name(g_serial, unsigned(g_thread)).c_str(), where(pc).c_str(), n);
   if ((g_kinds & kUninit) && !r.written.empty()) {
     if (!write && check_written) {
       for (size_t i = 0; i < n; i++)
         if (!r.written[off + i]) {
-          report("uninit", pc, nullptr, "read of never-written %s in kernel %s, %s, at %s", buffer_name(r, off + i).c_str(),
-                  g_kernel, thread_name(g_serial, unsigned(g_thread)).c_str(), where(pc).c_str());
+          report("uninit", pc, nullptr, "read of never-written %s in kernel %s, %s, at %s",
+                 buffer_name(r, off + i).c_str(), g_kernel, thread_name(g_serial, unsigned(g_thread)).c_str(),
+                 where(pc).c_str());
           break;
         }
     }
@@ -544,8 +549,8 @@ void async_landed(void* dst, const void* src, size_t bytes, size_t zfill, const 
 // ============================================================================================
 // the hooks GCC's -fsanitize=thread instrumentation calls (its runtime library is not linked)
 using nz_emu::check::g_thread;
-#define NZ_HOOK(name, n, write, aligned)                                                    \
-  extern "C" void name(void* p) {                                                           \
+#define NZ_HOOK(name, n, write, aligned)                                                         \
+  extern "C" void name(void* p) {                                                                \
     if (g_thread >= 0) nz_emu::check::access(p, n, write, aligned, __builtin_return_address(0)); \
   }
 NZ_HOOK(__tsan_read1, 1, false, true)
@@ -590,10 +595,14 @@ extern "C" void __tsan_vptr_read(void**) {}
 // asked, not checked.
 extern "C" unsigned char __tsan_atomic8_load(const volatile unsigned char* a, int mo) { return __atomic_load_n(a, mo); }
 extern "C" unsigned int __tsan_atomic32_load(const volatile unsigned int* a, int mo) { return __atomic_load_n(a, mo); }
-extern "C" unsigned long __tsan_atomic64_load(const volatile unsigned long* a, int mo) { return __atomic_load_n(a, mo); }
+extern "C" unsigned long __tsan_atomic64_load(const volatile unsigned long* a, int mo) {
+  return __atomic_load_n(a, mo);
+}
 extern "C" void __tsan_atomic8_store(volatile unsigned char* a, unsigned char v, int mo) { __atomic_store_n(a, v, mo); }
 extern "C" void __tsan_atomic32_store(volatile unsigned int* a, unsigned int v, int mo) { __atomic_store_n(a, v, mo); }
-extern "C" void __tsan_atomic64_store(volatile unsigned long* a, unsigned long v, int mo) { __atomic_store_n(a, v, mo); }
+extern "C" void __tsan_atomic64_store(volatile unsigned long* a, unsigned long v, int mo) {
+  __atomic_store_n(a, v, mo);
+}
 extern "C" unsigned int __tsan_atomic32_fetch_add(volatile unsigned int* a, unsigned int v, int mo) {
   return __atomic_fetch_add(a, v, mo);
 }

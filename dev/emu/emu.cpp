@@ -43,7 +43,8 @@ void fail(const char* fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "emu-check: %s: %s%s%s\n", g_fail_kind, msg, g_kernel ? " in kernel " : "", g_kernel ? g_kernel : "");
+    fprintf(stderr, "emu-check: %s: %s%s%s\n", g_fail_kind, msg, g_kernel ? " in kernel " : "",
+            g_kernel ? g_kernel : "");
   }
   fprintf(stderr, "nz_emu: ");
   va_list ap;
@@ -680,7 +681,8 @@ void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t 
     block_idx = dim3(unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (size_t(grid.x) * grid.y)));
     if (smem) memset(g_dynamic_shared, 0xff, smem);  // a new block's shared memory is garbage
     if (check::g_kinds)
-      check::block_begin(unsigned(b), g_dynamic_shared, smem, g_dynamic_shared_bytes.data(), g_dynamic_shared_bytes.size());
+      check::block_begin(unsigned(b), g_dynamic_shared, smem, g_dynamic_shared_bytes.data(),
+                         g_dynamic_shared_bytes.size());
     run_block();
   }
   if (check::g_kinds) check::launch_end();
@@ -1037,7 +1039,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
         // beta == 0: C is not read (it may hold NaN), as cuBLAS documents
         store_elem(Ci, ci, Ctype, b == 0.0f ? a * acc : a * acc + b * load_elem(Ci, ci, Ctype));
       }
-    for (int j = 0; j < n; j++) check::host_wrote(static_cast<char*>(Ci) + size_t(j) * ldc * c_elem, size_t(m) * c_elem);
+    for (int j = 0; j < n; j++)  // the columns written (for NZ_EMU_CHECK's never-written check)
+      check::host_wrote(static_cast<char*>(Ci) + size_t(j) * ldc * c_elem, size_t(m) * c_elem);
   }
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -240,7 +240,8 @@ for seed in 1; do
   fi
 done
 # one training run on the tensor-core flash kernels, every check on: the same losses, no finding
-checked="$EMU/bin/stage0_ddp --device cuda --preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2 --precision bf16 --heads 2 --attention flash"
+checked="$EMU/bin/stage0_ddp --device cuda --preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2
+         --precision bf16 --heads 2 --attention flash"
 rc=0
 NZ_EMU_CHECK=all NZ_EMU_SEED=3 timeout -k 5 300 $checked >"$log/stage_checked.log" 2>&1 || rc=$?
 timeout -k 5 120 $checked >"$log/stage_unchecked.log" 2>&1
