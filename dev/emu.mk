@@ -1,7 +1,9 @@
 # dev/emu.mk — the CUDA backend built against nz_emu (dev/emu/), a CPU emulator of the CUDA
 # subset the backend uses, so every CUDA kernel, the cuBLAS and NCCL call sites and the trainers'
 # --device cuda paths run on a machine without a GPU (tests/cuda/emu_check.sh). Needs no CUDA toolkit.
-#   make emu     ->  $(EMU)/bin/<stages> and pipeline, $(EMU)/tests/test_cuda_{kernels,comm,stages}
+#   make emu     ->  $(EMU)/bin/<stages> and pipeline, $(EMU)/tests/test_cuda_{kernels,comm,stages}, the
+#                    emulator's self-test, the checks' catalogue (emu_catalogue, flash_mutant_*)
+#   make emu-check CU=file.cu [ARGS="..."]  one program built and run with every check on (below)
 # The common/kernels/cuda/*.cu files (and *.cuh headers) are rewritten by dev/emu/cu2cpp.pl (launch syntax
 # only) and compiled as C++ with dev/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on
 # the include path.
