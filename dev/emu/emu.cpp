@@ -882,6 +882,14 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   g_handles.insert(*stream);
   return cudaSuccess;
 }
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  return valid_stream(stream) ? cudaMemset(ptr, value, bytes) : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return g_handles.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaPeekAtLastError() { return g_last_error; }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (!stream || !g_handles.erase(stream)) return record(cudaErrorInvalidResourceHandle);
   delete stream;

@@ -1,5 +1,6 @@
 // emu_check_clean.cu — a clean single-file CUDA program for `make emu-check` (tests/cuda/emu_check.sh):
-// a block-wide reversal through shared memory with the barrier it needs, then its arguments printed
+// a block-wide reversal through shared memory with the barrier it needs (on a stream of its own, an
+// event waited for: the runtime calls a small program makes), then its arguments printed
 // one per line in brackets (the check that ARGS reach the program as words, unexpanded). Exits 0
 // when the reversal is right.
 #include <cstdio>
@@ -19,8 +20,16 @@ int main(int argc, char** argv) {
   float *in = nullptr, *out = nullptr;
   cudaMalloc(reinterpret_cast<void**>(&in), sizeof(h));
   cudaMalloc(reinterpret_cast<void**>(&out), sizeof(h));
+  cudaStream_t stream;
+  cudaEvent_t done;
+  cudaStreamCreate(&stream);
+  cudaEventCreate(&done);
+  cudaMemsetAsync(out, 0, sizeof(h), stream);
   cudaMemcpy(in, h, sizeof(h), cudaMemcpyHostToDevice);
-  reverse<<<1, n>>>(out, in);
+  reverse<<<1, n, 0, stream>>>(out, in);
+  cudaEventRecord(done, stream);
+  cudaEventSynchronize(done);
+  if (cudaPeekAtLastError() != cudaSuccess) return 2;
   cudaMemcpy(h, out, sizeof(h), cudaMemcpyDeviceToHost);
   int wrong = 0;
   for (int i = 0; i < n; i++) wrong += h[i] != float(n - 1 - i);

@@ -147,6 +147,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                             cudaStream_t stream = nullptr);
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+// A few more calls a small program makes (each completes at its call, as every operation here does)
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaPeekAtLastError();
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
