@@ -1,7 +1,9 @@
 # dev/emu.mk — the CUDA backend built against nz_emu (dev/emu/), a CPU emulator of the CUDA
 # subset the backend uses, so every CUDA kernel, the cuBLAS and NCCL call sites and the trainers'
 # --device cuda paths run on a machine without a GPU (tests/cuda/emu_check.sh). Needs no CUDA toolkit.
-#   make emu     ->  $(EMU)/bin/<stages> and pipeline, $(EMU)/tests/test_cuda_{kernels,comm,stages}
+#   make emu     ->  $(EMU)/bin/<stages> and pipeline, $(EMU)/tests/test_cuda_{kernels,comm,stages}, the
+#                    emulator's self-test, the checks' catalogue (emu_catalogue, flash_mutant_*)
+#   make emu-check CU=file.cu [ARGS="..."]  one program built and run with every check on (below)
 # The common/kernels/cuda/*.cu files (and *.cuh headers) are rewritten by dev/emu/cu2cpp.pl (launch syntax
 # only) and compiled as C++ with dev/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on
 # the include path.
@@ -13,15 +15,19 @@ EMU_CXXFLAGS := $(filter-out -O3 -DNZ_HAVE_CUDA -DNZ_CUBLAS_DLOPEN -I$(CUDA_HOME
                 $(EMU_OPT) -DNZ_HAVE_CUDA -Idev/emu/include -Icommon/kernels/cuda -Wno-unknown-pragmas
 EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/kernels/cuda/*.cu inference/*.cu))
 EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \
-                $(EMU)/obj/dev/emu/emu.o
+                $(EMU)/obj/dev/emu/emu.o $(EMU)/obj/dev/emu/check.o
 EMU_LIB      := $(EMU)/libnanozero_emu.a
 # the host libraries the common/ objects need: the BLAS, oneDNN when built with it (Makefile DNNL), and
 # MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
 EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS) $(MPI_LIBS)
 # the ladder, and the pipeline (test_cuda_stages runs it on both paths)
 EMU_STAGES   := $(foreach s,$(STAGES) pipeline,$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
+# Broken copies of the flash attention kernels (dev/emu/flash_mutants.pl), each linked into the kernel
+# tests in place of the real ones: the catalogue of bugs the race check must catch.
+EMU_MUTANTS  := dq_no_syncwarp early_prefetch q_no_barrier
+EMU_MUTANT_TESTS := $(EMU_MUTANTS:%=$(EMU)/tests/flash_mutant_%)
 EMU_TESTS    := $(addprefix $(EMU)/tests/,$(basename $(notdir $(wildcard tests/cuda/test_cuda_*.cpp)))) \
-                $(EMU)/tests/emu_selftest
+                $(EMU)/tests/emu_selftest $(EMU)/tests/emu_catalogue $(EMU_MUTANT_TESTS)
 
 .PHONY: emu
 emu: $(EMU_STAGES) $(EMU_TESTS)
@@ -37,9 +43,13 @@ $(EMU)/gen/%.cuh: %.cuh dev/emu/cu2cpp.pl
 	@mkdir -p $(dir $@)
 	perl dev/emu/cu2cpp.pl $< >$@.tmp && mv $@.tmp $@
 
+# The kernels' translation units are compiled with GCC's thread-sanitizer instrumentation: a call
+# before every load and store, which dev/emu/check.cpp answers (NZ_EMU_CHECK; the sanitizer's own
+# library is not linked), and line tables (-g1) so that a finding names its source lines.
+EMU_INSTRUMENT := -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -g1
 $(EMU)/obj/gen/%.o: $(EMU)/gen/%.cpp $(EMU_GEN_CUH)
 	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_INSTRUMENT) -c $< -o $@
 
 $(EMU)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -74,4 +84,39 @@ $(EMU)/tests/emu_selftest: $(EMU)/obj/gen/dev/emu/selftest.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
 
+$(EMU)/tests/emu_catalogue: $(EMU)/obj/gen/tests/cuda/emu_catalogue.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+
+$(EMU)/gen/mutants/%/kernels_flash_attention.cpp: $(EMU)/gen/common/kernels/cuda/kernels_flash_attention.cpp \
+    dev/emu/flash_mutants.pl
+	@mkdir -p $(dir $@)
+	perl dev/emu/flash_mutants.pl $* <$< >$@.tmp && mv $@.tmp $@
+# the rewritten headers (.cuh) of the real kernels' folder, for the mutant's #include "x.cuh"
+$(EMU)/obj/gen/mutants/%.o: EMU_CXXFLAGS += -iquote $(EMU)/gen/common/kernels/cuda
+# the mutant's object before the library: the library's flash attention object is never pulled in
+$(EMU)/tests/flash_mutant_%: $(EMU)/obj/tests/cuda/test_cuda_kernels.o $(EMU)/obj/tests/lib/gtest_mpi_main.o \
+    $(EMU)/obj/gen/mutants/%/kernels_flash_attention.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -lgtest $(EMU_LIBS) -o $@
+
 -include $(shell find $(EMU)/obj -name '*.d' 2>/dev/null)
+
+# make emu-check CU=path/to/program.cu [ARGS="..."]: one CUDA program (kernels and a host main using
+# the runtime API; no MPI needed) built against the emulator with every check on (NZ_EMU_CHECK=all)
+# and run with ARGS (dev/emu/emu_check.sh). Each finding is a line "emu-check: KIND: ...", and the
+# exit status is non-zero; a clean program exits with its own. CU and ARGS reach the script as raw
+# text in the environment: nothing in them is expanded by make or the shell.
+.PHONY: emu-check
+ifneq ($(filter emu-check,$(MAKECMDGOALS)),)
+ifeq ($(strip $(value CU)),)
+$(error make emu-check: no program given (CU is empty); expected: make emu-check CU=path/to/program.cu [ARGS="arguments"])
+else ifeq ($(wildcard $(value CU)),)
+$(error make emu-check: $(value CU): no such file; expected: make emu-check CU=path/to/program.cu [ARGS="arguments"])
+endif
+endif
+emu-check: export EMU_CHECK_CU = $(value CU)
+emu-check: export EMU_CHECK_ARGS = $(value ARGS)
+emu-check: $(EMU_LIB)
+	@EMU_CXX='$(CXX)' EMU_FLAGS='$(EMU_CXXFLAGS) $(EMU_INSTRUMENT)' EMU_LINK='$(LDFLAGS)' EMU_LIB='$(EMU_LIB)' \
+	  EMU_LIBS='$(EMU_LIBS)' bash dev/emu/emu_check.sh

@@ -19,6 +19,7 @@
 #include <set>
 #include <vector>
 
+#include "check.h"  // NZ_EMU_CHECK: races, uninitialised reads, bounds, misalignment
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels/dtype.h"  // nz::bf16, bf16_to_f32, f32_to_bf16 (round to nearest even)
@@ -30,9 +31,21 @@ namespace nz_emu {
 
 namespace {
 const char* g_kernel = nullptr;  // the kernel running now, for error messages
+// The kind of check a fatal error belongs to (bounds, barrier, misaligned), set just before fail():
+// with NZ_EMU_CHECK on, the error is also printed as a finding line, "emu-check: KIND: ...".
+const char* g_fail_kind = nullptr;
 }
 
 void fail(const char* fmt, ...) {
+  if (g_fail_kind && check::g_kinds) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "emu-check: %s: %s%s%s\n", g_fail_kind, msg, g_kernel ? " in kernel " : "",
+            g_kernel ? g_kernel : "");
+  }
   fprintf(stderr, "nz_emu: ");
   va_list ap;
   va_start(ap, fmt);
@@ -173,6 +186,7 @@ void on_segv(int sig, siginfo_t* info, void*) {
                "byte %zu of a %zu-byte device buffer from host code (a device pointer used on the "
                "host; device memory is only reachable from kernels, cudaMemcpy and collectives)",
                size_t(addr - user), m.bytes);
+    g_fail_kind = "bounds";
     fail("invalid access at %p: %s", static_cast<const void*>(addr), what);
   }
   if (g_kernel) fail("invalid access at %p (not device memory; a fiber's stack overflowed?)", static_cast<const void*>(addr));
@@ -242,6 +256,7 @@ struct Fiber {
     const void* src;
     size_t bytes, zfill;
     unsigned group;
+    const void* pc;  // where it was issued (NZ_EMU_CHECK's findings)
   };
   std::vector<AsyncCopy> async_copies;
   unsigned groups_committed;
@@ -334,17 +349,45 @@ const char* state_name(State s) {
                       f->op == WarpOp::Shuffle ? "shuffle" : f->op == WarpOp::Wmma ? "wmma" : "__syncwarp");
   }
   g_cur = g_fibers[first];
+  g_fail_kind = "barrier";
   fail("%s; warp %d: %s", why, warp, lanes);
 }
 
 // The ready queue of one block: fiber indices in the order they will run. A warp whose 32 lanes
 // have all arrived is queued again at once; the block's __syncthreads when nothing else can run.
 // Released lanes are queued forwards and backwards in turn, so no lane always runs first.
+// NZ_EMU_SEED=N (schedule fuzzing): every release, the first included, queues its threads in a
+// random order drawn from N, and the blocks of a launch run in a random order too.
 std::vector<int> g_ready;
 std::vector<int> g_warp_arrived;  // lanes of each warp waiting at a warp operation
 
+struct Fuzz {
+  bool on = false;
+  uint64_t state = 0;
+  Fuzz() {
+    const char* e = getenv("NZ_EMU_SEED");
+    if (e && *e) on = true, state = strtoull(e, nullptr, 10) * 0x9E3779B97F4A7C15ull + 1;
+  }
+  uint64_t next() {  // splitmix64
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  template <class It>
+  void shuffle(It first, It last) {  // Fisher-Yates
+    for (auto n = last - first; n > 1; n--) std::swap(first[n - 1], first[long(next() % uint64_t(n))]);
+  }
+};
+Fuzz& fuzz() {
+  static Fuzz f;
+  return f;
+}
+
 void queue_range(int first, int end, bool backwards) {
+  const size_t start = g_ready.size();
   for (int j = first; j < end; j++) g_ready.push_back(backwards ? end - 1 - (j - first) : j);
+  if (fuzz().on) fuzz().shuffle(g_ready.begin() + long(start), g_ready.end());
 }
 
 void run_block() {
@@ -374,13 +417,24 @@ void run_block() {
           if (g_fibers[i]->state == State::Done) stuck("__syncthreads after some threads of the block exited", i / kWarp);
       }
       for (int i = 0; i < n; i++) g_fibers[i]->state = State::Ready;
+      if (check::g_kinds) check::barrier_released(-1);
       g_ready.clear();
       head = 0;
       queue_range(0, n, backwards);
       backwards = !backwards;
     }
     Fiber* f = g_fibers[g_ready[head++]];
+    if (check::g_kinds) {  // the hooks check this thread's accesses, outside its own stack
+      check::g_thread = g_ready[head - 1];
+      check::g_stack_lo = f->stack;
+      check::g_stack_hi = f->stack + kStackBytes + page_size();
+    }
     resume(f);
+    // Copies the thread never waited for land some time after it exits on a GPU: for the race
+    // check, a write when it exits (here they are dropped, so nothing reads them by accident)
+    if (check::g_kinds && f->state == State::Done)
+      for (const Fiber::AsyncCopy& c : f->async_copies) check::async_landed(c.dst, nullptr, c.bytes, c.bytes, c.pc);
+    check::g_thread = -1;
     if (f->state == State::Done) {
       done++;
     } else if (f->state == State::AtWarp) {
@@ -391,6 +445,7 @@ void run_block() {
           if (g_fibers[i]->warp_ops != f->warp_ops || g_fibers[i]->op != f->op)
             stuck("the lanes of a warp are at different warp operations", w);
         g_warp_arrived[w] = 0;
+        if (check::g_kinds && f->op == WarpOp::Syncwarp) check::barrier_released(w);  // shuffles, WMMA: no order
         for (int i = first; i < end; i++) g_fibers[i]->state = State::Ready;
         queue_range(first, end, backwards);
         backwards = !backwards;
@@ -414,7 +469,18 @@ void syncthreads() {
   yield_to_scheduler();
 }
 
-void syncwarp() {
+// The mask of a warp operation: every lane that calls it must be in it (on a GPU, undefined
+// otherwise: an "emu-check: mask" finding here, fatal), and the emulator supports whole warps only.
+void check_mask(const char* what, unsigned mask) {
+  if (!(mask >> g_cur->lane & 1)) {
+    g_fail_kind = "mask";
+    fail("%s by lane %d with mask %#x, which leaves the lane out (undefined on a GPU)", what, g_cur->lane, mask);
+  }
+  if (mask != 0xffffffffu) fail("%s with mask %#x: the emulator supports whole-warp operations only", what, mask);
+}
+
+void syncwarp(unsigned mask) {
+  check_mask("__syncwarp", mask);
   g_cur->state = State::AtWarp;
   g_cur->op = WarpOp::Syncwarp;
   g_cur->warp_ops++;
@@ -429,24 +495,30 @@ void wmma_barrier() {
 }
 
 void wmma_check(const char* what, const void* p, unsigned ldm, size_t elem_bytes) {
+  g_fail_kind = "misaligned";
   if (ldm * elem_bytes % 16 != 0)
     fail("wmma::%s with ldm %u: a GPU requires a multiple of 16 bytes (%zu elements)", what, ldm, 16 / elem_bytes);
   const unsigned char* c = static_cast<const unsigned char*>(p);
   if (c >= g_dynamic_shared && c < g_dynamic_shared + g_dynamic_shared_size && (c - g_dynamic_shared) % 32 != 0)
     fail("wmma::%s at byte %zu of dynamic shared memory: a GPU requires a 32-byte (256-bit) aligned pointer", what,
          size_t(c - g_dynamic_shared));
+  g_fail_kind = nullptr;
 }
 
 void pipeline_copy(void* dst, const void* src, size_t bytes, size_t zfill) {
   if (!g_cur) fail("__pipeline_memcpy_async called outside a kernel");
   if (bytes != 4 && bytes != 8 && bytes != 16) fail("__pipeline_memcpy_async of %zu bytes: a GPU copies 4, 8 or 16", bytes);
   if (zfill > bytes) fail("__pipeline_memcpy_async with zfill %zu > %zu bytes", zfill, bytes);
+  g_fail_kind = "misaligned";
   if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 || reinterpret_cast<uintptr_t>(src) % bytes != 0)
     fail("__pipeline_memcpy_async of %zu bytes from %p to %p: a GPU requires both %zu-byte aligned", bytes, src, dst,
          bytes);
+  g_fail_kind = "bounds";
   if (!is_device_pointer(src, bytes - zfill)) fail("__pipeline_memcpy_async from %p: not global (device) memory", src);
+  g_fail_kind = nullptr;
   if (is_device_pointer(dst, bytes)) fail("__pipeline_memcpy_async to %p: global memory, not shared memory", dst);
-  g_cur->async_copies.push_back({dst, src, bytes, zfill, g_cur->groups_committed});
+  check::async_issued(dst, bytes, __builtin_return_address(0));
+  g_cur->async_copies.push_back({dst, src, bytes, zfill, g_cur->groups_committed, __builtin_return_address(0)});
 }
 
 void pipeline_commit() {
@@ -463,6 +535,7 @@ void pipeline_wait_prior(size_t prior) {
   for (size_t i = 0; i < q.size(); i++) {
     const Fiber::AsyncCopy& c = q[i];
     if (c.group < done_below) {
+      check::async_landed(c.dst, c.src, c.bytes, c.zfill, __builtin_return_address(0));
       memcpy(c.dst, c.src, c.bytes - c.zfill);
       memset(static_cast<char*>(c.dst) + (c.bytes - c.zfill), 0, c.zfill);
     } else {
@@ -473,7 +546,7 @@ void pipeline_wait_prior(size_t prior) {
 }
 
 void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, int src_lane) {
-  if (mask != 0xffffffffu) fail("shuffle with mask %#x: the emulator supports full-warp shuffles only", mask);
+  check_mask("a shuffle", mask);
   Fiber* f = g_cur;
   const unsigned op = f->warp_ops;
   WarpSlots& w = g_warps[f->warp];
@@ -485,6 +558,29 @@ void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, 
   // A shuffle whose source lane is outside the warp returns the caller's own value.
   const int src = src_lane >= 0 && src_lane < kWarp ? src_lane : f->lane;
   memcpy(theirs, &w.value[op & 1][src], bytes);
+}
+
+unsigned ballot(unsigned mask, bool predicate) {
+  check_mask("__ballot_sync", mask);
+  Fiber* f = g_cur;
+  const unsigned op = f->warp_ops;
+  WarpSlots& w = g_warps[f->warp];
+  w.value[op & 1][f->lane] = predicate;
+  f->state = State::AtWarp;
+  f->op = WarpOp::Shuffle;
+  f->warp_ops++;
+  yield_to_scheduler();
+  unsigned bits = 0;
+  for (int l = 0; l < kWarp; l++) bits |= unsigned(w.value[op & 1][l] != 0) << l;
+  return bits & mask;
+}
+
+unsigned active_mask() {
+  const int first = g_cur->warp * kWarp;
+  unsigned bits = 0;
+  for (int l = 0; l < kWarp && first + l < g_block_threads; l++)
+    if (g_fibers[size_t(first + l)]->state != State::Done) bits |= 1u << l;
+  return bits;
 }
 
 // NZ_EMU_PROFILE=1: at exit, the emulation time per kernel (where the emulator spends its time;
@@ -572,13 +668,24 @@ void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t 
   DeviceAccess access;
   g_kernel = name;
   Profile::Timer timer(name, threads * grid.x * grid.y * grid.z);
-  for (unsigned z = 0; z < grid.z; z++)
-    for (unsigned y = 0; y < grid.y; y++)
-      for (unsigned x = 0; x < grid.x; x++) {
-        block_idx = dim3(x, y, z);
-        if (smem) memset(g_dynamic_shared, 0xff, smem);  // a new block's shared memory is garbage
-        run_block();
-      }
+  if (check::g_kinds) check::launch_begin(name, unsigned(threads));
+  const size_t blocks = size_t(grid.x) * grid.y * grid.z;
+  std::vector<size_t> order;  // NZ_EMU_SEED: the blocks in a random order
+  if (fuzz().on) {
+    order.resize(blocks);
+    for (size_t b = 0; b < blocks; b++) order[b] = b;
+    fuzz().shuffle(order.begin(), order.end());
+  }
+  for (size_t i = 0; i < blocks; i++) {
+    const size_t b = order.empty() ? i : order[i];
+    block_idx = dim3(unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (size_t(grid.x) * grid.y)));
+    if (smem) memset(g_dynamic_shared, 0xff, smem);  // a new block's shared memory is garbage
+    if (check::g_kinds)
+      check::block_begin(unsigned(b), g_dynamic_shared, smem, g_dynamic_shared_bytes.data(),
+                         g_dynamic_shared_bytes.size());
+    run_block();
+  }
+  if (check::g_kinds) check::launch_end();
   g_kernel = nullptr;
 }
 
@@ -679,6 +786,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   const char* user = m.base + data_bytes - padded;
   g_device[user] = m;
   g_device_used += data_bytes;
+  if (check::g_kinds) check::allocated(user, bytes, m.base, m.base + data_bytes + page);
   if (g_access_depth == 0) set_access(m, false);
   *ptr = const_cast<char*>(user);
   return cudaSuccess;
@@ -688,6 +796,7 @@ cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
   auto it = g_device.find(static_cast<const char*>(ptr));
   if (it == g_device.end()) return record(cudaErrorInvalidValue);
+  if (check::g_kinds) check::freed(ptr);
   munmap(it->second.base, it->second.data_bytes + page_size());
   g_device_used -= it->second.data_bytes;
   g_device.erase(it);
@@ -728,6 +837,7 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (where(ptr, bytes) != 1) return record(cudaErrorInvalidValue);
   DeviceAccess access;
   memset(ptr, value, bytes);
+  check::host_wrote(ptr, bytes);
   return cudaSuccess;
 }
 
@@ -746,6 +856,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (!ok) return record(cudaErrorInvalidValue);
   DeviceAccess access;
   memmove(dst, src, bytes);
+  check::host_wrote(dst, bytes);
   return cudaSuccess;
 }
 
@@ -771,6 +882,14 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   g_handles.insert(*stream);
   return cudaSuccess;
 }
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  return valid_stream(stream) ? cudaMemset(ptr, value, bytes) : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return g_handles.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaPeekAtLastError() { return g_last_error; }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (!stream || !g_handles.erase(stream)) return record(cudaErrorInvalidResourceHandle);
   delete stream;
@@ -928,6 +1047,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
         // beta == 0: C is not read (it may hold NaN), as cuBLAS documents
         store_elem(Ci, ci, Ctype, b == 0.0f ? a * acc : a * acc + b * load_elem(Ci, ci, Ctype));
       }
+    for (int j = 0; j < n; j++)  // the columns written (for NZ_EMU_CHECK's never-written check)
+      check::host_wrote(static_cast<char*>(Ci) + size_t(j) * ldc * c_elem, size_t(m) * c_elem);
   }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -1091,6 +1212,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   std::vector<char> all = gather_all(send, count, type, comm);
   const size_t chunk = (count + comm->size - 1) / comm->size;  // chunk c ends its ring on rank c
   for (size_t i = 0; i < count; i++) ring_sum(all, count, i, int(i / chunk), comm->size, type, recv, i);
+  check::host_wrote(recv, count * nccl_bytes(type));
   return ncclSuccess;
 }
 
@@ -1105,6 +1227,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   std::vector<char> all = gather_all(send, count, type, comm);
   for (size_t i = 0; i < recvcount; i++)
     ring_sum(all, count, size_t(comm->rank) * recvcount + i, comm->rank, comm->size, type, recv, i);
+  check::host_wrote(recv, recvcount * nccl_bytes(type));
   return ncclSuccess;
 }
 
@@ -1117,6 +1240,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
   if (!is_device_pointer(recv, bytes * comm->size)) fail("ncclAllGather: recv is not device memory");
   std::vector<char> all = gather_all(send, sendcount, type, comm);
   memcpy(recv, all.data(), all.size());
+  check::host_wrote(recv, all.size());
   return ncclSuccess;
 }
 
@@ -1145,6 +1269,8 @@ ncclResult_t run_p2p_ops() {
       else MPI_Irecv(op.buf, int(op.bytes), MPI_BYTE, op.peer, 0, op.comm, &reqs[i]);
     }
     MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+    for (const P2POp& op : g_group_ops)
+      if (!op.send) check::host_wrote(op.buf, op.bytes);
   }
   g_group_ops.clear();
   return ncclSuccess;

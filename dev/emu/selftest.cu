@@ -26,6 +26,8 @@
 //   wmma_bad_ldm         load_matrix_sync of bf16 rows 20 elements apart (40 bytes, not a multiple of 16)
 //   wmma_misaligned      load_matrix_sync from byte 16 of shared memory (a GPU needs 32-byte alignment)
 //   async_misaligned     a 16-byte __pipeline_memcpy_async from an address 8 bytes into a buffer
+//   mask_syncwarp        lanes 0-15 call __syncwarp(0xffff0000): a mask that leaves them out
+//   mask_shuffle         every lane calls __shfl_down_sync(0xffff0000, ...): lanes 0-15 are left out
 #include <cublas_v2.h>
 #include <cuda_pipeline.h>  // __pipeline_memcpy_async, commit, wait_prior (dev/emu/include/cuda_pipeline.h)
 #include <cuda_runtime.h>
@@ -93,6 +95,15 @@ __global__ void divergent_sync(float* x) {
 __global__ void partial_shuffle(float* x) {
   if (threadIdx.x % 32 < 16) return;  // BUG: the remaining lanes shuffle with a full mask
   x[threadIdx.x] = warp_sum(1.0f);
+}
+
+__global__ void syncwarp_wrong_mask(float* x) {
+  if (threadIdx.x < 16) __syncwarp(0xffff0000u);  // BUG: the calling lanes are not in the mask
+  x[threadIdx.x] = 1.0f;
+}
+
+__global__ void shuffle_wrong_mask(float* x) {
+  x[threadIdx.x] = __shfl_down_sync(0xffff0000u, 1.0f, 1);  // BUG: lanes 0-15 call it, outside the mask
 }
 
 namespace wmma = nvcuda::wmma;
@@ -359,6 +370,10 @@ int run(const std::string& c) {
   } else if (c == "async_misaligned") {
     float* in = device_floats(64);
     reverse_pieces_async<<<1, 8, 8 * 16>>>(device_floats(64), in + 2, true);  // 8 bytes in: not 16-aligned
+  } else if (c == "mask_syncwarp") {
+    syncwarp_wrong_mask<<<1, 32>>>(device_floats(32));
+  } else if (c == "mask_shuffle") {
+    shuffle_wrong_mask<<<1, 32>>>(device_floats(32));
   } else {
     fprintf(stderr, "selftest: unknown case '%s'\n", c.c_str());
     return 2;

@@ -49,8 +49,11 @@ struct ColumnSumOutputs {
 };
 
 // Pass 1. partials (K, G, C): partials[(k * G + g) * C + c] = sum over chunk g of value k of column c.
+// 1024 threads a block: __launch_bounds__ holds the GPU compiler to the registers such a block may have
+// (64 a thread), where without it a kernel using more would fail to launch.
 template <int K, class Prologue>
-__global__ void column_partials_kernel(float* partials, Prologue f, int N, int C, int chunk_rows) {
+__global__ void __launch_bounds__(kWarpSize * kWarpSize)
+    column_partials_kernel(float* partials, Prologue f, int N, int C, int chunk_rows) {
   __shared__ float part[K][kWarpSize][kWarpSize + 1];  // +1: no bank conflicts down a column
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * kWarpSize + tx;  // a warp reads 32 neighbouring columns of a row

@@ -78,8 +78,9 @@ __global__ void sum_partials_kernel(double* result, const double* partials) {
 // asks for it once per step.) Not the CPU's order, so the last bits of the loss differ from a CPU run.
 constexpr int kAddThreads = 1024;
 
+// (__launch_bounds__: 1024 threads a block, so at most 64 registers a thread; column_sum.cuh says why)
 template <class A>
-__global__ void add_sum_kernel(double* total, const A* x, size_t n, bool first) {
+__global__ void __launch_bounds__(kAddThreads) add_sum_kernel(double* total, const A* x, size_t n, bool first) {
   double acc = 0.0;
   for (size_t i = threadIdx.x; i < n; i += kAddThreads) acc += double(x[i]);
   const double sum = block_sum(acc);

@@ -25,8 +25,9 @@ void pipeline_commit();
 void pipeline_wait_prior(size_t prior);
 }  // namespace nz_emu
 
-inline void __pipeline_memcpy_async(void* dst, const void* src, size_t size_and_align, size_t zfill = 0) {
+// always_inline: the return addresses the checks record are then in the kernel, not here
+__attribute__((always_inline)) inline void __pipeline_memcpy_async(void* dst, const void* src, size_t size_and_align, size_t zfill = 0) {
   nz_emu::pipeline_copy(dst, src, size_and_align, zfill);
 }
 inline void __pipeline_commit() { nz_emu::pipeline_commit(); }
-inline void __pipeline_wait_prior(size_t prior) { nz_emu::pipeline_wait_prior(prior); }
+__attribute__((always_inline)) inline void __pipeline_wait_prior(size_t prior) { nz_emu::pipeline_wait_prior(prior); }

@@ -7,8 +7,9 @@
 // plain C++ with this directory first on the include path. A launch runs the blocks one after
 // another; inside a block every CUDA thread is a fiber (its own stack) on one OS thread, and the
 // fibers run until they reach __syncthreads, __syncwarp, a shuffle or a WMMA *_sync call (mma.h),
-// where they wait for the rest of their block or warp. Lanes run in a different order on every pass (forwards, then backwards),
-// so a missing __syncwarp/__syncthreads shows up as wrong results in the tests.
+// where they wait for the rest of their block or warp. Released threads run forwards and backwards
+// in turn (NZ_EMU_SEED=N: in a random order drawn from N, blocks too). That order turns only some
+// missing barriers into wrong results; the race check (NZ_EMU_CHECK, below) reports the rest.
 //
 // What the emulator checks that real hardware would only do silently wrong (each is a fatal error
 // naming the kernel, block and thread):
@@ -20,11 +21,22 @@
 //     0xFF bytes (a NaN in fp32 and bf16);
 //   - barriers that not every thread reaches (divergent __syncthreads, shuffles with exited lanes
 //     or lanes at different shuffles), and launch configurations a GPU would reject.
-// What it cannot check: speed, shared-memory races between threads that do synchronize correctly,
-// and the exact bits of a GPU (no fused multiply-add contraction, other summation orders in
-// cuBLAS and NCCL); tests compare against the CPU reference with stated tolerances anyway.
-//
-// Streams and events exist but every operation completes before its call returns.
+// NZ_EMU_CHECK=all (or race,uninit,bounds,misaligned; `make emu-check CU=file.cu` sets it) checks
+// every load and store of a kernel (dev/emu/check.cpp; each finding a line "emu-check: KIND: ..."):
+//   race        unordered accesses to a byte under CUDA's rules (same thread; same warp across
+//               __syncwarp/__syncthreads; other warps across __syncthreads; other blocks never;
+//               cp.async destinations written from issue to wait)   tests/cuda/emu_catalogue.cu:
+//               counter, first_phase, across_blocks, async_double_buffer, wmma_no_syncwarp, and the
+//               flash attention mutants of dev/emu/flash_mutants.pl
+//   uninit      reads of never-written device or shared memory (static __shared__ poisoned per
+//               block)                                               static_accumulator, fmaxf_hides_nan
+//   bounds      accesses outside a buffer's exact bytes (padding included)   before_start, in_padding
+//   misaligned  an n-byte access not n-aligned, uint4 copies included  misaligned_uint4, misaligned_float
+//   mask        (always, fatal) a lane calling a warp function with a mask that leaves it out
+// What it cannot check: speed, bank conflicts, occupancy, the exact bits of a GPU (no fused
+// multiply-add contraction, other summation orders in cuBLAS and NCCL), the order of streams
+// (every operation, event and collective completes before its call returns), fences and atomics,
+// and masks of partial-warp operations (only full warps are supported). docs/gpu.md has the table.
 #pragma once
 #include <cmath>    // expf, sqrtf, fmaxf, ... as device code uses them; INFINITY
 #include <cstddef>  // size_t
@@ -40,7 +52,8 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)  // a register budget for the GPU's compiler: nothing to emulate
-// Blocks run one at a time, so a function-local static is exactly one block's shared memory.
+// Blocks run one at a time, so a function-local static is exactly one block's shared memory
+// (cu2cpp.pl adds the call that lets NZ_EMU_CHECK poison it per block and check its accesses).
 #define __shared__ static
 
 struct dim3 {
@@ -48,11 +61,29 @@ struct dim3 {
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 using uint3 = dim3;
-// The 16-byte vector type of a 16-byte load or store (alignas: a GPU's uint4 is 16-byte aligned).
+namespace nz_emu {
+// A 16-byte vector load or store, for NZ_EMU_CHECK (check.cpp): the compiler splits a uint4 copy into
+// 4-byte moves, so its alignment is checked here; also recorded as one access for the other checks.
+void vector_access(const void* p, size_t bytes, bool write);
+}  // namespace nz_emu
+// The 16-byte vector type of a 16-byte load or store (alignas: a GPU's uint4 is 16-byte aligned, and
+// a GPU faults on a uint4 access at an address that is not). Copies tell the checks where they read
+// and write (always inlined, so the code address they record is the kernel's).
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
+  uint4() = default;
+  constexpr uint4(unsigned x_, unsigned y_, unsigned z_, unsigned w_) : x(x_), y(y_), z(z_), w(w_) {}
+  __attribute__((always_inline)) uint4(const uint4& o) : x(o.x), y(o.y), z(o.z), w(o.w) {
+    nz_emu::vector_access(&o, 16, false);
+  }
+  __attribute__((always_inline)) uint4& operator=(const uint4& o) {
+    nz_emu::vector_access(&o, 16, false);
+    nz_emu::vector_access(this, 16, true);
+    x = o.x, y = o.y, z = o.z, w = o.w;
+    return *this;
+  }
 };
-inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4(x, y, z, w); }
 
 // ---- runtime types ----
 enum cudaError_t {
@@ -116,6 +147,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                             cudaStream_t stream = nullptr);
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+// A few more calls a small program makes (each completes at its call, as every operation here does)
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaPeekAtLastError();
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
@@ -140,7 +176,7 @@ const dim3& thread_idx();
 extern dim3 block_idx, block_dim, grid_dim;
 
 void syncthreads();
-void syncwarp();
+void syncwarp(unsigned mask = 0xffffffffu);
 // One lane's part of a warp exchange: publish `mine` (bytes <= 8), wait for every lane of the
 // warp, then copy lane src_lane's value into `theirs`.
 void warp_exchange(const void* mine, void* theirs, size_t bytes, unsigned mask, int src_lane);
@@ -156,6 +192,11 @@ struct DeviceAccess {
 };
 bool is_device_pointer(const void* p, size_t bytes);  // [p, p+bytes) inside one cudaMalloc
 void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+// NZ_EMU_CHECK (dev/emu/check.h): a static __shared__ array reached by a thread (cu2cpp.pl)
+namespace check {
+void static_shared(void* p, size_t bytes, const char* name, const char* file, int line);
+}
 
 // Runs body() once per thread of every block; records cudaErrorInvalidConfiguration instead when
 // a GPU would refuse the launch.
@@ -186,13 +227,28 @@ Launch<Kernel> launch(Kernel kernel, const char* name, dim3 grid, dim3 block, si
   return Launch<Kernel>{kernel, name, grid, block, smem};
 }
 
+// A shuffle: lane src's v (src outside [first, first + width): the caller's own v, as on a GPU).
 template <class T>
-T shfl_xor(unsigned mask, T v, int lane_mask) {
+T shuffle(unsigned mask, T v, int src, int width) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a value > 8 bytes");
+  if (width < 1 || width > 32 || (width & (width - 1)) != 0)
+    fail("shuffle with width %d: a GPU requires a power of two from 1 to 32", width);
+  const int first = lane_id() / width * width;
   T out;
-  warp_exchange(&v, &out, sizeof(T), mask, lane_id() ^ lane_mask);
+  warp_exchange(&v, &out, sizeof(T), mask, src >= first && src < first + width ? src : lane_id());
   return out;
 }
+template <class T>
+T shfl_xor(unsigned mask, T v, int lane_mask, int width = 32) {
+  return shuffle(mask, v, lane_id() ^ lane_mask, width);
+}
+// __ballot_sync: bit i set when lane i's predicate is true (every lane of the warp takes part).
+unsigned ballot(unsigned mask, bool predicate);
+unsigned active_mask();  // the lanes of the warp that have not exited
+// Atomics: one fiber runs at a time, so a plain read-modify-write is atomic here. The access is
+// not recorded for the race check (atomics of many threads to one word are no race), but it is
+// checked for bounds and never-written memory, and marks the word written (check.cpp).
+void atomic_access(void* p, size_t bytes);
 
 }  // namespace nz_emu
 
@@ -207,9 +263,52 @@ cudaError_t cudaFuncSetAttribute(Kernel* func, cudaFuncAttribute attr, int value
 #define blockDim (::nz_emu::block_dim)
 #define gridDim (::nz_emu::grid_dim)
 #define __syncthreads() ::nz_emu::syncthreads()
-#define __syncwarp(...) ::nz_emu::syncwarp()
+#define __syncwarp(...) ::nz_emu::syncwarp(__VA_ARGS__)
 
 template <class T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
-  return nz_emu::shfl_xor(mask, v, lane_mask);
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  return nz_emu::shfl_xor(mask, v, lane_mask, width);
+}
+template <class T>
+inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  return nz_emu::shuffle(mask, v, nz_emu::lane_id() / width * width + src_lane % width, width);
+}
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return nz_emu::shuffle(mask, v, nz_emu::lane_id() - int(delta), width);
+}
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return nz_emu::shuffle(mask, v, nz_emu::lane_id() + int(delta), width);
+}
+inline unsigned __ballot_sync(unsigned mask, int predicate) { return nz_emu::ballot(mask, predicate != 0); }
+inline int __any_sync(unsigned mask, int predicate) { return nz_emu::ballot(mask, predicate != 0) != 0; }
+inline int __all_sync(unsigned mask, int predicate) { return nz_emu::ballot(mask, predicate != 0) == mask; }
+inline unsigned __activemask() { return nz_emu::active_mask(); }
+
+// atomicAdd, atomicSub, atomicMax, atomicMin, atomicExch, atomicCAS on int, unsigned, unsigned long long,
+// float and double (Max, Min: integers), each returning the old value.
+template <class T>
+__attribute__((no_sanitize_thread)) inline T nz_atomic_update(T* p, T v, int op) {
+  nz_emu::atomic_access(p, sizeof(T));
+  const T old = *p;
+  *p = op == 0 ? T(old + v) : op == 1 ? T(old - v) : op == 2 ? (v > old ? v : old) : op == 3 ? (v < old ? v : old) : v;
+  return old;
+}
+template <class T>
+inline T atomicAdd(T* p, T v) { return nz_atomic_update(p, v, 0); }
+template <class T>
+inline T atomicSub(T* p, T v) { return nz_atomic_update(p, v, 1); }
+template <class T>
+inline T atomicMax(T* p, T v) { return nz_atomic_update(p, v, 2); }
+template <class T>
+inline T atomicMin(T* p, T v) { return nz_atomic_update(p, v, 3); }
+template <class T>
+inline T atomicExch(T* p, T v) { return nz_atomic_update(p, v, 4); }
+template <class T>
+__attribute__((no_sanitize_thread)) inline T atomicCAS(T* p, T compare, T v) {
+  nz_emu::atomic_access(p, sizeof(T));
+  const T old = *p;
+  if (old == compare) *p = v;
+  return old;
 }

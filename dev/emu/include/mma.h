@@ -78,7 +78,7 @@ inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, const T& v) {
 // matrix_a, matrix_b: element (r, c) of the operand is p[r * ldm + c] (row_major) or p[c * ldm + r]
 // (col_major: the operand's columns are rows in memory, e.g. Kᵀ read from the rows of K).
 template <class Use, class T, class Layout>
-inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
+__attribute__((always_inline)) inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
   static_assert(!std::is_same<Use, accumulator>::value, "an accumulator is loaded with a layout_t argument");
   nz_emu::wmma_barrier();
   nz_emu::wmma_check("load_matrix_sync", p, ldm, sizeof(T));
@@ -87,7 +87,7 @@ inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p
     for (int c = 0; c < 16; c++) f.x[r * 16 + c] = row ? p[size_t(r) * ldm + c] : p[size_t(c) * ldm + r];
 }
 
-inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ldm,
+__attribute__((always_inline)) inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ldm,
                              layout_t layout) {
   nz_emu::wmma_barrier();
   nz_emu::wmma_check("load_matrix_sync", p, ldm, sizeof(float));
@@ -96,7 +96,7 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const 
       f.x[r * 16 + c] = layout == mem_row_major ? p[size_t(r) * ldm + c] : p[size_t(c) * ldm + r];
 }
 
-inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm,
+__attribute__((always_inline)) inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm,
                               layout_t layout) {
   nz_emu::wmma_barrier();
   nz_emu::wmma_check("store_matrix_sync", p, ldm, sizeof(float));
