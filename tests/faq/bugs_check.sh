@@ -87,7 +87,7 @@ def sym_scaled_norm():
     b, gb = run("mutant_faq_norm_loss_scaled", 2), run("stage2", 2)
     r = ratio(norms(m)[-1], norms(g)[-1])
     return r > 100 and same_numbers(b, gb), (f"fp16: step 6's norm {norms(m)[-1]:.4g} against {norms(g)[-1]:.4f} "
-                                             f"({r:.0f} x: the loss scale); fp32: bit for bit stage2's")
+                                             f"({r:.1f} x: the loss scale); fp32: bit for bit stage2's")
 
 bugs = [
     ("accumulation_boundary_reset", "open-instruct pull request 1498 (ZeRO-2 with accumulation driven by hand)",
