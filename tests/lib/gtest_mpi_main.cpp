@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
     listeners.Append(new ProgressWriter(std::string(dir) + "/rank." + std::to_string(rank)));
 
   int rc = RUN_ALL_TESTS();
+  if (GTEST_FLAG_GET(list_tests)) {  // the names were listed and nothing ran: no verdict to give
+    MPI_Finalize();
+    return rc;
+  }
 
   // Combine per-test results over ranks (every rank ran the same tests in the same order).
   const testing::UnitTest& ut = *testing::UnitTest::GetInstance();
