@@ -183,7 +183,6 @@ lb = [[s.get(k) for k in keys] for s in b["steps_log"]]
 same_model = filecmp.cmp(one + "/model.bin", two + "/model.bin", shallow=False)
 across = sum(op.get("bytes_across_nodes", 0) for r in b["ranks"] for op in r["comm"].values() if isinstance(op, dict))
 ms = [s["ms"] for s in b["steps_log"][1:] if "ms" in s]
-hosts = b.get("nodes", "")
 print("yes" if la == lb and same_model else "no", across, round(sum(ms) / max(len(ms), 1), 1),
       "" if la == lb else "losses differ", "" if same_model else "model files differ")
 EOF
