@@ -186,6 +186,7 @@ std::string Trainer::write_report() {
     j.kv("qwz", zeropp.qwz);
     j.kv("hpz", zeropp.hpz);
     j.kv("qgz", zeropp.qgz);
+    j.kv("qgz_two_hops", qgz_two_hops(zeropp, world()));  // qgZ inside the node, then across (zeropp/formulas.h)
     j.kv("node_size", zeropp.node_size);
     j.kv("qw_block", uint64_t(zeropp.qw_block));
     j.kv("qg_block", uint64_t(zeropp.qg_block));

@@ -25,8 +25,8 @@ namespace nz {
 namespace {
 
 // ZeRO++'s switches (the stage's own layout is make_layout's with args.quant_pad_block()).
-// ZeRO++'s nodes are the machines when the ranks run on several (--hpz and --node-size must then say
-// the same G), else simulated on one: --hpz's G, --node-size, or all ranks one node.
+// ZeRO++'s nodes are the machines when the ranks run on several (--hpz and --ranks-per-node must then say
+// the same G), else simulated on one: --hpz's G, --ranks-per-node, or all ranks one node.
 ZeroppConfig zeropp_config(const Args& a, const Comm& comm, Stage stage) {
   const int world = comm.size(), hosts = comm.host_nodes(), G = comm.ranks_per_host();
   int node_size = a.node_size > 0 ? a.node_size : a.hpz > 0 ? a.hpz : world;
@@ -35,13 +35,13 @@ ZeroppConfig zeropp_config(const Args& a, const Comm& comm, Stage stage) {
       user_error("zeropp: the %d ranks run on %d machines, but a machine's ranks are not consecutive or not as "
                  "many on each, expected ranks 0..G-1 on the first machine, G..2G-1 on the next; start them with "
                  "mpiexec -ppn G (or a host file of host:G lines)", world, hosts);
-    for (auto [flag, g] : {std::pair{"--hpz", a.hpz}, std::pair{"--node-size", a.node_size}})
+    for (auto [flag, g] : {std::pair{"--hpz", a.hpz}, std::pair{"--ranks-per-node", a.node_size}})
       if (g > 0 && g != G)
         user_error("%s %d: the ranks run on %d machines of %d ranks, and ZeRO++'s nodes are the machines, "
                    "expected %s %d (or none)", flag, g, hosts, G, flag, G);
     node_size = G;
   }
-  return {a.qwz, a.hpz, a.qgz, node_size, size_t(a.qw_block), size_t(a.qg_block)};
+  return {a.qwz, a.hpz, a.qgz, node_size, size_t(a.qw_block), size_t(a.qg_block), a.qgz_flat};
 }
 
 // The model-state bytes per rank the fits checks count: ZeRO++'s (stage3's and what it adds), or the stage's.
@@ -147,7 +147,7 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
     user_error("--device cuda: zeropp's quantized collectives and qgZ's sum run on the CPU backend only (the block "
                "quantizer has CUDA kernels, the trainer does not use them yet), expected --device cpu or auto; run "
                "stage3 on the GPU");
-  for (auto [flag, G] : {std::pair{"--hpz", args.hpz}, std::pair{"--node-size", args.node_size}})
+  for (auto [flag, G] : {std::pair{"--hpz", args.hpz}, std::pair{"--ranks-per-node", args.node_size}})
     if (G > 0 && world() % G != 0)
       user_error("%s %d: the %d ranks do not make whole nodes of %d, expected a G that divides %d; e.g. %s %d",
                  flag, G, world(), G, world(), flag, world() % 2 == 0 ? world() / 2 : world());

@@ -389,8 +389,13 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.hpz = int(parse_int(f, v, 0, 1 << 20, "a whole number of ranks >= 0")); }},
       {"--qgz", "", "zeropp: reduce-scatter the gradients as an all-to-all of int4 blocks, one fp32 scale per "
        "--qg-block values, dequantized before the sum", nullptr},
-      {"--node-size", "G", "zeropp: the simulated node the comm ledger splits bytes by (default: --hpz's G, else all "
-       "ranks)", [&](auto& f, auto& v) { a.node_size = int(parse_int(f, v, 1, 1 << 20, "a positive number of ranks")); }},
+      {"--qgz-flat", "", "zeropp --qgz: one all-to-all over all ranks instead of two hops (inside the node, then "
+       "across nodes with the node's sum re-quantized)", nullptr},
+      {"--ranks-per-node", "G", "zeropp: simulated nodes of G consecutive ranks, for qgZ's hops and the comm ledger's "
+       "inside/across split (default: --hpz's G, else the machines)",
+       [&](auto& f, auto& v) { a.node_size = int(parse_int(f, v, 1, 1 << 20, "a positive number of ranks")); }},
+      {"--node-size", "G", "zeropp: the old name of --ranks-per-node",
+       [&](auto& f, auto& v) { a.node_size = int(parse_int(f, v, 1, 1 << 20, "a positive number of ranks")); }},
       {"--qw-block", "B", "zeropp --qwz: values per scale, a power of two from 8 to 65536 (default 256)",
        [&](auto& f, auto& v) { a.qw_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
       {"--qg-block", "B", "zeropp --qgz: values per scale, a power of two from 8 to 65536 (default 256)",
@@ -442,7 +447,7 @@ Args parse_args(int argc, char** argv, const char* program) {
                                                  {"--activation-checkpointing", &a.activation_checkpointing},
                                                  {"--ckpt-overwrite", &a.ckpt_overwrite},
                                                  {"--resume-changed", &a.resume_changed},
-                                                 {"--qwz", &a.qwz}, {"--qgz", &a.qgz}};
+                                                 {"--qwz", &a.qwz}, {"--qgz", &a.qgz}, {"--qgz-flat", &a.qgz_flat}};
   auto find_flag = [&](const std::string& name) -> const Flag* {
     for (const Flag& f : flags)
       if (name == f.name) return &f;
@@ -579,6 +584,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
       {"--zero", {"pipeline"}},
       {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},
+      {"--ranks-per-node", {"zeropp"}}, {"--qgz-flat", {"zeropp"}},
       {"--qw-block", {"zeropp"}}, {"--qg-block", {"zeropp"}}};
   for (const auto& [flag, users] : stage_flags) {
     if (!typed.count(flag) || std::find(users.begin(), users.end(), program) != users.end()) continue;
@@ -596,6 +602,9 @@ Args parse_args(int argc, char** argv, const char* program) {
     if (typed.count(flag) && !on)
       user_error("%s %s: it sets the blocks of %s, expected it with %s; add %s, or drop %s", flag, typed[flag].c_str(),
                  needs, needs, needs, flag);
+  if (a.qgz_flat && !a.qgz)
+    user_error("--qgz-flat: it says how --qgz reduces the gradients, expected it with --qgz; add --qgz, or drop "
+               "--qgz-flat");
   if (typed.count("--partition") && a.partition.empty())
     user_error("--partition '': no stage boundaries, expected the first unit of stages 1..P-1, e.g. --partition 2; "
                "drop the flag to balance the parameters");
@@ -611,8 +620,8 @@ Args parse_args(int argc, char** argv, const char* program) {
                "cpu or auto; drop --qat on the GPU");
   // end qat checks
   if (a.hpz > 0 && a.node_size > 0 && a.node_size != a.hpz)
-    user_error("--node-size %d with --hpz %d: hpZ's nodes are the ledger's nodes, expected the same G; drop "
-               "--node-size", a.node_size, a.hpz);
+    user_error("--ranks-per-node %d with --hpz %d: hpZ's nodes are qgZ's and the ledger's nodes, expected the same "
+               "G; drop --ranks-per-node", a.node_size, a.hpz);
   const bool on_disk = a.offload_to == "disk" || a.offload_param == "disk";
   if (!on_disk && !a.offload_dir.empty())  // (a config sets it with device nvme only: on disk)
     user_error("--offload-dir %s: the disk tier's directory, and %s keeps its state in cpu memory, expected it with %s "

@@ -88,7 +88,8 @@ struct Args {
   bool qwz = false;                  // qwZ: all-gather the parameters as int8 blocks
   int hpz = 0;                       // hpZ: nodes of G ranks; backward gathers inside the node (0: off)
   bool qgz = false;                  // qgZ: reduce-scatter the gradients as int4 blocks (all-to-all)
-  int node_size = 0;                 // the simulated node the comm ledger splits by (0: --hpz's, else all)
+  bool qgz_flat = false;             // qgZ as one all-to-all over all ranks, not inside then across nodes
+  int node_size = 0;                 // --ranks-per-node: simulated nodes of G ranks (0: --hpz's, else all)
   long qw_block = 256, qg_block = 256;  // values per fp32 scale (powers of two)
   // zeropp: the block every unit's slices are whole multiples of (units padded to N x this); 1 when
   // nothing is quantized

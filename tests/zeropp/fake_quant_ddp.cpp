@@ -4,7 +4,11 @@
 //          and dequantized again, in blocks counted from the unit's start (kernels/quantize.h);
 //          the optimizer updates the exact parameters;
 //   --qgz  every rank's gradient of a unit is quantized to int4 and dequantized again, block by
-//          block, and the N results are added in rank order in fp32;
+//          block, and the N results are added in rank order in fp32 (--qgz-flat; and one node, or
+//          nodes of one rank); with M = N/G nodes of G > 1 ranks, qgZ's two hops: node k's sum
+//              node_k = sum over l = 0..G-1 of dq(q(g[k G + l]))     (fp32, left to right)
+//          is quantized to int4 again (from fp32), and the M results are added in node order:
+//              sum over k = 0..M-1 of dq(q(node_k))                  (fp32, left to right);
 //   --hpz  moves no number: ignored here.
 // It runs on the layout zeropp runs on (Stage::ZeroPP: units padded to N x block), reduces every
 // micro-step as stage2 and stage3 do, and shares nothing with zeropp/train.cpp but common/.
@@ -53,7 +57,10 @@ int main(int argc, char** argv) {
   }
   run.unit_access = UnitAccess{[&](int u) -> const void* { return P(u); }};
   run.checkpoint_state(params, ParamsHeld::AllUnits, adam);
-  std::vector<float> f32(L.max_unit_padded), sum(L.max_unit_padded);
+  std::vector<float> f32(L.max_unit_padded), sum(L.max_unit_padded), node(L.max_unit_padded);
+  // qgZ's two hops: nodes of G consecutive ranks, when there are several nodes of several ranks
+  const int G = z.node_size;
+  const bool two_hops = !z.qgz_flat && G > 1 && G < N;
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -74,7 +81,18 @@ int main(int argc, char** argv) {
       for (int u = L.num_units() - 1; u >= 0; u--) {
         const size_t n = L.units[u].padded;
         model.backward(u, V(u), unit_grad.data());
-        if (z.qgz) {  // every rank's gradient, quantized and dequantized, added in rank order in fp32
+        if (z.qgz && two_hops) {  // each node's sum of its ranks' int4 gradients, in int4 again, summed
+          comm.all_gather(unit_grad.data(), every_rank.data(), n, dt);
+          for (int k = 0; k < N / G; k++) {
+            for (int l = 0; l < G; l++) {
+              fake_quant_f32(qg, dt, elem_ptr(every_rank, (k * G + l) * n, e), n, f32.data());
+              for (size_t i = 0; i < n; i++) node[i] = l == 0 ? f32[i] : node[i] + f32[i];
+            }
+            fake_quant_f32(qg, DType::F32, node.data(), n, f32.data());
+            for (size_t i = 0; i < n; i++) sum[i] = k == 0 ? f32[i] : sum[i] + f32[i];
+          }
+          from_f32(dt, sum.data(), n, unit_grad.data());
+        } else if (z.qgz) {  // every rank's gradient, quantized and dequantized, added in rank order in fp32
           comm.all_gather(unit_grad.data(), every_rank.data(), n, dt);
           for (int r = 0; r < N; r++) {
             fake_quant_f32(qg, dt, elem_ptr(every_rank, r * n, e), n, f32.data());
