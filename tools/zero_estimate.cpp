@@ -23,8 +23,8 @@
 //
 // --zeropp G: stage3 against ZeRO++ (zeropp/train.cpp) on nodes of G ranks: the bytes each rank sends
 // per step, inside its node and across nodes, with each of qwZ, hpZ, qgZ alone and all three
-// (zeropp_comm_per_step), and the bytes ZeRO++ adds per rank (zeropp_state_bytes): what the ledger
-// of `mpirun -np N build/bin/zeropp --qwz --hpz G --qgz` shows, to the byte.
+// (zeropp_comm_per_step), qgZ in two hops and flat (--qgz-flat), and the bytes ZeRO++ adds per rank
+// (zeropp_state_bytes): what the ledger of `mpirun -np N build/bin/zeropp --qwz --hpz G --qgz` shows, to the byte.
 //
 // --config FILE (docs/faq.md): a DeepSpeed config read by common/input/ds_config.h, as the trainers read it,
 // and its zero_optimization knobs counted as the bytes DeepSpeed's own buffers may hold (ds_buffers).
@@ -337,9 +337,12 @@ void print_zeropp_table(const GPTConfig& cfg, const std::string& preset, const s
     return net.compute_ms + 1e3 * (double(c.bytes - c.bytes_across) / (net.intra_gbs * 1e9) +
                                    double(c.bytes_across) / (net.inter_gbs * 1e9));
   };
-  struct Row { const char* name; bool qwz, hpz, qgz; };
-  const Row rows[] = {{"stage3", false, false, false}, {"qwZ", true, false, false}, {"hpZ", false, true, false},
-                      {"qgZ", false, false, true}, {"ZeRO++", true, true, true}};
+  // qgZ in two hops (inside the node, then across: the paper's), and as one flat all-to-all (--qgz-flat)
+  struct Row { const char* name; bool qwz, hpz, qgz, qgz_flat; };
+  const Row rows[] = {{"stage3", false, false, false, false}, {"qwZ", true, false, false, false},
+                      {"hpZ", false, true, false, false},     {"qgZ", false, false, true, false},
+                      {"qgZ flat", false, false, true, true}, {"ZeRO++", true, true, true, false},
+                      {"ZeRO++ flat qgZ", true, true, true, true}};
   JsonWriter j;
   if (json) {
     j.begin_object();
@@ -354,11 +357,11 @@ void print_zeropp_table(const GPTConfig& cfg, const std::string& preset, const s
                  "divides", G, N, N, G, G);
     if (!json)
       printf("%s, %s, N = %d in nodes of %d, accum %d, blocks of %zu (int8) and %zu (int4): bytes per rank per step\n"
-             "%-8s %14s %14s %14s %9s %14s%s\n", preset.c_str(), dtype_name(dt), N, G, accum, qw_block, qg_block,
+             "%-16s %14s %14s %14s %9s %14s%s\n", preset.c_str(), dtype_name(dt), N, G, accum, qw_block, qg_block,
              "", "sent", "inside node", "across nodes", "across/3", "state added", timed ? "   step ms" : "");
     uint64_t across3 = 0;
     for (const Row& r : rows) {
-      const ZeroppConfig z{r.qwz, r.hpz ? G : 0, r.qgz, G, qw_block, qg_block};
+      const ZeroppConfig z{r.qwz, r.hpz ? G : 0, r.qgz, G, qw_block, qg_block, r.qgz_flat};
       const Layout L = make_layout(cfg, N, std::max<size_t>({1, r.qwz ? qw_block : 1, r.qgz ? qg_block : 1}));
       const ZeroppComm c = zeropp_comm_per_step(L, dt, z, accum);
       const uint64_t added = zeropp_state_bytes(L, dt, z).total() - expected_state_bytes(Stage::Z3, L, dt).total();
@@ -371,14 +374,16 @@ void print_zeropp_table(const GPTConfig& cfg, const std::string& preset, const s
         if (timed) j.kv("step_ms", step_ms(c));
         j.end_object();
       } else {
-        printf("%-8s %14llu %14llu %14llu %9.3f %14llu", r.name, (unsigned long long)c.bytes,
+        printf("%-16s %14llu %14llu %14llu %9.3f %14llu", r.name, (unsigned long long)c.bytes,
                (unsigned long long)(c.bytes - c.bytes_across), (unsigned long long)c.bytes_across,
                across3 ? double(c.bytes_across) / double(across3) : 0.0, (unsigned long long)added);
         if (timed) printf(" %9.3f", step_ms(c));
         printf("\n");
       }
     }
-    if (!json) printf("(the paper: across nodes 3M -> 0.75M, 0.25 of stage3's, for large blocks)%s\n\n",
+    if (!json) printf("(qgZ in two hops: inside the node, then the node's sum across; flat: one all-to-all of all N "
+                      "ranks, G times the bytes across. The paper: across nodes 3M -> 0.75M, 0.25 of stage3's, for "
+                      "large blocks)%s\n\n",
                       timed ? "; step ms = compute + inside/INTRA + across/INTER, nothing overlapped" : "");
   }
   if (json) {

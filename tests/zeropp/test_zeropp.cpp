@@ -66,7 +66,7 @@ TEST(Zeropp, EqualityMatrixBitForBit) {
       {4, 2, "fp32", {"--hpz 2", "stage3"}},
       {4, 2, "fp32", {with_blocks("--qwz"), "--qwz"}},
       {4, 2, "fp32", {with_blocks("--qgz"), "--qgz"}},
-      {4, 2, "fp32", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
+      {4, 2, "fp32", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz --ranks-per-node 2"}},  // qgZ in two hops
       {3, 1, "fp32", {"--qwz --hpz 3 --qgz" + kBlocks, "--qwz --qgz"}},
       {2, 1, "bf16", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
       // fp16: an overflowing gradient block dequantizes to NaN, so the step is skipped as in stage3
@@ -100,7 +100,7 @@ TEST(Zeropp, BrokenVariantsAreCaught) {
   struct Mutant { const char* name; int N, K; std::string prec; Pair p; };
   const std::vector<Mutant> mutants = {
       {"sum_kept_quantized", 4, 2, "fp32", {with_blocks("--qgz"), "--qgz"}},
-      {"per_tensor_scale", 4, 2, "fp32", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
+      {"per_tensor_scale", 4, 2, "fp32", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz --ranks-per-node 2"}},
       {"own_slice_exact", 4, 2, "fp32", {with_blocks("--qgz"), "--qgz"}},
       {"hpz_stale", 4, 2, "fp32", {"--hpz 2", "stage3"}},
       {"bf16_read_as_fp16", 2, 1, "bf16", {"--qwz --hpz 2 --qgz" + kBlocks, "--qwz --qgz"}},
@@ -119,6 +119,59 @@ TEST(Zeropp, BrokenVariantsAreCaught) {
     const Verdict v = compare_runs(ref, r);
     printf("%-20s %s\n", m.name, describe(v).c_str());
     EXPECT_FALSE(v.identical()) << bin << " passes the equality check";
+  }
+}
+
+// qgZ in two hops (zeropp/train.cpp, reduce_scatter_int4_two_hops) against the fake-quant reference of
+// the same scheme (tests/zeropp/fake_quant_ddp.cpp: node k's sum of its ranks' dequantized int4
+// gradients, quantized again, the nodes' results added in node order), bit for bit: every step's loss
+// and grad norm and the model file, at N = 2, 4 and 6 with nodes of 1, 2, 3, 4 ranks, fp32 and bf16.
+// Two hops run only with several nodes of several ranks; otherwise the one hop left is the flat
+// all-to-all, and the run must equal --qgz-flat's. Where the hops run they must not (the
+// re-quantization acts), and --qgz-flat there equals the flat reference.
+TEST(Zeropp, QgzTwoHopsEqualTheirFakeQuantReference) {
+  struct Case { int N, G, K; std::string prec; };
+  const std::vector<Case> cases = {{2, 1, 1, "fp32"}, {2, 2, 1, "fp32"}, {2, 1, 1, "bf16"}, {2, 2, 1, "bf16"},
+                                   {4, 1, 1, "fp32"}, {4, 2, 2, "fp32"}, {4, 4, 1, "fp32"}, {4, 1, 1, "bf16"},
+                                   {4, 2, 1, "bf16"}, {4, 4, 1, "bf16"}, {6, 2, 1, "fp32"}};
+  for (const Case& c : cases) {
+    const std::string nodes = " --ranks-per-node " + std::to_string(c.G);
+    SCOPED_TRACE("--qgz" + nodes + " N=" + std::to_string(c.N) + " accum=" + std::to_string(c.K) + " " + c.prec);
+    const bool two_hops = c.G > 1 && c.G < c.N;
+    const RunResult& ref = run("zeropp_reference", c.N, c.K, with_blocks("--qgz" + nodes), c.prec);
+    const RunResult& z = run("zeropp", c.N, c.K, with_blocks("--qgz" + nodes), c.prec);
+    ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    ASSERT_EQ(z.exit_code, 0) << z.output;
+    ASSERT_EQ(step_values(z.report, "loss").size(), size_t(kSteps));
+    EXPECT_EQ(z.report["zeropp"]["qgz_two_hops"].b, two_hops);
+    const Verdict v = compare_runs(ref, z);
+    EXPECT_TRUE(v.identical()) << describe(v);
+    const RunResult& flat = run("zeropp", c.N, c.K, with_blocks("--qgz --qgz-flat" + nodes), c.prec);
+    ASSERT_EQ(flat.exit_code, 0) << flat.output;
+    const Verdict f = compare_runs(flat, z);
+    printf("qgZ N=%d nodes of %d accum=%d %s: %s = reference: %s; against --qgz-flat: %s\n", c.N, c.G, c.K,
+           c.prec.c_str(), two_hops ? "two hops" : "one hop ", describe(v).c_str(), describe(f).c_str());
+    if (two_hops) {
+      EXPECT_FALSE(f.losses_equal || f.model_equal) << "the re-quantization between the hops changed nothing";
+      const RunResult& flat_ref = run("zeropp_reference", c.N, c.K, with_blocks("--qgz --qgz-flat" + nodes), c.prec);
+      EXPECT_TRUE(compare_runs(flat_ref, flat).identical()) << "--qgz-flat: " << describe(compare_runs(flat_ref, flat));
+    } else {
+      EXPECT_TRUE(f.identical()) << "one hop is the flat all-to-all: " << describe(f);
+    }
+  }
+  // broken copies of the two hops (tests/zeropp/mutants.mk): each trains and differs from the reference
+  struct Mutant { const char* name; int N, G; };
+  for (const Mutant& m : {Mutant{"two_hops_exact_across", 4, 2}, Mutant{"two_hops_nodes_reversed", 6, 2},
+                          Mutant{"two_hops_flat_group", 4, 2}, Mutant{"two_hops_node_groups", 4, 2}}) {
+    SCOPED_TRACE(m.name);
+    const std::string flags = with_blocks("--qgz --ranks-per-node " + std::to_string(m.G));
+    const RunResult& ref = run("zeropp_reference", m.N, m.N == 4 ? 2 : 1, flags);
+    const RunResult& r = run(std::string("mutant_zeropp_") + m.name, m.N, m.N == 4 ? 2 : 1, flags);
+    ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Verdict v = compare_runs(ref, r);
+    printf("%-24s N=%d nodes of %d: %s\n", m.name, m.N, m.G, describe(v).c_str());
+    EXPECT_FALSE(v.identical()) << m.name << " passes the equality check";
   }
 }
 
@@ -167,42 +220,52 @@ struct Bytes { uint64_t total = 0, across = 0; };
 
 // N = 8 ranks in 2 simulated nodes of G = 4, bf16 (e = 2, the paper's fp16 bytes), one step:
 // the comm ledger against the formula written out here, term by term, per rank.
-//   stage3 (zeropp with none of the three; --node-size 4 only splits the ledger): every collective
+//   stage3 (zeropp with none of the three; --ranks-per-node 4 only splits the ledger): every collective
 //   sends e s_u to each of the N - 1 others, N - G of them on the other node:
 //       gathers: forward every unit + the embedding again, backward every unit but the embedding;
 //       one reduce-scatter per unit: 3 (N-1) e S in all, 3 (N-G) e S across.
 //   ZeRO++ (--qwz --hpz 4 --qgz, blocks of 64): forward gathers send q8(s_u) = s_u + 4 s_u/64
-//   to each peer; backward gathers e p_u / G to the G - 1 others of my node only; the
-//   reduce-scatter is an all-to-all of q4(s_u) = s_u / 2 + 4 s_u / 64 to each peer.
+//   to each peer; backward gathers e p_u / G to the G - 1 others of my node only; qgZ sends
+//   q4(s_u) = s_u / 2 + 4 s_u / 64 per slice, in two hops (M = N/G = 2 nodes): M slices to each
+//   of the G - 1 others of my node, then one slice to each of the M - 1 ranks of my local index
+//   on the other nodes: (N - 1) q4(s_u) in all, (M - 1) q4(s_u) across;
+//   --qgz-flat: one all-to-all, q4(s_u) to each of the N - 1 others, N - G of them across.
 TEST(Zeropp, BytesOnTheWireEqualTheFormulaInsideAndAcrossNodes) {
-  const int N = 8, G = 4;
+  const int N = 8, G = 4, M = N / G;
   const uint64_t e = 2;
-  const RunResult& z3 = run("zeropp", N, 1, "--node-size 4", "bf16", 1);
+  const RunResult& z3 = run("zeropp", N, 1, "--ranks-per-node 4", "bf16", 1);
   const RunResult& zpp = run("zeropp", N, 1, "--qwz --hpz 4 --qgz" + kBlocks, "bf16", 1);
+  const RunResult& flat = run("zeropp", N, 1, "--qwz --hpz 4 --qgz --qgz-flat" + kBlocks, "bf16", 1);
   ASSERT_EQ(z3.exit_code, 0) << z3.output;
   ASSERT_EQ(zpp.exit_code, 0) << zpp.output;
+  ASSERT_EQ(flat.exit_code, 0) << flat.output;
   // stage3
   const Sizes a = zeropp_sizes(z3.report, N, 1);
   const uint64_t s_E3 = a.padded[0] / N;
   Bytes want3;
   want3.total = (N - 1) * e * ((a.S + s_E3) + (a.S - s_E3) + a.S);
   want3.across = (N - G) * e * ((a.S + s_E3) + (a.S - s_E3) + a.S);
-  // ZeRO++
+  // ZeRO++, its qgZ in two hops and flat
   const Sizes b = zeropp_sizes(zpp.report, N, 64);
-  Bytes want;
-  uint64_t gathers = 0, gathers_across = 0, rs = 0, rs_across = 0;
+  Bytes want, want_flat;
+  uint64_t gathers = 0, gathers_across = 0, rs = 0, rs_elems = 0, rs_across = 0, rs_across_flat = 0;
   for (int u = 0; u < b.units(); u++) {
     const uint64_t p = b.padded[u], s = p / N;
     const int forward = u == 0 ? 2 : 1;  // the embedding again for the LM head
     gathers += forward * (N - 1) * packed(8, s);
     gathers_across += forward * (N - G) * packed(8, s);
     if (u != 0) gathers += (G - 1) * e * p / G;  // hpZ: inside the node
-    rs += (N - 1) * packed(4, s);
-    rs_across += (N - G) * packed(4, s);
+    rs += (G - 1) * M * packed(4, s) + (M - 1) * packed(4, s);  // the two hops: all of it, (N - 1) q4(s)
+    rs_elems += (N - 1) * s;
+    rs_across += (M - 1) * packed(4, s);
+    rs_across_flat += (N - G) * packed(4, s);
   }
-  want.total = gathers + rs;
+  want.total = want_flat.total = gathers + rs;
   want.across = gathers_across + rs_across;
-  for (auto [r, w, name] : {std::tuple{&z3, want3, "stage3"}, std::tuple{&zpp, want, "ZeRO++"}}) {
+  want_flat.across = gathers_across + rs_across_flat;
+  EXPECT_EQ(rs_across_flat, G * rs_across) << "flat qgZ sends G times as much across nodes";
+  for (auto [r, w, name] : {std::tuple{&z3, want3, "stage3"}, std::tuple{&zpp, want, "ZeRO++"},
+                            std::tuple{&flat, want_flat, "ZeRO++ --qgz-flat"}}) {
     SCOPED_TRACE(name);
     const Json& f = (*r).report["zeropp"];
     EXPECT_EQ(f["comm_bytes_per_step"].u(), w.total) << "zero_formulas.cpp against the formula here";
@@ -217,9 +280,10 @@ TEST(Zeropp, BytesOnTheWireEqualTheFormulaInsideAndAcrossNodes) {
     for (const Json& rank : (*r).report["ranks"].arr) {
       const Json& c = rank["comm"];
       const unsigned long long rk = rank["rank"].u();
-      if (r == &zpp) {
+      if (r != &z3) {
         EXPECT_EQ(c["all_to_all"]["bytes_sent"].u(), rs) << "rank " << rk;
-        EXPECT_EQ(c["all_to_all"]["bytes_across_nodes"].u(), rs_across) << "rank " << rk;
+        EXPECT_EQ(c["all_to_all"]["elems_sent"].u(), rs_elems) << "rank " << rk;
+        EXPECT_EQ(c["all_to_all"]["bytes_across_nodes"].u(), r == &zpp ? rs_across : rs_across_flat) << "rank " << rk;
         EXPECT_EQ(c["reduce_scatter"]["bytes_sent"].u(), 0u) << "rank " << rk;
       } else {
         EXPECT_EQ(c["reduce_scatter"]["bytes_sent"].u(), (N - 1) * e * a.S) << "rank " << rk;
@@ -229,37 +293,57 @@ TEST(Zeropp, BytesOnTheWireEqualTheFormulaInsideAndAcrossNodes) {
       EXPECT_EQ(c["all_gather"]["bytes_across_nodes"].u(), c0["all_gather"]["bytes_across_nodes"].u()) << "rank " << rk;
     }
   }
+  // zeropp/formulas.h's qgZ part alone, two hops and flat, against the same sums
+  {
+    nz::GPTConfig tiny;
+    nz::preset_config("tiny", &tiny);
+    const nz::Layout L = nz::make_layout(tiny, N, 64);
+    for (bool is_flat : {false, true}) {
+      nz::ZeroppConfig z{true, G, true, G, 64, 64, is_flat};
+      const nz::ZeroppComm q = nz::qgz_comm_per_step(L, z, 1);
+      EXPECT_EQ(q.elems, rs_elems);
+      EXPECT_EQ(q.bytes, rs);
+      EXPECT_EQ(q.bytes_across, is_flat ? rs_across_flat : rs_across);
+    }
+  }
   // the parts: forward gathers, backward gathers, gradients, across nodes
   const uint64_t fwd3 = (N - G) * e * (a.S + s_E3), bwd3 = (N - G) * e * (a.S - s_E3), rs3 = (N - G) * e * a.S;
   printf("across nodes, bytes per rank per step: forward gathers %llu -> %llu (%.3f; paper 0.5), backward gathers "
-         "%llu -> 0 (paper 0), gradients %llu -> %llu (%.3f; paper 0.25)\n",
+         "%llu -> 0 (paper 0), gradients %llu -> %llu in two hops (%.3f), %llu flat (%.3f; paper 0.25)\n",
          (unsigned long long)fwd3, (unsigned long long)gathers_across, double(gathers_across) / double(fwd3),
          (unsigned long long)bwd3, (unsigned long long)rs3, (unsigned long long)rs_across,
-         double(rs_across) / double(rs3));
+         double(rs_across) / double(rs3), (unsigned long long)rs_across_flat, double(rs_across_flat) / double(rs3));
   // zero_estimate --zeropp prints the same numbers without running anything
   std::string est;
   ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --zeropp 4 --preset tiny --world 8 --precision bf16 --qw-block 64 "
                         "--qg-block 64 --json --network 100,10 --compute-ms 5", &est), 0) << est;
   const Json ej = Json::parse(est);
+  int rows = 0;
   for (const Json& row : ej["estimates"].arr) {
     const std::string t = row["technique"].str;
-    if (t != "stage3" && t != "ZeRO++") continue;
-    const Bytes& w = t == "stage3" ? want3 : want;
+    if (t != "stage3" && t != "ZeRO++" && t != "ZeRO++ flat qgZ") continue;
+    rows++;
+    const Bytes& w = t == "stage3" ? want3 : t == "ZeRO++" ? want : want_flat;
     EXPECT_EQ(row["comm_bytes_per_step"].u(), w.total) << "zero_estimate " << t;
     EXPECT_EQ(row["comm_bytes_across_nodes_per_step"].u(), w.across) << "zero_estimate " << t;
     // the network model: 5 ms of compute, inside bytes at 100 GB/s, across bytes at 10 GB/s, in turn
     const double ms = 5 + 1e3 * (double(w.total - w.across) / 100e9 + double(w.across) / 10e9);
     EXPECT_NEAR(row["step_ms"].d(), ms, 1e-9 * ms) << "zero_estimate --network " << t;
   }
+  EXPECT_EQ(rows, 3) << est;
   const double ratio = double(want.across) / double(want3.across);
+  const double ratio_flat = double(want_flat.across) / double(want3.across);
   printf("N=8, G=4, bf16, blocks of 64, per rank per step: stage3 sends %llu bytes, %llu across nodes; ZeRO++ %llu, "
-         "%llu across nodes: %.3f of stage3's (the paper's 0.75M / 3M = 0.25 for large blocks)\n",
-         (unsigned long long)want3.total, (unsigned long long)want3.across, (unsigned long long)want.total,
-         (unsigned long long)want.across, ratio);
-  // 0.25 in the paper's limit (large blocks, one gather of every unit per pass); here the scales add
-  // 4/64 byte per value, and the forward gathers the embedding twice (a quarter of the tiny model)
-  EXPECT_GT(ratio, 0.25);
-  EXPECT_LT(ratio, 0.35);
+         "%llu across nodes: %.3f of stage3's (%llu, %.3f with flat qgZ; the paper's 0.75M / 3M = 0.25 for large "
+         "blocks)\n", (unsigned long long)want3.total, (unsigned long long)want3.across, (unsigned long long)want.total,
+         (unsigned long long)want.across, ratio, (unsigned long long)want_flat.across, ratio_flat);
+  // in the paper's limit (large blocks, one gather of every unit per pass) flat qgZ gives 0.25, two
+  // hops 0.5/3 + 0.25/(3G); here the scales add 4/64 byte per value, and the forward gathers the
+  // embedding twice (a quarter of the tiny model)
+  EXPECT_GT(ratio, 0.5 / 3 + 0.25 / (3 * G));
+  EXPECT_LT(ratio, ratio_flat);
+  EXPECT_GT(ratio_flat, 0.25);
+  EXPECT_LT(ratio_flat, 0.35);
 }
 
 // Memory per rank, to the byte (bf16: e = 2), in the same two runs: stage3's formula (S, U from
@@ -267,6 +351,7 @@ TEST(Zeropp, BytesOnTheWireEqualTheFormulaInsideAndAcrossNodes) {
 //   params        + e P / G                      hpZ's secondary shard
 //   comm_buffers  + (N + 1) q8(U/N)              qwZ: my slice and every rank's, int8 + scales
 //                 + N q4(U/N) + 2 * 4 U/N        qgZ: a slice per rank in int4, two fp32 slices
+//                 + 4 (N/G) U/N                  qgZ's two hops: my node's sums of N/G slices, fp32
 TEST(Zeropp, LedgerHoldsTheSecondaryShardAndQuantizationBuffers) {
   const int N = 8, G = 4;
   const uint64_t e = 2;
@@ -280,7 +365,7 @@ TEST(Zeropp, LedgerHoldsTheSecondaryShardAndQuantizationBuffers) {
       {"master", 4 * b.S},
       {"adam_m", 4 * b.S},
       {"adam_v", 4 * b.S},
-      {"comm_buffers", e * b.U + (N + 1) * packed(8, s) + N * packed(4, s) + 8 * s}};
+      {"comm_buffers", e * b.U + (N + 1) * packed(8, s) + N * packed(4, s) + 8 * s + 4 * (N / G) * s}};
   for (const Json& rank : zpp.report["ranks"].arr)
     for (auto& [cat, bytes] : want)
       EXPECT_EQ(rank["ledger"]["device"]["peak"][cat].u() + rank["ledger"]["host"]["peak"][cat].u(), bytes)
