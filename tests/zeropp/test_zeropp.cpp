@@ -159,6 +159,10 @@ TEST(Zeropp, QgzTwoHopsEqualTheirFakeQuantReference) {
       EXPECT_TRUE(f.identical()) << "one hop is the flat all-to-all: " << describe(f);
     }
   }
+  // --node-size, the flag's old name, is --ranks-per-node
+  const Verdict alias = compare_runs(run("zeropp", 4, 2, with_blocks("--qgz --ranks-per-node 2")),
+                                     run("zeropp", 4, 2, with_blocks("--qgz --node-size 2")));
+  EXPECT_TRUE(alias.identical()) << "--node-size 2: " << describe(alias);
   // broken copies of the two hops (tests/zeropp/mutants.mk): each trains and differs from the reference
   struct Mutant { const char* name; int N, G; };
   for (const Mutant& m : {Mutant{"two_hops_exact_across", 4, 2}, Mutant{"two_hops_nodes_reversed", 6, 2},
@@ -409,6 +413,14 @@ TEST(Zeropp, BadInputIsOneLineAndExitCodeTwo) {
       {"zeropp", 2, "--qgz --qg-block 4", "error: --qg-block 4: 4 values per scale, expected a power of two", 2},
       {"zeropp", 4, "--hpz 3", "error: --hpz 3: the 4 ranks do not make whole nodes of 3", 2},
       {"stage3", 2, "--qgz", "error: --qgz: stage3 does not use it", 2},
+      {"zeropp", 2, "--qgz-flat", "error: --qgz-flat: it says how --qgz reduces the gradients, expected it with --qgz",
+       2},
+      {"zeropp", 4, "--qgz --ranks-per-node 3", "error: --ranks-per-node 3: the 4 ranks do not make whole nodes of 3",
+       2},
+      {"zeropp", 4, "--qgz --ranks-per-node 0", "error: --ranks-per-node 0:", 2},
+      {"zeropp", 4, "--hpz 2 --node-size 4", "error: --ranks-per-node 4 with --hpz 2: hpZ's nodes are qgZ's and the "
+       "ledger's nodes, expected the same G", 2},
+      {"stage3", 2, "--ranks-per-node 2", "error: --ranks-per-node 2: stage3 does not use it", 2},
       {"mutant_zeropp_nan_in_params", 2, "--qwz", "error: qwZ: embed's parameters: element 5 is NaN", 2},
   };
   for (const Bad& b : bad) {
