@@ -161,10 +161,31 @@ def _run_quiet(cmd):
     return subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True)
 
 
+PREPARED_INCLUDES = '#include "kernels/ops.h"\n#include "trainer.h"\n'
+
+
+def prepared_header_inputs():
+    """Every header of the repository the precompiled header includes, the rungs' own among them
+    (trainer.h includes zeropp/formulas.h): the compiler's list (-MM), so none is missed."""
+    f = build_flags()
+    d = os.path.join(WORK, "prepared")
+    os.makedirs(d, exist_ok=True)
+    header = os.path.join(d, "exercise.h")
+    if not os.path.exists(header) or open(header).read() != PREPARED_INCLUDES:
+        with open(header, "w") as h:
+            h.write(PREPARED_INCLUDES)
+    c = _run_quiet(f"{f['CXX']} {learner_cxxflags()} -MM -x c++-header {header}")
+    if c.returncode != 0:
+        raise GraderError("internal: could not list the grader's headers: " + c.stderr.strip()[:2000])
+    paths = c.stdout.replace("\\\n", " ").split()[1:]  # after "exercise.o:"
+    return [os.path.abspath(os.path.join(ROOT, p)) for p in paths if os.path.abspath(p) != os.path.abspath(header)]
+
+
 def prepared_objects():
     """The precompiled header every learner's file is compiled with (the library's headers: most of a
     trainer's compile time) and the crash-reporting object, built once and again when their
-    sources or the flags change. Returns (pch_header, support_object)."""
+    sources (every header the precompiled one includes) or the flags change. Returns (pch_header,
+    support_object)."""
     f = build_flags()
     d = os.path.join(WORK, "prepared")
     header, gch = os.path.join(d, "exercise.h"), os.path.join(d, "exercise.h.gch")
@@ -173,14 +194,10 @@ def prepared_objects():
     with _build_lock:
         os.makedirs(d, exist_ok=True)
         flags = f["CXX"] + " " + learner_cxxflags()
-        headers = [os.path.join(ROOT, "common", h) for h in os.listdir(os.path.join(ROOT, "common"))
-                   if h.endswith(".h")]
-        newest = max(os.path.getmtime(h) for h in headers + [SUPPORT_SRC])
+        newest = max(os.path.getmtime(h) for h in prepared_header_inputs() + [SUPPORT_SRC])
         fresh = (os.path.exists(stamp) and open(stamp).read() == flags and os.path.exists(gch)
                  and os.path.exists(support) and min(os.path.getmtime(gch), os.path.getmtime(support)) > newest)
         if not fresh:
-            with open(header, "w") as h:
-                h.write('#include "kernels/ops.h"\n#include "trainer.h"\n')
             for cmd in (f"{flags} -c -x c++-header {header} -o {gch}.tmp && mv {gch}.tmp {gch}",
                         f"{flags} -c {SUPPORT_SRC} -o {support}"):
                 c = _run_quiet(cmd)

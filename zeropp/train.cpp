@@ -18,8 +18,7 @@
 
 #include "kernels/ops.h"  // kernels on the run's backend
 #include "kernels/quantize.h"  // BlockQuant: the block quantizer
-#include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
-#include "zeropp/formulas.h"  // qgz_two_hops
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea); qgz_two_hops
 
 using namespace nz;
 
