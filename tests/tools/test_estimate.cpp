@@ -348,26 +348,32 @@ TEST(Estimate, BadInputIsOneLineAndExitCodeTwo) {
 
 // The across-nodes ratio docs/zeropp.md and the README state for GPT-2 (N = 64, nodes of 8, blocks
 // of 2048) is what zero_estimate computes, for the gpt2 preset's 256-byte vocabulary and for GPT-2's
-// real 50,257 tokens, whose embedding (a third of the model, gathered twice by the forward) moves it.
+// real 50,257 tokens, whose embedding (a third of the model, gathered twice by the forward) moves it;
+// with qgZ in two hops (the ZeRO++ row) and flat (--qgz-flat).
 TEST(Estimate, ZeroppRatioTheDocsStateForBothVocabularies) {
-  auto across_ratio = [](const std::string& vocab) {
+  auto across_ratio = [](const std::string& vocab, const std::string& technique) {
     const Json j = estimate_json("--zeropp 8 --preset gpt2 --world 64 --precision bf16 --qw-block 2048 --qg-block 2048" + vocab);
     double stage3 = 0, zpp = 0;
     for (const Json& e : j["estimates"].arr) {
       if (e["technique"].str == "stage3") stage3 = e["comm_bytes_across_nodes_per_step"].d();
-      if (e["technique"].str == "ZeRO++") zpp = e["comm_bytes_across_nodes_per_step"].d();
+      if (e["technique"].str == technique) zpp = e["comm_bytes_across_nodes_per_step"].d();
     }
     EXPECT_GT(stage3, 0);
+    EXPECT_GT(zpp, 0) << technique;
     return zpp / stage3;
   };
-  const double preset = across_ratio(""), gpt2 = across_ratio(" --vocab 50257");
-  char want[64];
+  const double preset = across_ratio("", "ZeRO++"), gpt2 = across_ratio(" --vocab 50257", "ZeRO++");
+  const double preset_flat = across_ratio("", "ZeRO++ flat qgZ"), gpt2_flat = across_ratio(" --vocab 50257", "ZeRO++ flat qgZ");
+  char want[96];
   const std::string doc = read_file("docs/zeropp.md"), readme = read_file("README.md");
-  snprintf(want, sizeof want, "gives %.3f", preset);
+  snprintf(want, sizeof want, "gives %.3f (flat qgZ: %.3f)", preset, preset_flat);
   EXPECT_NE(doc.find(want), std::string::npos) << want;
-  snprintf(want, sizeof want, "it gives %.3f", gpt2);
+  snprintf(want, sizeof want, "it gives %.3f, and %.3f with flat", gpt2, gpt2_flat);
   EXPECT_NE(doc.find(want), std::string::npos) << want;
   snprintf(want, sizeof want, "%.3f with GPT-2's own", gpt2);
   EXPECT_NE(readme.find(want), std::string::npos) << want;
+  snprintf(want, sizeof want, "%.3f with GPT-2's own)", gpt2_flat);
+  EXPECT_NE(readme.find(want), std::string::npos) << want;
   EXPECT_GT(gpt2, preset + 0.04);  // the real vocabulary: a clearly larger share across nodes
+  EXPECT_GT(gpt2_flat, gpt2 + 0.04);  // flat qgZ: G times the gradients' bytes across
 }
