@@ -11,7 +11,8 @@
 # the nodes because their boot ids differ, as between two real machines).
 #
 # For each rung: a 4-rank run across the two nodes (ranks 0-1 on node a, 2-3 on node b) against the
-# same run on one node, bit for bit (every step's loss and norm, the model file); and the bytes the
+# same run on one node (ZeRO++ without --hpz there with --ranks-per-node 2: qgZ's two hops follow the
+# nodes), bit for bit (every step's loss and norm, the model file); and the bytes the
 # kernel counted on the veth pair (both directions) beside the comm ledger's bytes sent across nodes
 # (the payload: TCP/IP headers, MPI's own headers and the launcher's traffic come on top, and are
 # stated). With RATE set, the link is rate-limited (tc tbf) and each rung's time per step measured.
@@ -49,7 +50,7 @@ done
 
 steps=6
 common=(--preset tiny --seq 32 --batch 2 --steps $steps --eval-every 0 --quiet --data "$data" --watchdog 0)
-# name | program and flags (4 ranks)
+# name | program and flags (4 ranks) [| flags of the one-node run only: the nodes the machines make]
 runs=(
   "stage0_ddp|stage0_ddp"
   "stage1|stage1"
@@ -59,7 +60,8 @@ runs=(
   "pipeline|pipeline --pipeline 2 --accum 2"
   "infinity|infinity"
   "zeropp|zeropp --hpz 2 --qwz --qgz"
-  "zeropp_machines|zeropp --qwz --qgz"
+  "zeropp_flat|zeropp --hpz 2 --qwz --qgz --qgz-flat"
+  "zeropp_machines|zeropp --qwz --qgz|--ranks-per-node 2"
 )
 
 # wait_run PID DIR: wait for the two-node run. MPI_Finalize over UCX's TCP transport (UCX 1.13, as in
@@ -152,11 +154,12 @@ link_packets() { echo $(( $(counter "$ns_a" "$veth_a" tx_packets) + $(counter "$
 fail=0
 printf '%-11s %-6s %14s %14s %9s %8s %9s %12s %9s\n' rung equal "ledger across" "link bytes" packets "link/led" "ms/step" "link ms/step" teardown > "$work/table.txt"
 for entry in "${runs[@]}"; do
-  name=${entry%%|*}; read -r -a prog <<< "${entry#*|}"
+  name=${entry%%|*}; rest=${entry#*|}; read -r -a prog <<< "${rest%%|*}"
+  one_only=(); [[ $rest == *"|"* ]] && read -r -a one_only <<< "${rest#*|}"
   [[ -z "$only" || ",$only," == *",$name,"* ]] || continue
   one=$work/$name.one two=$work/$name.two
   mkdir -p "$one" "$two"
-  if ! timeout 300 mpiexec -n 4 "$bin/${prog[0]}" "${prog[@]:1}" "${common[@]}" --log-json "$one/report.json" \
+  if ! timeout 300 mpiexec -n 4 "$bin/${prog[0]}" "${prog[@]:1}" "${one_only[@]}" "${common[@]}" --log-json "$one/report.json" \
        --save-model "$one/model.bin" > "$one/out.txt" 2>&1; then
     echo "NZRESULT FAIL two_nodes.$name (the one-node run failed: $(grep -m1 -i error "$one/out.txt"))"; fail=1; continue
   fi

@@ -7,9 +7,13 @@
 //                                   gradient, quantized and dequantized in the same blocks)
 //     at N = 4 with accumulation 2, N = 3 (padding), in bf16 and fp16 (skipped steps included); and
 //     the quantization really acts;
+//   - qgZ's two hops (inside the node, then the node's sum re-quantized across nodes) = the
+//     fake-quant reference of that scheme, at N = 2, 4, 6 with nodes of 1, 2, 4 ranks, fp32 and bf16;
+//     one hop (one node, or nodes of one rank) = --qgz-flat, two hops not;
 //   - deliberately broken copies (tests/zeropp/mutants.mk) fail it;
 //   - bytes on the wire, per rank and step, to the byte: the comm ledger of a real run at N = 8,
-//     G = 4 = the formula written out below = zero_formulas' (inside a node and across nodes), and
+//     G = 4 = the formula written out below = zero_formulas' (inside a node and across nodes; qgZ
+//     in two hops and flat), and
 //     the headline: across-node bytes, stage3 against ZeRO++;
 //   - memory: hpZ's secondary shard and the quantization buffers in the ledger = the formula; and
 //     --batch auto fits ZeRO++'s peak, not stage3's;
