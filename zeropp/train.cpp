@@ -5,10 +5,10 @@
 //        hold a secondary copy of the parameters sharded over the node, refreshed by each forward
 //        gather, so the backward gathers never leave the node. --qgz: the gradient reduce-scatter
 //        is an all-to-all of int4 blocks + scales; every block received (my own too) is
-//        dequantized, then they are summed in rank order in fp32. With several nodes in two hops:
-//        that inside the node, then the node's sum re-quantized and the same across nodes, among
-//        one rank per node (--qgz-flat: one all-to-all over all ranks). Units are padded to N x block:
-//        every slice is whole blocks, counted from the unit's start (kernels/quantize.h).
+//        dequantized, then they are summed in rank order in fp32; with several nodes in two
+//        hops, inside the node, then each node's sum quantized again across nodes (--qgz-flat:
+//        one). Units are padded to N x block: every slice is whole blocks, counted from the
+//        unit's start (kernels/quantize.h).
 // Holds: stage3's; + hpZ's secondary shard eP/G; + the quantized buffers (zeropp_state_bytes).
 // Sends: stage3's collectives, fewer bytes across nodes (zeropp/formulas.h, zeropp_comm_per_step).
 // Docs:  docs/zeropp.md; README.md (the ladder); docs/stages.md.
@@ -18,7 +18,7 @@
 
 #include "kernels/ops.h"  // kernels on the run's backend
 #include "kernels/quantize.h"  // BlockQuant: the block quantizer
-#include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea); qgz_two_hops
+#include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
 
@@ -135,15 +135,19 @@ int main(int argc, char** argv) {
   // checkpoints hold what this rank holds; --resume restores it here (checkpoint.h)
   run.checkpoint_state(params, ParamsHeld::OwnSlices, adam);
 
-  // ==== begin qgZ: the gradient reduce-scatter as an all-to-all of int4 blocks ====
-  // Flat (--qgz-flat, and whenever there is one node or one rank per node): one all-to-all over all
-  // N ranks. Otherwise the paper's two hops: inside my node first, then across nodes with one
-  // rank per node (reduce_scatter_int4_two_hops), so that across nodes each rank sends its node's
-  // sum of a slice once instead of every rank's int4 blocks of it: G times fewer bytes across.
+  // ==== begin qgZ: the gradient reduce-scatter as all-to-alls of int4 blocks ====
+  // With M = N/G nodes of G > 1 ranks (unless --qgz-flat), the paper's two hops. Rank k G + l is
+  // local rank l of node k; slice j of a unit is rank j's.
+  //   hop 1, in my node: quantize every slice of my gradient (my own too); local rank l gets the
+  //     M slices k G + l; dequantize, add the G ranks' blocks in local order, in fp32.
+  //   hop 2, among the M ranks of my local index: quantize those M node sums again (from fp32);
+  //     node k's rank gets its own; dequantize, add the M nodes' blocks in node order, in fp32.
+  // Mine: sum over k of dq(q( sum over l of dq(q(g[k G + l])) )), tests/zeropp/fake_quant_ddp.cpp.
+  // Across nodes a rank sends M - 1 slices instead of N - G: G times fewer bytes (docs/zeropp.md).
   const bool two_hops = qgz_two_hops(zpp, L.world);
-  const int GN = zpp.node_size, M = L.world / GN;  // ranks per node, nodes: rank = node * GN + local
+  const int GN = zpp.node_size, M = L.world / GN;  // ranks per node, nodes
   Buffer qg_all, qg_sum, qg_part, qg_node;
-  std::unique_ptr<Comm> in_node, across;  // hop 1: my node's ranks; hop 2: my local index on each node
+  std::unique_ptr<Comm> in_node, across;  // hop 1: my node; hop 2: my local index on every node
   if (zpp.qgz) {
     qg_all = Buffer(Category::CommBuffers, Location::Device, L.world * qg.packed_bytes(max_owned),
                     "qgZ: a slice per rank, int4");
@@ -154,43 +158,30 @@ int main(int argc, char** argv) {
   }
   if (two_hops) {
     qg_node = Buffer(Category::CommBuffers, Location::Device, 4 * size_t(M) * max_owned,
-                     "qgZ: my node's sums of the slices I send across (fp32)");
+                     "qgZ: my node's sums of M slices (fp32)");
     in_node = std::make_unique<Comm>(comm, rank / GN, rank);  // ranked by local index
     across = std::make_unique<Comm>(comm, rank % GN, rank);   // ranked by node
   }
-  // qgZ in two hops. Slice j of a unit is rank j's; rank j = k GN + l is local rank l of node k.
-  // Local rank l of every node collects its node's sums of the slices k GN + l (one per node k),
-  // and hands node k's rank l the one that is its own.
-  //   hop 1, inside my node: every slice of my gradient, my own too, is quantized to int4 (from the
-  //     storage type); the all-to-all hands local rank l the M slices k GN + l; I dequantize the
-  //     GN ranks' blocks of each of mine and add them in local order 0, 1, ..., GN-1, in fp32.
-  //   hop 2, across nodes: my node's sum of slice k GN + l is quantized to int4 again (from fp32);
-  //     the all-to-all among the M ranks of my local index hands it to node k; I dequantize the
-  //     M nodes' blocks of MY slice and add them in node order 0, 1, ..., M-1, in fp32.
-  // My slice's sum is then  sum over nodes k of dq(q( sum over l of dq(q(g[k GN + l])) ))  , each
-  // sum from left to right: what tests/zeropp/fake_quant_ddp.cpp computes on whole units (every
-  // slice is whole blocks counted from the unit's start, so slice by slice is unit by unit).
   auto reduce_scatter_int4_two_hops = [&](int u, void* mine) {
-    const size_t n = owned(u), bytes = qg.packed_bytes(n);
+    const size_t n = owned(u), q = qg.packed_bytes(n);
     char* buf = static_cast<char*>(qg_all.data());
-    auto node_sum = [&](int k) { return static_cast<float*>(qg_node.data()) + size_t(k) * n; };
+    float* node = static_cast<float*>(qg_node.data());  // node + k n: my node's sum, my k-th slice
     float* part = static_cast<float*>(qg_part.data());
-    // hop 1: part (l, k) of the buffer is slice k GN + l, for local rank l
-    for (int l = 0; l < GN; l++)
+    for (int l = 0; l < GN; l++)  // hop 1: part l M + k is slice k GN + l, for local rank l
       for (int k = 0; k < M; k++)
-        quantize_packed(qg, dt, elem_ptr(bucket, size_t(k * GN + l) * n, e), n, buf + size_t(l * M + k) * bytes);
-    in_node->all_to_all_packed(buf, M * bytes, M * n);  // now part (l, k): local rank l's blocks of my k-th
+        quantize_packed(qg, dt, elem_ptr(bucket, (k * GN + l) * n, e), n, buf + (l * M + k) * q);
+    in_node->all_to_all_packed(buf, M * q, M * n);  // part l M + k: local rank l's blocks
     for (int k = 0; k < M; k++)
-      for (int l = 0; l < GN; l++) {  // my node's sum of slice k GN + (my local index)
-        dequantize_packed(qg, buf + size_t(l * M + k) * bytes, n, DType::F32, l == 0 ? node_sum(k) : part);
-        if (l > 0) for (size_t i = 0; i < n; i++) node_sum(k)[i] += part[i];
+      for (int l = 0; l < GN; l++) {
+        dequantize_packed(qg, buf + (l * M + k) * q, n, DType::F32, l == 0 ? node + k * n : part);
+        if (l > 0) for (size_t i = 0; i < n; i++) node[k * n + i] += part[i];
       }
-    // hop 2: part k of the buffer is my node's sum for node k, re-quantized
-    for (int k = 0; k < M; k++) quantize_packed(qg, DType::F32, node_sum(k), n, buf + size_t(k) * bytes);
-    across->all_to_all_packed(buf, bytes, n);  // now part k: node k's sum of MY slice
+    for (int k = 0; k < M; k++)  // hop 2: part k is my node's sum for node k, quantized again
+      quantize_packed(qg, DType::F32, node + k * n, n, buf + k * q);
+    across->all_to_all_packed(buf, q, n);  // part k: node k's sum of MY slice
     float* total = static_cast<float*>(qg_sum.data());
     for (int k = 0; k < M; k++) {  // hop 2's sum, in node order
-      dequantize_packed(qg, buf + size_t(k) * bytes, n, DType::F32, k == 0 ? total : part);
+      dequantize_packed(qg, buf + k * q, n, DType::F32, k == 0 ? total : part);
       if (k > 0) for (size_t i = 0; i < n; i++) total[i] += part[i];
     }
     from_f32(dt, total, n, mine);  // the sum, in the storage type
@@ -216,11 +207,12 @@ int main(int argc, char** argv) {
   const char* nodes_are = comm.host_nodes() > 1       ? " (the machines)"
                           : zpp.node_size < L.world ? " (simulated)" : "";
   const std::string qgz_how = !zpp.qgz ? "off" : "int4, blocks of " + std::to_string(qg.block) +
-                              (two_hops ? ", in two hops (inside the node, then across)" : ", one all-to-all");
+                              (two_hops ? ", in two hops" : ", one all-to-all");
   if (rank == 0 && !run.args.quiet)
     printf("zeropp: qwZ %s | hpZ %s | qgZ %s | nodes of %d ranks%s | units padded to %zu x %zu\n",
            zpp.qwz ? ("int8, blocks of " + std::to_string(qw.block)).c_str() : "off",
-           G ? ("secondary shard over " + std::to_string(G) + " ranks").c_str() : "off", qgz_how.c_str(),
+           G ? ("secondary shard over " + std::to_string(G) + " ranks").c_str() : "off",
+           qgz_how.c_str(),
            zpp.node_size, nodes_are, size_t(L.world), L.pad_block);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {

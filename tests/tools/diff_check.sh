@@ -48,8 +48,9 @@ check_lesson stage2 offload 60
 check_lesson stage0_ddp pipeline 220
 # infinity is stage3 with its slices off the device: the copies up and down, the host optimizer
 check_lesson stage3 infinity 100
-# ZeRO++ beside stage3: three marked blocks (qwZ, hpZ, qgZ), each a switch
-check_lesson stage3 zeropp 140
+# ZeRO++ beside stage3: three marked blocks (qwZ, hpZ, qgZ), each a switch; qgZ's block holds both
+# of its reductions, the flat all-to-all and the paper's two hops (about 45 lines of the 180)
+check_lesson stage3 zeropp 180
 
 # A rung is a folder: beside its train.cpp, the files only it uses (make diff lists them under the
 # train.cpp diff). Each opens with its purpose in one line, `// NAME — what it is for`, which the

@@ -56,8 +56,8 @@ ZEROPP_MUTANT_SED_inf_hidden := $(ZEROPP_INF_IN_GRAD) \
   -e 's/^\( *\)from_f32(dt, sum, n, mine);/\1for (size_t i = 0; i < n; i++) { if (std::isnan(sum[i])) sum[i] = 0; } from_f32(dt, sum, n, mine);/'
 ZEROPP_MUTANT_LINES_inf_hidden := 2
 ZEROPP_MUTANT_SED_two_hops_exact_across := \
-  -e 's/^\( *\)for (int k = 0; k < M; k++) quantize_packed(qg, DType::F32, node_sum(k), n, buf + size_t(k) \* bytes);$$/\1across->reduce_scatter(qg_node.data(), qg_sum.data(), n, DType::F32);/' \
-  -e 's/^\( *\)across->all_to_all_packed(buf, bytes, n); .*$$/\1const int M = 0;  \/\/ hop 2 summed already/'
+  -e 's/^\( *\)quantize_packed(qg, DType::F32, node + k \* n, n, buf + k \* q);$$/\1if (k == 0) across->reduce_scatter(qg_node.data(), qg_sum.data(), n, DType::F32);/' \
+  -e 's/^\( *\)across->all_to_all_packed(buf, q, n); .*$$/\1const int M = 0;  \/\/ hop 2 summed already/'
 ZEROPP_MUTANT_LINES_two_hops_exact_across := 2
 ZEROPP_MUTANT_SED_two_hops_nodes_reversed := \
   -e 's/^\( *\)for (int k = 0; k < M; k++) {  \/\/ hop 2.s sum, in node order$$/\1for (int k = M - 1; k >= 0; k--) {/' \
@@ -65,7 +65,7 @@ ZEROPP_MUTANT_SED_two_hops_nodes_reversed := \
   -e 's/^\( *\)if (k > 0) for (size_t i = 0; i < n; i++) total\[i\] += part\[i\];$$/\1if (k < M - 1) for (size_t i = 0; i < n; i++) total[i] += part[i];/'
 ZEROPP_MUTANT_LINES_two_hops_nodes_reversed := 3
 ZEROPP_MUTANT_SED_two_hops_flat_group := \
-  -e 's/^\( *\)across->all_to_all_packed(buf, bytes, n);/\1comm.all_to_all_packed(buf, bytes, n);/'
+  -e 's/^\( *\)across->all_to_all_packed(buf, q, n);/\1comm.all_to_all_packed(buf, q, n);/'
 ZEROPP_MUTANT_LINES_two_hops_flat_group := 1
 ZEROPP_MUTANT_SED_two_hops_node_groups := \
   -e 's/across = std::make_unique<Comm>(comm, rank % GN, rank);/across = std::make_unique<Comm>(comm, rank \/ GN, rank);/'
