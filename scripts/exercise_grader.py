@@ -164,9 +164,15 @@ def _run_quiet(cmd):
 PREPARED_INCLUDES = '#include "kernels/ops.h"\n#include "trainer.h"\n'
 
 
+_header_inputs = []
+
+
 def prepared_header_inputs():
     """Every header of the repository the precompiled header includes, the rungs' own among them
-    (trainer.h includes zeropp/formulas.h): the compiler's list (-MM), so none is missed."""
+    (trainer.h includes zeropp/formulas.h): the compiler's list (-MM), so none is missed. Listed once
+    per process (a grading run does not change the headers it compiles against)."""
+    if _header_inputs:
+        return list(_header_inputs)
     f = build_flags()
     d = os.path.join(WORK, "prepared")
     os.makedirs(d, exist_ok=True)
@@ -178,7 +184,9 @@ def prepared_header_inputs():
     if c.returncode != 0:
         raise GraderError("internal: could not list the grader's headers: " + c.stderr.strip()[:2000])
     paths = c.stdout.replace("\\\n", " ").split()[1:]  # after "exercise.o:"
-    return [os.path.abspath(os.path.join(ROOT, p)) for p in paths if os.path.abspath(p) != os.path.abspath(header)]
+    _header_inputs[:] = [os.path.abspath(os.path.join(ROOT, p)) for p in paths
+                         if os.path.abspath(p) != os.path.abspath(header)]
+    return list(_header_inputs)
 
 
 def prepared_objects():
