@@ -1,0 +1,325 @@
+// muon.cpp — Muon's Newton–Schulz, the hybrid optimizer over owned slices, and its formulas (muon.h).
+#include "muon.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <tuple>
+
+#include "kernels/ops.h"
+#include "lr_schedule.h"
+#include "runtime/check.h"
+#include "runtime/heartbeat.h"
+#include "trainer.h"
+
+namespace nz {
+
+// ---- which tensors, their shapes ----
+
+bool is_muon_matrix(const TensorSpec& ts) {
+  return ts.name == "qkv_w" || ts.name == "attproj_w" || ts.name == "fc_w" || ts.name == "fcproj_w";
+}
+
+std::pair<int, int> muon_matrix_shape(const TensorSpec& ts, int C) {
+  if (ts.name == "qkv_w") return {3 * C, C};
+  if (ts.name == "attproj_w") return {C, C};
+  if (ts.name == "fc_w") return {4 * C, C};
+  NZ_CHECK(ts.name == "fcproj_w", "%s is not a Muon matrix", ts.name.c_str());
+  return {C, 4 * C};
+}
+
+uint64_t ns_work_elems(int rows, int cols) {
+  const uint64_t s = std::min(rows, cols);
+  return 2 * uint64_t(rows) * cols + 3 * s * s;
+}
+
+uint64_t ns_flops(int rows, int cols, int steps) {
+  const uint64_t s = std::min(rows, cols), l = std::max(rows, cols);
+  return uint64_t(steps) * 2 * (s * s * l + s * s * s + s * s * l);  // Gram, its square, B times X
+}
+
+// ---- Newton–Schulz ----
+
+void newton_schulz(float* X, int rows, int cols, float* work, int steps) {
+  const size_t n = size_t(rows) * cols, s = std::min(rows, cols);
+  float *Y = work, *A = Y + n, *A2 = A + s * s, *B = A2 + s * s;
+  // X / (||X||_F + eps): every singular value at most 1
+  const double norm = std::sqrt(ops::sum_squares<float>(X, n));
+  ops::accumulate<float>(X, X, n, float(1.0 / (norm + kNsEps)), true);
+  for (int k = 0; k < steps; k++) {
+    // A = X X^T (s = rows), or X^T X (s = cols): the Gram matrix on the short side
+    if (rows <= cols) {
+      ops::matmul_forward<float>(A, X, X, nullptr, rows, cols, rows);
+    } else {
+      fill_zero(A, s * s * sizeof(float), Location::Device);  // matmul_backward's dw adds to it
+      ops::matmul_backward<float>(nullptr, A, nullptr, X, X, X, rows, cols, cols);
+    }
+    ops::matmul_forward<float>(A2, A, A, nullptr, int(s), int(s), int(s));  // A A^T = A^2 (A is symmetric)
+    ops::accumulate<float>(B, A, s * s, kNsB, true);                       // B = b A + c A^2
+    ops::accumulate<float>(B, A2, s * s, kNsC, false);
+    // Y = B X, or X B^T (B is symmetric): the same polynomial of X on either side
+    if (rows <= cols) ops::matmul_backward<float>(Y, nullptr, nullptr, B, X, X, rows, cols, rows);
+    else ops::matmul_forward<float>(Y, X, B, nullptr, rows, cols, cols);
+    ops::accumulate<float>(X, X, n, kNsA, true);  // X = a X + Y
+    ops::accumulate<float>(X, Y, n, 1.0f, false);
+  }
+}
+
+// ---- which ranks own which matrix ----
+
+std::vector<MuonMatrix> muon_matrices(const Layout& L) {
+  std::vector<MuonMatrix> out;
+  for (int u = 0; u < L.num_units(); u++) {
+    const uint64_t s = L.units[u].padded / L.world;
+    for (const TensorSpec& ts : L.units[u].tensors) {
+      if (!is_muon_matrix(ts)) continue;
+      MuonMatrix m;
+      m.unit = u;
+      m.name = L.units[u].name + "." + ts.name;
+      std::tie(m.rows, m.cols) = muon_matrix_shape(ts, L.cfg.dim);
+      m.begin = ts.offset, m.end = ts.offset + ts.numel;
+      m.first_rank = int(m.begin / s), m.last_rank = int((m.end - 1) / s);
+      out.push_back(m);
+    }
+  }
+  return out;
+}
+
+// Elements [begin, end) of a unit that slice `r` (of size s) holds.
+static uint64_t overlap(uint64_t begin, uint64_t end, uint64_t s, int r) {
+  const uint64_t lo = std::max(begin, r * s), hi = std::min(end, (r + 1) * s);
+  return hi > lo ? hi - lo : 0;
+}
+
+uint64_t muon_owned_elems(Stage stage, const Layout& L, int rank) {
+  uint64_t n = 0;
+  for (const MuonMatrix& m : muon_matrices(L))
+    n += stage == Stage::DDP ? m.end - m.begin : overlap(m.begin, m.end, L.units[m.unit].padded / L.world, rank);
+  return n;
+}
+
+StateBytes muon_state_bytes(Stage stage, const Layout& L, DType dt, int rank) {
+  StateBytes f = expected_state_bytes(stage, L, dt);
+  f.adam_v -= 4 * muon_owned_elems(stage, L, rank);  // no second moment for the Muon elements
+  return f;
+}
+
+uint64_t muon_work_bytes(const Layout& L) {
+  uint64_t most = 0;
+  for (const MuonMatrix& m : muon_matrices(L)) most = std::max(most, ns_work_elems(m.rows, m.cols));
+  return 4 * most;
+}
+
+uint64_t muon_p2p_elems(Stage stage, const Layout& L, int rank) {
+  if (stage == Stage::DDP) return 0;
+  uint64_t n = 0;
+  for (const MuonMatrix& m : muon_matrices(L))
+    if (m.crosses() && rank >= m.first_rank && rank <= m.last_rank)
+      n += overlap(m.begin, m.end, L.units[m.unit].padded / L.world, rank) * (m.last_rank - m.first_rank);
+  return n;
+}
+
+// ---- the hybrid optimizer ----
+
+// Calls fn(i, len, ts) for each tensor piece of unit u's owned slice `own` (i: from the slice's first
+// element; ts null for the padding after the last tensor).
+template <class Fn>
+static void for_each_tensor_piece(const Unit& unit, Slice own, Fn fn) {
+  for (const TensorSpec& ts : unit.tensors) {
+    const uint64_t lo = std::max(ts.offset, own.begin), hi = std::min(ts.offset + ts.numel, own.end);
+    if (hi > lo) fn(lo - own.begin, hi - lo, &ts);
+  }
+  const uint64_t lo = std::max(unit.numel, own.begin);
+  if (own.end > lo) fn(lo - own.begin, own.end - lo, (const TensorSpec*)nullptr);
+}
+
+Muon::Muon(const Layout& L, std::vector<Slice> owned, DType dt, const AdamWConfig& adam, const MuonConfig& mc,
+           Comm* comm)
+    : OptimizerState(L, std::move(owned), dt, adam), mc_(mc), comm_(comm) {
+  NZ_CHECK(!adam.prune, "Muon: --prune-mask is refused on the command line");
+  size_t adam_elems = 0;
+  for (int u = 0; u < L.num_units(); u++) {
+    v_offset_.push_back(adam_elems);
+    for_each_tensor_piece(L.units[u], owned_[u], [&](size_t, size_t len, const TensorSpec* ts) {
+      if (!ts || !is_muon_matrix(*ts)) adam_elems += len;
+    });
+  }
+  m_ = Buffer(Category::AdamM, Location::Device, total_ * sizeof(float), "momentum (muon) and adam m");
+  v_ = Buffer(Category::AdamV, Location::Device, adam_elems * sizeof(float), "adam v (adamw elements only)");
+  m_.zero();
+  v_.zero();
+  if (dt_ != DType::F32) master_ = Buffer(Category::Master, Location::Device, total_ * sizeof(float), "fp32 master");
+  work_ = Buffer(Category::Scratch, Location::Device, muon_work_bytes(L), "newton-schulz work (muon)");
+  work_.zero();
+}
+
+void Muon::init_master(int u, const void* params_slice) {
+  if (master_.empty()) return;
+  NZ_DISPATCH_TRAIN_DTYPE(dt_, ops::cast<float, T>(master_.as<float>() + state_offset_[u], (const T*)params_slice,
+                                                   owned_[u].size()));
+}
+
+void Muon::step(int u, void* params_slice, const void* grads_slice, float muon_lr, float adam_lr, float grad_scale,
+                int t) {
+  const size_t n = owned_[u].size(), base = state_offset_[u];
+  check_span_at(params_slice, n * dtype_bytes(dt_), Location::Device, "Muon step: the parameter slice");
+  check_span_at(grads_slice, n * dtype_bytes(dt_), Location::Device, "Muon step: the gradient slice");
+  float* p32 = master_.empty() ? (float*)params_slice : master_.as<float>() + base;
+  float* m = m_.as<float>() + base;
+  float* v = v_.as<float>() + v_offset_[u];
+  size_t vi = 0;  // the AdamW elements seen so far in this slice
+  for_each_tensor_piece(L_.units[u], owned_[u], [&](size_t i, size_t len, const TensorSpec* ts) {
+    if (ts && is_muon_matrix(*ts)) {
+      matrix_step(u, *ts, i, len, p32, m, grads_slice, muon_lr, grad_scale);
+      return;
+    }
+    const float wd = ts && ts->decay ? cfg_.weight_decay : 0.0f;  // the padding: gradient 0, stays 0
+    NZ_DISPATCH_TRAIN_DTYPE(dt_, ops::adamw_update<T>(p32 + i, m + i, v + vi, (const T*)grads_slice + i, len, adam_lr,
+                                                      cfg_.beta1, cfg_.beta2, cfg_.eps, wd, grad_scale, t));
+    vi += len;
+  });
+  if (dt_ == DType::BF16) ops::cast<bf16, float>((bf16*)params_slice, p32, n);  // rounded from the master
+  if (dt_ == DType::F16) ops::cast<f16, float>((f16*)params_slice, p32, n);
+  heartbeat();
+}
+
+// Elements [i, i + len) of my slice are my part of matrix ts.
+void Muon::matrix_step(int u, const TensorSpec& ts, size_t i, size_t len, float* p32, float* m, const void* g,
+                       float lr, float grad_scale) {
+  const auto [rows, cols] = muon_matrix_shape(ts, L_.cfg.dim);
+  const uint64_t at = owned_[u].begin + i - ts.offset;  // my part's first element, in the matrix
+  float* X = work_.as<float>();
+  const float mu = mc_.momentum;
+  // my part of X = G + mu B, per element; B, the momentum, only for my part
+  NZ_DISPATCH_TRAIN_DTYPE(dt_, ops::cast<float, T>(X + at, (const T*)g + i, len));
+  ops::accumulate<float>(X + at, X + at, len, grad_scale, true);  // G: the loss scale undone, clipped
+  ops::accumulate<float>(m + i, m + i, len, mu, true);            // B = mu B + G
+  ops::accumulate<float>(m + i, X + at, len, 1.0f, false);
+  ops::accumulate<float>(X + at, m + i, len, mu, false);          // X = G + mu B (Nesterov)
+  // begin muon exchange: the other owners' parts of X, so that X is whole here (stages 1-3)
+  if (comm_ && len < ts.numel) {
+    const uint64_t s = L_.units[u].padded / L_.world;
+    const int first = int(ts.offset / s), last = int((ts.offset + ts.numel - 1) / s), me = comm_->rank();
+    const int tag = 7000 + u * 16 + int(&ts - L_.units[u].tensors.data());  // this matrix's messages
+    std::vector<CommRequest> sends;
+    for (int q = first; q <= last; q++)
+      if (q != me) sends.push_back(comm_->send_start(X + at, len, DType::F32, q, tag));
+    for (int q = first; q <= last; q++) {
+      if (q == me) continue;
+      const uint64_t lo = std::max(ts.offset, q * s), hi = std::min(ts.offset + ts.numel, (q + 1) * s);
+      comm_->recv(X + (lo - ts.offset), hi - lo, DType::F32, q, tag);
+    }
+    for (CommRequest& r : sends) comm_->wait(r);
+  }
+  // end muon exchange
+  newton_schulz(X, rows, cols, X + size_t(rows) * cols, mc_.ns_steps);  // the whole matrix, on every owner
+  // my part of W = W (1 - lr wd) - lr 0.2 sqrt(max(rows, cols)) O   (Moonlight's RMS match)
+  if (ts.decay) ops::accumulate<float>(p32 + i, p32 + i, len, 1.0f - lr * cfg_.weight_decay, true);
+  const float rms_match = 0.2f * std::sqrt(float(std::max(rows, cols)));
+  ops::accumulate<float>(p32 + i, X + at, len, -lr * rms_match, false);
+}
+
+// ---- the stage's optimizer ----
+
+StageOptimizer::StageOptimizer(Trainer& run, std::vector<Slice> owned) : run_(run) {
+  if (run.args.optimizer != "muon") {
+    adamw_ = std::make_unique<AdamW>(run.layout, std::move(owned), run.dtype, run.adamw);
+    return;
+  }
+  MuonConfig mc;
+  mc.lr = run.args.muon_lr, mc.adam_lr = run.args.adam_lr;
+  Comm* exchange = run.stage == Stage::DDP ? nullptr : &run.comm;  // stage0_ddp: every matrix whole everywhere
+  muon_ = std::make_unique<Muon>(run.layout, std::move(owned), run.dtype, run.adamw, mc, exchange);
+  // the memory table's formulas, per rank (their Muon elements differ), and the report's "muon" object
+  const Layout& L = run.layout;
+  const Stage stage = run.stage;
+  const DType dt = run.dtype;
+  run.hooks.state_formula = [&L, stage, dt](int r) { return muon_state_bytes(stage, L, dt, r); };
+  std::ostringstream j;
+  j << "{\"muon_lr\": " << mc.lr << ", \"adam_lr\": " << mc.adam_lr << ", \"momentum\": " << mc.momentum
+    << ", \"ns_steps\": " << mc.ns_steps << ", \"work_bytes\": " << muon_work_bytes(L) << ", \"ranks\": [";
+  for (int r = 0; r < L.world; r++) {
+    uint64_t flops = 0;  // Newton–Schulz per step on rank r: every matrix it owns part of
+    for (const MuonMatrix& mm : muon_matrices(L))
+      if (stage == Stage::DDP || (r >= mm.first_rank && r <= mm.last_rank)) flops += ns_flops(mm.rows, mm.cols);
+    j << (r ? ", " : "") << "{\"muon_elems\": " << muon_owned_elems(stage, L, r)
+      << ", \"adam_v\": " << muon_state_bytes(stage, L, dt, r).adam_v
+      << ", \"p2p_elems_per_step\": " << muon_p2p_elems(stage, L, r) << ", \"ns_flops_per_step\": " << flops << "}";
+  }
+  j << "]}";
+  run.hooks.report_key = "muon";
+  run.hooks.report_json = j.str();
+}
+
+void StageOptimizer::init_master(int u, const void* params_slice) {
+  if (adamw_) adamw_->init_master(u, params_slice);
+  else muon_->init_master(u, params_slice);
+}
+
+void StageOptimizer::step(int u, void* params_slice, const void* grads_slice, float lr, float grad_scale, int t) {
+  if (adamw_) {
+    adamw_->step(u, params_slice, grads_slice, lr, grad_scale, t);
+    return;
+  }
+  // the schedule of --lr, at --muon-lr's and --adam-lr's peaks; update t is the schedule's t - 1
+  LrScheduleConfig s = run_.lr_schedule;
+  s.lr = run_.args.muon_lr;
+  const float muon_lr = lr_at(s, t - 1);
+  s.lr = run_.args.adam_lr;
+  muon_->step(u, params_slice, grads_slice, muon_lr, lr_at(s, t - 1), grad_scale, t);
+}
+
+StageOptimizer::operator OptimizerState&() {
+  if (adamw_) return *adamw_;
+  return *muon_;
+}
+
+// ---- zero_estimate --optimizer muon ----
+
+std::string muon_estimate_text(const Layout& L, DType dt) {
+  std::ostringstream o;
+  char line[256];
+  const std::vector<MuonMatrix> mats = muon_matrices(L);
+  uint64_t muon_elems = 0;
+  int cut = 0;
+  for (const MuonMatrix& m : mats) muon_elems += m.end - m.begin, cut += m.crosses();
+  snprintf(line, sizeof line, "muon: %zu hidden matrices, %llu of the %llu parameters; at N = %d the slices cut %d "
+           "of them:\n", mats.size(), (unsigned long long)muon_elems, (unsigned long long)L.num_params, L.world, cut);
+  o << line;
+  for (const MuonMatrix& m : mats) {
+    if (!m.crosses()) continue;
+    const uint64_t s = L.units[m.unit].padded / L.world;
+    snprintf(line, sizeof line, "  %-18s %5d x %-5d ranks %d..%d (boundary at element", m.name.c_str(), m.rows,
+             m.cols, m.first_rank, m.last_rank);
+    o << line;
+    for (int r = m.first_rank + 1; r <= m.last_rank; r++) o << (r > m.first_rank + 1 ? ", " : " ") << r * s - m.begin;
+    o << " of " << (m.end - m.begin) << ")\n";
+  }
+  snprintf(line, sizeof line, "  %-8s %14s %14s %14s %16s %14s\n", "", "adam_m (AdamW)", "adam_v (AdamW)",
+           "muon m", "muon v", "p2p elems/step");
+  o << line;
+  for (Stage stage : {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3}) {
+    const StateBytes a = expected_state_bytes(stage, L, dt);
+    uint64_t most_v = 0, least_v = UINT64_MAX, most_p2p = 0;
+    for (int r = 0; r < L.world; r++) {
+      const uint64_t v = muon_state_bytes(stage, L, dt, r).adam_v;
+      most_v = std::max(most_v, v), least_v = std::min(least_v, v);
+      most_p2p = std::max(most_p2p, muon_p2p_elems(stage, L, r));
+    }
+    char v_range[64];
+    if (most_v == least_v) snprintf(v_range, sizeof v_range, "%llu", (unsigned long long)most_v);
+    else snprintf(v_range, sizeof v_range, "%llu..%llu", (unsigned long long)least_v, (unsigned long long)most_v);
+    snprintf(line, sizeof line, "  %-8s %14llu %14llu %14llu %16s %14llu\n", stage_name(stage),
+             (unsigned long long)a.adam_m, (unsigned long long)a.adam_v, (unsigned long long)a.adam_m, v_range,
+             (unsigned long long)most_p2p);
+    o << line;
+  }
+  snprintf(line, sizeof line, "  (bytes per rank; muon m: momentum + AdamW's m, 4 per owned element; muon v: AdamW "
+           "elements only; plus %llu bytes of Newton-Schulz work space per rank)\n",
+           (unsigned long long)muon_work_bytes(L));
+  o << line;
+  return o.str();
+}
+
+}  // namespace nz
