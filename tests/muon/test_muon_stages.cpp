@@ -1,0 +1,208 @@
+// test_muon_stages.cpp — Muon (--optimizer muon, common/muon.h) in stage0_ddp..stage3, run under
+// mpirun as a learner runs them. What must hold:
+//   - the stages' contract (contract.h, harness.h) with Muon on every trainer: stage1, stage2 and
+//     stage3 equal stage0_ddp with Muon bit for bit (every step's loss and grad norm, the model file)
+//     at N = 1..4 and accum 1; at accum 3 stage1 still equals stage0_ddp, stage2 and stage3 equal each
+//     other (they reduce every micro-step) and step 1's norm is within the derived bound of
+//     stage0_ddp's; bf16 and fp16 at N = 2. Newton–Schulz gets the same whole matrix everywhere.
+//   - Muon changes the run (it is not AdamW under another name);
+//   - each rank's ledger equals the formulas written out here: adam_m 4 bytes per owned element
+//     (Muon's momentum or AdamW's m), adam_v 4 bytes per owned AdamW element only, the Newton–Schulz
+//     work space (scratch) 4 (2 rows cols + 3 min(rows, cols)^2) for the largest matrix, 4C x C;
+//   - the elements each rank sends point to point per step: its part of each cut matrix, to each other owner;
+//   - broken copies of Muon (tests/muon/muon.mk) fail the contract;
+//   - bad flags: one line, exit 2.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "contract.h"
+#include "harness.h"
+
+using namespace nzt;
+using namespace nzt::contract;
+
+namespace {
+
+const std::string kMuon = "--optimizer muon";
+
+const RunResult& muon_run(const std::string& trainer, int N, int K, const std::string& prec = "fp32") {
+  return run(trainer, N, K, prec, kMuon);
+}
+
+// The contract of harness.h for `trainer` with Muon, against stage0_ddp with Muon (and the peer with Muon).
+std::vector<std::string> muon_contract(const std::string& trainer, int N, int K, const std::string& prec,
+                                       std::string* summary) {
+  const bool cross = K > 1 && !sums_micro_steps_locally(trainer);
+  const std::string peer = peer_of(trainer);
+  return contract_problems(trainer, muon_run(trainer, N, K, prec), N, K, prec, muon_run("stage0_ddp", N, K, prec),
+                           peer, cross ? &muon_run(peer, N, K, prec) : nullptr,
+                           cross ? &micro_norms(N, K, prec) : nullptr, summary);
+}
+
+void expect_contract(const std::string& trainer, int N, int K, const std::string& prec) {
+  const RunResult& r = muon_run(trainer, N, K, prec);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(step_values(r.report, "loss").size(), size_t(steps_for(prec)));
+  std::string summary;
+  const std::vector<std::string> problems = muon_contract(trainer, N, K, prec, &summary);
+  printf("muon %s %s N=%d accum=%d: %s\n", prec.c_str(), trainer.c_str(), N, K, summary.c_str());
+  for (const std::string& p : problems) ADD_FAILURE() << trainer << ": " << p;
+}
+
+// The Muon matrices of one block, written out in the layout's order (layout.h): name, elements,
+// Muon or not. The embedding and lnf units hold no Muon matrix.
+struct Piece { const char* name; uint64_t n; bool muon; };
+std::vector<Piece> block_pieces(uint64_t C) {
+  return {{"ln1_w", C, false},      {"ln1_b", C, false},        {"qkv_w", 3 * C * C, true}, {"qkv_b", 3 * C, false},
+          {"attproj_w", C * C, true}, {"attproj_b", C, false}, {"ln2_w", C, false},        {"ln2_b", C, false},
+          {"fc_w", 4 * C * C, true}, {"fc_b", 4 * C, false},     {"fcproj_w", 4 * C * C, true}, {"fcproj_b", C, false}};
+}
+
+// Per rank r: Muon elements in its slices, and elements it sends per step to the other owners.
+struct RankMuon { uint64_t muon = 0, p2p = 0; };
+std::vector<RankMuon> expected_per_rank(const Json& report, int N, uint64_t C, bool ddp) {
+  std::vector<RankMuon> out(N);
+  const Sizes z = sizes_from_units(report, N);
+  for (int u = 1; u + 1 < z.units(); u++) {  // the blocks
+    const uint64_t s = z.padded[u] / N;
+    uint64_t at = 0;
+    for (const Piece& p : block_pieces(C)) {
+      if (p.muon) {
+        int owners = 0;
+        std::vector<uint64_t> part(N);
+        for (int r = 0; r < N; r++) {
+          const uint64_t lo = std::max(at, r * s), hi = std::min(at + p.n, (r + 1) * s);
+          part[r] = hi > lo ? hi - lo : 0;
+          owners += part[r] > 0;
+        }
+        for (int r = 0; r < N; r++) {
+          out[r].muon += ddp ? p.n : part[r];
+          if (!ddp && part[r] > 0) out[r].p2p += part[r] * (owners - 1);
+        }
+      }
+      at += p.n;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// The headline: Muon's update needs whole matrices, and the sharded stages still compute stage0_ddp's
+// numbers bit for bit.
+TEST(MuonStages, Fp32ContractForOneToFourRanks) {
+  for (int N : {1, 2, 3, 4}) {
+    for (int K : {1, 3}) {
+      for (const char* trainer : {"stage1", "stage2", "stage3"}) {
+        SCOPED_TRACE(std::string(trainer) + " N=" + std::to_string(N) + " accum=" + std::to_string(K));
+        expect_contract(trainer, N, K, "fp32");
+      }
+    }
+  }
+}
+
+TEST(MuonStages, Bf16AndFp16ContractAtTwoRanks) {
+  for (const char* prec : {"bf16", "fp16"}) {
+    for (const char* trainer : {"stage1", "stage2", "stage3"}) {
+      SCOPED_TRACE(std::string(trainer) + " " + prec);
+      expect_contract(trainer, 2, 1, prec);
+    }
+  }
+}
+
+// Muon is not AdamW: the same run with --optimizer adamw ends in another model, with other losses.
+TEST(MuonStages, MuonChangesTheRun) {
+  const RunResult& m = muon_run("stage0_ddp", 2, 1);
+  const RunResult& a = run("stage0_ddp", 2, 1);
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const Verdict v = compare_runs(a, m);
+  printf("stage0_ddp N=2, muon vs adamw: %s\n", v.str().c_str());
+  EXPECT_FALSE(v.model_equal);
+  EXPECT_FALSE(v.losses_equal);
+  // the first step's loss is computed before any update: the same in both
+  EXPECT_EQ(step_values(m.report, "loss")[0], step_values(a.report, "loss")[0]);
+}
+
+// Per rank, to the byte, in every stage; the formulas written out from the block's tensors (above).
+TEST(MuonStages, LedgerMatchesTheFormulasOnEveryRank) {
+  struct Case { int N; const char* prec; };
+  for (Case c : {Case{4, "fp32"}, Case{3, "fp32"}, Case{2, "bf16"}}) {
+    for (const char* stage : {"stage0_ddp", "stage1", "stage2", "stage3"}) {
+      SCOPED_TRACE(std::string(stage) + " " + c.prec + " N=" + std::to_string(c.N));
+      const RunResult& r = muon_run(stage, c.N, 1, c.prec);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find("ledger matches the formulas on every rank"), std::string::npos) << r.output;
+      const bool ddp = std::string(stage) == "stage0_ddp";
+      const uint64_t C = r.report["config"]["dim"].u();
+      ASSERT_GT(C, 0u);
+      const Sizes z = sizes_from_units(r.report, c.N);
+      const uint64_t owned = ddp ? z.P : z.S;  // elements with optimizer state on each rank
+      const std::vector<RankMuon> want = expected_per_rank(r.report, c.N, C, ddp);
+      const uint64_t work = 4 * (2 * 4 * C * C + 3 * C * C);  // fc_w (4C x C): X, X's next, 3 C x C
+      ASSERT_EQ(r.report["ranks"].size(), size_t(c.N));
+      uint64_t p2p_sum = 0;
+      for (const Json& rank : r.report["ranks"].arr) {
+        const int rk = int(rank["rank"].u());
+        const Json& peak = rank["ledger"]["device"]["peak"];
+        EXPECT_EQ(peak["adam_m"].u(), 4 * owned) << "rank " << rk;
+        EXPECT_EQ(peak["adam_v"].u(), 4 * (owned - want[rk].muon)) << "rank " << rk;
+        EXPECT_EQ(peak["master"].u(), std::string(c.prec) == "fp32" ? 0 : 4 * owned) << "rank " << rk;
+        EXPECT_EQ(peak["scratch"].u(), work) << "rank " << rk;
+        EXPECT_EQ(rank["comm"]["p2p"]["elems_sent"].u(), steps_for(c.prec) * want[rk].p2p) << "rank " << rk;
+        EXPECT_EQ(r.report["muon"]["ranks"][rk]["p2p_elems_per_step"].u(), want[rk].p2p) << "rank " << rk;
+        p2p_sum += want[rk].p2p;
+        if (c.N == 4 && !ddp && std::string(c.prec) == "fp32")
+          printf("%s N=4 rank %d: adam_m %llu adam_v %llu (AdamW: %llu) scratch %llu, p2p %llu elements/step\n",
+                 stage, rk, (unsigned long long)peak["adam_m"].u(), (unsigned long long)peak["adam_v"].u(),
+                 (unsigned long long)(4 * owned), (unsigned long long)peak["scratch"].u(),
+                 (unsigned long long)want[rk].p2p);
+      }
+      if (!ddp && c.N > 1) {
+        EXPECT_GT(p2p_sum, 0u) << "no matrix cut at N = " << c.N << ": the test sees nothing";
+      }
+    }
+  }
+}
+
+// The tests of the tests: stage2 with a broken Muon (tests/muon/muon.mk), at N = 4 where the slices
+// cut fc_w and fcproj_w of every block, must fail to be stage0_ddp's with Muon.
+TEST(MuonStages, BrokenMuonCopiesAreCaught) {
+  for (const char* m : {"ns_on_slice", "update_twice", "embedding_to_muon"}) {
+    const std::string mutant = std::string("mutant_muon_") + m;
+    const RunResult& r = muon_run(mutant, 4, 1);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::string summary;
+    const std::vector<std::string> problems = muon_contract(mutant, 4, 1, "fp32", &summary);
+    printf("%s: %s\n", mutant.c_str(), summary.c_str());
+    EXPECT_FALSE(problems.empty()) << mutant << " passed the contract: it cannot see this bug";
+  }
+}
+
+// Bad flags: one line, exit 2, before anything runs.
+TEST(MuonStages, BadFlagsGetOneLine) {
+  const std::string base = "--preset tiny --steps 1 --seq 32 --batch 2 --quiet ";
+  struct Bad { const char* program; std::string flags, says; };
+  const Bad cases[] = {
+      {"stage1", "--optimizer sgd", "unknown optimizer"},
+      {"stage2", "--muon-lr 0.01", "expected it with --optimizer muon"},
+      {"stage0_ddp", "--adam-lr 0.01", "expected it with --optimizer muon"},
+      {"stage3", "--optimizer muon --muon-lr 11", "a learning rate in [0, 10]"},
+      {"stage1", "--optimizer muon --adam-lr -1", "a learning rate in [0, 10]"},
+      {"offload", "--optimizer muon", "DeepSpeed does not offload Muon either"},
+      {"infinity", "--optimizer muon", "DeepSpeed does not offload Muon either"},
+      {"pipeline", "--optimizer muon", "stage0_ddp, stage1, stage2 and stage3 only"},
+      {"stage2", "--optimizer muon --ckpt-dir " + temp_dir() + "/ck", "not in the checkpoints yet"},
+  };
+  for (const Bad& b : cases) {
+    std::string out;
+    const int rc = run_command("timeout -k 5 60 mpirun -np 1 " + program_path(b.program) + " " + base + b.flags, &out);
+    SCOPED_TRACE(std::string(b.program) + " " + b.flags + ": " + out);
+    EXPECT_EQ(rc, 2);
+    EXPECT_NE(out.find(b.says), std::string::npos);
+    size_t lines = 0;
+    for (char ch : out) lines += ch == '\n';
+    EXPECT_EQ(lines, 1u);
+  }
+}
