@@ -22,6 +22,7 @@
 //     every owner, and in stage0_ddp. Newton–Schulz runs on it there (the same kernels, the same
 //     shapes, the same bits) and each owner keeps its own part of O. Bit for bit stage0_ddp's.
 // Not built yet: --muon-shard gather-all | whole-matrices (docs/muon.md), checkpoints of Muon's state.
+// The formulas (which matrices the slices cut, the bytes held and sent): muon_formulas.h.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,7 +33,7 @@
 #include "comm.h"
 #include "layout.h"
 #include "optim.h"
-#include "zero_formulas.h"  // Stage, StateBytes
+#include "muon_formulas.h"  // which matrices, which owners, the formulas
 
 namespace nz {
 
@@ -47,47 +48,16 @@ struct MuonConfig {
 
 // The quintic Newton–Schulz iteration's coefficients (Keller Jordan's Muon): each step maps every
 // singular value s of X to a s + b s^3 + c s^5. Five steps from X / (||X||_F + 1e-7) bring every
-// singular value in (0, 1] to roughly [0.68, 1.13] (not to exactly 1: the fast, loose fixed point).
+// singular value in [0.002, 1] into [0.68, 1.21] ([0.68, 1.14] from 0.01): not to exactly 1 (a fast,
+// loose fixed point; tests/muon/test_muon.cpp measures it).
 constexpr float kNsA = 3.4445f, kNsB = -4.7750f, kNsC = 2.0315f, kNsEps = 1e-7f;
 
-// Is tensor ts one of the blocks' 2-D hidden matrices Muon updates? (qkv_w, attproj_w, fc_w, fcproj_w)
-bool is_muon_matrix(const TensorSpec& ts);
-// Its shape (rows, cols), PyTorch's layout (outputs, inputs), for model width C.
-std::pair<int, int> muon_matrix_shape(const TensorSpec& ts, int C);
-
-// fp32 elements of Newton–Schulz's work space for a rows x cols matrix: X, X's next value, and three
-// s x s matrices (s = min(rows, cols)).
-uint64_t ns_work_elems(int rows, int cols);
 // X (rows x cols, fp32, row-major, device memory) orthogonalised in place, `steps` quintic steps, with
 // the kernel table's matrix products (ops.h: the CPU's BLAS or reference loops, or CUDA). work: at
 // least ns_work_elems(rows, cols) - rows * cols floats. The Gram matrix is formed on the short side
 // (X X^T when rows <= cols, X^T X otherwise), which is the usual "transpose when rows > cols".
 void newton_schulz(float* X, int rows, int cols, float* work, int steps = 5);
 
-// A Muon matrix and the ranks whose slices hold part of it (stages 1-3: slice r of unit u).
-struct MuonMatrix {
-  int unit = 0;
-  std::string name;    // "block0.fc_w"
-  int rows = 0, cols = 0;
-  uint64_t begin = 0, end = 0;  // elements of the unit
-  int first_rank = 0, last_rank = 0;  // its owners, first_rank..last_rank
-  bool crosses() const { return last_rank > first_rank; }
-};
-std::vector<MuonMatrix> muon_matrices(const Layout& L);  // with L's world size's owners
-
-// ---- the formulas (docs/muon.md), per rank r of layout L ----
-// Muon elements in rank r's owned slices: all of them in stage0_ddp, else those of slice r.
-uint64_t muon_owned_elems(Stage stage, const Layout& L, int rank);
-// What a rank holds with Muon: the stage's AdamW formula with adam_v only for the AdamW elements
-// (momentum and AdamW's m share adam_m: 4 bytes per owned element).
-StateBytes muon_state_bytes(Stage stage, const Layout& L, DType dt, int rank);
-// Newton–Schulz's work space (ledger: scratch, device): for the largest Muon matrix, every rank.
-uint64_t muon_work_bytes(const Layout& L);
-// Elements rank r sends per step point to point: its part of each cut matrix it owns part of, to
-// each other owner. 0 in stage0_ddp.
-uint64_t muon_p2p_elems(Stage stage, const Layout& L, int rank);
-// Newton–Schulz's multiply-adds for one rows x cols matrix, `steps` steps: the three products
-uint64_t ns_flops(int rows, int cols, int steps = 5);
 
 // AdamW for every element but the Muon matrices', Muon for those. m holds AdamW's first moment
 // and Muon's momentum (both per owned element), v only the AdamW elements' second moment.
@@ -127,7 +97,5 @@ class StageOptimizer {
   std::unique_ptr<Muon> muon_;
 };
 
-// "zero_estimate --optimizer muon": which matrices the slices cut, per rank memory and bytes sent.
-std::string muon_estimate_text(const Layout& L, DType dt);
 
 }  // namespace nz

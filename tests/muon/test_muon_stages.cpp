@@ -206,3 +206,27 @@ TEST(MuonStages, BadFlagsGetOneLine) {
     EXPECT_EQ(lines, 1u);
   }
 }
+
+// zero_estimate --optimizer muon: the cut matrices it names are the ones the layout says (tiny, N = 4:
+// fc_w on ranks 1..2 and fcproj_w on ranks 2..3 of each block, above), and its adam_v range for stage1
+// is the measured ledger's, lowest and highest rank.
+TEST(MuonStages, ZeroEstimateNamesTheCutsAndTheLedgersBytes) {
+  std::string out;
+  ASSERT_EQ(run_command(program_path("zero_estimate") + " --preset tiny --world 4 --optimizer muon", &out), 0) << out;
+  EXPECT_NE(out.find("at N = 4 the slices cut 4 of them"), std::string::npos) << out;
+  for (const char* cut : {"block0.fc_w          128 x 32    ranks 1..2", "block1.fcproj_w       32 x 128   ranks 2..3"})
+    EXPECT_NE(out.find(cut), std::string::npos) << cut << "\n" << out;
+  const RunResult& r = muon_run("stage1", 4, 1);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const Json& rank : r.report["ranks"].arr) {
+    lo = std::min<uint64_t>(lo, rank["ledger"]["device"]["peak"]["adam_v"].u());
+    hi = std::max<uint64_t>(hi, rank["ledger"]["device"]["peak"]["adam_v"].u());
+  }
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  size_t at = out.find("\n  stage1 ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string row = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+  printf("zero_estimate's stage1 row: %s (ledger: adam_v %s)\n", row.c_str(), range.c_str());
+  EXPECT_NE(row.find(" " + range + " "), std::string::npos) << row;
+}
