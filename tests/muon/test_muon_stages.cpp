@@ -14,6 +14,8 @@
 //   - bad flags: one line, exit 2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <map>
 
 #include "contract.h"
@@ -229,4 +231,40 @@ TEST(MuonStages, ZeroEstimateNamesTheCutsAndTheLedgersBytes) {
   const std::string row = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
   printf("zero_estimate's stage1 row: %s (ledger: adam_v %s)\n", row.c_str(), range.c_str());
   EXPECT_NE(row.find(" " + range + " "), std::string::npos) << row;
+}
+
+// DeepSpeed's optimizer.type "Muon" (ds_config.cpp): its muon_lr and adam_lr become --muon-lr and
+// --adam-lr (the report's "muon" object says which rates ran); a momentum other than this Muon's 0.95,
+// or a Muon key beside type AdamW: one line, exit 2; Muon with offload_optimizer: refused by offload.
+TEST(MuonStages, DeepSpeedConfigMuon) {
+  const std::string dir = fresh_dir("ds_muon");
+  auto write = [&](const std::string& name, const std::string& type, const std::string& extra_params,
+                   const std::string& zero) {
+    std::ofstream(dir + "/" + name) << "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"" << type
+                                    << "\", \"params\": {\"lr\": 0.003, \"muon_lr\": 0.004, \"adam_lr\": 0.002"
+                                    << extra_params << "}}, \"zero_optimization\": {\"stage\": 2" << zero << "}}";
+    return dir + "/" + name;
+  };
+  const std::string base = "--preset tiny --seq 32 --steps 1 --eval-every 0 --eval-windows 4 --quiet ";
+  const RunResult r = run_trainer("stage2", 2, base + "--config " + write("muon.json", "Muon", ", \"momentum\": 0.95", ""),
+                                  "ds_muon");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_DOUBLE_EQ(r.report["muon"]["muon_lr"].d(), 0.004);
+  EXPECT_DOUBLE_EQ(r.report["muon"]["adam_lr"].d(), 0.002);
+  struct Bad { std::string program, config, says; };
+  const Bad cases[] = {
+      {"stage2", write("momentum.json", "Muon", ", \"momentum\": 0.9", ""), "momentum is fixed at 0.95"},
+      {"stage2", write("adamw.json", "AdamW", "", ""), "a Muon key beside type"},
+      {"offload", write("offload.json", "Muon", "", ", \"offload_optimizer\": {\"device\": \"cpu\"}"),
+       "DeepSpeed does not offload Muon either"},
+  };
+  for (const Bad& b : cases) {
+    std::string out;
+    const int rc = run_command("timeout -k 5 60 mpirun -np 1 " + program_path(b.program) + " " + base + "--config " +
+                               b.config, &out);
+    SCOPED_TRACE(b.program + " " + b.config + ": " + out);
+    EXPECT_EQ(rc, 2);
+    EXPECT_NE(out.find(b.says), std::string::npos);
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1);
+  }
 }
