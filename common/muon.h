@@ -21,7 +21,8 @@
 //   - the other owners' parts of X, received point to point, so X is whole: the same full matrix on
 //     every owner, and in stage0_ddp. Newton–Schulz runs on it there (the same kernels, the same
 //     shapes, the same bits) and each owner keeps its own part of O. Bit for bit stage0_ddp's.
-// Not built yet: --muon-shard gather-all | whole-matrices (docs/muon.md), checkpoints of Muon's state.
+// --muon-shard gather-all and whole-matrices are the other two designs (muon_formulas.h, MuonShard),
+// each a marked block in muon.cpp. Not built yet: checkpoints of Muon's state.
 // The formulas (which matrices the slices cut, the bytes held and sent): muon_formulas.h.
 #pragma once
 #include <cstdint>
@@ -44,6 +45,7 @@ struct MuonConfig {
   float adam_lr = 3e-3f;   // --adam-lr: the AdamW parameters' peak rate (default --lr)
   float momentum = 0.95f;  // mu (Keller Jordan's and Moonlight's)
   int ns_steps = 5;
+  MuonShard shard = MuonShard::Owners;  // --muon-shard: how stages 1-3 make a cut matrix whole
 };
 
 // The quintic Newton–Schulz iteration's coefficients (Keller Jordan's Muon): each step maps every
@@ -72,12 +74,13 @@ class Muon : public OptimizerState {
             int t);
 
  private:
-  void matrix_step(int u, const TensorSpec& ts, size_t i, size_t len, float* p32, float* m, const void* g, float lr,
+  void nesterov(float* x, float* b, const void* g, size_t i, size_t len, float grad_scale);
+  void matrix_step(int u, int k, const TensorSpec& ts, float* p32, float* m, const void* g, float lr,
                    float grad_scale);
   MuonConfig mc_;
   Comm* comm_;
   std::vector<size_t> v_offset_;  // where unit u's AdamW elements start in v
-  Buffer work_;                   // X, X's next value, the three Gram-side matrices
+  Buffer work_;  // X, X's next value, the three Gram-side matrices; gather-all: the gathered unit at the end
 };
 
 // The stage's optimizer: AdamW, or with --optimizer muon the Muon hybrid. Each stage names it once;

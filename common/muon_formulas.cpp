@@ -74,22 +74,79 @@ StateBytes muon_state_bytes(Stage stage, const Layout& L, DType dt, int rank) {
   return f;
 }
 
-uint64_t muon_work_bytes(const Layout& L) {
-  uint64_t most = 0;
-  for (const MuonMatrix& m : muon_matrices(L)) most = std::max(most, ns_work_elems(m.rows, m.cols));
-  return 4 * most;
+bool parse_muon_shard(const std::string& s, MuonShard* out) {
+  if (s == "owners") *out = MuonShard::Owners;
+  else if (s == "gather-all") *out = MuonShard::GatherAll;
+  else if (s == "whole-matrices") *out = MuonShard::WholeMatrices;
+  else return false;
+  return true;
 }
 
-uint64_t muon_p2p_elems(Stage stage, const Layout& L, int rank) {
-  if (stage == Stage::DDP) return 0;
+const char* muon_shard_name(MuonShard d) {
+  return d == MuonShard::Owners ? "owners" : d == MuonShard::GatherAll ? "gather-all" : "whole-matrices";
+}
+
+uint64_t muon_gathered_unit_elems(const Layout& L) {
+  uint64_t most = 0;
+  for (const MuonMatrix& m : muon_matrices(L)) most = std::max(most, L.units[m.unit].padded);
+  return most;
+}
+
+uint64_t muon_work_bytes(const Layout& L, MuonShard d) {
+  uint64_t most = 0;
+  for (const MuonMatrix& m : muon_matrices(L)) most = std::max(most, ns_work_elems(m.rows, m.cols));
+  return 4 * (most + (d == MuonShard::GatherAll ? muon_gathered_unit_elems(L) : 0));
+}
+
+uint64_t muon_p2p_elems(Stage stage, const Layout& L, int rank, MuonShard d) {
+  if (stage == Stage::DDP || d == MuonShard::GatherAll) return 0;
+  const std::vector<MuonMatrix> mats = muon_matrices(L);
   uint64_t n = 0;
-  for (const MuonMatrix& m : muon_matrices(L))
-    if (m.crosses() && rank >= m.first_rank && rank <= m.last_rank)
-      n += overlap(m.begin, m.end, L.units[m.unit].padded / L.world, rank) * (m.last_rank - m.first_rank);
+  for (size_t k = 0; k < mats.size(); k++) {
+    const MuonMatrix& m = mats[k];
+    const uint64_t s = L.units[m.unit].padded / L.world, mine = overlap(m.begin, m.end, s, rank);
+    if (d == MuonShard::Owners) {  // my part to each other owner
+      if (m.crosses() && mine > 0) n += mine * (m.last_rank - m.first_rank);
+    } else if (muon_assignee(L, int(k)) != rank) {  // my part of X to the assignee
+      n += mine;
+    } else {  // the assignee: each other owner's part of O back to it
+      n += (m.end - m.begin) - mine;
+    }
+  }
   return n;
 }
 
+uint64_t muon_gather_elems(Stage stage, const Layout& L, MuonShard d) {
+  if (stage == Stage::DDP || d != MuonShard::GatherAll) return 0;
+  uint64_t n = 0;
+  int last_unit = -1;
+  for (const MuonMatrix& m : muon_matrices(L))
+    if (m.unit != last_unit) n += (L.world - 1) * (L.units[m.unit].padded / L.world), last_unit = m.unit;
+  return n;
+}
+
+uint64_t muon_ns_flops(Stage stage, const Layout& L, int rank, MuonShard d) {
+  const std::vector<MuonMatrix> mats = muon_matrices(L);
+  uint64_t f = 0;
+  for (size_t k = 0; k < mats.size(); k++) {
+    const MuonMatrix& m = mats[k];
+    const bool mine = stage == Stage::DDP ? true
+                      : d == MuonShard::WholeMatrices ? muon_assignee(L, int(k)) == rank
+                                                      : rank >= m.first_rank && rank <= m.last_rank;
+    if (mine) f += ns_flops(m.rows, m.cols);
+  }
+  return f;
+}
+
 // ---- zero_estimate --optimizer muon ----
+
+static std::string range(uint64_t lo, uint64_t hi, double scale = 1) {
+  char s[64];
+  if (scale != 1) snprintf(s, sizeof s, lo == hi ? "%.3f" : "%.3f..%.3f", lo * scale, hi * scale);
+  else if (lo == hi) snprintf(s, sizeof s, "%llu", (unsigned long long)lo);
+  else snprintf(s, sizeof s, "%llu..%llu", (unsigned long long)lo, (unsigned long long)hi);
+  return s;
+}
 
 std::string muon_estimate_text(const Layout& L, DType dt) {
   std::ostringstream o;
@@ -110,35 +167,36 @@ std::string muon_estimate_text(const Layout& L, DType dt) {
     for (int r = m.first_rank + 1; r <= m.last_rank; r++) o << (r > m.first_rank + 1 ? ", " : " ") << r * s - m.begin;
     o << " of " << (m.end - m.begin) << ")\n";
   }
-  snprintf(line, sizeof line, "  %-10s %14s %14s %16s %14s %18s\n", "per rank", "adam_m", "adam_v AdamW",
-           "adam_v Muon", "p2p elems/step", "NS GFLOP/step");
+  snprintf(line, sizeof line, "  %-10s %14s %14s %16s\n", "bytes", "adam_m", "adam_v AdamW", "adam_v Muon");
   o << line;
   for (Stage stage : {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3}) {
     const StateBytes a = expected_state_bytes(stage, L, dt);
-    uint64_t v_lo = UINT64_MAX, v_hi = 0, p_lo = UINT64_MAX, p_hi = 0, f_lo = UINT64_MAX, f_hi = 0;
+    uint64_t v_lo = UINT64_MAX, v_hi = 0;
     for (int r = 0; r < L.world; r++) {
-      const uint64_t v = muon_state_bytes(stage, L, dt, r).adam_v, p = muon_p2p_elems(stage, L, r);
-      uint64_t f = 0;  // Newton–Schulz on every matrix rank r owns part of
-      for (const MuonMatrix& m : mats)
-        if (stage == Stage::DDP || (r >= m.first_rank && r <= m.last_rank)) f += ns_flops(m.rows, m.cols);
-      v_lo = std::min(v_lo, v), v_hi = std::max(v_hi, v), p_lo = std::min(p_lo, p), p_hi = std::max(p_hi, p);
-      f_lo = std::min(f_lo, f), f_hi = std::max(f_hi, f);
+      const uint64_t v = muon_state_bytes(stage, L, dt, r).adam_v;
+      v_lo = std::min(v_lo, v), v_hi = std::max(v_hi, v);
     }
-    auto range = [](uint64_t lo, uint64_t hi, double scale) {
-      char s[64];
-      if (scale != 1) snprintf(s, sizeof s, lo == hi ? "%.3f" : "%.3f..%.3f", lo * scale, hi * scale);
-      else if (lo == hi) snprintf(s, sizeof s, "%llu", (unsigned long long)lo);
-      else snprintf(s, sizeof s, "%llu..%llu", (unsigned long long)lo, (unsigned long long)hi);
-      return std::string(s);
-    };
-    snprintf(line, sizeof line, "  %-10s %14llu %14llu %16s %14s %18s\n", stage_name(stage),
-             (unsigned long long)a.adam_m, (unsigned long long)a.adam_v, range(v_lo, v_hi, 1).c_str(),
-             range(p_lo, p_hi, 1).c_str(), range(f_lo, f_hi, 1e-9).c_str());
+    snprintf(line, sizeof line, "  %-10s %14llu %14llu %16s\n", stage_name(stage), (unsigned long long)a.adam_m,
+             (unsigned long long)a.adam_v, range(v_lo, v_hi).c_str());
     o << line;
   }
-  snprintf(line, sizeof line, "  (bytes, and lo..hi over the ranks; adam_m holds Muon's momentum and AdamW's m, 4 bytes per "
-           "owned element; plus %llu bytes of Newton-Schulz work space per rank)\n",
-           (unsigned long long)muon_work_bytes(L));
+  snprintf(line, sizeof line, "  %-22s %16s %16s %16s %14s\n", "stages 1-3, per step", "p2p elems", "all-gather elems",
+           "NS GFLOP", "work bytes");
+  o << line;
+  for (MuonShard d : {MuonShard::Owners, MuonShard::GatherAll, MuonShard::WholeMatrices}) {
+    uint64_t p_lo = UINT64_MAX, p_hi = 0, f_lo = UINT64_MAX, f_hi = 0;
+    for (int r = 0; r < L.world; r++) {
+      const uint64_t p = muon_p2p_elems(Stage::Z1, L, r, d), f = muon_ns_flops(Stage::Z1, L, r, d);
+      p_lo = std::min(p_lo, p), p_hi = std::max(p_hi, p), f_lo = std::min(f_lo, f), f_hi = std::max(f_hi, f);
+    }
+    snprintf(line, sizeof line, "  --muon-shard %-9s %16s %16llu %16s %14llu\n", muon_shard_name(d),
+             range(p_lo, p_hi).c_str(), (unsigned long long)muon_gather_elems(Stage::Z1, L, d),
+             range(f_lo, f_hi, 1e-9).c_str(), (unsigned long long)muon_work_bytes(L, d));
+    o << line;
+  }
+  snprintf(line, sizeof line, "  (lo..hi over the ranks; adam_m holds Muon's momentum and AdamW's m, 4 bytes per "
+           "owned element; stage0_ddp: no messages, NS %.3f GFLOP on every rank)\n",
+           muon_ns_flops(Stage::DDP, L, 0, MuonShard::Owners) * 1e-9);
   o << line;
   return o.str();
 }

@@ -38,11 +38,34 @@ uint64_t muon_owned_elems(Stage stage, const Layout& L, int rank);
 // What a rank holds with Muon: the stage's AdamW formula with adam_v only for the AdamW elements
 // (momentum and AdamW's m share adam_m: 4 bytes per owned element).
 StateBytes muon_state_bytes(Stage stage, const Layout& L, DType dt, int rank);
-// Newton–Schulz's work space (ledger: scratch, device): for the largest Muon matrix, every rank.
-uint64_t muon_work_bytes(const Layout& L);
-// Elements rank r sends per step point to point: its part of each cut matrix it owns part of, to
-// each other owner. 0 in stage0_ddp.
-uint64_t muon_p2p_elems(Stage stage, const Layout& L, int rank);
+// How stages 1-3 make a cut matrix whole (--muon-shard; docs/muon.md). Every design computes the same
+// X and the same O: bit for bit stage0_ddp.
+//   Owners         the owners of a cut matrix send each other their parts of X (point to point); each
+//                  runs Newton–Schulz on the whole matrix (DeepSpeed's; the default);
+//   GatherAll      one all-gather of X per block unit: every rank gets every matrix, and runs
+//                  Newton–Schulz on those it owns part of (distributed Muon, the Moonlight report);
+//   WholeMatrices  matrix k is orthogonalised by rank k mod N alone: its owners send it their parts
+//                  of X, it sends each owner its part of O back (modded-nanoGPT's whole matrices).
+enum class MuonShard { Owners, GatherAll, WholeMatrices };
+bool parse_muon_shard(const std::string& s, MuonShard* out);
+const char* muon_shard_name(MuonShard d);
+// WholeMatrices: the rank that orthogonalises matrix k (k: its index in muon_matrices)
+inline int muon_assignee(const Layout& L, int k) { return k % L.world; }
+// GatherAll: the gathered unit of X (fp32), the largest unit that holds a Muon matrix
+uint64_t muon_gathered_unit_elems(const Layout& L);
+// Muon's work space (ledger: scratch, device), every rank: Newton–Schulz's for the largest matrix,
+// and with GatherAll the gathered unit.
+uint64_t muon_work_bytes(const Layout& L, MuonShard d = MuonShard::Owners);
+// Elements rank r sends per step point to point (fp32). 0 in stage0_ddp.
+//   Owners: its part of each cut matrix it owns part of, to each other owner;
+//   WholeMatrices: its part of X of each matrix assigned to another rank, and, for each matrix
+//   assigned to it, every other owner's part of O.
+uint64_t muon_p2p_elems(Stage stage, const Layout& L, int rank, MuonShard d = MuonShard::Owners);
+// GatherAll: elements each rank sends per step in the all-gathers of X: (N - 1) S_u per block unit.
+uint64_t muon_gather_elems(Stage stage, const Layout& L, MuonShard d);
+// Newton–Schulz FLOPs per step on rank r: every matrix in stage0_ddp; those it owns part of (Owners,
+// GatherAll); those assigned to it (WholeMatrices).
+uint64_t muon_ns_flops(Stage stage, const Layout& L, int rank, MuonShard d);
 // Newton–Schulz's FLOPs (2 per multiply-add) for one rows x cols matrix, `steps` steps: its three products
 uint64_t ns_flops(int rows, int cols, int steps = 5);
 

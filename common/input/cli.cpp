@@ -427,6 +427,15 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--adam-lr", "X", "--optimizer muon: the embedding's, norms' and biases' AdamW peak learning rate (default "
        "--lr)",
        [&](auto& f, auto& v) { a.adam_lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
+      {"--muon-shard", "D", "--optimizer muon in stage1..stage3, how a matrix the slices cut is made whole: owners "
+       "(default: its owners exchange their parts), gather-all (every rank gathers every matrix) or whole-matrices "
+       "(each matrix orthogonalised by one rank)",
+       [&](auto& f, auto& v) {
+         if (v != "owners" && v != "gather-all" && v != "whole-matrices")
+           user_error("%s %s: unknown design, expected owners, gather-all or whole-matrices; e.g. %s gather-all",
+                      f.c_str(), v.c_str(), f.c_str());
+         a.muon_shard = v;
+       }},
       // end muon flags
       path_flag("--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
                 PathKind::OutDir, &a.ckpt_dir),
@@ -626,7 +635,7 @@ Args parse_args(int argc, char** argv, const char* program) {
                "cpu or auto; drop --qat on the GPU");
   // end qat checks
   // begin muon checks
-  for (const char* flag : {"--muon-lr", "--adam-lr"})
+  for (const char* flag : {"--muon-lr", "--adam-lr", "--muon-shard"})
     if (typed.count(flag) && a.optimizer != "muon")
       user_error("%s %s: it sets up Muon, expected it with --optimizer muon; add --optimizer muon, or drop %s", flag,
                  typed[flag].c_str(), flag);
@@ -645,6 +654,9 @@ Args parse_args(int argc, char** argv, const char* program) {
     if (!a.prune_mask.empty())
       user_error("--optimizer muon with --prune-mask: Muon's orthogonalised update would move the pruned weights; "
                  "expected --optimizer adamw for pruned fine-tuning");
+    if (typed.count("--muon-shard") && p == "stage0_ddp")
+      user_error("--muon-shard %s with stage0_ddp: every rank holds every matrix whole there, nothing to make whole; "
+                 "expected it with stage1, stage2 or stage3, or drop it", a.muon_shard.c_str());
     if (a.muon_lr < 0) a.muon_lr = a.lr;
     if (a.adam_lr < 0) a.adam_lr = a.lr;
   }

@@ -105,6 +105,7 @@ struct Args {
   // --optimizer muon (muon.h): Muon for the blocks' matrices, AdamW for the rest, each at its own rate
   std::string optimizer = "adamw";   // adamw | muon
   float muon_lr = -1, adam_lr = -1;  // peak rates on --lr's schedule; -1: --lr
+  std::string muon_shard = "owners"; // stages 1-3: owners | gather-all | whole-matrices (muon_formulas.h)
   bool quiet = false;                // no per-step lines (tests)
   bool activation_checkpointing = false;  // keep block inputs only; recompute each block in its backward
   // checkpoints and fault tolerance (docs/checkpoints.md)

@@ -1,7 +1,8 @@
-# tests/muon/muon.mk — deliberately broken copies of Muon (common/muon.cpp), for the tests of the
-# tests: tests/muon/test_muon_stages.cpp runs each as stage2 (its train.o linked with the broken
-# muon.cpp before the library, whose symbols it replaces) and requires the contract against
-# stage0_ddp with Muon to report the bug. `make tests` builds them into $(BUILD)/mutants/bin/.
+# tests/muon/muon.mk — deliberately broken copies of Muon (a line of common/muon.cpp or
+# common/muon_formulas.cpp), for the tests of the tests: tests/muon/test_muon_stages.cpp runs each as
+# stage2 (its train.o linked with the broken file before the library, whose symbols it replaces) and
+# requires the contract against stage0_ddp with Muon to report the bug. `make tests` builds them into
+# $(BUILD)/mutants/bin/.
 #
 #   ns_on_slice        each owner runs Newton–Schulz on its own rows of a cut matrix, not the whole one
 #   update_twice       a matrix's orthogonalised update is applied twice to the same elements (what two
@@ -11,8 +12,11 @@
 # Each sed must change exactly MUON_MUTANT_LINES_<name> lines: if a change to muon.cpp makes a pattern
 # miss, the build stops and names the mutant to fix.
 MUON_MUTANTS := ns_on_slice update_twice embedding_to_muon
+MUON_MUTANT_FILE_ns_on_slice := common/muon.cpp
+MUON_MUTANT_FILE_update_twice := common/muon.cpp
+MUON_MUTANT_FILE_embedding_to_muon := common/muon_formulas.cpp
 MUON_MUTANT_SED_ns_on_slice := \
-  -e 's|^  newton_schulz(X, rows, cols, X + size_t(rows) \* cols, mc_\.ns_steps);.*$$|  newton_schulz(X + at, int(len / cols), cols, X + size_t(rows) * cols, mc_.ns_steps);  // (my rows only)|'
+  -e 's|^    newton_schulz(X, rows, cols, work, mc_\.ns_steps);$$|    newton_schulz(X + at, int(len / cols), cols, work, mc_.ns_steps);  // (my rows only)|'
 MUON_MUTANT_LINES_ns_on_slice := 1
 MUON_MUTANT_SED_update_twice := \
   -e 's/^\(  ops::accumulate<float>(p32 + i, X + at, len, -lr \* rms_match, false);\)$$/\1 \1/'
@@ -25,15 +29,18 @@ MUON_MUTANT_LINES_embedding_to_muon := 2
 MUON_MUTANT_BINS := $(MUON_MUTANTS:%=$(BUILD)/mutants/bin/mutant_muon_%)
 EXTRA_BINS += $(MUON_MUTANT_BINS)
 
-$(MUON_MUTANTS:%=$(BUILD)/mutants/mutant_muon_%.cpp): $(BUILD)/mutants/mutant_muon_%.cpp: common/muon.cpp \
-    tests/muon/muon.mk tests/lib/make_mutant.sh
-	@mkdir -p $(dir $@)
-	@bash tests/lib/make_mutant.sh tests/muon/muon.mk mutant_muon_$* $(MUON_MUTANT_LINES_$*) $< $@ \
-	  $(MUON_MUTANT_SED_$*)
+# one rule per mutant: its source is a copy of the file it breaks
+define MUON_MUTANT_SRC_RULE
+$(BUILD)/mutants/mutant_muon_$(1).cpp: $(MUON_MUTANT_FILE_$(1)) tests/muon/muon.mk tests/lib/make_mutant.sh
+	@mkdir -p $$(dir $$@)
+	@bash tests/lib/make_mutant.sh tests/muon/muon.mk mutant_muon_$(1) $$(MUON_MUTANT_LINES_$(1)) $$< $$@ \
+	  $$(MUON_MUTANT_SED_$(1))
+endef
+$(foreach m,$(MUON_MUTANTS),$(eval $(call MUON_MUTANT_SRC_RULE,$(m))))
 
 $(MUON_MUTANTS:%=$(BUILD)/obj/mutants/mutant_muon_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -Icommon -c $< -o $@
+	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 $(MUON_MUTANT_BINS): $(BUILD)/mutants/bin/%: $(BUILD)/obj/mutants/%.o $(BUILD)/obj/stage2/train.o $(LIB)
 	@mkdir -p $(dir $@)
