@@ -1,11 +1,10 @@
-// muon.cpp — Muon's Newton–Schulz, the hybrid optimizer over owned slices, and its formulas (muon.h).
+// muon.cpp — Muon's Newton–Schulz and the hybrid optimizer over owned slices (muon.h; the formulas are
+// muon_formulas.cpp).
 #include "muon.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <sstream>
-#include <tuple>
 
 #include "kernels/ops.h"
 #include "lr_schedule.h"

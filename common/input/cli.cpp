@@ -651,6 +651,9 @@ Args parse_args(int argc, char** argv, const char* program) {
     if (!a.ckpt_dir.empty() || !a.resume.empty())
       user_error("--optimizer muon with %s: Muon's state is not in the checkpoints yet (docs/muon.md); drop the "
                  "checkpoint flags, or use --optimizer adamw", !a.resume.empty() ? "--resume" : "--ckpt-dir");
+    if (a.batch_auto)
+      user_error("--optimizer muon with --batch auto: the fit counts AdamW's state, not Muon's (docs/muon.md); give "
+                 "--batch B");
     if (!a.prune_mask.empty())
       user_error("--optimizer muon with --prune-mask: Muon's orthogonalised update would move the pruned weights; "
                  "expected --optimizer adamw for pruned fine-tuning");

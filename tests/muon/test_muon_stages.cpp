@@ -288,6 +288,7 @@ TEST(MuonStages, BadFlagsGetOneLine) {
       {"stage2", "--optimizer muon --ckpt-dir " + temp_dir() + "/ck", "not in the checkpoints yet"},
       {"stage0_ddp", "--optimizer muon --muon-shard gather-all", "with stage0_ddp: every rank holds every matrix"},
       {"stage2", "--optimizer muon --muon-shard halves", "unknown design"},
+      {"stage1", "--optimizer muon --batch auto --memory-budget 64MiB", "the fit counts AdamW's state"},
       {"stage3", "--muon-shard whole-matrices", "expected it with --optimizer muon"},
   };
   for (const Bad& b : cases) {
