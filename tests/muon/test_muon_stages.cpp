@@ -2,7 +2,7 @@
 // mpirun as a learner runs them. What must hold:
 //   - the stages' contract (contract.h, harness.h) with Muon on every trainer: stage1, stage2 and
 //     stage3 equal stage0_ddp with Muon bit for bit (every step's loss and grad norm, the model file)
-//     at N = 1..4 and accum 1; at accum 3 (N = 2, 4) stage1 still equals stage0_ddp, stage2 and
+//     at N = 1..4 and accum 1; at accum 3 (N = 4) stage1 still equals stage0_ddp, stage2 and
 //     stage3 equal each other (they reduce every micro-step) and step 1's norm is within the derived
 //     bound of stage0_ddp's; bf16 and fp16 at N = 2; the other two designs (--muon-shard gather-all,
 //     whole-matrices) at N = 3 and 4. Newton–Schulz gets the same whole matrix everywhere.
@@ -101,11 +101,11 @@ std::vector<RankMuon> expected_per_rank(const Json& report, int N, uint64_t C, b
 
 // The headline: Muon's update needs whole matrices, and the sharded stages still compute stage0_ddp's
 // numbers bit for bit.
-// (N = 1 and 3 at accum 1 only, for make test's budget: 1 cuts nothing; 3 pads the units and cuts attproj_w
-// and fc_w instead.)
+// (Accum 3 at N = 4 only, for make test's budget: the accumulation is element-wise and checked at
+// every N by the stages' own suites; N = 4 cuts two matrices a block, N = 3 pads the units and cuts
+// attproj_w and fc_w instead, N = 1 cuts nothing.)
 TEST(MuonStages, Fp32ContractForOneToFourRanks) {
-  for (auto [N, K] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 3}, std::pair{3, 1},
-                      std::pair{4, 1}, std::pair{4, 3}}) {
+  for (auto [N, K] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{3, 1}, std::pair{4, 1}, std::pair{4, 3}}) {
     for (const char* trainer : {"stage1", "stage2", "stage3"}) {
       SCOPED_TRACE(std::string(trainer) + " N=" + std::to_string(N) + " accum=" + std::to_string(K));
       expect_contract(trainer, N, K, "fp32");
