@@ -60,7 +60,6 @@ constexpr float kNsA = 3.4445f, kNsB = -4.7750f, kNsC = 2.0315f, kNsEps = 1e-7f;
 // (X X^T when rows <= cols, X^T X otherwise), which is the usual "transpose when rows > cols".
 void newton_schulz(float* X, int rows, int cols, float* work, int steps = 5);
 
-
 // AdamW for every element but the Muon matrices', Muon for those. m holds AdamW's first moment
 // and Muon's momentum (both per owned element), v only the AdamW elements' second moment.
 class Muon : public OptimizerState {
@@ -99,6 +98,5 @@ class StageOptimizer {
   std::unique_ptr<AdamW> adamw_;
   std::unique_ptr<Muon> muon_;
 };
-
 
 }  // namespace nz
