@@ -12,7 +12,7 @@
 //     work space (scratch) 4 (2 rows cols + 3 min(rows, cols)^2) for the largest matrix, 4C x C;
 //   - the elements each rank sends per step, point to point and all-gathered, for each design;
 //   - zero_estimate --optimizer muon and DeepSpeed's "Muon" config;
-//   - broken copies of Muon (tests/muon/muon.mk) fail the contract;
+//   - broken copies of Muon (tests/muon/muon.mk) fail the contract, or the ledger (whole_momentum);
 //   - bad flags: one line, exit 2.
 #include <gtest/gtest.h>
 
@@ -270,6 +270,23 @@ TEST(MuonStages, BrokenMuonCopiesAreCaught) {
     printf("%s: %s\n", mutant.c_str(), summary.c_str());
     EXPECT_FALSE(problems.empty()) << mutant << " passed the contract: it cannot see this bug";
   }
+}
+
+// The memory bug: whole_momentum keeps the momentum of the whole of every matrix a rank owns part of.
+// It computes the same numbers (the contract cannot see it); the ledger against the formula does.
+TEST(MuonStages, WholeMatrixMomentumIsCaughtByTheLedger) {
+  const std::string mutant = "mutant_muon_whole_momentum";
+  const RunResult& r = muon_run(mutant, 4, 1);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string summary;
+  const bool same_numbers = muon_contract(mutant, 4, 1, "fp32", &summary).empty();
+  EXPECT_NE(r.output.find("ledger DOES NOT MATCH the formulas"), std::string::npos) << r.output;
+  const uint64_t S = sizes_from_units(r.report, 4).S;
+  int over = 0;
+  for (const Json& rank : r.report["ranks"].arr) over += rank["ledger"]["device"]["peak"]["adam_m"].u() != 4 * S;
+  printf("%s: %s; adam_m above the formula's 4S on %d of 4 ranks\n", mutant.c_str(), summary.c_str(), over);
+  EXPECT_TRUE(same_numbers) << "the mutant was meant to change memory only";
+  EXPECT_EQ(over, 3) << "ranks 1, 2, 3 own parts of cut matrices at N = 4";
 }
 
 // Bad flags: one line, exit 2, before anything runs.
