@@ -297,7 +297,7 @@ EXPLORER      := $(BUILD)/explorer
 # under the name the code includes, <mpi.h>, into $(EXPLORER)/include). cli.cpp is
 # there for parse_bytes (--fit); its trainer flags, whose limits shift a 32-bit long here, are never parsed.
 EXPLORER_CPP  := tools/zero_estimate.cpp tools/zero_quiz.cpp common/zero_formulas.cpp common/layout.cpp \
-                 pipeline/pipeline.cpp pipeline/formulas.cpp zeropp/formulas.cpp \
+                 pipeline/pipeline.cpp pipeline/formulas.cpp zeropp/formulas.cpp common/muon_formulas.cpp \
                  common/ledger.cpp common/runtime/check.cpp common/input/cli.cpp \
                  common/runtime/json.cpp common/runtime/device.cpp common/kernels/quantize.cpp
 EXPLORER_PAGE := $(addprefix $(EXPLORER)/,index.html explorer.js quiz.js explorer.css)

@@ -9,6 +9,7 @@
 #include <cmath>      // std::sqrt
 
 #include "kernels/ops.h"  // kernels on the run's backend
+#include "muon.h"  // StageOptimizer: AdamW, or Muon for the blocks' matrices (--optimizer muon)
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
   auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u
-  AdamW adam(L, whole_units(L), dt, run.adamw);  // m, v for every element
+  StageOptimizer adam(run, whole_units(L));  // m, v for every element
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, P(u));

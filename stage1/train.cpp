@@ -9,6 +9,7 @@
 #include <cmath>      // std::sqrt
 
 #include "kernels/ops.h"  // kernels on the run's backend
+#include "muon.h"  // StageOptimizer: AdamW, or Muon for the blocks' matrices (--optimizer muon)
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
   auto my_G = [&](int u) {
     return elem_ptr(grads, L.units[u].offset + L.shard(u, rank).begin, e);
   };
-  AdamW adam(L, owned_shards(L, rank), dt, run.adamw);  // P_os: m, v for my slices only
+  StageOptimizer adam(run, owned_shards(L, rank));  // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.full(u), P(u));
     adam.init_master(u, my_P(u));

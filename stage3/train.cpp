@@ -10,6 +10,7 @@
 #include <cmath>      // std::sqrt
 
 #include "kernels/ops.h"  // kernels on the run's backend
+#include "muon.h"  // StageOptimizer: AdamW, or Muon for the blocks' matrices (--optimizer muon)
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 
 using namespace nz;
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   // my slice of unit u, packed in the sharded parameter and gradient buffers
   auto my_P = [&](int u) { return elem_ptr(params, L.units[u].shard_offset, e); };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].shard_offset, e); };
-  AdamW adam(L, owned_shards(L, rank), dt, run.adamw);  // P_os: m, v for my slices only
+  StageOptimizer adam(run, owned_shards(L, rank));  // P_os: m, v for my slices only
   for (int u = 0; u < L.num_units(); u++) {
     run.init_params(u, L.shard(u, rank), my_P(u));  // P_p: only my slice is ever initialised
     adam.init_master(u, my_P(u));

@@ -52,6 +52,7 @@
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
 #include "pipeline/formulas.h"  // pipeline_stage_bytes, pipeline_activation_bytes
 #include "zeropp/formulas.h"    // zeropp_state_bytes, zeropp_comm_per_step
+#include "muon_formulas.h"      // muon_estimate_text: --optimizer muon
 #include "tools/zero_quiz.h"      // make_quiz, check_quiz
 #include "kernels/quantize.h"       // valid_quant_block
 #ifndef __EMSCRIPTEN__
@@ -222,6 +223,9 @@ void print_usage() {
          "                 --qw-block, --qg-block: values per scale of int8 and int4 (default 256);\n"
          "                 --network INTRA,INTER (GB/s) [--compute-ms C]: a time per step, C + inside/INTRA +\n"
          "                 across/INTER (no overlap, no latency: the model's limits are in docs/zeropp.md)\n"
+         "  --optimizer muon   after the table, Muon's own (docs/muon.md): which hidden matrices the slices\n"
+         "                 cut at each N, and per stage adam_v (AdamW elements only) and the elements sent\n"
+         "                 point to point (default adamw: the table alone)\n"
          "  --accum K      micro-steps per optimizer step, for the elements sent per step (default 1):\n"
          "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3, infinity\n"
          "                 3K(N-1)S\n"
@@ -631,6 +635,7 @@ int main(int argc, char** argv) {
   bool ds_estimator = false;        // --deepspeed-estimator: DeepSpeed's formulas beside the ledger
   int gpus_per_node = 0;            // with it: GPUs per node (default min(N, 8))
   uint64_t largest_layer = 0;       // with it and --params: DeepSpeed's largest layer
+  std::string optimizer = "adamw";  // --optimizer muon: Muon's cut matrices and bytes after the table
   std::map<std::string, std::string> typed;  // the flags given, which a config's "auto" and keys defer to
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i], v;
@@ -683,6 +688,11 @@ int main(int argc, char** argv) {
     else if (a == "--config") ds_path = v;
     else if (a == "--gpus-per-node") gpus_per_node = parse_pos(a, v, 1 << 20);
     else if (a == "--largest-layer") largest_layer = parse_count(a, v);
+    else if (a == "--optimizer") {
+      if (v != "adamw" && v != "muon")
+        user_error("--optimizer %s: unknown optimizer, expected adamw or muon; e.g. --optimizer muon", v.c_str());
+      optimizer = v;
+    }
     else if (a == "--network") {
       char* end = nullptr;
       network.intra_gbs = strtod(v.c_str(), &end);
@@ -859,6 +869,10 @@ int main(int argc, char** argv) {
                          seq, accum, checkpointing, attn, json);
     return 0;
   }
+  if (optimizer == "muon" && (raw || json || !ds_path.empty()))
+    user_error("--optimizer muon with %s: Muon's matrices need a model shape and print as text, expected --preset "
+               "(or --layers, --dim) without --json or --config; drop %s", raw ? "--params" : json ? "--json" : "--config",
+               raw ? "--params" : json ? "--json" : "--config");
   std::vector<Stage> stages;
   Stage one;
   if (stage_arg == "all") stages.assign(std::begin(kAllStages), std::end(kAllStages));
@@ -1048,5 +1062,7 @@ int main(int argc, char** argv) {
          "gradient elements down to the host and S parameters back up; infinity's K·S down and 2K·S up (my\n"
          "slice of each unit before each of its gathers).\n",
          accum, accum == 1 ? "" : "s");
+  if (optimizer == "muon")
+    for (int N : worlds) printf("\n%s", muon_estimate_text(make_layout(cfg, N), dt).c_str());
   return 0;
 }

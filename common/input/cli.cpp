@@ -418,6 +418,30 @@ Args parse_args(int argc, char** argv, const char* program) {
          a.qat_skip_embed = true;
        }},
       // end qat flags
+      // begin muon flags
+      {"--optimizer", "O", "adamw (default) or muon: Muon for the blocks' hidden matrices, AdamW for the rest "
+       "(stage0_ddp..stage3; docs/muon.md)",
+       [&](auto& f, auto& v) {
+         if (v != "adamw" && v != "muon")
+           user_error("%s %s: unknown optimizer, expected adamw or muon; e.g. %s muon", f.c_str(), v.c_str(), f.c_str());
+         a.optimizer = v;
+       }},
+      {"--muon-lr", "X", "--optimizer muon: the hidden matrices' peak learning rate, on --lr's schedule (default "
+       "--lr; the update is scaled to AdamW's RMS)",
+       [&](auto& f, auto& v) { a.muon_lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
+      {"--adam-lr", "X", "--optimizer muon: the embedding's, norms' and biases' AdamW peak learning rate (default "
+       "--lr)",
+       [&](auto& f, auto& v) { a.adam_lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
+      {"--muon-shard", "D", "--optimizer muon in stage1..stage3, how a matrix the slices cut is made whole: owners "
+       "(default: its owners exchange their parts), gather-all (every rank gathers every matrix) or whole-matrices "
+       "(each matrix orthogonalised by one rank)",
+       [&](auto& f, auto& v) {
+         if (v != "owners" && v != "gather-all" && v != "whole-matrices")
+           user_error("%s %s: unknown design, expected owners, gather-all or whole-matrices; e.g. %s gather-all",
+                      f.c_str(), v.c_str(), f.c_str());
+         a.muon_shard = v;
+       }},
+      // end muon flags
       path_flag("--ckpt-dir", "DIR", "write sharded checkpoints to DIR/step-N (docs/checkpoints.md; made if missing)",
                 PathKind::OutDir, &a.ckpt_dir),
       {"--ckpt-every", "K", "a checkpoint every K steps, and one at the end (default 0: only at the end)",
@@ -619,6 +643,36 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--qat with --device cuda: the fake quantization runs on the CPU backend only, expected --device "
                "cpu or auto; drop --qat on the GPU");
   // end qat checks
+  // begin muon checks
+  for (const char* flag : {"--muon-lr", "--adam-lr", "--muon-shard"})
+    if (typed.count(flag) && a.optimizer != "muon")
+      user_error("%s %s: it sets up Muon, expected it with --optimizer muon; add --optimizer muon, or drop %s", flag,
+                 typed[flag].c_str(), flag);
+  if (a.optimizer == "muon") {
+    const std::string p = program;
+    if (p == "offload" || p == "infinity")
+      user_error("--optimizer muon with %s: its optimizer runs on the CPU element by element, and Muon needs whole "
+                 "matrices (DeepSpeed does not offload Muon either); expected stage0_ddp, stage1, stage2 or stage3",
+                 program);
+    if (p != "stage0_ddp" && p != "stage1" && p != "stage2" && p != "stage3")
+      user_error("--optimizer muon with %s: Muon is built for stage0_ddp, stage1, stage2 and stage3 only; run one of "
+                 "them, or drop --optimizer muon", program);
+    if (!a.ckpt_dir.empty() || !a.resume.empty())
+      user_error("--optimizer muon with %s: Muon's state is not in the checkpoints yet (docs/muon.md); drop the "
+                 "checkpoint flags, or use --optimizer adamw", !a.resume.empty() ? "--resume" : "--ckpt-dir");
+    if (a.batch_auto)
+      user_error("--optimizer muon with --batch auto: the fit counts AdamW's state, not Muon's (docs/muon.md); give "
+                 "--batch B");
+    if (!a.prune_mask.empty())
+      user_error("--optimizer muon with --prune-mask: Muon's orthogonalised update would move the pruned weights; "
+                 "expected --optimizer adamw for pruned fine-tuning");
+    if (typed.count("--muon-shard") && p == "stage0_ddp")
+      user_error("--muon-shard %s with stage0_ddp: every rank holds every matrix whole there, nothing to make whole; "
+                 "expected it with stage1, stage2 or stage3, or drop it", a.muon_shard.c_str());
+    if (a.muon_lr < 0) a.muon_lr = a.lr;
+    if (a.adam_lr < 0) a.adam_lr = a.lr;
+  }
+  // end muon checks
   if (a.hpz > 0 && a.node_size > 0 && a.node_size != a.hpz)
     user_error("--ranks-per-node %d with --hpz %d: hpZ's nodes are qgZ's and the ledger's nodes, expected the same "
                "G; drop --ranks-per-node", a.node_size, a.hpz);

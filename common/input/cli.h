@@ -103,6 +103,10 @@ struct Args {
   int qat_bits = 0;                  // --qat int8 | int4: 8 or 4; 0: off
   long qat_block = 64;               // --qat-block: values per fp32 scale (a power of two)
   bool qat_skip_embed = false;       // --qat-skip embedding: the tied embedding stays exact
+  // --optimizer muon (muon.h): Muon for the blocks' matrices, AdamW for the rest, each at its own rate
+  std::string optimizer = "adamw";   // adamw | muon
+  float muon_lr = -1, adam_lr = -1;  // peak rates on --lr's schedule; -1: --lr
+  std::string muon_shard = "owners"; // stages 1-3: owners | gather-all | whole-matrices (muon_formulas.h)
   bool quiet = false;                // no per-step lines (tests)
   bool activation_checkpointing = false;  // keep block inputs only; recompute each block in its backward
   // checkpoints and fault tolerance (docs/checkpoints.md)

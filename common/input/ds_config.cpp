@@ -142,7 +142,7 @@ const std::map<std::string, std::set<std::string>> kKnownKeys = {
     {"zero_optimization.offload_optimizer", {"device", "nvme_path"}},
     {"pipeline", {"stages", "partition", "activation_checkpoint_interval", "seed_layers"}},
     {"optimizer", {"type", "params"}},
-    {"optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode"}},
+    {"optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "muon_lr", "adam_lr", "momentum"}},
     {"scheduler", {"type", "params"}},
     {"scheduler.params", {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps"}},
     {"activation_checkpointing", {"partition_activations", "cpu_checkpointing"}},
@@ -583,11 +583,28 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     r.only(o, "optimizer");
     std::string type = o.contains("type") ? r.text(o["type"], "optimizer.type") : "AdamW";
     for (char& ch : type) ch = char(tolower((unsigned char)ch));  // DeepSpeed compares in lower case
-    if (type != "adamw" && type != "adam")
-      r.fail("optimizer.type", "\"" + printable(o["type"].get<std::string>()) + "\": this project has AdamW only, "
-                               "expected \"AdamW\" or \"Adam\"; write \"AdamW\"");
+    if (type != "adamw" && type != "adam" && type != "muon")
+      r.fail("optimizer.type", "\"" + printable(o["type"].get<std::string>()) + "\": this project has AdamW and Muon "
+                               "only, expected \"AdamW\", \"Adam\" or \"Muon\"; write one of them");
     const json p = o.contains("params") ? o["params"] : json::object();
     r.only(p, "optimizer.params");
+    // begin muon config: DeepSpeed's "Muon" (its hybrid: Muon for hidden 2-D weights, Adam for the rest)
+    if (type == "muon") {
+      r.flag("--optimizer", "muon", "optimizer.type", shown(o["type"]));
+      if (p.contains("muon_lr") && !r.take_auto(p["muon_lr"], "optimizer.params.muon_lr", "--muon-lr"))
+        r.number_flag("--muon-lr", p["muon_lr"], "optimizer.params.muon_lr");
+      if (p.contains("adam_lr") && !r.take_auto(p["adam_lr"], "optimizer.params.adam_lr", "--adam-lr"))
+        r.number_flag("--adam-lr", p["adam_lr"], "optimizer.params.adam_lr");
+      if (p.contains("momentum") && !is_auto(p["momentum"]) && r.number(p["momentum"], "optimizer.params.momentum") != 0.95)
+        r.fail("optimizer.params.momentum", shown(p["momentum"]) + ": Muon's momentum is fixed at 0.95 here "
+                                            "(common/muon.h), expected that; remove it");
+    } else {
+      for (const char* k : {"muon_lr", "adam_lr", "momentum"})
+        if (p.contains(k))
+          r.fail(std::string("optimizer.params.") + k, "a Muon key beside type \"" + printable(type) +
+                                                          "\", expected it with type \"Muon\" only; remove it");
+    }
+    // end muon config
     if (!p.contains("lr")) r.flag("--lr", "0.001", "optimizer.params.lr", "absent (DeepSpeed's default: 0.001)");
     else if (!r.take_auto(p["lr"], "optimizer.params.lr", "--lr")) r.number_flag("--lr", p["lr"], "optimizer.params.lr");
     if (!p.contains("weight_decay")) r.flag("--weight-decay", "0", "optimizer.params.weight_decay", "absent (DeepSpeed's default: 0)");
