@@ -383,6 +383,10 @@ Args parse_args(int argc, char** argv, const char* program) {
            user_error("%s %s: expected 0 or 1 (ZeRO-1 inside each stage); e.g. %s 1", f.c_str(), v.c_str(), f.c_str());
          a.zero = int(z);
        }},
+      // begin tensor flags
+      {"--tensor", "T", "tensor: T ranks split every matrix (heads, MLP columns, vocabulary: Megatron-LM); N/T "
+       "data-parallel replicas (default 1)", pos_int(&a.tensor, 1 << 16)},
+      // end tensor flags
       {"--qwz", "", "zeropp: all-gather the parameters as int8 blocks, one fp32 scale per --qw-block values", nullptr},
       {"--hpz", "G", "zeropp: simulated nodes of G ranks; a secondary parameter shard over my node's G ranks, so the "
        "backward gathers inside the node (default 0: off)",
@@ -577,7 +581,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
       {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
-      {"--zero", {"pipeline"}},
+      {"--zero", {"pipeline"}}, {"--tensor", {"tensor"}},
       {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},
       {"--qw-block", {"zeropp"}}, {"--qg-block", {"zeropp"}}};
   for (const auto& [flag, users] : stage_flags) {

@@ -1,0 +1,67 @@
+// formulas.cpp — a tensor rank's bytes and elements, term by term (formulas.h).
+#include "tensor/formulas.h"
+
+#include <cstdio>
+
+#include "kernels/kernels.h"  // Attention
+#include "model.h"            // stage_activation_bytes: the Trainer's model of the batch
+#include "tensor/tensor.h"    // padded_vocab
+
+namespace nz {
+
+StateBytes tensor_state_bytes(const Layout& mine, DType dt) {
+  const uint64_t e = dtype_bytes(dt), P = mine.padded_total, U = mine.max_unit_padded;
+  StateBytes b;
+  b.params = e * P;
+  b.grads = e * P + e * U;
+  b.master = dt != DType::F32 ? 4 * P : 0;
+  b.adam_m = 4 * P;
+  b.adam_v = 4 * P;
+  return b;
+}
+
+uint64_t tensor_param_formula(const GPTConfig& c, int T) {
+  const uint64_t C = c.dim, L = c.layers, V = padded_vocab(c.vocab, T);
+  const uint64_t split = V * C + L * (12 * C * C + 7 * C);  // wte; qkv_w, attproj_w, fc_w, fcproj_w, qkv_b, fc_b
+  const uint64_t whole = uint64_t(c.ctx) * C + L * 6 * C + 2 * C;  // wpe; ln1, ln2, attproj_b, fcproj_b; lnf
+  return split / T + whole;
+}
+
+uint64_t tensor_activation_bytes(const GPTConfig& c, int T, DType dt, int B, int S) {
+  auto r = [](uint64_t n) { return (n + 63) / 64 * 64; };
+  const uint64_t e = dtype_bytes(dt), BT = uint64_t(B) * S, C = c.dim, V = padded_vocab(c.vocab, T);
+  const uint64_t R = (BT + T - 1) / T * T;
+  const uint64_t block = 4 * r(BT * C * e) + r(BT * 3 * C / T * e) + r(uint64_t(B) * c.heads / T * S * S * e) +
+                         r(BT * C / T * e) + 2 * r(BT * 4 * C / T * e) + 4 * r(4 * BT);
+  const uint64_t once = 2 * r(BT * C * e) + 2 * r(4 * BT) + r(BT * V / T * e) + r(4 * BT);
+  const uint64_t grads = 4 * r(BT * C * e) + r(BT * 4 * C / T * e) + r(BT * 3 * C / T * e);
+  const uint64_t rows = 3 * r(4 * R) + r(4 * T * R) + 2 * r(4 * BT);
+  const uint64_t batch_holder = stage_activation_bytes(c, B, 1, dt, false, Attention::Gemm, 0, 1, 1);
+  return uint64_t(c.layers) * block + once + grads + rows + batch_holder;
+}
+
+TensorComm tensor_comm_elems(const GPTConfig& c, int T, int D, const Layout& mine, int B, int S, int accum) {
+  const uint64_t BT = uint64_t(B) * S, C = c.dim, R = (BT + T - 1) / T * T, K = accum;
+  const uint64_t per_micro = (4 * uint64_t(c.layers) + 2) * BT * C + 2 * R;  // all-reduced over T
+  TensorComm x;
+  x.all_reduce = K * 2 * (T - 1) * per_micro / T + 2 * uint64_t(D - 1) * mine.padded_total / D;
+  x.all_gather = K * uint64_t(T - 1) * R;
+  return x;
+}
+
+std::string tensor_report_json(const GPTConfig& c, int T, int D, const Layout& mine, DType dt, int B, int S,
+                               int accum) {
+  const StateBytes s = tensor_state_bytes(mine, dt);
+  const TensorComm x = tensor_comm_elems(c, T, D, mine, B, S, accum);
+  char j[512];
+  snprintf(j, sizeof j,
+           "{\"tensor\": %d, \"replicas\": %d, \"padded_vocab\": %d, \"params_per_rank\": %llu, "
+           "\"state_bytes\": %llu, \"activation_bytes\": %llu, \"step_all_reduce_elems\": %llu, "
+           "\"step_all_gather_elems\": %llu}",
+           T, D, padded_vocab(c.vocab, T), (unsigned long long)mine.num_params, (unsigned long long)s.total(),
+           (unsigned long long)tensor_activation_bytes(c, T, dt, B, S), (unsigned long long)x.all_reduce,
+           (unsigned long long)x.all_gather);
+  return j;
+}
+
+}  // namespace nz

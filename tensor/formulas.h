@@ -1,0 +1,49 @@
+// formulas.h — what one tensor rank holds and sends, to the byte and the element.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kernels/dtype.h"
+#include "layout.h"
+#include "zero_formulas.h"  // StateBytes
+
+namespace nz {
+
+// ---- model state of a tensor rank: stage0_ddp's terms over its own pieces (tensor_layout), with
+// P_t = Σ padded over its units and U_t its largest unit ----
+//   params e P_t   grads e P_t + e U_t   master 4 P_t (bf16, fp16)   Adam m, v 4 P_t each
+// P_t = (V'C + 12LC²)/T + ctxC + L·9C + 2C (+ padding to D): the matrices and the split biases
+// (qkv_b, fc_b) 1/T each, every replicated parameter whole (layer norms, wpe, attproj_b, fcproj_b).
+StateBytes tensor_state_bytes(const Layout& mine, DType dt);
+// P_t by the formula above, unpadded (the tests hold tensor_layout's numel to it).
+uint64_t tensor_param_formula(const GPTConfig& cfg, int T);
+
+// ---- activations of a tensor rank for a micro-batch b x s (every term rounded up to 64 bytes) ----
+//   per block  the residual stream's and the layer norms' (b,s,C): ln1, res_att, ln2, res_out
+//              my heads' q|k|v (b,s,3C/T), probabilities (b,H/T,s,s), output (b,s,C/T)
+//              my MLP columns (b,s,4C/T) twice (before and after GELU); 4 rows of fp32 (means, rstds)
+//   once       x0 and lnf (b,s,C), lnf's 2 rows, my logits (b,s,V'/T), the losses (b,s) fp32;
+//              the backward's grads of one block: 4 (b,s,C), (b,s,4C/T), (b,s,3C/T);
+//              the loss's per-row max, sum and target (R = bs rounded up to T), the T maxima (T R);
+//              the tokens and targets (b,s) ints
+//   + the Trainer's model of the embedding at one position (Topology::own_model), which only holds
+//     the batch: stage_activation_bytes(cfg, b, 1, ..., units [0, 1)).
+// Without sequence parallelism the (b,s,C) terms do not shrink with T: Korthikanti et al. (2022).
+uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S);
+
+// ---- elements one rank sends per step (the comm ledger's), K micro-steps of b x s ----
+//   all-reduce over the T tensor ranks, per micro-step: 4 per block (g twice forward, f twice
+//     backward) and 2 more (the embedding's g, the LM head's f) of bsC; the loss's S and z_target of
+//     R each. An all-reduce of n over G ranks sends 2(G-1)n/G.
+//   all-gather over the T tensor ranks, per micro-step: the loss's row maxima, (T-1) R.
+//   all-reduce over the D replicas, once per step: my pieces, 2(D-1) P_t / D.
+struct TensorComm {
+  uint64_t all_reduce = 0, all_gather = 0;
+};
+TensorComm tensor_comm_elems(const GPTConfig& cfg, int T, int D, const Layout& mine, int B, int S, int accum);
+
+// The report's "tensor" object: T, D, P_t, the formulas' numbers.
+std::string tensor_report_json(const GPTConfig& cfg, int T, int D, const Layout& mine, DType dt, int B, int S,
+                               int accum);
+
+}  // namespace nz
