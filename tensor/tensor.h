@@ -1,4 +1,4 @@
-// tensor.h — tensor parallelism's plan (Megatron-LM): which rank holds which piece of every matrix.
+// tensor.h — tensor parallelism's plan (Megatron-LM): which rank holds which piece.
 //
 // N ranks = D replicas x T tensor ranks, T fastest: rank r is tensor rank t = r % T of replica
 // d = r / T, so a replica's T ranks are neighbours in rank order (inside one node on real machines,

@@ -1,4 +1,4 @@
-// tp_model.cpp — one tensor rank's GPT: the pieces' products and the all-reduces between (tp_model.h).
+// tp_model.cpp — one tensor rank's GPT: its pieces' products, the all-reduces between.
 #include "tensor/tp_model.h"
 
 #include <algorithm>

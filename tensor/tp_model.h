@@ -1,4 +1,4 @@
-// tp_model.h — the GPT of one tensor rank (tensor.h): each matrix a piece, the all-reduces between.
+// tp_model.h — the GPT of one tensor rank: each matrix a piece, the all-reduces between.
 //
 // Megatron-LM's two conjugate operators, written out in tp_model.cpp where they run:
 //   f  identity forward, all-reduce backward: before a column-parallel matrix (qkv, fc, the LM

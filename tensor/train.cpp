@@ -1,13 +1,13 @@
 // tensor — tensor parallelism (Megatron-LM): split every matrix instead of the batch.
 //
-// Idea:  the N ranks are D replicas x T tensor ranks, T fastest (tensor.h). Each tensor rank holds
-//        1/T of every matrix: its heads' rows of qkv and columns of attproj, its 4C/T rows of fc and
-//        columns of fcproj, its V'/T rows of the tied wte; layer norms, wpe and the biases after a
-//        row-parallel matrix are replicated. A block's forward ends each half with an all-reduce of
-//        the partial products (g); its backward sums each half's input gradient (f): 4 all-reduces
-//        of (b, s, C) per block and micro-batch, the loss 3 more of (b, s) (tensor/tp_model.h). As in
-//        stage0_ddp each rank sums its gradient over the K micro-steps and all-reduces it over its
-//        D replicas once per step; every rank then runs AdamW on its pieces.
+// Idea:  the N ranks are D replicas x T tensor ranks, T fastest (tensor.h). Each tensor rank
+//        holds 1/T of every matrix: its heads' rows of qkv and columns of attproj, its 4C/T rows
+//        of fc and columns of fcproj, its V'/T rows of the tied wte; layer norms, wpe and the
+//        biases after a row-parallel matrix are replicated. A block's forward ends each half
+//        with an all-reduce of the partial products (g); its backward sums each half's input
+//        gradient (f): 4 all-reduces of (b, s, C) per block and micro-batch (tensor/tp_model.h).
+//        As in stage0_ddp each rank sums its gradient over the K micro-steps and all-reduces it
+//        over its D replicas once per step; every rank then runs AdamW on its pieces.
 // Holds: 1/T of the matrices, all of the replicated parameters: params e P_t, grads e P_t + e U_t,
 //        Adam m + v 8 P_t (+ master 4 P_t) (tensor/formulas.h); activations of width C/T inside
 //        attention and the MLP, C at the layer norms and the residual stream.
@@ -15,19 +15,19 @@
 //        all-reduce of my pieces over my D replicas, 2(D-1) P_t / D elements per rank.
 // Docs:  docs/tensor.md; README.md (the ladder); docs/stages.md.
 #include <cmath>      // std::sqrt
-#include <memory>
 #include <vector>
 
-#include "kernels/ops.h"     // kernels on the run's backend
+#include "kernels/ops.h"  // kernels on the run's backend
 #include "tensor/formulas.h"  // tensor_state_bytes, tensor_activation_bytes
-#include "tensor/tp_model.h"    // TensorGPT: my pieces' forward and backward, the conjugate operators
-#include "tensor/tensor.h"   // TensorPlan, tensor_layout, for_each_run
+#include "tensor/tp_model.h"  // TensorGPT: my pieces' forward, backward, the conjugate operators
+#include "tensor/tensor.h"  // TensorPlan, tensor_layout, for_each_run
 #include "trainer.h"  // Trainer: args, data, logging, reports (all but the tensor idea)
 
 using namespace nz;
 
 int main(int argc, char** argv) {
-  Trainer run(argc, argv, Stage::Tensor, tensor_topology);  // my replica; the Trainer's model holds the batch
+  // my replica (the data); the Trainer's model only holds the batch: TensorGPT below computes
+  Trainer run(argc, argv, Stage::Tensor, tensor_topology);
   const DType dt = run.dtype;
   const size_t e = run.elem_bytes;
   const int EMBED = 0;
@@ -38,18 +38,20 @@ int main(int argc, char** argv) {
   const int TP = plan.tensor, t = plan.t, d = plan.d;
   Comm tp(comm, d, t);        // my replica's T tensor ranks: the all-reduces of every layer
   Comm replicas(comm, t, d);  // tensor rank t of every replica: the data-parallel group
-  const Layout& full = run.layout;                        // the whole model's units (the model file)
+  const Layout& full = run.layout;  // the whole model's units (the model file)
   const Layout L = tensor_layout(run.args.cfg, TP, plan.replicas);  // my pieces, padded for D
   TensorGPT model(L, TP, t, tp, dt, run.args.batch, run.args.seq);
   // end split
 
   // ---- model state: my pieces of every unit ----
   Buffer params(Category::Params, Location::Device, L.padded_total * e, "params (my pieces)");
-  Buffer grads(Category::Grads, Location::Device, L.padded_total * e, "grads (summed over my micro-steps)");
-  Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e, "grads (one unit, this micro-step)");
-  auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };
-  auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };
-  auto numel = [&](int u) { return L.units[u].padded; };
+  Buffer grads(Category::Grads, Location::Device, L.padded_total * e,
+               "grads (summed over my micro-steps)");
+  Buffer unit_grad(Category::Grads, Location::Device, L.max_unit_padded * e,
+                   "grads (one unit, this micro-step)");
+  auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
+  auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
+  auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u
   AdamW adam(L, whole_units(L), dt, run.adamw);  // m, v for my pieces' elements
   for (int u = 0; u < L.num_units(); u++) {
     // the whole unit's initial values (as every rung draws them), my pieces copied out
@@ -95,7 +97,7 @@ int main(int argc, char** argv) {
       model.set_batch(run.batch_tokens(), run.batch_targets(), run.args.batch);
       run.phase("forward");
       for (int u = 0; u < L.num_units(); u++) model.forward(u, P(u));
-      model.head_forward(P(EMBED));
+      model.head_forward(P(EMBED));  // adds the batch loss to the step total (every tensor rank)
       run.phase("backward");
       model.head_backward(P(EMBED));
       for (int u = L.num_units() - 1; u >= 0; u--) {
@@ -108,27 +110,33 @@ int main(int argc, char** argv) {
       }
     }
     run.phase("optimizer");
-    // the global gradient norm: every parameter once. Each tensor rank adds its pieces of the split
-    // tensors; the replicated ones (the same on every tensor rank) are added by tensor rank 0 alone;
-    // the replicas hold the same gradients, so replica 0's ranks alone give theirs. One rank-ordered
-    // sum: tensor ranks 0, 1, ..., T-1 (fp16: stored scaled).
+    // the global gradient norm, every parameter once: each tensor rank adds its pieces of the
+    // split tensors; the replicated ones (the same on every tensor rank) tensor rank 0 alone;
+    // the replicas hold the same gradients, so replica 0's ranks alone give theirs. One
+    // rank-ordered sum: tensor ranks 0, 1, ..., T-1 (fp16: stored scaled).
     double sq = 0;
     if (d == 0)
       for (int u = 0; u < L.num_units(); u++)
         for (const TensorSpec& ts : L.units[u].tensors)
           if (t == 0 || !replicated_tensor(ts.name.c_str()))
-            NZ_DISPATCH_TRAIN_DTYPE(dt, sq += ops::sum_squares<T>((const T*)G(u) + ts.offset, ts.numel));
+            NZ_DISPATCH_TRAIN_DTYPE(dt, sq += ops::sum_squares<T>((const T*)G(u) + ts.offset,
+                                                                  ts.numel));
     comm.sum_scalars(&sq, 1);
     const double norm = std::sqrt(sq) / run.loss_scale();
-    const double loss_sum = t == 0 ? model.take_loss_sum() : (model.take_loss_sum(), 0.0);  // once per replica
+    const double my_loss = model.take_loss_sum();  // the same on my T tensor ranks:
+    const double loss_sum = t == 0 ? my_loss : 0.0;  // counted once per replica
     if (run.skip_step(step, loss_sum, norm)) continue;  // fp16: an overflow on any rank, no update
+    // clip, and undo the loss scale
     const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
-    // every rank updates its own pieces; the replicated parameters identically on every tensor rank
-    for (int u = 0; u < L.num_units(); u++) adam.step(u, P(u), G(u), run.lr(), scale, run.adam_step());
+    // every rank updates its own pieces; the replicated parameters alike on every tensor rank
+    for (int u = 0; u < L.num_units(); u++) {
+      adam.step(u, P(u), G(u), run.lr(), scale, run.adam_step());
+    }
     run.end_step(step, loss_sum, norm);
   }
   run.hooks.report_key = "tensor";
-  run.hooks.report_json = tensor_report_json(run.args.cfg, TP, plan.replicas, L, dt, run.args.batch, run.args.seq, run.args.accum);
+  run.hooks.report_json = tensor_report_json(run.args.cfg, TP, plan.replicas, L, dt,
+                                              run.args.batch, run.args.seq, run.args.accum);
   run.finish();
   return 0;
 }
