@@ -1,6 +1,7 @@
 // tensor.cpp — tensor parallelism's plan: the checks, the pieces each rank holds (tensor.h).
 #include "tensor/tensor.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "input/cli.h"
@@ -17,9 +18,7 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
   if (c.heads % T != 0)
     user_error("--tensor %d: the %d heads do not split over %d ranks, expected a T that divides the heads; use "
                "--tensor 1, 2 or a divisor of %d", T, c.heads, T, c.heads);
-  if ((4 * c.dim) % T != 0)  // (heads | T already makes C = heads x head size a multiple of T)
-    user_error("--tensor %d: the MLP width %d does not split over %d ranks, expected a T that divides it", T,
-               4 * c.dim, T);
+  // (the MLP's 4C columns then split too: C = heads x head size is a multiple of T, so is 4C)
   // what this rung does not build (yet): refused, not ignored
   if (!a.ckpt_dir.empty() || !a.resume.empty())
     user_error("%s: tensor does not write or read checkpoints yet, expected no --ckpt-dir and no --resume; drop "
@@ -48,6 +47,19 @@ Topology tensor_topology(const Args& a, int world, int rank) {
   t.first_unit = 0, t.end_unit = 1;          // the Trainer's model holds the batch only (tensor/model.h computes)
   t.own_model = true;
   return t;
+}
+
+std::string tensor_summary(const TensorPlan& p, const GPTConfig& c) {
+  const int V = c.vocab, Vp = padded_vocab(V, p.tensor);
+  char pad[160] = "";
+  if (Vp != V)  // said once: the rows past V are zeros no token looks up, left out of the loss
+    snprintf(pad, sizeof pad, " padded to %d (a multiple of T; the %d rows past %d are zeros: no token looks them "
+             "up, the loss leaves them out)", Vp, Vp - V, V);
+  char line[512];
+  snprintf(line, sizeof line, "tensor: T = %d tensor ranks x D = %d replicas, T fastest (rank r: tensor rank r %% T "
+           "of replica r / T) | %d heads, %d MLP columns, %d vocabulary rows per tensor rank (vocabulary %d%s)",
+           p.tensor, p.replicas, c.heads / p.tensor, 4 * c.dim / p.tensor, Vp / p.tensor, V, pad);
+  return line;
 }
 
 int padded_vocab(int vocab, int T) { return (vocab + T - 1) / T * T; }

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <string>
 
 #include "layout.h"
 #include "rung.h"  // Topology
@@ -39,6 +40,8 @@ TensorPlan tensor_plan(const Args& a, int world, int rank);
 // only the batch: units [0, 1)).
 Topology tensor_topology(const Args& a, int world, int rank);
 
+// One line for the log: T x D, the placement, the vocabulary's rows per rank (and its padding).
+std::string tensor_summary(const TensorPlan& p, const GPTConfig& cfg);
 // The vocabulary rounded up to a multiple of T: each tensor rank holds V'/T rows of wte. The rows
 // past V are zeros that no token looks up and no logit counts (the loss masks them).
 int padded_vocab(int vocab, int T);

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   const Layout& full = run.layout;  // the whole model's units (the model file)
   const Layout L = tensor_layout(run.args.cfg, TP, plan.replicas);  // my pieces, padded for D
   TensorGPT model(L, TP, t, tp, dt, run.args.batch, run.args.seq);
+  if (comm.rank() == 0 && !run.args.quiet) printf("%s\n", tensor_summary(plan, L.cfg).c_str());
   // end split
 
   // ---- model state: my pieces of every unit ----

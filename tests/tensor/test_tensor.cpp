@@ -5,7 +5,8 @@
 // line and exit 2; the deliberately broken copies (tests/tensor/mutants.mk) are caught.
 //
 // make test runs a small matrix (fp32: T = 1, 2, 4 with D = 1, and T = 2 x D = 2 with --accum 2;
-// bf16: T = 2, 4). NZ_TENSOR_FULL=1 (make tensor-check) runs every T, D, K with T x D <= 4 in fp32 and bf16.
+// bf16: T = 2, 4; T = 3 on a 3-head model, whose vocabulary of 256 is padded to 258).
+// NZ_TENSOR_FULL=1 (make tensor-check) runs every T, D, K with T x D <= 4, and T = 3, in fp32 and bf16.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -37,11 +38,13 @@ std::string tensor_flags(int T, int K) {
 struct Case {
   int T, D, K;
   const char* precision;
+  const char* model = "";  // flags after the preset's (T = 3: 3 heads of a 48-wide tiny, vocabulary padded)
 };
+const char* kThreeHeads = "--dim 48 --heads 3 ";
 
 // The run equals the reference: every step's loss and norm, every parameter, to the bit.
 void expect_equal_to_reference(const Case& c) {
-  const std::string flags = kTiny + "--precision " + c.precision + " " + tensor_flags(c.T, c.K);
+  const std::string flags = kTiny + c.model + "--precision " + c.precision + " " + tensor_flags(c.T, c.K);
   const RunResult& r = run_cached("tensor", c.T * c.D, flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const tpref::Result ref = tpref::run(flags, c.T, c.D);
@@ -65,10 +68,12 @@ std::vector<Case> matrix() {
         for (int D : {1, 2, 4})
           for (int K : {1, 2, 3})
             if (T * D <= 4) m.push_back({T, D, K, p});
+    for (const char* p : {"fp32", "bf16"})
+      for (int K : {1, 2}) m.push_back({3, 1, K, p, kThreeHeads});
     return m;
   }
-  return {{1, 1, 1, "fp32"}, {2, 1, 1, "fp32"}, {4, 1, 1, "fp32"}, {2, 2, 2, "fp32"}, {2, 1, 1, "bf16"},
-          {4, 1, 1, "bf16"}};
+  return {{1, 1, 1, "fp32"}, {2, 1, 1, "fp32"}, {4, 1, 1, "fp32"},       {2, 2, 2, "fp32"},
+          {2, 1, 1, "bf16"}, {4, 1, 1, "bf16"}, {3, 1, 1, "fp32", kThreeHeads}};
 }
 
 }  // namespace
@@ -79,7 +84,8 @@ TEST(Tensor, EqualsTheSingleProcessReferenceBitForBit) {
   for (const Case& c : cases) expect_equal_to_reference(c);
   std::string list;
   for (const Case& c : cases)
-    list += " " + std::to_string(c.T) + "x" + std::to_string(c.D) + "/K" + std::to_string(c.K) + "/" + c.precision;
+    list += " " + std::to_string(c.T) + "x" + std::to_string(c.D) + "/K" + std::to_string(c.K) + "/" + c.precision +
+            (*c.model ? "/3heads" : "");
   printf("%zu runs (T x D / K / precision):%s — each bit for bit the reference, %.1f s\n", cases.size(), list.c_str(),
          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
