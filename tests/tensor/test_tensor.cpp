@@ -5,8 +5,8 @@
 // line and exit 2; the deliberately broken copies (tests/tensor/mutants.mk) are caught.
 //
 // make test runs a small matrix (fp32: T = 1, 2, 4 with D = 1, and T = 2 x D = 2 with --accum 2;
-// bf16: T = 2, 4; T = 3 on a 3-head model, whose vocabulary of 256 is padded to 258).
-// NZ_TENSOR_FULL=1 (make tensor-check) runs every T, D, K with T x D <= 4, and T = 3, in fp32 and bf16.
+// bf16: T = 2, 4; fp16: T = 2; T = 3 on a 3-head model, whose vocabulary of 256 is padded to 258).
+// NZ_TENSOR_FULL=1 (make tensor-check) runs every T, D, K with T x D <= 4, and T = 3, in every precision.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -47,6 +47,11 @@ void expect_equal_to_reference(const Case& c) {
   const std::string flags = kTiny + c.model + "--precision " + c.precision + " " + tensor_flags(c.T, c.K);
   const RunResult& r = run_cached("tensor", c.T * c.D, flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  if (std::string(c.precision) == "fp16")  // the reference keeps the initial loss scale: so must the run
+    for (const Json& s : r.report["steps_log"].arr) {
+      ASSERT_FALSE(s["skipped"].b) << "fp16 run skipped a step: the reference does not model that";
+      ASSERT_EQ(s["loss_scale"].d(), r.report["steps_log"][0]["loss_scale"].d());
+    }
   const tpref::Result ref = tpref::run(flags, c.T, c.D);
   const std::vector<double> losses = step_values(r.report, "loss"), norms = step_values(r.report, "grad_norm");
   const std::vector<float> params = model_params(r.model_path);
@@ -63,17 +68,17 @@ void expect_equal_to_reference(const Case& c) {
 std::vector<Case> matrix() {
   std::vector<Case> m;
   if (getenv("NZ_TENSOR_FULL")) {
-    for (const char* p : {"fp32", "bf16"})
+    for (const char* p : {"fp32", "bf16", "fp16"})
       for (int T : {1, 2, 4})
         for (int D : {1, 2, 4})
           for (int K : {1, 2, 3})
             if (T * D <= 4) m.push_back({T, D, K, p});
-    for (const char* p : {"fp32", "bf16"})
+    for (const char* p : {"fp32", "bf16", "fp16"})
       for (int K : {1, 2}) m.push_back({3, 1, K, p, kThreeHeads});
     return m;
   }
   return {{1, 1, 1, "fp32"}, {2, 1, 1, "fp32"}, {4, 1, 1, "fp32"},       {2, 2, 2, "fp32"},
-          {2, 1, 1, "bf16"}, {4, 1, 1, "bf16"}, {3, 1, 1, "fp32", kThreeHeads}};
+          {2, 1, 1, "bf16"}, {4, 1, 1, "bf16"}, {2, 1, 1, "fp16"}, {3, 1, 1, "fp32", kThreeHeads}};
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ std::vector<X> rank_sum(const std::vector<std::vector<X>>& parts) {
 // layout, zeros first) into g; returns nothing: the batch's summed loss is added to *loss_total.
 template <class X>
 void micro_step(const Layout& L, int T, const std::vector<X>& W, const int* tokens, const int* targets, int B, int S,
-                std::vector<X>& g, double* loss_total, bool first_loss) {
+                std::vector<X>& g, double* loss_total, bool first_loss, float loss_scale) {
   using A = acc_t<X>;
   const GPTConfig& c = L.cfg;
   const size_t C = c.dim, Cq = C / T, F = 4 * C / T, NHl = c.heads / T, BT = size_t(B) * S, V = c.vocab;
@@ -186,7 +186,7 @@ void micro_step(const Layout& L, int T, const std::vector<X>& W, const int* toke
   }
   ops::add_sum_to<float>(loss_total, losses.data(), BT, first_loss);
   // ---- backward ----
-  const float dl = 1.0f / float(BT);
+  const float dl = loss_scale / float(BT);  // fp16: the loss scale (1 in fp32, bf16)
   for (int t = 0; t < T; t++) {
     for (size_t i = 0; i < BT; i++)
       for (size_t j = 0; j < Vl; j++) {
@@ -308,22 +308,25 @@ Result run_t(const Args& a, int T, int D) {
   std::vector<X> g(n);
   std::vector<std::vector<X>> Gd(D, std::vector<X>(n));
   Result r;
+  // fp16: the initial loss scale throughout (the test requires a run without a skipped step or a
+  // changed scale: the reference does not model the dynamic scaler)
+  const float scale_S = dt == DType::F16 ? a.loss_scale : 1.0f;
   for (int step = 0; step < a.steps; step++) {
     std::vector<double> loss_d(D, 0.0);
     for (int d = 0; d < D; d++)
       for (size_t k = 0; k < K; k++) {
         data.train_batch(step, int(k), int(K), D, d, tok.data(), tgt.data());
-        micro_step<X>(L, T, W, tok.data(), tgt.data(), int(B), int(S), g, &loss_d[d], k == 0);
+        micro_step<X>(L, T, W, tok.data(), tgt.data(), int(B), int(S), g, &loss_d[d], k == 0, scale_S);
         accumulate_grads(dt, Gd[d].data(), g.data(), n, 1.0f, k == 0);
       }
     std::vector<X> G = rank_sum(Gd);  // the replicas, in replica order
     average_grads(dt, G.data(), n, 1.0f / float(D * K));
-    const double norm = std::sqrt(squared_norm(L, T, G));
+    const double norm = std::sqrt(squared_norm(L, T, G)) / scale_S;
     double loss = loss_d[0];
     for (int d = 1; d < D; d++) loss += loss_d[d];
     r.losses.push_back(loss / (double(D) * K * B * S));
     r.norms.push_back(norm);
-    const float scale = clip_scale(norm, a.clip);
+    const float scale = clip_scale(norm, a.clip) / scale_S;
     for (int u = 0; u < L.num_units(); u++)
       adam.step(u, W.data() + L.units[u].offset, G.data() + L.units[u].offset, lr_at(sched, step), scale, step + 1);
   }
