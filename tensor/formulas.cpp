@@ -9,14 +9,15 @@
 
 namespace nz {
 
-StateBytes tensor_state_bytes(const Layout& mine, DType dt) {
+StateBytes tensor_state_bytes(const Layout& mine, DType dt, int zero) {
   const uint64_t e = dtype_bytes(dt), P = mine.padded_total, U = mine.max_unit_padded;
+  const uint64_t O = zero == 1 ? mine.shard_total : P;  // the optimizer's elements
   StateBytes b;
   b.params = e * P;
   b.grads = e * P + e * U;
-  b.master = dt != DType::F32 ? 4 * P : 0;
-  b.adam_m = 4 * P;
-  b.adam_v = 4 * P;
+  b.master = dt != DType::F32 ? 4 * O : 0;
+  b.adam_m = 4 * O;
+  b.adam_v = 4 * O;
   return b;
 }
 
@@ -50,15 +51,15 @@ TensorComm tensor_comm_elems(const GPTConfig& c, int T, int D, const Layout& min
 }
 
 std::string tensor_report_json(const GPTConfig& c, int T, int D, const Layout& mine, DType dt, int B, int S,
-                               int accum) {
-  const StateBytes s = tensor_state_bytes(mine, dt);
+                               int accum, int zero) {
+  const StateBytes s = tensor_state_bytes(mine, dt, zero);
   const TensorComm x = tensor_comm_elems(c, T, D, mine, B, S, accum);
   char j[512];
   snprintf(j, sizeof j,
-           "{\"tensor\": %d, \"replicas\": %d, \"padded_vocab\": %d, \"params_per_rank\": %llu, "
+           "{\"tensor\": %d, \"replicas\": %d, \"zero\": %d, \"padded_vocab\": %d, \"params_per_rank\": %llu, "
            "\"state_bytes\": %llu, \"activation_bytes\": %llu, \"step_all_reduce_elems\": %llu, "
            "\"step_all_gather_elems\": %llu}",
-           T, D, padded_vocab(c.vocab, T), (unsigned long long)mine.num_params, (unsigned long long)s.total(),
+           T, D, zero, padded_vocab(c.vocab, T), (unsigned long long)mine.num_params, (unsigned long long)s.total(),
            (unsigned long long)tensor_activation_bytes(c, T, dt, B, S), (unsigned long long)x.all_reduce,
            (unsigned long long)x.all_gather);
   return j;

@@ -14,7 +14,8 @@ namespace nz {
 //   params e P_t   grads e P_t + e U_t   master 4 P_t (bf16, fp16)   Adam m, v 4 P_t each
 // P_t = (V'C + 12LC²)/T + ctxC + L·9C + 2C (+ padding to D): the matrices and the split biases
 // (qkv_b, fc_b) 1/T each, every replicated parameter whole (layer norms, wpe, attproj_b, fcproj_b).
-StateBytes tensor_state_bytes(const Layout& mine, DType dt);
+// --zero 1: master, m and v of the rank's slice only, P_t / D each (as stage1 on D ranks).
+StateBytes tensor_state_bytes(const Layout& mine, DType dt, int zero = 0);
 // P_t by the formula above, unpadded (the tests hold tensor_layout's numel to it).
 uint64_t tensor_param_formula(const GPTConfig& cfg, int T);
 
@@ -36,7 +37,8 @@ uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, i
 //     backward) and 2 more (the embedding's g, the LM head's f) of bsC; the loss's S and z_target of
 //     R each. An all-reduce of n over G ranks sends 2(G-1)n/G.
 //   all-gather over the T tensor ranks, per micro-step: the loss's row maxima, (T-1) R.
-//   all-reduce over the D replicas, once per step: my pieces, 2(D-1) P_t / D.
+//   all-reduce over the D replicas, once per step: my pieces, 2(D-1) P_t / D (--zero 1: a
+//     reduce-scatter and an all-gather of (D-1) P_t / D each, in the step's total as well).
 struct TensorComm {
   uint64_t all_reduce = 0, all_gather = 0;
 };
@@ -44,6 +46,6 @@ TensorComm tensor_comm_elems(const GPTConfig& cfg, int T, int D, const Layout& m
 
 // The report's "tensor" object: T, D, P_t, the formulas' numbers.
 std::string tensor_report_json(const GPTConfig& cfg, int T, int D, const Layout& mine, DType dt, int B, int S,
-                               int accum);
+                               int accum, int zero);
 
 }  // namespace nz

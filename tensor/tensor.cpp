@@ -20,6 +20,9 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
                "--tensor 1, 2 or a divisor of %d", T, c.heads, T, c.heads);
   // (the MLP's 4C columns then split too: C = heads x head size is a multiple of T, so is 4C)
   // what this rung does not build (yet): refused, not ignored
+  if (a.zero >= 2)
+    user_error("--zero %d with tensor: ZeRO-%d over the replicas is not built yet, expected --zero 0 or 1 (the "
+               "optimizer state sharded over the D replicas)", a.zero, a.zero);
   if (!a.ckpt_dir.empty() || !a.resume.empty())
     user_error("%s: tensor does not write or read checkpoints yet, expected no --ckpt-dir and no --resume; drop "
                "them (docs/tensor.md)", a.ckpt_dir.empty() ? "--resume" : "--ckpt-dir");
@@ -37,6 +40,7 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
   p.replicas = world / T;
   p.t = rank % T;
   p.d = rank / T;
+  p.zero = a.zero;
   return p;
 }
 
@@ -57,8 +61,8 @@ std::string tensor_summary(const TensorPlan& p, const GPTConfig& c) {
              "up, the loss leaves them out)", Vp, Vp - V, V);
   char line[512];
   snprintf(line, sizeof line, "tensor: T = %d tensor ranks x D = %d replicas, T fastest (rank r: tensor rank r %% T "
-           "of replica r / T) | %d heads, %d MLP columns, %d vocabulary rows per tensor rank (vocabulary %d%s)",
-           p.tensor, p.replicas, c.heads / p.tensor, 4 * c.dim / p.tensor, Vp / p.tensor, V, pad);
+           "of replica r / T)%s | %d heads, %d MLP columns, %d vocabulary rows per tensor rank (vocabulary %d%s)",
+           p.tensor, p.replicas, p.zero ? ", ZeRO-1 over the replicas" : "", c.heads / p.tensor, 4 * c.dim / p.tensor, Vp / p.tensor, V, pad);
   return line;
 }
 

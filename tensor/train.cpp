@@ -14,6 +14,7 @@
 // Sends: per block and micro-step 4 all-reduces of b s C over the T tensor ranks; per step one
 //        all-reduce of my pieces over my D replicas, 2(D-1) P_t / D elements per rank.
 // Docs:  docs/tensor.md; README.md (the ladder); docs/stages.md.
+#include <algorithm>  // std::max, std::min
 #include <cmath>      // std::sqrt
 #include <vector>
 
@@ -53,7 +54,16 @@ int main(int argc, char** argv) {
   auto P = [&](int u) { return elem_ptr(params, L.units[u].offset, e); };  // unit u's parameters
   auto G = [&](int u) { return elem_ptr(grads, L.units[u].offset, e); };   // unit u's gradient
   auto numel = [&](int u) { return L.units[u].padded; };                    // elements of unit u
-  AdamW adam(L, whole_units(L), dt, run.adamw);  // m, v for my pieces' elements
+  // ---- ZeRO-1 over the replicas (--zero 1): tensor rank t's D replicas share the optimizer state
+  // of its pieces, replica d keeping slice d of every unit, as stage1 on D ranks ----
+  const bool zero1 = plan.zero == 1;
+  auto owned = [&](int u) { return zero1 ? L.shard(u, d) : L.full(u); };  // the optimizer's part
+  auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + owned(u).begin, e); };
+  auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].offset + owned(u).begin, e); };
+  std::vector<Slice> mine(L.num_units());
+  for (int u = 0; u < L.num_units(); u++) mine[u] = owned(u);
+  // end ZeRO-1
+  AdamW adam(L, mine, dt, run.adamw);  // m, v for my pieces' elements (--zero 1: my slice of them)
   for (int u = 0; u < L.num_units(); u++) {
     // the whole unit's initial values (as every rung draws them), my pieces copied out
     std::vector<char> unit(full.units[u].padded * e);
@@ -63,7 +73,7 @@ int main(int argc, char** argv) {
     for_each_run(full, L, u, TP, t, [&](size_t at, size_t local, size_t n) {
       copy_bytes(mine + local * e, Location::Device, unit.data() + at * e, Location::Host, n * e);
     });
-    adam.init_master(u, P(u));
+    adam.init_master(u, my_P(u));
   }
 
   // ---- the Trainer's questions: validation's forward, the model file, the memory formulas ----
@@ -84,7 +94,7 @@ int main(int argc, char** argv) {
       });
     return whole.data();
   }};
-  run.hooks.state_formula = [&](int) { return tensor_state_bytes(L, dt); };
+  run.hooks.state_formula = [&](int) { return tensor_state_bytes(L, dt, plan.zero); };
   run.hooks.activation_formula = [&](int) {
     return tensor_activation_bytes(run.args.cfg, TP, dt, run.args.batch, run.args.seq);
   };
@@ -105,23 +115,27 @@ int main(int argc, char** argv) {
         model.backward(u, P(u), unit_grad.data());
         accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);  // no communication
         if (last_micro_step) {  // my pieces' gradient over my D replicas, as stage0_ddp on D ranks
-          replicas.all_reduce(G(u), numel(u), dt);
-          average_grads(dt, G(u), numel(u), run.grad_average_scale());
+          // (ZeRO-1: a reduce-scatter, my slice's sum)
+          if (zero1) replicas.reduce_scatter(G(u), my_G(u), owned(u).size(), dt);
+          else replicas.all_reduce(G(u), numel(u), dt);
+          average_grads(dt, my_G(u), owned(u).size(), run.grad_average_scale());
         }
       }
     }
     run.phase("optimizer");
     // the global gradient norm, every parameter once: each tensor rank adds its pieces of the
     // split tensors; the replicated ones (the same on every tensor rank) tensor rank 0 alone;
-    // the replicas hold the same gradients, so replica 0's ranks alone give theirs. One
-    // rank-ordered sum: tensor ranks 0, 1, ..., T-1 (fp16: stored scaled).
+    // the replicas hold the same gradients, so replica 0's ranks alone give theirs (--zero 1:
+    // replica d its slice d). One sum in rank order (fp16: stored scaled).
     double sq = 0;
-    if (d == 0)
+    if (d == 0 || zero1)
       for (int u = 0; u < L.num_units(); u++)
-        for (const TensorSpec& ts : L.units[u].tensors)
-          if (t == 0 || !replicated_tensor(ts.name.c_str()))
-            NZ_DISPATCH_TRAIN_DTYPE(dt, sq += ops::sum_squares<T>((const T*)G(u) + ts.offset,
-                                                                  ts.numel));
+        for (const TensorSpec& ts : L.units[u].tensors) {
+          const size_t lo = std::max<size_t>(ts.offset, owned(u).begin);
+          const size_t hi = std::min<size_t>(ts.offset + ts.numel, owned(u).end);
+          if (lo < hi && (t == 0 || !replicated_tensor(ts.name.c_str())))
+            NZ_DISPATCH_TRAIN_DTYPE(dt, sq += ops::sum_squares<T>((const T*)G(u) + lo, hi - lo));
+        }
     comm.sum_scalars(&sq, 1);
     const double norm = std::sqrt(sq) / run.loss_scale();
     const double my_loss = model.take_loss_sum();  // the same on my T tensor ranks:
@@ -131,13 +145,14 @@ int main(int argc, char** argv) {
     const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
     // every rank updates its own pieces; the replicated parameters alike on every tensor rank
     for (int u = 0; u < L.num_units(); u++) {
-      adam.step(u, P(u), G(u), run.lr(), scale, run.adam_step());
+      adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());
+      if (zero1) replicas.all_gather(my_P(u), P(u), owned(u).size(), dt);  // every replica's slice
     }
     run.end_step(step, loss_sum, norm);
   }
   run.hooks.report_key = "tensor";
   run.hooks.report_json = tensor_report_json(run.args.cfg, TP, plan.replicas, L, dt,
-                                              run.args.batch, run.args.seq, run.args.accum);
+                                              run.args.batch, run.args.seq, run.args.accum, plan.zero);
   run.finish();
   return 0;
 }

@@ -375,7 +375,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--partition", "U1,U2,...", "pipeline: the first unit of stages 1..P-1, increasing (units: 0 embed, 1..L "
        "blocks, L+1 lnf; default: balance the parameters)",
        [&](auto&, auto& v) { a.partition = v; }},
-      {"--zero", "0|1", "pipeline: 1 shards each stage's optimizer state over its D replicas (ZeRO-1; 2 and 3 "
+      {"--zero", "0|1", "pipeline, tensor: 1 shards the optimizer state over the D replicas (ZeRO-1; 2 and 3 "
        "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) {
          // 2 and 3 are ZeRO stages the pipeline refuses with the reason (pipeline.cpp); anything else is not one
          const long z = parse_int(f, v, -(1L << 40), 1L << 40, "0 or 1");
@@ -581,7 +581,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
       {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
-      {"--zero", {"pipeline"}}, {"--tensor", {"tensor"}},
+      {"--zero", {"tensor", "pipeline"}}, {"--tensor", {"tensor"}},
       {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},
       {"--qw-block", {"zeropp"}}, {"--qg-block", {"zeropp"}}};
   for (const auto& [flag, users] : stage_flags) {

@@ -5,8 +5,10 @@
 // line and exit 2; the deliberately broken copies (tests/tensor/mutants.mk) are caught.
 //
 // make test runs a small matrix (fp32: T = 1, 2, 4 with D = 1, and T = 2 x D = 2 with --accum 2;
-// bf16: T = 2, 4; fp16: T = 2; T = 3 on a 3-head model, whose vocabulary of 256 is padded to 258).
-// NZ_TENSOR_FULL=1 (make tensor-check) runs every T, D, K with T x D <= 4, and T = 3, in every precision.
+// bf16: T = 2, 4; fp16: T = 2; T = 3 on a 3-head model, whose vocabulary of 256 is padded to 258;
+// ZeRO-1 over the replicas, T = 2 x D = 2, fp32 with --accum 2 and bf16).
+// NZ_TENSOR_FULL=1 (make tensor-check) runs every T, D, K with T x D <= 4, T = 3, and --zero 1, in every
+// precision.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -38,7 +40,7 @@ std::string tensor_flags(int T, int K) {
 struct Case {
   int T, D, K;
   const char* precision;
-  const char* model = "";  // flags after the preset's (T = 3: 3 heads of a 48-wide tiny, vocabulary padded)
+  const char* model = "";  // more flags (T = 3: 3 heads of a 48-wide tiny, vocabulary padded; --zero 1)
 };
 const char* kThreeHeads = "--dim 48 --heads 3 ";
 
@@ -74,11 +76,15 @@ std::vector<Case> matrix() {
           for (int K : {1, 2, 3})
             if (T * D <= 4) m.push_back({T, D, K, p});
     for (const char* p : {"fp32", "bf16", "fp16"})
-      for (int K : {1, 2}) m.push_back({3, 1, K, p, kThreeHeads});
+      for (int K : {1, 2}) {
+        m.push_back({3, 1, K, p, kThreeHeads});
+        for (auto [T, D] : {std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 2}}) m.push_back({T, D, K, p, "--zero 1 "});
+      }
     return m;
   }
   return {{1, 1, 1, "fp32"}, {2, 1, 1, "fp32"}, {4, 1, 1, "fp32"},       {2, 2, 2, "fp32"},
-          {2, 1, 1, "bf16"}, {4, 1, 1, "bf16"}, {2, 1, 1, "fp16"}, {3, 1, 1, "fp32", kThreeHeads}};
+          {2, 1, 1, "bf16"}, {4, 1, 1, "bf16"}, {2, 1, 1, "fp16"}, {3, 1, 1, "fp32", kThreeHeads},
+          {2, 2, 2, "fp32", "--zero 1 "}, {2, 2, 1, "bf16", "--zero 1 "}};
 }
 
 }  // namespace
@@ -90,7 +96,7 @@ TEST(Tensor, EqualsTheSingleProcessReferenceBitForBit) {
   std::string list;
   for (const Case& c : cases)
     list += " " + std::to_string(c.T) + "x" + std::to_string(c.D) + "/K" + std::to_string(c.K) + "/" + c.precision +
-            (*c.model ? "/3heads" : "");
+            (c.model == kThreeHeads ? "/3heads" : *c.model ? "/zero1" : "");
   printf("%zu runs (T x D / K / precision):%s — each bit for bit the reference, %.1f s\n", cases.size(), list.c_str(),
          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
@@ -146,13 +152,15 @@ TEST(Tensor, Stage0DdpWithinTheDerivedBound) {
 // f twice), 2 more (the embedding's g, the head's f), the loss's 2 of R and 1 all-gather of R over the
 // T ranks, and one all-reduce of the pieces over the D replicas.
 TEST(Tensor, LedgerAndCommEqualTheFormulas) {
-  for (auto [T, D, K] : {std::tuple{2, 2, 2}, std::tuple{4, 1, 1}}) {
-    const RunResult& r = run_cached("tensor", T * D, kTiny + tensor_flags(T, K));
+  for (auto [T, D, K, zero] : {std::tuple{2, 2, 2, 0}, std::tuple{4, 1, 1, 0}, std::tuple{2, 2, 1, 1}}) {
+    const RunResult& r = run_cached("tensor", T * D, kTiny + tensor_flags(T, K) + (zero ? "--zero 1" : ""));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const nz::GPTConfig c{256, 32, 2, 32, 4};
     const nz::Layout mine = nz::tensor_layout(c, T, D);
     EXPECT_EQ(mine.num_params, nz::tensor_param_formula(c, T));
-    const nz::StateBytes s = nz::tensor_state_bytes(mine, nz::DType::F32);
+    const nz::StateBytes s = nz::tensor_state_bytes(mine, nz::DType::F32, zero);
+    // --zero 1: the optimizer's three arrays over D (fp32: m and v; the parameters are their own master)
+    EXPECT_EQ(s.adam_m, (zero ? mine.padded_total / D : mine.padded_total) * 4);
     const uint64_t acts = nz::tensor_activation_bytes(c, T, nz::DType::F32, 2, 32);
     for (const Json& rank : r.report["ranks"].arr) {
       const Json& peak = rank["ledger"]["device"]["peak"];
@@ -182,6 +190,7 @@ TEST(Tensor, BadInputIsOneLineAndExitCode2) {
       {3, "tensor", "--tensor 2", "T does not divide the ranks"},
       {1, "stage0_ddp", "--tensor 2", "stage0_ddp does not use it"},
       {2, "tensor", "--tensor 2 --ckpt-dir /tmp/nz_tensor_ckpt_never", "does not write or read checkpoints"},
+      {2, "tensor", "--tensor 2 --zero 2", "ZeRO-2 over the replicas is not built yet"},
   };
   for (const Bad& b : bad) {
     std::string out;

@@ -257,21 +257,27 @@ void micro_step(const Layout& L, int T, const std::vector<X>& W, const int* toke
     }
 }
 
-// The global squared norm as the ranks add it: rank t's pieces of every split tensor (in unit and
-// tensor order), rank 0 also every replicated tensor, each a sum_squares of the piece as the rank
-// holds it (contiguous); then t = 0, 1, ..., T-1 added in order.
+// The global squared norm as the ranks add it. Rank t holds its pieces of every unit laid end to
+// end in tensor order, padded to a multiple of D (tensor.h); it adds, in unit and tensor order, a
+// sum_squares of each split tensor's piece, and rank 0 of each replicated tensor too. Without
+// --zero the replicas hold the same gradient and replica 0's ranks alone add theirs; with --zero 1
+// replica d adds the part of each tensor inside slice d of the unit. Then one sum over the ranks in
+// rank order: replica 0's tensor ranks 0..T-1, then replica 1's, ...
 template <class X>
-double squared_norm(const Layout& L, int T, const std::vector<X>& g) {
+double squared_norm(const Layout& L, int T, int D, bool zero1, const std::vector<X>& g) {
   const GPTConfig& c = L.cfg;
   const size_t C = c.dim, Cq = C / T, F = 4 * C / T, V = c.vocab, Vl = (V + T - 1) / T;
-  double total = 0;
-  for (int t = 0; t < T; t++) {
-    double v = 0;
-    for (int u = 0; u < L.num_units(); u++)
+  std::vector<std::vector<double>> v(D, std::vector<double>(T, 0.0));  // v[d][t]
+  for (int t = 0; t < T; t++)
+    for (int u = 0; u < L.num_units(); u++) {
+      std::vector<X> unit;                         // rank t's pieces of unit u, end to end
+      std::vector<std::pair<size_t, size_t>> at;  // each tensor's [begin, end) in it
+      std::vector<bool> counts;                   // split, or replicated and t = 0
       for (const TensorSpec& ts : L.units[u].tensors) {
         const X* p = g.data() + L.units[u].offset + ts.offset;
         std::vector<X> piece;
         const std::string& n = ts.name;
+        bool split = true;
         if (n == "wte") piece = rows_of(p, V, C, {t * Vl}, Vl);
         else if (n == "qkv_w") piece = rows_of(p, 3 * C, C, {t * Cq, C + t * Cq, 2 * C + t * Cq}, Cq);
         else if (n == "qkv_b") piece = rows_of(p, 3 * C, 1, {t * Cq, C + t * Cq, 2 * C + t * Cq}, Cq);
@@ -279,11 +285,24 @@ double squared_norm(const Layout& L, int T, const std::vector<X>& g) {
         else if (n == "fc_w") piece = rows_of(p, 4 * C, C, {t * F}, F);
         else if (n == "fc_b") piece = rows_of(p, 4 * C, 1, {t * F}, F);
         else if (n == "fcproj_w") piece = cols_of(p, C, 4 * C, t * F, F);
-        else if (t == 0) piece.assign(p, p + ts.numel);  // replicated: counted once, by rank 0
-        if (!piece.empty()) v += ops::sum_squares<X>(piece.data(), piece.size());
+        else piece.assign(p, p + ts.numel), split = false;  // replicated: counted once, by rank 0
+        at.push_back({unit.size(), unit.size() + piece.size()});
+        counts.push_back(split || t == 0);
+        unit.insert(unit.end(), piece.begin(), piece.end());
       }
-    total = t == 0 ? v : total + v;
-  }
+      const size_t slice = (unit.size() + D - 1) / D;  // the unit padded to a multiple of D, over D
+      for (int d = 0; d < (zero1 ? D : 1); d++) {
+        const size_t b = zero1 ? d * slice : 0, e = zero1 ? (d + 1) * slice : unit.size();
+        for (size_t i = 0; i < at.size(); i++) {
+          const size_t lo = std::max(at[i].first, b), hi = std::min(at[i].second, e);
+          if (lo < hi && counts[i]) v[d][t] += ops::sum_squares<X>(unit.data() + lo, hi - lo);
+        }
+      }
+    }
+  double total = v[0][0];
+  for (int d = 0; d < D; d++)
+    for (int t = 0; t < T; t++)
+      if (d || t) total += v[d][t];
   return total;
 }
 
@@ -321,7 +340,7 @@ Result run_t(const Args& a, int T, int D) {
       }
     std::vector<X> G = rank_sum(Gd);  // the replicas, in replica order
     average_grads(dt, G.data(), n, 1.0f / float(D * K));
-    const double norm = std::sqrt(squared_norm(L, T, G)) / scale_S;
+    const double norm = std::sqrt(squared_norm(L, T, D, a.zero == 1, G)) / scale_S;
     double loss = loss_d[0];
     for (int d = 1; d < D; d++) loss += loss_d[d];
     r.losses.push_back(loss / (double(D) * K * B * S));
