@@ -28,40 +28,51 @@ uint64_t tensor_param_formula(const GPTConfig& c, int T) {
   return split / T + whole;
 }
 
-uint64_t tensor_activation_bytes(const GPTConfig& c, int T, DType dt, int B, int S) {
+uint64_t tensor_activation_bytes(const GPTConfig& c, int T, DType dt, int B, int S, bool sp) {
   auto r = [](uint64_t n) { return (n + 63) / 64 * 64; };
   const uint64_t e = dtype_bytes(dt), BT = uint64_t(B) * S, C = c.dim, V = padded_vocab(c.vocab, T);
-  const uint64_t R = (BT + T - 1) / T * T;
-  const uint64_t block = 4 * r(BT * C * e) + r(BT * 3 * C / T * e) + r(uint64_t(B) * c.heads / T * S * S * e) +
-                         r(BT * C / T * e) + 2 * r(BT * 4 * C / T * e) + 4 * r(4 * BT);
-  const uint64_t once = 2 * r(BT * C * e) + 2 * r(4 * BT) + r(BT * V / T * e) + r(4 * BT);
-  const uint64_t grads = 4 * r(BT * C * e) + r(BT * 4 * C / T * e) + r(BT * 3 * C / T * e);
+  const uint64_t R = (BT + T - 1) / T * T, Rl = sp ? BT / T : BT;  // Rl: the residual stream's rows
+  const uint64_t block = 4 * r(Rl * C * e) + r(BT * 3 * C / T * e) + r(uint64_t(B) * c.heads / T * S * S * e) +
+                         r(BT * C / T * e) + 2 * r(BT * 4 * C / T * e) + 4 * r(4 * Rl);
+  const uint64_t once = r(Rl * C * e) + r(BT * C * e) + (sp ? r(Rl * C * e) : 0) + 2 * r(4 * Rl) +
+                        r(BT * V / T * e) + r(4 * BT);
+  const uint64_t grads = 4 * r(Rl * C * e) + r(BT * 4 * C / T * e) + r(BT * 3 * C / T * e) +
+                         (sp ? 2 * r(BT * C * e) : 0);
   const uint64_t rows = 3 * r(4 * R) + r(4 * T * R) + 2 * r(4 * BT);
   const uint64_t batch_holder = stage_activation_bytes(c, B, 1, dt, false, Attention::Gemm, 0, 1, 1);
   return uint64_t(c.layers) * block + once + grads + rows + batch_holder;
 }
 
-TensorComm tensor_comm_elems(const GPTConfig& c, int T, int D, const Layout& mine, int B, int S, int accum) {
-  const uint64_t BT = uint64_t(B) * S, C = c.dim, R = (BT + T - 1) / T * T, K = accum;
-  const uint64_t per_micro = (4 * uint64_t(c.layers) + 2) * BT * C + 2 * R;  // all-reduced over T
+TensorComm tensor_comm_elems(const GPTConfig& c, int T, int D, const Layout& mine, int B, int S, int accum,
+                             bool sp) {
+  const uint64_t BT = uint64_t(B) * S, C = c.dim, R = (BT + T - 1) / T * T, K = accum, L = c.layers;
+  const uint64_t replicas = 2 * uint64_t(D - 1) * mine.padded_total / D;  // once per step
   TensorComm x;
-  x.all_reduce = K * 2 * (T - 1) * per_micro / T + 2 * uint64_t(D - 1) * mine.padded_total / D;
-  x.all_gather = K * uint64_t(T - 1) * R;
+  if (!sp) {
+    const uint64_t per_micro = (4 * L + 2) * BT * C + 2 * R;  // all-reduced over T
+    x.all_reduce = K * 2 * (T - 1) * per_micro / T + replicas;
+    x.all_gather = K * uint64_t(T - 1) * R;
+    return x;
+  }
+  const uint64_t slice = uint64_t(T - 1) * BT * C / T;  // an all-gather's or a reduce-scatter's of b s C
+  x.all_reduce = K * 2 * (T - 1) * (2 * R + (2 * L + 1) * 2 * C) / T + replicas;
+  x.all_gather = K * (uint64_t(T - 1) * R + (6 * L + 2) * slice);
+  x.reduce_scatter = K * (4 * L + 2) * slice;
   return x;
 }
 
 std::string tensor_report_json(const GPTConfig& c, int T, int D, const Layout& mine, DType dt, int B, int S,
-                               int accum, int zero) {
+                               int accum, int zero, bool sp) {
   const StateBytes s = tensor_state_bytes(mine, dt, zero);
-  const TensorComm x = tensor_comm_elems(c, T, D, mine, B, S, accum);
+  const TensorComm x = tensor_comm_elems(c, T, D, mine, B, S, accum, sp);
   char j[512];
   snprintf(j, sizeof j,
-           "{\"tensor\": %d, \"replicas\": %d, \"zero\": %d, \"padded_vocab\": %d, \"params_per_rank\": %llu, "
+           "{\"tensor\": %d, \"replicas\": %d, \"zero\": %d, \"sequence_parallel\": %s, \"padded_vocab\": %d, \"params_per_rank\": %llu, "
            "\"state_bytes\": %llu, \"activation_bytes\": %llu, \"step_all_reduce_elems\": %llu, "
-           "\"step_all_gather_elems\": %llu}",
-           T, D, zero, padded_vocab(c.vocab, T), (unsigned long long)mine.num_params, (unsigned long long)s.total(),
-           (unsigned long long)tensor_activation_bytes(c, T, dt, B, S), (unsigned long long)x.all_reduce,
-           (unsigned long long)x.all_gather);
+           "\"step_all_gather_elems\": %llu, \"step_reduce_scatter_elems\": %llu}",
+           T, D, zero, sp ? "true" : "false", padded_vocab(c.vocab, T), (unsigned long long)mine.num_params, (unsigned long long)s.total(),
+           (unsigned long long)tensor_activation_bytes(c, T, dt, B, S, sp), (unsigned long long)x.all_reduce,
+           (unsigned long long)x.all_gather, (unsigned long long)x.reduce_scatter);
   return j;
 }
 

@@ -30,7 +30,11 @@ uint64_t tensor_param_formula(const GPTConfig& cfg, int T);
 //   + the Trainer's model of the embedding at one position (Topology::own_model), which only holds
 //     the batch: stage_activation_bytes(cfg, b, 1, ..., units [0, 1)).
 // Without sequence parallelism the (b,s,C) terms do not shrink with T: Korthikanti et al. (2022).
-uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S);
+// With it (sp) every (b,s,C) term of the residual stream and the layer norms, their rows of fp32,
+// x0 and the block's grads of (b,s,C) hold bs/T rows; lnf's output is kept whole for the LM head
+// (and its bs/T rows apart); the backward adds two (b,s,C) buffers: a gathered layer norm (its
+// rows are gathered again in the backward instead of kept) and a partial before its scatter.
+uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp = false);
 
 // ---- elements one rank sends per step (the comm ledger's), K micro-steps of b x s ----
 //   all-reduce over the T tensor ranks, per micro-step: 4 per block (g twice forward, f twice
@@ -39,13 +43,19 @@ uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, i
 //   all-gather over the T tensor ranks, per micro-step: the loss's row maxima, (T-1) R.
 //   all-reduce over the D replicas, once per step: my pieces, 2(D-1) P_t / D (--zero 1: a
 //     reduce-scatter and an all-gather of (D-1) P_t / D each, in the step's total as well).
+// Sequence parallelism (sp): each all-reduce of b s C becomes a reduce-scatter and an all-gather,
+// (T-1) b s C / T each, and the backward gathers each block's two layer norms' rows again: per
+// micro-step (4L + 2) reduce-scatters and (6L + 2) all-gathers of b s C; and the replicated layer
+// norms' gradients, each rank's over its rows, are all-reduced: 2C per layer norm, 2L + 1 of them.
 struct TensorComm {
-  uint64_t all_reduce = 0, all_gather = 0;
+  uint64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0;
+  uint64_t total() const { return all_reduce + all_gather + reduce_scatter; }
 };
-TensorComm tensor_comm_elems(const GPTConfig& cfg, int T, int D, const Layout& mine, int B, int S, int accum);
+TensorComm tensor_comm_elems(const GPTConfig& cfg, int T, int D, const Layout& mine, int B, int S, int accum,
+                             bool sp = false);
 
 // The report's "tensor" object: T, D, P_t, the formulas' numbers.
 std::string tensor_report_json(const GPTConfig& cfg, int T, int D, const Layout& mine, DType dt, int B, int S,
-                               int accum, int zero);
+                               int accum, int zero, bool sp);
 
 }  // namespace nz

@@ -20,6 +20,12 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
                "--tensor 1, 2 or a divisor of %d", T, c.heads, T, c.heads);
   // (the MLP's 4C columns then split too: C = heads x head size is a multiple of T, so is 4C)
   // what this rung does not build (yet): refused, not ignored
+  if (a.sequence_parallel && T == 1)
+    user_error("--sequence-parallel with --tensor 1: it splits the rows over the tensor ranks, expected T > 1; "
+               "add --tensor 2 (or more), or drop --sequence-parallel");
+  if (a.sequence_parallel && a.seq % T != 0)
+    user_error("--sequence-parallel with --seq %d: the positions do not split over %d tensor ranks, expected a "
+               "--seq that T divides, e.g. --seq %d", a.seq, T, a.seq / T * T > 0 ? a.seq / T * T : T);
   if (a.zero >= 2)
     user_error("--zero %d with tensor: ZeRO-%d over the replicas is not built yet, expected --zero 0 or 1 (the "
                "optimizer state sharded over the D replicas)", a.zero, a.zero);
@@ -41,6 +47,7 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
   p.t = rank % T;
   p.d = rank / T;
   p.zero = a.zero;
+  p.sp = a.sequence_parallel;
   return p;
 }
 
@@ -61,8 +68,9 @@ std::string tensor_summary(const TensorPlan& p, const GPTConfig& c) {
              "up, the loss leaves them out)", Vp, Vp - V, V);
   char line[512];
   snprintf(line, sizeof line, "tensor: T = %d tensor ranks x D = %d replicas, T fastest (rank r: tensor rank r %% T "
-           "of replica r / T)%s | %d heads, %d MLP columns, %d vocabulary rows per tensor rank (vocabulary %d%s)",
-           p.tensor, p.replicas, p.zero ? ", ZeRO-1 over the replicas" : "", c.heads / p.tensor, 4 * c.dim / p.tensor, Vp / p.tensor, V, pad);
+           "of replica r / T)%s%s | %d heads, %d MLP columns, %d vocabulary rows per tensor rank (vocabulary %d%s)",
+           p.tensor, p.replicas, p.zero ? ", ZeRO-1 over the replicas" : "",
+           p.sp ? ", sequence parallel (each rank 1/T of the rows outside attention and the MLP)" : "", c.heads / p.tensor, 4 * c.dim / p.tensor, Vp / p.tensor, V, pad);
   return line;
 }
 

@@ -31,6 +31,7 @@ struct TensorPlan {
   int tensor = 1, replicas = 1;  // T, D
   int t = 0, d = 0;              // this rank's tensor rank and replica
   int zero = 0;                  // --zero 1: the optimizer state sharded over the D replicas (ZeRO-1)
+  bool sp = false;               // --sequence-parallel (Megatron's, Korthikanti et al. 2022)
   int rank_of(int tr, int dr) const { return dr * tensor + tr; }  // T fastest
 };
 

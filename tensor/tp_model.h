@@ -27,7 +27,10 @@ namespace nz {
 class TensorGPT {
  public:
   // L: this rank's layout (tensor_layout); tp: my replica's T tensor ranks; B x S the micro-batch.
-  TensorGPT(const Layout& L, int T, int t, Comm& tp, DType dt, int B, int S);
+  // sp: Megatron's sequence parallelism (--sequence-parallel): outside attention and the MLP each
+  // rank keeps bs/T rows of the (b,s,C) activations; g becomes a reduce-scatter, f's all-reduce an
+  // all-gather forward and a reduce-scatter backward (gather_rows, scatter_sum_rows).
+  TensorGPT(const Layout& L, int T, int t, Comm& tp, DType dt, int B, int S, bool sp = false);
   // tokens, targets: b x S ints on the host (b <= B: evaluation may run a short last batch)
   void set_batch(const int* tokens, const int* targets, int b);
   void set_loss_scale(float s) { loss_scale_ = s; }  // fp16 (loss_scale.h)
@@ -40,7 +43,7 @@ class TensorGPT {
   // My piece of unit u's gradient into g (zeroed first); the embedding's adds the LM head's part.
   void backward(int u, const void* p, void* g);
   // Activation bytes this model allocates (ledger: activations), as the constructor lays them out.
-  static uint64_t activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S);
+  static uint64_t activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp);
 
  private:
   template <class X> void forward_t(int u, const X* p);
@@ -49,11 +52,17 @@ class TensorGPT {
   template <class X> void backward_t(int u, const X* p, X* g);
   void g_forward(void* partial_sum, size_t n);  // g: all-reduce forward
   void f_backward(void* grad_sum, size_t n);    // f: all-reduce backward
+  // sequence parallelism's pair: every rank's rows to every rank (all-gather: ḡ forward, g
+  // backward), and the partials summed, each rank keeping its rows (reduce-scatter: g forward, ḡ
+  // backward); n: my rows' elements
+  void gather_rows(const void* mine, void* all, size_t n);
+  void scatter_sum_rows(void* all, void* mine, size_t n);
   const Layout& L_;
   int T_, t_;
   Comm& tp_;
   DType dt_;
   int B_, S_, b_ = 0;
+  bool sp_;
   float loss_scale_ = 1;
   double loss_total_ = 0;
   bool loss_fresh_ = true;

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   Comm replicas(comm, t, d);  // tensor rank t of every replica: the data-parallel group
   const Layout& full = run.layout;  // the whole model's units (the model file)
   const Layout L = tensor_layout(run.args.cfg, TP, plan.replicas);  // my pieces, padded for D
-  TensorGPT model(L, TP, t, tp, dt, run.args.batch, run.args.seq);
+  TensorGPT model(L, TP, t, tp, dt, run.args.batch, run.args.seq, plan.sp);
   if (comm.rank() == 0 && !run.args.quiet) printf("%s\n", tensor_summary(plan, L.cfg).c_str());
   // end split
 
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   }};
   run.hooks.state_formula = [&](int) { return tensor_state_bytes(L, dt, plan.zero); };
   run.hooks.activation_formula = [&](int) {
-    return tensor_activation_bytes(run.args.cfg, TP, dt, run.args.batch, run.args.seq);
+    return tensor_activation_bytes(run.args.cfg, TP, dt, run.args.batch, run.args.seq, plan.sp);
   };
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
   }
   run.hooks.report_key = "tensor";
   run.hooks.report_json = tensor_report_json(run.args.cfg, TP, plan.replicas, L, dt,
-                                              run.args.batch, run.args.seq, run.args.accum, plan.zero);
+                                              run.args.batch, run.args.seq, run.args.accum, plan.zero,
+                                              plan.sp);
   run.finish();
   return 0;
 }

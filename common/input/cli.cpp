@@ -386,6 +386,8 @@ Args parse_args(int argc, char** argv, const char* program) {
       // begin tensor flags
       {"--tensor", "T", "tensor: T ranks split every matrix (heads, MLP columns, vocabulary: Megatron-LM); N/T "
        "data-parallel replicas (default 1)", pos_int(&a.tensor, 1 << 16)},
+      {"--sequence-parallel", "", "tensor: each tensor rank keeps 1/T of the rows outside attention and the MLP "
+       "(Megatron's sequence parallelism: a reduce-scatter and an all-gather for each all-reduce)", nullptr},
       // end tensor flags
       {"--qwz", "", "zeropp: all-gather the parameters as int8 blocks, one fp32 scale per --qw-block values", nullptr},
       {"--hpz", "G", "zeropp: simulated nodes of G ranks; a secondary parameter shard over my node's G ranks, so the "
@@ -446,7 +448,8 @@ Args parse_args(int argc, char** argv, const char* program) {
                                                  {"--activation-checkpointing", &a.activation_checkpointing},
                                                  {"--ckpt-overwrite", &a.ckpt_overwrite},
                                                  {"--resume-changed", &a.resume_changed},
-                                                 {"--qwz", &a.qwz}, {"--qgz", &a.qgz}};
+                                                 {"--qwz", &a.qwz}, {"--qgz", &a.qgz},
+                                                 {"--sequence-parallel", &a.sequence_parallel}};
   auto find_flag = [&](const std::string& name) -> const Flag* {
     for (const Flag& f : flags)
       if (name == f.name) return &f;
@@ -581,7 +584,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
       {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
-      {"--zero", {"tensor", "pipeline"}}, {"--tensor", {"tensor"}},
+      {"--zero", {"tensor", "pipeline"}}, {"--tensor", {"tensor"}}, {"--sequence-parallel", {"tensor"}},
       {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},
       {"--qw-block", {"zeropp"}}, {"--qg-block", {"zeropp"}}};
   for (const auto& [flag, users] : stage_flags) {

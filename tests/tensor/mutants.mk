@@ -12,13 +12,17 @@
 #   local_max           the cross-entropy shifts each rank's exponentials by its own max, not the global one
 #   wrong_placement     the tensor group is made replica-fastest (ranks r, r+T, ...) while the data and the
 #                       replicas' group assume T fastest: tensor ranks of different replicas sum their partials
-TENSOR_MUTANTS := f_no_all_reduce bias_summed_t_times local_max wrong_placement
+#   sp_ln_not_summed    sequence parallelism: the blocks' layer norms keep the gradient of their own rows
+#                       only (the T ranks' parts never summed)
+TENSOR_MUTANTS := f_no_all_reduce bias_summed_t_times local_max wrong_placement sp_ln_not_summed
 TENSOR_MUTANT_FILE_f_no_all_reduce := tensor/tp_model.cpp
 TENSOR_MUTANT_SED_f_no_all_reduce := s/void TensorGPT::f_backward(void\* grad_sum, size_t n) { tp_\.all_reduce(grad_sum, n, dt_); }/void TensorGPT::f_backward(void* grad_sum, size_t n) { (void)grad_sum, (void)n; }/
 TENSOR_MUTANT_FILE_bias_summed_t_times := tensor/tp_model.cpp
 TENSOR_MUTANT_SED_bias_summed_t_times := /ops::matmul_backward<X>(d4c, G(FCPW), G(FCPB)/s/$$/ tp_.all_reduce(G(FCPB), C, dt_);/
 TENSOR_MUTANT_FILE_local_max := tensor/tp_model.cpp
 TENSOR_MUTANT_SED_local_max := s/m = std::max(m, maxes\[size_t(r) \* a\.R + i\]);/m = maxes[size_t(t_) * a.R + i];/
+TENSOR_MUTANT_FILE_sp_ln_not_summed := tensor/tp_model.cpp
+TENSOR_MUTANT_SED_sp_ln_not_summed := s/if (sp_) tp_\.all_reduce(G(LN1W), 2 \* size_t(C), dt_), tp_\.all_reduce(G(LN2W), 2 \* size_t(C), dt_);/(void)0;/
 TENSOR_MUTANT_FILE_wrong_placement := tensor/train.cpp
 TENSOR_MUTANT_SED_wrong_placement := s/Comm tp(comm, d, t);/Comm tp(comm, t, d);/
 

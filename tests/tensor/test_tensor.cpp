@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>  // strstr
 
 #include "harness.h"
 #include "tensor/formulas.h"  // tensor_state_bytes, tensor_activation_bytes, tensor_comm_elems
@@ -43,6 +44,7 @@ struct Case {
   const char* model = "";  // more flags (T = 3: 3 heads of a 48-wide tiny, vocabulary padded; --zero 1)
 };
 const char* kThreeHeads = "--dim 48 --heads 3 ";
+const char* kSequenceParallel = "--sequence-parallel ";
 
 // The run equals the reference: every step's loss and norm, every parameter, to the bit.
 void expect_equal_to_reference(const Case& c) {
@@ -79,12 +81,15 @@ std::vector<Case> matrix() {
       for (int K : {1, 2}) {
         m.push_back({3, 1, K, p, kThreeHeads});
         for (auto [T, D] : {std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 2}}) m.push_back({T, D, K, p, "--zero 1 "});
+        for (auto [T, D] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}, std::pair{3, 1}})
+          m.push_back({T, D, K, p, T == 3 ? "--dim 48 --heads 3 --seq 30 --sequence-parallel " : kSequenceParallel});
       }
     return m;
   }
   return {{1, 1, 1, "fp32"}, {2, 1, 1, "fp32"}, {4, 1, 1, "fp32"},       {2, 2, 2, "fp32"},
           {2, 1, 1, "bf16"}, {4, 1, 1, "bf16"}, {2, 1, 1, "fp16"}, {3, 1, 1, "fp32", kThreeHeads},
-          {2, 2, 2, "fp32", "--zero 1 "}, {2, 2, 1, "bf16", "--zero 1 "}};
+          {2, 2, 2, "fp32", "--zero 1 "}, {2, 2, 1, "bf16", "--zero 1 "}, {4, 1, 1, "fp32", kSequenceParallel},
+          {2, 2, 2, "bf16", kSequenceParallel}};
 }
 
 }  // namespace
@@ -96,7 +101,8 @@ TEST(Tensor, EqualsTheSingleProcessReferenceBitForBit) {
   std::string list;
   for (const Case& c : cases)
     list += " " + std::to_string(c.T) + "x" + std::to_string(c.D) + "/K" + std::to_string(c.K) + "/" + c.precision +
-            (c.model == kThreeHeads ? "/3heads" : *c.model ? "/zero1" : "");
+            (strstr(c.model, "--heads 3") ? "/3heads" : "") + (strstr(c.model, "--sequence") ? "/sp" : "") +
+            (strstr(c.model, "--zero") ? "/zero1" : "");
   printf("%zu runs (T x D / K / precision):%s — each bit for bit the reference, %.1f s\n", cases.size(), list.c_str(),
          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
@@ -152,8 +158,11 @@ TEST(Tensor, Stage0DdpWithinTheDerivedBound) {
 // f twice), 2 more (the embedding's g, the head's f), the loss's 2 of R and 1 all-gather of R over the
 // T ranks, and one all-reduce of the pieces over the D replicas.
 TEST(Tensor, LedgerAndCommEqualTheFormulas) {
-  for (auto [T, D, K, zero] : {std::tuple{2, 2, 2, 0}, std::tuple{4, 1, 1, 0}, std::tuple{2, 2, 1, 1}}) {
-    const RunResult& r = run_cached("tensor", T * D, kTiny + tensor_flags(T, K) + (zero ? "--zero 1" : ""));
+  for (auto [T, D, K, zero, sp] : {std::tuple{2, 2, 2, 0, false}, std::tuple{4, 1, 1, 0, false},
+                                   std::tuple{2, 2, 1, 1, false}, std::tuple{4, 1, 1, 0, true},
+                                   std::tuple{2, 2, 2, 1, true}}) {
+    const RunResult& r = run_cached("tensor", T * D, kTiny + tensor_flags(T, K) + (zero ? "--zero 1 " : "") +
+                                                         (sp ? kSequenceParallel : ""));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const nz::GPTConfig c{256, 32, 2, 32, 4};
     const nz::Layout mine = nz::tensor_layout(c, T, D);
@@ -161,7 +170,7 @@ TEST(Tensor, LedgerAndCommEqualTheFormulas) {
     const nz::StateBytes s = nz::tensor_state_bytes(mine, nz::DType::F32, zero);
     // --zero 1: the optimizer's three arrays over D (fp32: m and v; the parameters are their own master)
     EXPECT_EQ(s.adam_m, (zero ? mine.padded_total / D : mine.padded_total) * 4);
-    const uint64_t acts = nz::tensor_activation_bytes(c, T, nz::DType::F32, 2, 32);
+    const uint64_t acts = nz::tensor_activation_bytes(c, T, nz::DType::F32, 2, 32, sp);
     for (const Json& rank : r.report["ranks"].arr) {
       const Json& peak = rank["ledger"]["device"]["peak"];
       EXPECT_EQ(peak["params"].u(), s.params);
@@ -170,13 +179,18 @@ TEST(Tensor, LedgerAndCommEqualTheFormulas) {
       EXPECT_EQ(peak["adam_v"].u(), s.adam_v);
       EXPECT_EQ(peak["activations"].u(), acts) << "rank " << rank["rank"].u();
     }
-    const nz::TensorComm x = nz::tensor_comm_elems(c, T, D, mine, 2, 32, K);
+    const nz::TensorComm x = nz::tensor_comm_elems(c, T, D, mine, 2, 32, K, sp);
     for (const Json& step : r.report["steps_log"].arr)
-      EXPECT_EQ(step["comm_elems"].u(), x.all_reduce + x.all_gather) << "T=" << T << " D=" << D;
+      EXPECT_EQ(step["comm_elems"].u(), x.total()) << "T=" << T << " D=" << D << " sp=" << sp;
     // 4 all-reduces of b s C per block and micro-step, written out once more by hand for tiny, T = 4:
     // (4 x 2 + 2) x 64 x 32 elements, 2 x 3/4 of each sent, 2 x 64 of the loss, 3 x 64 gathered
-    if (T == 4) {
-      EXPECT_EQ(x.all_reduce + x.all_gather, uint64_t(2 * 3 * ((4 * 2 + 2) * 64 * 32 + 2 * 64) / 4 + 3 * 64));
+    if (T == 4 && !sp) {
+      EXPECT_EQ(x.total(), uint64_t(2 * 3 * ((4 * 2 + 2) * 64 * 32 + 2 * 64) / 4 + 3 * 64));
+    }
+    // sequence parallelism, by hand for T = 4: (4 x 2 + 2) reduce-scatters and (6 x 2 + 2) all-gathers of
+    // 3/4 of 64 x 32, the loss's as before, and the layer norms' gradients: 5 all-reduces of 2 x 32
+    if (T == 4 && sp) {
+      EXPECT_EQ(x.total(), uint64_t((10 + 14) * 3 * 64 * 32 / 4 + 2 * 3 * (2 * 64 + 5 * 64) / 4 + 3 * 64));
     }
   }
 }
@@ -191,6 +205,8 @@ TEST(Tensor, BadInputIsOneLineAndExitCode2) {
       {1, "stage0_ddp", "--tensor 2", "stage0_ddp does not use it"},
       {2, "tensor", "--tensor 2 --ckpt-dir /tmp/nz_tensor_ckpt_never", "does not write or read checkpoints"},
       {2, "tensor", "--tensor 2 --zero 2", "ZeRO-2 over the replicas is not built yet"},
+      {1, "tensor", "--sequence-parallel", "expected T > 1"},
+      {4, "tensor", "--tensor 4 --sequence-parallel --seq 30", "the positions do not split over 4 tensor ranks"},
   };
   for (const Bad& b : bad) {
     std::string out;
@@ -205,13 +221,8 @@ TEST(Tensor, BadInputIsOneLineAndExitCode2) {
 }
 
 // Each broken copy runs (or fails) and is told apart from the reference by the check above.
-TEST(Tensor, MutantsAreCaught) {
-  const std::string flags = kTiny + "--precision fp32 " + tensor_flags(2, 1);
-  const tpref::Result ref = tpref::run(flags, 2, 2);
-  const RunResult& good = run_cached("tensor", 4, flags);
-  ASSERT_EQ(good.exit_code, 0) << good.output;
-  EXPECT_EQ(step_values(good.report, "loss"), ref.losses) << "the real rung must pass the check its mutants fail";
-  for (const char* m : {"f_no_all_reduce", "bias_summed_t_times", "local_max", "wrong_placement"}) {
+void expect_mutants_caught(const std::string& flags, const tpref::Result& ref, const std::vector<const char*>& names) {
+  for (const char* m : names) {
     RunResult r = run_trainer(std::string("mutant_tensor_") + m, 4, flags, m);
     if (r.exit_code != 0) {
       printf("mutant_tensor_%s: failed to run (exit %d): caught\n", m, r.exit_code);
@@ -223,5 +234,19 @@ TEST(Tensor, MutantsAreCaught) {
     printf("mutant_tensor_%s: losses max |diff| %.3g, norms %.3g: %s\n", m, max_abs_diff(l, ref.losses),
            max_abs_diff(n, ref.norms), same ? "NOT CAUGHT" : "caught");
     EXPECT_FALSE(same) << "mutant_tensor_" << m << " was not caught";
+  }
+}
+
+TEST(Tensor, MutantsAreCaught) {
+  for (const bool sp : {false, true}) {  // 2 tensor ranks x 2 replicas; sequence parallel for its own mutant
+    const std::string flags = kTiny + "--precision fp32 " + tensor_flags(2, 1) + (sp ? kSequenceParallel : "");
+    const tpref::Result ref = tpref::run(flags, 2, 2);
+    const RunResult& good = run_cached("tensor", 4, flags);
+    ASSERT_EQ(good.exit_code, 0) << good.output;
+    EXPECT_EQ(step_values(good.report, "loss"), ref.losses) << "the real rung must pass the check its mutants fail";
+    EXPECT_EQ(step_values(good.report, "grad_norm"), ref.norms) << "the real rung must pass the check";
+    expect_mutants_caught(flags, ref, sp ? std::vector<const char*>{"sp_ln_not_summed"}
+                                         : std::vector<const char*>{"f_no_all_reduce", "bias_summed_t_times",
+                                                                    "local_max", "wrong_placement"});
   }
 }

@@ -88,7 +88,7 @@ std::vector<X> rank_sum(const std::vector<std::vector<X>>& parts) {
 // layout, zeros first) into g; returns nothing: the batch's summed loss is added to *loss_total.
 template <class X>
 void micro_step(const Layout& L, int T, const std::vector<X>& W, const int* tokens, const int* targets, int B, int S,
-                std::vector<X>& g, double* loss_total, bool first_loss, float loss_scale) {
+                std::vector<X>& g, double* loss_total, bool first_loss, float loss_scale, bool sp) {
   using A = acc_t<X>;
   const GPTConfig& c = L.cfg;
   const size_t C = c.dim, Cq = C / T, F = 4 * C / T, NHl = c.heads / T, BT = size_t(B) * S, V = c.vocab;
@@ -195,9 +195,22 @@ void micro_step(const Layout& L, int T, const std::vector<X>& W, const int* toke
       }
     ops::matmul_backward<X>(parts[t].data(), nullptr, nullptr, logits[t].data(), lnf.data(), wte[t].data(), BT, C, Vl);
   }
+  // --sequence-parallel: rank t's layer norms see rows [t BT/T, (t+1) BT/T) only, so the weight
+  // gradient of a layer norm is the T ranks' parts, each over its rows, summed in rank order; the
+  // rest is row by row (the same numbers wherever a row is computed). Without it: one call, all rows.
+  auto ln_backward = [&](X* gw, X* gb, const auto& call) {  // call(first row, rows, gw, gb)
+    if (!sp) return call(size_t(0), BT, gw, gb);
+    std::vector<std::vector<X>> pw(T, vec(C)), pb(T, vec(C));
+    for (int t = 0; t < T; t++) call(t * (BT / T), BT / T, pw[t].data(), pb[t].data());
+    const std::vector<X> w = rank_sum(pw), bb = rank_sum(pb);
+    std::copy(w.begin(), w.end(), gw);
+    std::copy(bb.begin(), bb.end(), gb);
+  };
   std::vector<X> dx = rank_sum(parts), dtmp = vec(BT * C);
-  ops::layernorm_backward<X>(dtmp.data(), Gp(lnf_u, 0), Gp(lnf_u, 1), dx.data(), x->data(), P(lnf_u, 0), mf.data(),
-                             rf.data(), BT, C);
+  ln_backward(Gp(lnf_u, 0), Gp(lnf_u, 1), [&](size_t r0, size_t n, X* gw, X* gb) {
+    ops::layernorm_backward<X>(dtmp.data() + r0 * C, gw, gb, dx.data() + r0 * C, x->data() + r0 * C, P(lnf_u, 0),
+                               mf.data() + r0, rf.data() + r0, n, C);
+  });
   dx = dtmp;
   std::vector<X> dres = vec(BT * C);
   for (int l = int(nl) - 1; l >= 0; l--) {
@@ -217,8 +230,11 @@ void micro_step(const Layout& L, int T, const std::vector<X>& W, const int* toke
     }
     std::copy(bias_grad0.begin(), bias_grad0.end(), Gp(u, 11));
     std::vector<X> dln = rank_sum(parts);
-    ops::layernorm_backward_residual<X>(dres.data(), Gp(u, 6), Gp(u, 7), dx.data(), dln.data(), b.res_att.data(),
-                                        P(u, 6), b.m2.data(), b.r2.data(), BT, C);
+    ln_backward(Gp(u, 6), Gp(u, 7), [&](size_t r0, size_t n, X* gw, X* gb) {
+      const size_t o = r0 * C;
+      ops::layernorm_backward_residual<X>(dres.data() + o, gw, gb, dx.data() + o, dln.data() + o, b.res_att.data() + o,
+                                          P(u, 6), b.m2.data() + r0, b.r2.data() + r0, n, C);
+    });
     for (int t = 0; t < T; t++) {
       std::vector<X> wp = cols_of(P(u, 4), C, C, t * Cq, Cq), w = rows_of(P(u, 2), 3 * C, C, qkv_rows(t), Cq);
       std::vector<X> datty = vec(BT * Cq), dqkv = vec(BT * 3 * Cq), gwp = vec(C * Cq), gbp = vec(C),
@@ -234,8 +250,11 @@ void micro_step(const Layout& L, int T, const std::vector<X>& W, const int* toke
     }
     std::copy(bias_grad0.begin(), bias_grad0.end(), Gp(u, 5));
     dln = rank_sum(parts);
-    ops::layernorm_backward_residual<X>(dx.data(), Gp(u, 0), Gp(u, 1), dres.data(), dln.data(), b.x.data(), P(u, 0),
-                                        b.m1.data(), b.r1.data(), BT, C);
+    ln_backward(Gp(u, 0), Gp(u, 1), [&](size_t r0, size_t n, X* gw, X* gb) {
+      const size_t o = r0 * C;
+      ops::layernorm_backward_residual<X>(dx.data() + o, gw, gb, dres.data() + o, dln.data() + o, b.x.data() + o,
+                                          P(u, 0), b.m1.data() + r0, b.r1.data() + r0, n, C);
+    });
   }
   // the tied wte: each piece's LM-head part, then its tokens' lookup part; wpe from every position
   for (int t = 0; t < T; t++) {
@@ -335,7 +354,8 @@ Result run_t(const Args& a, int T, int D) {
     for (int d = 0; d < D; d++)
       for (size_t k = 0; k < K; k++) {
         data.train_batch(step, int(k), int(K), D, d, tok.data(), tgt.data());
-        micro_step<X>(L, T, W, tok.data(), tgt.data(), int(B), int(S), g, &loss_d[d], k == 0, scale_S);
+        micro_step<X>(L, T, W, tok.data(), tgt.data(), int(B), int(S), g, &loss_d[d], k == 0, scale_S,
+                      a.sequence_parallel);
         accumulate_grads(dt, Gd[d].data(), g.data(), n, 1.0f, k == 0);
       }
     std::vector<X> G = rank_sum(Gd);  // the replicas, in replica order
