@@ -26,6 +26,9 @@
 namespace nz {
 
 struct Args;  // input/cli.h
+class Trainer;    // trainer.h
+class TensorGPT;  // tensor/tp_model.h
+class Comm;       // comm.h
 
 struct TensorPlan {
   int tensor = 1, replicas = 1;  // T, D
@@ -56,5 +59,11 @@ Layout tensor_layout(const GPTConfig& cfg, int T, int D);
 // offsets counted from the unit's first element in the full layout (make_layout) and in the rank's.
 void for_each_run(const Layout& full, const Layout& local, int u, int T, int t,
                   const std::function<void(size_t full_at, size_t local_at, size_t n)>& fn);
+
+// What the Trainer asks of a tensor rank besides training (hooks.cpp): validation's forward on my
+// pieces, the model file (each unit's pieces gathered over my tensor ranks), the memory formulas.
+// P(u): my pieces of unit u.
+void set_tensor_hooks(Trainer& run, const TensorPlan& plan, const Layout& L, TensorGPT& model, Comm& tp,
+                      std::function<void*(int u)> P);
 
 }  // namespace nz

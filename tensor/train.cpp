@@ -19,9 +19,8 @@
 #include <vector>
 
 #include "kernels/ops.h"  // kernels on the run's backend
-#include "tensor/formulas.h"  // tensor_state_bytes, tensor_activation_bytes
 #include "tensor/tp_model.h"  // TensorGPT: my pieces' forward, backward, the conjugate operators
-#include "tensor/tensor.h"  // TensorPlan, tensor_layout, for_each_run
+#include "tensor/tensor.h"  // TensorPlan, tensor_layout, for_each_run, set_tensor_hooks
 #include "trainer.h"  // Trainer: args, data, logging, reports (all but the tensor idea)
 
 using namespace nz;
@@ -76,28 +75,8 @@ int main(int argc, char** argv) {
     adam.init_master(u, my_P(u));
   }
 
-  // ---- the Trainer's questions: validation's forward, the model file, the memory formulas ----
-  run.hooks.forward_loss = [&]() -> double {
-    model.set_batch(run.batch_tokens(), run.batch_targets(), run.model->rows());
-    for (int u = 0; u < L.num_units(); u++) model.forward(u, P(u));
-    model.head_forward(P(EMBED));
-    const double s = model.take_loss_sum();
-    return t == 0 ? s : 0.0;  // every tensor rank has the replica's loss: counted once
-  };
-  // the model file: each unit's pieces all-gathered over my tensor ranks, put back in place
-  std::vector<char> gathered(L.max_unit_padded * TP * e), whole(full.max_unit_padded * e);
-  run.unit_access = UnitAccess{[&](int u) -> const void* {
-    tp.all_gather(P(u), gathered.data(), numel(u), dt);
-    for (int r = 0; r < TP; r++)
-      for_each_run(full, L, u, TP, r, [&](size_t at, size_t local, size_t n) {
-        memcpy(whole.data() + at * e, gathered.data() + (r * numel(u) + local) * e, n * e);
-      });
-    return whole.data();
-  }};
-  run.hooks.state_formula = [&](int) { return tensor_state_bytes(L, dt, plan.zero); };
-  run.hooks.activation_formula = [&](int) {
-    return tensor_activation_bytes(run.args.cfg, TP, dt, run.args.batch, run.args.seq, plan.sp);
-  };
+  // validation, the model file and the memory table's formulas: over my pieces (hooks.cpp)
+  set_tensor_hooks(run, plan, L, model, tp, P);
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);
@@ -150,10 +129,6 @@ int main(int argc, char** argv) {
     }
     run.end_step(step, loss_sum, norm);
   }
-  run.hooks.report_key = "tensor";
-  run.hooks.report_json = tensor_report_json(run.args.cfg, TP, plan.replicas, L, dt,
-                                              run.args.batch, run.args.seq, run.args.accum, plan.zero,
-                                              plan.sp);
   run.finish();
   return 0;
 }

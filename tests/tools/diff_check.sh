@@ -50,8 +50,8 @@ check_lesson stage0_ddp pipeline 220
 check_lesson stage3 infinity 100
 # ZeRO++ beside stage3: three marked blocks (qwZ, hpZ, qgZ), each a switch
 check_lesson stage3 zeropp 140
-# tensor parallelism beside stage0_ddp: the split (marked), my pieces' state, the Trainer's hooks
-# (validation, the model file gathered from the pieces), the norm over pieces and replicated tensors
+# tensor parallelism beside stage0_ddp: the split and ZeRO-1 (marked), my pieces' state, the norm over
+# pieces and replicated tensors (the Trainer's hooks are in tensor/hooks.cpp)
 check_lesson stage0_ddp tensor 130
 
 # A rung is a folder: beside its train.cpp, the files only it uses (make diff lists them under the
