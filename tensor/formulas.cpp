@@ -3,9 +3,7 @@
 
 #include <cstdio>
 
-#include "kernels/kernels.h"  // Attention
-#include "model.h"            // stage_activation_bytes: the Trainer's model of the batch
-#include "tensor/tensor.h"    // padded_vocab
+#include "tensor/tensor.h"  // padded_vocab
 
 namespace nz {
 
@@ -39,7 +37,10 @@ uint64_t tensor_activation_bytes(const GPTConfig& c, int T, DType dt, int B, int
   const uint64_t grads = 4 * r(Rl * C * e) + r(BT * 4 * C / T * e) + r(BT * 3 * C / T * e) +
                          (sp ? 2 * r(BT * C * e) : 0);
   const uint64_t rows = 3 * r(4 * R) + r(4 * T * R) + 2 * r(4 * BT);
-  const uint64_t batch_holder = stage_activation_bytes(c, B, 1, dt, false, Attention::Gemm, 0, 1, 1);
+  // the Trainer's model of the embedding at one position (its ActLayout at s = 1, units [0, 1)):
+  // x0 (b,1,C), the activation grads of one block (4 of (b,1,C), (b,1,4C), (b,1,3C)), the tokens
+  const uint64_t BC = uint64_t(B) * C;
+  const uint64_t batch_holder = 5 * r(BC * e) + r(4 * BC * e) + r(3 * BC * e) + r(4 * uint64_t(B));
   return uint64_t(c.layers) * block + once + grads + rows + batch_holder;
 }
 

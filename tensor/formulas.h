@@ -28,7 +28,7 @@ uint64_t tensor_param_formula(const GPTConfig& cfg, int T);
 //              the loss's per-row max, sum and target (R = bs rounded up to T), the T maxima (T R);
 //              the tokens and targets (b,s) ints
 //   + the Trainer's model of the embedding at one position (Topology::own_model), which only holds
-//     the batch: stage_activation_bytes(cfg, b, 1, ..., units [0, 1)).
+//     the batch: x0 and one block's activation grads at s = 1 (5 (b,1,C), (b,1,4C), (b,1,3C)), b tokens.
 // Without sequence parallelism the (b,s,C) terms do not shrink with T: Korthikanti et al. (2022).
 // With it (sp) every (b,s,C) term of the residual stream and the layer norms, their rows of fp32,
 // x0 and the block's grads of (b,s,C) hold bs/T rows; lnf's output is kept whole for the LM head

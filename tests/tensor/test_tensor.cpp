@@ -182,6 +182,17 @@ TEST(Tensor, LedgerAndCommEqualTheFormulas) {
       EXPECT_EQ(peak["adam_v"].u(), s.adam_v);
       EXPECT_EQ(peak["activations"].u(), acts) << "rank " << rank["rank"].u();
     }
+    // zero_estimate --tensor prints the same, running nothing
+    std::string est;
+    ASSERT_EQ(run_command(program_path("zero_estimate") + " --tensor " + std::to_string(T) + " --world " +
+                              std::to_string(T * D) + " --preset tiny --batch 2 --seq 32 --accum " + std::to_string(K) +
+                              (zero ? " --zero 1" : "") + (sp ? " --sequence-parallel" : "") + " --json", &est), 0)
+        << est;
+    const Json e = Json::parse(est)["estimates"][0];
+    const Json& peak0 = r.report["ranks"][0]["ledger"]["device"]["peak"];
+    for (const char* k : {"params", "grads", "master", "adam_m", "adam_v", "activations"})
+      EXPECT_EQ(e["bytes"][k].u(), peak0[k].u()) << "zero_estimate --tensor: " << k;
+    EXPECT_EQ(e["comm_elems_per_step"].u(), r.report["steps_log"][0]["comm_elems"].u()) << "zero_estimate --tensor";
     const nz::TensorComm x = nz::tensor_comm_elems(c, T, D, mine, 2, 32, K, sp);
     for (const Json& step : r.report["steps_log"].arr)
       EXPECT_EQ(step["comm_elems"].u(), x.total()) << "T=" << T << " D=" << D << " sp=" << sp;
