@@ -39,6 +39,9 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
     user_error("--qat with tensor: not built for this rung, expected no --qat; train with --qat on stage0_ddp..stage3");
   if (a.activation_checkpointing)
     user_error("--activation-checkpointing with tensor: not built for this rung yet, expected it off; drop the flag");
+  if (a.batch_auto)
+    user_error("--batch auto with tensor: the fit is sized by the whole model's formulas, not a tensor rank's, "
+               "expected a --batch; zero_estimate --tensor T --batch B prints a rank's bytes");
   if (a.device == "cuda")
     user_error("--device cuda: tensor runs on the CPU backend only (docs/tensor.md), expected --device cpu or auto");
   TensorPlan p;

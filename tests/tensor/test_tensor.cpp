@@ -220,6 +220,7 @@ TEST(Tensor, BadInputIsOneLineAndExitCode2) {
       {2, "tensor", "--tensor 2 --ckpt-dir /tmp/nz_tensor_ckpt_never", "does not write or read checkpoints"},
       {2, "tensor", "--tensor 2 --zero 2", "ZeRO-2 over the replicas is not built yet"},
       {1, "tensor", "--sequence-parallel", "expected T > 1"},
+      {2, "tensor", "--tensor 2 --batch auto --memory-budget 1MiB", "--batch auto with tensor"},
       {4, "tensor", "--tensor 4 --sequence-parallel --seq 30", "the positions do not split over 4 tensor ranks"},
   };
   for (const Bad& b : bad) {
