@@ -68,10 +68,12 @@ std::string tensor_report_json(const GPTConfig& c, int T, int D, const Layout& m
   const TensorComm x = tensor_comm_elems(c, T, D, mine, B, S, accum, sp);
   char j[512];
   snprintf(j, sizeof j,
-           "{\"tensor\": %d, \"replicas\": %d, \"zero\": %d, \"sequence_parallel\": %s, \"padded_vocab\": %d, \"params_per_rank\": %llu, "
+           "{\"tensor\": %d, \"replicas\": %d, \"zero\": %d, \"sequence_parallel\": %s, \"padded_vocab\": %d, "
+           "\"params_per_rank\": %llu, "
            "\"state_bytes\": %llu, \"activation_bytes\": %llu, \"step_all_reduce_elems\": %llu, "
            "\"step_all_gather_elems\": %llu, \"step_reduce_scatter_elems\": %llu}",
-           T, D, zero, sp ? "true" : "false", padded_vocab(c.vocab, T), (unsigned long long)mine.num_params, (unsigned long long)s.total(),
+           T, D, zero, sp ? "true" : "false", padded_vocab(c.vocab, T), (unsigned long long)mine.num_params,
+           (unsigned long long)s.total(),
            (unsigned long long)tensor_activation_bytes(c, T, dt, B, S, sp), (unsigned long long)x.all_reduce,
            (unsigned long long)x.all_gather, (unsigned long long)x.reduce_scatter);
   return j;

@@ -73,7 +73,8 @@ std::string tensor_summary(const TensorPlan& p, const GPTConfig& c) {
   snprintf(line, sizeof line, "tensor: T = %d tensor ranks x D = %d replicas, T fastest (rank r: tensor rank r %% T "
            "of replica r / T)%s%s | %d heads, %d MLP columns, %d vocabulary rows per tensor rank (vocabulary %d%s)",
            p.tensor, p.replicas, p.zero ? ", ZeRO-1 over the replicas" : "",
-           p.sp ? ", sequence parallel (each rank 1/T of the rows outside attention and the MLP)" : "", c.heads / p.tensor, 4 * c.dim / p.tensor, Vp / p.tensor, V, pad);
+           p.sp ? ", sequence parallel (each rank 1/T of the rows outside attention and the MLP)" : "",
+           c.heads / p.tensor, 4 * c.dim / p.tensor, Vp / p.tensor, V, pad);
   return line;
 }
 

@@ -174,7 +174,8 @@ void TensorGPT::forward_t(int u, const X* p) {
     X* part = sp_ ? full : x0;
     for (int i = 0; i < BT; i++) {
       const int tok = tokens_[i] - lo;
-      for (int k = 0; k < C; k++) part[size_t(i) * C + k] = tok >= 0 && tok < Vl ? wte[size_t(tok) * C + k] : store<X>(0.0f);
+      for (int k = 0; k < C; k++)
+        part[size_t(i) * C + k] = tok >= 0 && tok < Vl ? wte[size_t(tok) * C + k] : store<X>(0.0f);
     }
     if (sp_) scatter_sum_rows(part, x0, n);  // SP: g, my rows of the sum
     else g_forward(x0, n);
@@ -311,7 +312,8 @@ void TensorGPT::backward_t(int u, const X* p, X* g) {
     for (int i = 0; i < BT; i++) {
       const int tok = tokens_[i] - lo;
       if (tok < 0 || tok >= Vl) continue;
-      for (int k = 0; k < C; k++) g[size_t(tok) * C + k] = store<X>(load(g[size_t(tok) * C + k]) + load(dx0[size_t(i) * C + k]));
+      X* row = g + size_t(tok) * C;
+      for (int k = 0; k < C; k++) row[k] = store<X>(load(row[k]) + load(dx0[size_t(i) * C + k]));
     }
     // wpe is replicated: every rank adds the same dx0, and its gradient is complete here
     X* dwpe = g + t[1].offset;

@@ -128,7 +128,8 @@ void micro_step(const Layout& L, int T, const std::vector<X>& W, const int* toke
     ops::layernorm_forward<X>(b.ln1.data(), b.m1.data(), b.r1.data(), b.x.data(), P(u, 0), P(u, 1), BT, C);
     b.qkv.assign(T, vec(BT * 3 * Cq)), b.att.assign(T, vec(B * NHl * S * S)), b.atty.assign(T, vec(BT * Cq));
     for (int t = 0; t < T; t++) {
-      const std::vector<X> w = rows_of(P(u, 2), 3 * C, C, qkv_rows(t), Cq), bias = rows_of(P(u, 3), 3 * C, 1, qkv_rows(t), Cq);
+      const std::vector<X> w = rows_of(P(u, 2), 3 * C, C, qkv_rows(t), Cq);
+      const std::vector<X> bias = rows_of(P(u, 3), 3 * C, 1, qkv_rows(t), Cq);
       ops::matmul_forward<X>(b.qkv[t].data(), b.ln1.data(), w.data(), bias.data(), BT, C, 3 * Cq);
       ops::attention_forward<X>(b.atty[t].data(), b.att[t].data(), b.qkv[t].data(), B, S, Cq, NHl);
       const std::vector<X> wp = cols_of(P(u, 4), C, C, t * Cq, Cq);
