@@ -152,7 +152,14 @@ TEST(Tensor, Stage0DdpWithinTheDerivedBound) {
       EXPECT_LE(dl, bound) << "T=" << T << " step " << s + 1 << ": loss " << l[s] << " vs stage0_ddp " << l0[s];
       EXPECT_LE(dn, bound) << "T=" << T << " step " << s + 1 << ": norm " << nn[s] << " vs stage0_ddp " << n0[s];
     }
-    printf("T=%d vs stage0_ddp: largest relative difference %.3g of the bound (loss, norm, 3 steps)\n", T, worst);
+    // validation (the rung's own forward over its pieces, the loss counted once per replica): the
+    // final model's, within the bound of the step after the last
+    const double v0 = ref.report["final_val_loss"].d(), v = r.report["final_val_loss"].d();
+    const double vbound = terms * gamma * (1 + double(l.size()) * lr * 0.5 * std::sqrt(psi));
+    EXPECT_LE(std::fabs(v - v0) / v0, vbound) << "T=" << T << ": validation loss " << v << " vs stage0_ddp " << v0;
+    worst = std::max(worst, std::fabs(v - v0) / v0 / vbound);
+    printf("T=%d vs stage0_ddp: largest relative difference %.3g of the bound (loss, norm, 3 steps; validation)\n", T,
+           worst);
   }
 }
 
