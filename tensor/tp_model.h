@@ -8,12 +8,12 @@
 //      embedding's lookup). Each rank computes a partial product from its heads / its rows; the
 //      output is their sum. Its gradient is the same on every rank already.
 // Per block and micro-batch that is 4 all-reduces of (b, s, C): g twice in the forward, f twice in
-// the backward. The cross-entropy runs over the vocabulary pieces (vocab_parallel_xent): no rank
-// holds a whole row of logits.
+// the backward. The cross-entropy runs over the vocabulary pieces (head_forward): no rank holds a
+// whole row of logits.
 //
 // Sums over ranks add the contributions in rank order (comm.h), so a single process that adds the
-// same partial products in the same order gets the same bits (tests/tensor/tp_reference.cpp).
-// The CPU backend only.
+// same partial products in the same order gets the same bits (tests/tensor/tp_reference.h).
+// The CPU backend only (the lookup and the loss are host loops).
 #pragma once
 #include <vector>
 
