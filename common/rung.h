@@ -22,6 +22,9 @@ struct Topology {
   int first_unit = 0, end_unit = -1;  // the units this rank runs: [first, end) (-1: to the last)
   // the micro-batches whose activations the model keeps at once, for K micro-steps (empty: 1)
   std::function<int(int accum)> activation_slots;
+  // The rung computes with a model of its own (tensor/): the Trainer's model then holds only the
+  // batch's first position (one position's buffers), which evaluation hands it.
+  bool own_model = false;
 };
 // A rung's topology, from the command line and the world: called once the command line is read,
 // before anything is sized (a split that cannot be made is one line there).

@@ -88,6 +88,10 @@ class Trainer {
   void init_params(int u, Slice part, void* dst, Location at = Location::Device);
   // Micro-batch k of `step` for this rank, loaded into the model.
   void load_micro_batch(int step, int k);
+  // The batch last loaded (load_micro_batch, or evaluation's before hooks.forward_loss): B x seq
+  // tokens and targets on the host, for a rung with a model of its own (Topology::own_model).
+  const int* batch_tokens() const { return tokens_.data(); }
+  const int* batch_targets() const { return targets_.data(); }
   // The optimizer's clock: the learning rate and Adam's 1-based step count of this step's update.
   // Both count the updates applied so far, which is the step index unless fp16 skipped steps
   // (loss_scale.h: a skipped step moves neither the schedule nor Adam, as in DeepSpeed).

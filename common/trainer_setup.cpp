@@ -196,7 +196,7 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
   Ledger::get().set_timeline_last_step(1);
   // the units this rank runs and the micro-batches it keeps in flight (the topology's)
   const Topology& t = topology;
-  model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing, t.first_unit,
+  model = std::make_unique<GPT>(layout, dtype, args.batch, t.own_model ? 1 : args.seq, args.activation_checkpointing, t.first_unit,
                                 t.end_unit, t.activation_slots ? t.activation_slots(args.accum) : 1);
   model->set_qat(qat);  // the same fake quantization in every trainer: no stage file sees it
   tokens_.resize(size_t(args.batch) * args.seq);

@@ -18,6 +18,7 @@ const char* stage_name(Stage s) {
     case Stage::Pipeline: return "pipeline";
     case Stage::Infinity: return "infinity";
     case Stage::ZeroPP: return "zeropp";
+    case Stage::Tensor: return "tensor";
   }
   return "?";
 }
@@ -62,6 +63,7 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
   StateBytes b;
   switch (stage) {
     case Stage::Pipeline:  // as an upper bound (a stage holds less: pipeline_stage_bytes)
+    case Stage::Tensor:    // as an upper bound (a tensor rank holds less: tensor/formulas.h)
     case Stage::DDP:  // everything, everywhere
       b.params = e * P;
       // the full gradient, accumulated locally over the micro-steps and all-reduced in place once
@@ -138,6 +140,7 @@ uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum) {
   switch (stage) {
     case Stage::DDP:
     case Stage::Pipeline:  // the whole model's all-reduce, as stage0_ddp on the D replicas
+    case Stage::Tensor:    // (the replicas' part only; the tensor ranks' all-reduces: tensor/formulas.h)
     case Stage::Z1: return 2 * (N - 1) * S;  // recomputation: the full parameters are here already
     case Stage::Z2:
     case Stage::Offload: return K * (N - 1) * S + (N - 1) * S;  // the same

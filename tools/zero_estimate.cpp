@@ -5,6 +5,8 @@
 //                           [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]
 //   build/bin/zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]]
 //                           [--precision P] [--accum K] [--json] [--network INTRA,INTER [--compute-ms C]]
+//   build/bin/zero_estimate --tensor T [--zero 1] [--sequence-parallel] [--preset NAME] [--world N[,N...]]
+//                           [--precision P] [--batch B] [--seq T] [--accum K] [--json]
 //   build/bin/zero_estimate --paper-table
 //   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE [--explain] [--result]]
 //   build/bin/zero_estimate --verify LINE [--course-pub FILE]
@@ -53,6 +55,8 @@
 #include "pipeline/formulas.h"  // pipeline_stage_bytes, pipeline_activation_bytes
 #include "zeropp/formulas.h"    // zeropp_state_bytes, zeropp_comm_per_step
 #include "muon_formulas.h"      // muon_estimate_text: --optimizer muon
+#include "tensor/formulas.h"    // tensor_state_bytes, tensor_activation_bytes, tensor_comm_elems
+#include "tensor/tensor.h"      // tensor_layout
 #include "tools/zero_quiz.h"      // make_quiz, check_quiz
 #include "kernels/quantize.h"       // valid_quant_block
 #ifndef __EMSCRIPTEN__
@@ -197,6 +201,7 @@ void print_usage() {
          "                     [--stage NAME|all] [--offload] [--batch B] [--seq T] [--accum K] [--json]\n"
          "                     [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]\n"
          "       zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]] ...\n"
+         "       zero_estimate --tensor T [--zero 1] [--sequence-parallel] [--preset NAME] [--world N[,N...]] ...\n"
          "       zero_estimate --paper-table\n"
          "       zero_estimate --config DS.json [--preset NAME | --params PSI] [--world N[,N...]] ...\n"
          "       zero_estimate --deepspeed-estimator [--preset NAME | --params PSI [--largest-layer L]] [--world N[,N...]]\n"
@@ -397,6 +402,66 @@ void print_zeropp_table(const GPTConfig& cfg, const std::string& preset, const s
   }
 }
 
+
+// --tensor T: per world size N = D x T, what one tensor rank of tensor/train.cpp holds and sends
+// (tensor/formulas.h): its pieces' model state, its activations, the elements it sends per step.
+void print_tensor_table(const GPTConfig& cfg, const std::string& preset, const std::vector<int>& worlds, int T,
+                        int zero, bool sp, DType dt, int B, int S, int K, bool json) {
+  if (cfg.heads % T != 0)
+    user_error("--tensor %d: the %d heads do not split over %d ranks, expected a T that divides the heads", T,
+               cfg.heads, T);
+  if (sp && (T == 1 || S % T != 0))
+    user_error("--sequence-parallel with --tensor %d and --seq %d: expected T > 1 dividing the sequence", T, S);
+  JsonWriter j;
+  if (json) {
+    j.begin_object();
+    j.kv("model", preset), j.kv("precision", dtype_name(dt)), j.kv("tensor", T), j.kv("zero", zero);
+    j.kv("sequence_parallel", sp), j.kv("batch", B), j.kv("seq", S), j.kv("accum", K);
+    j.key("estimates");
+    j.begin_array();
+  } else {
+    printf("%s, %s, tensor parallel T = %d%s%s, micro-batch %d x %d, accum %d: per rank\n", preset.c_str(),
+           dtype_name(dt), T, zero == 1 ? ", ZeRO-1 over the replicas" : "", sp ? ", sequence parallel" : "", B, S,
+           K);
+    printf("%-6s %4s %12s %12s %12s %12s %12s %12s %14s %14s\n", "N", "D", "params", "grads", "master", "adam_m",
+           "adam_v", "activations", "total", "sent/step");
+  }
+  for (int N : worlds) {
+    if (N % T != 0)
+      user_error("--tensor %d with --world %d: T does not divide the ranks, expected N = D x T", T, N);
+    const int D = N / T;
+    const Layout L = tensor_layout(cfg, T, D);
+    const StateBytes b = tensor_state_bytes(L, dt, zero);
+    const uint64_t acts = tensor_activation_bytes(cfg, T, dt, B, S, sp);
+    const TensorComm c = tensor_comm_elems(cfg, T, D, L, B, S, K, sp);
+    if (json) {
+      j.begin_object();
+      j.kv("world", N), j.kv("replicas", D), j.kv("params_per_rank", uint64_t(L.num_params));
+      j.key("bytes");
+      j.begin_object();
+      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
+      j.kv("adam_v", b.adam_v), j.kv("activations", acts);
+      j.end_object();
+      j.kv("total", b.total() + acts);
+      j.kv("all_reduce_elems_per_step", c.all_reduce), j.kv("all_gather_elems_per_step", c.all_gather);
+      j.kv("reduce_scatter_elems_per_step", c.reduce_scatter), j.kv("comm_elems_per_step", c.total());
+      j.end_object();
+    } else {
+      printf("%-6d %4d %12llu %12llu %12llu %12llu %12llu %12llu %14llu %14llu\n", N, D, (unsigned long long)b.params,
+             (unsigned long long)b.grads, (unsigned long long)b.master, (unsigned long long)b.adam_m,
+             (unsigned long long)b.adam_v, (unsigned long long)acts, (unsigned long long)(b.total() + acts),
+             (unsigned long long)c.total());
+    }
+  }
+  if (json) {
+    j.end_array();
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+  } else {
+    printf("(elements sent per step: %s over the tensor ranks, the pieces' all-reduce over the D replicas; "
+           "docs/tensor.md)\n", sp ? "reduce-scatters and all-gathers of b s C" : "4 all-reduces of b s C per block");
+  }
+}
 
 // ---- DeepSpeed beside the ledger: its buffers (--config FILE) and its estimator (--deepspeed-estimator) ----
 // DeepSpeed's buffers are its own, not this project's: nanoZeRO's bucket is one unit (eU) and stage3
@@ -628,6 +693,8 @@ int main(int argc, char** argv) {
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
   int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
   int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
+  int tensor = 0;       // --tensor T: a tensor rank's bytes and elements (tensor/formulas.h)
+  bool sequence_parallel = false;
   long qw_block = 256, qg_block = 256;
   Network network;  // --network INTRA,INTER in GB/s, --compute-ms
   std::string schedule = "1f1b", partition;
@@ -652,6 +719,7 @@ int main(int argc, char** argv) {
     if (a == "--deepspeed-estimator") { ds_estimator = true; continue; }
     if (a == "--explain") { explain = true; continue; }
     if (a == "--result") { result = true; continue; }
+    if (a == "--sequence-parallel") { sequence_parallel = true, typed[a] = ""; continue; }
     if (i + 1 >= argc) user_error("%s needs a value, or is unknown; see zero_estimate --help", a.c_str());
     v = argv[++i];
     typed[a] = v;
@@ -685,6 +753,7 @@ int main(int argc, char** argv) {
     else if (a == "--partition") partition = v;
     else if (a == "--zero") zero = v == "0" ? 0 : parse_pos(a, v, 3);  // 2, 3: refused by the plan
     else if (a == "--zeropp") zeropp_node = parse_pos(a, v, 1 << 20);
+    else if (a == "--tensor") tensor = parse_pos(a, v, 1 << 16);
     else if (a == "--config") ds_path = v;
     else if (a == "--gpus-per-node") gpus_per_node = parse_pos(a, v, 1 << 20);
     else if (a == "--largest-layer") largest_layer = parse_count(a, v);
@@ -826,14 +895,14 @@ int main(int argc, char** argv) {
   else if (precision == "bf16") dt = DType::BF16;
   else if (precision == "fp16") dt = DType::F16;
   else user_error("--precision %s: unknown precision; valid: fp32, bf16, fp16", precision.c_str());
-  if (zero > 0 && pipeline == 0)
+  if (zero > 0 && pipeline == 0 && tensor == 0)
     user_error("--zero %d: only with --pipeline P (the ZeRO stages are the table's columns without it); add --pipeline",
                zero);
   if ((gpus_per_node > 0 || largest_layer > 0) && !ds_estimator)
     user_error("%s goes with --deepspeed-estimator; add it", gpus_per_node > 0 ? "--gpus-per-node" : "--largest-layer");
   if (ds_estimator) {
     for (const char* other : {"--config", "--zeropp", "--pipeline", "--fit", "--stage", "--batch", "--seq", "--accum",
-                              "--attention", "--activation-checkpointing"})
+                              "--attention", "--activation-checkpointing", "--tensor", "--sequence-parallel"})
       if (typed.count(other))
         user_error("--deepspeed-estimator with %s: DeepSpeed's estimator counts model states only, for every stage "
                    "and offload case at once, expected no %s; drop it", other, other);
@@ -845,6 +914,16 @@ int main(int argc, char** argv) {
       user_error("--largest-layer with a model shape: the model gives it (wte, wpe or fc), expected --params; drop "
                  "--largest-layer");
     print_deepspeed_estimator(worlds, gpus_per_node, cfg, raw, raw_psi, largest_layer, dt);
+    return 0;
+  }
+  if (sequence_parallel && tensor == 0) user_error("--sequence-parallel goes with --tensor T; add --tensor");
+  if (tensor > 0) {
+    if (raw) user_error("--tensor needs a model shape (it splits the matrices); drop --params, use --preset");
+    for (const char* other : {"--zeropp", "--pipeline", "--fit", "--stage", "--config"})
+      if (typed.count(other))
+        user_error("--tensor with %s: two tables, expected one; drop one of them", other);
+    if (zero > 1) user_error("--zero %d with --tensor: expected 0 or 1 (ZeRO-1 over the replicas)", zero);
+    print_tensor_table(cfg, preset, worlds, tensor, zero, sequence_parallel, dt, batch, seq, accum, json);
     return 0;
   }
   if (network.intra_gbs > 0 && zeropp_node == 0)

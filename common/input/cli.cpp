@@ -375,7 +375,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--partition", "U1,U2,...", "pipeline: the first unit of stages 1..P-1, increasing (units: 0 embed, 1..L "
        "blocks, L+1 lnf; default: balance the parameters)",
        [&](auto&, auto& v) { a.partition = v; }},
-      {"--zero", "0|1", "pipeline: 1 shards each stage's optimizer state over its D replicas (ZeRO-1; 2 and 3 "
+      {"--zero", "0|1", "pipeline, tensor: 1 shards the optimizer state over the D replicas (ZeRO-1; 2 and 3 "
        "do not fit a pipeline: docs/pipeline.md)", [&](auto& f, auto& v) {
          // 2 and 3 are ZeRO stages the pipeline refuses with the reason (pipeline.cpp); anything else is not one
          const long z = parse_int(f, v, -(1L << 40), 1L << 40, "0 or 1");
@@ -383,6 +383,12 @@ Args parse_args(int argc, char** argv, const char* program) {
            user_error("%s %s: expected 0 or 1 (ZeRO-1 inside each stage); e.g. %s 1", f.c_str(), v.c_str(), f.c_str());
          a.zero = int(z);
        }},
+      // begin tensor flags
+      {"--tensor", "T", "tensor: T ranks split every matrix (heads, MLP columns, vocabulary: Megatron-LM); N/T "
+       "data-parallel replicas (default 1)", pos_int(&a.tensor, 1 << 16)},
+      {"--sequence-parallel", "", "tensor: each tensor rank keeps 1/T of the rows outside attention and the MLP "
+       "(Megatron's sequence parallelism: a reduce-scatter and an all-gather for each all-reduce)", nullptr},
+      // end tensor flags
       {"--qwz", "", "zeropp: all-gather the parameters as int8 blocks, one fp32 scale per --qw-block values", nullptr},
       {"--hpz", "G", "zeropp: simulated nodes of G ranks; a secondary parameter shard over my node's G ranks, so the "
        "backward gathers inside the node (default 0: off)",
@@ -471,7 +477,8 @@ Args parse_args(int argc, char** argv, const char* program) {
                                                  {"--activation-checkpointing", &a.activation_checkpointing},
                                                  {"--ckpt-overwrite", &a.ckpt_overwrite},
                                                  {"--resume-changed", &a.resume_changed},
-                                                 {"--qwz", &a.qwz}, {"--qgz", &a.qgz}, {"--qgz-flat", &a.qgz_flat}};
+                                                 {"--qwz", &a.qwz}, {"--qgz", &a.qgz}, {"--qgz-flat", &a.qgz_flat},
+                                                 {"--sequence-parallel", &a.sequence_parallel}};
   auto find_flag = [&](const std::string& name) -> const Flag* {
     for (const Flag& f : flags)
       if (name == f.name) return &f;
@@ -606,7 +613,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
       {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
-      {"--zero", {"pipeline"}},
+      {"--zero", {"tensor", "pipeline"}}, {"--tensor", {"tensor"}}, {"--sequence-parallel", {"tensor"}},
       {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},
       {"--ranks-per-node", {"zeropp"}}, {"--qgz-flat", {"zeropp"}},
       {"--qw-block", {"zeropp"}}, {"--qg-block", {"zeropp"}}};

@@ -84,6 +84,8 @@ struct Args {
   std::string schedule = "1f1b";     // pipeline: gpipe | 1f1b
   std::string partition;             // pipeline: the first unit of stages 1..P-1 ("" : balance parameters)
   int zero = 0;                      // pipeline: ZeRO inside each stage's replicas (0 or 1; 2 and 3 refused)
+  int tensor = 1;                    // tensor: T tensor ranks (the ranks are N/T replicas x T, T fastest)
+  bool sequence_parallel = false;    // tensor: Megatron's sequence parallelism in the layer norms' regions
   // zeropp (ZeRO++): int8 weight gathers, a node-local secondary shard, int4 gradient reduction
   bool qwz = false;                  // qwZ: all-gather the parameters as int8 blocks
   int hpz = 0;                       // hpZ: nodes of G ranks; backward gathers inside the node (0: off)

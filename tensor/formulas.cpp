@@ -1,0 +1,82 @@
+// formulas.cpp — a tensor rank's bytes and elements, term by term (formulas.h).
+#include "tensor/formulas.h"
+
+#include <cstdio>
+
+#include "tensor/tensor.h"  // padded_vocab
+
+namespace nz {
+
+StateBytes tensor_state_bytes(const Layout& mine, DType dt, int zero) {
+  const uint64_t e = dtype_bytes(dt), P = mine.padded_total, U = mine.max_unit_padded;
+  const uint64_t O = zero == 1 ? mine.shard_total : P;  // the optimizer's elements
+  StateBytes b;
+  b.params = e * P;
+  b.grads = e * P + e * U;
+  b.master = dt != DType::F32 ? 4 * O : 0;
+  b.adam_m = 4 * O;
+  b.adam_v = 4 * O;
+  return b;
+}
+
+uint64_t tensor_param_formula(const GPTConfig& c, int T) {
+  const uint64_t C = c.dim, L = c.layers, V = padded_vocab(c.vocab, T);
+  const uint64_t split = V * C + L * (12 * C * C + 7 * C);  // wte; qkv_w, attproj_w, fc_w, fcproj_w, qkv_b, fc_b
+  const uint64_t whole = uint64_t(c.ctx) * C + L * 6 * C + 2 * C;  // wpe; ln1, ln2, attproj_b, fcproj_b; lnf
+  return split / T + whole;
+}
+
+uint64_t tensor_activation_bytes(const GPTConfig& c, int T, DType dt, int B, int S, bool sp) {
+  auto r = [](uint64_t n) { return (n + 63) / 64 * 64; };
+  const uint64_t e = dtype_bytes(dt), BT = uint64_t(B) * S, C = c.dim, V = padded_vocab(c.vocab, T);
+  const uint64_t R = (BT + T - 1) / T * T, Rl = sp ? BT / T : BT;  // Rl: the residual stream's rows
+  const uint64_t block = 4 * r(Rl * C * e) + r(BT * 3 * C / T * e) + r(uint64_t(B) * c.heads / T * S * S * e) +
+                         r(BT * C / T * e) + 2 * r(BT * 4 * C / T * e) + 4 * r(4 * Rl);
+  const uint64_t once = r(Rl * C * e) + r(BT * C * e) + (sp ? r(Rl * C * e) : 0) + 2 * r(4 * Rl) +
+                        r(BT * V / T * e) + r(4 * BT);
+  const uint64_t grads = 4 * r(Rl * C * e) + r(BT * 4 * C / T * e) + r(BT * 3 * C / T * e) +
+                         (sp ? 2 * r(BT * C * e) : 0);
+  const uint64_t rows = 3 * r(4 * R) + r(4 * T * R) + 2 * r(4 * BT);
+  // the Trainer's model of the embedding at one position (its ActLayout at s = 1, units [0, 1)):
+  // x0 (b,1,C), the activation grads of one block (4 of (b,1,C), (b,1,4C), (b,1,3C)), the tokens
+  const uint64_t BC = uint64_t(B) * C;
+  const uint64_t batch_holder = 5 * r(BC * e) + r(4 * BC * e) + r(3 * BC * e) + r(4 * uint64_t(B));
+  return uint64_t(c.layers) * block + once + grads + rows + batch_holder;
+}
+
+TensorComm tensor_comm_elems(const GPTConfig& c, int T, int D, const Layout& mine, int B, int S, int accum,
+                             bool sp) {
+  const uint64_t BT = uint64_t(B) * S, C = c.dim, R = (BT + T - 1) / T * T, K = accum, L = c.layers;
+  const uint64_t replicas = 2 * uint64_t(D - 1) * mine.padded_total / D;  // once per step
+  TensorComm x;
+  if (!sp) {
+    const uint64_t per_micro = (4 * L + 2) * BT * C + 2 * R;  // all-reduced over T
+    x.all_reduce = K * 2 * (T - 1) * per_micro / T + replicas;
+    x.all_gather = K * uint64_t(T - 1) * R;
+    return x;
+  }
+  const uint64_t slice = uint64_t(T - 1) * BT * C / T;  // an all-gather's or a reduce-scatter's of b s C
+  x.all_reduce = K * 2 * (T - 1) * (2 * R + (2 * L + 1) * 2 * C) / T + replicas;
+  x.all_gather = K * (uint64_t(T - 1) * R + (6 * L + 2) * slice);
+  x.reduce_scatter = K * (4 * L + 2) * slice;
+  return x;
+}
+
+std::string tensor_report_json(const GPTConfig& c, int T, int D, const Layout& mine, DType dt, int B, int S,
+                               int accum, int zero, bool sp) {
+  const StateBytes s = tensor_state_bytes(mine, dt, zero);
+  const TensorComm x = tensor_comm_elems(c, T, D, mine, B, S, accum, sp);
+  char j[512];
+  snprintf(j, sizeof j,
+           "{\"tensor\": %d, \"replicas\": %d, \"zero\": %d, \"sequence_parallel\": %s, \"padded_vocab\": %d, "
+           "\"params_per_rank\": %llu, "
+           "\"state_bytes\": %llu, \"activation_bytes\": %llu, \"step_all_reduce_elems\": %llu, "
+           "\"step_all_gather_elems\": %llu, \"step_reduce_scatter_elems\": %llu}",
+           T, D, zero, sp ? "true" : "false", padded_vocab(c.vocab, T), (unsigned long long)mine.num_params,
+           (unsigned long long)s.total(),
+           (unsigned long long)tensor_activation_bytes(c, T, dt, B, S, sp), (unsigned long long)x.all_reduce,
+           (unsigned long long)x.all_gather, (unsigned long long)x.reduce_scatter);
+  return j;
+}
+
+}  // namespace nz

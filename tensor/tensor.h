@@ -1,0 +1,69 @@
+// tensor.h — tensor parallelism's plan (Megatron-LM): which rank holds which piece.
+//
+// N ranks = D replicas x T tensor ranks, T fastest: rank r is tensor rank t = r % T of replica
+// d = r / T, so a replica's T ranks are neighbours in rank order (inside one node on real machines,
+// where the all-reduces of every layer belong). Each tensor rank holds, of every unit:
+//   embed   wte rows [t V', (t+1) V') of the vocabulary padded to V' T (see padded_vocab); wpe whole
+//   block   qkv_w, qkv_b: the q, k and v rows of heads [t H/T, (t+1) H/T)    (column-parallel)
+//           attproj_w: the columns of those heads; attproj_b whole            (row-parallel)
+//           fc_w, fc_b: rows [t 4C/T, (t+1) 4C/T)                             (column-parallel)
+//           fcproj_w: the columns of those rows; fcproj_b whole               (row-parallel)
+//           ln1, ln2 whole
+//   lnf     whole
+// "whole" parameters are replicated: every tensor rank holds them, computes the same gradient for
+// them from the same numbers, and updates them alike; they are never summed over the T ranks.
+// tensor_layout() is a rank's own layout of these pieces: the same units and tensors in the same
+// order as make_layout's (layout.h), so AdamW, the gradient sums and the per-unit all-reduce over
+// the D replicas work on it unchanged.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "layout.h"
+#include "rung.h"  // Topology
+
+namespace nz {
+
+struct Args;  // input/cli.h
+class Trainer;    // trainer.h
+class TensorGPT;  // tensor/tp_model.h
+class Comm;       // comm.h
+
+struct TensorPlan {
+  int tensor = 1, replicas = 1;  // T, D
+  int t = 0, d = 0;              // this rank's tensor rank and replica
+  int zero = 0;                  // --zero 1: the optimizer state sharded over the D replicas (ZeRO-1)
+  bool sp = false;               // --sequence-parallel (Megatron's, Korthikanti et al. 2022)
+  int rank_of(int tr, int dr) const { return dr * tensor + tr; }  // T fastest
+};
+
+// The plan for `rank` of `world`; bad input (T not dividing the heads, 4C or N; a flag this rung
+// does not build) is one line and exit 2 (check.h, user_error).
+TensorPlan tensor_plan(const Args& a, int world, int rank);
+// The Trainer's view: my replica among D (the data), and a model of its own (the Trainer's holds
+// only the batch: units [0, 1)).
+Topology tensor_topology(const Args& a, int world, int rank);
+
+// One line for the log: T x D, the placement, the vocabulary's rows per rank (and its padding).
+std::string tensor_summary(const TensorPlan& p, const GPTConfig& cfg);
+// The vocabulary rounded up to a multiple of T: each tensor rank holds V'/T rows of wte. The rows
+// past V are zeros that no token looks up and no logit counts (the loss masks them).
+int padded_vocab(int vocab, int T);
+// Whether tensor `name` is replicated (held whole by every tensor rank) or split.
+bool replicated_tensor(const char* name);
+// A tensor rank's layout: the pieces above, each unit padded to a multiple of D for the replicas'
+// all-reduce.
+Layout tensor_layout(const GPTConfig& cfg, int T, int D);
+// Rank t's piece of unit u as runs of contiguous elements: fn(full_offset, local_offset, n), the
+// offsets counted from the unit's first element in the full layout (make_layout) and in the rank's.
+void for_each_run(const Layout& full, const Layout& local, int u, int T, int t,
+                  const std::function<void(size_t full_at, size_t local_at, size_t n)>& fn);
+
+// What the Trainer asks of a tensor rank besides training (hooks.cpp): validation's forward on my
+// pieces, the model file (each unit's pieces gathered over my tensor ranks), the memory formulas.
+// P(u): my pieces of unit u.
+void set_tensor_hooks(Trainer& run, const TensorPlan& plan, const Layout& L, TensorGPT& model, Comm& tp,
+                      std::function<void*(int u)> P);
+
+}  // namespace nz

@@ -1,0 +1,49 @@
+# tests/tensor/mutants.mk — deliberately broken copies of the tensor rung, for the tests of the tests:
+# tests/tensor/test_tensor.cpp runs each one and requires the check that finds the rung equal to the
+# single-process reference (tests/tensor/tp_reference.h) bit for bit to report a difference. `make tests`
+# builds them into $(BUILD)/mutants/bin/.
+#
+# Each mutant is tensor/train.cpp or tensor/tp_model.cpp with exactly one line changed by sed
+# (tests/lib/make_mutant.sh: a pattern that misses or hits twice stops the build, naming the mutant).
+#
+#   f_no_all_reduce     f's backward forgets its all-reduce: each rank keeps only its own part of
+#                       the gradient flowing into ln1, ln2 and lnf (column-parallel inputs)
+#   bias_summed_t_times the replicated fcproj_b's gradient is all-reduced over the T ranks: T times too big
+#   local_max           the cross-entropy shifts each rank's exponentials by its own max, not the global one
+#   wrong_placement     the tensor group is made replica-fastest (ranks r, r+T, ...) while the data and the
+#                       replicas' group assume T fastest: tensor ranks of different replicas sum their partials
+#   sp_ln_not_summed    sequence parallelism: the blocks' layer norms keep the gradient of their own rows
+#                       only (the T ranks' parts never summed)
+TENSOR_MUTANTS := f_no_all_reduce bias_summed_t_times local_max wrong_placement sp_ln_not_summed
+TENSOR_MUTANT_FILE_f_no_all_reduce := tensor/tp_model.cpp
+TENSOR_MUTANT_SED_f_no_all_reduce := s/void TensorGPT::f_backward(void\* grad_sum, size_t n) { tp_\.all_reduce(grad_sum, n, dt_); }/void TensorGPT::f_backward(void* grad_sum, size_t n) { (void)grad_sum, (void)n; }/
+TENSOR_MUTANT_FILE_bias_summed_t_times := tensor/tp_model.cpp
+TENSOR_MUTANT_SED_bias_summed_t_times := /ops::matmul_backward<X>(d4c, G(FCPW), G(FCPB)/s/$$/ tp_.all_reduce(G(FCPB), C, dt_);/
+TENSOR_MUTANT_FILE_local_max := tensor/tp_model.cpp
+TENSOR_MUTANT_SED_local_max := s/m = std::max(m, maxes\[size_t(r) \* a\.R + i\]);/m = maxes[size_t(t_) * a.R + i];/
+TENSOR_MUTANT_FILE_sp_ln_not_summed := tensor/tp_model.cpp
+TENSOR_MUTANT_SED_sp_ln_not_summed := s/if (sp_) tp_\.all_reduce(G(LN1W), 2 \* size_t(C), dt_), tp_\.all_reduce(G(LN2W), 2 \* size_t(C), dt_);/(void)0;/
+TENSOR_MUTANT_FILE_wrong_placement := tensor/train.cpp
+TENSOR_MUTANT_SED_wrong_placement := s/Comm tp(comm, d, t);/Comm tp(comm, t, d);/
+
+TENSOR_MUTANT_BINS := $(TENSOR_MUTANTS:%=$(BUILD)/mutants/bin/mutant_tensor_%)
+EXTRA_BINS += $(TENSOR_MUTANT_BINS)
+
+# A mutant of the trainer is its own train.cpp; a mutant of tensor/tp_model.cpp is linked before the
+# library with the real train.cpp (the library's tp_model.o is then never pulled in).
+tensor_mutant_lib = $(filter-out %/train.cpp,$(TENSOR_MUTANT_FILE_$(1)))
+tensor_mutant_src = $(BUILD)/mutants/mutant_tensor_$(1)$(if $(call tensor_mutant_lib,$(1)),_tp_model,).cpp
+
+define TENSOR_MUTANT_RULES
+$(call tensor_mutant_src,$(1)): $(TENSOR_MUTANT_FILE_$(1)) tests/tensor/mutants.mk tests/lib/make_mutant.sh
+	@mkdir -p $$(dir $$@)
+	@bash tests/lib/make_mutant.sh tests/tensor/mutants.mk mutant_tensor_$(1) 1 $$< $$@ -e '$$(TENSOR_MUTANT_SED_$(1))'
+$(BUILD)/obj/mutants/$(notdir $(basename $(call tensor_mutant_src,$(1)))).o: $(call tensor_mutant_src,$(1))
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(CXXFLAGS) -Itensor -c $$< -o $$@
+$(BUILD)/mutants/bin/mutant_tensor_$(1): $(BUILD)/obj/mutants/$(notdir $(basename $(call tensor_mutant_src,$(1)))).o \
+    $(if $(call tensor_mutant_lib,$(1)),$(BUILD)/obj/tensor/train.o) $$(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(LDFLAGS) $$(filter %.o,$$^) $$(LIB) $$(LDLIBS) -o $$@
+endef
+$(foreach m,$(TENSOR_MUTANTS),$(eval $(call TENSOR_MUTANT_RULES,$(m))))

@@ -1,0 +1,274 @@
+// test_tensor.cpp — tensor/train.cpp as a whole, under mpirun: T tensor ranks x D replicas equal the
+// single-process reference (tp_reference.h) bit for bit — every step's loss and grad norm and the
+// model file — with clipping active; stage0_ddp within a bound derived below; every rank's ledger
+// holds tensor/formulas.h to the byte and every step's comm ledger its elements; bad input is one
+// line and exit 2; the deliberately broken copies (tests/tensor/mutants.mk) are caught.
+//
+// make test runs a small matrix (fp32: T = 1, 2, 4 with D = 1, and T = 2 x D = 2 with --accum 2;
+// bf16: T = 2, 4; fp16: T = 2; T = 3 on a 3-head model, whose vocabulary of 256 is padded to 258;
+// ZeRO-1 over the replicas, T = 2 x D = 2, fp32 with --accum 2 and bf16).
+// NZ_TENSOR_FULL=1 (make tensor-check) runs every T, D, K with T x D <= 4, T = 3, and --zero 1, in every
+// precision.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>  // strstr
+
+#include "harness.h"
+#include "tensor/formulas.h"  // tensor_state_bytes, tensor_activation_bytes, tensor_comm_elems
+#include "tensor/tensor.h"    // tensor_layout, padded_vocab
+#include "tp_reference.h"
+
+using namespace nzt;
+
+namespace {
+
+// tiny: 2 blocks, width 32, 4 heads, vocabulary 256. --clip 0.5 clips every step (the norms are
+// above 2). Three steps: the later ones train on what the first updates produced.
+const std::string kTiny =
+    "--preset tiny --seq 32 --batch 2 --steps 3 --lr 3e-3 --warmup 1 --clip 0.5 --eval-every 0 --eval-windows 4 ";
+
+// The fast CPU kernels' bits depend on the thread count: one thread in every process.
+struct OneThread {
+  OneThread() { setenv("OMP_NUM_THREADS", "1", 1); }
+} one_thread;
+
+std::string tensor_flags(int T, int K) {
+  return "--tensor " + std::to_string(T) + " --accum " + std::to_string(K) + " ";
+}
+
+struct Case {
+  int T, D, K;
+  const char* precision;
+  const char* model = "";  // more flags (T = 3: 3 heads of a 48-wide tiny, vocabulary padded; --zero 1)
+};
+const char* kThreeHeads = "--dim 48 --heads 3 ";
+const char* kSequenceParallel = "--sequence-parallel ";
+
+// The run equals the reference: every step's loss and norm, every parameter, to the bit.
+void expect_equal_to_reference(const Case& c) {
+  // fp16: a scale of 1024 that no step of these runs overflows at (65536 does with --accum 2 and 3:
+  // the K scaled gradients are summed in fp16), and that stays for the 3 steps (window 1000)
+  const std::string fp16 = std::string(c.precision) == "fp16" ? "--loss-scale 1024 " : "";
+  const std::string flags = kTiny + c.model + "--precision " + c.precision + " " + fp16 + tensor_flags(c.T, c.K);
+  const RunResult& r = run_cached("tensor", c.T * c.D, flags);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  if (std::string(c.precision) == "fp16")  // the reference keeps the initial loss scale: so must the run
+    for (const Json& s : r.report["steps_log"].arr) {
+      ASSERT_FALSE(s["skipped"].b) << "fp16 run skipped a step: the reference does not model that";
+      ASSERT_EQ(s["loss_scale"].d(), r.report["steps_log"][0]["loss_scale"].d());
+    }
+  const tpref::Result ref = tpref::run(flags, c.T, c.D);
+  const std::vector<double> losses = step_values(r.report, "loss"), norms = step_values(r.report, "grad_norm");
+  const std::vector<float> params = model_params(r.model_path);
+  const std::string what = "T=" + std::to_string(c.T) + " D=" + std::to_string(c.D) + " K=" +
+                           std::to_string(c.K) + " " + c.precision;
+  EXPECT_EQ(losses, ref.losses) << what << ": losses (max |diff| " << max_abs_diff(losses, ref.losses) << ")";
+  EXPECT_EQ(norms, ref.norms) << what << ": grad norms (max |diff| " << max_abs_diff(norms, ref.norms) << ")";
+  ASSERT_EQ(params.size(), ref.params.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < params.size(); i++) differ += memcmp(&params[i], &ref.params[i], 4) != 0;
+  EXPECT_EQ(differ, 0u) << what << ": parameters of the model file that differ from the reference's";
+}
+
+std::vector<Case> matrix() {
+  std::vector<Case> m;
+  if (getenv("NZ_TENSOR_FULL")) {
+    for (const char* p : {"fp32", "bf16", "fp16"})
+      for (int T : {1, 2, 4})
+        for (int D : {1, 2, 4})
+          for (int K : {1, 2, 3})
+            if (T * D <= 4) m.push_back({T, D, K, p});
+    for (const char* p : {"fp32", "bf16", "fp16"})
+      for (int K : {1, 2}) {
+        m.push_back({3, 1, K, p, kThreeHeads});
+        for (auto [T, D] : {std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 2}}) m.push_back({T, D, K, p, "--zero 1 "});
+        for (auto [T, D] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}, std::pair{3, 1}})
+          m.push_back({T, D, K, p, T == 3 ? "--dim 48 --heads 3 --seq 30 --sequence-parallel " : kSequenceParallel});
+      }
+    return m;
+  }
+  return {{1, 1, 1, "fp32"}, {2, 1, 1, "fp32"}, {4, 1, 1, "fp32"},       {2, 2, 2, "fp32"},
+          {2, 1, 1, "bf16"}, {4, 1, 1, "bf16"}, {2, 1, 1, "fp16"}, {3, 1, 1, "fp32", kThreeHeads},
+          {2, 2, 2, "fp32", "--zero 1 "}, {2, 2, 1, "bf16", "--zero 1 "}, {4, 1, 1, "fp32", kSequenceParallel},
+          {2, 2, 2, "bf16", kSequenceParallel}};
+}
+
+}  // namespace
+
+TEST(Tensor, EqualsTheSingleProcessReferenceBitForBit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<Case> cases = matrix();
+  for (const Case& c : cases) expect_equal_to_reference(c);
+  std::string list;
+  for (const Case& c : cases)
+    list += " " + std::to_string(c.T) + "x" + std::to_string(c.D) + "/K" + std::to_string(c.K) + "/" + c.precision +
+            (strstr(c.model, "--heads 3") ? "/3heads" : "") + (strstr(c.model, "--sequence") ? "/sp" : "") +
+            (strstr(c.model, "--zero") ? "/zero1" : "");
+  printf("%zu runs (T x D / K / precision):%s — each bit for bit the reference, %.1f s\n", cases.size(), list.c_str(),
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// The reference itself, against something it was not built from: with T = 1 it is a plain model
+// (one piece: the whole matrices, sums of one term), which must be stage0_ddp on D ranks bit for bit
+// — the same kernels on the same numbers, except the cross-entropy, written here as
+// log S + M - z_target where stage0_ddp's kernel writes -log(p_target): those may differ in the last
+// bits, so the loss is held to the bound below and the rest (norms, model) compared as for T > 1.
+//
+// The bound against stage0_ddp, for every T. Tensor parallelism changes no formula, only the order
+// of additions: a row-parallel product adds T partial sums of n/T terms instead of one sum of n
+// terms (n = C for attproj, 4C for fcproj, V for the head's d lnf), the cross-entropy sums T partial
+// Σ exp and forms the loss from log S + M - z. Each reordered sum of n terms of one sign is off by
+// at most γ_n = n u / (1 - n u) of the sum of their magnitudes (u = 2^-24 in fp32; Higham, Accuracy
+// and Stability, 3.1); with mixed signs the error is relative to Σ|terms|, which the layer norms keep
+// of order one per unit of output. Per step the loss and the gradient pass through 2 reordered sums
+// per block in the forward and 2 in the backward, 1 each at the head: (4L + 2) γ_n with n = V the
+// largest, a relative first-order bound per step. The update then carries the difference into the
+// next step's parameters, scaled by at most lr / (sqrt(v) + eps) per unit of gradient difference,
+// which Adam keeps at most about lr per element: a parameter difference δ ≤ steps · lr, whose effect
+// on the loss is bounded by its gradient norm (≤ the clip, 0.5) times √Ψ δ. So with u = 2^-24:
+//   |Δ loss_s| / loss_s ≤ (4L + 2) γ_V  +  s · lr · 0.5 · √Ψ · (4L + 2) γ_V
+// (the second term: the drift of s updates computed from gradients that differ by the first).
+// This is a first-order estimate, not a proof: it is the one the check holds runs to, and a run
+// outside it is a bug (the mutants are orders of magnitude outside).
+TEST(Tensor, Stage0DdpWithinTheDerivedBound) {
+  const nz::GPTConfig c{256, 32, 2, 32, 4};  // tiny
+  const double u = std::ldexp(1.0, -24), n = c.vocab, gamma = n * u / (1 - n * u), terms = 4 * c.layers + 2;
+  const double psi = double(nz::param_count_formula(c)), lr = 3e-3;
+  const RunResult& ref = run_cached("stage0_ddp", 1, kTiny);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::vector<double> l0 = step_values(ref.report, "loss"), n0 = step_values(ref.report, "grad_norm");
+  for (int T : {1, 2, 4}) {
+    const RunResult& r = run_cached("tensor", T, kTiny + tensor_flags(T, 1));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<double> l = step_values(r.report, "loss"), nn = step_values(r.report, "grad_norm");
+    ASSERT_EQ(l.size(), l0.size());
+    double worst = 0;
+    for (size_t s = 0; s < l.size(); s++) {
+      const double bound = terms * gamma * (1 + double(s) * lr * 0.5 * std::sqrt(psi));
+      const double dl = std::fabs(l[s] - l0[s]) / l0[s], dn = std::fabs(nn[s] - n0[s]) / n0[s];
+      worst = std::max({worst, dl / bound, dn / bound});
+      EXPECT_LE(dl, bound) << "T=" << T << " step " << s + 1 << ": loss " << l[s] << " vs stage0_ddp " << l0[s];
+      EXPECT_LE(dn, bound) << "T=" << T << " step " << s + 1 << ": norm " << nn[s] << " vs stage0_ddp " << n0[s];
+    }
+    // validation (the rung's own forward over its pieces, the loss counted once per replica): the
+    // final model's, within the bound of the step after the last
+    const double v0 = ref.report["final_val_loss"].d(), v = r.report["final_val_loss"].d();
+    const double vbound = terms * gamma * (1 + double(l.size()) * lr * 0.5 * std::sqrt(psi));
+    EXPECT_LE(std::fabs(v - v0) / v0, vbound) << "T=" << T << ": validation loss " << v << " vs stage0_ddp " << v0;
+    worst = std::max(worst, std::fabs(v - v0) / v0 / vbound);
+    printf("T=%d vs stage0_ddp: largest relative difference %.3g of the bound (loss, norm, 3 steps; validation)\n", T,
+           worst);
+  }
+}
+
+// Every rank's ledger = tensor/formulas.h to the byte (peak, by category), and every step's comm
+// ledger = the elements the formula counts: 4 all-reduces of b s C per block and micro-step (g twice,
+// f twice), 2 more (the embedding's g, the head's f), the loss's 2 of R and 1 all-gather of R over the
+// T ranks, and one all-reduce of the pieces over the D replicas.
+TEST(Tensor, LedgerAndCommEqualTheFormulas) {
+  for (auto [T, D, K, zero, sp] : {std::tuple{2, 2, 2, 0, false}, std::tuple{4, 1, 1, 0, false},
+                                   std::tuple{2, 2, 1, 1, false}, std::tuple{4, 1, 1, 0, true},
+                                   std::tuple{2, 2, 2, 1, true}}) {
+    const RunResult& r = run_cached("tensor", T * D, kTiny + tensor_flags(T, K) + (zero ? "--zero 1 " : "") +
+                                                         (sp ? kSequenceParallel : ""));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nz::GPTConfig c{256, 32, 2, 32, 4};
+    const nz::Layout mine = nz::tensor_layout(c, T, D);
+    EXPECT_EQ(mine.num_params, nz::tensor_param_formula(c, T));
+    const nz::StateBytes s = nz::tensor_state_bytes(mine, nz::DType::F32, zero);
+    // --zero 1: the optimizer's three arrays over D (fp32: m and v; the parameters are their own master)
+    EXPECT_EQ(s.adam_m, (zero ? mine.padded_total / D : mine.padded_total) * 4);
+    const uint64_t acts = nz::tensor_activation_bytes(c, T, nz::DType::F32, 2, 32, sp);
+    for (const Json& rank : r.report["ranks"].arr) {
+      const Json& peak = rank["ledger"]["device"]["peak"];
+      EXPECT_EQ(peak["params"].u(), s.params);
+      EXPECT_EQ(peak["grads"].u(), s.grads);
+      EXPECT_EQ(peak["adam_m"].u(), s.adam_m);
+      EXPECT_EQ(peak["adam_v"].u(), s.adam_v);
+      EXPECT_EQ(peak["activations"].u(), acts) << "rank " << rank["rank"].u();
+    }
+    // zero_estimate --tensor prints the same, running nothing
+    std::string est;
+    ASSERT_EQ(run_command(program_path("zero_estimate") + " --tensor " + std::to_string(T) + " --world " +
+                              std::to_string(T * D) + " --preset tiny --batch 2 --seq 32 --accum " + std::to_string(K) +
+                              (zero ? " --zero 1" : "") + (sp ? " --sequence-parallel" : "") + " --json", &est), 0)
+        << est;
+    const Json e = Json::parse(est)["estimates"][0];
+    const Json& peak0 = r.report["ranks"][0]["ledger"]["device"]["peak"];
+    for (const char* k : {"params", "grads", "master", "adam_m", "adam_v", "activations"})
+      EXPECT_EQ(e["bytes"][k].u(), peak0[k].u()) << "zero_estimate --tensor: " << k;
+    EXPECT_EQ(e["comm_elems_per_step"].u(), r.report["steps_log"][0]["comm_elems"].u()) << "zero_estimate --tensor";
+    const nz::TensorComm x = nz::tensor_comm_elems(c, T, D, mine, 2, 32, K, sp);
+    for (const Json& step : r.report["steps_log"].arr)
+      EXPECT_EQ(step["comm_elems"].u(), x.total()) << "T=" << T << " D=" << D << " sp=" << sp;
+    // 4 all-reduces of b s C per block and micro-step, written out once more by hand for tiny, T = 4:
+    // (4 x 2 + 2) x 64 x 32 elements, 2 x 3/4 of each sent, 2 x 64 of the loss, 3 x 64 gathered
+    if (T == 4 && !sp) {
+      EXPECT_EQ(x.total(), uint64_t(2 * 3 * ((4 * 2 + 2) * 64 * 32 + 2 * 64) / 4 + 3 * 64));
+    }
+    // sequence parallelism, by hand for T = 4: (4 x 2 + 2) reduce-scatters and (6 x 2 + 2) all-gathers of
+    // 3/4 of 64 x 32, the loss's as before, and the layer norms' gradients: 5 all-reduces of 2 x 32
+    if (T == 4 && sp) {
+      EXPECT_EQ(x.total(), uint64_t((10 + 14) * 3 * 64 * 32 / 4 + 2 * 3 * (2 * 64 + 5 * 64) / 4 + 3 * 64));
+    }
+  }
+}
+
+TEST(Tensor, BadInputIsOneLineAndExitCode2) {
+  struct Bad {
+    int np;
+    std::string program, flags, says;
+  } bad[] = {
+      {3, "tensor", "--tensor 3", "the 4 heads do not split over 3 ranks"},
+      {3, "tensor", "--tensor 2", "T does not divide the ranks"},
+      {1, "stage0_ddp", "--tensor 2", "stage0_ddp does not use it"},
+      {2, "tensor", "--tensor 2 --ckpt-dir /tmp/nz_tensor_ckpt_never", "does not write or read checkpoints"},
+      {2, "tensor", "--tensor 2 --zero 2", "ZeRO-2 over the replicas is not built yet"},
+      {1, "tensor", "--sequence-parallel", "expected T > 1"},
+      {2, "tensor", "--tensor 2 --batch auto --memory-budget 1MiB", "--batch auto with tensor"},
+      {4, "tensor", "--tensor 4 --sequence-parallel --seq 30", "the positions do not split over 4 tensor ranks"},
+  };
+  for (const Bad& b : bad) {
+    std::string out;
+    const int code = run_command("timeout -k 5 60 mpirun -np " + std::to_string(b.np) + " " + program_path(b.program) +
+                                     " " + kTiny + b.flags, &out);
+    EXPECT_EQ(code, 2) << b.flags << ": " << out;
+    EXPECT_NE(out.find(b.says), std::string::npos) << b.flags << ": " << out;
+    size_t lines = 0;
+    for (char ch : out) lines += ch == '\n';
+    EXPECT_EQ(lines, 1u) << b.flags << ": " << out;
+  }
+}
+
+// Each broken copy runs (or fails) and is told apart from the reference by the check above.
+void expect_mutants_caught(const std::string& flags, const tpref::Result& ref, const std::vector<const char*>& names) {
+  for (const char* m : names) {
+    RunResult r = run_trainer(std::string("mutant_tensor_") + m, 4, flags, m);
+    if (r.exit_code != 0) {
+      printf("mutant_tensor_%s: failed to run (exit %d): caught\n", m, r.exit_code);
+      continue;
+    }
+    const std::vector<double> l = step_values(r.report, "loss"), n = step_values(r.report, "grad_norm");
+    const std::vector<float> p = model_params(r.model_path);
+    const bool same = l == ref.losses && n == ref.norms && p == ref.params;
+    printf("mutant_tensor_%s: losses max |diff| %.3g, norms %.3g: %s\n", m, max_abs_diff(l, ref.losses),
+           max_abs_diff(n, ref.norms), same ? "NOT CAUGHT" : "caught");
+    EXPECT_FALSE(same) << "mutant_tensor_" << m << " was not caught";
+  }
+}
+
+TEST(Tensor, MutantsAreCaught) {
+  for (const bool sp : {false, true}) {  // 2 tensor ranks x 2 replicas; sequence parallel for its own mutant
+    const std::string flags = kTiny + "--precision fp32 " + tensor_flags(2, 1) + (sp ? kSequenceParallel : "");
+    const tpref::Result ref = tpref::run(flags, 2, 2);
+    const RunResult& good = run_cached("tensor", 4, flags);
+    ASSERT_EQ(good.exit_code, 0) << good.output;
+    EXPECT_EQ(step_values(good.report, "loss"), ref.losses) << "the real rung must pass the check its mutants fail";
+    EXPECT_EQ(step_values(good.report, "grad_norm"), ref.norms) << "the real rung must pass the check";
+    expect_mutants_caught(flags, ref, sp ? std::vector<const char*>{"sp_ln_not_summed"}
+                                         : std::vector<const char*>{"f_no_all_reduce", "bias_summed_t_times",
+                                                                    "local_max", "wrong_placement"});
+  }
+}
