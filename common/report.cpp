@@ -95,7 +95,7 @@ void Trainer::print_memory_table() {
   const QatConfig& qat = compression.qat;
   const uint64_t acts0 =
       expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing, model->attention());
-  // rank r's formula: the stage's, or (pipeline) its stage's
+  // rank r's formula: the stage's, or the rung's own for that rank (hooks.state_formula)
   auto f_of = [&](int r) { return hooks.state_formula ? hooks.state_formula(r) : f0; };
   auto acts_of = [&](int r) { return hooks.activation_formula ? hooks.activation_formula(r) : acts0; };
   const Category cols[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
@@ -128,7 +128,7 @@ void Trainer::print_memory_table() {
       if (c == Category::Gathered ? v[int(c)] > want : v[int(c)] != want) all_match = false;
     }
     if (qat.on() && !hooks.state_formula && v[kNumCategories + 2] != qat_bytes(layout, dtype, qat)) all_match = false;
-    if (hooks.state_formula) {  // the pipeline: each stage's own formula, under its rank
+    if (hooks.state_formula) {  // each rank's own formula, under its row
       printf("%-9s", "formula");
       for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
       printf("\n");
@@ -147,8 +147,8 @@ void Trainer::print_memory_table() {
          hooks.state_formula ? "" : "\n", all_match ? "matches" : "DOES NOT MATCH",
          hooks.state_formula ? "per stage, above" : fmt_bytes(double(f.total())).c_str(), layout.num_params,
          layout.padded_total, layout.shard_total);
-  // the fake-quantized unit (zero_formulas.h, qat_bytes): device scratch, on every rank alike (a
-  // pipeline stage's own units: qat_bytes with its range, not checked here)
+  // the fake-quantized unit (zero_formulas.h, qat_bytes): device scratch, on every rank alike (a rung
+  // whose ranks hold different units, hooks.state_formula: qat_bytes with their range, not checked here)
   if (qat.on() && !hooks.state_formula)
     printf("qat: %s, blocks of %zu%s: the fake-quantized unit, formula %llu bytes per rank (device scratch)\n",
            qat.bits == 8 ? "int8" : "int4", qat.block, qat.skip_embed ? ", embedding kept" : "",
@@ -262,10 +262,10 @@ std::string Trainer::write_report() {
   j.kv("activations",
        expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing,
                                  model->attention()));
-  // --qat's fake-quantized unit (device scratch; 0 without; the pipeline: the whole model's, a stage
-  // holds qat_bytes of its own units)
+  // --qat's fake-quantized unit (device scratch; 0 without; the whole model's: a rank that holds some
+  // units only holds qat_bytes of those)
   j.kv("qat", qat_bytes(layout, dtype, compression.qat));
-  j.kv("host", f.host);  // everything off the device; of it on disk (offload, infinity with the disk tier):
+  j.kv("host", f.host);  // everything off the device; of it on disk (--offload-to or --offload-param disk):
   const Location tier = args.state_on_disk() ? Location::Disk : Location::Host;
   j.kv("disk", offload_state_bytes(stage, layout, dtype, tier).disk);
   j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));

@@ -24,7 +24,7 @@ namespace {
 
 // A model (with its batch) that cannot fit this machine is one line before anything is allocated,
 // not an allocation failure later: the formulas' bytes per rank (zero_formulas.h), times the ranks
-// sharing the memory, against the memory there is (the GPU's, and the host's for offload's state;
+// sharing the memory, against the memory there is (the GPU's, and the host's for state kept off it;
 // on the CPU backend everything is in host memory). A necessary condition only: what the ledger
 // does not count (libraries, scratch) comes on top.
 // states: the model-state bytes per rank (the rung's, Trainer::state_bytes) of layout L.
@@ -117,7 +117,7 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of, RungSe
   resolve_batch(args, dp_world());  // --config's train_batch_size: checked, or the missing factor derived
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight; or
   // OMP_NUM_THREADS when set (the fast CPU kernels' bits depend on the thread count: runs compared
-  // bit for bit on different numbers of ranks, the pipeline's against stage0_ddp's, set it alike).
+  // bit for bit on different numbers of ranks, or one rung's against another's, set it alike).
   int cores = int(std::thread::hardware_concurrency());
   const char* omp_threads = getenv("OMP_NUM_THREADS");
   if (!omp_threads || atoi(omp_threads) < 1) omp_set_num_threads(std::max(1, cores / comm.local_size()));
