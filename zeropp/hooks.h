@@ -1,5 +1,5 @@
-// hooks.h — what ZeRO++ hands the Trainer (rung.h): its flag checks, its switches, the state bytes
-// it adds to stage3's, and its object in the JSON report.
+// hooks.h — what ZeRO++ hands the Trainer (rung.h): flag checks, state bytes, report.
+// Its switches from the command line; the state bytes it adds to stage3's; its JSON object.
 #pragma once
 #include "zeropp/formulas.h"  // ZeroppConfig
 
