@@ -112,8 +112,8 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of, RungSe
   if (topology.end_unit < 0) topology.end_unit = args.cfg.layers + 2;  // to the final layernorm
   if (set_up) set_up(*this);  // the rung's own flag checks and set-up hooks
   if (columns.cpu_only && args.device == "cuda")
-    user_error("--device cuda: %s runs on the CPU backend only (stages.txt), expected --device cpu or auto",
-               stage_name(stage));
+    user_error("--device cuda: %s runs on the CPU backend only (cpu-only in stages.txt; its docs say why), "
+               "expected --device cpu or auto", stage_name(stage));
   resolve_batch(args, dp_world());  // --config's train_batch_size: checked, or the missing factor derived
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight; or
   // OMP_NUM_THREADS when set (the fast CPU kernels' bits depend on the thread count: runs compared

@@ -29,10 +29,7 @@ ZeroppConfig zeropp_config(const Args& a, const Comm& comm) {
 void set_zeropp_hooks(Trainer& run) {
   const Args& args = run.args;
   const int world = run.world();
-  if (args.device == "cuda")
-    user_error("--device cuda: zeropp's quantized collectives and qgZ's sum run on the CPU backend only (the block "
-               "quantizer has CUDA kernels, the trainer does not use them yet), expected --device cpu or auto; run "
-               "stage3 on the GPU");
+  // (--device cuda: refused by the Trainer, zeropp's line in stages.txt saying cpu-only)
   for (auto [flag, G] : {std::pair{"--hpz", args.hpz}, std::pair{"--node-size", args.node_size}})
     if (G > 0 && world % G != 0)
       user_error("%s %d: the %d ranks do not make whole nodes of %d, expected a G that divides %d; e.g. %s %d",
