@@ -24,7 +24,7 @@
 #include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
-#include "rung.h"  // Topology, RungHooks: what a rung hands the Trainer
+#include "rung.h"  // Topology, RungHooks, RungSetUp, RungColumns: what a rung hands the Trainer
 #include "lr_schedule.h"
 #include "zero_formulas.h"
 

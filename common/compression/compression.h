@@ -35,9 +35,9 @@ class Compression {
   // Unit u's initial weights (fp32, unpadded at the start of unit) from the pruned file; false
   // without one (the seed's then).
   bool initial_unit(const Layout& L, int u, float* unit) const;
+  bool pruning() const { return masks_ != nullptr; }  // --prune-mask, once set up
   // After --resume: the pruned weights the rank holds set to 0 (a dense checkpoint fine-tuned
   // pruned from here on), in params (all units, or my slices) and the optimizer's master copy.
-  bool pruning() const { return masks_ != nullptr; }
   void zero_pruned_held(const Layout& L, bool own_slices, int rank, const Buffer& params, size_t elem_bytes,
                         OptimizerState& opt) const;
 
