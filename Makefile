@@ -166,10 +166,12 @@ ifneq ($(BUILDS),)
   endif
 endif
 $(shell find $(BUILD) -name '*.o' 2>/dev/null): $(CONFIG_FILE)
+# (a rule whose targets are found files: `make` alone must still mean `all`, not the first of them)
+.DEFAULT_GOAL := all
 
 LIB        := $(BUILD)/libnanozero.a
-STAGES     := $(shell grep '^[a-z]' stages.txt)  # the rungs, in order: stages.txt, the one list
-BESIDE     := $(shell sed -n 's/^+//p' stages.txt)  # trainers beside the ladder (stages.txt, '+' lines)
+STAGES     := $(shell awk '/^[a-z]/ {print $$1}' stages.txt)  # the rungs, in order: stages.txt, the one list
+BESIDE     := $(shell sed -n 's/^+\([a-z][a-z0-9_]*\).*/\1/p' stages.txt)  # trainers beside the ladder ('+' lines)
 STAGE_BINS := $(foreach s,$(STAGES) $(BESIDE),$(if $(wildcard $(s)/train.cpp),$(BUILD)/bin/$(s)))
 # tools/zero_quiz.cpp is part of zero_estimate, not a program of its own; dev/bench/ holds the benches
 TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(filter-out tools/zero_quiz.cpp,$(wildcard tools/*.cpp))) \
@@ -199,6 +201,16 @@ $(BUILD)/obj/%.o: %.cpp
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# stages.txt's columns (rung.h): its rung lines, one C string each, compiled into common/rung.cpp
+# (and into the emulator's copy of it, dev/emu.mk)
+RUNG_LINES := $(BUILD)/gen/stages_txt.inc
+$(RUNG_LINES): stages.txt
+	@mkdir -p $(dir $@)
+	sed -n 's/^\(+*[a-z][^"\\]*\)$$/"\1",/p' $< >$@.tmp && mv $@.tmp $@
+$(BUILD)/obj/common/rung.o $(BUILD)/emu/obj/common/rung.o: $(RUNG_LINES)
+$(BUILD)/obj/common/rung.o: CXXFLAGS += -I$(BUILD)/gen
+$(BUILD)/emu/obj/common/rung.o: EMU_CXXFLAGS += -I$(BUILD)/gen
 
 $(LIB): $(COMMON_OBJ) $(CUDA_OBJ)
 	@mkdir -p $(dir $@)

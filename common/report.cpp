@@ -91,11 +91,11 @@ void Trainer::print_memory_table() {
        << led.peak(Category::Scratch, Location::Device);  // --qat's copy (nothing else there on the CPU)
   std::string all = comm.gather_strings(mine.str(), "\n");
   if (rank() != 0) return;
-  const StateBytes f0 = stage == Stage::ZeroPP ? zeropp_state_bytes(layout, dtype, zeropp)
-                                               : expected_state_bytes(stage, layout, dtype);
+  const StateBytes f0 = state_bytes(layout, dtype);  // the rung's (rung.h), or the stage's
+  const QatConfig& qat = compression.qat;
   const uint64_t acts0 =
       expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing, model->attention());
-  // rank r's formula: the stage's, or (pipeline) its stage's
+  // rank r's formula: the stage's, or the rung's own for that rank (hooks.state_formula)
   auto f_of = [&](int r) { return hooks.state_formula ? hooks.state_formula(r) : f0; };
   auto acts_of = [&](int r) { return hooks.activation_formula ? hooks.activation_formula(r) : acts0; };
   const Category cols[] = {Category::Params, Category::Grads, Category::Master, Category::AdamM,
@@ -128,7 +128,7 @@ void Trainer::print_memory_table() {
       if (c == Category::Gathered ? v[int(c)] > want : v[int(c)] != want) all_match = false;
     }
     if (qat.on() && !hooks.state_formula && v[kNumCategories + 2] != qat_bytes(layout, dtype, qat)) all_match = false;
-    if (hooks.state_formula) {  // the pipeline: each stage's own formula, under its rank
+    if (hooks.state_formula) {  // each rank's own formula, under its row
       printf("%-9s", "formula");
       for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
       printf("\n");
@@ -147,8 +147,8 @@ void Trainer::print_memory_table() {
          hooks.state_formula ? "" : "\n", all_match ? "matches" : "DOES NOT MATCH",
          hooks.state_formula ? "per stage, above" : fmt_bytes(double(f.total())).c_str(), layout.num_params,
          layout.padded_total, layout.shard_total);
-  // the fake-quantized unit (zero_formulas.h, qat_bytes): device scratch, on every rank alike (a
-  // pipeline stage's own units: qat_bytes with its range, not checked here)
+  // the fake-quantized unit (zero_formulas.h, qat_bytes): device scratch, on every rank alike (a rung
+  // whose ranks hold different units, hooks.state_formula: qat_bytes with their range, not checked here)
   if (qat.on() && !hooks.state_formula)
     printf("qat: %s, blocks of %zu%s: the fake-quantized unit, formula %llu bytes per rank (device scratch)\n",
            qat.bits == 8 ? "int8" : "int4", qat.block, qat.skip_embed ? ", embedding kept" : "",
@@ -175,26 +175,9 @@ std::string Trainer::write_report() {
   j.begin_object();
   j.kv("stage", stage_name(stage));
   j.kv("world", world());
-  if (!hooks.report_json.empty()) {  // the rung's own object (rung.h)
+  if (!hooks.report_json.empty() || hooks.report_of) {  // the rung's own object (rung.h)
     j.key(hooks.report_key.c_str());
-    j.raw(hooks.report_json);
-  }
-  if (stage == Stage::ZeroPP) {  // what ZeRO++ adds to stage3, and its bytes per step (zero_formulas.h)
-    const ZeroppComm c = zeropp_comm_per_step(layout, dtype, zeropp, args.accum);
-    j.key("zeropp");
-    j.begin_object();
-    j.kv("qwz", zeropp.qwz);
-    j.kv("hpz", zeropp.hpz);
-    j.kv("qgz", zeropp.qgz);
-    j.kv("qgz_two_hops", qgz_two_hops(zeropp, world()));  // qgZ inside the node, then across (zeropp/formulas.h)
-    j.kv("node_size", zeropp.node_size);
-    j.kv("qw_block", uint64_t(zeropp.qw_block));
-    j.kv("qg_block", uint64_t(zeropp.qg_block));
-    j.kv("pad_block", uint64_t(layout.pad_block));  // units padded to N x this: whole blocks per slice
-    j.kv("comm_elems_per_step", c.elems);
-    j.kv("comm_bytes_per_step", c.bytes);
-    j.kv("comm_bytes_across_nodes_per_step", c.bytes_across);
-    j.end_object();
+    j.raw(hooks.report_of ? hooks.report_of() : hooks.report_json);
   }
   j.kv("preset", args.preset);
   j.key("config");
@@ -270,9 +253,7 @@ std::string Trainer::write_report() {
     j.end_object();
   }
   j.end_array();
-  // zeropp: stage3's plus what ZeRO++ adds (zero_formulas.h)
-  const StateBytes f = stage == Stage::ZeroPP ? zeropp_state_bytes(layout, dtype, zeropp)
-                                              : expected_state_bytes(stage, layout, dtype);
+  const StateBytes f = state_bytes(layout, dtype);  // the rung's (rung.h), or the stage's
   j.key("formula");
   j.begin_object();
   for (Category c : {Category::Params, Category::Grads, Category::Master, Category::AdamM, Category::AdamV,
@@ -281,11 +262,12 @@ std::string Trainer::write_report() {
   j.kv("activations",
        expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing,
                                  model->attention()));
-  // --qat's fake-quantized unit (device scratch; 0 without; the pipeline: the whole model's, a stage
-  // holds qat_bytes of its own units)
-  j.kv("qat", qat_bytes(layout, dtype, qat));
-  j.kv("host", f.host);  // everything off the device; of it on disk (offload, infinity with the disk tier):
-  j.kv("disk", offload_state_bytes(stage, layout, dtype, offload_tier(args, stage)).disk);
+  // --qat's fake-quantized unit (device scratch; 0 without; the whole model's: a rank that holds some
+  // units only holds qat_bytes of those)
+  j.kv("qat", qat_bytes(layout, dtype, compression.qat));
+  j.kv("host", f.host);  // everything off the device; of it on disk (--offload-to or --offload-param disk):
+  const Location tier = args.state_on_disk() ? Location::Disk : Location::Host;
+  j.kv("disk", offload_state_bytes(stage, layout, dtype, tier).disk);
   j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));
   j.kv("link_elems_per_step", expected_link_elems(stage, layout, args.accum));
   j.kv("overflow_flag_elems_per_step", expected_overflow_flag_elems(layout, dtype));

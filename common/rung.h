@@ -1,9 +1,12 @@
-// rung.h — what a rung hands the Trainer: where this rank stands (topology), and its hooks.
+// rung.h — what a rung hands the Trainer: where this rank stands (topology), its hooks, and its
+// columns of stages.txt.
 //
 // The Trainer is the ladder's protocol (set-up, the step's bookkeeping, validation, the reports) and
 // names no rung. A rung whose ranks are not simply N data-parallel replicas of the whole model (the
-// pipeline: P stages x D replicas) hands it a Topology; a rung whose validation, memory formulas or
-// report differ from the stage's fills the hooks it needs. Every other rung leaves both empty.
+// pipeline: P stages x D replicas) hands it a Topology; a rung whose flags, validation, memory
+// formulas or report differ from the stage's fills the hooks it needs (at set-up: a RungSetUp).
+// Every other rung leaves them empty. What every rung answers alike (does it run on the GPU, does it
+// take --prune-mask) is a column of its line in stages.txt.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,7 +16,8 @@
 
 namespace nz {
 
-struct Args;  // input/cli.h
+struct Args;     // input/cli.h
+class Trainer;   // trainer.h
 
 // Where this rank stands. The default: every rank a data-parallel replica of the whole model, one
 // micro-batch's activations at a time.
@@ -38,8 +42,26 @@ struct RungHooks {
   // The memory table's formulas for rank r. Default: the stage's, the same on every rank.
   std::function<StateBytes(int r)> state_formula;
   std::function<uint64_t(int r)> activation_formula;
-  // One more object in the JSON report (--log-json): its key and its JSON text ("" for none).
+  // One more object in the JSON report (--log-json): its key and its JSON text ("" for none), or,
+  // where the text is known only at the end, report_of makes it then (on rank 0 alone: no collective).
   std::string report_key, report_json;
+  std::function<std::string()> report_of;
+  // The model-state bytes per rank of layout L, where the rung holds more than its stage (the fits
+  // check, --batch auto, the memory table, the report). Default: expected_state_bytes(stage).
+  std::function<StateBytes(const Layout& L, DType dt)> model_state_bytes;
 };
+// A rung's set-up: called once the command line is read and the topology made, before anything is
+// sized; its own flag checks (a bad one is one line) and the hooks the set-up needs already.
+using RungSetUp = void (*)(Trainer& run);
+
+// A rung's columns in stages.txt (its header says what each word means), compiled into the
+// library: the facts the Trainer checks for every rung alike. A bare line, or none: the defaults.
+struct RungColumns {
+  bool prune_mask = false;  // "prune-mask": it fine-tunes a pruned model (takes --prune-mask)
+  bool cpu_only = false;    // "cpu-only": it runs on the CPU backend only
+};
+RungColumns rung_columns(const std::string& rung);
+// The rungs whose column is set, for a message: "stage0_ddp, stage1 or offload".
+std::string rungs_with(bool RungColumns::*column);
 
 }  // namespace nz

@@ -34,7 +34,9 @@ void Trainer::register_held(OptimizerState& optimizer) {
   if (resume_from_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
   first_step_ = load_checkpoint(comm, *checkpoint_, held_state(), resume_from_);
-  if (prune_masks_) zero_pruned_held();
+  if (compression.pruning())  // --prune-mask: what the checkpoint held dense is pruned from here on
+    compression.zero_pruned_held(layout, params_held_ == ParamsHeld::OwnSlices, rank(), *held_params_, elem_bytes,
+                                 optimizer);
   comm.control_barrier();  // every rank has loaded
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (rank() == 0) {

@@ -17,16 +17,16 @@
 #include "runtime/check.h"  // NZ_CHECK (elem_ptr)
 #include "input/cli.h"
 #include "comm.h"
+#include "compression/compression.h"  // Compression: --qat and --prune-mask, on any rung
 #include "input/data.h"
 #include "io/held_params.h"  // HeldParams: what checkpoints read where a rung holds no params buffer
 #include "ledger.h"
 #include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
-#include "rung.h"  // Topology, RungHooks: what a rung hands the Trainer
+#include "rung.h"  // Topology, RungHooks, RungSetUp, RungColumns: what a rung hands the Trainer
 #include "lr_schedule.h"
 #include "zero_formulas.h"
-#include "zeropp/formulas.h"  // ZeroppConfig
 
 namespace nz {
 
@@ -39,30 +39,23 @@ struct UnitAccess {
   std::function<void(int u)> release = [](int) {};
 };
 
-// Where offload's optimizer state, or infinity's slices and optimizer state, live beyond the device:
-// Location::Disk with --offload-to disk (offload) or --offload-param disk (infinity), else Host.
-inline Location offload_tier(const Args& a, Stage s) {
-  const bool disk = (s == Stage::Offload && a.offload_to == "disk") ||
-                    (s == Stage::Infinity && a.offload_param == "disk");
-  return disk ? Location::Disk : Location::Host;
-}
-
 class Trainer {
  public:
-  // topology_of: the rung's (rung.h), where its ranks are not N replicas of the whole model
-  Trainer(int argc, char** argv, Stage stage, TopologyOf topology_of = nullptr);
+  // topology_of: the rung's (rung.h), where its ranks are not N replicas of the whole model;
+  // set_up: the rung's own flag checks and set-up hooks (rung.h), where it has any
+  Trainer(int argc, char** argv, Stage stage, TopologyOf topology_of = nullptr, RungSetUp set_up = nullptr);
   ~Trainer();
 
   Comm comm;
   Args args;  // the command line; the core below takes only the config structs made from it
   Stage stage;
+  RungColumns columns;  // the rung's line of stages.txt (rung.h): what it runs on, what it takes
   // The command line's settings for each part of the core, filled from args in one place
   // (trainer_setup.cpp, configs_from_args): the optimizer, the schedule (and, private below, the
   // checkpoints').
   AdamWConfig adamw;
   LrScheduleConfig lr_schedule;
-  ZeroppConfig zeropp;  // zeropp: which of ZeRO++'s three, their blocks, the simulated node size
-  QatConfig qat;        // --qat: the model computes with fake-quantized weights (qat.h), any stage
+  Compression compression;  // --qat, --prune-mask: what the model computes with, any rung (compression.h)
   Layout layout;
   DType dtype;
   size_t elem_bytes;  // of the storage type
@@ -131,16 +124,9 @@ class Trainer {
   // --batch auto (the largest micro-batch whose predicted peak fits the memory budget) and
   // --global-batch (the accumulation that reaches it): sets args.batch and args.accum.
   void settle_batch();
-  // --prune-mask (prune.h): reads the pruned file (its weights become the initial ones) and hands
-  // its mask to the model (the gradient) and to AdamW (the update); after --resume, zeroes the
-  // pruned weights the checkpoint holds (a dense checkpoint fine-tuned pruned from here on).
-  void read_prune_mask();  // before the device is chosen: a bad file, a wrong shape, a rung without it
-  void set_up_pruning();   // once the layout and the model exist
-  void zero_pruned_held();
-  std::vector<uint8_t> prune_keep_;  // the pruned file's mask, model file order, until set_up_pruning
-  std::shared_ptr<const UnitMasks> prune_masks_;
-  std::vector<float> pruned_params_;  // the pruned file's Ψ weights, model file order (init_params)
   void configs_from_args();  // adamw, schedule, checkpoint from args
+  // The model-state bytes per rank of layout L: the rung's (hooks.model_state_bytes), or the stage's.
+  StateBytes state_bytes(const Layout& L, DType dt) const;
   // Mean validation loss over args.eval_windows windows, split over the ranks.
   double evaluate();
   // report.cpp

@@ -13,8 +13,6 @@
 
 #include "runtime/check.h"       // NZ_CHECK
 #include "io/checkpoint.h"        // save_checkpoint, find_resume_checkpoint, load_checkpoint
-#include "io/crc32c.h"         // the --prune-mask's identity in checkpoints
-#include "io/pruned_file.h"  // load_pruned: --prune-mask
 #include "kernels/gemm_bf16.h"    // bf16_gemm_path: which path CPU bf16 products take
 #include "watchdog.h"            // Watchdog: a rank that stops making progress ends the job
 #include "mfu.h"         // peak_flops, flops_per_token, recompute_flops_per_token
@@ -24,45 +22,20 @@ namespace nz {
 
 namespace {
 
-// ZeRO++'s switches (the stage's own layout is make_layout's with args.quant_pad_block()).
-// ZeRO++'s nodes are the machines when the ranks run on several (--hpz and --ranks-per-node must then say
-// the same G), else simulated on one: --hpz's G, --ranks-per-node, or all ranks one node.
-ZeroppConfig zeropp_config(const Args& a, const Comm& comm, Stage stage) {
-  const int world = comm.size(), hosts = comm.host_nodes(), G = comm.ranks_per_host();
-  int node_size = a.node_size > 0 ? a.node_size : a.hpz > 0 ? a.hpz : world;
-  if (stage == Stage::ZeroPP && hosts > 1) {
-    if (G == 0)
-      user_error("zeropp: the %d ranks run on %d machines, but a machine's ranks are not consecutive or not as "
-                 "many on each, expected ranks 0..G-1 on the first machine, G..2G-1 on the next; start them with "
-                 "mpiexec -ppn G (or a host file of host:G lines)", world, hosts);
-    for (auto [flag, g] : {std::pair{"--hpz", a.hpz}, std::pair{"--ranks-per-node", a.node_size}})
-      if (g > 0 && g != G)
-        user_error("%s %d: the ranks run on %d machines of %d ranks, and ZeRO++'s nodes are the machines, "
-                   "expected %s %d (or none)", flag, g, hosts, G, flag, G);
-    node_size = G;
-  }
-  return {a.qwz, a.hpz, a.qgz, node_size, size_t(a.qw_block), size_t(a.qg_block), a.qgz_flat};
-}
-
-// The model-state bytes per rank the fits checks count: ZeRO++'s (stage3's and what it adds), or the stage's.
-StateBytes model_state_bytes(Stage stage, const Layout& L, DType dt, const ZeroppConfig& zpp) {
-  return stage == Stage::ZeroPP ? zeropp_state_bytes(L, dt, zpp) : expected_state_bytes(stage, L, dt);
-}
-
 // A model (with its batch) that cannot fit this machine is one line before anything is allocated,
 // not an allocation failure later: the formulas' bytes per rank (zero_formulas.h), times the ranks
-// sharing the memory, against the memory there is (the GPU's, and the host's for offload's state;
+// sharing the memory, against the memory there is (the GPU's, and the host's for state kept off it;
 // on the CPU backend everything is in host memory). A necessary condition only: what the ledger
 // does not count (libraries, scratch) comes on top.
-void check_model_fits(const Args& args, Stage stage, const Comm& comm, int dp_world) {
-  const Layout L = make_layout(args.cfg, dp_world, args.quant_pad_block());
-  const StateBytes states = model_state_bytes(stage, L, args.dtype, zeropp_config(args, comm, stage));
+// states: the model-state bytes per rank (the rung's, Trainer::state_bytes) of layout L.
+void check_model_fits(const Args& args, Stage stage, const Comm& comm, const Layout& L, const StateBytes& states) {
   const Device device_kind = select_device(args.device.c_str(), comm.local_rank(), false);  // quietly: once more aloud later
   const Attention attn = flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
   const double device = double(expected_device_peak(stage, L, args.batch, args.seq, args.dtype,
                                                     args.activation_checkpointing, attn, &states));
   // (the disk tier's files are not host memory: their room is checked when they are made)
-  const double host = double(offload_state_bytes(stage, L, args.dtype, offload_tier(args, stage)).host);
+  const Location tier = args.state_on_disk() ? Location::Disk : Location::Host;
+  const double host = double(offload_state_bytes(stage, L, args.dtype, tier).host);
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   int sharing = comm.local_size();  // ranks sharing the memory that does not fit
   double need = (device + host) * sharing, have = ram;
@@ -118,11 +91,7 @@ CheckpointConfig checkpoint_config(const Args& a) {
   c.lr = a.lr, c.weight_decay = a.weight_decay, c.clip = a.clip;
   c.warmup = a.warmup, c.steps = a.steps, c.batch = a.batch, c.seq = a.seq, c.accum = a.accum;
   c.lr_schedule = lr_schedule_config(a);
-  // --qat: "none", or the bits, the block and the skip, e.g. int4/64/embedding-kept
-  if (a.qat_bits)
-    c.qat = "int" + std::to_string(a.qat_bits) + "/" + std::to_string(a.qat_block) +
-            (a.qat_skip_embed ? "/embedding-kept" : "");
-  return c;
+  return c;  // (--qat's and --prune-mask's identities: Compression::read)
 }
 
 }  // namespace
@@ -130,31 +99,25 @@ CheckpointConfig checkpoint_config(const Args& a) {
 void Trainer::configs_from_args() {
   adamw.weight_decay = args.weight_decay;  // betas and eps: AdamWConfig's (no flag sets them)
   lr_schedule = lr_schedule_config(args);
-  zeropp = zeropp_config(args, comm, stage);
-  qat = {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed};
   checkpoint_ = std::make_unique<CheckpointConfig>(checkpoint_config(args));
 }
 
-Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
+Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of, RungSetUp set_up)
     : comm(&argc, &argv), args(parse_args(argc, argv, stage_name(st))), stage(st),
-      loss_scaler_(loss_scale_config(args)) {
+      columns(rung_columns(stage_name(st))), compression(args), loss_scaler_(loss_scale_config(args)) {
   // where this rank stands: the rung's topology (one that cannot be made is one line there), or
   // every rank a replica of the whole model
   if (topology_of) topology = topology_of(args, world(), rank());
   if (topology.dp_world == 0) topology.dp_world = world(), topology.dp_rank = rank();
   if (topology.end_unit < 0) topology.end_unit = args.cfg.layers + 2;  // to the final layernorm
-  if (stage == Stage::ZeroPP && args.device == "cuda")
-    user_error("--device cuda: zeropp's quantized collectives and qgZ's sum run on the CPU backend only (the block "
-               "quantizer has CUDA kernels, the trainer does not use them yet), expected --device cpu or auto; run "
-               "stage3 on the GPU");
-  for (auto [flag, G] : {std::pair{"--hpz", args.hpz}, std::pair{"--ranks-per-node", args.node_size}})
-    if (G > 0 && world() % G != 0)
-      user_error("%s %d: the %d ranks do not make whole nodes of %d, expected a G that divides %d; e.g. %s %d",
-                 flag, G, world(), G, world(), flag, world() % 2 == 0 ? world() / 2 : world());
+  if (set_up) set_up(*this);  // the rung's own flag checks and set-up hooks
+  if (columns.cpu_only && args.device == "cuda")
+    user_error("--device cuda: %s runs on the CPU backend only (cpu-only in stages.txt; its docs say why), "
+               "expected --device cpu or auto", stage_name(stage));
   resolve_batch(args, dp_world());  // --config's train_batch_size: checked, or the missing factor derived
   // Threads per rank = cores / ranks on this machine, so 4 ranks on 2 cores do not fight; or
   // OMP_NUM_THREADS when set (the fast CPU kernels' bits depend on the thread count: runs compared
-  // bit for bit on different numbers of ranks, the pipeline's against stage0_ddp's, set it alike).
+  // bit for bit on different numbers of ranks, or one rung's against another's, set it alike).
   int cores = int(std::thread::hardware_concurrency());
   const char* omp_threads = getenv("OMP_NUM_THREADS");
   if (!omp_threads || atoi(omp_threads) < 1) omp_set_num_threads(std::max(1, cores / comm.local_size()));
@@ -163,10 +126,14 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
   if (args.batch_auto || args.global_batch > 0) settle_batch();  // sets args.batch, args.accum
   // the data is read (and checked) before anything else happens, so bad data is one line
   data = std::make_unique<DataLoader>(args.data, args.batch, args.seq, args.seed);
-  check_model_fits(args, stage, comm, dp_world());  // one line, before anything is printed or allocated
+  {  // one line, before anything is printed or allocated
+    const Layout L = make_layout(args.cfg, dp_world(), args.quant_pad_block());
+    check_model_fits(args, stage, comm, L, state_bytes(L, args.dtype));
+  }
   configs_from_args();                  // after settle_batch: the batch and accum are final
-  // --prune-mask: read and checked now, a bad one is one line; its identity goes into checkpoints
-  if (!args.prune_mask.empty()) read_prune_mask();
+  // --qat's and --prune-mask's (read and checked now, a bad one is one line) identities in checkpoints
+  compression.read(args, stage_name(stage), columns.prune_mask, rungs_with(&RungColumns::prune_mask),
+                   checkpoint_.get());
   // which checkpoint to resume from (rank 0 verifies it; loaded when the stage registers its state)
   if (!args.resume.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -174,8 +141,9 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
-  // zeropp and --qat run on the CPU (auto: even where a GPU is visible)
-  select_device(stage == Stage::ZeroPP || qat.on() ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
+  // a cpu-only rung and --qat run on the CPU (auto: even where a GPU is visible)
+  select_device(columns.cpu_only || compression.qat.on() ? "cpu" : args.device.c_str(), comm.local_rank(),
+                rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) {
     peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank
@@ -191,17 +159,17 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
   }
   dtype = args.dtype;
   elem_bytes = dtype_bytes(dtype);
-  // each unit padded for the data-parallel replicas (zeropp: and to whole quantization blocks per slice)
+  // each unit padded for the data-parallel replicas (and to whole quantization blocks per slice, where
+  // a rung quantizes its collectives: args.quant_pad_block())
   layout = make_layout(args.cfg, dp_world(), args.quant_pad_block());
   Ledger::get().set_timeline_last_step(1);
   // the units this rank runs and the micro-batches it keeps in flight (the topology's)
   const Topology& t = topology;
   model = std::make_unique<GPT>(layout, dtype, args.batch, t.own_model ? 1 : args.seq, args.activation_checkpointing, t.first_unit,
                                 t.end_unit, t.activation_slots ? t.activation_slots(args.accum) : 1);
-  model->set_qat(qat);  // the same fake quantization in every trainer: no stage file sees it
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
-  if (!args.prune_mask.empty()) set_up_pruning();
+  compression.set_up(layout, *model, adamw, rank() == 0);  // --qat on the model, --prune-mask on it and AdamW
   if (rank() == 0) {
     const GPTConfig& c = args.cfg;
     // the machines, where there are several (the comm ledger counts the bytes between them)
@@ -246,8 +214,8 @@ Trainer::~Trainer() = default;
 
 void Trainer::settle_batch() {
   const int N = dp_world();
-  const Layout L = make_layout(args.cfg, N, args.quant_pad_block());  // zeropp: its padded layout
-  const StateBytes states = model_state_bytes(stage, L, args.dtype, zeropp_config(args, comm, stage));  // zeropp's own
+  const Layout L = make_layout(args.cfg, N, args.quant_pad_block());  // padded as the run's will be
+  const StateBytes states = state_bytes(L, args.dtype);  // the rung's own
   std::string budget_from = "--memory-budget";
   int fit = 0;
   // the device (chosen here quietly, again later aloud) and the kernels decide attention's activations:
@@ -256,7 +224,7 @@ void Trainer::settle_batch() {
   const Attention attn =
       flash_attention_in_force(args.cfg.dim, args.cfg.heads) ? Attention::Flash : Attention::Gemm;
   // --qat: the model's fake-quantized unit is on the device beside the states and activations
-  const uint64_t qat_copy = qat_bytes(L, args.dtype, {args.qat_bits, size_t(args.qat_block), args.qat_skip_embed});
+  const uint64_t qat_copy = qat_bytes(L, args.dtype, compression.qat);
   auto peak_at = [&](int B) {
     return expected_device_peak(stage, L, B, args.seq, args.dtype, args.activation_checkpointing, attn, &states) +
            qat_copy;
@@ -321,73 +289,14 @@ void Trainer::settle_batch() {
   fflush(stdout);
 }
 
-// ---- pruning (prune.h) ----
-
-void Trainer::read_prune_mask() {
-  const char* p = args.prune_mask.c_str();
-  if (stage == Stage::Pipeline || stage == Stage::Infinity || stage == Stage::ZeroPP)
-    user_error("--prune-mask with %s: not built for this rung, expected stage0_ddp, stage1, stage2, stage3 or "
-               "offload; fine-tune the pruned model with one of those", stage_name(stage));
-  if (args.device == "cuda")
-    user_error("--prune-mask on cuda: the mask is applied by the CPU path only, expected --device cpu; run the "
-               "fine-tuning with --device cpu");
-  GPTConfig c;
-  load_pruned(args.prune_mask, &c, &pruned_params_, &prune_keep_, "--prune-mask");
-  size_t pruned = 0;
-  for (uint8_t k : prune_keep_) pruned += !k;
-  char id[48];  // the mask's identity in checkpoints: resuming drops or changes it only with --resume-changed
-  snprintf(id, sizeof id, "%zu/%08x", pruned, crc32c(0, prune_keep_.data(), prune_keep_.size()));
-  checkpoint_->prune = id;
-  const GPTConfig& m = args.cfg;
-  if (c.vocab != m.vocab || c.ctx != m.ctx || c.layers != m.layers || c.dim != m.dim || c.heads != m.heads)
-    user_error("--prune-mask %s: a model of %d layers, width %d, %d heads, context %d; expected this run's %d "
-               "layers, width %d, %d heads, context %d; give the --preset (and --layers, --dim, --heads) it was "
-               "trained with", p, c.layers, c.dim, c.heads, c.ctx, m.layers, m.dim, m.heads, m.ctx);
-}
-
-void Trainer::set_up_pruning() {
-  const char* p = args.prune_mask.c_str();
-  const GPTConfig& m = args.cfg;
-  if (current_device() == Device::CUDA)  // --device auto found a GPU
-    user_error("--prune-mask on cuda: the mask is applied by the CPU path only, expected --device cpu; run the "
-               "fine-tuning with --device cpu");
-  prune_masks_ = unit_masks(layout, prune_keep_);
-  prune_keep_.clear();
-  model->set_prune_mask(prune_masks_);  // the gradient
-  adamw.prune = prune_masks_;           // the update, the decay, the moments
-  if (rank() == 0) {
-    printf("pruned: %s, %zu of %zu weights pruned (%.4f of the prunable), starting from its weights\n", p,
-           prune_masks_->pruned, layout.num_params, double(prune_masks_->pruned) / double(prunable_count(m)));
-    fflush(stdout);
-  }
-}
-
-void Trainer::zero_pruned_held() {
-  const UnitMasks& masks = *prune_masks_;
-  OptimizerState& opt = *held_optimizer_;
-  for (int u = 0; u < layout.num_units(); u++) {
-    const Unit& unit = layout.units[u];
-    const Slice own = params_held_ == ParamsHeld::OwnSlices ? layout.shard(u, rank()) : layout.full(u);
-    const size_t at = params_held_ == ParamsHeld::OwnSlices ? unit.shard_offset : unit.offset;
-    zero_pruned(masks, u, own.begin, own.size(), elem_ptr(*held_params_, at, elem_bytes), elem_bytes);
-    if (!opt.has_master()) continue;  // the master copy too: bf16, and offload's in every precision
-    const Slice os = opt.owned()[u];
-    std::vector<float> master(os.size());
-    opt.get(OptArray::Master, opt.state_offset(u), os.size(), master.data());
-    zero_pruned(masks, u, os.begin, os.size(), master.data(), sizeof(float));
-    opt.put(OptArray::Master, opt.state_offset(u), os.size(), master.data());
-  }
+StateBytes Trainer::state_bytes(const Layout& L, DType dt) const {
+  return hooks.model_state_bytes ? hooks.model_state_bytes(L, dt) : expected_state_bytes(stage, L, dt);
 }
 
 void Trainer::init_params(int u, Slice part, void* dst, Location at) {
   std::vector<float> unit(layout.units[u].padded);
-  if (!pruned_params_.empty()) {  // --prune-mask: the pruned model's weights (file order, unpadded)
-    size_t first = 0;
-    for (int k = 0; k < u; k++) first += layout.units[k].numel;
-    std::copy(pruned_params_.begin() + first, pruned_params_.begin() + first + layout.units[u].numel, unit.begin());
-  } else {
-    init_unit(layout, u, args.seed, unit.data());
-  }
+  // --prune-mask: the pruned model's weights; else the seed's
+  if (!compression.initial_unit(layout, u, unit.data())) init_unit(layout, u, args.seed, unit.data());
   std::vector<char> conv(part.size() * elem_bytes);
   const float* src = unit.data() + part.begin;
   NZ_DISPATCH_TRAIN_DTYPE(dtype, cpu::cast<T, float>((T*)conv.data(), src, part.size()));

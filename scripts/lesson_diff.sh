@@ -15,7 +15,7 @@ COLOR=${COLOR:-auto}
 WORDS=${WORDS:-}
 cd "$(dirname "$0")/.."
 for d in "$A" "$B"; do
-  [ -d "$d" ] || { echo "make diff: $d is not a directory; use two of $(sed -n 's/^+//; /^[a-z]/p' stages.txt | tr '\n' ' ')" >&2; exit 2; }
+  [ -d "$d" ] || { echo "make diff: $d is not a directory; use two of $(sed -n 's/^+//; s/^\([a-z][a-z0-9_]*\).*/\1/p' stages.txt | tr '\n' ' ')" >&2; exit 2; }
 done
 case "$COLOR" in
   auto | always | never) ;;

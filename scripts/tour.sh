@@ -34,7 +34,7 @@ SCHEDULE="--lr-schedule warmup-decay --warmup-type linear --lr-total-steps $STEP
 out=runs/tour
 mkdir -p "$out"
 stages=()
-for s in $(grep '^[a-z]' stages.txt); do
+for s in $(awk '/^[a-z]/ {print $1}' stages.txt); do
   [ -x "build/bin/$s" ] && stages+=("$s")
 done
 echo "nanoZeRO tour: ${stages[*]} | $NP ranks | $FLAGS $SCHEDULE"

@@ -19,11 +19,12 @@
 #include "kernels/ops.h"  // kernels on the run's backend
 #include "kernels/quantize.h"  // BlockQuant: the block quantizer
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
+#include "zeropp/hooks.h"  // set_zeropp_hooks, zeropp_config
 
 using namespace nz;
 
 int main(int argc, char** argv) {
-  Trainer run(argc, argv, Stage::ZeroPP);
+  Trainer run(argc, argv, Stage::ZeroPP, nullptr, set_zeropp_hooks);  // + its flags, bytes, report
   const Layout& L = run.layout;
   const DType dt = run.dtype;
   const size_t e = run.elem_bytes;
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   const int rank = run.rank();
   GPT& model = *run.model;
   Comm& comm = run.comm;
-  const ZeroppConfig& zpp = run.zeropp;
+  const ZeroppConfig zpp = zeropp_config(run.args, run.comm);
   comm.set_node_size(zpp.node_size);  // nodes of G: the machines' own, or simulated on one
   const BlockQuant qw{8, zpp.qw_block}, qg{4, zpp.qg_block};  // int8 weights, int4 gradients
   const size_t max_owned = L.max_unit_padded / L.world;

@@ -79,6 +79,8 @@ struct Args {
   std::string offload_param = "cpu"; // infinity: cpu | disk (the parameter slices and optimizer state)
   std::string offload_to = "cpu";    // offload: cpu | disk
   std::string offload_dir;           // offload, infinity on disk: where the files go
+  // the model state kept beyond the device goes to disk (each flag is refused by the rungs that do not use it)
+  bool state_on_disk() const { return offload_to == "disk" || offload_param == "disk"; }
   long offload_chunk = 1 << 20;      // offload disk: elements streamed per chunk
   int pipeline = 1;                  // pipeline: P stages (the ranks are P stages x N/P replicas)
   std::string schedule = "1f1b";     // pipeline: gpipe | 1f1b

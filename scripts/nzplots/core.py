@@ -11,8 +11,8 @@ import matplotlib
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent.parent  # scripts/nzplots/core.py
-STAGES = [l.strip() for l in (REPO / "stages.txt").read_text().splitlines()
-          if l[:1].isalpha()]  # the rungs, in order (stages.txt)
+STAGES = [l.split()[0] for l in (REPO / "stages.txt").read_text().splitlines()
+          if l[:1].isalpha()]  # the rungs, in order (stages.txt: a line's first word)
 # What each stage shards, as the paper names it.
 STAGE_LABEL = {"stage0_ddp": "stage0 (DDP)", "stage1": "stage1 (P_os)", "stage2": "stage2 (P_os+g)",
                "stage3": "stage3 (P_os+g+p)", "offload": "offload (stage2 + host)",

@@ -478,7 +478,7 @@ else
 
   TOUR="--preset gpt2 --batch 2 --seq 128 --steps 3 --lr 3e-4 --eval-every 0 --eval-windows 4 --device cuda --quiet"
   jsons=()
-  for s in $(grep '^[a-z]' stages.txt); do
+  for s in $(awk '/^[a-z]/ {print $1}' stages.txt); do
     [ -x bin/$s ] || { row SKIP memory.$s "not in the bundle"; continue; }
     run_row memory.$s 60 mpirun -np 4 bin/$s $TOUR --log-json "$log/memory.$s.json" || continue
     mem=$(grep -m1 '^GPU memory' "$log/memory.$s.log" | sed -E 's/.*ledger peak ([^,]*), now [^|]*\| in use ([^(]*[^( ]) *\(.*/ledger peak \1, cudaMemGetInfo in use \2/')

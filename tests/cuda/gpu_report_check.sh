@@ -52,7 +52,7 @@ make_bundle() {  # DIR: a fake bundle around the real scripts
   printf '# fake\nstep\tbf16\tfp32\n1\t5.5001\t5.5000\n2\t5.4001\t5.4000\n3\t5.3001\t5.2901\n' >"$b/golden_losses.tsv"
   # A trainer: what the real ones print; with --log-json a one-line report whose losses are the
   # golden ones shifted by FAKE_SHIFT_<attention> (gemm, flash); with NZ_PROFILE=1 the profile line.
-  for f in $(grep '^[a-z]' stages.txt); do
+  for f in $(awk '/^[a-z]/ {print $1}' stages.txt); do
     cat >"$b/bin/$f" <<'EOF'
 #!/usr/bin/env bash
 json="" att=gemm

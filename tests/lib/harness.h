@@ -101,7 +101,8 @@ inline const std::vector<const char*>& all_stages() {
     std::ifstream f("stages.txt");
     if (!f) throw std::runtime_error("stages.txt not found: run the tests from the repository's root");
     for (std::string line; std::getline(f, line);)
-      if (!line.empty() && std::isalpha((unsigned char)line[0])) v.push_back(strdup(line.c_str()));
+      if (!line.empty() && std::isalpha((unsigned char)line[0]))  // the first word: the rest are columns
+        v.push_back(strdup(line.substr(0, line.find(' ')).c_str()));
     return v;
   }();
   return names;

@@ -11,6 +11,9 @@
 #                           and recompiled, with the new flags, for another (-march; CUDA on/off
 #                           where nvcc runs); the stamp names the configuration
 #   dry_run_and_flags_keep  make -n and make print-build-flags with other settings leave the stamp
+#   plain_make_means_all    `make` with no goal, in a build folder that already holds objects, builds
+#                           the programs (a rule whose targets are the objects found must not become
+#                           the default goal)
 # Prints NZRESULT lines (tests/run_all.sh).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -107,4 +110,16 @@ if [ -f "$B/config.flags" ]; then
   fi
 else
   skip dry_run_and_flags_keep "no stamp from the previous case"
+fi
+
+# ---- `make` alone, once objects exist: the programs ----
+if [ -f "$B/$obj" ]; then
+  plan=$(mk -n BUILD="$B" CUDA=0 HOST_ARCH=native 2>&1)
+  if grep -q -- "-o $B/bin/stage0_ddp" <<<"$plan"; then
+    pass plain_make_means_all
+  else
+    fail plain_make_means_all "make -n with no goal does not build $B/bin/stage0_ddp: $(head -c 200 <<<"$plan")"
+  fi
+else
+  skip plain_make_means_all "no object from the previous cases"
 fi

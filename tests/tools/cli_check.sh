@@ -27,6 +27,8 @@ expect_error missing_data "cannot read" $bin --data /nonexistent/file.txt
 expect_error short_data "shorter than one batch" $bin --preset tiny --seq 16 --data "$tmp/short.txt"
 expect_error missing_value "needs a value" $bin --steps
 expect_error unknown_device "unknown device" $bin --device tpu
+# a rung whose line in stages.txt says cpu-only (zeropp) refuses the GPU in one line
+expect_error cpu_only_rung_on_cuda "zeropp runs on the CPU backend only" $bindir/zeropp --device cuda
 expect_error eval_bad_model "not a nanoZeRO model file" $bindir/gpt_eval --model "$tmp/bad.model" --data data/corpus.txt
 expect_error eval_missing_model "cannot open" $bindir/gpt_eval --model "$tmp/none.model" --data data/corpus.txt
 expect_error sample_no_model "--model PATH is required" $bindir/gpt_sample --prompt hi

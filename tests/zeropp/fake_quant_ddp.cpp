@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 #include "kernels/quantize.h"
 #include "trainer.h"
+#include "zeropp/hooks.h"  // set_zeropp_hooks, zeropp_config
 
 using namespace nz;
 
@@ -31,7 +32,7 @@ static void fake_quant_f32(const BlockQuant& q, DType dt, const void* x, size_t 
 }
 
 int main(int argc, char** argv) {
-  Trainer run(argc, argv, Stage::ZeroPP);
+  Trainer run(argc, argv, Stage::ZeroPP, nullptr, set_zeropp_hooks);  // + its flags, bytes, report
   const Layout& L = run.layout;
   const DType dt = run.dtype;
   const size_t e = run.elem_bytes;
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
   const int N = run.world();
   GPT& model = *run.model;
   Comm& comm = run.comm;
-  const ZeroppConfig& z = run.zeropp;
+  const ZeroppConfig z = zeropp_config(run.args, run.comm);
   const BlockQuant qw{8, z.qw_block}, qg{4, z.qg_block};
 
   Buffer params(Category::Params, Location::Device, L.padded_total * e, "params");
