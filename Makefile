@@ -8,7 +8,7 @@
 #   make notebooks                 Jupyter in .venv on notebooks/ (installed the first time), printing its URL
 #   make bugs                      real ZeRO bugs replayed as broken rungs: source, symptom, the test that catches each (docs/faq.md)
 #   make emu-check CU=file.cu [ARGS="..."]   one CUDA program on the CPU emulator with its checks on: races,
-#                                  uninitialised reads, bounds, misalignment (dev/emu.mk, docs/gpu.md)
+#                                  uninitialised reads, bounds, misalignment, stream order (dev/emu.mk, docs/gpu.md)
 #   make gpu-bundle                what the GPU check runs, built here for a GPU machine that has CUDA but
 #                                  no MPI and no GoogleTest: build/gpu-bundle/ (dev/gpu_bundle/gpu_bundle.sh)
 #   make gpu-rehearsal             that bundle rehearsed here under the GPU machine's conditions, and the speed
