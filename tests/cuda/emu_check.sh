@@ -94,6 +94,7 @@ long='*LongSequence*:*ColumnSumsOverManyRows:*RunToRunBitwise'
 start=$SECONDS
 gtest kernels 600 env NZ_EMU_CHECK=all NZ_EMU_SEED=2 "$EMU/tests/test_cuda_kernels" --gtest_filter="-$long"
 n=$(grep -c '^emu-check:' "$log/kernels.log")
+# shellcheck disable=SC2154  # n_pass, n_fail: set by run_gtest
 if [ "$n" = 0 ] && grep -q '0 findings' "$log/kernels.log" && [ "$n_pass" -gt 40 ] && [ "$n_fail" = 0 ]; then
   echo "NZRESULT PASS emu.kernels_checked ($n_pass tests, every check on, $(grep -o '[0-9]* loads and stores' \
         "$log/kernels.log") checked, 0 findings, $((SECONDS - start)) s)"
@@ -107,13 +108,13 @@ gtest inference 120 "$EMU/tests/test_cuda_inference"
 gtest quantize 120 "$EMU/tests/test_cuda_quantize"  # tests/zeropp/test_cuda_quantize.cpp
 # The collectives under the stream check (a finding makes the run exit 66: a FAIL line), the busy
 # copies of the ordering test at 1 MB (NZ_TEST_QUICK: on the emulator their size proves nothing)
-comm="env NZ_EMU_CHECK=stream NZ_TEST_QUICK=1"
-gtest comm_np1_local 120 $comm NZ_EMU_NO_NCCL=1 mpirun -np 1 "$EMU/tests/test_cuda_comm"
-gtest comm_np1_mpi 120 $comm NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
-gtest comm_np1_nccl 120 $comm NZ_COMM=nccl mpirun -np 1 "$EMU/tests/test_cuda_comm"
-gtest comm_np2_shared 120 $comm mpirun -np 2 "$EMU/tests/test_cuda_comm"
-gtest comm_np2_nccl 120 $comm NZ_EMU_GPUS=2 mpirun -np 2 "$EMU/tests/test_cuda_comm"
-gtest comm_np3_nccl 120 $comm NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test_cuda_comm"
+comm=(env NZ_EMU_CHECK=stream NZ_TEST_QUICK=1)
+gtest comm_np1_local 120 "${comm[@]}" NZ_EMU_NO_NCCL=1 mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np1_mpi 120 "${comm[@]}" NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np1_nccl 120 "${comm[@]}" NZ_COMM=nccl mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np2_shared 120 "${comm[@]}" mpirun -np 2 "$EMU/tests/test_cuda_comm"
+gtest comm_np2_nccl 120 "${comm[@]}" NZ_EMU_GPUS=2 mpirun -np 2 "$EMU/tests/test_cuda_comm"
+gtest comm_np3_nccl 120 "${comm[@]}" NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test_cuda_comm"
 # the run cache the two stages runs share: tests/run_all.sh's, or one of this check's own
 [ -n "${NZ_RUN_CACHE:-}" ] || export NZ_RUN_CACHE=$log/runs
 gtest stages_1gpu 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 "$EMU/tests/test_cuda_stages"
