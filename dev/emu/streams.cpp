@@ -72,7 +72,8 @@ int timeline_of(cudaStream_t s) {
 // What queuing on timeline t from the calling host thread orders it after: the host's view, and
 // for the legacy stream and blocking streams, each other's queued work.
 void queue_on(int t) {
-  join(g_timelines[size_t(t)].clock, host_clock());
+  const Clock& host = host_clock();  // first: a new host thread's timeline may grow the vector
+  join(g_timelines[size_t(t)].clock, host);
   if (t == 0) {
     for (size_t i = 1; i < g_timelines.size(); i++)
       if (g_timelines[i].blocking) join(g_timelines[0].clock, g_timelines[i].clock);
@@ -255,7 +256,8 @@ void stream_waits_event(cudaStream_t s, cudaEvent_t e) {
 
 void host_waits_stream(cudaStream_t s) {
   if (!on()) return;
-  join(host_clock(), g_timelines[size_t(timeline_of(s))].clock);
+  Clock& host = host_clock();  // first, as in queue_on
+  join(host, g_timelines[size_t(timeline_of(s))].clock);
   host_advanced();
 }
 
