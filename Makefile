@@ -8,7 +8,7 @@
 #   make notebooks                 Jupyter in .venv on notebooks/ (installed the first time), printing its URL
 #   make bugs                      real ZeRO bugs replayed as broken rungs: source, symptom, the test that catches each (docs/faq.md)
 #   make emu-check CU=file.cu [ARGS="..."]   one CUDA program on the CPU emulator with its checks on: races,
-#                                  uninitialised reads, bounds, misalignment (dev/emu.mk, docs/gpu.md)
+#                                  uninitialised reads, bounds, misalignment, stream order (dev/emu.mk, docs/gpu.md)
 #   make gpu-bundle                what the GPU check runs, built here for a GPU machine that has CUDA but
 #                                  no MPI and no GoogleTest: build/gpu-bundle/ (dev/gpu_bundle/gpu_bundle.sh)
 #   make gpu-rehearsal             that bundle rehearsed here under the GPU machine's conditions, and the speed
@@ -122,6 +122,7 @@ ifeq ($(CUDA),1)
                 -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
   CUDA_SRC   := $(wildcard common/kernels/cuda/*.cu inference/*.cu)
   CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+  CUDA_PTXAS := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.ptxas)  # their resource reports (tests/cuda/ptxas_check.sh)
   # cuBLAS is opened by the first GPU matmul, not linked: loading it costs every process about
   # 0.2 s of CPU time, GPU or not (common/kernels/cuda/cublas_dlopen.cpp). The bundle links it.
   ifneq ($(NZ_BUNDLE),1)
@@ -185,7 +186,7 @@ TEST_BINS  := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(TEST_SRC))))
         student-pack grade \
         print-build-flags gpu-bundle gpu-rehearsal arm64-check pristine-check two-nodes
 # `make` builds the programs; `make tests` the test programs and the deliberately broken trainers
-all: $(STAGE_BINS) $(TOOL_BINS)
+all: $(STAGE_BINS) $(TOOL_BINS) $(CUDA_PTXAS)
 tests: $(TEST_BINS) extra
 
 # Fragments tests/*/*.mk and dev/*.mk add their own targets (the deliberately broken trainers of the
@@ -198,9 +199,19 @@ $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu
+# Each CUDA object comes with OBJ.ptxas (one recipe makes both): the GPU assembler's resource report
+# (-Xptxas -v: registers, spills, shared memory per kernel) and each kernel's .maxntid (its
+# __launch_bounds__) from the PTX, kept for that in OBJ.keep/ and removed after. The report's lines
+# go to the file; any other message of the compiler still reaches the terminal.
+# tests/cuda/ptxas_check.sh reads the reports.
+$(BUILD)/obj/%.o $(BUILD)/obj/%.ptxas: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	@rm -rf $(BUILD)/obj/$*.keep && mkdir -p $(BUILD)/obj/$*.keep
+	$(NVCC) $(NVCCFLAGS) -c $< -o $(BUILD)/obj/$*.o -Xptxas -v --keep --keep-dir $(BUILD)/obj/$*.keep \
+	  2>$(BUILD)/obj/$*.ptxas || { cat $(BUILD)/obj/$*.ptxas >&2; rm -rf $(BUILD)/obj/$*.keep $(BUILD)/obj/$*.ptxas; exit 1; }
+	@grep -v '^ptxas info\|^    [0-9]* bytes stack frame' $(BUILD)/obj/$*.ptxas >&2 || true
+	@grep -h '\.entry\|\.maxntid' $(BUILD)/obj/$*.keep/*.ptx | sed 's/^/ptx: /' >>$(BUILD)/obj/$*.ptxas
+	@rm -rf $(BUILD)/obj/$*.keep
 
 # stages.txt's columns (rung.h): its rung lines, one C string each, compiled into common/rung.cpp
 # (and into the emulator's copy of it, dev/emu.mk)

@@ -2,7 +2,8 @@
 # subset the backend uses, so every CUDA kernel, the cuBLAS and NCCL call sites and the trainers'
 # --device cuda paths run on a machine without a GPU (tests/cuda/emu_check.sh). Needs no CUDA toolkit.
 #   make emu     ->  $(EMU)/bin/<stages> and pipeline, $(EMU)/tests/test_cuda_{kernels,comm,stages}, the
-#                    emulator's self-test, the checks' catalogue (emu_catalogue, flash_mutant_*)
+#                    emulator's self-test, the checks' catalogue (emu_catalogue, flash_mutant_*,
+#                    stream_mutant_*)
 #   make emu-check CU=file.cu [ARGS="..."]  one program built and run with every check on (below)
 # The common/kernels/cuda/*.cu files (and *.cuh headers) are rewritten by dev/emu/cu2cpp.pl (launch syntax
 # only) and compiled as C++ with dev/emu/include/ (cuda_runtime.h, cublas_v2.h, nccl.h) first on
@@ -15,7 +16,7 @@ EMU_CXXFLAGS := $(filter-out -O3 -DNZ_HAVE_CUDA -DNZ_CUBLAS_DLOPEN -I$(CUDA_HOME
                 $(EMU_OPT) -DNZ_HAVE_CUDA -Idev/emu/include -Icommon/kernels/cuda -Wno-unknown-pragmas
 EMU_GEN      := $(patsubst %.cu,$(EMU)/gen/%.cpp,$(wildcard common/kernels/cuda/*.cu inference/*.cu))
 EMU_OBJ      := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(EMU_GEN:$(EMU)/gen/%.cpp=$(EMU)/obj/gen/%.o) \
-                $(EMU)/obj/dev/emu/emu.o $(EMU)/obj/dev/emu/check.o
+                $(EMU)/obj/dev/emu/emu.o $(EMU)/obj/dev/emu/check.o $(EMU)/obj/dev/emu/streams.o
 EMU_LIB      := $(EMU)/libnanozero_emu.a
 # the host libraries the common/ objects need: the BLAS, oneDNN when built with it (Makefile DNNL), and
 # MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
@@ -26,8 +27,12 @@ EMU_STAGES   := $(foreach s,$(STAGES) pipeline,$(if $(wildcard $(s)/train.cpp),$
 # tests in place of the real ones: the catalogue of bugs the race check must catch.
 EMU_MUTANTS  := dq_no_syncwarp early_prefetch q_no_barrier
 EMU_MUTANT_TESTS := $(EMU_MUTANTS:%=$(EMU)/tests/flash_mutant_%)
+# Trainers linked with a broken copy of the runtime's stream code (dev/emu/stream_mutants.pl), each with
+# the trainer that shows it: the stream check's catalogue of the project's own patterns.
+EMU_STREAM_MUTANTS := comm_no_wait:stage2 copy_no_wait:offload host_no_sync:offload
+EMU_STREAM_MUTANT_BINS := $(foreach m,$(EMU_STREAM_MUTANTS),$(EMU)/tests/stream_mutant_$(firstword $(subst :, ,$(m))))
 EMU_TESTS    := $(addprefix $(EMU)/tests/,$(basename $(notdir $(wildcard tests/cuda/test_cuda_*.cpp)))) \
-                $(EMU)/tests/emu_selftest $(EMU)/tests/emu_catalogue $(EMU_MUTANT_TESTS)
+                $(EMU)/tests/emu_selftest $(EMU)/tests/emu_catalogue $(EMU_MUTANT_TESTS) $(EMU_STREAM_MUTANT_BINS)
 
 .PHONY: emu
 emu: $(EMU_STAGES) $(EMU_TESTS)
@@ -99,6 +104,19 @@ $(EMU)/tests/flash_mutant_%: $(EMU)/obj/tests/cuda/test_cuda_kernels.o $(EMU)/ob
     $(EMU)/obj/gen/mutants/%/kernels_flash_attention.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -lgtest $(EMU_LIBS) -o $@
+
+$(EMU)/gen/stream_mutants/%.cpp: $(EMU)/gen/common/kernels/cuda/comm_nccl.cpp $(EMU)/gen/common/kernels/cuda/runtime.cpp \
+    dev/emu/stream_mutants.pl
+	@mkdir -p $(dir $@)
+	perl dev/emu/stream_mutants.pl $* $(EMU)/gen/common/kernels/cuda >$@.tmp && mv $@.tmp $@
+$(EMU)/obj/gen/stream_mutants/%.o: EMU_CXXFLAGS += -iquote $(EMU)/gen/common/kernels/cuda
+# the mutant's object before the library: the library's own copy of that file is never pulled in
+define emu_stream_mutant
+$(EMU)/tests/stream_mutant_$(1): $(EMU)/obj/$(2)/train.o $(EMU)/obj/gen/stream_mutants/$(1).o $(EMU_LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(LDFLAGS) $$^ $$(EMU_LIBS) -o $$@
+endef
+$(foreach m,$(EMU_STREAM_MUTANTS),$(eval $(call emu_stream_mutant,$(firstword $(subst :, ,$(m))),$(lastword $(subst :, ,$(m))))))
 
 -include $(shell find $(EMU)/obj -name '*.d' 2>/dev/null)
 

@@ -14,7 +14,7 @@
 //   - other warps of the block: a __syncthreads released between them;
 //   - other blocks of the launch: never (device memory; each block has its own shared memory).
 // Shuffles and WMMA *_sync calls order no memory here, as on a GPU. Kernels of one launch after
-// another are ordered (stream order is not checked). Each byte remembers its last writer and up to
+// another are ordered here; whether their streams order them is the stream check's (streams.cpp). Each byte remembers its last writer and up to
 // two readers (a third concurrent reader replaces the second, so some write-after-read races
 // among three or more warps go unreported). A record of an earlier launch, or for shared memory
 // of an earlier block, counts as no record: the shadow is never cleared, only allocated (36 bytes
@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "cuda_runtime.h"  // nz_emu::block_dim, block_idx
+#include "streams.h"       // the stream-order check: kernels' accesses to device memory
 
 namespace nz_emu {
 namespace check {
@@ -51,7 +52,7 @@ namespace {
 // ---- settings and findings ----------------------------------------------------------------
 unsigned parse_kinds(const char* e) {
   if (!e || !*e || strcmp(e, "none") == 0 || strcmp(e, "0") == 0) return 0;
-  if (strcmp(e, "all") == 0 || strcmp(e, "1") == 0) return kRace | kUninit | kBounds | kMisaligned;
+  if (strcmp(e, "all") == 0 || strcmp(e, "1") == 0) return kRace | kUninit | kBounds | kMisaligned | kStream;
   unsigned k = 0;
   std::string s(e);
   size_t start = 0;
@@ -62,10 +63,11 @@ unsigned parse_kinds(const char* e) {
     else if (w == "uninit") k |= kUninit;
     else if (w == "bounds") k |= kBounds;
     else if (w == "misaligned") k |= kMisaligned;
+    else if (w == "stream") k |= kStream;
     else {
       fprintf(stderr,
               "nz_emu: NZ_EMU_CHECK=%s: unknown check '%s' (expected all, none, or a comma list of race, "
-              "uninit, bounds, misaligned)\n",
+              "uninit, bounds, misaligned, stream)\n",
               e, w.c_str());
       exit(2);
     }
@@ -84,10 +86,12 @@ unsigned long long g_checked = 0, g_launches = 0;  // loads and stores checked; 
 
 // At exit, with a check on: what was checked, and status 66 when anything was found.
 void at_exit() {
+  const std::string ordered =
+      g_kinds & kStream ? ", " + std::to_string(streams::operations()) + " stream operations ordered" : "";
   fprintf(stderr,
           "nz_emu: NZ_EMU_CHECK=%s: %llu loads and stores of device and shared memory checked in %llu kernel "
-          "launch%s, %lu finding%s (%lu shown)\n",
-          getenv("NZ_EMU_CHECK"), g_checked, g_launches, g_launches == 1 ? "" : "es", g_findings,
+          "launch%s%s, %lu finding%s (%lu shown)\n",
+          getenv("NZ_EMU_CHECK"), g_checked, g_launches, g_launches == 1 ? "" : "es", ordered.c_str(), g_findings,
           g_findings == 1 ? "" : "s", g_shown);
   fflush(stderr);
   fflush(nullptr);  // the program's stdout too: _exit skips stdio's own flush
@@ -165,6 +169,19 @@ void vreport(const char* kind, const char* kernel, const void* pc1, const void* 
   fflush(stderr);
 }
 }  // namespace
+
+void finding(const char* kind, const char* key, const char* fmt, ...) {
+  g_findings++;
+  if (!g_seen.insert(std::string(kind) + " " + key).second || g_shown >= kMaxShown) return;
+  g_shown++;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "emu-check: %s: %s\n", kind, msg);
+  fflush(stderr);
+}
 
 namespace {
 const char* g_kernel = "?";
@@ -402,6 +419,7 @@ void atomic(void* p, size_t n, const void* pc) {
   Region* r = find(c);
   if (!r) return;
   g_checked++;
+  if ((g_kinds & kStream) && r->space == Space::Global) streams::kernel_access(c, n, true);
   const unsigned kinds = g_kinds;
   g_kinds &= ~kRace;
   check_access(*r, c, n, false, true, pc, false, true);
@@ -415,6 +433,7 @@ void access(const void* p, size_t n, bool write, bool aligned, const void* pc) {
   Region* r = find(c);
   if (!r) return;
   g_checked++;
+  if ((g_kinds & kStream) && r->space == Space::Global) streams::kernel_access(c, n, write);
   check_access(*r, c, n, write, aligned, pc, true, true);
 }
 

@@ -2,7 +2,7 @@
 // device memory of emu.cpp and the compiler's hooks. Not part of the emulated CUDA API.
 //
 // NZ_EMU_CHECK picks the checks: "all", "none" (the default), or a comma list of race, uninit,
-// bounds, misaligned. `make emu-check` turns on all of them. A finding is one line on stderr,
+// bounds, misaligned, stream (the order of streams, events and the host: streams.h). `make emu-check` turns on all of them. A finding is one line on stderr,
 // "emu-check: KIND: ...", and a program with findings exits with status 66 (at exit, so one run
 // reports every distinct finding), after a line saying how many accesses were checked.
 #pragma once
@@ -12,7 +12,7 @@
 namespace nz_emu {
 namespace check {
 
-enum : unsigned { kRace = 1, kUninit = 2, kBounds = 4, kMisaligned = 8 };
+enum : unsigned { kRace = 1, kUninit = 2, kBounds = 4, kMisaligned = 8, kStream = 16 };
 extern unsigned g_kinds;  // the checks on (NZ_EMU_CHECK, read at start-up)
 // The running CUDA thread (its linear index in the block) while a kernel runs and a check is on;
 // -1 otherwise, which makes every hook return at once. Its fiber's stack, never checked.
@@ -42,6 +42,10 @@ void async_landed(void* dst, const void* src, size_t bytes, size_t zfill, const 
 
 // An atomic read-modify-write of n bytes (no race record: atomics do not race with each other).
 void atomic(void* p, size_t n, const void* pc);
+
+// A finding of another part of the checks (streams.cpp): printed as "emu-check: KIND: message"
+// unless one with the same key was; counted either way.
+void finding(const char* kind, const char* key, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 
 // One load or store of n bytes by the running thread (aligned: the compiler assumed n-byte alignment).
 void access(const void* p, size_t n, bool write, bool aligned, const void* pc);

@@ -24,6 +24,7 @@
 #include "cuda_runtime.h"
 #include "kernels/dtype.h"  // nz::bf16, bf16_to_f32, f32_to_bf16 (round to nearest even)
 #include "nccl.h"
+#include "streams.h"  // NZ_EMU_CHECK=stream: the order of streams, events and the host
 
 // ============================================================================================
 // failures
@@ -170,6 +171,7 @@ Fiber* g_cur = nullptr;
 
 void on_segv(int sig, siginfo_t* info, void*) {
   const char* addr = static_cast<const char*>(info->si_addr);
+  if (streams::host_fault(addr)) return;  // a pinned page protected by the stream check: reported, opened
   const auto* hit = mapping_of(addr);
   if (hit) {
     const char* user = hit->first;
@@ -636,8 +638,8 @@ cudaError_t set_max_dynamic_shared(const void* func, int bytes) {
   return cudaSuccess;
 }
 
-void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t smem, void (*body)(void*),
-              void* ctx) {
+void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+              void (*body)(void*), void* ctx) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   const auto opted = func ? g_max_dynamic_shared.find(func) : g_max_dynamic_shared.end();
   const size_t smem_limit = opted == g_max_dynamic_shared.end() ? kSharedDefault
@@ -668,6 +670,7 @@ void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t 
   DeviceAccess access;
   g_kernel = name;
   Profile::Timer timer(name, threads * grid.x * grid.y * grid.z);
+  streams::begin(stream, "kernel", name);
   if (check::g_kinds) check::launch_begin(name, unsigned(threads));
   const size_t blocks = size_t(grid.x) * grid.y * grid.z;
   std::vector<size_t> order;  // NZ_EMU_SEED: the blocks in a random order
@@ -686,6 +689,7 @@ void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t 
     run_block();
   }
   if (check::g_kinds) check::launch_end();
+  streams::end();
   g_kernel = nullptr;
 }
 
@@ -734,7 +738,10 @@ cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  streams::host_waits_device();
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError() {
   cudaError_t e = g_last_error;
@@ -787,6 +794,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   g_device[user] = m;
   g_device_used += data_bytes;
   if (check::g_kinds) check::allocated(user, bytes, m.base, m.base + data_bytes + page);
+  streams::device_allocated(user, bytes);
   if (g_access_depth == 0) set_access(m, false);
   *ptr = const_cast<char*>(user);
   return cudaSuccess;
@@ -797,6 +805,8 @@ cudaError_t cudaFree(void* ptr) {
   auto it = g_device.find(static_cast<const char*>(ptr));
   if (it == g_device.end()) return record(cudaErrorInvalidValue);
   if (check::g_kinds) check::freed(ptr);
+  streams::host_waits_device();  // cudaFree waits for the device first
+  streams::device_freed(ptr);
   munmap(it->second.base, it->second.data_bytes + page_size());
   g_device_used -= it->second.data_bytes;
   g_device.erase(it);
@@ -804,8 +814,8 @@ cudaError_t cudaFree(void* ptr) {
 }
 
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
-  *ptr = nullptr;
-  if (posix_memalign(ptr, 64, bytes ? bytes : 1) != 0) return record(cudaErrorMemoryAllocation);
+  *ptr = streams::pinned_allocate(bytes);  // with the stream check: pages of its own, to protect
+  if (!*ptr && posix_memalign(ptr, 64, bytes ? bytes : 1) != 0) return record(cudaErrorMemoryAllocation);
   g_pinned.insert(*ptr);
   return cudaSuccess;
 }
@@ -813,7 +823,8 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
 cudaError_t cudaFreeHost(void* ptr) {
   if (!ptr) return cudaSuccess;
   if (!g_pinned.erase(ptr)) return record(cudaErrorInvalidValue);
-  free(ptr);
+  streams::host_waits_device();  // cudaFreeHost waits for the device first
+  if (!streams::pinned_free(ptr)) free(ptr);
   return cudaSuccess;
 }
 
@@ -832,16 +843,26 @@ int where(const void* p, size_t bytes) {
 }
 }  // namespace
 
-cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+namespace {
+cudaError_t memset_on(cudaStream_t stream, const char* call, void* ptr, int value, size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   if (where(ptr, bytes) != 1) return record(cudaErrorInvalidValue);
+  streams::begin(stream, call);
+  streams::writes(ptr, bytes);
   DeviceAccess access;
   memset(ptr, value, bytes);
   check::host_wrote(ptr, bytes);
+  streams::end();
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+const char* kind_name(int d, int s) {
+  return d && s ? "device to device" : d ? "host to device" : s ? "device to host" : "host to host";
+}
+
+// A copy queued on stream: the operation that reads src and writes dst.
+cudaError_t copy_on(cudaStream_t stream, const char* call, void* dst, const void* src, size_t bytes,
+                    cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
   const int d = where(dst, bytes), s = where(src, bytes);
   if (d < 0 || s < 0) return record(cudaErrorInvalidValue);  // a copy past the end of a buffer
@@ -854,17 +875,38 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     case cudaMemcpyDefault: break;
   }
   if (!ok) return record(cudaErrorInvalidValue);
+  char detail[96];
+  snprintf(detail, sizeof(detail), "(%s, %zu bytes)", kind_name(d, s), bytes);
+  streams::begin(stream, call, detail);
+  streams::reads(src, bytes);
+  streams::writes(dst, bytes);
   DeviceAccess access;
+  streams::pinned_open();
   memmove(dst, src, bytes);
+  streams::pinned_close();
   check::host_wrote(dst, bytes);
+  streams::end();
+  // Into pageable host memory a copy is synchronous: the host has seen it complete on return.
+  if (!d && !streams::pinned(dst)) streams::host_waits_stream(stream);
   return cudaSuccess;
 }
+}  // namespace
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) { return memset_on(nullptr, "cudaMemset", ptr, value, bytes); }
+
+// On the legacy default stream, and the host waits for it (cudaMemcpy returns when it is done).
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  const cudaError_t err = copy_on(nullptr, "cudaMemcpy", dst, src, bytes, kind);
+  if (err == cudaSuccess) streams::host_waits_stream(nullptr);
+  return err;
 }
 
-// Streams and events: handles only (all work completes within its call).
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  return copy_on(stream, "cudaMemcpyAsync", dst, src, bytes, kind);
+}
+
+// Streams and events: handles (all work completes within its call); the stream check (streams.h)
+// follows the order they give.
 struct nz_emu_stream {
   unsigned flags;
 };
@@ -880,14 +922,18 @@ bool valid_stream(cudaStream_t s) { return s == nullptr || g_handles.count(s); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   *stream = new nz_emu_stream{flags};
   g_handles.insert(*stream);
+  streams::stream_created(*stream, flags);
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
-  return valid_stream(stream) ? cudaMemset(ptr, value, bytes) : record(cudaErrorInvalidResourceHandle);
+  return valid_stream(stream) ? memset_on(stream, "cudaMemsetAsync", ptr, value, bytes)
+                              : record(cudaErrorInvalidResourceHandle);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return g_handles.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+  if (!g_handles.count(event)) return record(cudaErrorInvalidResourceHandle);
+  streams::host_waits_event(event);
+  return cudaSuccess;
 }
 cudaError_t cudaPeekAtLastError() { return g_last_error; }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
@@ -896,10 +942,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return valid_stream(stream) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+  if (!valid_stream(stream)) return record(cudaErrorInvalidResourceHandle);
+  streams::host_waits_stream(stream);
+  return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
-  return valid_stream(stream) && g_handles.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+  if (!valid_stream(stream) || !g_handles.count(event)) return record(cudaErrorInvalidResourceHandle);
+  streams::stream_waits_event(stream, event);
+  return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   *event = new nz_emu_event{flags};
@@ -908,6 +958,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (!event || !g_handles.erase(event)) return record(cudaErrorInvalidResourceHandle);
+  streams::event_destroyed(event);
   delete event;
   return cudaSuccess;
 }
@@ -915,6 +966,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!valid_stream(stream) || !g_handles.count(event)) return record(cudaErrorInvalidResourceHandle);
   event->recorded_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  streams::event_recorded(event, stream);
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
@@ -933,7 +985,9 @@ static const char* nccl_stuck() {
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!g_handles.count(event)) return record(cudaErrorInvalidResourceHandle);
-  return nccl_stuck() ? cudaErrorNotReady : cudaSuccess;
+  if (nccl_stuck()) return cudaErrorNotReady;
+  streams::host_waits_event(event);  // done: the host has seen what it waited for
+  return cudaSuccess;
 }
 
 // ============================================================================================
@@ -1031,6 +1085,19 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     check_operand("C", operand(C, strideC, c_elem, i), m, n, ldc, c_elem);
   }
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  if (streams::on()) {  // the operation: each column of A and B read, of C written (and read)
+    streams::begin(handle->stream, batch > 1 ? "cublasGemmStridedBatchedEx" : "cublasGemmEx");
+    for (int i = 0; i < batch; i++) {
+      for (int j = 0; j < a_cols; j++) streams::reads(operand(A, strideA, ab_elem, i) + size_t(j) * lda * ab_elem, a_rows * ab_elem);
+      for (int j = 0; j < b_cols; j++) streams::reads(operand(B, strideB, ab_elem, i) + size_t(j) * ldb * ab_elem, b_rows * ab_elem);
+      for (int j = 0; j < n; j++) {
+        const char* col = operand(C, strideC, c_elem, i) + size_t(j) * ldc * c_elem;
+        if (b != 0.0f) streams::reads(col, m * c_elem);
+        streams::writes(col, m * c_elem);
+      }
+    }
+    streams::end();
+  }
   DeviceAccess access;
   for (int i = 0; i < batch; i++) {
     const void *Ai = operand(A, strideA, ab_elem, i), *Bi = operand(B, strideB, ab_elem, i);
@@ -1203,10 +1270,22 @@ void ring_sum(const std::vector<char>& all, size_t count, size_t i, int last, in
 
 }  // namespace
 
+// The stream check's operation on the collective's stream (a scope): what it reads and writes.
+struct CollectiveOp {
+  CollectiveOp(cudaStream_t stream, const char* name, const void* send, size_t send_bytes, const void* recv,
+               size_t recv_bytes) {
+    streams::begin(stream, name);
+    streams::reads(send, send_bytes);
+    streams::writes(recv, recv_bytes);
+  }
+  ~CollectiveOp() { streams::end(); }
+};
+
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   nccl_called("ncclAllReduce");
   if (!comm || op != ncclSum) return ncclInvalidArgument;
+  CollectiveOp in_order(stream, "ncclAllReduce", send, count * nccl_bytes(type), recv, count * nccl_bytes(type));
   DeviceAccess access;
   if (!is_device_pointer(recv, count * nccl_bytes(type))) fail("ncclAllReduce: recv is not device memory");
   std::vector<char> all = gather_all(send, count, type, comm);
@@ -1217,9 +1296,11 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t type,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   nccl_called("ncclReduceScatter");
   if (!comm || op != ncclSum) return ncclInvalidArgument;
+  CollectiveOp in_order(stream, "ncclReduceScatter", send, recvcount * comm->size * nccl_bytes(type), recv,
+                        recvcount * nccl_bytes(type));
   DeviceAccess access;
   if (!is_device_pointer(recv, recvcount * nccl_bytes(type)))
     fail("ncclReduceScatter: recv is not device memory");
@@ -1232,9 +1313,11 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t type,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   nccl_called("ncclAllGather");
   if (!comm) return ncclInvalidArgument;
+  CollectiveOp in_order(stream, "ncclAllGather", send, sendcount * nccl_bytes(type), recv,
+                        sendcount * comm->size * nccl_bytes(type));
   DeviceAccess access;
   const size_t bytes = sendcount * nccl_bytes(type);
   if (!is_device_pointer(recv, bytes * comm->size)) fail("ncclAllGather: recv is not device memory");
@@ -1255,6 +1338,7 @@ struct P2POp {
   size_t bytes;
   int peer;
   MPI_Comm comm;
+  cudaStream_t stream;
 };
 int g_group_depth = 0;
 std::vector<P2POp> g_group_ops;
@@ -1269,32 +1353,40 @@ ncclResult_t run_p2p_ops() {
       else MPI_Irecv(op.buf, int(op.bytes), MPI_BYTE, op.peer, 0, op.comm, &reqs[i]);
     }
     MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-    for (const P2POp& op : g_group_ops)
+    for (const P2POp& op : g_group_ops) {
       if (!op.send) check::host_wrote(op.buf, op.bytes);
+      streams::begin(op.stream, op.send ? "ncclSend" : "ncclRecv");
+      if (op.send) streams::reads(op.buf, op.bytes);
+      else streams::writes(op.buf, op.bytes);
+      streams::end();
+    }
   }
   g_group_ops.clear();
   return ncclSuccess;
 }
 
-ncclResult_t add_p2p_op(bool send, const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm) {
+ncclResult_t add_p2p_op(bool send, const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                        cudaStream_t stream) {
   if (!comm || peer < 0 || peer >= comm->size || peer == comm->rank) return ncclInvalidArgument;
   const size_t bytes = count * nccl_bytes(type);
   if (bytes > size_t(1) << 30) fail("NCCL emulation: %zu bytes in one send or receive is too many", bytes);
   if (!is_device_pointer(buf, bytes))
     fail("%s: the buffer (%zu bytes) is not device memory", send ? "ncclSend" : "ncclRecv", bytes);
-  g_group_ops.push_back({send, const_cast<void*>(buf), bytes, peer, comm->comm});
+  g_group_ops.push_back({send, const_cast<void*>(buf), bytes, peer, comm->comm, stream});
   return g_group_depth > 0 ? ncclSuccess : run_p2p_ops();
 }
 }  // namespace
 
-ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
   nccl_called("ncclSend");
-  return add_p2p_op(true, send, count, type, peer, comm);
+  return add_p2p_op(true, send, count, type, peer, comm, stream);
 }
 
-ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
   nccl_called("ncclRecv");
-  return add_p2p_op(false, recv, count, type, peer, comm);
+  return add_p2p_op(false, recv, count, type, peer, comm, stream);
 }
 
 ncclResult_t ncclGroupStart() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # emu_check.sh — `make emu-check CU=file.cu [ARGS="..."]` (dev/emu.mk): one CUDA program (its kernels
 # and a host main using the runtime API) built against nz_emu with every check on and run.
-#   - each finding is one line "emu-check: KIND: ..." (race, uninit, bounds, misaligned, barrier)
+#   - each finding is one line "emu-check: KIND: ..." (race, uninit, bounds, misaligned, barrier,
+#     stream-race)
 #     and the program exits non-zero (66 for findings, dev/emu/check.h; a fatal one stops it);
 #   - a clean program exits with its own status.
 # The build happens in a temporary folder removed at the end; ARGS is split into words as the

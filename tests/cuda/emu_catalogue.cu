@@ -19,8 +19,15 @@
 //   in_padding            bounds      x[n] read, inside the allocation's padding
 //   misaligned_uint4      misaligned  a 16-byte store 8 bytes into a buffer
 //   misaligned_float      misaligned  a float loaded from a 2-byte offset
+//   copy_no_event         stream      a copy on stream 2 reads what a kernel on stream 1 writes, no event
+//   pinned_no_sync        stream      the host reads a pinned buffer after cudaMemcpyAsync into it, no sync
+//   pinned_reuse          stream      the host refills a pinned buffer a queued copy still reads from
+//   comm_no_wait          stream      the comm-stream pattern of comm_nccl.cu with its cudaStreamWaitEvent
+//                                     left out: the "collective" reads a gradient before the kernel
+//                                     writing it is ordered before it
 // and correct kernels that every check must pass silently:
 //   atomic_counter        counter's fix: atomicAdd
+//   streams_ordered       the four stream cases above, each with its event or synchronisation
 //   warp_api              __shfl_sync, __shfl_up_sync, __shfl_down_sync (width 8), __ballot_sync,
 //                         __any_sync, __all_sync, __activemask against their definitions
 #include <cuda_pipeline.h>
@@ -120,6 +127,16 @@ __global__ void warp_api(int* out) {
   o[5] = __all_sync(0xffffffffu, lane < 31);
   o[6] = int(__activemask());
   o[7] = __shfl_xor_sync(0xffffffffu, lane, 5, 16);
+}
+
+// ---- stream order ----
+__global__ void fill(float* x, float v, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = v + float(i);
+}
+__global__ void add_into(float* y, const float* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
 }
 
 // ---- uninitialised ----
@@ -253,6 +270,86 @@ int run(const std::string& c) {
     float* d_out = device<float>(1);
     load_float<<<1, 1>>>(d_out, d_h);
     return verdict(to_host(d_out, 1)[0] == 1.0f, "the float at byte 2 read back");
+  }
+  // Stream order: the buggy version, or with `ordered` the same with the event or sync it lacks.
+  const bool ordered = c == "streams_ordered";
+  bool all_right = true;  // streams_ordered: every case's answer
+  if (c == "copy_no_event" || ordered) {
+    const int n = 256;
+    float *d_x = device<float>(n), *d_y = device<float>(n);
+    cudaStream_t s1, s2;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaEvent_t written;
+    cudaEventCreateWithFlags(&written, cudaEventDisableTiming);
+    fill<<<1, n, 0, s1>>>(d_x, 1.0f, n);
+    cudaEventRecord(written, s1);
+    if (ordered) cudaStreamWaitEvent(s2, written, 0);  // BUG when left out: the copy may run first
+    cudaMemcpyAsync(d_y, d_x, n * sizeof(float), cudaMemcpyDeviceToDevice, s2);
+    cudaStreamSynchronize(s2);
+    cudaStreamSynchronize(s1);
+    const std::vector<float> h = to_host(d_y, n);
+    const bool right = h[0] == 1.0f && h[n - 1] == float(n);
+    if (!ordered) return verdict(right, "the copy holds what the kernel wrote");
+    all_right &= right;
+  }
+  if (c == "pinned_no_sync" || ordered) {
+    const int n = 1024;  // 4 KiB: a page of its own
+    float* d_x = device<float>(n);
+    float* h_x = nullptr;
+    cudaMallocHost(reinterpret_cast<void**>(&h_x), n * sizeof(float));
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    fill<<<4, 256, 0, s>>>(d_x, 2.0f, n);
+    cudaMemcpyAsync(h_x, d_x, n * sizeof(float), cudaMemcpyDeviceToHost, s);
+    if (ordered) cudaStreamSynchronize(s);  // BUG when left out: the host reads before the copy is done
+    const bool right = h_x[0] == 2.0f && h_x[n - 1] == float(n + 1);
+    cudaStreamSynchronize(s);
+    cudaFreeHost(h_x);
+    if (!ordered) return verdict(right, "the host read the copied values");
+    all_right &= right;
+  }
+  if (c == "pinned_reuse" || ordered) {
+    const int n = 1024;
+    float *d_a = device<float>(n), *d_b = device<float>(n);
+    float* h_stage = nullptr;
+    cudaMallocHost(reinterpret_cast<void**>(&h_stage), n * sizeof(float));
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    for (int i = 0; i < n; i++) h_stage[i] = 1.0f;
+    cudaMemcpyAsync(d_a, h_stage, n * sizeof(float), cudaMemcpyHostToDevice, s);
+    if (ordered) cudaStreamSynchronize(s);  // BUG when left out: the refill may land before the copy
+    for (int i = 0; i < n; i++) h_stage[i] = 3.0f;
+    cudaMemcpyAsync(d_b, h_stage, n * sizeof(float), cudaMemcpyHostToDevice, s);
+    cudaStreamSynchronize(s);
+    const float a = to_host(d_a, n)[n - 1], b = to_host(d_b, n)[n - 1];
+    cudaFreeHost(h_stage);
+    if (!ordered) return verdict(a == 1.0f && b == 3.0f, "each copy took the buffer's contents at its call");
+    all_right &= a == 1.0f && b == 3.0f;
+  }
+  if (c == "comm_no_wait" || ordered) {
+    // comm_nccl.cu's pattern: the compute stream (the default one) writes a gradient, the comm stream
+    // waits for it (cudaEventRecord + cudaStreamWaitEvent), reduces it (a copy stands in for the
+    // collective), and the compute stream waits for the comm stream before reading the result.
+    const int n = 512;
+    float *d_grad = device<float>(n), *d_sum = device<float>(n), *d_param = device<float>(n);
+    cudaStream_t comm;
+    cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking);
+    cudaEvent_t inputs_ready, outputs_ready;
+    cudaEventCreateWithFlags(&inputs_ready, cudaEventDisableTiming);
+    cudaEventCreateWithFlags(&outputs_ready, cudaEventDisableTiming);
+    fill<<<2, 256>>>(d_param, 0.0f, n);
+    fill<<<2, 256>>>(d_grad, 5.0f, n);
+    cudaEventRecord(inputs_ready, 0);
+    if (ordered) cudaStreamWaitEvent(comm, inputs_ready, 0);  // BUG when left out
+    cudaMemcpyAsync(d_sum, d_grad, n * sizeof(float), cudaMemcpyDeviceToDevice, comm);
+    cudaEventRecord(outputs_ready, comm);
+    cudaStreamWaitEvent(0, outputs_ready, 0);
+    add_into<<<2, 256>>>(d_param, d_sum, n);
+    const std::vector<float> h = to_host(d_param, n);
+    const bool right = h[0] == 5.0f && h[n - 1] == float(2 * n + 3);  // i + (5 + i)
+    if (!ordered) return verdict(right, "the parameters took the reduced gradient");
+    return verdict(all_right && right, "the four stream patterns, each ordered, right");
   }
   if (c == "atomic_counter") {
     int* d = device<int>(1);

@@ -6,15 +6,17 @@
 # limits). What it cannot tell (speed, the GPU's exact bits) tests/cuda/gpu_check.sh measures on a GPU.
 #   1. tests of the emulator: a correct kernel works, and so do the emulated tensor cores (WMMA);
 #      each deliberately broken kernel is stopped or gives a wrong answer;
-#   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference (a fuzzed schedule:
-#      NZ_EMU_SEED=2);
+#   2. build/emu/tests/test_cuda_kernels: every kernel against the CPU reference, under every check
+#      (NZ_EMU_CHECK=all: 0 findings) and a fuzzed schedule (NZ_EMU_SEED=2); the long tests (1024
+#      tokens, 70001 rows) in bf16 only and unchecked, the same code at sizes the check covers;
 #      build/emu/tests/test_cuda_inference: the KV-cached decode step against the CPU decoder;
 #      build/emu/tests/test_cuda_quantize: ZeRO++'s block quantizer against the CPU's, bit for bit;
 #   3. build/emu/tests/test_cuda_comm: one rank (device copies, and any NCCL call fatal:
 #      NZ_EMU_NO_NCCL), ranks sharing one GPU (the MPI path through pinned buffers) and one GPU per
-#      rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI);
+#      rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI), under the stream check
+#      (NZ_EMU_CHECK=stream: the comm stream's events order every collective, 0 findings);
 #   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp, and the
-#      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 4 steps of 16 tokens), and
+#      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 2 steps of 16 tokens), and
 #      --attention flash's activations (the log-sum-exp formula) and --batch auto, once with
 #      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path); the runs the
 #      GPU count cannot change (one rank, or the CPU) are made once and checked by both
@@ -26,11 +28,12 @@
 #   7. a one-rank trainer on --device cuda, started without mpirun: no NCCL call (NZ_EMU_NO_NCCL=1),
 #      NZ_PROFILE=1's line and JSON from CUDA events, the same losses without it, and the JSON's
 #      gpu_memory against the ledger (tests/lib/check_profile.py).
-#   8. the checks (NZ_EMU_CHECK, dev/emu/check.h): every case of the catalogue of broken kernels
-#      (tests/cuda/emu_catalogue.cu) reported by its check, and right with every other check on; the
-#      flash attention mutants (dev/emu/flash_mutants.pl) reported by the race check; the kernel
-#      tests (most of them) with every check on and the schedule fuzzed (NZ_EMU_SEED), and every
-#      trainer with --device cuda under every check, 0 findings;
+#   8. the checks (NZ_EMU_CHECK, dev/emu/check.h): every case of the catalogue of broken kernels and
+#      stream orders (tests/cuda/emu_catalogue.cu) reported by its check, and right with every other
+#      check on; the flash attention mutants (dev/emu/flash_mutants.pl) reported by the race check;
+#      the trainers' stream mutants (dev/emu/stream_mutants.pl) reported by the stream check and
+#      training the same losses without it; every trainer with --device cuda under every check
+#      (stream order included), 0 findings;
 #   9. make emu-check: a clean program (its own exit status, ARGS as words), a broken one (the
 #      finding, non-zero), and bad input (no CU, a missing file, a compile error, a hang).
 # Prints NZRESULT lines (tests/run_all.sh); about 3 CPU-minutes after the build.
@@ -82,17 +85,36 @@ selftest mask_shuffle "a shuffle by lane 0 with mask 0xffff0000, which leaves th
 # 2-4. the GoogleTest suites, their NZRESULT lines renamed emu.<label>.<test> (tests/lib/gtest_run.sh)
 source tests/lib/gtest_run.sh
 gtest() { run_gtest emu "$1" "$log" "${@:2}"; }
-# the kernels under a fuzzed schedule (NZ_EMU_SEED: threads and blocks released in a random order);
-# section 8 runs them again under another seed with every check on
-gtest kernels 300 env NZ_EMU_SEED=2 "$EMU/tests/test_cuda_kernels"
+# The kernels under every check and a fuzzed schedule (NZ_EMU_SEED: threads and blocks released in a
+# random order): every test passing, no finding. Unchecked, at a third of what checking them would
+# cost: the two long tests (1024 tokens; 70001 rows), which run the same kernels as the short ones
+# through more tiles and blocks, in bf16 only (the tensor-core kernels; the column sums' one kernel);
+# and the run-to-run tests, which run the kernels checked above a second time, for their bits.
+long='*LongSequence*:*ColumnSumsOverManyRows:*RunToRunBitwise'
+start=$SECONDS
+gtest kernels 600 env NZ_EMU_CHECK=all NZ_EMU_SEED=2 "$EMU/tests/test_cuda_kernels" --gtest_filter="-$long"
+n=$(grep -c '^emu-check:' "$log/kernels.log")
+# shellcheck disable=SC2154  # n_pass, n_fail: set by run_gtest
+if [ "$n" = 0 ] && grep -q '0 findings' "$log/kernels.log" && [ "$n_pass" -gt 40 ] && [ "$n_fail" = 0 ]; then
+  echo "NZRESULT PASS emu.kernels_checked ($n_pass tests, every check on, $(grep -o '[0-9]* loads and stores' \
+        "$log/kernels.log") checked, 0 findings, $((SECONDS - start)) s)"
+else
+  echo "NZRESULT FAIL emu.kernels_checked ($n finding lines, $n_fail failed; see $log/kernels.log)"
+  grep -m3 '^emu-check:' "$log/kernels.log"
+fi
+gtest kernels_unchecked 300 env NZ_EMU_SEED=2 "$EMU/tests/test_cuda_kernels" \
+  --gtest_filter='CudaKernels/bf16.FlashAttentionLongSequence:CudaKernels/bf16.ColumnSumsOverManyRows:*RunToRunBitwise'
 gtest inference 120 "$EMU/tests/test_cuda_inference"
 gtest quantize 120 "$EMU/tests/test_cuda_quantize"  # tests/zeropp/test_cuda_quantize.cpp
-gtest comm_np1_local 120 env NZ_EMU_NO_NCCL=1 mpirun -np 1 "$EMU/tests/test_cuda_comm"
-gtest comm_np1_mpi 120 env NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
-gtest comm_np1_nccl 120 env NZ_COMM=nccl mpirun -np 1 "$EMU/tests/test_cuda_comm"
-gtest comm_np2_shared 120 mpirun -np 2 "$EMU/tests/test_cuda_comm"
-gtest comm_np2_nccl 120 env NZ_EMU_GPUS=2 mpirun -np 2 "$EMU/tests/test_cuda_comm"
-gtest comm_np3_nccl 120 env NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test_cuda_comm"
+# The collectives under the stream check (a finding makes the run exit 66: a FAIL line), the busy
+# copies of the ordering test at 1 MB (NZ_TEST_QUICK: on the emulator their size proves nothing)
+comm=(env NZ_EMU_CHECK=stream NZ_TEST_QUICK=1)
+gtest comm_np1_local 120 "${comm[@]}" NZ_EMU_NO_NCCL=1 mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np1_mpi 120 "${comm[@]}" NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np1_nccl 120 "${comm[@]}" NZ_COMM=nccl mpirun -np 1 "$EMU/tests/test_cuda_comm"
+gtest comm_np2_shared 120 "${comm[@]}" mpirun -np 2 "$EMU/tests/test_cuda_comm"
+gtest comm_np2_nccl 120 "${comm[@]}" NZ_EMU_GPUS=2 mpirun -np 2 "$EMU/tests/test_cuda_comm"
+gtest comm_np3_nccl 120 "${comm[@]}" NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test_cuda_comm"
 # the run cache the two stages runs share: tests/run_all.sh's, or one of this check's own
 [ -n "${NZ_RUN_CACHE:-}" ] || export NZ_RUN_CACHE=$log/runs
 gtest stages_1gpu 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 "$EMU/tests/test_cuda_stages"
@@ -110,16 +132,16 @@ for run in fp32 bf16 bf16.wmma; do
   heads=$([ $run = bf16.wmma ] && echo "--heads 2" || echo "")  # tiny's width 32: head size 16, else 8
   bound=$([ $prec = fp32 ] && echo 1e-5 || echo 2e-2)
   for a in gemm flash; do
-    timeout -k 5 120 "$EMU/bin/stage0_ddp" --device cuda --preset tiny --seq 16 --batch 2 --steps 4 --eval-every 0 \
+    timeout -k 5 120 "$EMU/bin/stage0_ddp" --device cuda --preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 \
       --eval-windows 2 --precision $prec $heads --attention $a >"$log/attention_$a.$run.log" 2>&1
   done
   worst=$(paste <(grep -o '^step .*| loss [0-9.]*' "$log/attention_gemm.$run.log" | awk '{print $NF}') \
                 <(grep -o '^step .*| loss [0-9.]*' "$log/attention_flash.$run.log" | awk '{print $NF}') |
           awk 'BEGIN {w = -1} NF == 2 {d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d} END {print w}')
   steps=$(grep -c '^step ' "$log/attention_flash.$run.log")
-  if [ "$steps" = 4 ] && grep -q 'attention flash' "$log/attention_flash.$run.log" &&
+  if [ "$steps" = 2 ] && grep -q 'attention flash' "$log/attention_flash.$run.log" &&
      awk -v w="$worst" -v b="$bound" 'BEGIN {exit !(w >= 0 && w <= b)}'; then
-    echo "NZRESULT PASS emu.flash_attention_training.$run (4 steps, largest loss difference $worst <= $bound)"
+    echo "NZRESULT PASS emu.flash_attention_training.$run (2 steps, largest loss difference $worst <= $bound)"
   else
     echo "NZRESULT FAIL emu.flash_attention_training.$run ($steps steps, largest loss difference $worst, bound $bound; see $log/attention_flash.$run.log)"
   fi
@@ -168,15 +190,16 @@ python3 tests/lib/check_profile.py emu.nccl_profile cuda_events "1-2 of 2" "$log
 # 8. the checks. The catalogue: each case reported by its check (exit 66, the line "emu-check: KIND:"),
 #    and with that check off and every other on: the right answer ("ok:"), exit 0, no finding.
 catalogue() {  # case kind
-  local c=$1 kind=$2 on="$log/catalogue_$1.on.log" off="$log/catalogue_$1.off.log" rc_on=0 rc_off=0 others
-  others=$(echo race,uninit,bounds,misaligned | tr ',' '\n' | grep -vx "$kind" | paste -sd,)
+  local c=$1 kind=$2 on="$log/catalogue_$1.on.log" off="$log/catalogue_$1.off.log" rc_on=0 rc_off=0 others line
+  others=$(echo race,uninit,bounds,misaligned,stream | tr ',' '\n' | grep -vx "$kind" | paste -sd,)
+  line=$([ "$kind" = stream ] && echo stream-race || echo "$kind")  # the finding line's kind
   NZ_EMU_CHECK=$kind timeout -k 5 60 "$EMU/tests/emu_catalogue" "$c" >"$on" 2>&1 || rc_on=$?
   NZ_EMU_CHECK=$others timeout -k 5 60 "$EMU/tests/emu_catalogue" "$c" >"$off" 2>&1 || rc_off=$?
-  if [ $rc_on = 66 ] && grep -q "^emu-check: $kind: " "$on" && [ $rc_off = 0 ] && grep -q '^ok: ' "$off" &&
+  if [ $rc_on = 66 ] && grep -q "^emu-check: $line: " "$on" && [ $rc_off = 0 ] && grep -q '^ok: ' "$off" &&
      ! grep -q '^emu-check:' "$off"; then
     echo "NZRESULT PASS emu.catalogue.$c ($kind reported; with it off: $(grep '^ok: ' "$off" | cut -c5-))"
   else
-    echo "NZRESULT FAIL emu.catalogue.$c (with $kind on: exit $rc_on, $(grep -c "^emu-check: $kind: " "$on") findings;" \
+    echo "NZRESULT FAIL emu.catalogue.$c (with $kind on: exit $rc_on, $(grep -c "^emu-check: $line: " "$on") findings;" \
          "with it off: exit $rc_off, $(head -1 "$off"); see $on, $off)"
   fi
 }
@@ -191,8 +214,13 @@ catalogue before_start bounds
 catalogue in_padding bounds
 catalogue misaligned_uint4 misaligned
 catalogue misaligned_float misaligned
-# correct kernels (the atomic fix of counter, the warp functions): right, and silent under every check
-for c in atomic_counter warp_api; do
+catalogue copy_no_event stream
+catalogue pinned_no_sync stream
+catalogue pinned_reuse stream
+catalogue comm_no_wait stream
+# correct programs (the atomic fix of counter, the warp functions, the four stream cases each with its
+# event or synchronisation): right, and silent under every check
+for c in atomic_counter warp_api streams_ordered; do
   out="$log/catalogue_$c.log" rc=0
   NZ_EMU_CHECK=all timeout -k 5 60 "$EMU/tests/emu_catalogue" "$c" >"$out" 2>&1 || rc=$?
   if [ $rc = 0 ] && grep -q '^ok: ' "$out" && ! grep -q '^emu-check:' "$out"; then
@@ -208,7 +236,10 @@ done
 for m in dq_no_syncwarp early_prefetch q_no_barrier; do
   on="$log/mutant_$m.on.log" off="$log/mutant_$m.off.log" rc_on=0 rc_off=0
   NZ_EMU_CHECK=race timeout -k 5 120 "$EMU/tests/flash_mutant_$m" --gtest_filter='CudaKernels/bf16.FlashAttention' >"$on" 2>&1 || rc_on=$?
-  NZ_EMU_CHECK=uninit,bounds,misaligned timeout -k 5 120 "$EMU/tests/flash_mutant_$m" \
+  # with it off: every other check on where the test passes (dq_no_syncwarp: no other check sees it),
+  # none where the test fails anyway
+  others=$([ $m = dq_no_syncwarp ] && echo uninit,bounds,misaligned,stream || echo none)
+  NZ_EMU_CHECK=$others timeout -k 5 120 "$EMU/tests/flash_mutant_$m" \
     --gtest_filter='CudaKernels/bf16.FlashAttention' >"$off" 2>&1 || rc_off=$?
   want_off=$([ $m = dq_no_syncwarp ] && echo 'NZRESULT PASS' || echo 'NZRESULT FAIL')
   if [ $rc_on != 0 ] && grep -q '^emu-check: race: .* in kernel flash_.*kernels_flash_attention.cu:' "$on" &&
@@ -221,30 +252,13 @@ for m in dq_no_syncwarp early_prefetch q_no_barrier; do
   fi
 done
 
-# The project's kernels with every check on and another fuzzed schedule (NZ_EMU_SEED=1; seed 2 ran
-# them above): no finding, every test passing. Left out, to keep the cost small (they ran above
-# without the checks): the two long-sequence tests (1024 tokens), and the fp32 and fp16 column sums
-# over 70001 rows (the same kernel as bf16's, which stays). About 3 times the unchecked CPU time.
-for seed in 1; do
-  out="$log/kernels_checked_seed$seed.log" rc=0 start=$SECONDS
-  NZ_EMU_CHECK=all NZ_EMU_SEED=$seed timeout -k 5 600 "$EMU/tests/test_cuda_kernels" \
-    --gtest_filter='-*LongSequence*:CudaKernels/fp32.ColumnSumsOverManyRows:CudaKernels/fp16.ColumnSumsOverManyRows' \
-    >"$out" 2>&1 || rc=$?
-  n=$(grep -c '^emu-check:' "$out")
-  if [ $rc = 0 ] && [ "$n" = 0 ] && [ "$(grep -c '^NZRESULT PASS' "$out")" -gt 40 ] && ! grep -q '^NZRESULT FAIL' "$out"; then
-    echo "NZRESULT PASS emu.kernels_checked.seed$seed ($(grep -c '^NZRESULT PASS' "$out") tests, every check on," \
-         "$(grep -o '[0-9]* loads and stores' "$out") checked, 0 findings, $((SECONDS - start)) s)"
-  else
-    echo "NZRESULT FAIL emu.kernels_checked.seed$seed (exit $rc, $n finding lines; see $out)"
-    grep -m3 '^emu-check:' "$out"
-  fi
-done
-# one training run on the tensor-core flash kernels, every check on: the same losses, no finding
+# one training run on the tensor-core flash kernels, every check on: no finding, and the same losses as
+# section 5's unchecked run with these flags (attention_flash.bf16.wmma)
 checked="$EMU/bin/stage0_ddp --device cuda --preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2
          --precision bf16 --heads 2 --attention flash"
 rc=0
 NZ_EMU_CHECK=all NZ_EMU_SEED=3 timeout -k 5 300 $checked >"$log/stage_checked.log" 2>&1 || rc=$?
-timeout -k 5 120 $checked >"$log/stage_unchecked.log" 2>&1
+cp "$log/attention_flash.bf16.wmma.log" "$log/stage_unchecked.log"
 if [ $rc = 0 ] && ! grep -q '^emu-check:' "$log/stage_checked.log" &&
    [ "$(grep -c '^step ' "$log/stage_checked.log")" = 2 ] &&
    diff <(grep -o '^step .*| loss [0-9.]*' "$log/stage_checked.log") <(grep -o '^step .*| loss [0-9.]*' "$log/stage_unchecked.log") >/dev/null; then
@@ -265,6 +279,43 @@ for s in stage1 stage2 stage3 offload pipeline; do
           awk '{n += $1} END {print n}') loads and stores checked, 0 findings)"
   else
     echo "NZRESULT FAIL emu.stage_checked.$s (exit $rc, $(grep -c '^emu-check:' "$out") finding lines; see $out)"
+  fi
+done
+# and on the MPI path (2 ranks sharing one emulated GPU: pinned staging buffers, synchronous copies),
+# stage3 and offload under the stream check
+for s in stage3 offload; do
+  out="$log/stage_streams_$s.log" rc=0
+  NZ_EMU_CHECK=stream timeout -k 5 300 mpirun -np 2 "$EMU/bin/$s" --device cuda --preset tiny --seq 16 --batch 2 \
+    --steps 2 --eval-every 0 --eval-windows 2 --precision bf16 >"$out" 2>&1 || rc=$?
+  if [ $rc = 0 ] && ! grep -q '^emu-check:' "$out" && [ "$(grep -c '^step ' "$out")" = 2 ]; then
+    echo "NZRESULT PASS emu.stage_streams.$s (2 ranks on one GPU, the stream check on: $(grep -o '[0-9]* stream operations' \
+          "$out" | awk '{n += $1} END {print n}') stream operations ordered, 0 findings)"
+  else
+    echo "NZRESULT FAIL emu.stage_streams.$s (exit $rc, $(grep -c '^emu-check:' "$out") finding lines; see $out)"
+  fi
+done
+# The trainers' own stream patterns broken (dev/emu/stream_mutants.pl), on the NCCL path with the
+# flags of the checked runs above: reported by the stream check, naming the two operations; with it
+# off, the run trains the same losses as the real trainer checked above (the bug is silent here).
+for m in comm_no_wait:stage2:'ncclReduceScatter.*reads it; kernel' copy_no_wait:offload:'cudaMemcpyAsync (device to host.*reads it;' \
+         host_no_sync:offload:'host thread .* accesses it while cudaMemcpyAsync (device to host'; do
+  name=${m%%:*} rest=${m#*:}
+  trainer=${rest%%:*} want=${rest#*:}
+  on="$log/stream_mutant_$name.on.log" off="$log/stream_mutant_$name.off.log" rc_on=0 rc_off=0
+  flags="--device cuda --preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2 --precision bf16 --heads 2
+         --attention flash"
+  # shellcheck disable=SC2086  # flags are words
+  NZ_EMU_GPUS=2 NZ_EMU_CHECK=stream timeout -k 5 300 mpirun -np 2 "$EMU/tests/stream_mutant_$name" $flags >"$on" 2>&1 || rc_on=$?
+  # shellcheck disable=SC2086
+  NZ_EMU_GPUS=2 timeout -k 5 300 mpirun -np 2 "$EMU/tests/stream_mutant_$name" $flags >"$off" 2>&1 || rc_off=$?
+  if [ $rc_on = 66 ] && grep -q "^emu-check: stream-race: .*$want" "$on" && [ $rc_off = 0 ] && ! grep -q '^emu-check:' "$off" &&
+     [ "$(grep -c '^step ' "$off")" = 2 ] &&
+     diff <(grep -o '^step .*| loss [0-9.]*' "$off") <(grep -o '^step .*| loss [0-9.]*' "$log/stage_checked_$trainer.log") >/dev/null; then
+    echo "NZRESULT PASS emu.stream_mutant.$name ($trainer: $(grep -m1 '^emu-check: stream-race' "$on" | cut -d: -f3- | cut -c2-110)...;" \
+         "with the check off the same losses as the real $trainer)"
+  else
+    echo "NZRESULT FAIL emu.stream_mutant.$name (with the stream check: exit $rc_on, $(grep -c '^emu-check: stream-race' "$on")" \
+         "findings; off: exit $rc_off; see $on, $off)"
   fi
 done
 

@@ -144,11 +144,13 @@ __global__ void attention_backward_rows_kernel(T* dqkv, float* rowsums, const T*
 }
 
 // Kernel 2: one warp per column (b,h,t2). Writes dk[t2] and dv[t2] (overwrite). Lane l keeps the
-// accumulators of channels l, l+32, ... in registers (hs <= kMaxHeadSize).
+// accumulators of channels l, l+32, ... in registers (hs <= kMaxHeadSize). Launched with
+// kColumnWarps warps a block: the bound keeps its registers to what such a block may have.
+constexpr int kColumnWarps = 4;
 template <class T>
-__global__ void attention_backward_columns_kernel(T* dqkv, const float* rowsums, const T* dout,
-                                                  const T* qkv, const T* att, int B, int Tn, int C,
-                                                  int NH) {
+__global__ void __launch_bounds__(kColumnWarps * kWarpSize)
+    attention_backward_columns_kernel(T* dqkv, const float* rowsums, const T* dout, const T* qkv, const T* att, int B,
+                                      int Tn, int C, int NH) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps_per_block = blockDim.x / kWarpSize;
   const size_t col = size_t(blockIdx.x) * warps_per_block + warp;  // ((b*NH + h)*Tn + t2)
@@ -338,8 +340,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, cons
       dqkv, rowsums, dout, qkv, att, B, Tn, C, NH);
   NZ_CUDA_CHECK_LAUNCH();
 
-  const int column_warps = 4;
-  attention_backward_columns_kernel<T><<<unsigned(ceil_div(rows, column_warps)), column_warps * kWarpSize>>>(
+  attention_backward_columns_kernel<T><<<unsigned(ceil_div(rows, kColumnWarps)), kColumnWarps * kWarpSize>>>(
       dqkv, rowsums, dout, qkv, att, B, Tn, C, NH);
   NZ_CUDA_CHECK_LAUNCH();
 }

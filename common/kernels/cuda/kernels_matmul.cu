@@ -35,9 +35,12 @@ struct Strided {  // element (r, c) of a matrix lives at ptr[r * row_stride + c 
   long row_stride, col_stride;
 };
 
+// Launched with kTile x kTileRowsPerPass threads: the bound lets the GPU's compiler keep the
+// registers to what such a block may have (tests/cuda/ptxas_check.sh).
 template <class T>
-__global__ void matmul_tiled_kernel(T* Y, const T* X, Strided xs, const T* Z, Strided zs,
-                                    const T* bias, int M, int N, int K, bool accumulate) {
+__global__ void __launch_bounds__(kTile * kTileRowsPerPass)
+    matmul_tiled_kernel(T* Y, const T* X, Strided xs, const T* Z, Strided zs, const T* bias, int M, int N, int K,
+                        bool accumulate) {
   // +1 column: threads of a warp that write down a column of the tile hit different memory banks.
   __shared__ float Xt[kTile][kTile + 1];  // Xt[m][k] = X(m0 + m, k0 + k)
   __shared__ float Zt[kTile][kTile + 1];  // Zt[k][n] = Z(k0 + k, n0 + n)

@@ -21,7 +21,7 @@
 //     0xFF bytes (a NaN in fp32 and bf16);
 //   - barriers that not every thread reaches (divergent __syncthreads, shuffles with exited lanes
 //     or lanes at different shuffles), and launch configurations a GPU would reject.
-// NZ_EMU_CHECK=all (or race,uninit,bounds,misaligned; `make emu-check CU=file.cu` sets it) checks
+// NZ_EMU_CHECK=all (or race,uninit,bounds,misaligned,stream; `make emu-check CU=file.cu` sets it) checks
 // every load and store of a kernel (dev/emu/check.cpp; each finding a line "emu-check: KIND: ..."):
 //   race        unordered accesses to a byte under CUDA's rules (same thread; same warp across
 //               __syncwarp/__syncthreads; other warps across __syncthreads; other blocks never;
@@ -33,10 +33,17 @@
 //   bounds      accesses outside a buffer's exact bytes (padding included)   before_start, in_padding
 //   misaligned  an n-byte access not n-aligned, uint4 copies included  misaligned_uint4, misaligned_float
 //   mask        (always, fatal) a lane calling a warp function with a mask that leaves it out
+//   stream      an operation (kernel, copy, memset, cuBLAS, NCCL) touching a byte of device or pinned
+//               memory that an operation on another stream touched, one of them writing, with no event
+//               wait or host synchronisation ordering the two; the host touching a pinned buffer a
+//               copy not yet synchronised writes (or reads, for a host write) ("emu-check:
+//               stream-race:"; dev/emu/streams.h)     copy_no_event, pinned_no_sync, pinned_reuse,
+//               comm_no_wait, and the trainers' mutants of dev/emu/stream_mutants.pl
+// Every operation, event and collective still completes before its call returns: the stream check
+// follows the order the program gives, the values never depend on it.
 // What it cannot check: speed, bank conflicts, occupancy, the exact bits of a GPU (no fused
-// multiply-add contraction, other summation orders in cuBLAS and NCCL), the order of streams
-// (every operation, event and collective completes before its call returns), fences and atomics,
-// and masks of partial-warp operations (only full warps are supported). docs/gpu.md has the table.
+// multiply-add contraction, other summation orders in cuBLAS and NCCL), fences and atomics, and
+// masks of partial-warp operations (only full warps are supported). docs/gpu.md has the table.
 #pragma once
 #include <cmath>    // expf, sqrtf, fmaxf, ... as device code uses them; INFINITY
 #include <cstddef>  // size_t
@@ -147,7 +154,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                             cudaStream_t stream = nullptr);
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
-// A few more calls a small program makes (each completes at its call, as every operation here does)
+// A few more calls a small program makes (each completes at its call, as every operation here does;
+// the stream check follows the order they give: dev/emu/streams.h)
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
@@ -200,8 +208,8 @@ void static_shared(void* p, size_t bytes, const char* name, const char* file, in
 
 // Runs body() once per thread of every block; records cudaErrorInvalidConfiguration instead when
 // a GPU would refuse the launch.
-void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t smem, void (*body)(void*),
-              void* ctx);
+void run_grid(const char* name, const void* func, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+              void (*body)(void*), void* ctx);
 
 template <class Kernel>
 struct Launch {
@@ -209,6 +217,7 @@ struct Launch {
   const char* name;
   dim3 grid, block;
   size_t smem;
+  cudaStream_t stream;
   template <class... Args>
   void operator()(Args&&... args) const {
     // Arguments are copied, as a real launch copies them into the kernel's parameter space.
@@ -218,13 +227,13 @@ struct Launch {
     using Call = decltype(call);
     const void* func = nullptr;  // the kernel's identity, for its attributes (a function's address)
     if constexpr (std::is_pointer<Kernel>::value) func = reinterpret_cast<const void*>(kernel);
-    run_grid(name, func, grid, block, smem, [](void* c) { (*static_cast<Call*>(c))(); }, &call);
+    run_grid(name, func, grid, block, smem, stream, [](void* c) { (*static_cast<Call*>(c))(); }, &call);
   }
 };
 template <class Kernel>
 Launch<Kernel> launch(Kernel kernel, const char* name, dim3 grid, dim3 block, size_t smem = 0,
-                      cudaStream_t = nullptr) {
-  return Launch<Kernel>{kernel, name, grid, block, smem};
+                      cudaStream_t stream = nullptr) {
+  return Launch<Kernel>{kernel, name, grid, block, smem, stream};
 }
 
 // A shuffle: lane src's v (src outside [first, first + width): the caller's own v, as on a GPU).
