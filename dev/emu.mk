@@ -52,9 +52,15 @@ $(EMU)/gen/%.cuh: %.cuh dev/emu/cu2cpp.pl
 # before every load and store, which dev/emu/check.cpp answers (NZ_EMU_CHECK; the sanitizer's own
 # library is not linked), and line tables (-g1) so that a finding names its source lines.
 EMU_INSTRUMENT := -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -g1
+# -ffp-contract=fast: a * b + c fused into one FMA where the CPU has one (GCC fuses in a pass that
+# -O1 leaves out: -fexpensive-optimizations turns it on), as nvcc does in device code by default
+# (--fmad=true; the real build's -ffp-contract=off reaches only the host compiler). So a kernel whose
+# bits must equal the CPU's (AdamW and the gradient accumulation: offload runs them on the CPU) and
+# that is not written with __fmul_rn/__fadd_rn fails here as on a GPU, instead of passing by luck.
+EMU_KERNEL_FLAGS := -ffp-contract=fast -fexpensive-optimizations
 $(EMU)/obj/gen/%.o: $(EMU)/gen/%.cpp $(EMU_GEN_CUH)
 	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_CXXFLAGS) $(EMU_INSTRUMENT) -c $< -o $@
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_KERNEL_FLAGS) $(EMU_INSTRUMENT) -c $< -o $@
 
 $(EMU)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -136,5 +142,5 @@ endif
 emu-check: export EMU_CHECK_CU = $(value CU)
 emu-check: export EMU_CHECK_ARGS = $(value ARGS)
 emu-check: $(EMU_LIB)
-	@EMU_CXX='$(CXX)' EMU_FLAGS='$(EMU_CXXFLAGS) $(EMU_INSTRUMENT)' EMU_LINK='$(LDFLAGS)' EMU_LIB='$(EMU_LIB)' \
+	@EMU_CXX='$(CXX)' EMU_FLAGS='$(EMU_CXXFLAGS) $(EMU_KERNEL_FLAGS) $(EMU_INSTRUMENT)' EMU_LINK='$(LDFLAGS)' EMU_LIB='$(EMU_LIB)' \
 	  EMU_LIBS='$(EMU_LIBS)' bash dev/emu/emu_check.sh

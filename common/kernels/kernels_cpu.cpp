@@ -17,7 +17,7 @@
 //
 // Speed: the matrix products (most of the time of a step) are BLAS calls, attention's as a batch
 // over all heads; a layer's bf16 products go to the CPU's bf16 instructions (gemm_bf16.h); softmax and GELU use exp_vec(), an exp the compiler can vectorize; sum_squares
-// keeps 8 running sums in fixed lanes. dev/bench/bench_kernels times every kernel, `make bench` a step.
+// adds in the CUDA kernel's fixed order (65,536 running sums, then trees), vectorized. dev/bench/bench_kernels times every kernel, `make bench` a step.
 //
 // Conventions (kernels.h): weight/bias gradients accumulate (+=), input gradients are overwritten
 // (=), a null bias / dbias / dinp pointer means "none".
@@ -805,30 +805,46 @@ void adamw_update(float* p, float* m, float* v, const T* g, size_t n, float lr, 
   }
 }
 
-// sum of x[i]^2 in double, one thread, a fixed order: the gradient norm must not depend on threads.
-// One running sum would be one long chain of dependent adds (each waits for the last); instead
-// lane l sums elements l, l+L, l+2L, ... (L independent chains, vectorized) and the lanes are
-// added as a tree at the end: lane l += lane l+4, then l+2, then l+1. Still one fixed order.
+// sum of x[i]^2 in double, in the order the CUDA kernel adds it (kernels_loss.cu), so that a norm
+// summed here (offload's and infinity's gradients live on the host) has the bits stage2's and
+// stage3's norm has on the GPU. That order depends only on n:
+//   1. 65,536 running sums (256 blocks x 256 threads): sum j adds x[j], x[j + 65536], ... in order;
+//   2. each block's 256 sums: a tree in each warp of 32 (s[l] += s[l + w] for w = 16, 8, 4, 2, 1, the
+//      xor butterfly's additions for lane 0), then the same tree over its 8 warps' totals (w = 4, 2, 1);
+//   3. the 256 block totals: the same two trees.
+// Running sums and blocks past the first n elements hold exactly 0, and x + 0 == x exactly, so only
+// the first min(n, 65536) sums are computed. Step 1 is contiguous rows added into one array: vectorized.
+constexpr size_t kSumWarp = 32, kSumThreads = 256, kSumBlocks = 256, kSumGrid = kSumThreads * kSumBlocks;
+
+static double tree_sum(double* s, size_t len) {  // s[l] += s[l + w], w = len/2 ... 1 (len a power of 2)
+  for (size_t w = len / 2; w > 0; w /= 2)
+    for (size_t l = 0; l < w; l++) s[l] += s[l + w];
+  return s[0];
+}
+
+static double block_sum_of(double* s) {  // 256 values: per warp, then over the 8 warps' totals
+  double warps[kSumThreads / kSumWarp];
+  for (size_t w = 0; w < kSumThreads / kSumWarp; w++) warps[w] = tree_sum(s + w * kSumWarp, kSumWarp);
+  return tree_sum(warps, kSumThreads / kSumWarp);
+}
+
 template <class T>
 double sum_squares(const T* x, size_t n) {
-  constexpr int L = 8;
-  double lane[L] = {};
-  size_t i = 0;
-  for (; i + L <= n; i += L)
+  const size_t used = std::min(n, kSumGrid);
+  thread_local std::vector<double> sums;  // one per thread, kept: the norm calls this per piece
+  sums.assign((used + kSumThreads - 1) / kSumThreads * kSumThreads, 0.0);
+  for (size_t row = 0; row < n; row += kSumGrid) {
+    const size_t len = std::min(kSumGrid, n - row);
+    const T* xr = x + row;
 #pragma omp simd
-    for (int l = 0; l < L; l++) {
-      const double xi = double(load(x[i + l]));
-      lane[l] += xi * xi;
+    for (size_t j = 0; j < len; j++) {
+      const double v = double(load(xr[j]));
+      sums[j] += v * v;
     }
-  for (int w = L / 2; w > 0; w /= 2)
-#pragma omp simd
-    for (int l = 0; l < w; l++) lane[l] += lane[l + w];
-  double s = lane[0];
-  for (; i < n; i++) {  // the tail that does not fill the lanes
-    const double xi = double(load(x[i]));
-    s += xi * xi;
   }
-  return s;
+  double blocks[kSumBlocks] = {};
+  for (size_t b = 0; b < sums.size() / kSumThreads; b++) blocks[b] = block_sum_of(sums.data() + b * kSumThreads);
+  return block_sum_of(blocks);
 }
 
 template <class T>

@@ -17,7 +17,8 @@
 //   - exp: here the library's std::exp; nz::cpu has its own vectorizable exp for float, within
 //     2 ulp, so the softmaxes and GELU differ in the last bits in float and bf16. (In double
 //     nz::cpu calls std::exp too, and they agree bit for bit.)
-//   - sum_squares: here one running sum; nz::cpu keeps 8 running sums (lanes) and adds them up.
+//   - sum_squares: here one running sum; nz::cpu adds in the CUDA kernel's order (65,536 running
+//     sums, then fixed trees).
 #include <algorithm>    // std::max
 #include <cmath>        // std::exp, std::log, std::sqrt, powf
 #include <type_traits>  // std::is_same_v

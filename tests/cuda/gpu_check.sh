@@ -344,7 +344,14 @@ fi
 # 127.0.0.1 over lo (NZ_MPIRUN_LOCAL=1, mpi/mpirun; it does that by itself when the hostname does
 # not resolve); what worked is exported for every later row, the mpiruns inside test_cuda_stages too.
 launcher_preflight() {
-  local tries=("" "UCX_TLS=self,sm,tcp UCX_POSIX_USE_PROC_LINK=n"
+  # First, every rank on this one machine over shared memory only (UCX_TLS=self,sm), unless the
+  # environment already chose: UCX 1.13 otherwise sends MPI's messages between the ranks over TCP
+  # (its shared-memory lanes for one-sided copies only), and MPI_Finalize over those lanes can spin
+  # forever after a run has finished (openucx/ucx issue 8738; on an H200 machine test_cuda_comm's 4
+  # ranks hung there at exit by default and with self,sm,tcp, and ended with self,sm or self,tcp).
+  local narrow=""
+  [ -n "${UCX_TLS:-}" ] || narrow="UCX_TLS=self,sm"
+  local tries=(${narrow:+"$narrow"} "" "UCX_TLS=self,sm,tcp UCX_POSIX_USE_PROC_LINK=n"
                "UCX_TLS=self,sm,tcp UCX_POSIX_USE_PROC_LINK=n NZ_MPIRUN_LOCAL=1"
                "UCX_TLS=self,tcp UCX_NET_DEVICES=lo NZ_MPIRUN_LOCAL=1")
   local t first="" n=0 what

@@ -75,14 +75,14 @@ EOF
   for f in test_cuda_kernels test_cuda_comm test_cuda_stages test_cuda_inference test_cuda_quantize; do
     printf '#!/usr/bin/env bash\necho "NZRESULT PASS Fake.One"\necho "NZRESULT PASS Fake.Two"\n' >"$b/tests/$f"
   done
-  # mpirun: logs its command line, fails as FAKE_MPIRUN says (always; unless UCX_TLS is set), and
+  # mpirun: logs its command line, fails as FAKE_MPIRUN says (always; unless UCX_TLS names tcp), and
   # runs the command once
   cat >"$b/mpi/mpirun" <<'EOF'
 #!/usr/bin/env bash
 echo "$*" >>"${0%/*}/calls"
 case ${FAKE_MPIRUN:-} in
   always) echo "fake launcher failure"; exit 1 ;;
-  ucx) [ -n "${UCX_TLS:-}" ] || { echo "fake UCX failure"; exit 1; } ;;
+  ucx) case ${UCX_TLS:-} in *tcp*) ;; *) echo "fake UCX failure"; exit 1 ;; esac ;;
 esac
 [ "$1" = -np ] && shift 2
 exec "$@"
@@ -113,7 +113,7 @@ run_case() {
   rc=0
   local b=${bundle:-$tmp/b}
   : >"$b/mpi/calls"
-  env TMPDIR="$tmp" OUT="$tmp/$name.files" NZ_COMPUTE_SANITIZER= NZ_BUNDLE_CACHE="$tmp/cache" "$@" \
+  env -u UCX_TLS TMPDIR="$tmp" OUT="$tmp/$name.files" NZ_COMPUTE_SANITIZER= NZ_BUNDLE_CACHE="$tmp/cache" "$@" \
     timeout -k 5 60 bash "$b/gpu_check.sh" >"$tmp/$name.out" 2>&1 || rc=$?
 }
 table_row() { sed -n '/^== gpu_check/,$p' "$tmp/$1.out" | grep -E "^   $2 +$3 "; }
@@ -150,7 +150,7 @@ if has_table no_gpu && [ $rc = 0 ] && table_row no_gpu PASS bundle >/dev/null &&
    [ "$(sed -n '/^== gpu_check/,$p' "$tmp/no_gpu.out" | grep -cE '^   SKIP ')" = 23 ] && out_ok no_gpu; then ok=0; fi
 result no_gpu $ok "expected the table with bundle and mpirun PASS, 23 SKIP rows, exit 0, and the table in \$OUT (exit $rc)"
 
-run_case no_gpu_fail CUDA_VISIBLE_DEVICES=none NZ_GPU_CHECK_SIMULATE="fail:mpirun.try1 fail:mpirun.try2 fail:mpirun.try3 hang:mpirun.try4" NZ_GPU_CHECK_ROW_LIMIT=2
+run_case no_gpu_fail CUDA_VISIBLE_DEVICES=none NZ_GPU_CHECK_SIMULATE="fail:mpirun.try1 fail:mpirun.try2 fail:mpirun.try3 fail:mpirun.try4 hang:mpirun.try5" NZ_GPU_CHECK_ROW_LIMIT=2
 ok=1
 if has_table no_gpu_fail && [ $rc != 0 ] && table_row no_gpu_fail FAIL mpirun | grep -q 'the first: exit 1: simulated failure'; then ok=0; fi
 result no_gpu_fail $ok "expected the mpirun row FAIL, the table, and a non-zero exit without a GPU too (exit $rc)"
@@ -213,14 +213,16 @@ table_row no_profile PASS speed.stage3 | grep -q 'profile: none; device memory a
 table_row no_profile PASS speed.stage0_ddp | grep -q 'profile: step 123.4 ms' || ok=1
 result golden $ok "expected speed rows FAIL outside the golden bound (flash against gemm too), FAIL without golden losses, 'none' for a missing profile or memory report"
 
-# launcher: a launcher that works only with UCX narrowed passes on the fallback, which the later
-# rows keep; one that never works fails its row and skips only the rows that need it
+# launcher: the first try is shared memory only (UCX_TLS=self,sm); a launcher that works only with
+# TCP among UCX's transports passes on a later try, which the later rows keep; one that never works
+# fails its row and skips only the rows that need it
 run_case launcher_ucx NZ_GPU_CHECK_FAKE_GPU=1 FAKE_MPIRUN=ucx
 run_case launcher_dead NZ_GPU_CHECK_FAKE_GPU=1 FAKE_MPIRUN=always
 ok=1
 if table_row launcher_ucx PASS mpirun | grep -q 'with UCX_TLS=self,sm,tcp UCX_POSIX_USE_PROC_LINK=n after try 1 failed: exit 1: fake UCX failure' &&
    table_row launcher_ucx PASS comm.np4.shared >/dev/null && table_row launcher_ucx PASS memory.stage3 >/dev/null &&
-   [ $rc != 0 ] && table_row launcher_dead FAIL mpirun | grep -q '4 tries failed' &&
+   [ $rc != 0 ] && table_row launcher_dead FAIL mpirun | grep -q '5 tries failed' &&
+   table_row no_profile PASS mpirun | grep -q 'with UCX_TLS=self,sm$' &&
    table_row launcher_dead SKIP stages | grep -q "launcher's preflight failed" &&
    table_row launcher_dead PASS speed.stage0_ddp.flash >/dev/null && table_row launcher_dead PASS comm.np1.mpi >/dev/null; then ok=0; fi
 result launcher $ok "expected the UCX fallback to pass and be kept, and a dead launcher to skip only the launcher rows"

@@ -768,7 +768,8 @@ TEST(Fused, RefSameBitsAsTheUnfusedOps) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// sum_squares: nz::cpu keeps 8 lanes, nz::ref one running sum. Any order of summing n terms
+// sum_squares: nz::cpu adds in the CUDA kernel's order (65,536 running sums, then trees), nz::ref
+// one running sum. Any order of summing n terms
 // x_i^2 >= 0 in double (unit roundoff 2^-53) is within gamma_d(n) S of the exact sum S (the
 // squares of fp32 and bf16 values are exact in double; gamma_d(n) also covers the rounding of a
 // fp64 square). So |fast - ref| <= 2 gamma_d(n) S <= 2 gamma_d(n) / (1 - gamma_d(n)) |ref|.

@@ -9,7 +9,10 @@
 //  - summation order: warp-strided partial sums and butterflies, cuBLAS's own blocking;
 //  - fused multiply-adds: nvcc contracts a * b + c into one FMA (one rounding instead of two) by
 //    default in device code (--fmad=true); the Makefile's -ffp-contract=off reaches only the host
-//    compiler, so the CPU rounds twice where the GPU rounds once;
+//    compiler, so the CPU rounds twice where the GPU rounds once. Except where a kernel's twin runs
+//    on the CPU in a real run (AdamW and the gradient accumulation: offload's and infinity's host
+//    optimizer): those are written with __fmul_rn / __fadd_rn, which nvcc never fuses, and give the
+//    CPU's bits (the emulator fuses like nvcc, dev/emu.mk, so a kernel that forgets shows there);
 //  - the math library: device expf, logf, tanhf, rsqrtf are CUDA's (a few ulp from the host libm's).
 //
 // Determinism: no kernel uses floating-point atomics. Every sum is either one thread's loop in a

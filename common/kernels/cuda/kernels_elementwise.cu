@@ -131,11 +131,13 @@ __global__ void cast_kernel(D* dst, const S* src, size_t n) {
 }
 
 // ---- accumulate: dst = (first ? 0 : dst) + src * scale ----
+// Written with __fmul_rn / __fadd_rn, which nvcc never fuses into an FMA: offload accumulates its
+// gradients on the CPU (two roundings), and must get the bits stage2 gets here (cuda_common.cuh).
 template <class T>
 __global__ void accumulate_kernel(T* dst, const T* src, size_t n, float scale, bool first) {
   NZ_GRID_STRIDE_LOOP(i, n) {
-    const float add = load(src[i]) * scale;
-    dst[i] = store<T>(first ? add : load(dst[i]) + add);
+    const float add = __fmul_rn(load(src[i]), scale);
+    dst[i] = store<T>(first ? add : __fadd_rn(load(dst[i]), add));
   }
 }
 
@@ -145,15 +147,19 @@ template <class T>
 __global__ void adamw_kernel(float* p, float* m, float* v, const T* g, size_t n, float lr,
                              float beta1, float beta2, float eps, float weight_decay,
                              float grad_scale, float bias_correction1, float bias_correction2) {
+  // Every product and sum rounded on its own (__fmul_rn, __fadd_rn: never fused into an FMA), in
+  // the CPU's order (nz::cpu::adamw_update): offload and infinity run AdamW on the CPU, and train the
+  // same bits as stage2 and stage3 only if the GPU rounds where the CPU does.
   NZ_GRID_STRIDE_LOOP(i, n) {
-    const float grad = load(g[i]) * grad_scale;  // grad_scale: global-norm clipping
-    const float mi = beta1 * m[i] + (1.0f - beta1) * grad;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+    const float grad = __fmul_rn(load(g[i]), grad_scale);  // grad_scale: global-norm clipping
+    const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, grad));
+    const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, grad), grad));
     m[i] = mi;
     v[i] = vi;
-    const float m_hat = mi / bias_correction1, v_hat = vi / bias_correction2;
+    const float m_hat = __fdiv_rn(mi, bias_correction1), v_hat = __fdiv_rn(vi, bias_correction2);
     // Decoupled weight decay: the decay term uses the parameter, not the gradient.
-    p[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[i]);
+    const float update = __fadd_rn(__fdiv_rn(m_hat, __fadd_rn(__fsqrt_rn(v_hat), eps)), __fmul_rn(weight_decay, p[i]));
+    p[i] = __fsub_rn(p[i], __fmul_rn(lr, update));
   }
 }
 

@@ -295,6 +295,15 @@ inline int __any_sync(unsigned mask, int predicate) { return nz_emu::ballot(mask
 inline int __all_sync(unsigned mask, int predicate) { return nz_emu::ballot(mask, predicate != 0) == mask; }
 inline unsigned __activemask() { return nz_emu::active_mask(); }
 
+// The single rounded operations nvcc never fuses into an FMA (__fadd_rn, __fmul_rn, ...). The
+// kernels are compiled with -ffp-contract=fast here as nvcc fuses by default (dev/emu.mk), so each is
+// a call GCC does not inline: nothing can fuse across it either.
+__attribute__((noinline)) inline float __fadd_rn(float a, float b) { return a + b; }
+__attribute__((noinline)) inline float __fsub_rn(float a, float b) { return a - b; }
+__attribute__((noinline)) inline float __fmul_rn(float a, float b) { return a * b; }
+__attribute__((noinline)) inline float __fdiv_rn(float a, float b) { return a / b; }
+__attribute__((noinline)) inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+
 // atomicAdd, atomicSub, atomicMax, atomicMin, atomicExch, atomicCAS on int, unsigned, unsigned long long,
 // float and double (Max, Min: integers), each returning the old value.
 template <class T>
