@@ -150,6 +150,11 @@ REFERENCE_OBJ := $(patsubst reference/obj/%,$(BUILD)/obj/%,$(filter-out %@%,$(sh
 $(REFERENCE_OBJ): $(BUILD)/obj/%.o: reference/obj/%.o
 \t@mkdir -p $(dir $@)
 \tcp $< $@
+# a cut CUDA file's resource report (OBJ.ptxas, which `all` builds beside each CUDA object): the instructor's too
+REFERENCE_PTXAS := $(patsubst reference/obj/%,$(BUILD)/obj/%,$(shell find reference/obj -name '*.ptxas'))
+$(REFERENCE_PTXAS): $(BUILD)/obj/%.ptxas: reference/obj/%.ptxas
+\t@mkdir -p $(dir $@)
+\tcp $< $@
 """
 
 
@@ -224,7 +229,10 @@ def build(out, exercises_mod, only=None):
     # the objects of the cut files: this build's, of the real files
     objs = {f: os.path.join(grader.BUILD, "obj", os.path.splitext(f)[0] + ".o") for f in cut_files
             if cuda or not f.endswith(".cu")}
-    c = subprocess.run(["make", "-s", "--no-print-directory"] + [os.path.relpath(o, ROOT) for o in objs.values()],
+    # a CUDA file's object comes with its resource report (OBJ.ptxas, the Makefile's nvcc rule): carried too
+    reports = {f: os.path.splitext(o)[0] + ".ptxas" for f, o in objs.items() if f.endswith(".cu")}
+    c = subprocess.run(["make", "-s", "--no-print-directory"] +
+                       [os.path.relpath(o, ROOT) for o in list(objs.values()) + list(reports.values())],
                        cwd=ROOT, capture_output=True, text=True)
     if c.returncode != 0:
         X.die("make student-pack: could not build the real objects: " + c.stderr.strip()[-500:])
@@ -242,6 +250,8 @@ def build(out, exercises_mod, only=None):
         dst = os.path.join(out, "reference", "obj", os.path.splitext(f)[0] + ".o")
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         subprocess.run(["objcopy", "--strip-debug", o, dst], check=True)
+        if f in reports:
+            shutil.copy2(reports[f], os.path.splitext(dst)[0] + ".ptxas")
     # the exercises that share a file: the real file with the others' regions cut, compiled
     os.makedirs(os.path.join(out, "reference", "obj"), exist_ok=True)
     for f, exs in by_file.items():
