@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "model.h"          // SeqSlices
 #include "zero_formulas.h"  // StateBytes
 
 namespace nz {
@@ -22,6 +23,9 @@ struct Topology {
   int first_unit = 0, end_unit = -1;  // the units this rank runs: [first, end) (-1: to the last)
   // the micro-batches whose activations the model keeps at once, for K micro-steps (empty: 1)
   std::function<int(int accum)> activation_slots;
+  // sequence slices (ulysses): the model holds my slice of every sequence (model.h, SeqSlices), and
+  // the layout is padded for all dp_world x seq.slices ranks, which shard the model states together
+  SeqSlices seq;
 };
 // A rung's topology, from the command line and the world: called once the command line is read,
 // before anything is sized (a split that cannot be made is one line there).

@@ -192,12 +192,13 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
   dtype = args.dtype;
   elem_bytes = dtype_bytes(dtype);
   // each unit padded for the data-parallel replicas (zeropp: and to whole quantization blocks per slice)
-  layout = make_layout(args.cfg, dp_world(), args.quant_pad_block());
+  // (ulysses: for the replicas' sequence slices too, which shard the model states with them)
+  layout = make_layout(args.cfg, dp_world() * std::max(topology.seq.slices, 1), args.quant_pad_block());
   Ledger::get().set_timeline_last_step(1);
   // the units this rank runs and the micro-batches it keeps in flight (the topology's)
   const Topology& t = topology;
   model = std::make_unique<GPT>(layout, dtype, args.batch, args.seq, args.activation_checkpointing, t.first_unit,
-                                t.end_unit, t.activation_slots ? t.activation_slots(args.accum) : 1);
+                                t.end_unit, t.activation_slots ? t.activation_slots(args.accum) : 1, t.seq);
   model->set_qat(qat);  // the same fake quantization in every trainer: no stage file sees it
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
@@ -325,7 +326,7 @@ void Trainer::settle_batch() {
 
 void Trainer::read_prune_mask() {
   const char* p = args.prune_mask.c_str();
-  if (stage == Stage::Pipeline || stage == Stage::Infinity || stage == Stage::ZeroPP)
+  if (stage == Stage::Pipeline || stage == Stage::Infinity || stage == Stage::ZeroPP || stage == Stage::Ulysses)
     user_error("--prune-mask with %s: not built for this rung, expected stage0_ddp, stage1, stage2, stage3 or "
                "offload; fine-tune the pruned model with one of those", stage_name(stage));
   if (args.device == "cuda")

@@ -395,6 +395,12 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.qw_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
       {"--qg-block", "B", "zeropp --qgz: values per scale, a power of two from 8 to 65536 (default 256)",
        [&](auto& f, auto& v) { a.qg_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
+      // begin ulysses flags
+      {"--sp", "S", "ulysses: S ranks split each sequence into S contiguous slices (all-to-all before and after "
+       "attention); N/S data-parallel replicas (default 1)", pos_int(&a.sp, 1 << 16)},
+      {"--sp-mode", "M", "ulysses: ulysses (default: heads all-to-all) or ring (ring attention: not built yet)",
+       [&](auto&, auto& v) { a.sp_mode = v; }},
+      // end ulysses flags
       // begin qat flags
       {"--qat", "int8|int4", "quantization-aware training: every unit computes with its weights quantized and "
        "dequantized in blocks of --qat-block, the optimizer updates the exact ones (docs/compression.md)",
@@ -568,6 +574,8 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--attention %s: unknown attention; valid: gemm, flash", a.attention.c_str());
   if (a.schedule != "gpipe" && a.schedule != "1f1b")
     user_error("--schedule %s: unknown pipeline schedule; valid: gpipe, 1f1b", a.schedule.c_str());
+  if (a.sp_mode != "ulysses" && a.sp_mode != "ring")
+    user_error("--sp-mode %s: unknown sequence-parallel mode; valid: ulysses, ring", a.sp_mode.c_str());
   if (a.offload_to != "cpu" && a.offload_to != "disk")
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
   if (a.offload_param != "cpu" && a.offload_param != "disk")
@@ -577,7 +585,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
       {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
-      {"--zero", {"pipeline"}},
+      {"--zero", {"pipeline"}}, {"--sp", {"ulysses"}}, {"--sp-mode", {"ulysses"}},
       {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},
       {"--qw-block", {"zeropp"}}, {"--qg-block", {"zeropp"}}};
   for (const auto& [flag, users] : stage_flags) {

@@ -84,6 +84,10 @@ struct Args {
   std::string schedule = "1f1b";     // pipeline: gpipe | 1f1b
   std::string partition;             // pipeline: the first unit of stages 1..P-1 ("" : balance parameters)
   int zero = 0;                      // pipeline: ZeRO inside each stage's replicas (0 or 1; 2 and 3 refused)
+  // begin ulysses flags
+  int sp = 1;                        // ulysses: S ranks split each sequence (N = S x D replicas)
+  std::string sp_mode = "ulysses";   // ulysses: ulysses (all-to-all of heads) | ring (not built yet)
+  // end ulysses flags
   // zeropp (ZeRO++): int8 weight gathers, a node-local secondary shard, int4 gradient reduction
   bool qwz = false;                  // qwZ: all-gather the parameters as int8 blocks
   int hpz = 0;                       // hpZ: nodes of G ranks; backward gathers inside the node (0: off)
