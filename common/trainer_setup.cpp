@@ -174,8 +174,9 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of)
     verify_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   run_id_ = claim_checkpoint_dir(comm, *checkpoint_, resume_from_);  // --ckpt-dir: this run's alone, or one line
-  // zeropp and --qat run on the CPU (auto: even where a GPU is visible)
-  select_device(stage == Stage::ZeroPP || qat.on() ? "cpu" : args.device.c_str(), comm.local_rank(), rank() == 0);
+  // zeropp, ulysses and --qat run on the CPU (auto: even where a GPU is visible)
+  select_device(stage == Stage::ZeroPP || stage == Stage::Ulysses || qat.on() ? "cpu" : args.device.c_str(),
+                comm.local_rank(), rank() == 0);
   comm.use_device_backend();  // NCCL when every rank has its own GPU; else MPI (comm.h)
   if (current_device() == Device::CUDA) {
     peak_flops(args.dtype);  // checks NZ_PEAK_TFLOPS on every rank

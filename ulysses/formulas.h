@@ -1,5 +1,7 @@
-// formulas.h — what a rank of ulysses holds and sends, to the byte: the activations of its slice of
-// the sequence, and the all-to-alls that turn attention's tokens into heads and back.
+// formulas.h — what a rank of ulysses holds and sends: its activations, its all-to-alls.
+//
+// To the byte: the activations of a rank's slice of the sequence, and the elements of the
+// all-to-alls that turn attention's tokens into heads and back.
 #pragma once
 #include <cstdint>
 

@@ -1,17 +1,17 @@
 // ulysses — sequence parallelism (DeepSpeed-Ulysses) with ZeRO-3: split each sequence too.
 //
-// Idea:  the N ranks are D replicas x S sequence slices (--sp S; rank = d S + s). Each of a replica's S
-//        ranks holds T/S contiguous tokens of every sequence, with their positions (wpe rows s T/S
-//        on). Every op but attention works token by token, on my tokens only. Before attention an
-//        all-to-all turns (my tokens, all heads) of q, k, v into (all T tokens, my NH/S heads);
-//        attention then runs exactly, per head, causal in global positions; a second all-to-all turns
-//        its output back into (my tokens, all heads). The backward does the same in reverse. Each
-//        rank's weight gradients are its tokens' part of the batch's; ZeRO-3's reduce-scatter over
-//        all N ranks sums them, in rank order, with the replicas'. The model states: stage3's, over N.
-// Holds: stage3's model states with the layout padded for N; activations of T/S tokens, attention's
-//        probabilities B (NH/S) T^2 per block: all 1/S of stage3's (ulysses/formulas.h).
-// Sends: stage3's 3K(N-1)S; per block and micro-step four all-to-alls in my replica's group of S,
-//        8 B (T/S) C (S-1)/S elements per rank.
+// Idea:  the N ranks are D replicas x S sequence slices (--sp S; rank = d S + s). Each of a
+//        replica's S ranks holds T/S contiguous tokens of every sequence, with their positions
+//        (wpe's rows from s T/S). Every op but attention works token by token, on my tokens.
+//        Before attention an all-to-all turns (my tokens, all heads) of q, k, v into (all T
+//        tokens, my NH/S heads); attention runs exactly, per head, causal in global positions;
+//        a second all-to-all turns its output back into (my tokens, all heads). The backward
+//        does the same in reverse. My weight gradients are my tokens' part of the batch's;
+//        ZeRO-3's reduce-scatter over all N ranks sums them, in rank order, with the replicas'.
+// Holds: stage3's model states, the layout padded for N; activations of T/S tokens, attention's
+//        probabilities B (NH/S) T^2 per block: 1/S of stage3's (ulysses/formulas.h).
+// Sends: stage3's 3K(N-1)S; per block and micro-step four all-to-alls in my replica's group
+//        of S ranks, 8 B (T/S) C (S-1)/S elements per rank.
 // Docs:  docs/ulysses.md; README.md (the ladder); docs/stages.md.
 #include <cmath>      // std::sqrt
 #include <cstring>    // memcpy
@@ -24,38 +24,42 @@ using namespace nz;
 
 namespace {
 
-// The split: S sequence slices x D = N/S replicas, a replica's slices on consecutive ranks. What
-// cannot be split is one line here, before anything is sized.
+// The split: S sequence slices x D = N/S replicas, a replica's slices on consecutive ranks.
+// What cannot be split is one line here, before anything is sized.
 Topology ulysses_topology(const Args& a, int world, int rank) {
   const int S = a.sp, H = a.cfg.heads, T = a.seq;
   if (a.sp_mode == "ring")
-    user_error("--sp-mode ring: ring attention is not built yet, expected --sp-mode ulysses (the default); "
-               "drop --sp-mode (docs/ulysses.md says what is built)");
+    user_error("--sp-mode ring: ring attention is not built yet, expected --sp-mode ulysses "
+               "(the default); drop --sp-mode (docs/ulysses.md says what is built)");
   if (world % S != 0)
-    user_error("--sp %d on %d ranks: the ranks do not make whole sequence groups of %d, expected an S that "
-               "divides %d (N = S x replicas); e.g. --sp %d", S, world, S, world, world % 2 == 0 ? 2 : 1);
+    user_error("--sp %d on %d ranks: the ranks do not make whole sequence groups of %d, "
+               "expected an S that divides %d (N = S x replicas); e.g. --sp %d",
+               S, world, S, world, world % 2 == 0 ? 2 : 1);
   if (H % S != 0)
-    user_error("--sp %d: the %d heads do not split over %d ranks, expected an S that divides %d (each rank "
-               "attends with NH/S whole heads); e.g. --sp %d", S, H, S, H, H % 2 == 0 ? 2 : 1);
+    user_error("--sp %d: the %d heads do not split over %d ranks, expected an S that divides "
+               "%d (each rank attends with NH/S whole heads); e.g. --sp %d",
+               S, H, S, H, H % 2 == 0 ? 2 : 1);
   if (T % S != 0)
-    user_error("--sp %d: a sequence of %d tokens does not split into %d equal slices, expected an S that "
-               "divides --seq %d; e.g. --seq %d", S, T, S, T, T / S * S > 0 ? T / S * S : S);
+    user_error("--sp %d: a sequence of %d tokens does not split into %d equal slices, "
+               "expected an S that divides --seq %d; e.g. --seq %d",
+               S, T, S, T, T / S * S > 0 ? T / S * S : S);
   if (a.activation_checkpointing)
-    user_error("--activation-checkpointing with ulysses: not built yet (the recompute would repeat the "
-               "all-to-alls), expected it off; drop the flag");
+    user_error("--activation-checkpointing with ulysses: not built yet (the recompute would "
+               "repeat the all-to-alls), expected it off; drop the flag");
   if (!a.ckpt_dir.empty() || !a.resume.empty())
-    user_error("--ckpt-dir/--resume with ulysses: checkpoints are not built for this rung yet, expected "
-               "neither; drop them, or train with stage3");
-  if (a.qat_bits) user_error("--qat with ulysses: not built for this rung, expected no --qat; drop it");
+    user_error("--ckpt-dir/--resume with ulysses: checkpoints are not built for this rung "
+               "yet, expected neither; drop them, or train with stage3");
+  if (a.qat_bits)
+    user_error("--qat with ulysses: not built for this rung, expected no --qat; drop it");
   if (a.device == "cuda")
-    user_error("--device cuda: ulysses' all-to-alls run on the CPU backend only, expected --device cpu "
-               "or auto; run stage3 on the GPU");
+    user_error("--device cuda: ulysses' all-to-alls run on the CPU backend only, expected "
+               "--device cpu or auto; run stage3 on the GPU");
   Topology t;
   t.dp_world = world / S, t.dp_rank = rank / S;  // my replica: it splits the data with the others
   const int s = rank % S;                        // my slice of every sequence
   t.seq.slices = S;
   t.seq.slice = s;
-  t.seq.first_position = s * (T / S);  // learned absolute positions: my tokens' own rows of wpe
+  t.seq.first_position = s * (T / S);  // learned absolute positions: my tokens' rows of wpe
   return t;
 }
 
@@ -63,7 +67,7 @@ Topology ulysses_topology(const Args& a, int world, int rank) {
 
 int main(int argc, char** argv) {
   Trainer run(argc, argv, Stage::Ulysses, ulysses_topology);
-  const Layout& L = run.layout;  // padded for all N ranks: ZeRO-3 shards over replicas and slices
+  const Layout& L = run.layout;  // padded for all N ranks: ZeRO-3 over replicas and slices
   const DType dt = run.dtype;
   const size_t e = run.elem_bytes;
   const int EMBED = L.embed_unit();
@@ -74,19 +78,21 @@ int main(int argc, char** argv) {
 
   // ---- the split: my replica's S ranks, who hold the other slices of my sequences ----
   const int S = run.args.sp, T = run.args.seq, Tl = T / S, C = run.args.cfg.dim;
-  Comm group(comm, /*color: my replica*/ rank / S, /*key: my slice*/ rank % S);  // the all-to-alls' ranks
-  Buffer exchange(Category::Activations, Location::Device, size_t(run.args.batch) * Tl * 3 * C * e,
-                  "all-to-all exchange");
+  Comm group(comm, /*color: my replica*/ rank / S, /*key: my slice*/ rank % S);
+  // the all-to-alls' send and receive buffer, in place: B T/S tokens of 3C (q | k | v) at most
+  Buffer exchange(Category::Activations, Location::Device,
+                  size_t(run.args.batch) * Tl * 3 * C * e, "all-to-all exchange");
 
-  // begin exercise: ulysses_all_to_all
   // ---- the two all-to-alls (DeepSpeed-Ulysses) ----
-  // tokens (B, T/S, parts x C): my tokens, every head  ->  heads (B, T, parts x C/S): every token, my
-  // NH/S heads. parts = 3 for q | k | v, 1 for attention's output (or their gradients). Head group j's
-  // columns of part p are [p C + j C/S, p C + (j + 1) C/S): slot j of the exchange is what goes to
-  // rank j; after the all-to-all slot j holds rank j's tokens (positions j T/S on) of my heads.
+  // tokens (B, T/S, parts x C): my tokens, every head  ->  heads (B, T, parts x C/S): every
+  // token, my NH/S heads. parts = 3 for q | k | v, 1 for attention's output (or the gradients).
+  // Head group j's columns of part p are [p C + j C/S, p C + (j + 1) C/S): slot j of the
+  // exchange is what goes to rank j; after the all-to-all, slot j holds rank j's tokens
+  // (positions j T/S on) of my heads.
   auto tokens_to_heads = [&](const void* tokens, void* heads, int parts) {
     const int B = model.rows(), Ch = C / S;
-    const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;  // bytes: a token's, a rank's
+    // bytes: a token's row in the heads' layout, and a slot (what one rank gets)
+    const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;
     const char* tok = static_cast<const char*>(tokens);
     char* x = static_cast<char*>(exchange.data());
     for (int j = 0; j < S; j++)
@@ -99,7 +105,8 @@ int main(int argc, char** argv) {
     char* out = static_cast<char*>(heads);
     for (int j = 0; j < S; j++)  // rank j's tokens are positions j T/S .. (j + 1) T/S - 1
       for (int b = 0; b < B; b++)
-        memcpy(out + (size_t(b) * T + size_t(j) * Tl) * row, x + j * slot + size_t(b) * Tl * row, Tl * row);
+        memcpy(out + (size_t(b) * T + size_t(j) * Tl) * row, x + j * slot + size_t(b) * Tl * row,
+               Tl * row);
   };
   // heads (B, T, parts x C/S)  ->  tokens (B, T/S, parts x C): the inverse, back to my tokens
   auto heads_to_tokens = [&](const void* heads, void* tokens, int parts) {
@@ -109,8 +116,9 @@ int main(int argc, char** argv) {
     char* x = static_cast<char*>(exchange.data());
     for (int j = 0; j < S; j++)  // to rank j: its tokens, of my heads
       for (int b = 0; b < B; b++)
-        memcpy(x + j * slot + size_t(b) * Tl * row, in + (size_t(b) * T + size_t(j) * Tl) * row, Tl * row);
-    group.all_to_all(exchange.data(), slot / e, dt);  // all-to-all: slot j is now head group j, my tokens
+        memcpy(x + j * slot + size_t(b) * Tl * row, in + (size_t(b) * T + size_t(j) * Tl) * row,
+               Tl * row);
+    group.all_to_all(exchange.data(), slot / e, dt);  // all-to-all: slot j: heads j, my tokens
     char* tok = static_cast<char*>(tokens);
     for (int j = 0; j < S; j++)
       for (int b = 0; b < B; b++)
@@ -119,24 +127,23 @@ int main(int argc, char** argv) {
             memcpy(tok + ((size_t(b) * Tl + t) * parts * C + p * C + j * Ch) * e,
                    x + j * slot + (size_t(b) * Tl + t) * row + p * Ch * e, Ch * e);
   };
-  // end exercise: ulysses_all_to_all
 
-  // ---- a block, forward and backward: per token, but attention between the two all-to-alls ----
+  // ---- a block, forward and backward: per token, but attention between two all-to-alls ----
   auto block_forward = [&](int u, const void* p) {
     const GPT::AttentionBuffers a = model.attention_buffers(u);
     model.attention_input(u, p);              // ln1, q k v: my T/S tokens, all heads
     tokens_to_heads(a.qkv, a.qkv_heads, 3);   // all-to-all: all T tokens, my NH/S heads
-    model.attention(u, T);  // exact, per head, over sequences of T tokens: causal in global positions
+    model.attention(u, T);  // exact, per head, sequences of T tokens: causal in global positions
     heads_to_tokens(a.out_heads, a.out, 1);   // all-to-all: back to my tokens, all heads
     model.attention_output(u, p);             // the projection and the MLP: per token
   };
   auto block_backward = [&](int u, const void* p, void* g) {
     const GPT::AttentionBuffers a = model.attention_buffers(u);
-    model.attention_output_backward(u, p, g);           // the MLP and the projection: d out, my tokens
-    tokens_to_heads(a.grad_out, a.grad_out_heads, 1);   // all-to-all: d out of all T tokens, my heads
-    model.attention_backward(u, T);  // exact, per head, over sequences of T tokens: causal in global positions
-    heads_to_tokens(a.grad_qkv_heads, a.grad_qkv, 3);   // all-to-all: d q k v back to my tokens
-    model.attention_input_backward(u, p, g);            // qkv and ln1: my tokens' part of the gradient
+    model.attention_output_backward(u, p, g);          // the MLP, the projection: d out, my tokens
+    tokens_to_heads(a.grad_out, a.grad_out_heads, 1);  // all-to-all: d out of all T, my heads
+    model.attention_backward(u, T);  // the same sequences of T tokens: causal in global positions
+    heads_to_tokens(a.grad_qkv_heads, a.grad_qkv, 3);  // all-to-all: d q k v back to my tokens
+    model.attention_input_backward(u, p, g);           // qkv, ln1: my tokens' part of the gradient
   };
   auto is_block = [&](int u) { return u != EMBED && u != LNF; };
 
@@ -191,7 +198,8 @@ int main(int argc, char** argv) {
     release_unit(EMBED);
     return model.take_loss_sum();  // my tokens' losses: the Trainer sums the ranks'
   };
-  // the memory table's activations: my slice's (ulysses/formulas.h)
+  // the memory table: stage3's model states (the layout padded for N), my slice's activations
+  run.hooks.state_formula = [&](int) { return expected_state_bytes(Stage::Ulysses, L, dt); };
   run.hooks.activation_formula = [&](int) {
     return ulysses_activation_bytes(run.args.cfg, run.args.batch, T, S, dt);
   };
@@ -233,7 +241,7 @@ int main(int argc, char** argv) {
     double sq = sq_sum_of_shard(L, dt, grads.data());
     comm.sum_scalars(&sq, 1);
     const double norm = std::sqrt(sq) / run.loss_scale();  // fp16: the gradients are stored scaled
-    const double loss_sum = model.take_loss_sum();  // my tokens' summed losses over the micro-steps
+    const double loss_sum = model.take_loss_sum();  // my tokens' summed losses, all micro-steps
     if (run.skip_step(step, loss_sum, norm)) continue;  // fp16: an overflow on any rank, no update
     // clip, and undo the loss scale
     const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();

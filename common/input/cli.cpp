@@ -400,6 +400,8 @@ Args parse_args(int argc, char** argv, const char* program) {
        "attention); N/S data-parallel replicas (default 1)", pos_int(&a.sp, 1 << 16)},
       {"--sp-mode", "M", "ulysses: ulysses (default: heads all-to-all) or ring (ring attention: not built yet)",
        [&](auto&, auto& v) { a.sp_mode = v; }},
+      {"--ctx", "N", "override the preset's context, the rows of wpe (a --seq longer than the preset's needs it)",
+       pos_int(&a.ctx, 1 << 24)},
       // end ulysses flags
       // begin qat flags
       {"--qat", "int8|int4", "quantization-aware training: every unit computes with its weights quantized and "
@@ -524,11 +526,12 @@ Args parse_args(int argc, char** argv, const char* program) {
   if (a.layers > 0) a.cfg.layers = a.layers;
   if (a.dim > 0) a.cfg.dim = a.dim;
   if (a.heads > 0) a.cfg.heads = a.heads;
+  if (a.ctx > 0) a.cfg.ctx = a.ctx;  // (ulysses' block of flags: --ctx)
   if (a.cfg.dim % a.cfg.heads != 0)
     user_error("--heads %d: must divide the width %d (--dim); e.g. --heads %d", a.cfg.heads,
                a.cfg.dim, a.cfg.dim % 4 == 0 ? 4 : 1);
   if (a.seq > a.cfg.ctx)
-    user_error("--seq %d: longer than the model's context %d (preset %s); use --seq %d or less",
+    user_error("--seq %d: longer than the model's context %d (preset %s); use --seq %d or less, or a longer --ctx",
                a.seq, a.cfg.ctx, a.preset.c_str(), a.cfg.ctx);
   if (a.precision == "fp32") a.dtype = DType::F32;
   else if (a.precision == "bf16") a.dtype = DType::BF16;

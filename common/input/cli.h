@@ -87,6 +87,7 @@ struct Args {
   // begin ulysses flags
   int sp = 1;                        // ulysses: S ranks split each sequence (N = S x D replicas)
   std::string sp_mode = "ulysses";   // ulysses: ulysses (all-to-all of heads) | ring (not built yet)
+  int ctx = -1;                      // the context (wpe's rows; -1: the preset's): long sequences
   // end ulysses flags
   // zeropp (ZeRO++): int8 weight gathers, a node-local secondary shard, int4 gradient reduction
   bool qwz = false;                  // qwZ: all-gather the parameters as int8 blocks
