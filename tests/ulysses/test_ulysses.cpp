@@ -6,7 +6,7 @@
 //   - against stage0_ddp: bit for bit at S = 1 (ulysses is stage3 then), and beyond it the step-1
 //     loss within a bound derived below;
 //   - every rank's ledger holds ulysses/formulas.h to the byte (activations, 1/S of S = 1's) and the
-//     comm ledger the all-to-alls' elements;
+//     comm ledger the all-to-alls' elements; zero_estimate --sp S prints the same;
 //   - bad input is one line and exit 2 with nothing written;
 //   - the deliberately broken copies (tests/ulysses/mutants.mk) are caught by the reference check.
 // The bf16/fp16 matrix and S = 1, 2, 4 x K = 1..3 in every precision: `make ulysses-matrix`
@@ -151,6 +151,16 @@ TEST(Ulysses, LedgerHoldsTheFormulas) {
     const nz::Layout L = nz::make_layout(cfg, kRanks);
     for (const Json& s : r.report["steps_log"].arr)
       EXPECT_EQ(s["comm_elems"].u(), nz::expected_comm_elems(nz::Stage::Ulysses, L, K) + a2a_step) << "S=" << S;
+    // zero_estimate --sp S prints the same bytes and elements, allocating nothing
+    std::string out;
+    ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --world 4 --seq 32 --batch 2 --json --accum " +
+                              std::to_string(K) + " --sp " + std::to_string(S), &out), 0) << out;
+    const Json est = Json::parse(out);
+    const Json& peak = r.report["ranks"].arr[0]["ledger"]["device"]["peak"];
+    for (const char* c : {"params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "activations"})
+      EXPECT_EQ(est["bytes"][c].u(), peak[c].u()) << "zero_estimate --sp " << S << ": " << c;
+    EXPECT_EQ(est["all_to_all_elems_per_step"].u(), a2a_step) << "S=" << S;
+    EXPECT_EQ(est["model_state_elems_per_step"].u() + a2a_step, r.report["steps_log"].arr[0]["comm_elems"].u());
     if (S == 1) acts_at_1 = formula;
     else EXPECT_EQ(formula * S, acts_at_1) << "activations per rank fall as 1/S at S=" << S;
     printf("S=%d: activations %llu bytes per rank (ledger = formula), all-to-all %llu elements per block and "
