@@ -675,7 +675,7 @@ void GPT::attention_input_backward(int u, const void* p, void* g) {
   begin_compute("backward", u, p);
   p = qat_view(u, p, L_.units[u].numel);
   NZ_DISPATCH_DTYPE(dt_, attention_input_backward_t<T>(u, (const T*)p, (T*)g));
-  if (prune_) zero_pruned(*prune_, u, 0, L_.units[u].padded, g, dtype_bytes(dt_));
+  NZ_CHECK(!prune_, "--prune-mask with sequence slices: not built (the trainer refuses it)");
   end_compute("backward", u);
   unit_done();
 }
