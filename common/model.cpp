@@ -100,6 +100,7 @@ struct ActLayout {
   // stage's input (the embedding's output on the first stage, the previous stage's on the others),
   // only the stage's blocks keep their activations, and only the stage with lnf keeps the head's.
   // S > 0: sequence slices (model.h, SeqSlices): T is my slice's tokens, attention's are S T.
+  // S < 0: ring attention's slices: T is my tokens; attention's state is the rung's (nothing here).
   ActLayout(const GPTConfig& c, int B, int T, DType dt, bool checkpointing, Attention attn, int first = 0,
             int end = -1, int S = 0) {
     const int units = c.layers + 2;
@@ -125,6 +126,7 @@ struct ActLayout {
         l.qkv_heads = take(total, BT * 3 * C * e);
         l.att = take(total, size_t(B) * (c.heads / S) * all_T * all_T * e);  // (B, NH/S, ST, ST)
         l.atty_heads = take(total, BT * C * e);
+      } else if (S < 0) {  // ring: the rung keeps attention's log-sum-exp (ulysses/train.cpp)
       } else if (attn == Attention::Flash) {
         l.att = take(total, size_t(B) * c.heads * T * sizeof(float));  // lse (B,NH,T)
       } else {
@@ -163,7 +165,7 @@ struct ActLayout {
     dln = take(grad_total, BT * C * e);
     d4c = take(grad_total, BT * 4 * C * e);
     dqkv = take(grad_total, BT * 3 * C * e);
-    if (S > 0) {
+    if (S > 0) {  // (ring, S < 0: the rung's own)
       dqkv_heads = take(grad_total, BT * 3 * C * e);
       datty_heads = take(grad_total, BT * C * e);
     }
@@ -183,8 +185,8 @@ size_t stage_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool
   return size_t(slots) * per_slot + a.grad_total;
 }
 
-size_t seq_slice_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DType dt) {
-  ActLayout a(cfg, B, T / S, dt, false, Attention::Gemm, 0, -1, S);
+size_t seq_slice_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DType dt, bool ring) {
+  ActLayout a(cfg, B, T / S, dt, false, Attention::Gemm, 0, -1, ring ? -S : S);
   const size_t tokens = (size_t(B) * (T / S) * sizeof(int) + 63) / 64 * 64;
   return a.total + 2 * tokens + a.grad_total;  // my slice's tokens and targets
 }
@@ -197,7 +199,8 @@ GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing, int f
   NZ_CHECK(T <= layout.cfg.ctx, "sequence %d longer than the context %d", T, layout.cfg.ctx);
   NZ_CHECK(first_ >= 0 && first_ < end_ && end_ <= layout.num_units() && slots >= 1,
            "units [%d, %d) of %d, %d slots", first_, end_, layout.num_units(), slots);
-  NZ_CHECK(!seq.slices || (T % seq.slices == 0 && layout.cfg.heads % seq.slices == 0 && !checkpointing &&
+  NZ_CHECK(!seq.slices || (T % (seq.ring ? 2 * seq.slices : seq.slices) == 0 &&
+                           (seq.ring || layout.cfg.heads % seq.slices == 0) && !checkpointing &&
                            attn_ == Attention::Gemm && slots == 1 && first_ == 0 && end_ == layout.num_units()),
            "sequence slices: %d slices of T=%d, %d heads (whole model, no checkpointing, gemm attention)",
            seq.slices, T, layout.cfg.heads);
@@ -218,19 +221,19 @@ void GPT::use_slot(int s) {
 }
 
 void* GPT::stage_input() const {
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   return slot_acts() + a.x0;
 }
 
 void* GPT::stage_output() const {
   NZ_CHECK(!has_head(), "stage_output: the last stage's output is the loss");
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const int last = end_ - 1;
   return slot_acts() + (last == L_.embed_unit() ? a.x0 : a.layer[last - 1].res_out);
 }
 
 void* GPT::activation_grad() const {
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   return static_cast<char*>(grad_acts_.data()) + a.dx;
 }
 
@@ -248,6 +251,15 @@ void GPT::set_batch(const int* tokens, const int* targets, int b) {
     std::vector<int> tok(size_t(b) * T_), tgt(tok.size());
     for (int r = 0; r < b; r++) {
       const size_t from = size_t(r) * full_seq() + size_t(seq_.slice) * T_;
+      if (seq_.ring) {  // zig-zag: chunks s and 2S-1-s of T/2 (my T) tokens each
+        const int c = T_ / 2, second = 2 * seq_.slices - 1 - seq_.slice;
+        for (int h = 0; h < 2; h++) {
+          const size_t at = size_t(r) * full_seq() + size_t(h ? second : seq_.slice) * c;
+          memcpy(&tok[size_t(r) * T_ + h * c], tokens + at, c * sizeof(int));
+          memcpy(&tgt[size_t(r) * T_ + h * c], targets + at, c * sizeof(int));
+        }
+        continue;
+      }
       memcpy(&tok[size_t(r) * T_], tokens + from, T_ * sizeof(int));
       memcpy(&tgt[size_t(r) * T_], targets + from, T_ * sizeof(int));
     }
@@ -382,7 +394,7 @@ void GPT::backward(int u, const void* p, void* g) {
 }
 
 void GPT::probs_row(int row, float* out) const {
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const int V = L_.cfg.vocab;
   const size_t e = dtype_bytes(dt_);
   std::vector<char> raw(V * e);
@@ -396,7 +408,7 @@ void GPT::probs_row(int row, float* out) const {
 const void* GPT::layer_qkv(int l) const {
   // with activation checkpointing the blocks share one block of scratch: no layer's q, k, v is kept
   NZ_CHECK(!ckpt_, "layer_qkv: the model was built with activation checkpointing");
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   return slot_acts() + a.layer[l].qkv;
 }
 
@@ -425,13 +437,21 @@ void GPT::forward_t(int u, const T* p) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const int* tokens = slot_tokens();
   if (u == L_.embed_unit()) {
     // x0 (B,T,C) = wte[token] + wpe[position]
     const T* wte = p;
     const T* wpe = p + L_.units[u].tensors[1].offset;
     // sequence slices: my tokens' positions start at first_position (the rows of wpe they use)
+    if (seq_.ring) {  // ring's zig-zag: each row's two chunks, each with its own positions
+      const int c = T_ / 2;
+      for (int r = 0; r < b_; r++)
+        for (int h = 0; h < 2; h++)
+          ops::embedding_forward<T>(ACT(T, a.x0) + (size_t(r) * T_ + h * c) * C, tokens + size_t(r) * T_ + h * c, wte,
+                                    wpe + size_t(h ? seq_.second_position : seq_.first_position) * C, 1, c, C);
+      return;
+    }
     ops::embedding_forward<T>(ACT(T, a.x0), tokens, wte, wpe + size_t(seq_.first_position) * C, b_, T_, C);
     return;
   }
@@ -452,7 +472,7 @@ template <class T>
 void GPT::attention_input_t(int u, const T* p) {
   using A = acc_t<T>;
   const int C = L_.cfg.dim, BT = b_ * T_;
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const ActLayout::Layer& s = a.layer[u - 1];
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   auto W = [&](int i) { return p + t[i].offset; };
@@ -465,7 +485,7 @@ template <class T>
 void GPT::attention_t(int u, int seq_tokens) {
   const int S = std::max(seq_.slices, 1), C = L_.cfg.dim / S, NH = L_.cfg.heads / S;  // my heads' width
   const int rows = b_ * full_seq() / seq_tokens;  // the sequences attention sees
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const ActLayout::Layer& s = a.layer[u - 1];
   T* qkv = ACT(T, seq_.slices ? s.qkv_heads : s.qkv);
   T* out = ACT(T, seq_.slices ? s.atty_heads : s.atty);
@@ -481,7 +501,7 @@ template <class T>
 void GPT::attention_output_t(int u, const T* p) {
   using A = acc_t<T>;
   const int C = L_.cfg.dim, BT = b_ * T_;
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const ActLayout::Layer& s = a.layer[u - 1];
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   auto W = [&](int i) { return p + t[i].offset; };
@@ -503,7 +523,7 @@ void GPT::head_forward_t(const T* wte) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   // logits (BT,V) = lnf (BT,C) @ wte^T: the LM head is the token embedding, transposed (tied)
   T* logits = ACT(T, a.logits);
   ops::matmul_forward<T>(logits, ACT(T, a.lnf), wte, nullptr, BT, c.dim, c.vocab);
@@ -519,7 +539,7 @@ template <class T>
 void GPT::head_backward_t(const T* wte) {
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   T* dlogits = ACT(T, a.logits);  // in place over the probabilities
   // the mean over the batch's tokens: with sequence slices, all b x S T/S of them (each slice's
   // gradient is then its part of the whole batch's, and the S parts sum to it)
@@ -531,7 +551,7 @@ void GPT::head_backward_t(const T* wte) {
 template <class T>
 void GPT::head_weight_backward_t(T* dwte) {
   const GPTConfig& c = L_.cfg;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   fill_zero(dwte, size_t(c.vocab) * c.dim * sizeof(T), Location::Device);
   // the same product into the same zeros as backward(embed) on a model that holds both ends
   ops::matmul_backward<T>(nullptr, dwte, nullptr, ACT(T, a.logits), ACT(T, a.lnf), nullptr, b_ * T_, c.dim, c.vocab);
@@ -542,7 +562,7 @@ void GPT::backward_t(int u, const T* p, T* g) {
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, BT = b_ * T_;
   const size_t n = size_t(BT) * C;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   // weight grads accumulate; a pipeline's first stage receives the head's part of the tied embedding
   // gradient into g before the lookup's is added (below), so that g is not cleared
   if (u != L_.embed_unit() || has_head()) fill_zero(g, L_.units[u].padded * sizeof(T), Location::Device);
@@ -557,6 +577,15 @@ void GPT::backward_t(int u, const T* p, T* g) {
     if (has_head()) ops::matmul_backward<T>(nullptr, g, nullptr, ACT(T, a.logits), ACT(T, a.lnf), nullptr, BT, C, c.vocab);
     // 2. the lookup: d wte[token] += dx0, d wpe[t] += dx0
     T* dwpe = g + L_.units[u].tensors[1].offset + size_t(seq_.first_position) * C;  // my positions' rows
+    if (seq_.ring) {  // ring's zig-zag: each row's two chunks into their own positions' rows
+      const int c = T_ / 2;
+      T* dwpe0 = g + L_.units[u].tensors[1].offset;
+      for (int r = 0; r < b_; r++)
+        for (int h = 0; h < 2; h++)
+          ops::embedding_backward<T>(g, dwpe0 + size_t(h ? seq_.second_position : seq_.first_position) * C,
+                                     dx + (size_t(r) * T_ + h * c) * C, slot_tokens() + size_t(r) * T_ + h * c, 1, c, C);
+      return;
+    }
     ops::embedding_backward<T>(g, dwpe, dx, slot_tokens(), b_, T_, C);
     return;
   }
@@ -580,7 +609,7 @@ template <class T>
 void GPT::attention_output_backward_t(int u, const T* p, T* g) {
   using A = acc_t<T>;
   const int C = L_.cfg.dim, BT = b_ * T_;
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const ActLayout::Layer& s = a.layer[u - 1];
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   auto W = [&](int i) { return p + t[i].offset; };
@@ -605,7 +634,7 @@ template <class T>
 void GPT::attention_backward_t(int u, int seq_tokens) {
   const int S = std::max(seq_.slices, 1), C = L_.cfg.dim / S, NH = L_.cfg.heads / S;  // my heads' width
   const int rows = b_ * full_seq() / seq_tokens;  // the sequences attention sees
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const ActLayout::Layer& s = a.layer[u - 1];
   const bool sl = seq_.slices > 0;
   T* dqkv = GACT(T, sl ? a.dqkv_heads : a.dqkv);
@@ -619,7 +648,7 @@ template <class T>
 void GPT::attention_input_backward_t(int u, const T* p, T* g) {
   using A = acc_t<T>;
   const int C = L_.cfg.dim, BT = b_ * T_;
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const ActLayout::Layer& s = a.layer[u - 1];
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   auto W = [&](int i) { return p + t[i].offset; };
@@ -682,7 +711,7 @@ void GPT::attention_input_backward(int u, const void* p, void* g) {
 
 GPT::AttentionBuffers GPT::attention_buffers(int u) const {
   NZ_CHECK(seq_.slices && u > L_.embed_unit() && u < L_.lnf_unit(), "attention_buffers: unit %d", u);
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, seq_.slices);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const ActLayout::Layer& s = a.layer[u - 1];
   char* acts = slot_acts();
   char* grads = static_cast<char*>(grad_acts_.data());

@@ -54,11 +54,17 @@ struct SeqSlices {
   int slices = 0;          // S (0: off)
   int slice = 0;           // s: my tokens are [s T/S, (s + 1) T/S) of each sequence
   int first_position = 0;  // the position of my first token (s T/S): the rows of wpe my tokens use
+  // ring attention (ulysses --sp-mode ring): the sequence is cut into 2S chunks of T/(2S) and slice s
+  // holds chunks s and 2S-1-s (the zig-zag order); the rung runs attention itself on my tokens, so
+  // the model keeps no heads' layout and no probabilities. first_position is then my first chunk's
+  // position, second_position my second chunk's.
+  bool ring = false;
+  int second_position = 0;
 };
 // The activation bytes of slice s: activation_bytes with T/S tokens per sequence, where attention
 // keeps all T tokens of NH/S heads (its probabilities B(NH/S)T^2, and q, k, v and the output in the
 // heads' layout) and the loss's mean is over all T tokens (ulysses/formulas.h writes it out).
-size_t seq_slice_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DType dt);
+size_t seq_slice_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DType dt, bool ring = false);
 
 // The model for a fixed micro-batch shape: activations allocated once (ledger: activations), the
 // forward and backward of each unit, and the tied LM head + loss.
@@ -187,6 +193,7 @@ class GPT {
   template <class T> void attention_output_backward_t(int u, const T* p, T* g);
   template <class T> void attention_backward_t(int u, int seq_tokens);
   template <class T> void attention_input_backward_t(int u, const T* p, T* g);
+  int act_slices() const { return seq_.ring ? -seq_.slices : seq_.slices; }  // ActLayout's S (< 0: ring)
   int full_seq() const { return seq_.slices ? T_ * seq_.slices : T_; }  // the sequence's tokens (the loss's mean)
   void load_rows(const int* tokens, const int* targets, int b);  // set_batch, once the rows are mine
   char* slot_acts() const;

@@ -37,4 +37,26 @@ uint64_t ulysses_all_to_all_elems(const GPTConfig& c, int B, int T, int S, int a
   return uint64_t(accum) * c.layers * ulysses_all_to_all_elems_per_block(c, B, T, S);
 }
 
+uint64_t ring_activation_bytes(const GPTConfig& c, int B, int T, int S, DType dt) {
+  const uint64_t BT = uint64_t(B) * (T / S), C = c.dim, V = c.vocab, L = c.layers, NH = c.heads;
+  const uint64_t e = dtype_bytes(dt), f = dt == DType::F64 ? 8 : 4;
+  const uint64_t lse = r(NH * BT * f);  // (B, NH, T/S)
+  const uint64_t internals = 4 * r(BT * C * e) + r(3 * BT * C * e) + 2 * r(4 * BT * C * e) + 4 * r(BT * f) + lse;
+  const uint64_t blocks = L * (internals + r(BT * C * e));
+  const uint64_t ends = r(BT * C * e) + r(BT * C * e) + 2 * r(BT * f) + r(BT * V * e) + r(BT * f);
+  const uint64_t grads = 4 * r(BT * C * e) + r(4 * BT * C * e) + r(3 * BT * C * e);
+  const uint64_t tokens = 2 * r(4 * BT);
+  const uint64_t ring = 2 * lse + r(BT * C * f) + r(2 * BT * C * f) + 2 * r(4 * BT * C * e);
+  return blocks + ends + grads + tokens + ring;
+}
+
+uint64_t ring_p2p_elems_forward_per_block(const GPTConfig& c, int B, int T, int S) {
+  return 2 * uint64_t(B) * (T / S) * c.dim * (S - 1);
+}
+
+uint64_t ring_p2p_elems_per_block(const GPTConfig& c, int B, int T, int S) {
+  const uint64_t kv = 2 * uint64_t(B) * (T / S) * c.dim;  // k|v (or dk|dv) of my tokens
+  return S == 1 ? 0 : kv * (S - 1) + (2 * kv * (S - 1) + kv);
+}
+
 }  // namespace nz

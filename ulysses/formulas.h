@@ -31,4 +31,19 @@ uint64_t ulysses_all_to_all_elems_per_block(const GPTConfig& cfg, int B, int T, 
 // A step of K micro-steps: every block's, K times (the evaluation's forwards not counted).
 uint64_t ulysses_all_to_all_elems(const GPTConfig& cfg, int B, int T, int S, int accum);
 
+// ---- ring attention (--sp-mode ring): my T/S tokens (two zig-zag chunks of T/(2S)) with every head.
+// Every term of ulysses_activation_bytes but the heads' layout, the all-to-all's buffer and the
+// probabilities (the ring materialises no scores beyond one row of a tile) plus, per block, the
+// log-sum-exp r(B NH (T/S) f) the backward recomputes from, and once: the online softmax's running
+// max and sum r(B NH (T/S) f) each, its output sums r(B (T/S) C f), a hop's dk|dv r(2 B (T/S) C f)
+// and the two travelling buffers r(4 B (T/S) C e) each (f: 4 bytes, 8 in fp64). Every term falls as
+// 1/S; none grows as T^2 (on the flash path Ulysses too keeps only the log-sum-exp: then both hold
+// T/S tokens' worth, Ulysses' (B, T, 3C/S) heads' layout as many elements as my tokens' q, k, v).
+uint64_t ring_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DType dt);
+// Elements each rank sends per block and micro-step (point to point): the forward passes k|v of
+// B (T/S) tokens S-1 times, 2 B (T/S) C (S-1); the backward passes k|v with their dk|dv S-1 times
+// and the dk|dv home once, 4 B (T/S) C (S-1) + 2 B (T/S) C (S > 1; none at S = 1).
+uint64_t ring_p2p_elems_forward_per_block(const GPTConfig& cfg, int B, int T, int S);
+uint64_t ring_p2p_elems_per_block(const GPTConfig& cfg, int B, int T, int S);
+
 }  // namespace nz
