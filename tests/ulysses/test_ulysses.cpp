@@ -45,16 +45,17 @@ const RunResult& shared_run(const std::string& program, int np, const std::strin
 }
 std::string sp_flags(int S, int K) { return "--sp " + std::to_string(S) + " --accum " + std::to_string(K) + " "; }
 
-// ulysses on N ranks against its reference played in one process (--ranks N)
-void expect_equal_to_reference(const std::string& precision, int S, int K) {
-  const std::string flags = kTiny + precision + " " + sp_flags(S, K);
+// ulysses on N ranks against its reference played in one process (--ranks N); mode: "" (Ulysses)
+// or "--sp-mode ring "
+void expect_equal_to_reference(const std::string& precision, int S, int K, const std::string& mode = "") {
+  const std::string flags = kTiny + precision + " " + sp_flags(S, K) + mode;
   const RunResult& ref = shared_run("ulysses_reference", 1, "--ranks " + std::to_string(kRanks) + " " + flags);
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   const RunResult& r = shared_run("ulysses", kRanks, flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Verdict v = compare_runs(ref, r);
   EXPECT_TRUE(v.identical()) << precision << " S=" << S << " K=" << K << ": " << v.str();
-  printf("%s S=%d (D=%d) K=%d: %s\n", precision.c_str(), S, kRanks / S, K, v.str().c_str());
+  printf("%s%s S=%d (D=%d) K=%d: %s\n", mode.c_str(), precision.c_str(), S, kRanks / S, K, v.str().c_str());
 }
 
 }  // namespace
@@ -68,13 +69,23 @@ TEST(Ulysses, EqualsTheSingleProcessReferenceBitForBit) {
   printf("fp32: 6 runs, %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
-// The long matrix: every precision, S = 1, 2, 4, K = 1, 2, 3 (make ulysses-matrix).
+// Ring mode (--sp-mode ring) against the reference's ring played on whole sequences: the same tiles
+// in the same order, the same online-softmax updates, dk | dv summed over the query ranks in ring order.
+TEST(Ulysses, RingEqualsTheSingleProcessReferenceBitForBit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int S : {1, 2, 4})
+    for (int K : {1, 3}) expect_equal_to_reference("--precision fp32", S, K, "--sp-mode ring ");
+  printf("ring fp32: 6 runs, %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// The long matrix: every precision, S = 1, 2, 4, K = 1, 2, 3, both modes (make ulysses-matrix).
 TEST(Ulysses, MatrixInEveryPrecision) {
   if (!getenv("NZ_ULYSSES_MATRIX")) GTEST_SKIP() << "the long matrix: make ulysses-matrix";
-  for (const char* p : {"fp32", "bf16", "fp16"})
-    for (int S : {1, 2, 4})
-      for (int K : {1, 2, 3})  // fp16: a scale of 1024 that grows (harness.h): not every step overflows
-        expect_equal_to_reference(std::string("--precision ") + p + fp16_flags(p, 2), S, K);
+  for (const char* mode : {"", "--sp-mode ring "})
+    for (const char* p : {"fp32", "bf16", "fp16"})
+      for (int S : {1, 2, 4})
+        for (int K : {1, 2, 3})  // fp16: a scale of 1024 that grows (harness.h): not every step overflows
+          expect_equal_to_reference(std::string("--precision ") + p + fp16_flags(p, 2), S, K, mode);
 }
 
 // stage0_ddp on the D replicas with the same micro-batches: at S = 1 ulysses is stage3 (its blocks in

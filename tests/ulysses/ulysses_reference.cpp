@@ -35,13 +35,113 @@ int g_ranks = 1;  // N, the ranks played (--ranks)
 // One process, one replica in the Trainer's eyes (its data for replica 0 is not used: the loop below
 // loads every replica's), but the layout and the gradient average of N = D x S ranks.
 Topology reference_topology(const Args& a, int, int) {
-  if (a.sp < 1 || g_ranks % a.sp != 0 || a.cfg.heads % a.sp != 0 || a.seq % a.sp != 0)
+  const bool ring = a.sp_mode == "ring";
+  if (a.sp < 1 || g_ranks % a.sp != 0 || (!ring && a.cfg.heads % a.sp != 0) || a.seq % (ring ? 2 * a.sp : a.sp) != 0)
     user_error("ulysses_reference: --ranks %d --sp %d with %d heads and --seq %d do not split", g_ranks, a.sp,
                a.cfg.heads, a.seq);
   Topology t;
   t.dp_world = g_ranks / a.sp, t.dp_rank = 0;
   t.seq.slices = a.sp;  // the Trainer's model: slice 0 (positions from 0)
+  if (ring) {           // slice 0 holds chunks 0 and 2S-1 of the sequence cut into 2S
+    t.seq.ring = true;
+    t.seq.second_position = (2 * a.sp - 1) * (a.seq / (2 * a.sp));
+  }
   return t;
+}
+
+// ---- ring mode: the ring played in one process, on whole sequences in their own order ----
+// q | k | v of every slice are put back at their places in the sequence (B, T, 3C), so a key is
+// visible to a query when its index in the sequence is not after the query's: no position
+// bookkeeping. The ring's schedule is kept: in hop h rank s's query chunks {s, 2S-1-s} meet rank
+// (s-h)'s key chunks, tile by tile in the same order, with the same online-softmax update (running
+// max, running sum, the accumulated output rescaled when the max rises), so the same roundings.
+struct Whole {
+  int S, B, T, C, NH;
+  int chunk() const { return T / (2 * S); }
+  int chunk_of(int s, int half) const { return half == 0 ? s : 2 * S - 1 - s; }
+};
+
+// rank s's query chunks against rank src's key chunks (forward), on the whole sequence
+template <class T>
+void whole_ring_tiles(const Whole& w, int s, int src, const T* qkv, acc_t<T>* m, acc_t<T>* l, acc_t<T>* acc) {
+  using A = acc_t<T>;
+  const int c = w.chunk(), hd = w.C / w.NH;
+  const A scale = A(1) / std::sqrt(A(hd));
+  std::vector<A> sc(c);
+  for (int qh = 0; qh < 2; qh++)
+    for (int kh = 0; kh < 2; kh++) {
+      const int q0 = w.chunk_of(s, qh) * c, k0 = w.chunk_of(src, kh) * c;  // indices in the sequence
+      if (k0 > q0 + c - 1) continue;
+      for (int b = 0; b < w.B; b++)
+        for (int h = 0; h < w.NH; h++)
+          for (int i = q0; i < q0 + c; i++) {
+            const int n = std::min(c, i - k0 + 1);  // keys k0 .. i of this tile
+            if (n <= 0) continue;
+            const T* q = qkv + (size_t(b) * w.T + i) * 3 * w.C + h * hd;
+            A mx = -INFINITY;
+            for (int j = 0; j < n; j++) {
+              const T* k = qkv + (size_t(b) * w.T + k0 + j) * 3 * w.C + w.C + h * hd;
+              A dot = 0;
+              for (int x = 0; x < hd; x++) dot += load(q[x]) * load(k[x]);
+              sc[j] = dot * scale;
+              mx = std::max(mx, sc[j]);
+            }
+            const size_t row = (size_t(b) * w.NH + h) * w.T + i;
+            const A m_new = std::max(m[row], mx);
+            const A r = std::exp(m[row] - m_new);
+            A* o = acc + (size_t(b) * w.T + i) * w.C + h * hd;
+            for (int x = 0; x < hd; x++) o[x] *= r;
+            A sum = 0;
+            for (int j = 0; j < n; j++) {
+              const A p = std::exp(sc[j] - m_new);
+              const T* v = qkv + (size_t(b) * w.T + k0 + j) * 3 * w.C + 2 * w.C + h * hd;
+              sum += p;
+              for (int x = 0; x < hd; x++) o[x] += p * load(v[x]);
+            }
+            l[row] = l[row] * r + sum;
+            m[row] = m_new;
+          }
+    }
+}
+
+// the backward of the same tiles: dq (whole, running), dkv (src's chunks' part of this hop)
+template <class T>
+void whole_ring_tiles_backward(const Whole& w, int s, int src, const T* qkv, const T* dout, const acc_t<T>* lse,
+                               const acc_t<T>* D, acc_t<T>* dq, acc_t<T>* dkv) {
+  using A = acc_t<T>;
+  const int c = w.chunk(), hd = w.C / w.NH;
+  const A scale = A(1) / std::sqrt(A(hd));
+  for (int qh = 0; qh < 2; qh++)
+    for (int kh = 0; kh < 2; kh++) {
+      const int q0 = w.chunk_of(s, qh) * c, k0 = w.chunk_of(src, kh) * c;
+      if (k0 > q0 + c - 1) continue;
+      for (int b = 0; b < w.B; b++)
+        for (int h = 0; h < w.NH; h++)
+          for (int i = q0; i < q0 + c; i++) {
+            const int n = std::min(c, i - k0 + 1);
+            const size_t row = (size_t(b) * w.NH + h) * w.T + i;
+            const T* q = qkv + (size_t(b) * w.T + i) * 3 * w.C + h * hd;
+            const T* g = dout + (size_t(b) * w.T + i) * w.C + h * hd;
+            A* gq = dq + (size_t(b) * w.T + i) * w.C + h * hd;
+            for (int j = 0; j < n; j++) {
+              const size_t kt = size_t(b) * w.T + k0 + j;
+              const T* k = qkv + kt * 3 * w.C + w.C + h * hd;
+              const T* v = k + w.C;
+              A dot = 0, dp = 0;
+              for (int x = 0; x < hd; x++) dot += load(q[x]) * load(k[x]);
+              for (int x = 0; x < hd; x++) dp += load(g[x]) * load(v[x]);
+              const A p = std::exp(dot * scale - lse[row]);
+              const A ds = p * (dp - D[row]) * scale;
+              A* gk = dkv + kt * 2 * w.C + h * hd;
+              A* gv = gk + w.C;
+              for (int x = 0; x < hd; x++) {
+                gv[x] += p * load(g[x]);
+                gq[x] += ds * load(k[x]);
+                gk[x] += ds * load(q[x]);
+              }
+            }
+          }
+    }
 }
 
 // The argument list without --ranks N (the Trainer does not know it).
@@ -68,11 +168,15 @@ int main(int argc, char** argv) {
   const int N = g_ranks, S = run.args.sp, D = N / S, K = run.args.accum;
   const int B = run.args.batch, Tn = run.args.seq /* (T is the dispatch's type) */, Tl = Tn / S, C = run.args.cfg.dim, NH = run.args.cfg.heads;
 
+  const bool ring = run.args.sp_mode == "ring";
+  const Whole w{S, B, Tn, C, NH};
   // the S slice models: slice s holds tokens [s T/S, (s + 1) T/S) and uses their positions
   std::vector<std::unique_ptr<GPT>> own;
   std::vector<GPT*> slice{run.model.get()};
   for (int s = 1; s < S; s++) {
-    own.push_back(std::make_unique<GPT>(L, dt, B, Tn, false, 0, -1, 1, SeqSlices{S, s, s * Tl}));
+    const int c = Tn / (2 * S);  // ring: chunks s and 2S-1-s of 2S, at their own positions
+    own.push_back(std::make_unique<GPT>(L, dt, B, Tn, false, 0, -1, 1,
+                                        ring ? SeqSlices{S, s, s * c, true, (2 * S - 1 - s) * c} : SeqSlices{S, s, s * Tl}));
     slice.push_back(own.back().get());
   }
 
@@ -98,21 +202,98 @@ int main(int argc, char** argv) {
   std::vector<Buffer> qkv, att, out;
   for (int l = 0; l < run.args.cfg.layers; l++) {
     qkv.emplace_back(Category::Scratch, Location::Device, BT * 3 * C * e, "whole qkv");
-    att.emplace_back(Category::Scratch, Location::Device, size_t(B) * NH * Tn * Tn * e, "whole att");
+    if (!ring) att.emplace_back(Category::Scratch, Location::Device, size_t(B) * NH * Tn * Tn * e, "whole att");
     out.emplace_back(Category::Scratch, Location::Device, BT * C * e, "whole out");
   }
   Buffer dqkv(Category::Scratch, Location::Device, BT * 3 * C * e, "whole d qkv");
   Buffer dout(Category::Scratch, Location::Device, BT * C * e, "whole d out");
-  // token rows of slice s, `width` elements each, between its (B, T/S) buffer and the whole (B, T)
+  // token rows of slice s, `width` elements each, between its (B, T/S) buffer and the whole (B, T):
+  // its T/S contiguous tokens, or (ring) its two chunks s and 2S-1-s of T/(2S)
+  auto rows_of = [&](int s, auto&& copy) {  // copy(row in the whole, row in the slice, rows)
+    for (int b = 0; b < B; b++) {
+      if (!ring) {
+        copy(size_t(b) * Tn + size_t(s) * Tl, size_t(b) * Tl, Tl);
+        continue;
+      }
+      for (int half = 0; half < 2; half++)
+        copy(size_t(b) * Tn + size_t(w.chunk_of(s, half)) * w.chunk(), size_t(b) * Tl + half * w.chunk(), w.chunk());
+    }
+  };
   auto put = [&](void* whole, const void* part, int s, int width) {
-    for (int b = 0; b < B; b++)
-      memcpy(static_cast<char*>(whole) + (size_t(b) * Tn + size_t(s) * Tl) * width * e,
-             static_cast<const char*>(part) + size_t(b) * Tl * width * e, size_t(Tl) * width * e);
+    rows_of(s, [&](size_t at, size_t from, int n) {
+      memcpy(static_cast<char*>(whole) + at * width * e, static_cast<const char*>(part) + from * width * e,
+             size_t(n) * width * e);
+    });
   };
   auto take = [&](void* part, const void* whole, int s, int width) {
-    for (int b = 0; b < B; b++)
-      memcpy(static_cast<char*>(part) + size_t(b) * Tl * width * e,
-             static_cast<const char*>(whole) + (size_t(b) * Tn + size_t(s) * Tl) * width * e, size_t(Tl) * width * e);
+    rows_of(s, [&](size_t at, size_t to, int n) {
+      memcpy(static_cast<char*>(part) + to * width * e, static_cast<const char*>(whole) + at * width * e,
+             size_t(n) * width * e);
+    });
+  };
+  // ring: each block's log-sum-exp (B, NH, T); the running values (fp32, fp64 in tests)
+  const size_t f = dt == DType::F64 ? 8 : 4, rows = size_t(B) * NH * Tn;
+  std::vector<Buffer> lse;
+  for (int l = 0; ring && l < run.args.cfg.layers; l++)
+    lse.emplace_back(Category::Scratch, Location::Device, rows * f, "whole lse");
+  Buffer run_m(Category::Scratch, Location::Device, rows * f, "whole m (D)");
+  Buffer run_l(Category::Scratch, Location::Device, rows * f, "whole l");
+  Buffer run_acc(Category::Scratch, Location::Device, BT * C * f, "whole acc (dq)");
+  Buffer dkv_f(Category::Scratch, Location::Device, BT * 2 * C * f, "a hop's dk | dv");
+  Buffer dkv(Category::Scratch, Location::Device, BT * 2 * C * e, "dk | dv, summed hop by hop");
+  // ring: the forward of block l's attention, the whole sequence, the ring's schedule
+  auto ring_forward = [&](int l) {
+    NZ_DISPATCH_DTYPE(dt, {
+      using A = acc_t<T>;
+      A *m = (A*)run_m.data(), *sum = (A*)run_l.data(), *acc = (A*)run_acc.data();
+      for (size_t r = 0; r < rows; r++) m[r] = -INFINITY, sum[r] = 0;
+      for (size_t i = 0; i < BT * C; i++) acc[i] = 0;
+      for (int hop = 0; hop < S; hop++)
+        for (int s = 0; s < S; s++) whole_ring_tiles<T>(w, s, (s - hop + S) % S, (const T*)qkv[l].data(), m, sum, acc);
+      const int hd = C / NH;
+      for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+          for (int t = 0; t < Tn; t++) {
+            const size_t row = (size_t(b) * NH + h) * Tn + t, at = (size_t(b) * Tn + t) * C + h * hd;
+            for (int x = 0; x < hd; x++) ((T*)out[l].data())[at + x] = store<T>(acc[at + x] / sum[row]);
+            ((A*)lse[l].data())[row] = m[row] + std::log(sum[row]);
+          }
+    });
+  };
+  // ring: its backward; dk | dv of rank src's chunks gets query rank src's part, then src+1's, ...
+  auto ring_backward = [&](int l) {
+    NZ_DISPATCH_DTYPE(dt, {
+      using A = acc_t<T>;
+      A *D = (A*)run_m.data(), *dq = (A*)run_acc.data(), *gf = (A*)dkv_f.data();
+      T* g = (T*)dkv.data();
+      const T* o = (const T*)out[l].data();
+      const T* dO = (const T*)dout.data();
+      const int hd = C / NH;
+      for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+          for (int t = 0; t < Tn; t++) {
+            const size_t at = (size_t(b) * Tn + t) * C + h * hd;
+            A sum = 0;
+            for (int x = 0; x < hd; x++) sum += load(dO[at + x]) * load(o[at + x]);
+            D[(size_t(b) * NH + h) * Tn + t] = sum;
+          }
+      for (size_t i = 0; i < BT * C; i++) dq[i] = 0;
+      for (size_t i = 0; i < BT * 2 * C; i++) g[i] = store<T>(A(0));
+      for (int hop = 0; hop < S; hop++)
+        for (int s = 0; s < S; s++) {
+          const int src = (s - hop + S) % S;
+          for (size_t i = 0; i < BT * 2 * C; i++) gf[i] = 0;
+          whole_ring_tiles_backward<T>(w, s, src, (const T*)qkv[l].data(), dO, (const A*)lse[l].data(), D, dq, gf);
+          rows_of(src, [&](size_t at, size_t, int n) {  // src's chunks: this hop's part added, one rounding
+            for (size_t i = at * 2 * C; i < (at + n) * 2 * C; i++) g[i] = store<T>(load(g[i]) + gf[i]);
+          });
+        }
+      T* dx = (T*)dqkv.data();
+      for (size_t t = 0; t < BT; t++) {
+        for (int x = 0; x < C; x++) dx[t * 3 * C + x] = store<T>(dq[t * C + x]);
+        memcpy(dx + t * 3 * C + C, g + t * 2 * C, 2 * C * e);
+      }
+    });
   };
 
   std::vector<int> tokens(BT), targets(BT);
@@ -136,8 +317,10 @@ int main(int argc, char** argv) {
             slice[s]->attention_input(u, P(u));
             put(qkv[l].data(), slice[s]->attention_buffers(u).qkv, s, 3 * C);
           }
-          NZ_DISPATCH_DTYPE(dt, ops::attention_forward<T>((T*)out[l].data(), (T*)att[l].data(),
-                                                          (const T*)qkv[l].data(), B, Tn, C, NH));
+          if (ring) ring_forward(l);
+          else
+            NZ_DISPATCH_DTYPE(dt, ops::attention_forward<T>((T*)out[l].data(), (T*)att[l].data(),
+                                                            (const T*)qkv[l].data(), B, Tn, C, NH));
           for (int s = 0; s < S; s++) {
             take(slice[s]->attention_buffers(u).out, out[l].data(), s, C);
             slice[s]->attention_output(u, P(u));
@@ -162,9 +345,11 @@ int main(int argc, char** argv) {
             slice[s]->attention_output_backward(u, p, partial_of(d * S + s, u));
             put(dout.data(), slice[s]->attention_buffers(u).grad_out, s, C);
           }
-          NZ_DISPATCH_DTYPE(dt, ops::attention_backward<T>((T*)dqkv.data(), (const T*)dout.data(),
-                                                           (const T*)qkv[l].data(), (const T*)att[l].data(),
-                                                           (const T*)out[l].data(), B, Tn, C, NH));
+          if (ring) ring_backward(l);
+          else
+            NZ_DISPATCH_DTYPE(dt, ops::attention_backward<T>((T*)dqkv.data(), (const T*)dout.data(),
+                                                             (const T*)qkv[l].data(), (const T*)att[l].data(),
+                                                             (const T*)out[l].data(), B, Tn, C, NH));
           for (int s = 0; s < S; s++) {
             take(slice[s]->attention_buffers(u).grad_qkv, dqkv.data(), s, 3 * C);
             slice[s]->attention_input_backward(u, p, partial_of(d * S + s, u));
