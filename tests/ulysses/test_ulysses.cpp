@@ -232,3 +232,23 @@ TEST(Ulysses, BrokenUlyssesAreCaught) {
     EXPECT_FALSE(v.identical()) << "mutant_ulysses_" << m << " was not caught";
   }
 }
+
+TEST(Ulysses, BrokenRingsAreCaught) {
+  // S = 2, K = 1: two ranks in the ring (a hop, the zig-zag chunks 0, 3 and 1, 2)
+  const std::string flags = kTiny + "--precision fp32 --sp-mode ring " + sp_flags(2, 1);
+  const RunResult& ref = shared_run("ulysses_reference", 1, "--ranks " + std::to_string(kRanks) + " " + flags);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const RunResult& good = shared_run("ulysses", kRanks, flags);
+  ASSERT_EQ(good.exit_code, 0) << good.output;
+  EXPECT_TRUE(compare_runs(ref, good).identical()) << "the real ring must pass the check its mutants fail";
+  for (const char* m : {"ring_no_running_max", "ring_causal_mask_local", "ring_zigzag_positions_unmatched"}) {
+    RunResult r = run_trainer(std::string("mutant_ulysses_") + m, kRanks, flags, m);
+    if (r.exit_code != 0) {
+      printf("mutant_ulysses_%s: failed to run (exit %d): caught\n", m, r.exit_code);
+      continue;
+    }
+    const Verdict v = compare_runs(ref, r);
+    printf("mutant_ulysses_%s: %s\n", m, v.str().c_str());
+    EXPECT_FALSE(v.identical()) << "mutant_ulysses_" << m << " was not caught";
+  }
+}
