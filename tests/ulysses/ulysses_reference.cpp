@@ -21,6 +21,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -102,6 +104,62 @@ void whole_ring_tiles(const Whole& w, int s, int src, const T* qkv, acc_t<T>* m,
             m[row] = m_new;
           }
     }
+}
+
+// The ring's output against attention computed exactly (long double, from the same q, k, v), every
+// element (NZ_RING_BOUND=1: the first micro-step of the first step). With u = 2^-24 (fp32; 2^-53 in
+// fp64) and a row's scores s_j = q.k_j / sqrt(hd), n visible keys, h = hd:
+//   each score is computed with |ŝ_j - s_j| <= d_j = γ_{h+3} Σ_x |q_x k_xj| / sqrt(hd) (the dot's h
+//   roundings, the scale's sqrt and division, the product: Higham ch. 3);
+//   exp(ŝ_j - m) carries the subtraction's rounding u |ŝ_j - m| and exp's own (< 2u), and every
+//   rescale since (at most 2S tiles: a product and an exp, 3u each); l and acc are sums of at most n
+//   terms (γ_n) of products (u) and one division ends it (u).
+// So each weight w_j = p_j / l is within a factor exp(±η) of the exact, η = 2 max_j (d_j + u |ŝ_j - m|)
+// + γ_{n + 6S + 6} (numerator and denominator each off by half of it), and, to first order,
+//   |ô - o| <= 2 η Σ_j w_j |v_j|     (the 2: the perturbed weights no longer sum to exactly 1).
+// Returns the largest |ô - o| / bound over every element (<= 1: within the bound), and the largest error.
+template <class T>
+std::pair<double, double> ring_error_over_bound(const Whole& w, const T* qkv, const T* out) {
+  using A = acc_t<T>;
+  const long double u = std::is_same<A, double>::value ? std::ldexp(1.0L, -53) : std::ldexp(1.0L, -24);
+  auto gamma = [&](int k) { return k * u / (1 - k * u); };
+  const int hd = w.C / w.NH;
+  const long double scale = 1.0L / std::sqrt((long double)hd);
+  double worst = 0, worst_err = 0;
+  std::vector<long double> sc(w.T), ab(w.T);
+  for (int b = 0; b < w.B; b++)
+    for (int h = 0; h < w.NH; h++)
+      for (int i = 0; i < w.T; i++) {
+        const T* q = qkv + (size_t(b) * w.T + i) * 3 * w.C + h * hd;
+        long double m = -INFINITY, d = 0;
+        for (int j = 0; j <= i; j++) {
+          const T* k = qkv + (size_t(b) * w.T + j) * 3 * w.C + w.C + h * hd;
+          long double dot = 0, mag = 0;
+          for (int x = 0; x < hd; x++) dot += (long double)load(q[x]) * load(k[x]), mag += fabsl((long double)load(q[x]) * load(k[x]));
+          sc[j] = dot * scale;
+          ab[j] = gamma(hd + 3) * mag * scale;
+          m = std::max(m, sc[j]);
+        }
+        long double l = 0;
+        for (int j = 0; j <= i; j++) {
+          l += expl(sc[j] - m);
+          d = std::max(d, ab[j] + u * (fabsl(sc[j] - m) + ab[j]));
+        }
+        const long double eta = 2 * d + gamma(i + 1 + 6 * w.S + 6);
+        for (int x = 0; x < hd; x++) {
+          long double o = 0, mag = 0;
+          for (int j = 0; j <= i; j++) {
+            const long double v = load(qkv[(size_t(b) * w.T + j) * 3 * w.C + 2 * w.C + h * hd + x]);
+            o += expl(sc[j] - m) / l * v;
+            mag += expl(sc[j] - m) / l * fabsl(v);
+          }
+          const long double err = fabsl((long double)load(out[(size_t(b) * w.T + i) * w.C + h * hd + x]) - o);
+          const long double bound = 2 * eta * mag;
+          worst = std::max(worst, double(err / bound));
+          worst_err = std::max(worst_err, double(err));
+        }
+      }
+  return {worst, worst_err};
 }
 
 // the backward of the same tiles: dq (whole, running), dkv (src's chunks' part of this hop)
@@ -241,6 +299,7 @@ int main(int argc, char** argv) {
   Buffer run_acc(Category::Scratch, Location::Device, BT * C * f, "whole acc (dq)");
   Buffer dkv_f(Category::Scratch, Location::Device, BT * 2 * C * f, "a hop's dk | dv");
   Buffer dkv(Category::Scratch, Location::Device, BT * 2 * C * e, "dk | dv, summed hop by hop");
+  bool check_bound = false;  // NZ_RING_BOUND=1: the first micro-step's attention against exact
   // ring: the forward of block l's attention, the whole sequence, the ring's schedule
   auto ring_forward = [&](int l) {
     NZ_DISPATCH_DTYPE(dt, {
@@ -258,6 +317,10 @@ int main(int argc, char** argv) {
             for (int x = 0; x < hd; x++) ((T*)out[l].data())[at + x] = store<T>(acc[at + x] / sum[row]);
             ((A*)lse[l].data())[row] = m[row] + std::log(sum[row]);
           }
+      if (check_bound) {  // NZ_RING_BOUND: every element within the derived bound of exact attention
+        const std::pair<double, double> r = ring_error_over_bound<T>(w, (const T*)qkv[l].data(), (const T*)out[l].data());
+        printf("ring-bound: block %d: max |error| / bound %.3g, max |error| %.3g\n", l, r.first, r.second);
+      }
     });
   };
   // ring: its backward; dk | dv of rank src's chunks gets query rank src's part, then src+1's, ...
@@ -304,6 +367,7 @@ int main(int argc, char** argv) {
     for (GPT* m : slice) m->set_loss_scale(run.loss_scale());
     for (int k = 0; k < K; k++) {
       run.phase("forward");
+      check_bound = ring && getenv("NZ_RING_BOUND") && step == run.first_step() && k == 0;
       for (int d = 0; d < D; d++) {  // replica d's micro-batch, its S slices side by side
         run.data->train_batch(step, k, K, D, d, tokens.data(), targets.data());
         for (GPT* m : slice) m->set_batch(tokens.data(), targets.data(), B);
