@@ -204,7 +204,7 @@ GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing, int f
                            attn_ == Attention::Gemm && slots == 1 && first_ == 0 && end_ == layout.num_units()),
            "sequence slices: %d slices of T=%d, %d heads (whole model, no checkpointing, gemm attention)",
            seq.slices, T, layout.cfg.heads);
-  ActLayout a(layout.cfg, B, T_, dt, checkpointing, attn_, first_, end_, seq.slices);
+  ActLayout a(layout.cfg, B, T_, dt, checkpointing, attn_, first_, end_, act_slices());
   slot_bytes_ = a.total;
   acts_ = Buffer(Category::Activations, Location::Device, slots * a.total,
                  slots == 1 ? "activations" : "activations (" + std::to_string(slots) + " micro-batches in flight)");

@@ -213,6 +213,49 @@ TEST(Ulysses, LedgerHoldsTheFormulas) {
   }
 }
 
+// Ring mode: the activations (my T/S tokens, every head, no T^2 term) and the point-to-point
+// elements (k | v around the ring, and back with dk | dv) are the formulas, on every rank.
+TEST(Ulysses, RingLedgerHoldsTheFormulas) {
+  nz::GPTConfig cfg;
+  ASSERT_TRUE(nz::preset_config("tiny", &cfg));
+  const int B = 2, T = 32, K = 2, C = cfg.dim;
+  for (int S : {1, 2, 4}) {
+    const int D = kRanks / S, Tl = T / S;
+    const std::string flags = "--preset tiny --seq 32 --batch 2 --steps 2 --eval-every 0 --eval-windows " +
+                              std::to_string(D * B) + " --sp-mode ring " + sp_flags(S, K);
+    const RunResult& r = shared_run("ulysses", kRanks, flags);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const uint64_t formula = nz::ring_activation_bytes(cfg, B, T, S, nz::DType::F32);
+    // the model's own allocation (no heads' layout, no probabilities) and the rung's ring buffers:
+    // per block the log-sum-exp, once the running max and sum, the output sums, a hop's dk | dv, and
+    // the two travelling buffers of k | v, dk | dv
+    auto r64 = [](uint64_t n) { return (n + 63) / 64 * 64; };
+    const uint64_t rows = uint64_t(B) * cfg.heads * Tl, kv = uint64_t(B) * Tl * 2 * C;
+    const uint64_t allocated = nz::seq_slice_activation_bytes(cfg, B, T, S, nz::DType::F32, /*ring*/ true) +
+                               (cfg.layers + 2) * r64(4 * rows) + r64(4 * kv / 2) + r64(4 * kv) + 2 * r64(2 * kv * 4);
+    EXPECT_EQ(allocated, formula) << "S=" << S;
+    const uint64_t fwd = nz::ring_p2p_elems_forward_per_block(cfg, B, T, S);
+    const uint64_t per_block = nz::ring_p2p_elems_per_block(cfg, B, T, S);
+    EXPECT_EQ(fwd, 2ull * B * Tl * C * (S - 1));
+    EXPECT_EQ(per_block, S == 1 ? 0 : uint64_t(6 * S - 4) * B * Tl * C);
+    const uint64_t step = uint64_t(K) * cfg.layers * per_block;
+    const uint64_t run_elems = 2 * step + cfg.layers * fwd;  // 2 steps, then the validation's forward
+    for (const Json& rank : r.report["ranks"].arr) {
+      EXPECT_EQ(rank["ledger"]["device"]["peak"]["activations"].u(), formula) << "S=" << S;
+      const Json& p2p = rank["comm"]["p2p"];
+      EXPECT_EQ(p2p["elems_sent"].u(), run_elems) << "S=" << S << " rank " << rank["rank"].u();
+      EXPECT_EQ(p2p["bytes_sent"].u(), 4 * run_elems) << "S=" << S;
+    }
+    const nz::Layout L = nz::make_layout(cfg, kRanks);
+    for (const Json& st : r.report["steps_log"].arr)
+      EXPECT_EQ(st["comm_elems"].u(), nz::expected_comm_elems(nz::Stage::Ulysses, L, K) + step) << "S=" << S;
+    printf("ring S=%d: activations %llu bytes per rank (ledger = formula; ulysses %llu), k|v around the ring "
+           "%llu elements per block forward, %llu forward + backward, per micro-step and rank\n", S,
+           (unsigned long long)formula, (unsigned long long)nz::ulysses_activation_bytes(cfg, B, T, S, nz::DType::F32),
+           (unsigned long long)fwd, (unsigned long long)per_block);
+  }
+}
+
 // ---- bad input: one line, exit 2, nothing written ----
 
 TEST(Ulysses, BadInputIsOneLineAndExitTwoWithNothingWritten) {
@@ -226,7 +269,7 @@ TEST(Ulysses, BadInputIsOneLineAndExitTwoWithNothingWritten) {
       {"ulysses", 3, "--sp 3", "the 4 heads do not split over 3 ranks"},
       {"ulysses", 4, "--sp 4 --seq 30", "a sequence of 30 tokens does not split into 4 equal slices"},
       {"ulysses", 2, "--sp 2 --sp-mode zigzag", "--sp-mode zigzag: unknown sequence-parallel mode"},
-      {"ulysses", 2, "--sp 2 --sp-mode ring", "ring attention is not built yet"},
+      {"ulysses", 2, "--sp 2 --sp-mode ring --seq 30", "does not cut into 4 equal chunks"},
       {"stage3", 2, "--sp 2", "build/bin/ulysses only"},
       {"stage0_ddp", 1, "--sp-mode ulysses", "build/bin/ulysses only"},
   };
