@@ -243,6 +243,7 @@ void print_usage() {
          "  --sp S         ulysses' table (ulysses/train.cpp) on --world N ranks (default N = S): S sequence\n"
          "                 slices x N/S replicas, per rank stage3's model states over N, the activations of a\n"
          "                 slice of --seq (1/S of stage3's) and the all-to-all elements; --json: exact\n"
+         "  --sp-mode ring with --sp S: ring attention's table instead (activations, k|v around the ring)\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --config FILE  a DeepSpeed config: its stage, micro-batch, accumulation, precision and checkpointing\n"
          "                 (flags given here win), and the bytes its zero_optimization knobs (reduce_bucket_size,\n"
@@ -328,9 +329,45 @@ void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string&
 // --sp S: ulysses/train.cpp on N ranks (S sequence slices x N/S replicas), as its memory table prints
 // it: every rank the same, stage3's model states over all N ranks, the activations of T/S tokens
 // (attention's probabilities of all T tokens for NH/S heads), and the all-to-alls per block.
-void print_ulysses_table(const GPTConfig& cfg, int N, int S, DType dt, int B, int T, int K, bool json) {
+// --sp-mode ring: ring attention's activations (no T^2 term) and its point-to-point elements instead.
+void print_ulysses_table(const GPTConfig& cfg, int N, int S, DType dt, int B, int T, int K, bool json,
+                         bool ring = false) {
   const Layout L = make_layout(cfg, N);
   const StateBytes b = expected_state_bytes(Stage::Ulysses, L, dt);
+  if (ring) {
+    const uint64_t acts = ring_activation_bytes(cfg, B, T, S, dt);
+    const uint64_t fwd = ring_p2p_elems_forward_per_block(cfg, B, T, S), per_block = ring_p2p_elems_per_block(cfg, B, T, S);
+    const uint64_t per_step = uint64_t(K) * cfg.layers * per_block;
+    if (json) {
+      JsonWriter j;
+      j.begin_object();
+      j.kv("sp", S), j.kv("sp_mode", "ring"), j.kv("replicas", N / S), j.kv("world", N), j.kv("batch", B);
+      j.kv("seq", T), j.kv("accum", K), j.kv("precision", dtype_name(dt));
+      j.key("bytes");
+      j.begin_object();
+      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
+      j.kv("adam_v", b.adam_v), j.kv("comm_buffers", b.comm_buffers), j.kv("gathered", b.gathered_peak);
+      j.kv("activations", acts);
+      j.end_object();
+      j.kv("ulysses_activations", ulysses_activation_bytes(cfg, B, T, S, dt));
+      j.kv("p2p_elems_forward_per_block", fwd), j.kv("p2p_elems_per_block", per_block);
+      j.kv("p2p_elems_per_step", per_step);
+      j.kv("model_state_elems_per_step", expected_comm_elems(Stage::Ulysses, L, K));
+      j.end_object();
+      printf("%s\n", j.str().c_str());
+      return;
+    }
+    printf("ulysses --sp-mode ring: %d ranks in a ring x %d replicas (%d ranks), micro-batch %d x %d tokens (%d per "
+           "rank, two zig-zag chunks), accum %d, %s\n", S, N / S, N, B, T, T / S, K, dtype_name(dt));
+    printf("per rank: model states %llu bytes (stage3's over %d), activations %llu bytes (ulysses: %llu)\n",
+           (unsigned long long)b.total(), N, (unsigned long long)acts,
+           (unsigned long long)ulysses_activation_bytes(cfg, B, T, S, dt));
+    printf("ring: 2 B (T/S) C (S-1) = %llu elements per block forward, %llu forward + backward, per micro-step and "
+           "rank (%s), %llu per step; model states: stage3's %llu\n", (unsigned long long)fwd,
+           (unsigned long long)per_block, fmt_bytes(double(per_block * dtype_bytes(dt))).c_str(),
+           (unsigned long long)per_step, (unsigned long long)expected_comm_elems(Stage::Ulysses, L, K));
+    return;
+  }
   const uint64_t acts = ulysses_activation_bytes(cfg, B, T, S, dt);
   const uint64_t stage3_acts = expected_activation_bytes(cfg, B, T, dt, false, Attention::Gemm);
   const uint64_t per_block = ulysses_all_to_all_elems_per_block(cfg, B, T, S);
@@ -669,6 +706,7 @@ int main(int argc, char** argv) {
   bool verify = false, seed_given = false;
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
   int sp = 0;        // --sp S: ulysses' table
+  std::string sp_mode = "ulysses";  // --sp-mode ring: ring attention's instead
   int ctx = -1;      // --ctx N: the context (wpe's rows), as the trainers' --ctx
   int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
   int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
@@ -725,6 +763,7 @@ int main(int argc, char** argv) {
     else if (a == "--attention") attention = v;
     else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
     else if (a == "--sp") sp = parse_pos(a, v, 1 << 16);
+    else if (a == "--sp-mode") sp_mode = v;
     else if (a == "--ctx") ctx = parse_pos(a, v, 1 << 24);
     else if (a == "--schedule") schedule = v;
     else if (a == "--partition") partition = v;
@@ -904,6 +943,8 @@ int main(int argc, char** argv) {
                        network);
     return 0;
   }
+  if (sp == 0 && typed.count("--sp-mode"))
+    user_error("--sp-mode without --sp: the mode of ulysses' table, expected --sp S with it; add --sp");
   if (sp > 0) {
     if (raw) user_error("--sp needs a model shape (its heads and layers); drop --params, use --preset");
     for (const char* other : {"--pipeline", "--fit", "--stage", "--activation-checkpointing", "--attention"})
@@ -913,6 +954,15 @@ int main(int argc, char** argv) {
     if (worlds.size() != 1)
       user_error("--sp %d: one --world N at a time, expected N = S x replicas, e.g. --world %d", sp, sp);
     const int N = worlds[0] > 1 ? worlds[0] : sp;
+    if (sp_mode != "ulysses" && sp_mode != "ring")
+      user_error("--sp-mode %s: unknown sequence-parallel mode; valid: ulysses, ring", sp_mode.c_str());
+    if (sp_mode == "ring" && (N % sp != 0 || seq % (2 * sp) != 0))
+      user_error("--sp %d --sp-mode ring with --world %d and --seq %d: S must divide N and 2S the sequence, "
+                 "expected e.g. --seq %d", sp, N, seq, 2 * sp * std::max(1, seq / (2 * sp)));
+    if (sp_mode == "ring") {
+      print_ulysses_table(cfg, N, sp, dt, batch, seq, accum, json, true);
+      return 0;
+    }
     if (N % sp != 0 || cfg.heads % sp != 0 || seq % sp != 0)
       user_error("--sp %d with --world %d, %d heads and --seq %d: S must divide each, expected e.g. --sp %d", sp, N,
                  cfg.heads, seq, cfg.heads % 2 == 0 && N % 2 == 0 && seq % 2 == 0 ? 2 : 1);

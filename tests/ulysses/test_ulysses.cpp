@@ -249,6 +249,16 @@ TEST(Ulysses, RingLedgerHoldsTheFormulas) {
     const nz::Layout L = nz::make_layout(cfg, kRanks);
     for (const Json& st : r.report["steps_log"].arr)
       EXPECT_EQ(st["comm_elems"].u(), nz::expected_comm_elems(nz::Stage::Ulysses, L, K) + step) << "S=" << S;
+    // zero_estimate --sp S --sp-mode ring prints the same bytes and elements
+    std::string out;
+    ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --world 4 --seq 32 --batch 2 --json --accum " +
+                              std::to_string(K) + " --sp-mode ring --sp " + std::to_string(S), &out), 0) << out;
+    const Json est = Json::parse(out);
+    const Json& peak = r.report["ranks"].arr[0]["ledger"]["device"]["peak"];
+    for (const char* c : {"params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "activations"})
+      EXPECT_EQ(est["bytes"][c].u(), peak[c].u()) << "zero_estimate --sp " << S << " --sp-mode ring: " << c;
+    EXPECT_EQ(est["p2p_elems_per_step"].u(), step) << "S=" << S;
+    EXPECT_EQ(est["model_state_elems_per_step"].u() + step, r.report["steps_log"].arr[0]["comm_elems"].u());
     printf("ring S=%d: activations %llu bytes per rank (ledger = formula; ulysses %llu), k|v around the ring "
            "%llu elements per block forward, %llu forward + backward, per micro-step and rank\n", S,
            (unsigned long long)formula, (unsigned long long)nz::ulysses_activation_bytes(cfg, B, T, S, nz::DType::F32),
