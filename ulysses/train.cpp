@@ -12,6 +12,10 @@
 //        probabilities B (NH/S) T^2 per block: 1/S of stage3's (ulysses/formulas.h).
 // Sends: stage3's 3K(N-1)S; per block and micro-step four all-to-alls in my replica's group
 //        of S ranks, 8 B (T/S) C (S-1)/S elements per rank.
+// Ring:  --sp-mode ring (the comparison): no all-to-all; my tokens are two zig-zag chunks, k | v of
+//        every rank's tokens travel around the S ranks and attention runs per tile with an online
+//        softmax (ring_attend below); activations of T/S tokens with every head, no T^2 term;
+//        sends (6S-4) B (T/S) C elements per block and micro-step (ulysses/formulas.h).
 // Docs:  docs/ulysses.md; README.md (the ladder); docs/stages.md.
 #include <cmath>      // std::sqrt
 #include <cstring>    // memcpy

@@ -398,7 +398,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       // begin ulysses flags
       {"--sp", "S", "ulysses: S ranks split each sequence into S contiguous slices (all-to-all before and after "
        "attention); N/S data-parallel replicas (default 1)", pos_int(&a.sp, 1 << 16)},
-      {"--sp-mode", "M", "ulysses: ulysses (default: heads all-to-all) or ring (ring attention: not built yet)",
+      {"--sp-mode", "M", "ulysses: ulysses (default: heads all-to-all) or ring (ring attention: k, v passed around, online softmax, zig-zag)",
        [&](auto&, auto& v) { a.sp_mode = v; }},
       {"--ctx", "N", "override the preset's context, the rows of wpe (a --seq longer than the preset's needs it)",
        pos_int(&a.ctx, 1 << 24)},
