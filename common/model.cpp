@@ -673,8 +673,8 @@ void GPT::attention_input(int u, const void* p) {
   end_compute("forward", u);
 }
 void GPT::attention(int u, int seq_tokens) {
-  NZ_CHECK(seq_.slices && u > L_.embed_unit() && u < L_.lnf_unit() && seq_tokens > 0 &&
-           (b_ * full_seq()) % seq_tokens == 0, "attention: unit %d, sequences of %d", u, seq_tokens);
+  NZ_CHECK(seq_.slices && !seq_.ring && u > L_.embed_unit() && u < L_.lnf_unit() && seq_tokens > 0 &&
+           (b_ * full_seq()) % seq_tokens == 0, "attention: unit %d, sequences of %d (ring: the rung attends)", u, seq_tokens);
   NZ_DISPATCH_DTYPE(dt_, attention_t<T>(u, seq_tokens));
 }
 void GPT::attention_output(int u, const void* p) {
@@ -695,8 +695,8 @@ void GPT::attention_output_backward(int u, const void* p, void* g) {
   end_compute("backward", u);
 }
 void GPT::attention_backward(int u, int seq_tokens) {
-  NZ_CHECK(seq_.slices && u > L_.embed_unit() && u < L_.lnf_unit() && seq_tokens > 0 &&
-           (b_ * full_seq()) % seq_tokens == 0, "attention_backward: unit %d, sequences of %d", u, seq_tokens);
+  NZ_CHECK(seq_.slices && !seq_.ring && u > L_.embed_unit() && u < L_.lnf_unit() && seq_tokens > 0 &&
+           (b_ * full_seq()) % seq_tokens == 0, "attention_backward: unit %d, sequences of %d (ring: the rung attends)", u, seq_tokens);
   NZ_DISPATCH_DTYPE(dt_, attention_backward_t<T>(u, seq_tokens));
 }
 void GPT::attention_input_backward(int u, const void* p, void* g) {
