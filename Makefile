@@ -321,11 +321,11 @@ EXPLORER      := $(BUILD)/explorer
 # there for parse_bytes (--fit); its trainer flags, whose limits shift a 32-bit long here, are never parsed.
 EXPLORER_CPP  := tools/zero_estimate.cpp tools/zero_quiz.cpp common/zero_formulas.cpp common/layout.cpp \
                  pipeline/pipeline.cpp pipeline/formulas.cpp zeropp/formulas.cpp common/muon_formulas.cpp \
-                 tensor/formulas.cpp tensor/tensor.cpp \
+                 tensor/formulas.cpp tensor/tensor.cpp ulysses/formulas.cpp \
                  common/ledger.cpp common/runtime/check.cpp common/input/cli.cpp \
                  common/runtime/json.cpp common/runtime/device.cpp common/kernels/quantize.cpp
 EXPLORER_PAGE := $(addprefix $(EXPLORER)/,index.html explorer.js quiz.js explorer.css)
-$(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h pipeline/*.h zeropp/*.h tensor/*.h) $(EXPLORER)/include/mpi.h
+$(EXPLORER)/zero_estimate.js: $(EXPLORER_CPP) $(wildcard common/*.h common/*/*.h tools/*.h pipeline/*.h zeropp/*.h tensor/*.h ulysses/*.h) $(EXPLORER)/include/mpi.h
 	@mkdir -p $(dir $@)
 	NODE_PATH=/usr/share/nodejs $(EMXX) -std=c++17 -O2 -ffp-contract=off -Wall -Wno-shift-count-overflow -I$(EXPLORER)/include -Icommon -I. \
 	  $(EXPLORER_CPP) -sSINGLE_FILE=1 -sMODULARIZE=1 -sEXPORT_NAME=createZeroEstimate -sINVOKE_RUN=0 \

@@ -156,6 +156,12 @@ class Comm {
   CommRequest all_gather_packed_start(const void* mine, void* out_all, size_t bytes_each, uint64_t elems_each);
   void all_to_all_packed(void* buf, size_t bytes_each, uint64_t elems_each);
 
+  // All-to-all of elements of a storage type, in place (ulysses/train.cpp's sequence slices): the
+  // same call as all_to_all_packed, with elems_each elements of dt in each rank's slot.
+  void all_to_all(void* buf, size_t elems_each, DType dt) {
+    all_to_all_packed(buf, elems_each * dtype_bytes(dt), elems_each);
+  }
+
   const CommStats& stats() const { return *stats_; }
   // Offload's copies over the host<->device link: no collective, but the same ledger.
   void count_to_host(size_t elems, size_t bytes) { stats_->add_link(/*to_host=*/true, elems, bytes); }

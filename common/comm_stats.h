@@ -15,7 +15,8 @@ namespace nz {
 // OverflowFlag: fp16's once-per-step agreement on a gradient overflow (loss_scale.h).
 // PointToPoint: the pipeline's activations and their gradients between neighbouring stages (and
 // the tied embedding's gradient and weights between the first and the last stage).
-// AllToAll: ZeRO++'s quantized gradient reduce-scatter (qgZ) moves int4 blocks with one.
+// AllToAll: ZeRO++'s quantized gradient reduce-scatter (qgZ) moves int4 blocks with one; ulysses turns
+// attention's tokens into heads and back with four per block and micro-step.
 enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, OverflowFlag, PointToPoint, AllToAll,
                     kCount };
 constexpr int kNumCommOps = int(CommOp::kCount);

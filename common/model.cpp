@@ -87,18 +87,22 @@ namespace {
 struct ActLayout {
   struct Layer {
     size_t ln1, ln1_mean, ln1_rstd, qkv, att /* or the lse */, atty, res_att, ln2, ln2_mean, ln2_rstd, fch, fchg, res_out;
+    size_t qkv_heads = 0, atty_heads = 0;  // sequence slices: attention's input and output, all tokens, my heads
   };
   size_t x0, lnf, lnf_mean, lnf_rstd, logits, losses;
   std::vector<Layer> layer;
   size_t total = 0;
   // activation grads of one block, reused by every block
   size_t dx, dres, dtmp, dln, d4c, dqkv, grad_total = 0;
+  size_t dqkv_heads = 0, datty_heads = 0;  // sequence slices
 
   // Units [first, end) only (a pipeline stage, pipeline.h; all units by default): x0 is then the
   // stage's input (the embedding's output on the first stage, the previous stage's on the others),
   // only the stage's blocks keep their activations, and only the stage with lnf keeps the head's.
+  // S > 0: sequence slices (model.h, SeqSlices): T is my slice's tokens, attention's are S T.
+  // S < 0: ring attention's slices: T is my tokens; attention's state is the rung's (nothing here).
   ActLayout(const GPTConfig& c, int B, int T, DType dt, bool checkpointing, Attention attn, int first = 0,
-            int end = -1) {
+            int end = -1, int S = 0) {
     const int units = c.layers + 2;
     if (end < 0) end = units;
     const bool has_head = end == units;
@@ -117,8 +121,17 @@ struct ActLayout {
       l.ln1_mean = take(total, BT * a);
       l.ln1_rstd = take(total, BT * a);
       l.qkv = take(total, BT * 3 * C * e);
-      if (attn == Attention::Flash) l.att = take(total, size_t(B) * c.heads * T * sizeof(float));  // lse (B,NH,T)
-      else l.att = take(total, size_t(B) * c.heads * T * T * e);  // (B, NH, T, T): the softmax, all of it
+      if (S > 0) {  // all S T tokens of NH/S heads: as many elements as my tokens' q, k, v; the softmax S^2/S larger
+        const size_t all_T = size_t(S) * T;
+        l.qkv_heads = take(total, BT * 3 * C * e);
+        l.att = take(total, size_t(B) * (c.heads / S) * all_T * all_T * e);  // (B, NH/S, ST, ST)
+        l.atty_heads = take(total, BT * C * e);
+      } else if (S < 0) {  // ring: the rung keeps attention's log-sum-exp (ulysses/train.cpp)
+      } else if (attn == Attention::Flash) {
+        l.att = take(total, size_t(B) * c.heads * T * sizeof(float));  // lse (B,NH,T)
+      } else {
+        l.att = take(total, size_t(B) * c.heads * T * T * e);  // (B, NH, T, T): the softmax, all of it
+      }
       l.atty = take(total, BT * C * e);
       l.res_att = take(total, BT * C * e);
       l.ln2 = take(total, BT * C * e);
@@ -152,6 +165,10 @@ struct ActLayout {
     dln = take(grad_total, BT * C * e);
     d4c = take(grad_total, BT * 4 * C * e);
     dqkv = take(grad_total, BT * 3 * C * e);
+    if (S > 0) {  // (ring, S < 0: the rung's own)
+      dqkv_heads = take(grad_total, BT * 3 * C * e);
+      datty_heads = take(grad_total, BT * C * e);
+    }
   }
 };
 }  // namespace
@@ -168,19 +185,31 @@ size_t stage_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool
   return size_t(slots) * per_slot + a.grad_total;
 }
 
-GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing, int first_unit, int end_unit, int slots)
-    : L_(layout), dt_(dt), ckpt_(checkpointing), B_(B), T_(T),
+size_t seq_slice_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DType dt, bool ring) {
+  ActLayout a(cfg, B, T / S, dt, false, Attention::Gemm, 0, -1, ring ? -S : S);
+  const size_t tokens = (size_t(B) * (T / S) * sizeof(int) + 63) / 64 * 64;
+  return a.total + 2 * tokens + a.grad_total;  // my slice's tokens and targets
+}
+
+GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing, int first_unit, int end_unit, int slots,
+         SeqSlices seq)
+    : L_(layout), dt_(dt), ckpt_(checkpointing), B_(B), T_(seq.slices ? T / seq.slices : T), seq_(seq),
       attn_(flash_attention_in_force(layout.cfg.dim, layout.cfg.heads) ? Attention::Flash : Attention::Gemm),
       first_(first_unit), end_(end_unit < 0 ? layout.num_units() : end_unit), slots_(slots) {
   NZ_CHECK(T <= layout.cfg.ctx, "sequence %d longer than the context %d", T, layout.cfg.ctx);
   NZ_CHECK(first_ >= 0 && first_ < end_ && end_ <= layout.num_units() && slots >= 1,
            "units [%d, %d) of %d, %d slots", first_, end_, layout.num_units(), slots);
-  ActLayout a(layout.cfg, B, T, dt, checkpointing, attn_, first_, end_);
+  NZ_CHECK(!seq.slices || (T % (seq.ring ? 2 * seq.slices : seq.slices) == 0 &&
+                           (seq.ring || layout.cfg.heads % seq.slices == 0) && !checkpointing &&
+                           attn_ == Attention::Gemm && slots == 1 && first_ == 0 && end_ == layout.num_units()),
+           "sequence slices: %d slices of T=%d, %d heads (whole model, no checkpointing, gemm attention)",
+           seq.slices, T, layout.cfg.heads);
+  ActLayout a(layout.cfg, B, T_, dt, checkpointing, attn_, first_, end_, act_slices());
   slot_bytes_ = a.total;
   acts_ = Buffer(Category::Activations, Location::Device, slots * a.total,
                  slots == 1 ? "activations" : "activations (" + std::to_string(slots) + " micro-batches in flight)");
   grad_acts_ = Buffer(Category::Activations, Location::Device, a.grad_total, "activation grads");
-  tok_bytes_ = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
+  tok_bytes_ = (size_t(B) * T_ * sizeof(int) + 63) / 64 * 64;
   // the embedding reads the tokens, the loss the targets: each only on the stage that has it
   if (has_embed()) tokens_ = Buffer(Category::Activations, Location::Device, slots * tok_bytes_, "tokens");
   if (has_head()) targets_ = Buffer(Category::Activations, Location::Device, slots * tok_bytes_, "targets");
@@ -192,19 +221,19 @@ void GPT::use_slot(int s) {
 }
 
 void* GPT::stage_input() const {
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   return slot_acts() + a.x0;
 }
 
 void* GPT::stage_output() const {
   NZ_CHECK(!has_head(), "stage_output: the last stage's output is the loss");
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const int last = end_ - 1;
   return slot_acts() + (last == L_.embed_unit() ? a.x0 : a.layer[last - 1].res_out);
 }
 
 void* GPT::activation_grad() const {
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   return static_cast<char*>(grad_acts_.data()) + a.dx;
 }
 
@@ -218,6 +247,29 @@ const int* GPT::slot_targets() const {
 
 void GPT::set_batch(const int* tokens, const int* targets, int b) {
   NZ_CHECK(b >= 1 && b <= B_, "batch of %d rows, model allocated for %d", b, B_);
+  if (seq_.slices) {  // whole sequences in; my slice of each row kept: tokens [s T/S, (s + 1) T/S)
+    std::vector<int> tok(size_t(b) * T_), tgt(tok.size());
+    for (int r = 0; r < b; r++) {
+      const size_t from = size_t(r) * full_seq() + size_t(seq_.slice) * T_;
+      if (seq_.ring) {  // zig-zag: chunks s and 2S-1-s of T/2 (my T) tokens each
+        const int c = T_ / 2, second = 2 * seq_.slices - 1 - seq_.slice;
+        for (int h = 0; h < 2; h++) {
+          const size_t at = size_t(r) * full_seq() + size_t(h ? second : seq_.slice) * c;
+          memcpy(&tok[size_t(r) * T_ + h * c], tokens + at, c * sizeof(int));
+          memcpy(&tgt[size_t(r) * T_ + h * c], targets + at, c * sizeof(int));
+        }
+        continue;
+      }
+      memcpy(&tok[size_t(r) * T_], tokens + from, T_ * sizeof(int));
+      memcpy(&tgt[size_t(r) * T_], targets + from, T_ * sizeof(int));
+    }
+    load_rows(tok.data(), tgt.data(), b);
+  } else {
+    load_rows(tokens, targets, b);
+  }
+}
+
+void GPT::load_rows(const int* tokens, const int* targets, int b) {
   b_ = b;
   const size_t bytes = size_t(b) * T_ * sizeof(int);
   void* tok = has_embed() ? (void*)slot_tokens() : nullptr;
@@ -291,6 +343,8 @@ static size_t head_elems(const Layout& L, bool has_embed) {
 }
 
 void GPT::forward(int u, const void* p) {
+  NZ_CHECK(!seq_.slices || u == L_.embed_unit() || u == L_.lnf_unit(),
+           "forward: with sequence slices block %d runs in three calls (attention_input, attention, attention_output)", u);
   begin_compute("forward", u, p);
   p = qat_view(u, p, L_.units[u].numel);
   NZ_DISPATCH_DTYPE(dt_, forward_t<T>(u, (const T*)p));
@@ -321,6 +375,8 @@ void GPT::head_backward(const void* p) {
   unit_done();
 }
 void GPT::backward(int u, const void* p, void* g) {
+  NZ_CHECK(!seq_.slices || u == L_.embed_unit() || u == L_.lnf_unit(),
+           "backward: with sequence slices block %d runs in three calls (attention_output_backward, ...)", u);
   begin_compute("backward", u, p);
   check_span(g, L_.units[u].padded * dtype_bytes(dt_), ("the gradient of backward " + L_.units[u].name).c_str());
   // --qat, the straight-through estimator: the forward computed y = f(x, q(w)) with q(w) =
@@ -338,7 +394,7 @@ void GPT::backward(int u, const void* p, void* g) {
 }
 
 void GPT::probs_row(int row, float* out) const {
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const int V = L_.cfg.vocab;
   const size_t e = dtype_bytes(dt_);
   std::vector<char> raw(V * e);
@@ -352,7 +408,7 @@ void GPT::probs_row(int row, float* out) const {
 const void* GPT::layer_qkv(int l) const {
   // with activation checkpointing the blocks share one block of scratch: no layer's q, k, v is kept
   NZ_CHECK(!ckpt_, "layer_qkv: the model was built with activation checkpointing");
-  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   return slot_acts() + a.layer[l].qkv;
 }
 
@@ -380,14 +436,23 @@ template <class T>
 void GPT::forward_t(int u, const T* p) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
-  const int C = c.dim, NH = c.heads, BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const int C = c.dim, BT = b_ * T_;
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const int* tokens = slot_tokens();
   if (u == L_.embed_unit()) {
     // x0 (B,T,C) = wte[token] + wpe[position]
     const T* wte = p;
     const T* wpe = p + L_.units[u].tensors[1].offset;
-    ops::embedding_forward<T>(ACT(T, a.x0), tokens, wte, wpe, b_, T_, C);
+    // sequence slices: my tokens' positions start at first_position (the rows of wpe they use)
+    if (seq_.ring) {  // ring's zig-zag: each row's two chunks, each with its own positions
+      const int c = T_ / 2;
+      for (int r = 0; r < b_; r++)
+        for (int h = 0; h < 2; h++)
+          ops::embedding_forward<T>(ACT(T, a.x0) + (size_t(r) * T_ + h * c) * C, tokens + size_t(r) * T_ + h * c, wte,
+                                    wpe + size_t(h ? seq_.second_position : seq_.first_position) * C, 1, c, C);
+      return;
+    }
+    ops::embedding_forward<T>(ACT(T, a.x0), tokens, wte, wpe + size_t(seq_.first_position) * C, b_, T_, C);
     return;
   }
   if (u == L_.lnf_unit()) {
@@ -395,24 +460,54 @@ void GPT::forward_t(int u, const T* p) {
     ops::layernorm_forward<T>(ACT(T, a.lnf), ACT(A, a.lnf_mean), ACT(A, a.lnf_rstd), x, p, p + C, BT, C);
     return;
   }
-  // transformer block l (pre-LN): x -> x + attn(ln1(x)) -> that + mlp(ln2(that))
-  const int l = u - 1;
-  const ActLayout::Layer& s = a.layer[l];
+  // transformer block l (pre-LN): x -> x + attn(ln1(x)) -> that + mlp(ln2(that)), in its three pieces
+  attention_input_t(u, p);
+  attention_t<T>(u, T_);  // the whole sequence here: attention reads and writes the token layout
+  attention_output_t(u, p);
+}
+
+// The pieces of block u = l + 1 (model.h). Without sequence slices attention's buffers are the
+// token layout's own (qkv, atty); with them, its own (all tokens, my heads), filled by the all-to-all.
+template <class T>
+void GPT::attention_input_t(int u, const T* p) {
+  using A = acc_t<T>;
+  const int C = L_.cfg.dim, BT = b_ * T_;
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
+  const ActLayout::Layer& s = a.layer[u - 1];
+  const std::vector<TensorSpec>& t = L_.units[u].tensors;
+  auto W = [&](int i) { return p + t[i].offset; };
+  const T* x = ACT(T, unit_input(a, u, first_));
+  ops::layernorm_forward<T>(ACT(T, s.ln1), ACT(A, s.ln1_mean), ACT(A, s.ln1_rstd), x, W(LN1W), W(LN1B), BT, C);
+  ops::matmul_forward<T>(ACT(T, s.qkv), ACT(T, s.ln1), W(QKVW), W(QKVB), BT, C, 3 * C);
+}
+
+template <class T>
+void GPT::attention_t(int u, int seq_tokens) {
+  const int S = std::max(seq_.slices, 1), C = L_.cfg.dim / S, NH = L_.cfg.heads / S;  // my heads' width
+  const int rows = b_ * full_seq() / seq_tokens;  // the sequences attention sees
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
+  const ActLayout::Layer& s = a.layer[u - 1];
+  T* qkv = ACT(T, seq_.slices ? s.qkv_heads : s.qkv);
+  T* out = ACT(T, seq_.slices ? s.atty_heads : s.atty);
+  // att was sized for the attention chosen at construction; the kernels must still choose it
+  NZ_CHECK((attn_ == Attention::Flash) == flash_attention_in_force(L_.cfg.dim, L_.cfg.heads),
+           "attention: the model was built for %s attention, the kernels now run the other",
+           attention_name(attn_));
+  StepProfile::Scope profiled(StepProfile::ForwardAttention);  // NZ_PROFILE (profile.h)
+  ops::attention_forward<T>(out, ACT(T, s.att), qkv, rows, seq_tokens, C, NH);
+}
+
+template <class T>
+void GPT::attention_output_t(int u, const T* p) {
+  using A = acc_t<T>;
+  const int C = L_.cfg.dim, BT = b_ * T_;
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
+  const ActLayout::Layer& s = a.layer[u - 1];
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   auto W = [&](int i) { return p + t[i].offset; };
   const T* x = ACT(T, unit_input(a, u, first_));
   T* res_att = ACT(T, s.res_att);
   T* res_out = ACT(T, s.res_out);
-  ops::layernorm_forward<T>(ACT(T, s.ln1), ACT(A, s.ln1_mean), ACT(A, s.ln1_rstd), x, W(LN1W), W(LN1B), BT, C);
-  ops::matmul_forward<T>(ACT(T, s.qkv), ACT(T, s.ln1), W(QKVW), W(QKVB), BT, C, 3 * C);
-  // att was sized for the attention chosen at construction; the kernels must still choose it
-  NZ_CHECK((attn_ == Attention::Flash) == flash_attention_in_force(C, NH),
-           "attention: the model was built for %s attention, the kernels now run the other",
-           attention_name(attn_));
-  {
-    StepProfile::Scope profiled(StepProfile::ForwardAttention);  // NZ_PROFILE (profile.h)
-    ops::attention_forward<T>(ACT(T, s.atty), ACT(T, s.att), ACT(T, s.qkv), b_, T_, C, NH);
-  }
   ops::matmul_forward<T>(res_att, ACT(T, s.atty), W(ATTPW), W(ATTPB), BT, C, C);
   // res_att = x + res_att, and ln2 = layernorm(res_att) in the same pass (fused)
   ops::residual_layernorm_forward<T>(res_att, ACT(T, s.ln2), ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), x, res_att,
@@ -428,7 +523,7 @@ void GPT::head_forward_t(const T* wte) {
   using A = acc_t<T>;
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   // logits (BT,V) = lnf (BT,C) @ wte^T: the LM head is the token embedding, transposed (tied)
   T* logits = ACT(T, a.logits);
   ops::matmul_forward<T>(logits, ACT(T, a.lnf), wte, nullptr, BT, c.dim, c.vocab);
@@ -444,9 +539,11 @@ template <class T>
 void GPT::head_backward_t(const T* wte) {
   const GPTConfig& c = L_.cfg;
   const int BT = b_ * T_;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   T* dlogits = ACT(T, a.logits);  // in place over the probabilities
-  ops::softmax_xent_backward<T>(dlogits, dlogits, slot_targets(), loss_scale_ / BT, BT, c.vocab);
+  // the mean over the batch's tokens: with sequence slices, all b x S T/S of them (each slice's
+  // gradient is then its part of the whole batch's, and the S parts sum to it)
+  ops::softmax_xent_backward<T>(dlogits, dlogits, slot_targets(), loss_scale_ / (b_ * full_seq()), BT, c.vocab);
   // d lnf_out (BT,C) = dlogits @ wte; the weight gradient waits for backward(embed)
   ops::matmul_backward<T>(GACT(T, a.dx), nullptr, nullptr, dlogits, ACT(T, a.lnf), wte, BT, c.dim, c.vocab);
 }
@@ -454,7 +551,7 @@ void GPT::head_backward_t(const T* wte) {
 template <class T>
 void GPT::head_weight_backward_t(T* dwte) {
   const GPTConfig& c = L_.cfg;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   fill_zero(dwte, size_t(c.vocab) * c.dim * sizeof(T), Location::Device);
   // the same product into the same zeros as backward(embed) on a model that holds both ends
   ops::matmul_backward<T>(nullptr, dwte, nullptr, ACT(T, a.logits), ACT(T, a.lnf), nullptr, b_ * T_, c.dim, c.vocab);
@@ -463,9 +560,9 @@ void GPT::head_weight_backward_t(T* dwte) {
 template <class T>
 void GPT::backward_t(int u, const T* p, T* g) {
   const GPTConfig& c = L_.cfg;
-  const int C = c.dim, NH = c.heads, BT = b_ * T_;
+  const int C = c.dim, BT = b_ * T_;
   const size_t n = size_t(BT) * C;
-  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_);
+  const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   // weight grads accumulate; a pipeline's first stage receives the head's part of the tied embedding
   // gradient into g before the lookup's is added (below), so that g is not cleared
   if (u != L_.embed_unit() || has_head()) fill_zero(g, L_.units[u].padded * sizeof(T), Location::Device);
@@ -479,7 +576,16 @@ void GPT::backward_t(int u, const T* p, T* g) {
     //    head_weight_backward, whose result the first stage has received into g)
     if (has_head()) ops::matmul_backward<T>(nullptr, g, nullptr, ACT(T, a.logits), ACT(T, a.lnf), nullptr, BT, C, c.vocab);
     // 2. the lookup: d wte[token] += dx0, d wpe[t] += dx0
-    T* dwpe = g + L_.units[u].tensors[1].offset;
+    T* dwpe = g + L_.units[u].tensors[1].offset + size_t(seq_.first_position) * C;  // my positions' rows
+    if (seq_.ring) {  // ring's zig-zag: each row's two chunks into their own positions' rows
+      const int c = T_ / 2;
+      T* dwpe0 = g + L_.units[u].tensors[1].offset;
+      for (int r = 0; r < b_; r++)
+        for (int h = 0; h < 2; h++)
+          ops::embedding_backward<T>(g, dwpe0 + size_t(h ? seq_.second_position : seq_.first_position) * C,
+                                     dx + (size_t(r) * T_ + h * c) * C, slot_tokens() + size_t(r) * T_ + h * c, 1, c, C);
+      return;
+    }
     ops::embedding_backward<T>(g, dwpe, dx, slot_tokens(), b_, T_, C);
     return;
   }
@@ -489,19 +595,29 @@ void GPT::backward_t(int u, const T* p, T* g) {
     ops::cast<T, T>(dx, dtmp, n);
     return;
   }
-  const int l = u - 1;
   // checkpointing: the scratch holds another block's internals (or none); refill it with this
   // block's, recomputed from its saved input (it rewrites res_out with the bits it already holds)
   if (ckpt_) forward_t(u, p);
-  const ActLayout::Layer& s = a.layer[l];
+  attention_output_backward_t(u, p, g);
+  attention_backward_t<T>(u, T_);  // the whole sequence here: the token layout's buffers
+  attention_input_backward_t(u, p, g);
+}
+
+// The backward's pieces of block u = l + 1, in reverse order of the forward's (model.h); the
+// activation gradient arrives in dx and leaves in dx, through dln (d atty, then d ln1) and dqkv.
+template <class T>
+void GPT::attention_output_backward_t(int u, const T* p, T* g) {
+  using A = acc_t<T>;
+  const int C = L_.cfg.dim, BT = b_ * T_;
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
+  const ActLayout::Layer& s = a.layer[u - 1];
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   auto W = [&](int i) { return p + t[i].offset; };
   auto G = [&](int i) { return g + t[i].offset; };
-  const T* x = ACT(T, unit_input(a, u, first_));
+  T* dx = GACT(T, a.dx);
   T* dres = GACT(T, a.dres);
   T* dln = GACT(T, a.dln);
   T* d4c = GACT(T, a.d4c);
-  T* dqkv = GACT(T, a.dqkv);
   // MLP: out = res_att + fcproj(gelu(fc(ln2(res_att))))
   ops::matmul_backward<T>(d4c, G(FCPW), G(FCPB), dx, ACT(T, s.fchg), W(FCPW), BT, 4 * C, C);
   // through the GELU, and the fc bias gradient (the column sums of d4c) in the same pass (fused)
@@ -510,16 +626,97 @@ void GPT::backward_t(int u, const T* p, T* g) {
   // d res_att = the skip path (dx) plus the MLP path through ln2 (fused)
   ops::layernorm_backward_residual<T>(dres, G(LN2W), G(LN2B), dx, dln, ACT(T, s.res_att), W(LN2W),
                                       ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), BT, C);
-  // attention: res_att = x + attproj(attn(qkv(ln1(x))))
+  // attention: res_att = x + attproj(attn(qkv(ln1(x)))): dln = d atty
   ops::matmul_backward<T>(dln, G(ATTPW), G(ATTPB), dres, ACT(T, s.atty), W(ATTPW), BT, C, C);
-  {
-    StepProfile::Scope profiled(StepProfile::ForwardAttention);  // the phase says backward (profile.h)
-    ops::attention_backward<T>(dqkv, dln, ACT(T, s.qkv), ACT(T, s.att), ACT(T, s.atty), b_, T_, C, NH);
-  }
-  ops::matmul_backward<T>(dln, G(QKVW), G(QKVB), dqkv, ACT(T, s.ln1), W(QKVW), BT, C, 3 * C);
+}
+
+template <class T>
+void GPT::attention_backward_t(int u, int seq_tokens) {
+  const int S = std::max(seq_.slices, 1), C = L_.cfg.dim / S, NH = L_.cfg.heads / S;  // my heads' width
+  const int rows = b_ * full_seq() / seq_tokens;  // the sequences attention sees
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
+  const ActLayout::Layer& s = a.layer[u - 1];
+  const bool sl = seq_.slices > 0;
+  T* dqkv = GACT(T, sl ? a.dqkv_heads : a.dqkv);
+  const T* dout = GACT(T, sl ? a.datty_heads : a.dln);
+  StepProfile::Scope profiled(StepProfile::ForwardAttention);  // the phase says backward (profile.h)
+  ops::attention_backward<T>(dqkv, dout, ACT(T, sl ? s.qkv_heads : s.qkv), ACT(T, s.att),
+                             ACT(T, sl ? s.atty_heads : s.atty), rows, seq_tokens, C, NH);
+}
+
+template <class T>
+void GPT::attention_input_backward_t(int u, const T* p, T* g) {
+  using A = acc_t<T>;
+  const int C = L_.cfg.dim, BT = b_ * T_;
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
+  const ActLayout::Layer& s = a.layer[u - 1];
+  const std::vector<TensorSpec>& t = L_.units[u].tensors;
+  auto W = [&](int i) { return p + t[i].offset; };
+  auto G = [&](int i) { return g + t[i].offset; };
+  const T* x = ACT(T, unit_input(a, u, first_));
+  T* dx = GACT(T, a.dx);
+  T* dres = GACT(T, a.dres);
+  T* dln = GACT(T, a.dln);
+  ops::matmul_backward<T>(dln, G(QKVW), G(QKVB), GACT(T, a.dqkv), ACT(T, s.ln1), W(QKVW), BT, C, 3 * C);
   // d x = the skip path (dres) plus the attention path through ln1 (fused)
   ops::layernorm_backward_residual<T>(dx, G(LN1W), G(LN1B), dres, dln, x, W(LN1W), ACT(A, s.ln1_mean),
                                       ACT(A, s.ln1_rstd), BT, C);
+}
+
+// ---- sequence slices: the public pieces (model.h) ----
+
+void GPT::attention_input(int u, const void* p) {
+  NZ_CHECK(seq_.slices && u > L_.embed_unit() && u < L_.lnf_unit(), "attention_input: unit %d", u);
+  begin_compute("forward", u, p);
+  p = qat_view(u, p, L_.units[u].numel);
+  NZ_DISPATCH_DTYPE(dt_, attention_input_t<T>(u, (const T*)p));
+  end_compute("forward", u);
+}
+void GPT::attention(int u, int seq_tokens) {
+  NZ_CHECK(seq_.slices && !seq_.ring && u > L_.embed_unit() && u < L_.lnf_unit() && seq_tokens > 0 &&
+           (b_ * full_seq()) % seq_tokens == 0, "attention: unit %d, sequences of %d (ring: the rung attends)", u, seq_tokens);
+  NZ_DISPATCH_DTYPE(dt_, attention_t<T>(u, seq_tokens));
+}
+void GPT::attention_output(int u, const void* p) {
+  NZ_CHECK(seq_.slices && u > L_.embed_unit() && u < L_.lnf_unit(), "attention_output: unit %d", u);
+  begin_compute("forward", u, p);
+  p = qat_view(u, p, L_.units[u].numel);
+  NZ_DISPATCH_DTYPE(dt_, attention_output_t<T>(u, (const T*)p));
+  end_compute("forward", u);
+  unit_done();
+}
+void GPT::attention_output_backward(int u, const void* p, void* g) {
+  NZ_CHECK(seq_.slices && u > L_.embed_unit() && u < L_.lnf_unit(), "attention_output_backward: unit %d", u);
+  begin_compute("backward", u, p);
+  check_span(g, L_.units[u].padded * dtype_bytes(dt_), ("the gradient of backward " + L_.units[u].name).c_str());
+  fill_zero(g, L_.units[u].padded * dtype_bytes(dt_), Location::Device);
+  p = qat_view(u, p, L_.units[u].numel);
+  NZ_DISPATCH_DTYPE(dt_, attention_output_backward_t<T>(u, (const T*)p, (T*)g));
+  end_compute("backward", u);
+}
+void GPT::attention_backward(int u, int seq_tokens) {
+  NZ_CHECK(seq_.slices && !seq_.ring && u > L_.embed_unit() && u < L_.lnf_unit() && seq_tokens > 0 &&
+           (b_ * full_seq()) % seq_tokens == 0, "attention_backward: unit %d, sequences of %d (ring: the rung attends)", u, seq_tokens);
+  NZ_DISPATCH_DTYPE(dt_, attention_backward_t<T>(u, seq_tokens));
+}
+void GPT::attention_input_backward(int u, const void* p, void* g) {
+  NZ_CHECK(seq_.slices && u > L_.embed_unit() && u < L_.lnf_unit(), "attention_input_backward: unit %d", u);
+  begin_compute("backward", u, p);
+  p = qat_view(u, p, L_.units[u].numel);
+  NZ_DISPATCH_DTYPE(dt_, attention_input_backward_t<T>(u, (const T*)p, (T*)g));
+  NZ_CHECK(!prune_, "--prune-mask with sequence slices: not built (the trainer refuses it)");
+  end_compute("backward", u);
+  unit_done();
+}
+
+GPT::AttentionBuffers GPT::attention_buffers(int u) const {
+  NZ_CHECK(seq_.slices && u > L_.embed_unit() && u < L_.lnf_unit(), "attention_buffers: unit %d", u);
+  const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
+  const ActLayout::Layer& s = a.layer[u - 1];
+  char* acts = slot_acts();
+  char* grads = static_cast<char*>(grad_acts_.data());
+  return {acts + s.qkv, acts + s.qkv_heads, acts + s.atty_heads, acts + s.atty,
+          grads + a.dln, grads + a.datty_heads, grads + a.dqkv_heads, grads + a.dqkv};
 }
 
 }  // namespace nz

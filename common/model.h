@@ -44,6 +44,28 @@ size_t stage_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool
 // for the saved activations goes from L blocks' worth to L block inputs plus one block; the price
 // is one more forward of every block per micro-step (recompute_flops_per_token, mfu.h).
 
+// Sequence slices (ulysses/train.cpp, DeepSpeed-Ulysses): S ranks split every sequence of T tokens
+// into S contiguous slices of T/S. The model of slice s holds only its tokens' activations, uses
+// their rows of the learned positions (wpe from first_position on), and runs a block in three calls
+// with the rung's all-to-alls between them: attention_input (ln1, qkv: my tokens, all heads), then
+// attention (all T tokens, my NH/S heads, exact), then attention_output (the projection, the MLP: my
+// tokens). slices = 0: the whole sequence (every other rung).
+struct SeqSlices {
+  int slices = 0;          // S (0: off)
+  int slice = 0;           // s: my tokens are [s T/S, (s + 1) T/S) of each sequence
+  int first_position = 0;  // the position of my first token (s T/S): the rows of wpe my tokens use
+  // ring attention (ulysses --sp-mode ring): the sequence is cut into 2S chunks of T/(2S) and slice s
+  // holds chunks s and 2S-1-s (the zig-zag order); the rung runs attention itself on my tokens, so
+  // the model keeps no heads' layout and no probabilities. first_position is then my first chunk's
+  // position, second_position my second chunk's.
+  bool ring = false;
+  int second_position = 0;
+};
+// The activation bytes of slice s: activation_bytes with T/S tokens per sequence, where attention
+// keeps all T tokens of NH/S heads (its probabilities B(NH/S)T^2, and q, k, v and the output in the
+// heads' layout) and the loss's mean is over all T tokens (ulysses/formulas.h writes it out).
+size_t seq_slice_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DType dt, bool ring = false);
+
 // The model for a fixed micro-batch shape: activations allocated once (ledger: activations), the
 // forward and backward of each unit, and the tied LM head + loss.
 class GPT {
@@ -51,8 +73,9 @@ class GPT {
   // A pipeline stage (pipeline.h) builds the model of its units [first_unit, end_unit) only, with
   // `slots` micro-batches' activations (use_slot picks the one the calls below work on); by default
   // every unit and one slot.
+  // seq: sequence slices (above); T stays the whole sequence's length.
   GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing = false, int first_unit = 0, int end_unit = -1,
-      int slots = 1);
+      int slots = 1, SeqSlices seq = {});
   const Layout& layout() const { return L_; }
   bool checkpointing() const { return ckpt_; }
   // Flash when flash_attention_in_force (kernels.h) at construction: the activations keep only
@@ -65,6 +88,30 @@ class GPT {
   // the unit, so every collective, the norm and the clipping see the pruned network's gradient.
   // The CPU path only (the trainer refuses it on CUDA).
   void set_prune_mask(std::shared_ptr<const UnitMasks> masks) { prune_ = std::move(masks); }
+
+  // ---- sequence slices (SeqSlices above; ulysses/train.cpp) ----
+  // A block u's forward in three calls; forward(u) runs the embedding, lnf, and (whole sequences) blocks.
+  // attention_input: ln1 and qkv of my tokens, all heads, into attention_buffers(u).qkv (B,T/S,3C).
+  // attention: from qkv_heads (B,T,3C/S: q | k | v of my NH/S heads, all tokens) into out_heads
+  //   (B,T,C/S), per head exactly, over sequences of seq_tokens tokens (T: causal in global positions).
+  // attention_output: from out (B,T/S,C: my tokens, all heads) on: the projection, the MLP.
+  void attention_input(int u, const void* unit_params);
+  void attention(int u, int seq_tokens);
+  void attention_output(int u, const void* unit_params);
+  // Its backward in three calls, in reverse (zeroing unit_grads first; the weight gradients are my
+  // tokens' part of the sum over the batch): attention_output_backward writes d out (grad_out,
+  // B,T/S,C); attention_backward turns d out_heads (grad_out_heads) into d qkv_heads
+  // (grad_qkv_heads); attention_input_backward goes from d qkv (grad_qkv, B,T/S,3C) to the block's input.
+  void attention_output_backward(int u, const void* unit_params, void* unit_grads);
+  void attention_backward(int u, int seq_tokens);
+  void attention_input_backward(int u, const void* unit_params, void* unit_grads);
+  // Where block u's attention reads and writes, in the two layouts the all-to-alls turn between.
+  struct AttentionBuffers {
+    void *qkv, *qkv_heads, *out_heads, *out;                      // forward
+    void *grad_out, *grad_out_heads, *grad_qkv_heads, *grad_qkv;  // backward
+  };
+  AttentionBuffers attention_buffers(int u) const;
+  const SeqSlices& seq_slices() const { return seq_; }
 
   // ---- pipeline stages (pipeline.h) ----
   int rows() const { return b_; }  // the sequences of the batch in use (evaluation's last may be short)
@@ -139,6 +186,16 @@ class GPT {
   template <class T> void head_backward_t(const T* wte);
   template <class T> void backward_t(int u, const T* p, T* g);
   template <class T> void head_weight_backward_t(T* dwte);
+  // a block's forward and backward in the three pieces above (forward_t, backward_t call them too)
+  template <class T> void attention_input_t(int u, const T* p);
+  template <class T> void attention_t(int u, int seq_tokens);
+  template <class T> void attention_output_t(int u, const T* p);
+  template <class T> void attention_output_backward_t(int u, const T* p, T* g);
+  template <class T> void attention_backward_t(int u, int seq_tokens);
+  template <class T> void attention_input_backward_t(int u, const T* p, T* g);
+  int act_slices() const { return seq_.ring ? -seq_.slices : seq_.slices; }  // ActLayout's S (< 0: ring)
+  int full_seq() const { return seq_.slices ? T_ * seq_.slices : T_; }  // the sequence's tokens (the loss's mean)
+  void load_rows(const int* tokens, const int* targets, int b);  // set_batch, once the rows are mine
   char* slot_acts() const;
   const int* slot_tokens() const;
   const int* slot_targets() const;
@@ -146,7 +203,8 @@ class GPT {
   const Layout& L_;
   DType dt_;
   bool ckpt_;          // activation checkpointing: keep block inputs, recompute the rest
-  int B_, T_, b_ = 0;  // allocated batch, sequence length; rows used by the current batch
+  int B_, T_, b_ = 0;  // allocated batch, sequence length (my slice's); rows used by the current batch
+  SeqSlices seq_;      // sequence slices (off by default)
   Attention attn_;     // what each block's att holds: the probabilities (Gemm) or the lse (Flash)
   int first_, end_;    // the units this model computes (a pipeline stage's; all by default)
   int slots_, slot_ = 0;   // micro-batches' activations kept, and the one in use

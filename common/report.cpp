@@ -145,7 +145,7 @@ void Trainer::print_memory_table() {
     for (Category c : cols) printf(" %12llu", (unsigned long long)(c == Category::Activations ? acts : f.of(c)));
   printf("%sledger %s the formulas on every rank (model state %s per rank; Ψ = %zu, padded %zu, shard %zu)\n",
          hooks.state_formula ? "" : "\n", all_match ? "matches" : "DOES NOT MATCH",
-         hooks.state_formula ? "per stage, above" : fmt_bytes(double(f.total())).c_str(), layout.num_params,
+         hooks.state_formula ? "in the formula rows above," : fmt_bytes(double(f.total())).c_str(), layout.num_params,
          layout.padded_total, layout.shard_total);
   // the fake-quantized unit (zero_formulas.h, qat_bytes): device scratch, on every rank alike (a rung
   // whose ranks hold different units, hooks.state_formula: qat_bytes with their range, not checked here)

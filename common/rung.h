@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 
+#include "model.h"          // SeqSlices
 #include "zero_formulas.h"  // StateBytes
 
 namespace nz {
@@ -29,6 +30,9 @@ struct Topology {
   // The rung computes with a model of its own (tensor/): the Trainer's model then holds only the
   // batch's first position (one position's buffers), which evaluation hands it.
   bool own_model = false;
+  // sequence slices (ulysses): the model holds my slice of every sequence (model.h, SeqSlices), and
+  // the layout is padded for all dp_world x seq.slices ranks, which shard the model states together
+  SeqSlices seq;
 };
 // A rung's topology, from the command line and the world: called once the command line is read,
 // before anything is sized (a split that cannot be made is one line there).

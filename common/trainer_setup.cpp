@@ -160,13 +160,14 @@ Trainer::Trainer(int argc, char** argv, Stage st, TopologyOf topology_of, RungSe
   dtype = args.dtype;
   elem_bytes = dtype_bytes(dtype);
   // each unit padded for the data-parallel replicas (and to whole quantization blocks per slice, where
-  // a rung quantizes its collectives: args.quant_pad_block())
-  layout = make_layout(args.cfg, dp_world(), args.quant_pad_block());
+  // a rung quantizes its collectives: args.quant_pad_block()); ulysses: for the replicas' sequence
+  // slices too, which shard the model states with them
+  layout = make_layout(args.cfg, dp_world() * std::max(topology.seq.slices, 1), args.quant_pad_block());
   Ledger::get().set_timeline_last_step(1);
   // the units this rank runs and the micro-batches it keeps in flight (the topology's)
   const Topology& t = topology;
-  model = std::make_unique<GPT>(layout, dtype, args.batch, t.own_model ? 1 : args.seq, args.activation_checkpointing, t.first_unit,
-                                t.end_unit, t.activation_slots ? t.activation_slots(args.accum) : 1);
+  model = std::make_unique<GPT>(layout, dtype, args.batch, t.own_model ? 1 : args.seq, args.activation_checkpointing,
+                                t.first_unit, t.end_unit, t.activation_slots ? t.activation_slots(args.accum) : 1, t.seq);
   tokens_.resize(size_t(args.batch) * args.seq);
   targets_.resize(tokens_.size());
   compression.set_up(layout, *model, adamw, rank() == 0);  // --qat on the model, --prune-mask on it and AdamW

@@ -19,6 +19,7 @@ const char* stage_name(Stage s) {
     case Stage::Infinity: return "infinity";
     case Stage::ZeroPP: return "zeropp";
     case Stage::Tensor: return "tensor";
+    case Stage::Ulysses: return "ulysses";
   }
   return "?";
 }
@@ -90,6 +91,7 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
       break;
     case Stage::Infinity:  // stage3 with every slice off the device: only gathered units and the bucket on it
     case Stage::ZeroPP:  // stage3's, before what ZeRO++ adds (zeropp_state_bytes)
+    case Stage::Ulysses:  // stage3's over all N ranks (the sequence slices too); activations: ulysses/formulas.h
     case Stage::Z3: {  // P_os+g+p: parameters sharded too; units gathered only while in use
       b.params = e * S;
       b.grads = e * S;
@@ -146,6 +148,7 @@ uint64_t expected_comm_elems(Stage stage, const Layout& L, int accum) {
     case Stage::Offload: return K * (N - 1) * S + (N - 1) * S;  // the same
     case Stage::Infinity:  // stage3's collectives: the slices reach them from the host first
     case Stage::ZeroPP:  // stage3's elements (zeropp_comm_bytes: the bytes, inside and across nodes)
+    case Stage::Ulysses:  // stage3's, plus the all-to-alls (ulysses/formulas.h)
     case Stage::Z3: {
       // Gathering a unit of padded size p sends this rank's slice p/N to each of the N-1 others:
       // (N-1) p/N. Per micro-step, in slices (s_u = p_u/N, Σ s_u = S, s_E = the embedding's):

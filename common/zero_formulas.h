@@ -21,7 +21,7 @@ namespace nz {
 // functions count it as stage0_ddp (every rank all units: an upper bound).
 // ZeroPP: zeropp/train.cpp, stage3 with ZeRO++'s quantized and node-local collectives; the
 // whole-model functions count it as stage3, and zeropp/formulas.h adds what ZeRO++ adds.
-enum class Stage { DDP, Z1, Z2, Z3, Offload, Pipeline, Infinity, ZeroPP, Tensor };
+enum class Stage { DDP, Z1, Z2, Z3, Offload, Pipeline, Infinity, ZeroPP, Tensor, Ulysses };
 const char* stage_name(Stage s);
 bool parse_stage(const std::string& s, Stage* out);
 

@@ -53,6 +53,7 @@
 #include "model.h"          // presets, make_layout, activation_bytes
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
 #include "pipeline/formulas.h"  // pipeline_stage_bytes, pipeline_activation_bytes
+#include "ulysses/formulas.h"   // ulysses_activation_bytes, ulysses_all_to_all_elems
 #include "zeropp/formulas.h"    // zeropp_state_bytes, zeropp_comm_per_step
 #include "muon_formulas.h"      // muon_estimate_text: --optimizer muon
 #include "tensor/formulas.h"    // tensor_state_bytes, tensor_activation_bytes, tensor_comm_elems
@@ -247,6 +248,11 @@ void print_usage() {
          "                 each stage's units, model states and activations; --schedule 1f1b (default) or gpipe,\n"
          "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches,\n"
          "                 --zero 1 (each stage's optimizer state sharded over its N/P replicas); --json: exact\n"
+         "  --ctx N        the model's context (wpe's rows; default the preset's), for a longer --seq\n"
+         "  --sp S         ulysses' table (ulysses/train.cpp) on --world N ranks (default N = S): S sequence\n"
+         "                 slices x N/S replicas, per rank stage3's model states over N, the activations of a\n"
+         "                 slice of --seq (1/S of stage3's) and the all-to-all elements; --json: exact\n"
+         "  --sp-mode ring with --sp S: ring attention's table instead (activations, k|v around the ring)\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --config FILE  a DeepSpeed config: its stage, micro-batch, accumulation, precision and checkpointing\n"
          "                 (flags given here win), and the bytes its zero_optimization knobs (reduce_bucket_size,\n"
@@ -327,6 +333,88 @@ void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string&
            (unsigned long long)b.adam_m, (unsigned long long)b.adam_v, activation_slots(plan.schedule, P, s, K),
            (unsigned long long)acts, (unsigned long long)(b.total() + acts));
   }
+}
+
+// --sp S: ulysses/train.cpp on N ranks (S sequence slices x N/S replicas), as its memory table prints
+// it: every rank the same, stage3's model states over all N ranks, the activations of T/S tokens
+// (attention's probabilities of all T tokens for NH/S heads), and the all-to-alls per block.
+// --sp-mode ring: ring attention's activations (no T^2 term) and its point-to-point elements instead.
+void print_ulysses_table(const GPTConfig& cfg, int N, int S, DType dt, int B, int T, int K, bool json,
+                         bool ring = false) {
+  const Layout L = make_layout(cfg, N);
+  const StateBytes b = expected_state_bytes(Stage::Ulysses, L, dt);
+  if (ring) {
+    const uint64_t acts = ring_activation_bytes(cfg, B, T, S, dt);
+    const uint64_t fwd = ring_p2p_elems_forward_per_block(cfg, B, T, S), per_block = ring_p2p_elems_per_block(cfg, B, T, S);
+    const uint64_t per_step = uint64_t(K) * cfg.layers * per_block;
+    if (json) {
+      JsonWriter j;
+      j.begin_object();
+      j.kv("sp", S), j.kv("sp_mode", "ring"), j.kv("replicas", N / S), j.kv("world", N), j.kv("batch", B);
+      j.kv("seq", T), j.kv("accum", K), j.kv("precision", dtype_name(dt));
+      j.key("bytes");
+      j.begin_object();
+      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
+      j.kv("adam_v", b.adam_v), j.kv("comm_buffers", b.comm_buffers), j.kv("gathered", b.gathered_peak);
+      j.kv("activations", acts);
+      j.end_object();
+      j.kv("ulysses_activations", ulysses_activation_bytes(cfg, B, T, S, dt));
+      j.kv("p2p_elems_forward_per_block", fwd), j.kv("p2p_elems_per_block", per_block);
+      j.kv("p2p_elems_per_step", per_step);
+      j.kv("model_state_elems_per_step", expected_comm_elems(Stage::Ulysses, L, K));
+      j.end_object();
+      printf("%s\n", j.str().c_str());
+      return;
+    }
+    printf("ulysses --sp-mode ring: %d ranks in a ring x %d replicas (%d ranks), micro-batch %d x %d tokens (%d per "
+           "rank, two zig-zag chunks), accum %d, %s\n", S, N / S, N, B, T, T / S, K, dtype_name(dt));
+    printf("per rank: model states %llu bytes (stage3's over %d), activations %llu bytes (ulysses: %llu)\n",
+           (unsigned long long)b.total(), N, (unsigned long long)acts,
+           (unsigned long long)ulysses_activation_bytes(cfg, B, T, S, dt));
+    printf("ring: 2 B (T/S) C (S-1) = %llu elements per block forward, %llu forward + backward, per micro-step and "
+           "rank (%s), %llu per step; model states: stage3's %llu\n", (unsigned long long)fwd,
+           (unsigned long long)per_block, fmt_bytes(double(per_block * dtype_bytes(dt))).c_str(),
+           (unsigned long long)per_step, (unsigned long long)expected_comm_elems(Stage::Ulysses, L, K));
+    return;
+  }
+  const uint64_t acts = ulysses_activation_bytes(cfg, B, T, S, dt);
+  const uint64_t stage3_acts = expected_activation_bytes(cfg, B, T, dt, false, Attention::Gemm);
+  const uint64_t per_block = ulysses_all_to_all_elems_per_block(cfg, B, T, S);
+  const uint64_t per_step = ulysses_all_to_all_elems(cfg, B, T, S, K);
+  if (json) {
+    JsonWriter j;
+    j.begin_object();
+    j.kv("sp", S), j.kv("replicas", N / S), j.kv("world", N), j.kv("batch", B), j.kv("seq", T);
+    j.kv("accum", K), j.kv("precision", dtype_name(dt));
+    j.key("bytes");
+    j.begin_object();
+    j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
+    j.kv("adam_v", b.adam_v), j.kv("comm_buffers", b.comm_buffers), j.kv("gathered", b.gathered_peak);
+    j.kv("activations", acts);
+    j.end_object();
+    j.kv("stage3_activations", stage3_acts);
+    j.kv("scores_per_block", ulysses_scores_bytes(cfg, B, T, S, dt));
+    j.kv("all_to_all_elems_per_block", per_block), j.kv("all_to_all_elems_per_step", per_step);
+    j.kv("model_state_elems_per_step", expected_comm_elems(Stage::Ulysses, L, K));
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+    return;
+  }
+  printf("ulysses: %d sequence slices x %d replicas (%d ranks), micro-batch %d x %d tokens (%d per rank), "
+         "accum %d, %s\n", S, N / S, N, B, T, T / S, K, dtype_name(dt));
+  printf("%-9s %12s %12s %12s %12s %12s %12s %12s %12s %14s\n", "", "params", "grads", "master", "adam_m",
+         "adam_v", "comm_buffers", "gathered", "activations", "total");
+  printf("%-9s %12llu %12llu %12llu %12llu %12llu %12llu %12llu %12llu %14llu\n", "per rank",
+         (unsigned long long)b.params, (unsigned long long)b.grads, (unsigned long long)b.master,
+         (unsigned long long)b.adam_m, (unsigned long long)b.adam_v, (unsigned long long)b.comm_buffers,
+         (unsigned long long)b.gathered_peak, (unsigned long long)acts, (unsigned long long)(b.total() + acts));
+  printf("activations: %s per rank against stage3's %s (attention's probabilities %s per block: all %d tokens, "
+         "%d of the %d heads)\n", fmt_bytes(double(acts)).c_str(), fmt_bytes(double(stage3_acts)).c_str(),
+         fmt_bytes(double(ulysses_scores_bytes(cfg, B, T, S, dt))).c_str(), T, cfg.heads / S, cfg.heads);
+  printf("all-to-all: 8 B (T/S) C (S-1)/S = %llu elements per block and micro-step per rank (%s), %llu per step; "
+         "model states: stage3's %llu\n", (unsigned long long)per_block,
+         fmt_bytes(double(per_block * dtype_bytes(dt))).c_str(), (unsigned long long)per_step,
+         (unsigned long long)expected_comm_elems(Stage::Ulysses, L, K));
 }
 
 // --zeropp G: per world size, stage3 and ZeRO++'s three techniques, alone and together.
@@ -691,6 +779,9 @@ int main(int argc, char** argv) {
   std::string verify_line, course_keys;
   bool verify = false, seed_given = false;
   int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
+  int sp = 0;        // --sp S: ulysses' table
+  std::string sp_mode = "ulysses";  // --sp-mode ring: ring attention's instead
+  int ctx = -1;      // --ctx N: the context (wpe's rows), as the trainers' --ctx
   int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
   int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
   int tensor = 0;       // --tensor T: a tensor rank's bytes and elements (tensor/formulas.h)
@@ -749,6 +840,9 @@ int main(int argc, char** argv) {
     else if (a == "--fit") fit_budget = parse_bytes(a, v);
     else if (a == "--attention") attention = v;
     else if (a == "--pipeline") pipeline = parse_pos(a, v, 1 << 16);
+    else if (a == "--sp") sp = parse_pos(a, v, 1 << 16);
+    else if (a == "--sp-mode") sp_mode = v;
+    else if (a == "--ctx") ctx = parse_pos(a, v, 1 << 24);
     else if (a == "--schedule") schedule = v;
     else if (a == "--partition") partition = v;
     else if (a == "--zero") zero = v == "0" ? 0 : parse_pos(a, v, 3);  // 2, 3: refused by the plan
@@ -833,7 +927,7 @@ int main(int argc, char** argv) {
 #ifdef __EMSCRIPTEN__
     user_error("--config reads a file, and this page has none; run build/bin/zero_estimate --config FILE");
 #else
-    for (const char* other : {"--zeropp", "--pipeline", "--fit"})
+    for (const char* other : {"--zeropp", "--pipeline", "--fit", "--sp"})
       if (typed.count(other))
         user_error("--config with %s: the config's buffers are counted for the ZeRO stages' table, expected one of "
                    "them; drop %s or --config", other, other);
@@ -873,6 +967,7 @@ int main(int argc, char** argv) {
     if (layers > 0) cfg.layers = layers;
     if (dim > 0) cfg.dim = dim;
     if (heads > 0) cfg.heads = heads;
+    if (ctx > 0) cfg.ctx = ctx;  // --ctx: a longer context (ulysses' long sequences)
     if (vocab > 0) cfg.vocab = vocab;
     if (cfg.dim % cfg.heads != 0)
       user_error("--heads %d: must divide the width %d (--dim); e.g. --heads %d", cfg.heads, cfg.dim,
@@ -902,7 +997,7 @@ int main(int argc, char** argv) {
     user_error("%s goes with --deepspeed-estimator; add it", gpus_per_node > 0 ? "--gpus-per-node" : "--largest-layer");
   if (ds_estimator) {
     for (const char* other : {"--config", "--zeropp", "--pipeline", "--fit", "--stage", "--batch", "--seq", "--accum",
-                              "--attention", "--activation-checkpointing", "--tensor", "--sequence-parallel"})
+                              "--attention", "--activation-checkpointing", "--tensor", "--sequence-parallel", "--sp"})
       if (typed.count(other))
         user_error("--deepspeed-estimator with %s: DeepSpeed's estimator counts model states only, for every stage "
                    "and offload case at once, expected no %s; drop it", other, other);
@@ -928,6 +1023,8 @@ int main(int argc, char** argv) {
   }
   if (network.intra_gbs > 0 && zeropp_node == 0)
     user_error("--network prices ZeRO++'s bytes: add --zeropp G (the ranks per node)");
+  if (zeropp_node > 0 && sp > 0)
+    user_error("--zeropp with --sp: two tables, expected one; drop one of them");
   if (zeropp_node > 0) {
     if (raw) user_error("--zeropp needs a model shape (its blocks pad each unit); drop --params, use --preset");
     if (pipeline > 0)
@@ -938,6 +1035,32 @@ int main(int argc, char** argv) {
                  "--zeropp");
     print_zeropp_table(cfg, preset, worlds, zeropp_node, size_t(qw_block), size_t(qg_block), dt, accum, json,
                        network);
+    return 0;
+  }
+  if (sp == 0 && typed.count("--sp-mode"))
+    user_error("--sp-mode without --sp: the mode of ulysses' table, expected --sp S with it; add --sp");
+  if (sp > 0) {
+    if (raw) user_error("--sp needs a model shape (its heads and layers); drop --params, use --preset");
+    for (const char* other : {"--pipeline", "--fit", "--stage", "--activation-checkpointing", "--attention"})
+      if (typed.count(other))
+        user_error("--sp with %s: ulysses' table is stage3 with gemm attention and no checkpointing, expected no "
+                   "%s; drop it", other, other);
+    if (worlds.size() != 1)
+      user_error("--sp %d: one --world N at a time, expected N = S x replicas, e.g. --world %d", sp, sp);
+    const int N = worlds[0] > 1 ? worlds[0] : sp;
+    if (sp_mode != "ulysses" && sp_mode != "ring")
+      user_error("--sp-mode %s: unknown sequence-parallel mode; valid: ulysses, ring", sp_mode.c_str());
+    if (sp_mode == "ring" && (N % sp != 0 || seq % (2 * sp) != 0))
+      user_error("--sp %d --sp-mode ring with --world %d and --seq %d: S must divide N and 2S the sequence, "
+                 "expected e.g. --seq %d", sp, N, seq, 2 * sp * std::max(1, seq / (2 * sp)));
+    if (sp_mode == "ring") {
+      print_ulysses_table(cfg, N, sp, dt, batch, seq, accum, json, true);
+      return 0;
+    }
+    if (N % sp != 0 || cfg.heads % sp != 0 || seq % sp != 0)
+      user_error("--sp %d with --world %d, %d heads and --seq %d: S must divide each, expected e.g. --sp %d", sp, N,
+                 cfg.heads, seq, cfg.heads % 2 == 0 && N % 2 == 0 && seq % 2 == 0 ? 2 : 1);
+    print_ulysses_table(cfg, N, sp, dt, batch, seq, accum, json);
     return 0;
   }
   if (pipeline > 0) {

@@ -406,6 +406,14 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.qw_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
       {"--qg-block", "B", "zeropp --qgz: values per scale, a power of two from 8 to 65536 (default 256)",
        [&](auto& f, auto& v) { a.qg_block = parse_int(f, v, -(1L << 40), 1L << 40, "a whole number"); }},
+      // begin ulysses flags
+      {"--sp", "S", "ulysses: S ranks split each sequence into S contiguous slices (all-to-all before and after "
+       "attention); N/S data-parallel replicas (default 1)", pos_int(&a.sp, 1 << 16)},
+      {"--sp-mode", "M", "ulysses: ulysses (default: heads all-to-all) or ring (ring attention: k, v passed around, online softmax, zig-zag)",
+       [&](auto&, auto& v) { a.sp_mode = v; }},
+      {"--ctx", "N", "override the preset's context, the rows of wpe (a --seq longer than the preset's needs it)",
+       pos_int(&a.ctx, 1 << 24)},
+      // end ulysses flags
       // begin qat flags
       {"--qat", "int8|int4", "quantization-aware training: every unit computes with its weights quantized and "
        "dequantized in blocks of --qat-block, the optimizer updates the exact ones (docs/compression.md)",
@@ -554,11 +562,12 @@ Args parse_args(int argc, char** argv, const char* program) {
   if (a.layers > 0) a.cfg.layers = a.layers;
   if (a.dim > 0) a.cfg.dim = a.dim;
   if (a.heads > 0) a.cfg.heads = a.heads;
+  if (a.ctx > 0) a.cfg.ctx = a.ctx;  // (ulysses' block of flags: --ctx)
   if (a.cfg.dim % a.cfg.heads != 0)
     user_error("--heads %d: must divide the width %d (--dim); e.g. --heads %d", a.cfg.heads,
                a.cfg.dim, a.cfg.dim % 4 == 0 ? 4 : 1);
   if (a.seq > a.cfg.ctx)
-    user_error("--seq %d: longer than the model's context %d (preset %s); use --seq %d or less",
+    user_error("--seq %d: longer than the model's context %d (preset %s); use --seq %d or less, or a longer --ctx",
                a.seq, a.cfg.ctx, a.preset.c_str(), a.cfg.ctx);
   if (a.precision == "fp32") a.dtype = DType::F32;
   else if (a.precision == "bf16") a.dtype = DType::BF16;
@@ -604,6 +613,8 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--attention %s: unknown attention; valid: gemm, flash", a.attention.c_str());
   if (a.schedule != "gpipe" && a.schedule != "1f1b")
     user_error("--schedule %s: unknown pipeline schedule; valid: gpipe, 1f1b", a.schedule.c_str());
+  if (a.sp_mode != "ulysses" && a.sp_mode != "ring")
+    user_error("--sp-mode %s: unknown sequence-parallel mode; valid: ulysses, ring", a.sp_mode.c_str());
   if (a.offload_to != "cpu" && a.offload_to != "disk")
     user_error("--offload-to %s: valid: cpu, disk", a.offload_to.c_str());
   if (a.offload_param != "cpu" && a.offload_param != "disk")
@@ -614,6 +625,7 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
       {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
       {"--zero", {"tensor", "pipeline"}}, {"--tensor", {"tensor"}}, {"--sequence-parallel", {"tensor"}},
+      {"--sp", {"ulysses"}}, {"--sp-mode", {"ulysses"}},
       {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},
       {"--ranks-per-node", {"zeropp"}}, {"--qgz-flat", {"zeropp"}},
       {"--qw-block", {"zeropp"}}, {"--qg-block", {"zeropp"}}};

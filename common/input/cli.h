@@ -88,6 +88,11 @@ struct Args {
   int zero = 0;                      // pipeline: ZeRO inside each stage's replicas (0 or 1; 2 and 3 refused)
   int tensor = 1;                    // tensor: T tensor ranks (the ranks are N/T replicas x T, T fastest)
   bool sequence_parallel = false;    // tensor: Megatron's sequence parallelism in the layer norms' regions
+  // begin ulysses flags
+  int sp = 1;                        // ulysses: S ranks split each sequence (N = S x D replicas)
+  std::string sp_mode = "ulysses";   // ulysses: ulysses (all-to-all of heads) | ring (keys and values around a ring)
+  int ctx = -1;                      // the context (wpe's rows; -1: the preset's): long sequences
+  // end ulysses flags
   // zeropp (ZeRO++): int8 weight gathers, a node-local secondary shard, int4 gradient reduction
   bool qwz = false;                  // qwZ: all-gather the parameters as int8 blocks
   int hpz = 0;                       // hpZ: nodes of G ranks; backward gathers inside the node (0: off)

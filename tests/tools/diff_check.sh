@@ -54,6 +54,9 @@ check_lesson stage3 zeropp 180
 # tensor parallelism beside stage0_ddp: the split and ZeRO-1 (marked), my pieces' state, the norm over
 # pieces and replicated tensors (the Trainer's hooks are in tensor/hooks.cpp)
 check_lesson stage0_ddp tensor 130
+# Ulysses beside stage3: the split into sequence groups, the two all-to-alls written out, a block's
+# forward and backward in three calls between them, the validation forward and the memory hooks
+check_lesson stage3 ulysses 200
 
 # A rung is a folder: beside its train.cpp, the files only it uses (make diff lists them under the
 # train.cpp diff). Each opens with its purpose in one line, `// NAME — what it is for`, which the
@@ -79,7 +82,7 @@ fi
 # between two of them (one more, for the +/-/space) fits 100. The trainers mirror each other, so
 # they are wrapped alike and a neighbour diff shows the idea, not the wrapping.
 wide=$(python3 - stage0_ddp/train.cpp stage1/train.cpp stage2/train.cpp stage3/train.cpp offload/train.cpp \
-  pipeline/train.cpp infinity/train.cpp zeropp/train.cpp tensor/train.cpp <<'PY'
+  pipeline/train.cpp infinity/train.cpp zeropp/train.cpp tensor/train.cpp ulysses/train.cpp <<'PY'
 import sys
 for f in sys.argv[1:]:
     for n, line in enumerate(open(f, encoding="utf-8"), 1):
