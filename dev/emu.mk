@@ -21,8 +21,10 @@ EMU_LIB      := $(EMU)/libnanozero_emu.a
 # the host libraries the common/ objects need: the BLAS, oneDNN when built with it (Makefile DNNL), and
 # MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
 EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS) $(MPI_LIBS)
-# the ladder, and the pipeline (test_cuda_stages runs it on both paths)
-EMU_STAGES   := $(foreach s,$(STAGES) pipeline,$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
+# the ladder, the pipeline (test_cuda_stages runs it on both paths) and infinity (its slices' copies to
+# and from the host, checked by the stream check: tests/cuda/emu_check.sh); zeropp, tensor and ulysses
+# run on the CPU only (stages.txt)
+EMU_STAGES   := $(foreach s,$(STAGES) pipeline infinity,$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
 # Broken copies of the flash attention kernels (dev/emu/flash_mutants.pl), each linked into the kernel
 # tests in place of the real ones: the catalogue of bugs the race check must catch.
 EMU_MUTANTS  := dq_no_syncwarp early_prefetch q_no_barrier

@@ -268,8 +268,9 @@ else
   echo "NZRESULT FAIL emu.stage_checked (exit $rc, $(grep -c '^emu-check:' "$log/stage_checked.log") finding lines; see $log/stage_checked.log)"
 fi
 # every other trainer on 2 ranks and 2 emulated GPUs (the NCCL path; stage3 with its prefetch, the
-# offload copy stream, the pipeline's sends), every check on: 2 steps, no finding
-for s in stage1 stage2 stage3 offload pipeline; do
+# offload copy stream, the pipeline's sends, infinity's slices up from the host and back), every check
+# on: 2 steps, no finding
+for s in stage1 stage2 stage3 offload pipeline infinity; do
   [ -x "$EMU/bin/$s" ] || continue
   out="$log/stage_checked_$s.log" rc=0
   NZ_EMU_GPUS=2 NZ_EMU_CHECK=all timeout -k 5 300 mpirun -np 2 "$EMU/bin/$s" --device cuda --preset tiny --seq 16 --batch 2 \
@@ -282,8 +283,8 @@ for s in stage1 stage2 stage3 offload pipeline; do
   fi
 done
 # and on the MPI path (2 ranks sharing one emulated GPU: pinned staging buffers, synchronous copies),
-# stage3 and offload under the stream check
-for s in stage3 offload; do
+# stage3, offload and infinity under the stream check
+for s in stage3 offload infinity; do
   out="$log/stage_streams_$s.log" rc=0
   NZ_EMU_CHECK=stream timeout -k 5 300 mpirun -np 2 "$EMU/bin/$s" --device cuda --preset tiny --seq 16 --batch 2 \
     --steps 2 --eval-every 0 --eval-windows 2 --precision bf16 >"$out" 2>&1 || rc=$?
