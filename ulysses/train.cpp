@@ -12,10 +12,7 @@
 //        probabilities B (NH/S) T^2 per block: 1/S of stage3's (ulysses/formulas.h).
 // Sends: stage3's 3K(N-1)S; per block and micro-step four all-to-alls in my replica's group
 //        of S ranks, 8 B (T/S) C (S-1)/S elements per rank.
-// Ring:  --sp-mode ring (the comparison): no all-to-all; my tokens are two zig-zag chunks, k | v of
-//        every rank's tokens travel around the S ranks and attention runs per tile with an online
-//        softmax (ring_attend below); activations of T/S tokens with every head, no T^2 term;
-//        sends (6S-4) B (T/S) C elements per block and micro-step (ulysses/formulas.h).
+// Ring:  --sp-mode ring, the comparison: no all-to-all; keys and values go around (ring.h).
 // Docs:  docs/ulysses.md; README.md (the ladder); docs/stages.md.
 #include <cmath>      // std::sqrt
 #include <cstring>    // memcpy
@@ -23,6 +20,8 @@
 #include "kernels/ops.h"  // kernels on the run's backend
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 #include "ulysses/formulas.h"  // ulysses_activation_bytes
+#include "ulysses/hooks.h"  // refuse_unbuilt_flags
+#include "ulysses/ring.h"  // RingAttention, ring_zigzag: --sp-mode ring
 
 using namespace nz;
 
@@ -41,191 +40,24 @@ Topology ulysses_topology(const Args& a, int world, int rank) {
     user_error("--sp %d: the %d heads do not split over %d ranks, expected an S that divides "
                "%d (each rank attends with NH/S whole heads); e.g. --sp %d",
                S, H, S, H, H % 2 == 0 ? 2 : 1);
-  if (ring && T % (2 * S) != 0)
-    user_error("--sp %d --sp-mode ring: a sequence of %d tokens does not cut into %d equal chunks "
-               "(the zig-zag order gives each rank two), expected --seq a multiple of %d; e.g. --seq %d",
-               S, T, 2 * S, 2 * S, T / (2 * S) * 2 * S > 0 ? T / (2 * S) * 2 * S : 2 * S);
-  if (T % S != 0)
+  if (!ring && T % S != 0)  // (ring mode: ring_zigzag asks for 2S equal chunks)
     user_error("--sp %d: a sequence of %d tokens does not split into %d equal slices, "
                "expected an S that divides --seq %d; e.g. --seq %d",
                S, T, S, T, T / S * S > 0 ? T / S * S : S);
-  if (a.activation_checkpointing)
-    user_error("--activation-checkpointing with ulysses: not built yet (the recompute would "
-               "repeat the all-to-alls), expected it off; drop the flag");
-  if (!a.ckpt_dir.empty() || !a.resume.empty())
-    user_error("--ckpt-dir/--resume with ulysses: checkpoints are not built for this rung "
-               "yet, expected neither; drop them, or train with stage3");
-  if (a.qat_bits)
-    user_error("--qat with ulysses: not built for this rung, expected no --qat; drop it");
-  if (a.device == "cuda")
-    user_error("--device cuda: ulysses' all-to-alls run on the CPU backend only, expected "
-               "--device cpu or auto; run stage3 on the GPU");
   Topology t;
   t.dp_world = world / S, t.dp_rank = rank / S;  // my replica: it splits the data with the others
   const int s = rank % S;                        // my slice of every sequence
   t.seq.slices = S;
   t.seq.slice = s;
   t.seq.first_position = s * (T / S);  // learned absolute positions: my tokens' rows of wpe
-  if (ring) {  // the zig-zag order: chunks s and 2S-1-s of 2S, and their positions
-    t.seq.ring = true;
-    t.seq.first_position = s * (T / (2 * S));
-    t.seq.second_position = (2 * S - 1 - s) * (T / (2 * S));
-  }
+  if (ring) ring_zigzag(a, s, t);  // ring mode: chunks s and 2S-1-s of 2S, their positions
   return t;
-}
-
-
-// ---- ring attention (--sp-mode ring) ----
-// The sequence of T tokens is cut into 2S chunks of c = T/(2S); rank s of a sequence group holds
-// chunks s and 2S-1-s, its halves 0 and 1 (the zig-zag order: an early chunk, which sees few keys,
-// with a late one, which sees many, so every rank has the same causal work). My queries stay; the
-// keys and values of every rank's tokens travel around the ring (rank s sends to s+1 and receives
-// from s-1), so in hop h I hold those of rank s-h. Attention runs per (query chunk, key chunk) tile,
-// every head, with an online softmax: nothing of size T is ever held.
-struct RingDims {
-  int S, B, Tl, C, NH;  // ranks in the ring, sequences, my tokens (2 chunks), width, heads
-};
-
-// The global position of token i of half h (0: chunk r, 1: chunk 2S-1-r) of rank r.
-int ring_position(const RingDims& d, int r, int h, int i) {
-  const int c = d.Tl / 2;
-  return (h == 0 ? r : 2 * d.S - 1 - r) * c + i;
-}
-
-// How many keys of rank src's half kh a query at global position qp sees (causal: key position <=
-// query position; a chunk's positions rise, so the visible keys are a prefix of the tile).
-int ring_visible(const RingDims& d, int src, int kh, int qp) {
-  int n = 0;
-  while (n < d.Tl / 2 && ring_position(d, src, kh, n) <= qp) n++;
-  return n;
-}
-
-// The forward of my queries (qkv: B x Tl x 3C) against rank src's keys and values (kv: B x Tl x 2C,
-// k | v), tile by tile (my half, its half), in that order. Each query row and head keeps m (the
-// running max of its scores), l (the running sum of exp(score - m)) and acc (the running sum of
-// exp(score - m) v). A tile that raises the max rescales what was accumulated by exp(m_old - m_new),
-// so at the end every term is relative to the final max: out = acc / l, exactly softmax(scores) v.
-template <class T>
-void ring_attend(const RingDims& d, int me, int src, const T* qkv, const T* kv, acc_t<T>* m, acc_t<T>* l,
-                 acc_t<T>* acc) {
-  using A = acc_t<T>;
-  const int c = d.Tl / 2, hd = d.C / d.NH;
-  const A scale = A(1) / std::sqrt(A(hd));
-  std::vector<A> score(c);
-  for (int qh = 0; qh < 2; qh++)
-    for (int kh = 0; kh < 2; kh++) {
-      // a key tile entirely after my query tile is causally invisible: skipped, no work
-      if (ring_position(d, src, kh, 0) > ring_position(d, me, qh, c - 1)) continue;
-      for (int b = 0; b < d.B; b++)
-        for (int h = 0; h < d.NH; h++)
-          for (int i = 0; i < c; i++) {
-            const int n = ring_visible(d, src, kh, ring_position(d, me, qh, i));
-            if (n == 0) continue;
-            const size_t t = size_t(b) * d.Tl + qh * c + i;  // my token
-            const T* q = qkv + t * 3 * d.C + h * hd;
-            A tile_max = -INFINITY;
-            for (int j = 0; j < n; j++) {
-              const T* k = kv + (size_t(b) * d.Tl + kh * c + j) * 2 * d.C + h * hd;
-              A dot = 0;
-              for (int x = 0; x < hd; x++) dot += load(q[x]) * load(k[x]);
-              score[j] = dot * scale;
-              tile_max = std::max(tile_max, score[j]);
-            }
-            const size_t row = (size_t(b) * d.NH + h) * d.Tl + qh * c + i;
-            const A m_new = std::max(m[row], tile_max);
-            const A rescale = std::exp(m[row] - m_new);  // the terms so far, relative to the new max
-            A* o = acc + t * d.C + h * hd;
-            for (int x = 0; x < hd; x++) o[x] *= rescale;
-            A sum = 0;
-            for (int j = 0; j < n; j++) {
-              const A p = std::exp(score[j] - m_new);
-              const T* v = kv + (size_t(b) * d.Tl + kh * c + j) * 2 * d.C + d.C + h * hd;
-              sum += p;
-              for (int x = 0; x < hd; x++) o[x] += p * load(v[x]);
-            }
-            l[row] = l[row] * rescale + sum;
-            m[row] = m_new;
-          }
-    }
-}
-
-// After the last hop: out = acc / l (B x Tl x C), and the log-sum-exp m + log l that the backward
-// recomputes every probability from.
-template <class T>
-void ring_finish(const RingDims& d, const acc_t<T>* m, const acc_t<T>* l, const acc_t<T>* acc, T* out,
-                 acc_t<T>* lse) {
-  const int hd = d.C / d.NH;
-  for (int b = 0; b < d.B; b++)
-    for (int h = 0; h < d.NH; h++)
-      for (int t = 0; t < d.Tl; t++) {
-        const size_t row = (size_t(b) * d.NH + h) * d.Tl + t, at = (size_t(b) * d.Tl + t) * d.C + h * hd;
-        for (int x = 0; x < hd; x++) out[at + x] = store<T>(acc[at + x] / l[row]);
-        lse[row] = m[row] + std::log(l[row]);
-      }
-}
-
-// The backward of one tile set (my queries, rank src's keys and values), recomputing each probability
-// from the saved log-sum-exp: p = exp(score - lse), dv += p dout, dp = dout . v, ds = p (dp - D) with
-// D = dout . out per row, dq += ds k scale, dk += ds q scale. dq (B x Tl x C) is mine; dkv (B x Tl x 2C,
-// dk | dv) is rank src's, this hop's part.
-template <class T>
-void ring_attend_backward(const RingDims& d, int me, int src, const T* qkv, const T* kv, const T* dout,
-                          const acc_t<T>* lse, const acc_t<T>* D, acc_t<T>* dq, acc_t<T>* dkv) {
-  using A = acc_t<T>;
-  const int c = d.Tl / 2, hd = d.C / d.NH;
-  const A scale = A(1) / std::sqrt(A(hd));
-  for (int qh = 0; qh < 2; qh++)
-    for (int kh = 0; kh < 2; kh++) {
-      if (ring_position(d, src, kh, 0) > ring_position(d, me, qh, c - 1)) continue;  // as the forward
-      for (int b = 0; b < d.B; b++)
-        for (int h = 0; h < d.NH; h++)
-          for (int i = 0; i < c; i++) {
-            const int n = ring_visible(d, src, kh, ring_position(d, me, qh, i));
-            const size_t t = size_t(b) * d.Tl + qh * c + i;
-            const size_t row = (size_t(b) * d.NH + h) * d.Tl + qh * c + i;
-            const T* q = qkv + t * 3 * d.C + h * hd;
-            const T* g = dout + t * d.C + h * hd;
-            A* gq = dq + t * d.C + h * hd;
-            for (int j = 0; j < n; j++) {
-              const size_t kt = size_t(b) * d.Tl + kh * c + j;
-              const T* k = kv + kt * 2 * d.C + h * hd;
-              const T* v = k + d.C;
-              A dot = 0, dp = 0;
-              for (int x = 0; x < hd; x++) dot += load(q[x]) * load(k[x]);
-              for (int x = 0; x < hd; x++) dp += load(g[x]) * load(v[x]);
-              const A p = std::exp(dot * scale - lse[row]);
-              const A ds = p * (dp - D[row]) * scale;
-              A* gk = dkv + kt * 2 * d.C + h * hd;
-              A* gv = gk + d.C;
-              for (int x = 0; x < hd; x++) {
-                gv[x] += p * load(g[x]);
-                gq[x] += ds * load(k[x]);
-                gk[x] += ds * load(q[x]);
-              }
-            }
-          }
-    }
-}
-
-// D = dout . out, per row and head (B x NH x Tl).
-template <class T>
-void ring_row_dots(const RingDims& d, const T* dout, const T* out, acc_t<T>* D) {
-  using A = acc_t<T>;
-  const int hd = d.C / d.NH;
-  for (int b = 0; b < d.B; b++)
-    for (int h = 0; h < d.NH; h++)
-      for (int t = 0; t < d.Tl; t++) {
-        const size_t at = (size_t(b) * d.Tl + t) * d.C + h * hd;
-        A sum = 0;
-        for (int x = 0; x < hd; x++) sum += load(dout[at + x]) * load(out[at + x]);
-        D[(size_t(b) * d.NH + h) * d.Tl + t] = sum;
-      }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Trainer run(argc, argv, Stage::Ulysses, ulysses_topology);
+  Trainer run(argc, argv, Stage::Ulysses, ulysses_topology, refuse_unbuilt_flags);
   const Layout& L = run.layout;  // padded for all N ranks: ZeRO-3 over replicas and slices
   const DType dt = run.dtype;
   const size_t e = run.elem_bytes;
@@ -242,8 +74,8 @@ int main(int argc, char** argv) {
   const bool ring = run.args.sp_mode == "ring";
   Buffer exchange;  // (ring mode passes keys and values around instead: the ring's buffers below)
   if (!ring)
-    exchange = Buffer(Category::Activations, Location::Device, size_t(run.args.batch) * Tl * 3 * C * e,
-                      "all-to-all exchange");
+    exchange = Buffer(Category::Activations, Location::Device,
+                      size_t(run.args.batch) * Tl * 3 * C * e, "all-to-all exchange");
 
   // ---- the two all-to-alls (DeepSpeed-Ulysses) ----
   // tokens (B, T/S, parts x C): my tokens, every head  ->  heads (B, T, parts x C/S): every
@@ -290,95 +122,16 @@ int main(int argc, char** argv) {
                    x + j * slot + (size_t(b) * Tl + t) * row + p * Ch * e, Ch * e);
   };
 
-
-  // ---- ring attention (--sp-mode ring): my queries stay, keys and values go around the ring ----
-  const int B = run.args.batch, NH = run.args.cfg.heads, s_me = rank % S;
-  const RingDims rd{S, B, Tl, C, NH};
-  const size_t f = dt == DType::F64 ? 8 : 4;  // the online softmax's running values: fp32 (fp64 in tests)
-  const size_t rows = size_t(B) * NH * Tl, kv_elems = size_t(B) * Tl * 2 * C;
-  std::vector<Buffer> lse;  // per block: the log-sum-exp of every row, what the backward recomputes from
-  Buffer run_max, run_sum, run_acc, dkv_hop;  // the forward's m, l, acc; the backward's D, dq, a hop's dk|dv
-  Buffer travel[2];  // what travels: k | v of one rank's tokens, then (backward) their dk | dv
-  if (ring) {
-    for (int l = 0; l < run.args.cfg.layers; l++)
-      lse.emplace_back(Category::Activations, Location::Device, rows * f, "ring: log-sum-exp");
-    run_max = Buffer(Category::Activations, Location::Device, rows * f, "ring: running max (D)");
-    run_sum = Buffer(Category::Activations, Location::Device, rows * f, "ring: running sum");
-    run_acc = Buffer(Category::Activations, Location::Device, size_t(B) * Tl * C * f, "ring: output (dq) sums");
-    dkv_hop = Buffer(Category::Activations, Location::Device, kv_elems * f, "ring: a hop's dk | dv");
-    for (Buffer& b : travel)
-      b = Buffer(Category::Activations, Location::Device, 2 * kv_elems * e, "ring: k | v, dk | dv");
-  }
-  int cur = 0;  // travel[cur] holds what I work on this hop
-  // one hop: send what I hold (elems from `offset` on) to the next rank, receive the previous rank's
-  auto pass = [&](size_t offset, size_t elems) {
-    char* mine = static_cast<char*>(travel[cur].data()) + offset * e;
-    char* theirs = static_cast<char*>(travel[1 - cur].data()) + offset * e;
-    CommRequest sent = group.send_start(mine, elems, dt, (s_me + 1) % S, /*tag*/ 42);
-    group.recv(theirs, elems, dt, (s_me + S - 1) % S, 42);
-    group.wait(sent);
-    cur = 1 - cur;
-  };
-  // forward: k | v of my tokens set off; in hop h I attend to those of rank s-h (S hops, S-1 sends)
-  auto ring_forward = [&](int u, const void* qkv, void* out) {
-    NZ_DISPATCH_DTYPE(dt, {
-      using A = acc_t<T>;
-      const T* x = static_cast<const T*>(qkv);
-      T* kv = static_cast<T*>(travel[cur].data());
-      for (size_t t = 0; t < size_t(B) * Tl; t++)  // k | v: columns C .. 3C of my q | k | v
-        memcpy(kv + t * 2 * C, x + t * 3 * C + C, 2 * C * e);
-      A* m = static_cast<A*>(run_max.data());
-      A* l = static_cast<A*>(run_sum.data());
-      A* acc = static_cast<A*>(run_acc.data());
-      for (size_t r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0;
-      for (size_t i = 0; i < size_t(B) * Tl * C; i++) acc[i] = 0;
-      for (int hop = 0; hop < S; hop++) {
-        if (hop > 0) pass(0, kv_elems);  // send: k | v I hold to s+1; receive: s-1's
-        ring_attend<T>(rd, s_me, (s_me - hop + S) % S, x, static_cast<const T*>(travel[cur].data()), m, l, acc);
-      }
-      ring_finish<T>(rd, m, l, acc, static_cast<T*>(out), static_cast<A*>(lse[u - 1].data()));
-    });
-  };
-  // backward: k | v travel again, now with the dk | dv of their rank. Hop h: I add my queries' part
-  // to rank s-h's dk | dv and pass both on; after the S-th hop one more send takes each rank's dk | dv
-  // home, summed over the query ranks in ring order (s, s+1, ..., s-1), one rounding per hop.
-  // Exact and simple: nothing is held for other ranks between hops.
-  auto ring_backward = [&](int u, const void* qkv, const void* out, const void* dout, void* dqkv) {
-    NZ_DISPATCH_DTYPE(dt, {
-      using A = acc_t<T>;
-      const T* x = static_cast<const T*>(qkv);
-      T* kv = static_cast<T*>(travel[cur].data());
-      for (size_t t = 0; t < size_t(B) * Tl; t++) memcpy(kv + t * 2 * C, x + t * 3 * C + C, 2 * C * e);
-      for (size_t i = 0; i < kv_elems; i++) kv[kv_elems + i] = store<T>(A(0));
-      A* D = static_cast<A*>(run_max.data());
-      A* dq = static_cast<A*>(run_acc.data());
-      A* dkv = static_cast<A*>(dkv_hop.data());
-      ring_row_dots<T>(rd, static_cast<const T*>(dout), static_cast<const T*>(out), D);
-      for (size_t i = 0; i < size_t(B) * Tl * C; i++) dq[i] = 0;
-      for (int hop = 0; hop < S; hop++) {
-        if (hop > 0) pass(0, 2 * kv_elems);  // k | v and dk | dv so far, to s+1
-        T* held = static_cast<T*>(travel[cur].data());
-        for (size_t i = 0; i < kv_elems; i++) dkv[i] = 0;
-        ring_attend_backward<T>(rd, s_me, (s_me - hop + S) % S, x, held, static_cast<const T*>(dout),
-                                static_cast<const A*>(lse[u - 1].data()), D, dq, dkv);
-        for (size_t i = 0; i < kv_elems; i++) held[kv_elems + i] = store<T>(load(held[kv_elems + i]) + dkv[i]);
-      }
-      if (S > 1) pass(kv_elems, kv_elems);  // dk | dv home: I now hold my own tokens'
-      const T* home = static_cast<const T*>(travel[cur].data()) + kv_elems;
-      T* g = static_cast<T*>(dqkv);
-      for (size_t t = 0; t < size_t(B) * Tl; t++) {
-        for (int c = 0; c < C; c++) g[t * 3 * C + c] = store<T>(dq[t * C + c]);
-        memcpy(g + t * 3 * C + C, home + t * 2 * C, 2 * C * e);
-      }
-    });
-  };
+  // ring mode (--sp-mode ring): keys and values around the ring instead (ulysses/ring.h)
+  std::unique_ptr<RingAttention> ring_attention;
+  if (ring) ring_attention = std::make_unique<RingAttention>(group, run.args, rank % S, dt);
 
   // ---- a block, forward and backward: per token, but attention between two all-to-alls ----
   auto block_forward = [&](int u, const void* p) {
     const GPT::AttentionBuffers a = model.attention_buffers(u);
     model.attention_input(u, p);              // ln1, q k v: my T/S tokens, all heads
     if (ring) {  // ring: my queries against every rank's keys, passed around (no all-to-all)
-      ring_forward(u, a.qkv, a.out);
+      ring_attention->forward(u, a.qkv, a.out);
       model.attention_output(u, p);
       return;
     }
@@ -391,7 +144,7 @@ int main(int argc, char** argv) {
     const GPT::AttentionBuffers a = model.attention_buffers(u);
     model.attention_output_backward(u, p, g);          // the MLP, the projection: d out, my tokens
     if (ring) {  // ring: keys and values around again, their gradients with them
-      ring_backward(u, a.qkv, a.out, a.grad_out, a.grad_qkv);
+      ring_attention->backward(u, a.qkv, a.out, a.grad_out, a.grad_qkv);
       model.attention_input_backward(u, p, g);
       return;
     }

@@ -1,6 +1,8 @@
 // hooks.cpp — what the Trainer asks of ZeRO++ besides training (hooks.h).
 #include "zeropp/hooks.h"
 
+#include <cstdio>   // printf
+#include <string>
 #include <utility>  // std::pair
 
 #include "runtime/check.h"  // user_error
@@ -58,6 +60,22 @@ void set_zeropp_hooks(Trainer& run) {
     j.end_object();
     return j.str();
   };
+}
+
+void print_zeropp_switches(Trainer& run, const ZeroppConfig& zpp) {
+  const Layout& L = run.layout;
+  const int G = zpp.hpz;
+  const char* nodes_are = run.comm.host_nodes() > 1   ? " (the machines)"
+                          : zpp.node_size < L.world ? " (simulated)" : "";
+  const bool two_hops = qgz_two_hops(zpp, L.world);
+  const std::string qgz_how = !zpp.qgz ? "off" : "int4, blocks of " + std::to_string(zpp.qg_block) +
+                              (two_hops ? ", in two hops" : ", one all-to-all");
+  if (run.rank() == 0 && !run.args.quiet)
+    printf("zeropp: qwZ %s | hpZ %s | qgZ %s | nodes of %d ranks%s | units padded to %zu x %zu\n",
+           zpp.qwz ? ("int8, blocks of " + std::to_string(zpp.qw_block)).c_str() : "off",
+           G ? ("secondary shard over " + std::to_string(G) + " ranks").c_str() : "off",
+           qgz_how.c_str(),
+           zpp.node_size, nodes_are, size_t(L.world), L.pad_block);
 }
 
 }  // namespace nz

@@ -15,5 +15,7 @@ class Trainer;  // trainer.h
 ZeroppConfig zeropp_config(const Args& a, const Comm& comm);
 // ZeRO++'s set-up (a RungSetUp, rung.h): its flags checked, its state bytes and report hooked in.
 void set_zeropp_hooks(Trainer& run);
+// rank 0's line before training (none with --quiet): the switches, their blocks, the nodes
+void print_zeropp_switches(Trainer& run, const ZeroppConfig& zpp);
 
 }  // namespace nz

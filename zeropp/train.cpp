@@ -205,16 +205,7 @@ int main(int argc, char** argv) {
     // end exercise: zeropp_qgz_reduce
   };
   // ==== end qgZ ====
-  const char* nodes_are = comm.host_nodes() > 1       ? " (the machines)"
-                          : zpp.node_size < L.world ? " (simulated)" : "";
-  const std::string qgz_how = !zpp.qgz ? "off" : "int4, blocks of " + std::to_string(qg.block) +
-                              (two_hops ? ", in two hops" : ", one all-to-all");
-  if (rank == 0 && !run.args.quiet)
-    printf("zeropp: qwZ %s | hpZ %s | qgZ %s | nodes of %d ranks%s | units padded to %zu x %zu\n",
-           zpp.qwz ? ("int8, blocks of " + std::to_string(qw.block)).c_str() : "off",
-           G ? ("secondary shard over " + std::to_string(G) + " ranks").c_str() : "off",
-           qgz_how.c_str(),
-           zpp.node_size, nodes_are, size_t(L.world), L.pad_block);
+  print_zeropp_switches(run, zpp);  // rank 0's one line: which switches, nodes of how many ranks
 
   for (int step = run.first_step(); step < run.args.steps; step++) {
     run.begin_step(step);

@@ -1,7 +1,9 @@
 # tests/ulysses/mutants.mk — deliberately broken copies of ulysses, for the tests of the tests:
 # tests/ulysses/test_ulysses.cpp runs each one and requires the bit-for-bit check against the
 # single-process reference (tests/ulysses/ulysses_reference.cpp) to report a difference. `make tests`
-# builds them into $(BUILD)/mutants/bin/ (sources: $(BUILD)/mutants/).
+# builds them into $(BUILD)/mutants/bin/ (sources: $(BUILD)/mutants/). The first three are copies of
+# ulysses/train.cpp; the ring_ ones are copies of ulysses/ring.cpp, linked before the library with
+# the real train.cpp (the library's ring.o is then never pulled in).
 #
 #   heads_tokens_swapped  the all-to-all's layout with heads and tokens swapped: slot j of the exchange
 #                         gets a contiguous 1/S of my tokens with every head (a split by tokens)
@@ -21,8 +23,8 @@
 #
 # Each sed must change exactly ULYSSES_MUTANT_LINES_<name> lines: if a change to ulysses makes a
 # pattern miss, the build stops and names the mutant to fix.
-ULYSSES_MUTANTS := heads_tokens_swapped positions_not_offset causal_mask_local ring_no_running_max \
-  ring_causal_mask_local ring_zigzag_positions_unmatched
+ULYSSES_MUTANTS := heads_tokens_swapped positions_not_offset causal_mask_local
+ULYSSES_RING_MUTANTS := ring_no_running_max ring_causal_mask_local ring_zigzag_positions_unmatched
 ULYSSES_MUTANT_SED_heads_tokens_swapped := \
   -e 's/^\( *\)tok + ((size_t(b) \* Tl + t) \* parts \* C + p \* C + j \* Ch) \* e, Ch \* e);$$/\1tok + (size_t(b) * Tl * parts * C + j * Tl * row \/ e + (size_t(t) * parts + p) * Ch) * e, Ch * e);/'
 ULYSSES_MUTANT_LINES_heads_tokens_swapped := 1
@@ -46,3 +48,21 @@ ULYSSES_MUTANT_LINES_ring_zigzag_positions_unmatched := 2
 
 include tests/lib/mutants.mk
 $(eval $(call train_mutants,ULYSSES,ulysses,ulysses,tests/ulysses/mutants.mk))
+
+# The ring's mutants: ulysses/ring.cpp with sed's changes, linked with the real ulysses/train.o
+ULYSSES_RING_MUTANT_BINS := $(ULYSSES_RING_MUTANTS:%=$(BUILD)/mutants/bin/mutant_ulysses_%)
+EXTRA_BINS += $(ULYSSES_RING_MUTANT_BINS)
+$(ULYSSES_RING_MUTANTS:%=$(BUILD)/mutants/mutant_ulysses_%_ring.cpp): \
+    $(BUILD)/mutants/mutant_ulysses_%_ring.cpp: ulysses/ring.cpp tests/ulysses/mutants.mk \
+    tests/lib/make_mutant.sh
+	@mkdir -p $(dir $@)
+	@bash tests/lib/make_mutant.sh tests/ulysses/mutants.mk mutant_ulysses_$* \
+	  $(ULYSSES_MUTANT_LINES_$*) $< $@ $(ULYSSES_MUTANT_SED_$*)
+$(ULYSSES_RING_MUTANTS:%=$(BUILD)/obj/mutants/mutant_ulysses_%_ring.o): \
+    $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+$(ULYSSES_RING_MUTANT_BINS): $(BUILD)/mutants/bin/mutant_ulysses_%: \
+    $(BUILD)/obj/mutants/mutant_ulysses_%_ring.o $(BUILD)/obj/ulysses/train.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) $(LIB) $(LDLIBS) -o $@
