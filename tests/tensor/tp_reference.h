@@ -17,6 +17,8 @@
 // whole parameter's update of those elements). The slicing, the sums over ranks, the loss over
 // the vocabulary pieces, the norm's partials and their order are written here again.
 #pragma once
+#include <omp.h>  // omp_set_num_threads
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -387,6 +389,11 @@ inline Result run(const std::string& flags, int tensor, int D) {
   std::vector<char*> argv;
   for (std::string& s : words) argv.push_back(s.data());
   const Args a = parse_args(int(argv.size()), argv.data(), "tensor");
+  // One thread, as every rank of the runs it is compared with (OMP_NUM_THREADS=1 in their
+  // environment). The test's own setenv comes too late for this process: OpenMP read the variable
+  // when it was loaded. With OpenBLAS's Haswell kernels a product's bits depend on the thread count
+  // (kernels_cpu.cpp, blas_gemm), so a reference on 2 threads differed from the 1-thread ranks.
+  omp_set_num_threads(1);
   select_device("cpu", 0, false);
   set_kernels(a.kernels == "reference" ? Kernels::Reference : Kernels::Fast);
   Result r;
