@@ -133,7 +133,7 @@ class Comm {
   // Point to point (the pipeline's activations forward and their gradients backward, pipeline.h),
   // counted as PointToPoint: the sender counts what it sends, the receiver what it receives.
   // send_start returns at once; the buffer must stay unchanged until wait() on the request (a
-  // blocking send could deadlock two stages that both send before they receive). recv blocks.
+  // blocking send could deadlock two pipeline segments that both send before they receive). recv blocks.
   // `tag` tells apart messages between the same two ranks that may be in flight together.
   // On the CUDA backend, the two paths of the collectives. NCCL: it has no tags (the messages
   // between two ranks match in the order they are issued: the same order on both sides, as the

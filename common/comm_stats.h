@@ -13,8 +13,8 @@ namespace nz {
 // keeps the same "comm" keys (scripts/exercise_grader.py reads "broadcast"), and it counts in
 // model_elems_sent, which tests/stages/test_zero12.cpp holds to the formulas: a broadcast would show there.
 // OverflowFlag: fp16's once-per-step agreement on a gradient overflow (loss_scale.h).
-// PointToPoint: the pipeline's activations and their gradients between neighbouring stages (and
-// the tied embedding's gradient and weights between the first and the last stage).
+// PointToPoint: the pipeline's activations and their gradients between neighbouring segments (and
+// the tied embedding's gradient and weights between the first and the last segment).
 // AllToAll: ZeRO++'s quantized gradient reduce-scatter (qgZ) moves int4 blocks with one; ulysses turns
 // attention's tokens into heads and back with four per block and micro-step.
 enum class CommOp { AllReduce, ReduceScatter, AllGather, Broadcast, Scalars, OverflowFlag, PointToPoint, AllToAll,

@@ -78,8 +78,8 @@ Layout make_layout(const GPTConfig& cfg, int world, size_t pad_block = 1);
 
 // Which parameters a rank holds, as its stage says (checkpoints read and write what it holds):
 // every unit whole (stages 0-2, offload), only its own slice of each unit (stage3), or its pipeline
-// stage's units whole (pipeline.h: a contiguous run of them).
-enum class ParamsHeld { AllUnits, OwnSlices, StageUnits };
+// segment's units whole (pipeline.h: a contiguous run of them).
+enum class ParamsHeld { AllUnits, OwnSlices, SegmentUnits };
 // The same number the layout counts, by the textbook formula (the tests compare the two).
 uint64_t param_count_formula(const GPTConfig& cfg);
 

@@ -96,9 +96,10 @@ struct ActLayout {
   size_t dx, dres, dtmp, dln, d4c, dqkv, grad_total = 0;
   size_t dqkv_heads = 0, datty_heads = 0;  // sequence slices
 
-  // Units [first, end) only (a pipeline stage, pipeline.h; all units by default): x0 is then the
-  // stage's input (the embedding's output on the first stage, the previous stage's on the others),
-  // only the stage's blocks keep their activations, and only the stage with lnf keeps the head's.
+  // Units [first, end) only (a pipeline segment, pipeline.h; all units by default): x0 is then
+  // the segment's input (the embedding's output on the first segment, the previous segment's on
+  // the others), only the segment's blocks keep their activations, and only the segment with lnf
+  // keeps the head's.
   // S > 0: sequence slices (model.h, SeqSlices): T is my slice's tokens, attention's are S T.
   // S < 0: ring attention's slices: T is my tokens; attention's state is the rung's (nothing here).
   ActLayout(const GPTConfig& c, int B, int T, DType dt, bool checkpointing, Attention attn, int first = 0,
@@ -146,7 +147,7 @@ struct ActLayout {
     if (checkpointing && blocks_here > 0) internals(shared);  // one block of scratch for all blocks
     for (int i = 0; i < c.layers; i++) {
       Layer& l = layer[i];
-      if (i + 1 < first || i + 1 >= end) continue;  // another stage's block
+      if (i + 1 < first || i + 1 >= end) continue;  // another segment's block
       if (checkpointing) l = shared;
       else internals(l);
       l.res_out = take(total, BT * C * e);  // kept either way: the next block's input
@@ -174,11 +175,11 @@ struct ActLayout {
 }  // namespace
 
 size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn) {
-  return stage_activation_bytes(cfg, B, T, dt, checkpointing, attn, 0, cfg.layers + 2, 1);
+  return segment_activation_bytes(cfg, B, T, dt, checkpointing, attn, 0, cfg.layers + 2, 1);
 }
 
-size_t stage_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn,
-                              int first, int end, int slots) {
+size_t segment_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn,
+                                int first, int end, int slots) {
   ActLayout a(cfg, B, T, dt, checkpointing, attn, first, end);
   size_t tokens = (size_t(B) * T * sizeof(int) + 63) / 64 * 64;
   const size_t per_slot = a.total + (first == 0 ? tokens : 0) + (end == cfg.layers + 2 ? tokens : 0);
@@ -210,7 +211,7 @@ GPT::GPT(const Layout& layout, DType dt, int B, int T, bool checkpointing, int f
                  slots == 1 ? "activations" : "activations (" + std::to_string(slots) + " micro-batches in flight)");
   grad_acts_ = Buffer(Category::Activations, Location::Device, a.grad_total, "activation grads");
   tok_bytes_ = (size_t(B) * T_ * sizeof(int) + 63) / 64 * 64;
-  // the embedding reads the tokens, the loss the targets: each only on the stage that has it
+  // the embedding reads the tokens, the loss the targets: each only on the segment that has it
   if (has_embed()) tokens_ = Buffer(Category::Activations, Location::Device, slots * tok_bytes_, "tokens");
   if (has_head()) targets_ = Buffer(Category::Activations, Location::Device, slots * tok_bytes_, "targets");
 }
@@ -220,13 +221,13 @@ void GPT::use_slot(int s) {
   slot_ = s;
 }
 
-void* GPT::stage_input() const {
+void* GPT::segment_input() const {
   const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   return slot_acts() + a.x0;
 }
 
-void* GPT::stage_output() const {
-  NZ_CHECK(!has_head(), "stage_output: the last stage's output is the loss");
+void* GPT::segment_output() const {
+  NZ_CHECK(!has_head(), "segment_output: the last segment's output is the loss");
   const ActLayout a(L_.cfg, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
   const int last = end_ - 1;
   return slot_acts() + (last == L_.embed_unit() ? a.x0 : a.layer[last - 1].res_out);
@@ -303,7 +304,7 @@ void GPT::load_rows(const int* tokens, const int* targets, int b) {
 // ledger's activity log, where stage3's prefetch can be seen to overlap it.
 void GPT::begin_compute(const char* what, int u, const void* p) {
   const std::string name = std::string(what) + " " + L_.units[u].name;
-  // the LM head reads only wte, the first V x C elements of the embedding (a pipeline's last stage
+  // the LM head reads only wte, the first V x C elements of the embedding (a pipeline's last segment
   // holds a copy of just those)
   const bool head = what[0] == 'h';
   const size_t elems = head ? size_t(L_.cfg.vocab) * L_.cfg.dim : L_.units[u].padded;
@@ -318,7 +319,7 @@ void GPT::set_qat(const QatConfig& q) {
   NZ_CHECK(!q.on() || current_device() != Device::CUDA, "--qat runs on the CPU backend only");
   qat_ = q;
   // the largest parameters a call hands over: a unit (padded, as begin_compute checks it), or the
-  // LM head's copy of wte alone on a pipeline's last stage
+  // LM head's copy of wte alone on a pipeline's last segment
   size_t elems = 0;
   for (int u = first_; u < end_; u++)
     if (q.quantizes(L_, u)) elems = std::max(elems, L_.units[u].padded);
@@ -336,7 +337,7 @@ const void* GPT::qat_view(int u, const void* p, size_t n) {
 }
 
 // The LM head's share of the tied embedding: the whole unit where this model holds it, so its
-// blocks are the lookup's; a pipeline's last stage holds only wte (the trainer then requires
+// blocks are the lookup's; a pipeline's last segment holds only wte (the trainer then requires
 // V x C to be whole blocks, so the two still agree).
 static size_t head_elems(const Layout& L, bool has_embed) {
   return has_embed ? L.units[L.embed_unit()].numel : size_t(L.cfg.vocab) * L.cfg.dim;
@@ -412,7 +413,7 @@ const void* GPT::layer_qkv(int l) const {
   return slot_acts() + a.layer[l].qkv;
 }
 
-// Where unit u's input is, in a slot: the stage's input x0 for its first unit (and for the first
+// Where unit u's input is, in a slot: the segment's input x0 for its first unit (and for the first
 // block, whose input is the embedding's output), else the output of the block before it.
 // (Unit 0 is the embedding, unit l + 1 block l.)
 static size_t unit_input(const ActLayout& a, int u, int first) {
@@ -420,7 +421,7 @@ static size_t unit_input(const ActLayout& a, int u, int first) {
 }
 
 void GPT::head_weight_backward(void* dwte) {
-  NZ_CHECK(has_head(), "head_weight_backward on a stage without the head");
+  NZ_CHECK(has_head(), "head_weight_backward on a segment without the head");
   check_span(dwte, size_t(L_.cfg.vocab) * L_.cfg.dim * dtype_bytes(dt_), "the head's gradient of wte");
   Ledger::get().note("compute_begin", "head weight backward");
   NZ_DISPATCH_DTYPE(dt_, head_weight_backward_t<T>((T*)dwte));
@@ -563,7 +564,7 @@ void GPT::backward_t(int u, const T* p, T* g) {
   const int C = c.dim, BT = b_ * T_;
   const size_t n = size_t(BT) * C;
   const ActLayout a(c, B_, T_, dt_, ckpt_, attn_, first_, end_, act_slices());
-  // weight grads accumulate; a pipeline's first stage receives the head's part of the tied embedding
+  // weight grads accumulate; a pipeline's first segment receives the head's part of the tied embedding
   // gradient into g before the lookup's is added (below), so that g is not cleared
   if (u != L_.embed_unit() || has_head()) fill_zero(g, L_.units[u].padded * sizeof(T), Location::Device);
   T* dx = GACT(T, a.dx);  // in: d loss / d (this unit's output); out: d loss / d (its input)
@@ -572,8 +573,8 @@ void GPT::backward_t(int u, const T* p, T* g) {
 
   if (u == L_.embed_unit()) {
     // The tied embedding's two contributions, summed in one buffer:
-    // 1. the LM head: d wte (V,C) += dlogits^T (V,BT) @ lnf (BT,C) (on a pipeline's last stage instead:
-    //    head_weight_backward, whose result the first stage has received into g)
+    // 1. the LM head: d wte (V,C) += dlogits^T (V,BT) @ lnf (BT,C) (on a pipeline's last segment instead:
+    //    head_weight_backward, whose result the first segment has received into g)
     if (has_head()) ops::matmul_backward<T>(nullptr, g, nullptr, ACT(T, a.logits), ACT(T, a.lnf), nullptr, BT, C, c.vocab);
     // 2. the lookup: d wte[token] += dx0, d wpe[t] += dx0
     T* dwpe = g + L_.units[u].tensors[1].offset + size_t(seq_.first_position) * C;  // my positions' rows

@@ -30,12 +30,12 @@ std::vector<float> padded_params(const Layout& L, const std::vector<float>& weig
 // same number out as a formula; the tests compare the two, and the ledger with both).
 size_t activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing = false,
                         Attention attn = Attention::Gemm);
-// The same for a pipeline stage (pipeline.h) holding units [first, end) with `slots` micro-batches'
-// activations kept at once: each slot holds the stage's input, its blocks' activations, the head's
-// (last stage) and its tokens (first stage) or targets (last stage); one set of activation gradients
-// serves them all. Units [0, L+2) with one slot is activation_bytes.
-size_t stage_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn,
-                              int first, int end, int slots);
+// The same for a pipeline segment (pipeline.h) holding units [first, end) with `slots`
+// micro-batches' activations kept at once: each slot holds the segment's input, its blocks'
+// activations, the head's (last segment) and its tokens (first segment) or targets (last segment);
+// one set of activation gradients serves them all. Units [0, L+2) with one slot is activation_bytes.
+size_t segment_activation_bytes(const GPTConfig& cfg, int B, int T, DType dt, bool checkpointing, Attention attn,
+                                int first, int end, int slots);
 
 // Activation checkpointing (--activation-checkpointing): the forward keeps only each block's input
 // (the residual stream between blocks) and computes the block's internals into one block's worth
@@ -70,7 +70,7 @@ size_t seq_slice_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DTy
 // forward and backward of each unit, and the tied LM head + loss.
 class GPT {
  public:
-  // A pipeline stage (pipeline.h) builds the model of its units [first_unit, end_unit) only, with
+  // A pipeline segment (pipeline.h) builds the model of its units [first_unit, end_unit) only, with
   // `slots` micro-batches' activations (use_slot picks the one the calls below work on); by default
   // every unit and one slot.
   // seq: sequence slices (above); T stays the whole sequence's length.
@@ -113,23 +113,23 @@ class GPT {
   AttentionBuffers attention_buffers(int u) const;
   const SeqSlices& seq_slices() const { return seq_; }
 
-  // ---- pipeline stages (pipeline.h) ----
+  // ---- pipeline segments (pipeline.h) ----
   int rows() const { return b_; }  // the sequences of the batch in use (evaluation's last may be short)
   bool has_embed() const { return first_ == L_.embed_unit(); }
-  bool has_head() const { return end_ == L_.num_units(); }  // the stage with lnf computes the head and loss
+  bool has_head() const { return end_ == L_.num_units(); }  // the segment with lnf computes the head and loss
   int slots() const { return slots_; }
   // The micro-batch slot set_batch, forward, backward and the pointers below use from now on.
   void use_slot(int s);
-  // This slot's (B,T,C) input of the stage's first unit (where the previous stage's output is
-  // received), and the output of its last unit (what is sent to the next stage).
-  void* stage_input() const;
-  void* stage_output() const;
+  // This slot's (B,T,C) input of the segment's first unit (where the previous segment's output is
+  // received), and the output of its last unit (what is sent to the next segment).
+  void* segment_input() const;
+  void* segment_output() const;
   // The (B,T,C) activation gradient that flows backward, shared by the slots: before the backward
-  // of the stage's last unit, d loss / d (its output), received from the next stage; after the
-  // backward of its first unit, d loss / d (the stage's input), to send to the previous stage.
+  // of the segment's last unit, d loss / d (its output), received from the next segment; after the
+  // backward of its first unit, d loss / d (the segment's input), to send to the previous segment.
   void* activation_grad() const;
-  // The last stage of a pipeline without the embedding: the LM head's gradient of the tied wte for
-  // this slot's micro-batch (V,C), into zeros, after head_backward. The first stage receives it into
+  // The last segment of a pipeline without the embedding: the LM head's gradient of the tied wte for
+  // this slot's micro-batch (V,C), into zeros, after head_backward. The first segment receives it into
   // its embedding gradient, where backward(embed) adds the lookup's: the same numbers, added in the
   // same order, as backward(embed) on a model that holds both ends.
   void head_weight_backward(void* dwte);
@@ -154,7 +154,7 @@ class GPT {
   // gradient of the backward is S times the true one. 1 by default.
   void set_loss_scale(float s) { loss_scale_ = s; }
   // Backward of unit u: zeroes unit_grads (padded size) and writes this unit's gradient into it
-  // (the embedding on a pipeline's first stage: adds to the head's part received there, see
+  // (the embedding on a pipeline's first segment: adds to the head's part received there, see
   // head_weight_backward).
   // With checkpointing, a block's backward first recomputes its forward from its saved input, with
   // the same unit_params (in stage3, the parameters its backward gathers anyway).
@@ -206,7 +206,7 @@ class GPT {
   int B_, T_, b_ = 0;  // allocated batch, sequence length (my slice's); rows used by the current batch
   SeqSlices seq_;      // sequence slices (off by default)
   Attention attn_;     // what each block's att holds: the probabilities (Gemm) or the lse (Flash)
-  int first_, end_;    // the units this model computes (a pipeline stage's; all by default)
+  int first_, end_;    // the units this model computes (a pipeline segment's; all by default)
   int slots_, slot_ = 0;   // micro-batches' activations kept, and the one in use
   size_t slot_bytes_ = 0;  // one slot's activations
   float loss_scale_ = 1;  // fp16: the loss scale the backward starts from

@@ -38,9 +38,9 @@ void average_grads(DType dt, void* grads, size_t n, float scale);
 double sq_sum_in_rank_order(const Layout& L, DType dt, const void* full_grads);
 double sq_sum_of_slice_in_full(const Layout& L, DType dt, const void* full_grads, int rank);
 double sq_sum_of_shard(const Layout& L, DType dt, const void* shard_grads, Location where = Location::Device);
-// The pipeline (pipeline.h): a stage holds units [first, end) only, their full gradients in `grads`
+// The pipeline (pipeline.h): a segment holds units [first, end) only, their full gradients in `grads`
 // (element 0 is the first unit's first). sq_sums_of_units gives the D x U table of partials, slice r
-// of unit u at [r * U + u], zeros for the other stages' units: summed over the stages (exact: each
+// of unit u at [r * U + u], zeros for the other segments' units: summed over the segments (exact: each
 // entry has one non-zero contribution), sq_sum_of_table adds it the way sq_sum_in_rank_order does.
 std::vector<double> sq_sums_of_units(const Layout& L, DType dt, const void* grads, int first, int end);
 double sq_sum_of_table(const Layout& L, const std::vector<double>& sums);

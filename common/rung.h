@@ -3,7 +3,7 @@
 //
 // The Trainer is the ladder's protocol (set-up, the step's bookkeeping, validation, the reports) and
 // names no rung. A rung whose ranks are not simply N data-parallel replicas of the whole model (the
-// pipeline: P stages x D replicas) hands it a Topology; a rung whose flags, validation, memory
+// pipeline: P segments x D replicas) hands it a Topology; a rung whose flags, validation, memory
 // formulas or report differ from the stage's fills the hooks it needs (at set-up: a RungSetUp).
 // Every other rung leaves them empty. What every rung answers alike (does it run on the GPU, does it
 // take --prune-mask) is a column of its line in stages.txt.

@@ -53,7 +53,7 @@ HeldState Trainer::held_state() {
   h.params = held_params_;
   h.slices = held_slices_;
   h.params_full = params_held_ != ParamsHeld::OwnSlices;  // else this rank's slices
-  if (params_held_ == ParamsHeld::StageUnits) h.first_unit = topology.first_unit, h.end_unit = topology.end_unit;
+  if (params_held_ == ParamsHeld::SegmentUnits) h.first_unit = topology.first_unit, h.end_unit = topology.end_unit;
   h.data_world = dp_world();
   h.opt = held_optimizer_;
   h.scaler = &loss_scaler_;
@@ -64,7 +64,7 @@ HeldState Trainer::held_state() {
   for (int u = 0; u < layout.num_units(); u++) held_elems += h.params_range(u).size();
   NZ_CHECK(held_params_->bytes() == held_elems * elem_bytes,
            "checkpoint_state: a params buffer of %zu bytes, but the stage says it holds %s", held_params_->bytes(),
-           h.params_full ? (h.holds(0) && h.holds(layout.num_units() - 1) ? "all units" : "its stage's units")
+           h.params_full ? (h.holds(0) && h.holds(layout.num_units() - 1) ? "all units" : "its segment's units")
                          : "its own slices");
   return h;
 }

@@ -63,7 +63,7 @@ StateBytes expected_state_bytes(Stage stage, const Layout& L, DType dt) {
   const bool mixed = dt != DType::F32;  // bf16, fp16: an fp32 master copy (the paper's K = 12)
   StateBytes b;
   switch (stage) {
-    case Stage::Pipeline:  // as an upper bound (a stage holds less: pipeline_stage_bytes)
+    case Stage::Pipeline:  // as an upper bound (a segment holds less: pipeline_segment_bytes)
     case Stage::Tensor:    // as an upper bound (a tensor rank holds less: tensor/formulas.h)
     case Stage::DDP:  // everything, everywhere
       b.params = e * P;
@@ -248,7 +248,7 @@ uint64_t qat_bytes(const Layout& L, DType dt, const QatConfig& q, int first, int
   uint64_t elems = 0;
   for (int u = first; u < end; u++)
     if (q.quantizes(L, u)) elems = std::max<uint64_t>(elems, L.units[u].padded);
-  const bool head_only = end == L.num_units() && first > L.embed_unit();  // a pipeline's last stage
+  const bool head_only = end == L.num_units() && first > L.embed_unit();  // a pipeline's last segment
   if (head_only && q.quantizes(L, L.embed_unit())) elems = std::max<uint64_t>(elems, uint64_t(L.cfg.vocab) * L.cfg.dim);
   return elems * dtype_bytes(dt);
 }

@@ -17,7 +17,7 @@
 
 namespace nz {
 
-// Pipeline: pipeline/train.cpp; its per-stage bytes are in pipeline/formulas.h, the whole-model
+// Pipeline: pipeline/train.cpp; its per-segment bytes are in pipeline/formulas.h, the whole-model
 // functions count it as stage0_ddp (every rank all units: an upper bound).
 // ZeroPP: zeropp/train.cpp, stage3 with ZeRO++'s quantized and node-local collectives; the
 // whole-model functions count it as stage3, and zeropp/formulas.h adds what ZeRO++ adds.
@@ -107,8 +107,8 @@ uint64_t expected_overflow_flag_elems(const Layout& L, DType dt);
 // their full parameter buffer's unit into it (in place would be wrong: in fp32 the parameters are
 // the master itself), stage3 (infinity, zeropp) the unit it gathered. stage3 could quantize its
 // gathered copy in place and save these bytes, but only with lines in its file; one copy in the
-// model keeps every stage file unchanged. For a pipeline stage: units [first, end), and on a last
-// stage without the embedding the LM head's wte copy, V C elements.
+// model keeps every stage file unchanged. For a pipeline segment: units [first, end), and on a last
+// segment without the embedding the LM head's wte copy, V C elements.
 uint64_t qat_bytes(const Layout& L, DType dt, const QatConfig& q, int first = 0, int end = -1);
 
 }  // namespace nz

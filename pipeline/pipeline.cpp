@@ -1,4 +1,4 @@
-// pipeline.cpp — the partition, the schedules and the stage clock (pipeline.h).
+// pipeline.cpp — the partition, the schedules and the segment clock (pipeline.h).
 #include "pipeline/pipeline.h"
 
 #include <algorithm>
@@ -14,7 +14,7 @@ namespace nz {
 
 const char* schedule_name(PipeSchedule s) { return s == PipeSchedule::GPipe ? "gpipe" : "1f1b"; }
 
-std::vector<PipeOp> stage_ops(PipeSchedule schedule, int P, int s, int K) {
+std::vector<PipeOp> segment_ops(PipeSchedule schedule, int P, int s, int K) {
   std::vector<PipeOp> ops;
   if (schedule == PipeSchedule::GPipe) {
     for (int k = 0; k < K; k++) ops.push_back({true, k});
@@ -39,10 +39,10 @@ int activation_slots(PipeSchedule schedule, int P, int s, int K) {
 
 double bubble_formula(int P, int K) { return double(P - 1) / double(K + P - 1); }
 
-int PipelinePlan::stage_of_unit(int u) const {
-  for (int s = 0; s < stages; s++)
+int PipelinePlan::segment_of_unit(int u) const {
+  for (int s = 0; s < segments; s++)
     if (u < first_unit[s + 1]) return s;
-  return stages - 1;
+  return segments - 1;
 }
 
 std::vector<int> balanced_partition(const Layout& L, int P) {
@@ -52,7 +52,7 @@ std::vector<int> balanced_partition(const Layout& L, int P) {
   std::vector<int> first{0};
   for (int s = 1; s < P; s++) {
     const double target = before[U] * s / P;
-    int best = first.back() + 1;  // every stage at least one unit; room left for the stages after
+    int best = first.back() + 1;  // every segment at least one unit; room left for the segments after
     for (int u = best; u <= U - (P - s); u++)
       if (std::abs(before[u] - target) < std::abs(before[best] - target)) best = u;
     first.push_back(best);
@@ -66,8 +66,8 @@ PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P
   const int U = cfg.layers + 2;
   // ZeRO-2 and -3 shard the gradient: each micro-batch's gradient of a unit must be reduce-scattered
   // away as soon as its backward ends. In a pipeline those backwards come one by one, between other
-  // micro-batches' forwards, on every stage at its own time: a reduce-scatter per unit per micro-batch
-  // on each stage, and the sum over micro-batches no longer local. ZeRO-1 shards only the optimizer
+  // micro-batches' forwards, on every segment at its own time: a reduce-scatter per unit per micro-batch
+  // on each segment, and the sum over micro-batches no longer local. ZeRO-1 shards only the optimizer
   // state, touched once per step after the last backward: it fits (DeepSpeed allows only it too).
   if (zero >= 2)
     user_error("--zero %d: ZeRO-%d shards the gradient, but in a pipeline a unit's gradient accumulates over K "
@@ -79,13 +79,13 @@ PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P
                "pipeline); run on a multiple of %d ranks, or choose P dividing %d",
                P, world, P, world);
   if (P > U)
-    user_error("--pipeline %d: more stages than the model's %d units (embedding, %d blocks, final layernorm), "
-               "expected at most %d; use fewer stages or more --layers",
+    user_error("--pipeline %d: more segments than the model's %d units (embedding, %d blocks, final layernorm), "
+               "expected at most %d; use fewer segments or more --layers",
                P, U, U - 2, U);
   PipelinePlan plan;
-  plan.stages = P;
+  plan.segments = P;
   plan.replicas = world / P;
-  plan.stage = rank / plan.replicas;
+  plan.segment = rank / plan.replicas;
   plan.replica = rank % plan.replicas;
   plan.zero = zero;
   if (schedule == "gpipe") plan.schedule = PipeSchedule::GPipe;
@@ -101,30 +101,30 @@ PipelinePlan make_pipeline_plan(const GPTConfig& cfg, int world, int rank, int P
     char* end = nullptr;
     const long u = strtol(at, &end, 10);
     if (end == at || (*end != ',' && *end != '\0'))
-      user_error("--partition %s: not a list of unit numbers, expected the first unit of stages 1..%d, "
-                 "comma-separated (e.g. --partition %d for 2 stages)", partition.c_str(), P - 1, U / 2);
+      user_error("--partition %s: not a list of unit numbers, expected the first unit of segments 1..%d, "
+                 "comma-separated (e.g. --partition %d for 2 segments)", partition.c_str(), P - 1, U / 2);
     if (u <= plan.first_unit.back() || u >= U)
-      user_error("--partition %s: unit %ld %s, expected increasing unit numbers in 1..%d so that every stage holds "
+      user_error("--partition %s: unit %ld %s, expected increasing unit numbers in 1..%d so that every segment holds "
                  "at least one unit (0 embed, 1..%d blocks, %d lnf)", partition.c_str(), u,
-                 u >= U ? "is past the last unit" : "leaves a stage empty", U - 1, U - 2, U - 1);
+                 u >= U ? "is past the last unit" : "leaves a segment empty", U - 1, U - 2, U - 1);
     plan.first_unit.push_back(int(u));
     at = *end ? end + 1 : end;
   }
   if (int(plan.first_unit.size()) != P)
-    user_error("--partition %s: %zu boundaries for --pipeline %d, expected %d (the first unit of stages 1..%d)",
+    user_error("--partition %s: %zu boundaries for --pipeline %d, expected %d (the first unit of segments 1..%d)",
                partition.c_str(), plan.first_unit.size() - 1, P, P - 1, P - 1);
   plan.first_unit.push_back(U);
   return plan;
 }
 
-int StageClock::start(const PipeOp& op) {
+int SegmentClock::start(const PipeOp& op) {
   if (new_step_) events.clear(), new_step_ = false;  // keep the last step's only
   switch_to(false);  // the previous op's last stretch ends here
   op_ = op;
   return op.micro;
 }
 
-void StageClock::switch_to(bool wait) {
+void SegmentClock::switch_to(bool wait) {
   const auto now = std::chrono::steady_clock::now();
   if (running_) {
     (in_wait_ ? wait_s : compute_s) += std::chrono::duration<double>(now - since_).count();
@@ -138,7 +138,7 @@ void StageClock::switch_to(bool wait) {
   since_ = now;
 }
 
-void StageClock::stop() {
+void SegmentClock::stop() {
   switch_to(false);
   running_ = false;
   new_step_ = true;
@@ -151,7 +151,7 @@ PipelinePlan pipeline_plan(const Args& a, int world, int rank) {
 
 Topology pipeline_topology(const Args& a, int world, int rank) {
   const PipelinePlan plan = pipeline_plan(a, world, rank);
-  // the last stage quantizes its own copy of wte for the LM head: its blocks are the embedding's
+  // the last segment quantizes its own copy of wte for the LM head: its blocks are the embedding's
   // (counted from the unit's start) only if wte is whole blocks
   const size_t wte_elems = size_t(a.cfg.vocab) * a.cfg.dim;
   if (a.qat_bits && !a.qat_skip_embed && wte_elems % a.qat_block != 0)
@@ -161,23 +161,23 @@ Topology pipeline_topology(const Args& a, int world, int rank) {
   Topology t;
   t.dp_world = plan.replicas, t.dp_rank = plan.replica;
   t.first_unit = plan.first(), t.end_unit = plan.end();
-  t.activation_slots = [plan](int K) { return activation_slots(plan.schedule, plan.stages, plan.stage, K); };
+  t.activation_slots = [plan](int K) { return activation_slots(plan.schedule, plan.segments, plan.segment, K); };
   return t;
 }
 
-void recv_waiting(Comm& comm, StageClock& clock, void* dst, size_t elems, DType dt, int from, int tag) {
+void recv_waiting(Comm& comm, SegmentClock& clock, void* dst, size_t elems, DType dt, int from, int tag) {
   clock.waiting();
   comm.recv(dst, elems, dt, from, tag);
   clock.computing();
 }
 
-void wait_waiting(Comm& comm, StageClock& clock, CommRequest& sent) {
+void wait_waiting(Comm& comm, SegmentClock& clock, CommRequest& sent) {
   clock.waiting();
   comm.wait(sent);
   clock.computing();
 }
 
-std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const StageClock& clock) {
+std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const SegmentClock& clock) {
   const std::vector<double> compute_s = comm.gather_scalar(clock.compute_s);
   const std::vector<double> wait_s = comm.gather_scalar(clock.wait_s);
   // the events, in ms from the first one on any rank: [op, micro-batch, "compute" or "wait", from, to]
@@ -185,7 +185,7 @@ std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const Sta
   double origin = comm.rank() == 0 ? *std::min_element(firsts.begin(), firsts.end()) : 0;
   comm.control_broadcast(&origin, sizeof origin);
   std::string mine = "[";
-  for (const StageEvent& ev : clock.events) {
+  for (const SegmentEvent& ev : clock.events) {
     char one[96];
     snprintf(one, sizeof one, "%s[\"%c\", %d, \"%s\", %.4f, %.4f]", mine.size() > 1 ? ", " : "",
              ev.op.forward ? 'F' : 'B', ev.op.micro, ev.wait ? "wait" : "compute", 1e3 * (ev.t0_s - origin),
@@ -196,11 +196,11 @@ std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const Sta
   size_t line_at = 0;
   JsonWriter j;
   j.begin_object();
-  j.kv("stages", plan.stages);
+  j.kv("segments", plan.segments);
   j.kv("replicas", plan.replicas);
   j.kv("zero", plan.zero);
   j.kv("schedule", schedule_name(plan.schedule));
-  j.kv("bubble_formula", bubble_formula(plan.stages, K));
+  j.kv("bubble_formula", bubble_formula(plan.segments, K));
   j.key("first_unit");
   j.begin_array();
   for (int u : plan.first_unit) j.value(u);
@@ -208,18 +208,18 @@ std::string report_bubble(Comm& comm, const PipelinePlan& plan, int K, const Sta
   j.key("ranks");
   j.begin_array();
   if (comm.rank() == 0)
-    printf("pipeline: %d stages x %d replicas, %s, %d micro-batches | bubble (P-1)/(K+P-1) = %.3f\n", plan.stages,
-           plan.replicas, schedule_name(plan.schedule), K, bubble_formula(plan.stages, K));
+    printf("pipeline: %d segments x %d replicas, %s, %d micro-batches | bubble (P-1)/(K+P-1) = %.3f\n",
+           plan.segments, plan.replicas, schedule_name(plan.schedule), K, bubble_formula(plan.segments, K));
   for (int r = 0; r < comm.size(); r++) {
     const double busy = compute_s[r] + wait_s[r];
     const double idle = busy > 0 ? wait_s[r] / busy : 0;
     const int rs = r / plan.replicas;
     if (comm.rank() == 0)
-      printf("  rank %d (stage %d, units %d..%d, %d activation slots): compute %.1f ms, waiting %.1f ms: idle %.3f\n",
+      printf("  rank %d (segment %d, units %d..%d, %d activation slots): compute %.1f ms, waiting %.1f ms: idle %.3f\n",
              r, rs, plan.first_unit[rs], plan.first_unit[rs + 1] - 1,
-             activation_slots(plan.schedule, plan.stages, rs, K), 1e3 * compute_s[r], 1e3 * wait_s[r], idle);
+             activation_slots(plan.schedule, plan.segments, rs, K), 1e3 * compute_s[r], 1e3 * wait_s[r], idle);
     j.begin_object();
-    j.kv("stage", rs);
+    j.kv("segment", rs);
     j.kv("compute_s", compute_s[r]);
     j.kv("wait_s", wait_s[r]);
     j.kv("idle", idle);

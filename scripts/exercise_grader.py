@@ -92,9 +92,9 @@ INFINITY_DISK = "--offload-param disk --offload-dir build/exercises"
 # fp16 on 2 ranks with accumulation 2 too: the host AdamW must undo fp16's loss scale (a mistake there
 # changes the losses from step 3 on, and nothing in fp32 or bf16, whose loss scale is 1).
 INFINITY_CONFIGS = [Config(3, 1), Config(3, 1, "bf16", INFINITY_DISK), Config(2, 2, "fp16")]
-# The pipeline: 4 stages and 5 micro-batches (every stage's warm-up differs, the first stage's slots are
-# reused), then 4 stages and 2 micro-batches (K < P - 1: the warm-up is capped at K), then 2 stages x 2
-# replicas in bf16 with 3. Its order of operations is checked too.
+# The pipeline: 4 segments and 5 micro-batches (every segment's warm-up differs, the first segment's slots
+# are reused), then 4 segments and 2 micro-batches (K < P - 1: the warm-up is capped at K), then 2
+# segments x 2 replicas in bf16 with 3. Its order of operations is checked too.
 PIPELINE_CONFIGS = [Config(4, 5, "fp32", "--pipeline 4 --schedule 1f1b"),
                     Config(4, 2, "fp32", "--pipeline 4 --schedule 1f1b"),
                     Config(4, 3, "bf16", "--pipeline 2 --schedule 1f1b")]
@@ -555,10 +555,10 @@ GLIBC_HEAP = re.compile(r"(free\(\): [^\n]*|malloc\(\): [^\n]*|double free or co
                         r"corrupted [^\n]*|munmap_chunk\(\): [^\n]*|realloc\(\): [^\n]*|malloc_consolidate\(\)[^\n]*)")
 
 
-PIPELINE_HANG_HINT = ("a stage waits for a message its neighbour never sends: stage s's forward of micro-batch k "
-                      "waits for stage s-1's forward of k, its backward of k for stage s+1's backward of k. Run "
+PIPELINE_HANG_HINT = ("a segment waits for a message its neighbour never sends: segment s's forward of micro-batch k "
+                      "waits for segment s-1's forward of k, its backward of k for segment s+1's backward of k. Run "
                       "every forward and backward once, and order them so that these waits never form a circle: "
-                      "on every stage the forward of k comes before the backward of k, and a backward comes "
+                      "on every segment the forward of k comes before the backward of k, and a backward comes "
                       "only after the warm-up's forwards")
 PIPELINE_BOUNDS_HINT = ("a forward or backward of a micro-batch outside 0..K-1, or more micro-batches in flight "
                         "than the model has activation slots: with few micro-batches (K < P - 1) the warm-up "
@@ -698,10 +698,10 @@ def pipeline_ops(rank):
 
 def schedule_diff(R, G):
     """The first pipeline rank whose order of forwards and backwards differs from the real one's:
-    ("schedule", message, (P, [(stage, real ops, these ops) for every rank])), or None."""
+    ("schedule", message, (P, [(segment, real ops, these ops) for every rank])), or None."""
     if "pipeline" not in R or "pipeline" not in G:
         return None
-    P, D = R["pipeline"]["stages"], R["pipeline"]["replicas"]
+    P, D = R["pipeline"]["segments"], R["pipeline"]["replicas"]
     ranks = [(r // D, pipeline_ops(rr), pipeline_ops(gr))
              for r, (rr, gr) in enumerate(zip(R["pipeline"]["ranks"], G["pipeline"]["ranks"]))]
     for r, (s, want, have) in enumerate(ranks):
@@ -710,7 +710,7 @@ def schedule_diff(R, G):
 
             def shown(ops):
                 return " ".join(f"{o}{k}" for o, k in ops[:i + 3]) + (" ..." if len(ops) > i + 3 else "")
-            return ("schedule", f"rank {r} (stage {s} of {P}): ran {shown(have)}, expected {shown(want)} "
+            return ("schedule", f"rank {r} (segment {s} of {P}): ran {shown(have)}, expected {shown(want)} "
                                 f"(operation {i + 1} differs)", (P, ranks))
     return None
 
@@ -724,19 +724,19 @@ def schedule_hints(data):
     short = next(((s, want, have) for s, want, have in ranks if sorted(have) != sorted(want)), None)
     if short:
         s, want, have = short
-        return [f"every micro-batch runs its forward once and its backward once on every stage: {len(want)} "
-                f"operations on stage {s}, F and B of each of 0..K-1, and yours ran {len(have)}"]
+        return [f"every micro-batch runs its forward once and its backward once on every segment: {len(want)} "
+                f"operations on segment {s}, F and B of each of 0..K-1, and yours ran {len(have)}"]
     if any([k for o, k in have if o == "B"] != sorted(k for o, k in have if o == "B") for _, _, have in ranks):
-        return ["the backwards must run in ascending micro-batch order 0, 1, ..., K - 1 on every stage, "
+        return ["the backwards must run in ascending micro-batch order 0, 1, ..., K - 1 on every segment, "
                 "cool-down included: each unit's gradient is then summed in stage0_ddp's order, bit for bit"]
     if all(forwards_first(have) == sum(o == "F" for o, _ in have) for _, _, have in ranks):
-        return ["that is GPipe's order: every stage runs all K forwards first, so all K micro-batches are in "
-                "flight, but 1F1B's model keeps only min(P - s, K) of them on stage s and a later forward "
+        return ["that is GPipe's order: every segment runs all K forwards first, so all K micro-batches are in "
+                "flight, but 1F1B's model keeps only min(P - s, K) of them on segment s and a later forward "
                 "overwrites activations a backward still needs: start the backwards after the warm-up"]
     s, want, have = next(x for x in ranks if x[1] != x[2])
-    return [f"stage {s} of {P} ran {forwards_first(have)} forwards before its first backward, expected "
+    return [f"segment {s} of {P} ran {forwards_first(have)} forwards before its first backward, expected "
             f"{forwards_first(want)}: the warm-up is P - s - 1 forwards (the micro-batches on their way through "
-            f"the stages after it), at most K, then one forward before each backward"]
+            f"the segments after it), at most K, then one forward before each backward"]
 
 
 def compare(ref, got, prefetch):
@@ -874,7 +874,7 @@ def nan_hint(ex):
     """What NaN or infinite numbers most likely come from, in this exercise's code."""
     if ex.stage == "pipeline":
         return ("a backward that ran before its own forward, or on activations a later forward overwrote: "
-                "on every stage the forward of k comes before the backward of k, and at most min(P - s, K) "
+                "on every segment the forward of k comes before the backward of k, and at most min(P - s, K) "
                 "micro-batches are in flight")
     if ex.stage == "zeropp":
         return ("a scale that divides by zero, or a sum read before it was written: dequantize rank 0's blocks "
@@ -889,9 +889,9 @@ def pipeline_hints(diffs):
     kinds = {d[0] for d in diffs}
     if kinds & {"memory"}:
         return ["the activations held differ from the real pipeline's: at most min(P - s, K) micro-batches may "
-                "be in flight on stage s (forward run, backward not yet)"]
+                "be in flight on segment s (forward run, backward not yet)"]
     return ["every rank ran the real order of forwards and backwards, yet the model differs: each micro-batch's "
-            "forward and backward must run once on every stage, the backwards in ascending order"]
+            "forward and backward must run once on every segment, the backwards in ascending order"]
 
 
 def infinity_update_hint(cfg, ref, got):

@@ -21,7 +21,7 @@ for the formulas, and writes (with infinity's runs for largest_model.png):
     comm_per_step.png        bytes per step: the network (K = 1) against 2Ψ(N-1)/N and 3Ψ(N-1)/N, and
                              offload's host link (K·S down, S up) on its own axis
     comm_vs_accum.png        elements sent per step against K = 1..8 micro-steps, by stage (N = 4)
-    pipeline_diagram.png     the pipeline (P = 4, K = 8), GPipe and 1F1B: each stage's forwards and
+    pipeline_diagram.png     the pipeline (P = 4, K = 8), GPipe and 1F1B: each segment's forwards and
                              backwards of the last step, as measured
     pipeline_bubble.png      the measured idle fraction against K = 1..16 beside (P-1)/(K+P-1), P = 2
     zeropp_network.png       ZeRO++ against stage3: communication time and time per step against N on a
@@ -78,8 +78,8 @@ def main():
         "comm_vs_accum.png": nz.fig_comm_vs_accum(world=max(worlds), measured=accum_reports),
     }
     if (nz.bin_dir() / "pipeline").is_file():  # beside the ladder: drawn when it is built
-        figures["pipeline_diagram.png"] = nz.fig_pipeline_diagram(stages=4, accum=8)
-        figures["pipeline_bubble.png"] = nz.fig_bubble_vs_accum(stages=2)  # two stages: one core each here
+        figures["pipeline_diagram.png"] = nz.fig_pipeline_diagram(segments=4, accum=8)
+        figures["pipeline_bubble.png"] = nz.fig_bubble_vs_accum(segments=2)  # two segments: one core each here
     figures["zeropp_network.png"] = nz.fig_zeropp_network()  # formulas only
     figures["zeropp_loss_vs_block.png"] = nz.fig_zeropp_loss_vs_block()  # the committed measured table
     figures["compression.png"] = nz.fig_compression()  # the committed measured table

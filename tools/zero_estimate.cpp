@@ -52,7 +52,7 @@
 #include "runtime/json.h"           // JsonWriter
 #include "model.h"          // presets, make_layout, activation_bytes
 #include "zero_formulas.h"  // Stage, parse_stage, expected_state_bytes, expected_comm_elems
-#include "pipeline/formulas.h"  // pipeline_stage_bytes, pipeline_activation_bytes
+#include "pipeline/formulas.h"  // pipeline_segment_bytes, pipeline_activation_bytes
 #include "ulysses/formulas.h"   // ulysses_activation_bytes, ulysses_all_to_all_elems
 #include "zeropp/formulas.h"    // zeropp_state_bytes, zeropp_comm_per_step
 #include "muon_formulas.h"      // muon_estimate_text: --optimizer muon
@@ -244,10 +244,11 @@ void print_usage() {
          "  --fit SIZE     the largest micro-batch per rank whose device peak (model states on the device +\n"
          "                 activations) fits SIZE (64MiB, 2GB, ...), per stage, with and without checkpointing:\n"
          "                 what a trainer's --batch auto --memory-budget SIZE picks\n"
-         "  --pipeline P   the pipeline's per-stage table (pipeline/train.cpp) on --world N ranks (default N = P):\n"
-         "                 each stage's units, model states and activations; --schedule 1f1b (default) or gpipe,\n"
-         "                 --partition U1,U2,... (default: balance the parameters), --accum K micro-batches,\n"
-         "                 --zero 1 (each stage's optimizer state sharded over its N/P replicas); --json: exact\n"
+         "  --pipeline P   the pipeline's table (pipeline/train.cpp) on --world N ranks (default N = P): each\n"
+         "                 segment's units, model states and activations (a segment: DeepSpeed's pipeline stage);\n"
+         "                 --schedule 1f1b (default) or gpipe, --partition U1,U2,... (default: balance the\n"
+         "                 parameters), --accum K micro-batches, --zero 1 (each segment's optimizer state\n"
+         "                 sharded over its N/P replicas); --json: exact\n"
          "  --ctx N        the model's context (wpe's rows; default the preset's), for a longer --seq\n"
          "  --sp S         ulysses' table (ulysses/train.cpp) on --world N ranks (default N = S): S sequence\n"
          "                 slices x N/S replicas, per rank stage3's model states over N, the activations of a\n"
@@ -284,26 +285,26 @@ void print_usage() {
          preset_names());
 }
 
-// --pipeline P: the per-stage table of pipeline/train.cpp on N ranks (P stages x N/P replicas), as its
-// memory table prints it: each stage's units, model states and activation slots.
+// --pipeline P: the per-segment table of pipeline/train.cpp on N ranks (P segments x N/P replicas),
+// as its memory table prints it: each segment's units, model states and activation slots.
 void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string& schedule,
                           const std::string& partition, int zero, DType dt, int B, int T, int K, bool ckpt,
                           Attention attn, bool json) {
   const PipelinePlan plan = make_pipeline_plan(cfg, N, 0, P, schedule, partition, zero);
   const Layout L = make_layout(cfg, plan.replicas);
-  if (json) {  // the same numbers, exact, one record per pipeline stage
+  if (json) {  // the same numbers, exact, one record per pipeline segment
     JsonWriter j;
     j.begin_object();
-    j.kv("stages", P), j.kv("replicas", plan.replicas), j.kv("world", N), j.kv("zero", zero);
+    j.kv("segments", P), j.kv("replicas", plan.replicas), j.kv("world", N), j.kv("zero", zero);
     j.kv("schedule", schedule_name(plan.schedule)), j.kv("micro_batches", K), j.kv("batch", B), j.kv("seq", T);
     j.kv("precision", dtype_name(dt)), j.kv("activation_checkpointing", ckpt), j.kv("bubble", bubble_formula(P, K));
     j.key("estimates");
     j.begin_array();
     for (int s = 0; s < P; s++) {
-      const StateBytes b = pipeline_stage_bytes(L, dt, plan, s);
+      const StateBytes b = pipeline_segment_bytes(L, dt, plan, s);
       const uint64_t acts = pipeline_activation_bytes(cfg, B, T, dt, ckpt, attn, plan, s, K);
       j.begin_object();
-      j.kv("stage", s), j.kv("first_unit", plan.first_unit[s]), j.kv("last_unit", plan.first_unit[s + 1] - 1);
+      j.kv("segment", s), j.kv("first_unit", plan.first_unit[s]), j.kv("last_unit", plan.first_unit[s + 1] - 1);
       j.key("bytes");
       j.begin_object();
       j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
@@ -318,17 +319,17 @@ void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string&
     printf("%s\n", j.str().c_str());
     return;
   }
-  printf("pipeline: %d stages x %d replicas (%d ranks), %s, %d micro-batches of %d x %d, %s | bubble (P-1)/(K+P-1) = "
+  printf("pipeline: %d segments x %d replicas (%d ranks), %s, %d micro-batches of %d x %d, %s | bubble (P-1)/(K+P-1) = "
          "%.3f\n", P, plan.replicas, N, schedule_name(plan.schedule), K, B, T, dtype_name(dt),
          bubble_formula(P, K));
-  printf("%-6s %-8s %12s %12s %12s %12s %12s %6s %12s %14s\n", "stage", "units", "params", "grads", "master", "adam_m",
+  printf("%-7s %-8s %12s %12s %12s %12s %12s %6s %12s %14s\n", "segment", "units", "params", "grads", "master", "adam_m",
          "adam_v", "slots", "activations", "total");
   for (int s = 0; s < P; s++) {
-    const StateBytes b = pipeline_stage_bytes(L, dt, plan, s);
+    const StateBytes b = pipeline_segment_bytes(L, dt, plan, s);
     const uint64_t acts = pipeline_activation_bytes(cfg, B, T, dt, ckpt, attn, plan, s, K);
     char units[32];
     snprintf(units, sizeof units, "%d..%d", plan.first_unit[s], plan.first_unit[s + 1] - 1);
-    printf("%-6d %-8s %12llu %12llu %12llu %12llu %12llu %6d %12llu %14llu\n", s, units,
+    printf("%-7d %-8s %12llu %12llu %12llu %12llu %12llu %6d %12llu %14llu\n", s, units,
            (unsigned long long)b.params, (unsigned long long)b.grads, (unsigned long long)b.master,
            (unsigned long long)b.adam_m, (unsigned long long)b.adam_v, activation_slots(plan.schedule, P, s, K),
            (unsigned long long)acts, (unsigned long long)(b.total() + acts));
@@ -778,11 +779,11 @@ int main(int argc, char** argv) {
   CourseQuiz course;                     // a course's quiz: --student, --course-pub, --signing-key, --sign
   std::string verify_line, course_keys;
   bool verify = false, seed_given = false;
-  int pipeline = 0;  // --pipeline P: the pipeline's per-stage table
+  int pipeline = 0;  // --pipeline P: the pipeline's per-segment table
   int sp = 0;        // --sp S: ulysses' table
   std::string sp_mode = "ulysses";  // --sp-mode ring: ring attention's instead
   int ctx = -1;      // --ctx N: the context (wpe's rows), as the trainers' --ctx
-  int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each stage's replicas
+  int zero = 0;      // --zero 1 with --pipeline: ZeRO-1 inside each segment's replicas
   int zeropp_node = 0;  // --zeropp G: stage3 against ZeRO++ on nodes of G ranks
   int tensor = 0;       // --tensor T: a tensor rank's bytes and elements (tensor/formulas.h)
   bool sequence_parallel = false;
@@ -1064,7 +1065,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (pipeline > 0) {
-    if (raw) user_error("--pipeline needs a model shape (its stages are runs of units); drop --params, use --preset");
+    if (raw) user_error("--pipeline needs a model shape (its segments are runs of units); drop --params, use --preset");
     if (worlds.size() != 1)
       user_error("--pipeline %d: one --world N at a time, expected N = P x D ranks, e.g. --world %d", pipeline, pipeline);
     print_pipeline_table(cfg, worlds[0] == 1 ? pipeline : worlds[0], pipeline, schedule, partition, zero, dt, batch,

@@ -367,12 +367,12 @@ Args parse_args(int argc, char** argv, const char* program) {
       {"--offload-chunk", "N", "offload, infinity on disk: optimizer elements streamed through host memory at a "
                                 "time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
-      {"--pipeline", "P", "pipeline: P stages, each a contiguous run of units; N/P data-parallel replicas "
-       "(default 1)", pos_int(&a.pipeline, 1 << 16)},
+      {"--pipeline", "P", "pipeline: P segments (DeepSpeed's pipeline stages), each a contiguous run of units; N/P "
+       "data-parallel replicas (default 1)", pos_int(&a.pipeline, 1 << 16)},
       {"--schedule", "S", "pipeline: 1f1b (default: one forward, one backward; at most P-s micro-batches in "
-       "flight on stage s) or gpipe (all forwards, then all backwards)",
+       "flight on segment s) or gpipe (all forwards, then all backwards)",
        [&](auto&, auto& v) { a.schedule = v; }},
-      {"--partition", "U1,U2,...", "pipeline: the first unit of stages 1..P-1, increasing (units: 0 embed, 1..L "
+      {"--partition", "U1,U2,...", "pipeline: the first unit of segments 1..P-1, increasing (units: 0 embed, 1..L "
        "blocks, L+1 lnf; default: balance the parameters)",
        [&](auto&, auto& v) { a.partition = v; }},
       {"--zero", "0|1", "pipeline, tensor: 1 shards the optimizer state over the D replicas (ZeRO-1; 2 and 3 "
@@ -380,7 +380,7 @@ Args parse_args(int argc, char** argv, const char* program) {
          // 2 and 3 are ZeRO stages the pipeline refuses with the reason (pipeline.cpp); anything else is not one
          const long z = parse_int(f, v, -(1L << 40), 1L << 40, "0 or 1");
          if (z < 0 || z > 3)
-           user_error("%s %s: expected 0 or 1 (ZeRO-1 inside each stage); e.g. %s 1", f.c_str(), v.c_str(), f.c_str());
+           user_error("%s %s: expected 0 or 1 (ZeRO-1 over the replicas); e.g. %s 1", f.c_str(), v.c_str(), f.c_str());
          a.zero = int(z);
        }},
       // begin tensor flags
@@ -649,7 +649,7 @@ Args parse_args(int argc, char** argv, const char* program) {
     user_error("--qgz-flat: it says how --qgz reduces the gradients, expected it with --qgz; add --qgz, or drop "
                "--qgz-flat");
   if (typed.count("--partition") && a.partition.empty())
-    user_error("--partition '': no stage boundaries, expected the first unit of stages 1..P-1, e.g. --partition 2; "
+    user_error("--partition '': no segment boundaries, expected the first unit of segments 1..P-1, e.g. --partition 2; "
                "drop the flag to balance the parameters");
   // begin qat checks
   if (!valid_quant_block(a.qat_block))

@@ -82,10 +82,10 @@ struct Args {
   // the model state kept beyond the device goes to disk (each flag is refused by the rungs that do not use it)
   bool state_on_disk() const { return offload_to == "disk" || offload_param == "disk"; }
   long offload_chunk = 1 << 20;      // offload disk: elements streamed per chunk
-  int pipeline = 1;                  // pipeline: P stages (the ranks are P stages x N/P replicas)
+  int pipeline = 1;                  // pipeline: P segments (the ranks are P segments x N/P replicas)
   std::string schedule = "1f1b";     // pipeline: gpipe | 1f1b
-  std::string partition;             // pipeline: the first unit of stages 1..P-1 ("" : balance parameters)
-  int zero = 0;                      // pipeline: ZeRO inside each stage's replicas (0 or 1; 2 and 3 refused)
+  std::string partition;             // pipeline: the first unit of segments 1..P-1 ("" : balance parameters)
+  int zero = 0;                      // pipeline: ZeRO inside each segment's replicas (0 or 1; 2 and 3 refused)
   int tensor = 1;                    // tensor: T tensor ranks (the ranks are N/T replicas x T, T fastest)
   bool sequence_parallel = false;    // tensor: Megatron's sequence parallelism in the layer norms' regions
   // begin ulysses flags

@@ -118,9 +118,9 @@ const std::map<std::string, NoEffect> kNoEffect = {
      {Kind::Bool, "DeepSpeed copies the checkpoints into one buffer; here every block input already lives in one arena"}},
     {"activation_checkpointing.number_checkpoints", {Kind::Size, "sizes DeepSpeed's contiguous checkpoint buffer; here "
                                                                  "the arena holds one input per block"}},
-    {"pipeline.pipe_partitioned", {Kind::Bool, "DeepSpeed splits the activations sent between stages over the "
+    {"pipeline.pipe_partitioned", {Kind::Bool, "DeepSpeed splits the activations sent between segments over the "
                                                "tensor-parallel ranks; there are none here"}},
-    {"pipeline.grad_partitioned", {Kind::Bool, "DeepSpeed splits the gradients sent between stages over the "
+    {"pipeline.grad_partitioned", {Kind::Bool, "DeepSpeed splits the gradients sent between segments over the "
                                                "tensor-parallel ranks; there are none here"}},
     {"activation_checkpointing.synchronize_checkpoint_boundary",
      {Kind::Bool, "DeepSpeed waits for the device at each checkpoint (for profiling); nothing to time apart here"}},
@@ -522,9 +522,9 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
              "2's; run build/bin/offload with zero_optimization.stage 2 (or add offload_param for build/bin/infinity)");
   }
   // ---- the pipeline (build/bin/pipeline): DeepSpeed's pipeline section ----
-  // stages is --pipeline ("auto", DeepSpeed's default, is the command line's); partition
-  // "parameters" is the balance by parameters this project does too (and "best", the section's
-  // default, means it in DeepSpeed); "uniform" and "type:..." are not built (--partition gives the
+  // stages (DeepSpeed's pipeline stages: segments here) is --pipeline ("auto", DeepSpeed's default,
+  // is the command line's); partition "parameters" is the balance by parameters this project does
+  // too (and "best", the section's default, means it in DeepSpeed); "uniform" and "type:..." are not built (--partition gives the
   // boundaries). An activation_checkpoint_interval of 1 keeps every block's input and recomputes it
   // (--activation-checkpointing); longer intervals are not built. ZeRO-1 fits a pipeline, 2 and 3 do
   // not (pipeline.cpp says why).
@@ -534,11 +534,11 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
     const std::string k = "pipeline.";
     r.only(p, "pipeline");
     if (p.contains("stages") && !pipeline && is_auto(p["stages"])) {
-      r.note(k + "stages", "\"auto\": " + program + " is one stage: ignored");
+      r.note(k + "stages", "\"auto\": " + program + " is one segment: ignored");
     } else if (p.contains("stages") && !r.take_auto(p["stages"], k + "stages", "--pipeline")) {
       const long long P = r.whole(p["stages"], k + "stages", 1, 1 << 16);
       if (P > 1 && !pipeline)
-        user_error("--config %s: a config for a pipeline of %lld stages, and this is %s, expected build/bin/pipeline; "
+        user_error("--config %s: a config for a pipeline of %lld segments, and this is %s, expected build/bin/pipeline; "
                    "run build/bin/pipeline with it", path.c_str(), P, program.c_str());
       if (pipeline) r.whole_flag("--pipeline", p["stages"], k + "stages");
     }
@@ -546,8 +546,8 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
       const std::string method = r.text(p["partition"], k + "partition");
       if (method != "parameters" && method != "best")
         r.fail(k + "partition", "\"" + printable(method) + "\" is not built here, expected \"parameters\" (balance "
-                                "the parameters, the default); give the stages' first units with --partition");
-      r.note(k + "partition", "\"" + method + "\": the stages balance their parameters, as here by default");
+                                "the parameters, the default); give the segments' first units with --partition");
+      r.note(k + "partition", "\"" + method + "\": the segments balance their parameters, as here by default");
     }
     if (p.contains("activation_checkpoint_interval")) {
       const std::string key = k + "activation_checkpoint_interval";

@@ -357,7 +357,7 @@ bool save_checkpoint(Comm& comm, const CheckpointConfig& args, Stage stage, cons
       else if (s < steps_done) remove_checkpoint(d);
     }
     const uint64_t payload = h.params_bytes() + h.optimizer_bytes();
-    // rank 0's shard: the same size on every rank of a ZeRO stage; a pipeline's stages hold different units
+    // rank 0's shard: the same size on every rank of a ZeRO stage; a pipeline's segments hold different units
     printf("checkpoint %s: %" PRIu64 " bytes in rank 0's shard (params %" PRIu64 " + optimizer %" PRIu64
            " = the ledger's params, master, Adam m and v; header %zu) written in %.1f ms\n",
            dir.c_str(), payload, h.params_bytes(), h.optimizer_bytes(), shard_header_bytes(L.num_units()), ms);

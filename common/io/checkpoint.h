@@ -79,7 +79,7 @@ struct HeldState {
   const Layout* L = nullptr;
   DType dt = DType::F32;
   Buffer* params = nullptr;  // all padded units (stages 0-2, offload), this rank's slices (stage3), or
-  bool params_full = true;   // the pipeline: its stage's units [first_unit, end_unit), whole
+  bool params_full = true;   // the pipeline: its segment's units [first_unit, end_unit), whole
   int first_unit = 0, end_unit = 1 << 30;
   int data_world = 1;        // the replicas that split the data (N, but D = N / P in the pipeline)
   // or this rank's slices held away from a buffer (held_params.h), instead of a params buffer

@@ -122,11 +122,11 @@ def run_stages(worlds=(1, 2, 3, 4), stages=None, verbose=True, **kw):
     return reports
 
 
-def run_pipeline(stages=4, accum=8, schedule="1f1b", steps=3, **kw):
-    """build/bin/pipeline on P ranks (one replica): the report, with each rank's events of the last
-    step (report["pipeline"]["ranks"][r]["events"]: [op, micro-batch, compute|wait, from ms, to ms])."""
-    extra = ("--pipeline", str(stages), "--schedule", schedule, "--accum", str(accum), *kw.pop("extra", ()))
-    return run("pipeline", stages, steps=steps, extra=extra, **kw)
+def run_pipeline(segments=4, accum=8, schedule="1f1b", steps=3, **kw):
+    """build/bin/pipeline on P ranks, P segments (one replica): the report, with each rank's events of
+    the last step (report["pipeline"]["ranks"][r]["events"]: [op, micro-batch, compute|wait, from ms, to ms])."""
+    extra = ("--pipeline", str(segments), "--schedule", schedule, "--accum", str(accum), *kw.pop("extra", ()))
+    return run("pipeline", segments, steps=steps, extra=extra, **kw)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -280,12 +280,12 @@ def fig_largest_model(capacity_gb=24, worlds=(1, 64), batch=1, seq=1024, measure
 
 
 def ledger_side_by_side(world=4, pipeline_accum=4):
-    """The per-rank ledger of every trainer (the ladder, pipeline with P = world stages and
+    """The per-rank ledger of every trainer (the ladder, pipeline with P = world segments and
     pipeline_accum micro-batches, infinity in host memory and on disk) on the measured small runs at N = world, as a markdown
     table: one row per category and location that any rung uses, peak bytes of rank 0, and of the
-    last rank where it differs (pipeline: the first and last stage). docs/infinity.md shows it."""
+    last rank where it differs (pipeline: the first and last segment). docs/infinity.md shows it."""
     rungs = [s for s in STAGES + ["pipeline", "infinity"] if (bin_dir() / s).is_file()]
-    reps = {s: run_pipeline(stages=world, accum=pipeline_accum, steps=MEASURED["steps"]) if s == "pipeline"
+    reps = {s: run_pipeline(segments=world, accum=pipeline_accum, steps=MEASURED["steps"]) if s == "pipeline"
             else run(s, world) for s in rungs}
     if "infinity" in rungs:  # and its disk tier (the files' directory: the reports', which stays)
         rungs.append("infinity (disk)")

@@ -7,10 +7,10 @@
 # miss, or hit more than one line, the build stops and names the mutant to fix.
 #
 #   reverse_backward    GPipe runs its backwards in micro-batch order K-1, ..., 0 (pipeline/pipeline.cpp)
-#   grad_scaled_by_k    every stage divides its averaged gradient by K once more (the bug DeepSpeed's
-#                       pipeline engine had: the accumulation's scale applied again on each stage)
-#   tied_not_combined   the first stage drops the head's part of the tied embedding's gradient
-#   wrong_neighbour     activations go to, and gradients come from, the next stage of another replica
+#   grad_scaled_by_k    every segment divides its averaged gradient by K once more (the bug DeepSpeed's
+#                       pipeline engine had: the accumulation's scale applied again on each segment)
+#   tied_not_combined   the first segment drops the head's part of the tied embedding's gradient
+#   wrong_neighbour     activations go to, and gradients come from, the next segment of another replica
 PIPELINE_MUTANTS := reverse_backward grad_scaled_by_k tied_not_combined wrong_neighbour
 PIPELINE_MUTANT_FILE_reverse_backward := pipeline/pipeline.cpp
 PIPELINE_MUTANT_SED_reverse_backward := s/for (int k = 0; k < K; k++) ops\.push_back({false, k});/for (int k = K - 1; k >= 0; k--) ops.push_back({false, k});/

@@ -1,7 +1,7 @@
-// test_pipeline.cpp — pipeline/train.cpp as a whole, under mpirun: P stages x D replicas are
+// test_pipeline.cpp — pipeline/train.cpp as a whole, under mpirun: P segments x D replicas are
 // stage0_ddp on D ranks with --accum K bit for bit (every step's loss and norm, the validation
 // loss and the model file), with clipping active, for both schedules; every rank's ledger holds
-// its stage's formula to the byte; bad input is one line and exit 2 with nothing written; and the
+// its segment's formula to the byte; bad input is one line and exit 2 with nothing written; and the
 // deliberately broken pipelines (tests/pipeline/mutants.mk) are caught.
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 
 #include "harness.h"
 #include "kernels/kernels.h"  // Attention
-#include "model.h"            // stage_activation_bytes: the model's own allocation
-#include "pipeline/pipeline.h"  // stage_ops, activation_slots
+#include "model.h"            // segment_activation_bytes: the model's own allocation
+#include "pipeline/pipeline.h"  // segment_ops, activation_slots
 #include "pipeline/formulas.h"  // pipeline_activation_bytes
 #include "zero_formulas.h"      // expected_activation_bytes
 
@@ -22,7 +22,7 @@ using namespace nzt;
 
 namespace {
 
-// tiny: 2 blocks, so 4 units (embed, 2 blocks, lnf) and at most 4 stages. --clip 0.5 clips every
+// tiny: 2 blocks, so 4 units (embed, 2 blocks, lnf) and at most 4 segments. --clip 0.5 clips every
 // step (the norms are above 2). Two steps: the second trains on what the first update produced.
 const std::string kTiny =
     "--preset tiny --seq 32 --batch 2 --steps 2 --lr 3e-3 --warmup 1 --clip 0.5 --eval-every 0 --eval-windows 4 ";
@@ -44,7 +44,7 @@ std::string pipeline_flags(int P, const char* schedule, int K) {
 }
 
 // The matrix for one precision: P = 1..4, D = 1, 2, both schedules (P = 1 once), and for each P
-// K = 1..P+2, which meets every shape a schedule takes on some stage (1F1B's warm-up min(P-s-1, K)
+// K = 1..P+2, which meets every shape a schedule takes on some segment (1F1B's warm-up min(P-s-1, K)
 // short of, equal to and past P-s-1; the slots min(P-s, K) filled, reused once and twice); a larger
 // K repeats the shape of K = P + 2 with more steady-state pairs (each launch costs more than its
 // training: the matrix once ran those repeats too in fp32, 96 launches where 78 meet every shape).
@@ -58,7 +58,7 @@ void expect_matrix_equal(const std::string& precision_flags) {
       ASSERT_EQ(ref.exit_code, 0) << ref.output;
       for (int P = 1; P <= 4; P++) {
         for (const char* schedule : {"1f1b", "gpipe"}) {
-          if (P == 1 && std::string(schedule) == "gpipe") continue;  // one stage: the schedules agree
+          if (P == 1 && std::string(schedule) == "gpipe") continue;  // one segment: the schedules agree
           if (K > P + 2) continue;  // the shape of K = P + 2 again
           const RunResult& r = shared_run("pipeline", P * D, kTiny + precision_flags + pipeline_flags(P, schedule, K));
           runs++;
@@ -77,10 +77,10 @@ void expect_matrix_equal(const std::string& precision_flags) {
 }
 
 // Each rank's events (the last step's stretches of compute and wait, report["pipeline"]) run its
-// schedule's ops in stage_ops's order, each op once, in time order.
+// schedule's ops in segment_ops's order, each op once, in time order.
 void expect_events_follow_the_schedule(const Json& report, nz::PipeSchedule schedule, int K, const std::string& what) {
   const Json& pp = report["pipeline"];
-  const int P = int(pp["stages"].u()), D = int(pp["replicas"].u());
+  const int P = int(pp["segments"].u()), D = int(pp["replicas"].u());
   for (size_t r = 0; r < pp["ranks"].size(); r++) {
     const int s = int(r) / D;
     std::vector<std::pair<bool, int>> ran;  // the ops, consecutive stretches of one op taken once
@@ -93,8 +93,8 @@ void expect_events_follow_the_schedule(const Json& report, nz::PipeSchedule sche
       last_t = ev[4].d();
     }
     std::vector<std::pair<bool, int>> want;
-    for (const nz::PipeOp& op : nz::stage_ops(schedule, P, s, K)) want.push_back({op.forward, op.micro});
-    EXPECT_EQ(ran, want) << what << " rank " << r << " (stage " << s << ")";
+    for (const nz::PipeOp& op : nz::segment_ops(schedule, P, s, K)) want.push_back({op.forward, op.micro});
+    EXPECT_EQ(ran, want) << what << " rank " << r << " (segment " << s << ")";
   }
 }
 
@@ -109,7 +109,7 @@ TEST(PipelineSchedule, EveryMicroBatchOnceBackwardsAscendingWithinTheSlots) {
     for (int P = 1; P <= 5; P++)
       for (int s = 0; s < P; s++)
         for (int K = 1; K <= 9; K++) {
-          const auto ops = nz::stage_ops(sch, P, s, K);
+          const auto ops = nz::segment_ops(sch, P, s, K);
           ASSERT_EQ(ops.size(), size_t(2 * K));
           int next_f = 0, next_b = 0, in_flight = 0, most = 0;
           for (const nz::PipeOp& op : ops) {
@@ -174,8 +174,8 @@ TEST(Pipeline, ExplicitPartitionAndActivationCheckpointingStayBitForBit) {
 
 // ---- memory, to the byte ----
 
-// Stage s holds its units' params, grads (+ one unit's incoming gradient), Adam m, v (every size
-// recomputed here from the report's units and the partition), the last stage its copy of wte and
+// Segment s holds its units' params, grads (+ one unit's incoming gradient), Adam m, v (every size
+// recomputed here from the report's units and the partition), the last segment its copy of wte and
 // the head's d wte; its activations are `slots` micro-batches' worth plus one set of gradients: K
 // slots under GPipe, min(P-s, K) under 1F1B. The model's allocation (model.cpp), the formula
 // written term by term (zero_formulas.cpp) and the ledger agree on every rank.
@@ -195,7 +195,7 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
       nz::GPTConfig cfg;
       ASSERT_TRUE(nz::preset_config("tiny", &cfg));
       nz::PipelinePlan plan;
-      plan.stages = P;
+      plan.segments = P;
       plan.replicas = D;
       plan.schedule = std::string(schedule) == "gpipe" ? nz::PipeSchedule::GPipe : nz::PipeSchedule::OneFOneB;
       plan.first_unit = first;
@@ -207,8 +207,8 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
         for (int u = first[s]; u < first[s + 1]; u++) Ps += z.padded[u], Us = std::max(Us, z.padded[u]);
         const uint64_t tied = s == P - 1 ? e * VC : 0;
         const Json& peak = rank["ledger"]["device"]["peak"];
-        EXPECT_EQ(peak["params"].u(), e * Ps + tied) << schedule << " stage " << s;
-        EXPECT_EQ(peak["grads"].u(), e * Ps + e * Us + tied) << schedule << " stage " << s;
+        EXPECT_EQ(peak["params"].u(), e * Ps + tied) << schedule << " segment " << s;
+        EXPECT_EQ(peak["grads"].u(), e * Ps + e * Us + tied) << schedule << " segment " << s;
         EXPECT_EQ(peak["adam_m"].u(), 4 * Ps);
         EXPECT_EQ(peak["adam_v"].u(), 4 * Ps);
         EXPECT_EQ(peak["master"].u(), 0u);
@@ -217,15 +217,15 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
         const uint64_t formula =
             nz::pipeline_activation_bytes(cfg, 2, 32, nz::DType::F32, false, nz::Attention::Gemm, plan, s, K);
         const uint64_t allocated =
-            nz::stage_activation_bytes(cfg, 2, 32, nz::DType::F32, false, nz::Attention::Gemm, first[s], first[s + 1], slots);
-        EXPECT_EQ(peak["activations"].u(), formula) << schedule << " stage " << s;
+            nz::segment_activation_bytes(cfg, 2, 32, nz::DType::F32, false, nz::Attention::Gemm, first[s], first[s + 1], slots);
+        EXPECT_EQ(peak["activations"].u(), formula) << schedule << " segment " << s;
         // point-to-point, the run's whole count (2 steps; the final validation: 4 windows over D
-        // replicas in batches of B = 2, all full; the model file: stage s > 0 of replica 0 sends its
+        // replicas in batches of B = 2, all full; the model file: segment s > 0 of replica 0 sends its
         // units to rank 0). Per step: K activations (B,T,C) forward, K gradients back, K head d wte
-        // (V,C) from the last stage to the first, and the fresh wte back (once more at the start).
+        // (V,C) from the last segment to the first, and the fresh wte back (once more at the start).
         const uint64_t BTC = 2 * 32 * r.report["config"]["dim"].u(), steps = 2, val_rows = 4 / D;
         const bool to_next = s < P - 1, to_prev = s > 0, head = s == P - 1, embed = s == 0;
-        uint64_t later_units = 0;  // the units of stages 1.. (rank 0 receives them for the model file)
+        uint64_t later_units = 0;  // the units of segments 1.. (rank 0 receives them for the model file)
         for (int u = first[1]; u < first[P]; u++) later_units += z.padded[u];
         const int rank_id = int(rank["rank"].u());
         const uint64_t sent = steps * K * BTC * (to_next + to_prev) + steps * K * VC * head + (steps + 1) * VC * embed +
@@ -237,28 +237,28 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
         EXPECT_EQ(p2p["elems_sent"].u(), sent) << schedule << " rank " << rank_id;
         EXPECT_EQ(p2p["bytes_sent"].u(), e * sent) << schedule << " rank " << rank_id;
         EXPECT_EQ(p2p["bytes_recv"].u(), e * recv) << schedule << " rank " << rank_id;
-        EXPECT_EQ(allocated, formula) << schedule << " stage " << s;
+        EXPECT_EQ(allocated, formula) << schedule << " segment " << s;
         if (D == 1) acts.push_back(peak["activations"].u());
       }
       expect_events_follow_the_schedule(r.report, plan.schedule, K, schedule);
       if (D == 1) acts_by_schedule[schedule] = acts;
     }
   }
-  // with one stage and one slot, the pipeline's formula is stage0_ddp's
+  // with one segment and one slot, the pipeline's formula is stage0_ddp's
   nz::GPTConfig cfg;
   ASSERT_TRUE(nz::preset_config("tiny", &cfg));
   nz::PipelinePlan one;
   one.first_unit = {0, cfg.layers + 2};
   EXPECT_EQ(nz::pipeline_activation_bytes(cfg, 2, 32, nz::DType::F32, false, nz::Attention::Gemm, one, 0, 1),
             nz::expected_activation_bytes(cfg, 2, 32, nz::DType::F32, false));
-  printf("activation bytes per stage at P=4, K=8 (ledger = formula on every rank):\n");
+  printf("activation bytes per segment at P=4, K=8 (ledger = formula on every rank):\n");
   for (const auto& [schedule, acts] : acts_by_schedule) {
     printf("  %-5s", schedule.c_str());
     for (uint64_t a : acts) printf(" %10llu", (unsigned long long)a);
     printf("\n");
   }
-  for (int s = 0; s < P; s++) EXPECT_LT(acts_by_schedule["1f1b"][s], acts_by_schedule["gpipe"][s]) << "stage " << s;
-  // zero_estimate --pipeline prints the same activations per stage, allocating nothing
+  for (int s = 0; s < P; s++) EXPECT_LT(acts_by_schedule["1f1b"][s], acts_by_schedule["gpipe"][s]) << "segment " << s;
+  // zero_estimate --pipeline prints the same activations per segment, allocating nothing
   for (const auto& [schedule, acts] : acts_by_schedule) {
     std::string out;
     ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --batch 2 --seq 32 --pipeline 4 --accum 8 --schedule " +
@@ -270,7 +270,7 @@ TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
       unsigned long long v[5], slots = 0, a = 0;
       ASSERT_EQ(sscanf(out.c_str() + row + 1, "%*d %31s %llu %llu %llu %llu %llu %llu %llu", units, &v[0], &v[1], &v[2],
                        &v[3], &v[4], &slots, &a), 8) << out;
-      EXPECT_EQ(a, acts[s]) << "zero_estimate, " << schedule << " stage " << s << "\n" << out;
+      EXPECT_EQ(a, acts[s]) << "zero_estimate, " << schedule << " segment " << s << "\n" << out;
       EXPECT_EQ(slots, unsigned(schedule == "gpipe" ? K : std::min(P - s, K)));
     }
   }
@@ -285,7 +285,7 @@ TEST(Pipeline, ReportsTheMeasuredBubbleBesideTheFormula) {
     const Json& pp = r.report["pipeline"];
     EXPECT_DOUBLE_EQ(pp["bubble_formula"].d(), 3.0 / (K + 3));
     expect_events_follow_the_schedule(r.report, nz::PipeSchedule::OneFOneB, K, "1f1b K=" + std::to_string(K));
-    printf("P=4 K=%d: formula %.3f, measured idle per stage", K, pp["bubble_formula"].d());
+    printf("P=4 K=%d: formula %.3f, measured idle per segment", K, pp["bubble_formula"].d());
     for (const Json& rank : pp["ranks"].arr) {
       EXPECT_GT(rank["compute_s"].d(), 0);
       EXPECT_GE(rank["idle"].d(), 0);
@@ -304,9 +304,9 @@ TEST(Pipeline, BadInputIsOneLineAndExitTwoWithNothingWritten) {
   };
   const Case cases[] = {
       {3, "--pipeline 2", "does not divide the 3 ranks"},
-      {5, "--pipeline 5", "more stages than the model's 4 units"},
-      {2, "--pipeline 2 --partition 0", "leaves a stage empty"},
-      {3, "--pipeline 3 --partition 2,1", "leaves a stage empty"},
+      {5, "--pipeline 5", "more segments than the model's 4 units"},
+      {2, "--pipeline 2 --partition 0", "leaves a segment empty"},
+      {3, "--pipeline 3 --partition 2,1", "leaves a segment empty"},
       {2, "--pipeline 2 --partition 4", "past the last unit"},
       {2, "--pipeline 2 --partition 1,2", "2 boundaries for --pipeline 2"},
       {2, "--pipeline 2 --partition x", "not a list of unit numbers"},
@@ -339,9 +339,9 @@ TEST(Pipeline, BadInputIsOneLineAndExitTwoWithNothingWritten) {
 
 // ---- ZeRO-1 inside the replicas (--zero 1) ----
 
-// Each stage's optimizer state sharded over its D replicas is stage1 on D ranks with --accum K, and so
+// Each segment's optimizer state sharded over its D replicas is stage1 on D ranks with --accum K, and so
 // stage0_ddp (all-reduce = reduce-scatter + all-gather, bit for bit): every step's loss and norm and
-// the model file. Every rank's Adam m, v (and bf16's master) are its stage's P_s / D, recomputed here
+// the model file. Every rank's Adam m, v (and bf16's master) are its segment's P_s / D, recomputed here
 // from the report's units; params and grads as without it. D = 3 pads every unit to a multiple of 3.
 TEST(Pipeline, ZeroOneInsideTheReplicasIsStage1BitForBitWithTheOptimizerStateSharded) {
   struct Case {
@@ -377,7 +377,7 @@ TEST(Pipeline, ZeroOneInsideTheReplicasIsStage1BitForBitWithTheOptimizerStateSha
       EXPECT_EQ(peak["master"].u(), e == 4 ? 0 : 4 * Ps / c.D) << what << " rank " << rank["rank"].u();
       EXPECT_EQ(peak["params"].u(), e * Ps + (s == c.P - 1 ? e * VC : 0)) << what << " rank " << rank["rank"].u();
     }
-    // zero_estimate --pipeline P --world N --zero 1 prints the same optimizer state per stage, running nothing
+    // zero_estimate --pipeline P --world N --zero 1 prints the same optimizer state per segment, running nothing
     std::string out;
     ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --batch 2 --seq 32 --precision " + c.precision +
                               " --pipeline " + std::to_string(c.P) + " --world " + std::to_string(c.P * c.D) +
@@ -389,8 +389,8 @@ TEST(Pipeline, ZeroOneInsideTheReplicasIsStage1BitForBitWithTheOptimizerStateSha
       ASSERT_NE(row, std::string::npos) << out;
       unsigned long long v[5];
       ASSERT_EQ(sscanf(out.c_str() + row + 1, "%*d %*s %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4]), 5);
-      EXPECT_EQ(v[3], 4 * Ps / c.D) << "zero_estimate " << what << " stage " << s << "\n" << out;
-      EXPECT_EQ(v[2], e == 4 ? 0 : 4 * Ps / c.D) << "zero_estimate " << what << " stage " << s;
+      EXPECT_EQ(v[3], 4 * Ps / c.D) << "zero_estimate " << what << " segment " << s << "\n" << out;
+      EXPECT_EQ(v[2], e == 4 ? 0 : 4 * Ps / c.D) << "zero_estimate " << what << " segment " << s;
     }
   }
 }
@@ -415,7 +415,7 @@ uint64_t bytes_of(const std::string& path) {
 }
 }  // namespace
 
-// A pipeline checkpoint holds each rank's stage's units whole (and its optimizer state: --zero 1 its
+// A pipeline checkpoint holds each rank's segment's units whole (and its optimizer state: --zero 1 its
 // slice). Stop at step 2 of 4, resume: the same losses and model file as the run that never stopped.
 // Resharding, as between the stages: stage0_ddp and stage1 on D ranks go on from a pipeline's
 // checkpoint, a pipeline from stage1's, each to the model of the uninterrupted run (the pipeline is
@@ -471,7 +471,7 @@ TEST(Pipeline, CheckpointsResumeBitForBitAndReshardToAndFromTheStages) {
     const uint64_t tied = rk / 2 == 1 ? 2 * bf_full.report["config"]["vocab"].u() * bf_full.report["config"]["dim"].u() : 0;
     char name[32];
     snprintf(name, sizeof name, "/rank-%05d.shard", rk);
-    // the last stage's copy of wte is not in its shard: the first stage's wte is the one checkpointed
+    // the last segment's copy of wte is not in its shard: the first segment's wte is the one checkpointed
     EXPECT_EQ(bytes_of(ckpt_step(bf_dir, 4) + name), header + held - tied) << "rank " << rk;
   }
 }
@@ -501,7 +501,7 @@ TEST(Pipeline, DeepSpeedsPipelineSectionBecomesThePipelinesFlags) {
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(compare_runs(ref, r).identical()) << compare_runs(ref, r).str();
-  EXPECT_EQ(r.report["pipeline"]["stages"].u(), 2u);
+  EXPECT_EQ(r.report["pipeline"]["segments"].u(), 2u);
   EXPECT_EQ(r.report["pipeline"]["zero"].u(), 1u);
   EXPECT_TRUE(r.report["activation_checkpointing"].b);
   EXPECT_EQ(r.report["accum"].u(), 3u);
@@ -541,7 +541,7 @@ TEST(Pipeline, DeepSpeedsPipelineSectionBecomesThePipelinesFlags) {
 // ---- the tests of the tests: each deliberately broken pipeline is caught ----
 TEST(Pipeline, BrokenPipelinesAreCaught) {
   // P = 2, D = 2, K = 3: GPipe (the reversed backwards are GPipe's), two replicas (the wrong
-  // neighbour is another replica's stage), K > 2 (a sum of two is the same in either order)
+  // neighbour is another replica's segment), K > 2 (a sum of two is the same in either order)
   const std::string flags = kTiny + "--precision fp32 " + pipeline_flags(2, "gpipe", 3);
   const RunResult& ref = shared_run("stage0_ddp", 2, kTiny + "--precision fp32 --accum 3 ");
   ASSERT_EQ(ref.exit_code, 0) << ref.output;

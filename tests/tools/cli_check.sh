@@ -217,7 +217,7 @@ expect_error offload_dir_without_disk_infinity "--offload-dir $tmp/adir: the dis
   $bindir/infinity $tiny --offload-dir "$tmp/adir"
 expect_error qw_block_without_qwz "--qw-block 64: it sets the blocks of --qwz, expected it with --qwz" $bindir/zeropp $tiny --qgz --qw-block 64
 expect_error qg_block_without_qgz "--qg-block 64: it sets the blocks of --qgz, expected it with --qgz" $bindir/zeropp $tiny --qwz --qg-block=64
-expect_error partition_empty "--partition '': no stage boundaries" $bindir/pipeline $tiny --partition ''
+expect_error partition_empty "--partition '': no segment boundaries" $bindir/pipeline $tiny --partition ''
 expect_error zero_negative "--zero -1: expected 0 or 1" $bindir/pipeline $tiny --zero -1
 expect_error zero_huge "--zero 4294967297: expected 0 or 1" $bindir/pipeline $tiny --zero 4294967297
 expect_error loss_scale_tiny "--loss-scale 1e-30: out of range: expected a scale from 1 (below 1 it shrinks the gradients" \

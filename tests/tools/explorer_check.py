@@ -71,7 +71,7 @@ def random_config(rng):
     c["zpp-node"] = rng.choice([1, 2, 4, 8])
     c["zpp-qw"], c["zpp-qg"] = rng.choice([64, 256, 1024]), rng.choice([32, 256])
     c["zpp-net"], c["zpp-ms"] = rng.choice([("", ""), ("300,25", "100"), ("300,3.125", "")])
-    c["pp-stages"], c["pp-schedule"] = rng.choice([1, 2, 3, 4]), rng.choice(["1f1b", "gpipe"])
+    c["pp-segments"], c["pp-schedule"] = rng.choice([1, 2, 3, 4]), rng.choice(["1f1b", "gpipe"])
     c["pp-partition"], c["pp-zero"] = rng.choice(["", "", "", "1,2"]), rng.choice(["0", "1"])
     if rng.random() < 0.25:
         c["model"] = "params"
@@ -130,7 +130,7 @@ def zeropp_flags(c):
 
 
 def pipeline_flags(c):
-    f = native_flags(c)[:-2] + ["--pipeline", str(c["pp-stages"]), "--schedule", c["pp-schedule"]]
+    f = native_flags(c)[:-2] + ["--pipeline", str(c["pp-segments"]), "--schedule", c["pp-schedule"]]
     if c["pp-partition"]:
         f += ["--partition", c["pp-partition"]]
     if c["pp-zero"] != "0":
@@ -163,7 +163,7 @@ for (const c of configs) {
   const zst = document.getElementById("zpp-status");
   const zcells = [...document.querySelectorAll("#zpp-table td")].map((td) => [td.dataset.key, td.dataset.technique, td.dataset.value]);
   const pst = document.getElementById("pp-status");
-  const pcells = [...document.querySelectorAll("#pp-table td[data-key]")].map((td) => [td.dataset.key, td.dataset.stage, td.dataset.value]);
+  const pcells = [...document.querySelectorAll("#pp-table td[data-key]")].map((td) => [td.dataset.key, td.dataset.segment, td.dataset.value]);
   out.push({error: st.className === "error" ? st.textContent : "", cells: cells,
             zerror: zst.className === "error" ? zst.textContent : "", zcells: zcells, zneeds: zst.className === "needs",
             perror: pst.className === "error" ? pst.textContent : "", pcells: pcells, pneeds: pst.className === "needs"});
@@ -173,10 +173,10 @@ return out;
 
 FIELDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world",
           "batch", "seq", "accum", "ckpt", "attention", "fit", "zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms",
-          "pp-stages", "pp-schedule", "pp-partition", "pp-zero"]
+          "pp-segments", "pp-schedule", "pp-partition", "pp-zero"]
 DEFAULTS = {"preset": "small", "layers": "", "dim": "", "heads": "", "vocab": "", "params": "7.5B",
             "batch": 4, "seq": "", "ckpt": False, "attention": "gemm", "fit": "", "zpp-node": 8, "zpp-qw": 256,
-            "zpp-qg": 256, "zpp-net": "", "zpp-ms": "", "pp-stages": 2, "pp-schedule": "1f1b", "pp-partition": "",
+            "zpp-qg": 256, "zpp-net": "", "zpp-ms": "", "pp-segments": 2, "pp-schedule": "1f1b", "pp-partition": "",
             "pp-zero": "0"}
 
 
@@ -208,9 +208,9 @@ def compare(browser, configs):
             pexpect = {}
             for e in pwant["estimates"]:
                 for k, v in e["bytes"].items():
-                    pexpect[("bytes." + k, str(e["stage"]))] = v
-                pexpect[("slots", str(e["stage"]))] = e["slots"]
-                pexpect[("total", str(e["stage"]))] = e["total"]
+                    pexpect[("bytes." + k, str(e["segment"]))] = v
+                pexpect[("slots", str(e["segment"]))] = e["slots"]
+                pexpect[("total", str(e["segment"]))] = e["total"]
             pgot = {(k, st): v for k, st, v in page["pcells"]}
             if set(pgot) != set(pexpect):
                 diffs.append(f"{pipeline_flags(c)}: pipeline cells {sorted(set(pgot) ^ set(pexpect))[:4]} on one side only")
@@ -604,10 +604,10 @@ def newcomer_checks(browser, url):
                              ("fit", lambda: typed(browser, "fit", "2GB")),
                              ("world", lambda: typed(browser, "world", "16")),
                              ("zpp-node", lambda: typed(browser, "zpp-node", "4")),
-                             ("pp-stages", lambda: typed(browser, "pp-stages", "4")),
+                             ("pp-segments", lambda: typed(browser, "pp-segments", "4")),
                              ('[data-paper="128B"]', lambda: browser.click(browser.find('button[data-paper="128B"]'))),
                              ('[data-paper="1T"]', lambda: browser.click(browser.find('button[data-paper="1T"]')))):
-            if control in ("preset", "fit", "zpp-node", "pp-stages"):  # shown, or with a table, for a shape
+            if control in ("preset", "fit", "zpp-node", "pp-segments"):  # shown, or with a table, for a shape
                 pick(browser, "model", "shape")
             browser.run("window.scrollTo(0, 0); document.querySelector(arguments[0].startsWith('[') ? arguments[0] : "
                         "'#' + arguments[0]).scrollIntoView({block: 'center'})", control)
@@ -700,7 +700,7 @@ return out;""")
     typed(browser, "world", "32")
     typed(browser, "zpp-node", "4")
     typed(browser, "zpp-net", "300,25")
-    typed(browser, "pp-stages", "4")
+    typed(browser, "pp-segments", "4")
     pick(browser, "pp-schedule", "gpipe")
     pick(browser, "pp-zero", "1")
     pick(browser, "scale", "log")
@@ -713,13 +713,19 @@ return out;""")
     browser.refresh()
     browser.wait_for("return document.body.dataset.ready === '1'", timeout=60)
     after = browser.run(view, ids, outs)
-    wanted = ["preset=gpt2", "world=32", "zpp-node=4", "zpp-net=300%2C25", "pp-stages=4", "pp-schedule=gpipe",
+    wanted = ["preset=gpt2", "world=32", "zpp-node=4", "zpp-net=300%2C25", "pp-segments=4", "pp-schedule=gpipe",
               "pp-zero=1", "scale=log"]
     missing = [w for w in wanted if w not in before[0]]
     res("the_address_bar_is_the_view_and_a_reload_shows_it_again",
         not missing and before[1] and before == after and "<td" in before[3][4] and "<td" in before[3][6],
         f"(address {before[0][:60]}...; missing {missing}; link = address {before[1]}; after reload "
         f"{'the same' if before == after else 'differs: ' + str([i for i, (a, b) in enumerate(zip(before[2], after[2])) if a != b])})")
+    # a link made before the pipeline's stages were called segments: pp-stages=3 still sets P = 3
+    fresh(browser, url.split("#")[0] + "#model=shape&preset=gpt2&world=6&pp-stages=3")
+    old = browser.run("return [document.getElementById('pp-segments').value, "
+                      "document.getElementById('pp-status').textContent, location.hash]")
+    res("an_old_link_with_pp_stages_sets_the_segments", old[0] == "3" and old[1].startswith("3 segments x 2 replicas")
+        and "pp-segments=3" in old[2], f"(P box {old[0]!r}, status {old[1][:60]!r}, address {old[2][:80]!r})")
 
 
 # WCAG 2 contrast of each visible element's own text against the first opaque background behind it.

@@ -277,7 +277,7 @@ TEST(Estimate, FlashAttentionKeepsTheLogSumExpInsteadOfTheSoftmax) {
 }
 
 // --pipeline P --json (what the explorer draws) holds exactly the numbers of the table the same flags
-// print, stage by stage: units, the five model-state categories, the slots, the activations, the total.
+// print, segment by segment: units, the five model-state categories, the slots, the activations, the total.
 TEST(Estimate, PipelineJsonIsTheTable) {
   for (const std::string flags : {"--preset small --pipeline 2 --world 4 --accum 4",
                                   "--preset tiny --seq 32 --pipeline 3 --accum 8 --schedule gpipe --precision bf16",
@@ -288,7 +288,7 @@ TEST(Estimate, PipelineJsonIsTheTable) {
     std::string text;
     ASSERT_EQ(run_command(bin_dir() + "/zero_estimate " + flags, &text), 0) << text;
     const Json j = estimate_json(flags);
-    const int P = int(j["stages"].u());
+    const int P = int(j["segments"].u());
     ASSERT_EQ(j["estimates"].arr.size(), size_t(P));
     char bubble[32];
     snprintf(bubble, sizeof bubble, "= %.3f", j["bubble"].d());
@@ -304,7 +304,7 @@ TEST(Estimate, PipelineJsonIsTheTable) {
       EXPECT_EQ(uint64_t(first), e["first_unit"].u());
       EXPECT_EQ(uint64_t(last), e["last_unit"].u());
       const char* cats[] = {"params", "grads", "master", "adam_m", "adam_v"};
-      for (int c = 0; c < 5; c++) EXPECT_EQ(v[c], e["bytes"][cats[c]].u()) << cats[c] << ", stage " << s;
+      for (int c = 0; c < 5; c++) EXPECT_EQ(v[c], e["bytes"][cats[c]].u()) << cats[c] << ", segment " << s;
       EXPECT_EQ(slots, e["slots"].u());
       EXPECT_EQ(acts, e["bytes"]["activations"].u());
       EXPECT_EQ(total, e["total"].u());

@@ -246,7 +246,9 @@ function renderAccum(base, N) {
 const MAIN_IDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params", "precision", "stage", "world", "batch",
                   "seq", "accum", "ckpt", "attention", "fit", "scale"];
 const ZPP_IDS = ["zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"];
-const PP_IDS = ["pp-stages", "pp-schedule", "pp-partition", "pp-zero"];
+const PP_IDS = ["pp-segments", "pp-schedule", "pp-partition", "pp-zero"];
+// Links made before the pipeline's "stages" were called segments: pp-stages stands for pp-segments.
+const FORM_ALIASES = { "pp-segments": "pp-stages" };
 const FORM_IDS = MAIN_IDS.concat(ZPP_IDS, PP_IDS);
 function formState() {
   const p = new URLSearchParams();
@@ -256,9 +258,10 @@ function formState() {
 function loadFormState(hash) {
   const p = new URLSearchParams(hash.replace(/^#/, ""));
   for (const id of FORM_IDS) {
-    if (!p.has(id)) continue;
-    if ($(id).type === "checkbox") $(id).checked = p.get(id) === "1";
-    else $(id).value = p.get(id);
+    const key = !p.has(id) && FORM_ALIASES[id] && p.has(FORM_ALIASES[id]) ? FORM_ALIASES[id] : id;
+    if (!p.has(key)) continue;
+    if ($(id).type === "checkbox") $(id).checked = p.get(key) === "1";
+    else $(id).value = p.get(key);
   }
 }
 // After every change: the link and the address bar hold the view shown. Once the change is done (a
@@ -376,7 +379,7 @@ function updateZeropp() {
 // ---- the pipeline: zero_estimate --pipeline P for the form's model, N and K ----
 const PP_CATEGORIES = ["params", "grads", "master", "adam_m", "adam_v", "activations"];
 function pipelineFlags() {
-  const f = flagsFromForm().concat(["--world", $("world").value.trim(), "--pipeline", $("pp-stages").value.trim(),
+  const f = flagsFromForm().concat(["--world", $("world").value.trim(), "--pipeline", $("pp-segments").value.trim(),
                                     "--schedule", $("pp-schedule").value]);
   if ($("pp-partition").value.trim()) f.push("--partition", $("pp-partition").value.trim());
   if ($("pp-zero").value !== "0") f.push("--zero", $("pp-zero").value);
@@ -389,14 +392,14 @@ function updatePipeline() {
   if (needsShape(status, "The pipeline's table")) return;
   try {
     const p = estimateJson(pipelineFlags());
-    const head = el("tr", {}, el("th", { scope: "col" }, "stage"), el("th", { scope: "col" }, "units"));
+    const head = el("tr", {}, el("th", { scope: "col" }, "segment"), el("th", { scope: "col" }, "units"));
     for (const c of PP_CATEGORIES.concat(["slots", "total"])) head.append(el("th", { scope: "col" }, c));
     t.append(el("thead", {}, head));
     const body = el("tbody");
     const bars = [];
     for (const e of p.estimates) {
-      const tr = el("tr", {}, el("th", { scope: "row" }, String(e.stage)), el("td", {}, `${e.first_unit}..${e.last_unit}`));
-      const cell = (key, v, bytes) => tr.append(el("td", { "data-key": key, "data-stage": String(e.stage), "data-value": String(v),
+      const tr = el("tr", {}, el("th", { scope: "row" }, String(e.segment)), el("td", {}, `${e.first_unit}..${e.last_unit}`));
+      const cell = (key, v, bytes) => tr.append(el("td", { "data-key": key, "data-segment": String(e.segment), "data-value": String(v),
                                                            title: grouped(v) + (bytes ? " bytes" : "") }, bytes ? fmtBytes(v) : String(v)));
       const parts = {};
       for (const c of PP_CATEGORIES) {
@@ -406,12 +409,12 @@ function updatePipeline() {
       cell("slots", e.slots, false);
       cell("total", e.total, true);
       body.append(tr);
-      bars.push({ name: "stage " + e.stage, parts: parts });
+      bars.push({ name: "segment " + e.segment, parts: parts });
     }
     t.append(body);
     drawBars("pp-chart", bars, PP_CATEGORIES);
     status.className = "";
-    status.textContent = `${p.stages} stages x ${p.replicas} replicas, ${p.schedule}, ${p.micro_batches} micro-batches: ` +
+    status.textContent = `${p.segments} segments x ${p.replicas} replicas, ${p.schedule}, ${p.micro_batches} micro-batches: ` +
       `bubble (P-1)/(K+P-1) = ${Number(p.bubble).toFixed(3)} — zero_estimate ${pipelineFlags().join(" ")}`;
   } catch (e) {
     status.className = "error";
