@@ -16,9 +16,9 @@
 // collective decision even for a caller that looks only at the gradients it holds. Only fp16 runs do any of this;
 // in fp32 and bf16 the scale is 1 and nothing is exchanged.
 //
-// Skipped steps also leave the learning-rate schedule where it was, as DeepSpeed does (its engine
+// Skipped steps also leave the learning-rate curve where it was, as DeepSpeed does (its engine
 // steps the LR scheduler only when the optimizer really stepped): the update count, not the step
-// index, is the lr schedule's and Adam's clock.
+// index, is the learning-rate curve's and Adam's clock.
 #pragma once
 #include "comm.h"
 

@@ -1,4 +1,4 @@
-// lr_schedule.cpp — the learning-rate schedules (lr_schedule.h).
+// lr_schedule.cpp — the learning-rate curves (lr_schedule.h).
 #include "lr_schedule.h"
 
 #include <algorithm>

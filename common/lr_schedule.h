@@ -1,5 +1,6 @@
 // lr_schedule.h — the learning rate at each optimizer update: linear warm-up then cosine decay
-// (this project's), DeepSpeed's WarmupLR / WarmupDecayLR, or a constant rate.
+// (this project's), DeepSpeed's WarmupLR / WarmupDecayLR, or a constant rate: the learning-rate
+// curve (--lr-curve). "Schedule" alone is the pipeline's order of forwards and backwards.
 #pragma once
 #include <string>
 
@@ -10,8 +11,8 @@ struct LrScheduleConfig {
   int warmup = 20;                    // warm-up updates
   int steps = 200;                    // the run's steps (cosine decays to lr/10 at the last one)
   std::string kind = "cosine";        // cosine | warmup | warmup-decay | constant
-  float warmup_min_lr = 0;            // DeepSpeed's schedules: where the warm-up starts
-  std::string warmup_type = "log";    // DeepSpeed's schedules: log or linear warm-up
+  float warmup_min_lr = 0;            // DeepSpeed's WarmupLR, WarmupDecayLR: where the warm-up starts
+  std::string warmup_type = "log";    // DeepSpeed's WarmupLR, WarmupDecayLR: log or linear warm-up
   int total_steps = 0;                // warmup-decay: the step where it reaches 0 (0: steps)
 };
 

@@ -244,7 +244,7 @@ void StageOptimizer::step(int u, void* params_slice, const void* grads_slice, fl
     adamw_->step(u, params_slice, grads_slice, lr, grad_scale, t);
     return;
   }
-  // the schedule of --lr, at --muon-lr's and --adam-lr's peaks; update t is the schedule's t - 1
+  // the curve of --lr, at --muon-lr's and --adam-lr's peaks; update t is the curve's t - 1
   LrScheduleConfig s = run_.lr_schedule;
   s.lr = run_.args.muon_lr;
   const float muon_lr = lr_at(s, t - 1);

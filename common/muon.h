@@ -10,7 +10,7 @@
 // update the RMS AdamW's has, so Muon runs at AdamW's learning rate and weight decay. Here it
 // updates the blocks' hidden matrices (qkv, attention projection, MLP up and down); the embedding,
 // the layer norms and the biases keep AdamW (DeepSpeed's hybrid), each at its own rate:
-// --muon-lr and --adam-lr (both default --lr, on --lr's schedule).
+// --muon-lr and --adam-lr (both default --lr, on --lr's curve).
 //
 // The ZeRO lesson: AdamW's update is per element, so a rank can update any slice of the flat buffer.
 // Muon's is not: Newton–Schulz needs the whole matrix, and a unit's slices cut matrices at arbitrary
@@ -83,7 +83,7 @@ class Muon : public OptimizerState {
 };
 
 // The stage's optimizer: AdamW, or with --optimizer muon the Muon hybrid. Each stage names it once;
-// step() takes the schedule's rate at update t (with Muon the same schedule runs at --muon-lr and
+// step() takes the learning-rate curve's rate at update t (with Muon the same curve runs at --muon-lr and
 // --adam-lr instead, and lr is not used). With Muon it also gives the trainer's memory table the
 // per-rank formulas and the report its "muon" object (rung.h's hooks).
 class StageOptimizer {

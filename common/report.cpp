@@ -220,7 +220,7 @@ std::string Trainer::write_report() {
   j.kv("memory_budget", args.memory_budget);  // bytes per rank (--batch auto), 0 without
   j.kv("global_batch", args.global_batch);
   j.kv("steps", args.steps);
-  j.key("settings");  // the optimizer, lr schedule, loss-scale and offload settings in force (flags or --config)
+  j.key("settings");  // the optimizer, learning-rate curve, loss-scale and offload settings in force (flags or --config)
   j.begin_object();
   j.kv("config", args.config);
   j.kv("lr", double(args.lr));

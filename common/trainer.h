@@ -1,5 +1,5 @@
 // trainer.h — everything a training run needs that is NOT the ZeRO idea of its stage: MPI and the
-// command line, the model and its data, the schedule, the per-step log line, validation, the
+// command line, the model and its data, the learning rate, the per-step log line, validation, the
 // model file, the memory table and the JSON report. Each stage's train.cpp owns only its model
 // state (what is sharded, what is gathered, which collective runs where).
 //
@@ -51,7 +51,7 @@ class Trainer {
   Stage stage;
   RungColumns columns;  // the rung's line of stages.txt (rung.h): what it runs on, what it takes
   // The command line's settings for each part of the core, filled from args in one place
-  // (trainer_setup.cpp, configs_from_args): the optimizer, the schedule (and, private below, the
+  // (trainer_setup.cpp, configs_from_args): the optimizer, the learning-rate curve (and, private below, the
   // checkpoints').
   AdamWConfig adamw;
   LrScheduleConfig lr_schedule;
@@ -87,7 +87,7 @@ class Trainer {
   const int* batch_targets() const { return targets_.data(); }
   // The optimizer's clock: the learning rate and Adam's 1-based step count of this step's update.
   // Both count the updates applied so far, which is the step index unless fp16 skipped steps
-  // (loss_scale.h: a skipped step moves neither the schedule nor Adam, as in DeepSpeed).
+  // (loss_scale.h: a skipped step moves neither the learning-rate curve nor Adam, as in DeepSpeed).
   float lr() const { return lr_at(lr_schedule, updates_done_); }
   int adam_step() const { return updates_done_ + 1; }
   // fp16 loss scaling (loss_scale.h): the scale this step's backward multiplied the loss by (1 in
@@ -124,7 +124,7 @@ class Trainer {
   // --batch auto (the largest micro-batch whose predicted peak fits the memory budget) and
   // --global-batch (the accumulation that reaches it): sets args.batch and args.accum.
   void settle_batch();
-  void configs_from_args();  // adamw, schedule, checkpoint from args
+  void configs_from_args();  // adamw, the learning-rate curve, checkpoint from args
   // The model-state bytes per rank of layout L: the rung's (hooks.model_state_bytes), or the stage's.
   StateBytes state_bytes(const Layout& L, DType dt) const;
   // Mean validation loss over args.eval_windows windows, split over the ranks.

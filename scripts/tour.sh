@@ -4,7 +4,7 @@
 # ledger, and the formula), the loss (identical, bit for bit), ms per step, and elements sent per step.
 # stage0_ddp trains the whole run (STEPS) and writes the model the samples come from; the four ZeRO
 # rungs train its first COMPARE steps, which is all the comparison needs: the learning rate follows
-# a schedule fixed by STEPS alone (linear warm-up, then linear decay to 0 at STEPS: DeepSpeed's
+# a curve fixed by STEPS alone (linear warm-up, then linear decay to 0 at STEPS: DeepSpeed's
 # WarmupDecayLR), so their first COMPARE steps are the same computation as stage0_ddp's, and the
 # table checks every one of those steps' losses bit for bit.
 # Override with environment variables, e.g.  NP=2 STEPS=50 make run, PRECISION=fp32 make run,
@@ -30,14 +30,14 @@ if [ -z "${PRECISION:-}" ]; then
   echo "precision: $PRECISION (${said:-no bf16 path reported}); PRECISION=bf16|fp32 chooses"
 fi
 FLAGS=${FLAGS:-"--preset small --batch 6 --seq 64 --precision $PRECISION --lr 3e-3 --warmup 15 --eval-every 50"}
-SCHEDULE="--lr-schedule warmup-decay --warmup-type linear --lr-total-steps $STEPS"
+LR_CURVE="--lr-curve warmup-decay --warmup-type linear --lr-total-steps $STEPS"
 out=runs/tour
 mkdir -p "$out"
 stages=()
 for s in $(awk '/^[a-z]/ {print $1}' stages.txt); do
   [ -x "build/bin/$s" ] && stages+=("$s")
 done
-echo "nanoZeRO tour: ${stages[*]} | $NP ranks | $FLAGS $SCHEDULE"
+echo "nanoZeRO tour: ${stages[*]} | $NP ranks | $FLAGS $LR_CURVE"
 echo "stage0_ddp trains $STEPS steps; the ZeRO rungs train its first $COMPARE (COMPARE=$STEPS make run: all of them)"
 for s in "${stages[@]}"; do rm -f "$out/$s.json" "$out/$s.model"; done  # nothing of an earlier tour is read
 for s in "${stages[@]}"; do
@@ -45,12 +45,12 @@ for s in "${stages[@]}"; do
   # stage0_ddp prints every 10th step; the others only their summary (the numbers are the same)
   if [ "$s" = stage0_ddp ]; then
     echo "=== $s: $STEPS steps"
-    mpirun -np "$NP" "build/bin/$s" $FLAGS $SCHEDULE --steps "$STEPS" --log-json "$out/$s.json" \
+    mpirun -np "$NP" "build/bin/$s" $FLAGS $LR_CURVE --steps "$STEPS" --log-json "$out/$s.json" \
       --save-model "$out/$s.model" |
       awk '/^step/ && !/validation/ { n++; if (n % 10 != 0) next } { print; fflush() }'
   else
     echo "=== $s: the first $COMPARE steps"
-    mpirun -np "$NP" "build/bin/$s" $FLAGS $SCHEDULE --steps "$COMPARE" --log-json "$out/$s.json" --quiet
+    mpirun -np "$NP" "build/bin/$s" $FLAGS $LR_CURVE --steps "$COMPARE" --log-json "$out/$s.json" --quiet
   fi
 done
 echo

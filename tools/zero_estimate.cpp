@@ -933,7 +933,7 @@ int main(int argc, char** argv) {
         user_error("--config with %s: the config's buffers are counted for the ZeRO stages' table, expected one of "
                    "them; drop %s or --config", other, other);
     // "auto" takes the command line's value (zero_estimate's own defaults for batch, accum, precision);
-    // the optimizer's and schedule's keys change no byte here, so any value stands for them
+    // the optimizer's and the learning-rate curve's keys change no byte here, so any value stands for them
     std::map<std::string, std::string> cl = {{"--batch", std::to_string(batch)}, {"--accum", std::to_string(accum)},
                                              {"--precision", precision}, {"--lr", "0"}, {"--weight-decay", "0"},
                                              {"--clip", "0"}, {"--warmup", "0"}, {"--warmup-min-lr", "0"},

@@ -300,9 +300,11 @@ Args parse_args(int argc, char** argv, const char* program) {
        [&](auto& f, auto& v) { a.lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
       {"--warmup", "N", "linear warm-up steps before cosine decay (default 20; 0 for none)",
        [&](auto& f, auto& v) { a.warmup = int(parse_int(f, v, 0, 1 << 30, "a whole number >= 0")); }},
-      {"--lr-schedule", "S", "after the warm-up: cosine (default: to lr/10 at the last step), warmup (DeepSpeed's "
-       "WarmupLR: constant) or warmup-decay (WarmupDecayLR: linear to 0); or constant (no warm-up: DeepSpeed "
-       "without a scheduler)",
+      {"--lr-curve", "S", "the learning rate after the warm-up: cosine (default: to lr/10 at the last step), warmup "
+       "(DeepSpeed's WarmupLR: constant) or warmup-decay (WarmupDecayLR: linear to 0); or constant (no warm-up: "
+       "DeepSpeed without a scheduler)",
+       [&](auto&, auto& v) { a.lr_schedule = v; }},
+      {"--lr-schedule", "S", "the old name of --lr-curve (\"schedule\" is the pipeline's --schedule)",
        [&](auto&, auto& v) { a.lr_schedule = v; }},
       {"--warmup-min-lr", "X", "warmup, warmup-decay: the learning rate the warm-up starts from (default 0)",
        [&](auto& f, auto& v) { a.warmup_min_lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
@@ -440,7 +442,7 @@ Args parse_args(int argc, char** argv, const char* program) {
            user_error("%s %s: unknown optimizer, expected adamw or muon; e.g. %s muon", f.c_str(), v.c_str(), f.c_str());
          a.optimizer = v;
        }},
-      {"--muon-lr", "X", "--optimizer muon: the hidden matrices' peak learning rate, on --lr's schedule (default "
+      {"--muon-lr", "X", "--optimizer muon: the hidden matrices' peak learning rate, on --lr's curve (default "
        "--lr; the update is scaled to AdamW's RMS)",
        [&](auto& f, auto& v) { a.muon_lr = parse_float(f, v, 0, 10, "a learning rate in [0, 10]"); }},
       {"--adam-lr", "X", "--optimizer muon: the embedding's, norms' and biases' AdamW peak learning rate (default "
@@ -495,11 +497,14 @@ Args parse_args(int argc, char** argv, const char* program) {
 
   // The flags on the command line (flag -> value, the last one wins): --config's "auto" takes
   // values from here, and a few checks below need to know what the user typed.
+  // A flag's old name counts as the flag (--lr-schedule is --lr-curve).
+  const std::map<std::string, std::string> old_names = {{"--lr-schedule", "--lr-curve"}};
   std::map<std::string, std::string> typed;
   for (int i = 1; i < argc; i++) {
     const std::string arg = argv[i];
     const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
+    const std::string as_typed = arg.substr(0, eq);
+    const std::string name = old_names.count(as_typed) ? old_names.at(as_typed) : as_typed;
     if (!find_flag(name)) continue;  // an unknown flag is reported by the pass below
     if (eq != std::string::npos) typed[name] = arg.substr(eq + 1);
     else if (switches.count(name)) typed[name] = "";
@@ -587,13 +592,14 @@ Args parse_args(int argc, char** argv, const char* program) {
                a.origin("--loss-scale-min", number(a.loss_scale_min)).c_str());
   if (a.lr_schedule != "cosine" && a.lr_schedule != "warmup" && a.lr_schedule != "warmup-decay" &&
       a.lr_schedule != "constant")
-    user_error("--lr-schedule %s: unknown schedule; valid: cosine, warmup, warmup-decay, constant", a.lr_schedule.c_str());
+    user_error("--lr-curve %s: unknown learning-rate curve; valid: cosine, warmup, warmup-decay, constant",
+               a.lr_schedule.c_str());
   if (a.lr_schedule == "constant" && typed.count("--warmup"))
-    user_error("--warmup %d: the learning rate is constant (%s), expected no warm-up; add --lr-schedule cosine or "
+    user_error("--warmup %d: the learning rate is constant (%s), expected no warm-up; add --lr-curve cosine or "
                "warmup%s, or drop --warmup", a.warmup,
-               a.config_keys.count("--lr-schedule") ? ("--config " + a.config + " has no scheduler section").c_str()
-                                                    : "--lr-schedule constant",
-               a.config_keys.count("--lr-schedule") ? " (or a scheduler section to the config)" : "");
+               a.config_keys.count("--lr-curve") ? ("--config " + a.config + " has no scheduler section").c_str()
+                                                 : "--lr-curve constant",
+               a.config_keys.count("--lr-curve") ? " (or a scheduler section to the config)" : "");
   // WarmupDecayLR falls linearly to 0 from the warm-up's end to its total step: a total before the
   // warm-up ends would leave no decay at all (DeepSpeed only warns; here it is refused)
   if (a.lr_schedule == "warmup-decay" && (a.lr_total_steps > 0 ? a.lr_total_steps : a.steps) < a.warmup) {

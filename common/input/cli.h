@@ -22,7 +22,7 @@ struct Args {
   std::string preset = "small";
   int layers = -1, dim = -1, heads = -1;  // -1: the preset's value
   GPTConfig cfg;                          // the preset with the overrides applied
-  // batch and learning-rate schedule
+  // batch and learning rate
   int batch = 4;     // micro-batch per rank
   bool batch_auto = false;      // --batch auto: the largest that fits --memory-budget (Trainer sets batch)
   uint64_t memory_budget = 0;   // bytes per rank; 0: the GPU's free memory (--batch auto)
@@ -32,12 +32,12 @@ struct Args {
   int steps = 200;
   float lr = 3e-3f;  // peak learning rate
   int warmup = 20;   // linear warm-up steps, then cosine decay to lr/10
-  // the lr schedule after the warm-up (lr_schedule.h, lr_at): cosine to lr/10 (this project's), or
+  // --lr-curve, the learning rate after the warm-up (lr_schedule.h, lr_at): cosine to lr/10 (this project's), or
   // DeepSpeed's WarmupLR ("warmup": constant) and WarmupDecayLR ("warmup-decay": linear to 0), or
   // "constant": lr at every step, no warm-up (DeepSpeed without a scheduler section)
   std::string lr_schedule = "cosine";
-  float warmup_min_lr = 0;            // DeepSpeed's schedules: where the warm-up starts
-  std::string warmup_type = "log";    // DeepSpeed's schedules: log (its default) or linear warm-up
+  float warmup_min_lr = 0;            // DeepSpeed's WarmupLR, WarmupDecayLR: where the warm-up starts
+  std::string warmup_type = "log";    // DeepSpeed's WarmupLR, WarmupDecayLR: log (its default) or linear warm-up
   int lr_total_steps = 0;             // warmup-decay: the step where it reaches 0 (0: --steps)
   float weight_decay = 0.1f;
   float clip = 1.0f; // global gradient-norm clipping; 0 turns it off
@@ -114,7 +114,7 @@ struct Args {
   bool qat_skip_embed = false;       // --qat-skip embedding: the tied embedding stays exact
   // --optimizer muon (muon.h): Muon for the blocks' matrices, AdamW for the rest, each at its own rate
   std::string optimizer = "adamw";   // adamw | muon
-  float muon_lr = -1, adam_lr = -1;  // peak rates on --lr's schedule; -1: --lr
+  float muon_lr = -1, adam_lr = -1;  // peak rates on --lr's curve; -1: --lr
   std::string muon_shard = "owners"; // stages 1-3: owners | gather-all | whole-matrices (muon_formulas.h)
   bool quiet = false;                // no per-step lines (tests)
   bool activation_checkpointing = false;  // keep block inputs only; recompute each block in its backward

@@ -628,16 +628,16 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
                                              "(AdamW); remove it");
   }
 
-  // ---- the lr schedule: DeepSpeed's WarmupLR (then constant) and WarmupDecayLR (then linear to 0) ----
+  // ---- the learning-rate curve: DeepSpeed's WarmupLR (then constant) and WarmupDecayLR (then linear to 0) ----
   // No scheduler section: DeepSpeed keeps the optimizer's learning rate, constant.
   if (!c.contains("scheduler")) {
-    r.flag("--lr-schedule", "constant", "scheduler", "absent (DeepSpeed: a constant learning rate)");
+    r.flag("--lr-curve", "constant", "scheduler", "absent (DeepSpeed: a constant learning rate)");
   } else {
     const json& s = c["scheduler"];
     r.only(s, "scheduler");
     const std::string type = s.contains("type") ? r.text(s["type"], "scheduler.type") : "";
-    if (type == "WarmupLR") r.flag("--lr-schedule", "warmup", "scheduler.type", shown(s["type"]));
-    else if (type == "WarmupDecayLR") r.flag("--lr-schedule", "warmup-decay", "scheduler.type", shown(s["type"]));
+    if (type == "WarmupLR") r.flag("--lr-curve", "warmup", "scheduler.type", shown(s["type"]));
+    else if (type == "WarmupDecayLR") r.flag("--lr-curve", "warmup-decay", "scheduler.type", shown(s["type"]));
     else r.fail("scheduler.type", "\"" + printable(type) + "\", expected WarmupLR or WarmupDecayLR; write one of them");
     const json p = s.contains("params") ? s["params"] : json::object();
     r.only(p, "scheduler.params");

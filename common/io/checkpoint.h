@@ -19,8 +19,8 @@
 // the directory itself goes only when nothing else is left in it. Nothing else has state: a
 // micro-batch is a pure function of (seed, step, micro-step, accum, world, rank) (data.h), Adam's
 // step count is step + 1, the learning rate a function of the step. So the step is the data
-// position and the lr schedule's position, and the seed the whole RNG state. (fp16: Adam and the
-// lr schedule count the updates applied, step minus the skipped steps the MANIFEST records.)
+// position and the learning-rate curve's position, and the seed the whole RNG state. (fp16: Adam and the
+// learning-rate curve count the updates applied, step minus the skipped steps the MANIFEST records.)
 //
 // Shard file (little-endian):
 //   bytes 0..7   magic "NZCKSHRD"

@@ -7,7 +7,7 @@
 //     first, then the backoff factor, never below the minimum); such a run, whose model was never
 //     updated, still writes its report and model file, then says so in one line and exits 2;
 //   - after `window` clean steps in a row the scale doubles; a window of 0 keeps it static;
-//   - skipped steps leave the learning-rate schedule where it was (DeepSpeed's engine steps its
+//   - skipped steps leave the learning-rate curve where it was (DeepSpeed's engine steps its
 //     scheduler only after a real update): the lr of each step is lr_at(updates applied so far);
 //   - a resumed fp16 run goes on with the scaler's state (scale, hysteresis, skipped count): bit
 //     for bit the uninterrupted run.
@@ -40,7 +40,7 @@ RunResult run_all_skipped(const std::string& stage, int N, const std::string& fl
   return r;
 }
 
-// The trainers' schedule (optim.h, lr_at) at schedule position t, written out in the same fp32
+// The trainers' learning-rate curve (lr_schedule.h, lr_at) at position t, written out in the same fp32
 // operations: linear warm-up over `warmup` steps to lr, then cosine to lr/10 at the last step.
 // (What is tested is the position: the updates applied, not the step index.)
 float lr_at(float lr, int warmup, int steps, int t) {
@@ -109,7 +109,7 @@ TEST(LossScale, ForcedOverflowSkipsEveryStepAndLeavesTheStateUntouched) {
       for (int step : {2, 3}) EXPECT_EQ(read_shard(shard_path(dir, step, rank)).bytes, first.bytes) << "step " << step;
       EXPECT_EQ(first.m_and_v(), std::string(8 * first.owned, '\0')) << "Adam m and v must still be zero";
     }
-    // Adam's step count and the schedule have not moved: the next update is still update 1
+    // Adam's step count and the learning-rate curve have not moved: the next update is still update 1
     EXPECT_EQ(manifest_value(dir, steps, "next_adam_t"), "1");
     EXPECT_EQ(float(std::stod(manifest_value(dir, steps, "next_lr"))), lr_at(3e-3f, 2, steps, 0));
     // the params are the initial ones: the model a learning rate of 0 leaves
@@ -138,7 +138,7 @@ TEST(LossScale, ScaleGrowsAfterTheWindowAndStaysStaticWithoutOne) {
 }
 
 // 2^18 overflows the tiny model's first 3 steps (harness.h, fp16_flags): the learning rate of
-// step t is the schedule's value for the updates applied before it, so steps 1..4 all use
+// step t is the curve's value for the updates applied before it, so steps 1..4 all use
 // lr_at(0), step 5 lr_at(1), and so on. Then: checkpoint after step 1 (hysteresis already spent,
 // scale not yet lowered) and resume: the same run, bit for bit, the same scales and skips.
 TEST(LossScale, SkippedStepsHoldTheScheduleAndResumeKeepsTheScaler) {

@@ -240,11 +240,20 @@ else echo "NZRESULT FAIL cli.loss_scale_of_1_trains ($(tail -2 <<<"$out"))"; fi
 # ---- a model that cannot fit is one line, before anything is allocated ----
 expect_error model_cannot_fit "expected at most the" $bin $tiny --preset tiny --layers 1000 --dim 65536 --heads 4096
 
-# ---- --lr-schedule constant: lr at every step, and no --warmup beside it ----
-out=$(mpirun -np 1 $bin --preset tiny --seq 16 --steps 3 --eval-windows 2 --lr 2e-3 --lr-schedule constant 2>&1)
-if [ "$(grep -c '^step .* lr 2.00e-03 ' <<<"$out")" = 3 ]; then echo "NZRESULT PASS cli.lr_schedule_constant"
-else echo "NZRESULT FAIL cli.lr_schedule_constant ($out)"; fi
-expect_error constant_with_warmup "--warmup 5: the learning rate is constant" $bin $tiny --lr-schedule constant --warmup 5
+# ---- --lr-curve constant: lr at every step, and no --warmup beside it; --lr-schedule, its old
+# name, does the same ("schedule" is the pipeline's --schedule) ----
+for name in --lr-curve --lr-schedule; do
+  out=$(mpirun -np 1 $bin --preset tiny --seq 16 --steps 3 --eval-windows 2 --lr 2e-3 $name constant 2>&1)
+  if [ "$(grep -c '^step .* lr 2.00e-03 ' <<<"$out")" = 3 ]; then echo "NZRESULT PASS cli.lr_curve_constant$name"
+  else echo "NZRESULT FAIL cli.lr_curve_constant$name ($out)"; fi
+done
+expect_error constant_with_warmup "--warmup 5: the learning rate is constant (--lr-curve constant), expected no warm-up; add --lr-curve cosine" \
+  $bin $tiny --lr-curve constant --warmup 5
+expect_error constant_with_warmup_old_name "--warmup 5: the learning rate is constant" $bin $tiny --lr-schedule constant --warmup 5
+expect_error lr_curve_unknown "--lr-curve step: unknown learning-rate curve; valid: cosine, warmup, warmup-decay, constant" \
+  $bin $tiny --lr-curve step
+if grep -qE -- "--lr-schedule +S +the old name of --lr-curve" <<<"$help"; then echo "NZRESULT PASS cli.help_names_lr_schedule_as_the_old_name"
+else echo "NZRESULT FAIL cli.help_names_lr_schedule_as_the_old_name ($(grep -A1 -- '--lr-schedule' <<<"$help"))"; fi
 
 # ---- fp16: a run whose every step overflowed says so and fails; its report is still written ----
 out=$(mpirun -np 1 $bin $tiny --steps 2 --precision fp16 --loss-scale 1e30 --loss-scale-window 0 --log-json "$tmp/skip.json" 2>&1)
