@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Signals to a running job (timing-sensitive: tests/run_all.sh runs this alone, after both lanes):
 #   - the watchdog under its pulse's 3 s: a rank stopped with SIGSTOP is named, whichever it is
-#     (rank 0, which would otherwise print the line, and the last rank of a pipeline, whose stages
+#     (rank 0, which would otherwise print the line, and the last rank of a pipeline, whose segments
 #     do different work), within max(--watchdog, 3) + 1 s and the machine's slack;
 #   - SIGTERM to scripts/train_resilient.sh ends the job it runs (mpirun and every rank), releases
 #     the checkpoint directory's lock, and is not relaunched.

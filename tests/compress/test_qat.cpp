@@ -152,7 +152,7 @@ TEST(Qat, EqualityContractHoldsInEveryStage) {
   EXPECT_TRUE(compare_runs(run("stage3", 2, 1, "fp32", "--qat int4"), z).identical());
 }
 
-// The pipeline's stages run the same model code: 2 stages x 1 replica, accum 2 = stage0_ddp on one
+// The pipeline's segments run the same model code: 2 segments x 1 replica, accum 2 = stage0_ddp on one
 // rank with accum 2, with --qat (one thread per rank in both, as tests/pipeline does).
 TEST(Qat, PipelineIsStageZeroWithQat) {
   const char* before = getenv("OMP_NUM_THREADS");
@@ -249,7 +249,7 @@ TEST(Qat, BadInputIsOneLineAndExitTwo) {
   expect_one_line_error(bin + "--qat int8 --qat-skip lnf", "--qat-skip lnf: unknown unit, expected embedding");
   expect_one_line_error(bin + "--qat-block 64", "--qat-block: it sets up --qat");
   expect_one_line_error(bin + "--qat int8 --device cuda", "--qat with --device cuda");
-  // the pipeline's last stage quantizes its own wte copy: only whole blocks keep the embedding's blocks
+  // the pipeline's last segment quantizes its own wte copy: only whole blocks keep the embedding's blocks
   expect_one_line_error("mpirun -np 2 " + bin_dir() + "/pipeline " + kBase + "--pipeline 2 --qat int4 "
                         "--qat-block 65536", "--qat with --pipeline: wte's 8192 values are not whole blocks of 65536");
 }

@@ -244,7 +244,7 @@ TEST_F(CudaStages, FlashAttentionBatchAutoFitsByTheLogSumExpFormula) {
   EXPECT_GT(fitted["flash"], fitted["gemm"]);
 }
 
-// The pipeline on the GPU: P = 2 stages on 2 ranks (D = 1), K = --accum 2 micro-batches, whose
+// The pipeline on the GPU: P = 2 segments on 2 ranks (D = 1), K = --accum 2 micro-batches, whose
 // activations, their gradients and the tied embedding (d wte forward, the fresh wte back) cross by
 // the device path: NCCL send/recv in groups with one GPU per rank, pinned host copies over MPI when the
 // ranks share one. No sum crosses ranks (D = 1), and point to point only moves bits, so either path

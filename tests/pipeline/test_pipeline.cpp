@@ -179,7 +179,7 @@ TEST(Pipeline, ExplicitPartitionAndActivationCheckpointingStayBitForBit) {
 // the head's d wte; its activations are `slots` micro-batches' worth plus one set of gradients: K
 // slots under GPipe, min(P-s, K) under 1F1B. The model's allocation (model.cpp), the formula
 // written term by term (zero_formulas.cpp) and the ledger agree on every rank.
-TEST(Pipeline, LedgerHoldsEachStagesUnitsAndActivationSlotsToTheByte) {
+TEST(Pipeline, LedgerHoldsEachSegmentsUnitsAndActivationSlotsToTheByte) {
   const int P = 4, K = 8;
   std::map<std::string, std::vector<uint64_t>> acts_by_schedule;
   for (int D : {1, 2}) {

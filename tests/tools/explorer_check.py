@@ -5,7 +5,7 @@ shows is what build/bin/zero_estimate (the native build) prints:
   - a few hundred random configurations set through the page's form: every number of its table
     (bytes by category, totals, the fitting micro-batch, elements sent), of its ZeRO++ table
     (bytes inside and across nodes, memory added, the step time) and of its pipeline table (each
-    stage's bytes by category, activation slots, total), and for one in ten of its
+    segment's bytes by category, activation slots, total), and for one in ten of its
     accumulation table too, equals the native --json output for the same flags, which are written here from the
     configuration independently of the page; an invalid one shows the command line's own error line;
   - the quiz: the questions of `zero_estimate --quiz` for a seed; each answer typed and Entered is
