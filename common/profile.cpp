@@ -29,7 +29,7 @@ StepProfile::Part StepProfile::current() const {
 
 void StepProfile::cut() {
   const Part p = current();
-  if (!cuts_.empty() && cuts_.back().part == p) return;  // the same part goes on: no new segment
+  if (!cuts_.empty() && cuts_.back().part == p) return;  // the same part goes on: no new span
   const double now = std::chrono::duration<double, std::milli>(
                          std::chrono::steady_clock::now().time_since_epoch()).count();
   if (events_) cuda_rt::timer_record(int(cuts_.size()));
@@ -69,7 +69,7 @@ void StepProfile::end_step() {
   const double now = std::chrono::duration<double, std::milli>(
                          std::chrono::steady_clock::now().time_since_epoch()).count();
   if (events_) cuda_rt::timer_record(int(cuts_.size()));
-  cuts_.push_back({Other, now});  // the end of the last segment
+  cuts_.push_back({Other, now});  // the end of the last span
 }
 
 void StepProfile::add_step(int step, bool timed) {

@@ -1,16 +1,16 @@
 // profile.h — NZ_PROFILE=1: where a training step's time goes, measured. Each step is cut at the
 // moments its phase changes (trainer.cpp: forward, backward, optimizer; model.cpp: attention in and
-// out; comm.cpp: a collective in and out) into consecutive segments, each given to one part:
+// out; comm.cpp: a collective in and out) into consecutive spans, each given to one part:
 //
 //   step = forward (of which attention) + backward (of which attention) + optimizer + collectives + other
 //
-// The segments tile the step, so the parts add up to it exactly and none is negative; "other" is
+// The spans tile the step, so the parts add up to it exactly and none is negative; "other" is
 // what falls in no phase (loading the micro-batch, the start of the step). A collective inside the
 // backward is the collective's, not the backward's; a recomputed forward (activation checkpointing)
 // runs inside the backward and is the backward's.
 //
 // The clock: on the CUDA backend, events recorded on the compute stream at each cut, read once per
-// step after the step's own device_sync (no synchronisation is added); a segment is then GPU time
+// step after the step's own device_sync (no synchronisation is added); a span is then GPU time
 // on that stream, idle time included (the host preparing work, a staged collective). On NCCL the
 // collectives run on their own stream and may overlap compute: "collectives" is the time the
 // compute stream spends waiting for them (from the cut before its wait on the comm stream to the
@@ -35,7 +35,7 @@ class StepProfile {
   void begin_step();
   void phase(Part p);
   void end_step();                   // the last cut; before the step's device_sync
-  void add_step(int step, bool timed);  // after it: the segments read and, when timed, added up
+  void add_step(int step, bool timed);  // after it: the spans read and, when timed, added up
 
   // model.cpp and comm.cpp, nested freely (Scope below)
   void enter(Part p);  // ForwardAttention (the phase decides which attention) or Collectives
@@ -59,12 +59,12 @@ class StepProfile {
  private:
   StepProfile();
   Part current() const;
-  void cut();  // a new segment starts now, given to current()
+  void cut();  // a new span starts now, given to current()
   bool on_ = false, in_step_ = false, events_ = false;
   Part phase_ = Other;
   int attention_depth_ = 0, collective_depth_ = 0;
   struct Cut {
-    Part part;       // of the segment that starts here
+    Part part;       // of the span that starts here
     double host_ms;  // the CPU backend's clock
   };
   std::vector<Cut> cuts_;  // this step's; on CUDA cut i is timing event i (cuda_rt::timer_record)

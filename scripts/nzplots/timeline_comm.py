@@ -31,35 +31,35 @@ def fig_timeline(reports, world=4):
                  for s in stages}
     steps = reports[(stages[0], world)]["steps"]
     # The phases, in the order a step runs them; any other phase name the ledger uses goes at its end.
-    segments = [("setup", -1)] + [(ph, st) for st in range(steps) for ph in ("forward", "backward", "optimizer")]
+    columns = [("setup", -1)] + [(ph, st) for st in range(steps) for ph in ("forward", "backward", "optimizer")]
     for evs in timelines.values():
         for e in evs:
-            if (e["phase"], e["step"]) not in segments:
-                segments.append((e["phase"], e["step"]))
-    # A segment's width: its most events in any stage (at least 2), so the panels share one x-axis.
-    width = {seg: max(2, max(sum(1 for e in evs if (e["phase"], e["step"]) == seg) for evs in timelines.values()))
-             for seg in segments}
+            if (e["phase"], e["step"]) not in columns:
+                columns.append((e["phase"], e["step"]))
+    # A column's width: its most events in any stage (at least 2), so the panels share one x-axis.
+    width = {col: max(2, max(sum(1 for e in evs if (e["phase"], e["step"]) == col) for evs in timelines.values()))
+             for col in columns}
     start, x = {}, 0.0
-    for seg in segments:
-        start[seg] = x
-        x += width[seg] + 1
+    for col in columns:
+        start[col] = x
+        x += width[col] + 1
     x_end = x
 
     fig = Figure(figsize=(13, 2.5 * len(stages) + 1.0), layout="constrained")
     # each panel on its own scale, so that stage3's saw-tooth shows (fig_categories compares sizes)
     axes = fig.subplots(len(stages), 1, squeeze=False, sharex=True)[:, 0]
     for ax, s in zip(axes, stages):
-        for seg in segments:
-            ax.axvspan(start[seg], start[seg] + width[seg] + 1, color=PHASE_COLOR.get(seg[0], "#f4f4f4"), zorder=0)
+        for col in columns:
+            ax.axvspan(start[col], start[col] + width[col] + 1, color=PHASE_COLOR.get(col[0], "#f4f4f4"), zorder=0)
         cur = {c: 0 for c in order}
         host = 0
         xs, ys, hs = [0.0], [[0] for _ in order], [0]
-        seen = {seg: 0 for seg in segments}
+        seen = {col: 0 for col in columns}
         labels = []
         for e in timelines[s]:
-            seg = (e["phase"], e["step"])
-            seen[seg] += 1
-            xe = start[seg] + seen[seg]
+            col = (e["phase"], e["step"])
+            seen[col] += 1
+            xe = start[col] + seen[col]
             if e["location"] == "device":
                 cur[e["category"]] += e["delta"]
             else:
@@ -90,8 +90,8 @@ def fig_timeline(reports, world=4):
         ax.set_ylabel("MB")
     axes[0].legend(loc="upper left", ncols=4, fontsize=8)
     names = {"setup": "set-up", "forward": "forward", "backward": "backward", "optimizer": "optimizer"}
-    axes[-1].set_xticks([start[seg] + (width[seg] + 1) / 2 for seg in segments],
-                        [names.get(ph, ph) + (f"\nstep {st + 1}" if st >= 0 else "") for ph, st in segments],
+    axes[-1].set_xticks([start[col] + (width[col] + 1) / 2 for col in columns],
+                        [names.get(ph, ph) + (f"\nstep {st + 1}" if st >= 0 else "") for ph, st in columns],
                         fontsize=9)
     axes[-1].tick_params(axis="x", length=0)
     axes[-1].set_xlim(0, x_end)
