@@ -945,20 +945,26 @@ def tensor_hints(cfg, diffs, passed):
         out.append("the maxima were all-reduced, and an all-reduce adds: the sum of the T ranks' maxima is no "
                    "max (in exact arithmetic the loss is the same for any M, which is why the numbers are close; "
                    "M is there to keep exp(z - M) in range, and only the row's max does that for every row). "
-                   "All-gather them (tp_.all_gather(row_max, maxes, a.R, DType::F32): rank r's at "
-                   "maxes + r * a.R) and take the largest of the T for each row")
+                   "All-gather them (each rank's a.R maxima into maxes, rank r's at maxes + r * a.R) "
+                   "and take the largest of the T for each row")
     elif gather and gather[2] < gather[1]:
         out.append("M must be the largest logit of the whole row, whose columns lie on T ranks: with each rank's "
                    "own max the ranks shift their exponentials by different amounts, and their sums cannot be "
-                   "added. All-gather the maxima (tp_.all_gather(row_max, maxes, a.R, DType::F32)) and take the "
-                   "largest of the T for each row, before the sums")
+                   "added. All-gather the maxima (a.R floats from each rank into maxes) and take the largest of "
+                   "the T for each row, before the sums")
     elif gather:
         out.append(f"one all-gather of the maxima per micro-batch ({gather[1]} in all on this run), got {gather[2]}")
     if reduce and not (gather and gather[2] < gather[1] and reduce[2] > reduce[1]):
-        if reduce[2] < reduce[1]:
+        numbers_right = not any(d[0] in ("loss", "norm", "model") for d in diffs)
+        if reduce[2] < reduce[1] and numbers_right:
+            out.append("every logged number and the model are right, yet an all-reduce is missing: the target's "
+                       "logit lies on one rank only (here rank 0 holds every target, so its loss is right), and "
+                       "without the all-reduce the other ranks' losses lack it. Sum the target's logits over the "
+                       "T ranks, the others contributing 0, as the sums of exponentials are")
+        elif reduce[2] < reduce[1]:
             out.append("each rank holds only its columns' part of the sum of exponentials, and only one rank "
                        "holds the target's logit (the others contribute 0): both are all-reduced over the T "
-                       "ranks (tp_.all_reduce(buf, a.R, DType::F32)), once per micro-batch each")
+                       "ranks (a.R floats each, DType::F32), once per micro-batch each")
         elif reduce[2] > reduce[1]:
             out.append("two all-reduces per micro-batch, the sums of exponentials and the target's logits: more "
                        "than that adds a number twice")

@@ -523,7 +523,8 @@ EXERCISES = [
          "The code after the region takes loss = log(sums) + M - target, and the probabilities.",
          "Hints: tp_ is my T ranks' communicator. tp_.all_gather(mine, all, n, DType::F32) puts rank r's",
          "n floats at all + r * n; tp_.all_reduce(buf, n, DType::F32) sums them in rank order. The",
-         "exchanges carry a.R floats each (BT rounded up to a multiple of T). There is no max-reduce."],
+         "exchanges carry a.R floats each (BT rounded up to a multiple of T). There is no max-reduce;",
+         "a max starts from float m = -INFINITY."],
         wrong=[("takes each rank's own max (no all-gather)", "local-max",
                 [("tp_.all_gather(row_max, maxes, a.R, DType::F32);  // every rank's maxima\n"
                   "for (int i = 0; i < BT; i++) {\nfloat m = -INFINITY;\n"
