@@ -522,7 +522,7 @@ function updateTensor() {
   }
   t.append(el("thead", {}, head), body);
   status.className = "";
-  status.textContent = `N = ${N}, ${shown} tensor degrees; the most blocks of width ${$("dim").value.trim() || "the preset's"} ` +
+  status.textContent = `N = ${N}, ${shown} tensor degrees; the most blocks of ${$("dim").value.trim() ? "width " + $("dim").value.trim() : "the preset's width"} ` +
     `that fit ${$("tp-mem").value.trim()} per rank` + (skipped.length ? `. Not: ${skipped.join("; ")}` : "") +
     ` — zero_estimate ${tensorFlags(last || 1).join(" ")}`;
   saveView();
