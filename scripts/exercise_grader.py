@@ -114,13 +114,21 @@ ZEROPP_CONFIGS = [Config(3, 1, "fp32", ZEROPP_FLAGS + " --hpz 3"), Config(3, 1, 
 ZEROPP_QUANTIZER_CONFIGS = [ZEROPP_CONFIGS[1], ZEROPP_CONFIGS[2]]
 
 
+# tensor parallelism (tensor/, the vocabulary-parallel loss): T = 2; T = 4 in bf16; T = 2 x 2 replicas
+# in fp16 with accumulation 2; T = 3 on a 48-wide model of 3 heads, whose vocabulary of 256 is padded
+# to 258 (the two padding columns must take part in nothing: the T's that divide 256 cannot show it).
+TENSOR_THREE = "--tensor 3 --dim 48 --heads 3"
+TENSOR_CONFIGS = [Config(2, 1, "fp32", "--tensor 2"), Config(4, 1, "bf16", "--tensor 4"),
+                  Config(4, 2, "fp16", "--tensor 2"), Config(3, 1, "fp32", TENSOR_THREE)]
+
+
 # the trainers whose all-gathers are prefetched: their overlap is graded (compare, "overlap")
 PREFETCH_STAGES = ("stage3", "infinity")
 
 
 def configs_for(stage):
     return {"stage3": STAGE3_CONFIGS, "pipeline": PIPELINE_CONFIGS, "infinity": INFINITY_CONFIGS,
-            "zeropp": ZEROPP_CONFIGS}.get(stage, CONFIGS)
+            "zeropp": ZEROPP_CONFIGS, "tensor": TENSOR_CONFIGS}.get(stage, CONFIGS)
 
 
 def configs_of(ex):
@@ -872,6 +880,10 @@ def precision_hints(cfg, diffs, crashed_msg=None):
 
 def nan_hint(ex):
     """What NaN or infinite numbers most likely come from, in this exercise's code."""
+    if ex.stage == "tensor":
+        return ("a log of a sum that is 0 or not a number: exp(z - M) overflows when M is not the row's largest "
+                "logit, and a sum read before it was set (or set in the run's type) is garbage: M is the largest "
+                "of the T ranks' maxima, the sums start from 0, and the rows' buffers are fp32 (DType::F32)")
     if ex.stage == "pipeline":
         return ("a backward that ran before its own forward, or on activations a later forward overwrote: "
                 "on every segment the forward of k comes before the backward of k, and at most min(P - s, K) "
@@ -917,6 +929,65 @@ def infinity_update_hint(cfg, ref, got):
             "above the loop: it applies the clipping and undoes fp16's loss scale)")
 
 
+# begin tensor_vocab_loss's hints
+TENSOR_PRECISION_HINT = ("right in fp32 but not in {p}: the rows' buffers (row_max, maxes, sums, target) are fp32 "
+                         "whatever the run's precision, so their collectives take DType::F32, never dt_; a logit "
+                         "is read with load(z[j]) from the run's type X, never through a float*")
+
+
+def tensor_hints(cfg, diffs, passed):
+    """The vocabulary-parallel loss: what the collectives and the numbers say (its region computes the
+    three per-row numbers of the cross-entropy over the T ranks' columns, and nothing else)."""
+    comm = {d[2][0]: d[2] for d in diffs if d[0] == "comm"}
+    out = []
+    gather, reduce = comm.get("all_gather"), comm.get("all_reduce")
+    if gather and gather[2] < gather[1] and reduce and reduce[2] > reduce[1]:
+        out.append("the maxima were all-reduced, and an all-reduce adds: the sum of the T ranks' maxima is no "
+                   "max (in exact arithmetic the loss is the same for any M, which is why the numbers are close; "
+                   "M is there to keep exp(z - M) in range, and only the row's max does that for every row). "
+                   "All-gather them (each rank's a.R maxima into maxes, rank r's at maxes + r * a.R) "
+                   "and take the largest of the T for each row")
+    elif gather and gather[2] < gather[1]:
+        out.append("M must be the largest logit of the whole row, whose columns lie on T ranks: with each rank's "
+                   "own max the ranks shift their exponentials by different amounts, and their sums cannot be "
+                   "added. All-gather the maxima (a.R floats from each rank into maxes) and take the largest of "
+                   "the T for each row, before the sums")
+    elif gather:
+        out.append(f"one all-gather of the maxima per micro-batch ({gather[1]} in all on this run), got {gather[2]}")
+    if reduce and not (gather and gather[2] < gather[1] and reduce[2] > reduce[1]):
+        numbers_right = not any(d[0] in ("loss", "norm", "model") for d in diffs)
+        if reduce[2] < reduce[1] and numbers_right:
+            out.append("every logged number and the model are right, yet an all-reduce is missing: the target's "
+                       "logit lies on one rank only (here rank 0 holds every target, so its loss is right), and "
+                       "without the all-reduce the other ranks' losses lack it. Sum the target's logits over the "
+                       "T ranks, the others contributing 0, as the sums of exponentials are")
+        elif reduce[2] < reduce[1]:
+            out.append("each rank holds only its columns' part of the sum of exponentials, and only one rank "
+                       "holds the target's logit (the others contribute 0): both are all-reduced over the T "
+                       "ranks (a.R floats each, DType::F32), once per micro-batch each")
+        elif reduce[2] > reduce[1]:
+            out.append("two all-reduces per micro-batch, the sums of exponentials and the target's logits: more "
+                       "than that adds a number twice")
+        else:
+            out.append(f"the loss's collectives are called as often as they should be but send {reduce[4]:,} "
+                       f"elements instead of {reduce[3]:,}: each carries a.R floats (the rows, rounded up to a "
+                       f"multiple of T)")
+    if any(d[0] == "bytes" for d in diffs):
+        out.append(TENSOR_PRECISION_HINT.format(p=cfg.precision))
+    if not out and any(d[0] in ("loss", "norm", "model") for d in diffs):
+        if "--tensor 3" in cfg.extra and passed:
+            out.append("right where T divides the vocabulary, wrong with T = 3, whose 256 rows are padded to 258: "
+                       "the columns j >= mine of the last rank are padding, not logits; leave them out of the max, "
+                       "the sum and the target (loop to mine, not Vl)")
+        else:
+            out.append("the three exchanges are the real ones but what goes into them is not: for each row, M = "
+                       "the largest of the T ranks' maxima (a max, exact in any order), the sum of exp(z_j - M) "
+                       "over my real columns with that M, and the target's logit from the rank whose columns "
+                       "hold targets_[i] (tj = targets_[i] - lo in [0, mine)), 0 from the others")
+    return out
+# end tensor_vocab_loss's hints
+
+
 def hints(ex, cfg, diffs, passed, rounding_only, runs=None):
     """What the differences most likely mean; each hint follows from the lines printed above it."""
     n, accum = cfg.n, cfg.accum
@@ -926,6 +997,8 @@ def hints(ex, cfg, diffs, passed, rounding_only, runs=None):
         return schedule_hints(next(d[2] for d in diffs if d[0] == "schedule"))
     if ex.stage == "pipeline":
         return pipeline_hints(diffs)
+    if ex.stage == "tensor":
+        return tensor_hints(cfg, diffs, passed)
     comm = {d[2][0]: d[2] for d in diffs if d[0] == "comm"}
     for kind, _, data in diffs:
         if kind == "comm":
@@ -1190,7 +1263,8 @@ def _grade(ex, source, p, tag, hint_level, extra_configs=(), hints_shown=True, r
                 p(f"  at line {n} of your {ex.file}: {text}")
             hs = [hint] if hint else []
             if about_precision:
-                hs = precision_hints(cfg, [], crashed_msg=what)
+                hs = precision_hints(cfg, [], crashed_msg=what) if ex.stage != "tensor" else \
+                    [TENSOR_PRECISION_HINT.format(p=cfg.precision)]
             show_hints(hs)
             return False
         _, diffs, rounding, _ = v
@@ -1200,7 +1274,8 @@ def _grade(ex, source, p, tag, hint_level, extra_configs=(), hints_shown=True, r
         if len(diffs) > 6:
             p(f"  - ... and {len(diffs) - 6} more differences")
         if about_precision:
-            hs = precision_hints(cfg, diffs)
+            hs = precision_hints(cfg, diffs) if ex.stage != "tensor" else \
+                [TENSOR_PRECISION_HINT.format(p=cfg.precision)]
             if ex.exact and rounding:
                 hs = [f"right in fp32; in {cfg.precision} the sums differ by rounding: add in acc_t<T> (fp32) "
                       f"and round to T once, at the end (store<T>)"]

@@ -8,7 +8,7 @@ the student's grading seed (zero_estimate --grade-seed: SHA-256 of the course's 
 student's id, docs/certificates.md), so the outputs one student's trainer must match are no other's."""
 import hashlib
 
-from exercise_grader import Config, INFINITY_DISK, ZEROPP_FLAGS
+from exercise_grader import Config, INFINITY_DISK, TENSOR_THREE, ZEROPP_FLAGS
 
 HIDDEN = {
     "stage1": [Config(4, 2), Config(5, 1, "bf16"), Config(4, 2, "fp16")],
@@ -21,6 +21,10 @@ HIDDEN = {
                  Config(3, 7, "fp32", "--pipeline 3 --schedule 1f1b"),   # K > P
                  Config(4, 2, "fp16", "--pipeline 2 --schedule 1f1b")],
     "zeropp": [Config(4, 1, "bf16", ZEROPP_FLAGS + " --hpz 2"), Config(5, 1, "fp32", ZEROPP_FLAGS)],
+    # T = 4 with sequence parallelism (the loss's rows are the gathered ones); T = 3 x 2 replicas in bf16
+    # (the padded vocabulary); T = 2 x 2 in fp16 with accumulation 3
+    "tensor": [Config(4, 1, "fp32", "--tensor 4 --sequence-parallel"), Config(6, 2, "bf16", TENSOR_THREE),
+               Config(4, 3, "fp16", "--tensor 2")],
 }
 SEQS, BATCHES = (16, 24, 32), (1, 2)  # the tiny model's context is 32 or more; sizes no larger than the public runs'
 

@@ -509,6 +509,52 @@ EXERCISES = [
                 "  if (k < K) ops.push_back({true, k});\n"
                 "  if (k >= warmup) ops.push_back({false, k - warmup});\n"
                 "}", BITS)]),
+    # begin tensor_vocab_loss
+    Exercise(
+        "tensor_vocab_loss", "tensor/tp_model.cpp", "tensor",
+        "tensor: the cross-entropy over the vocabulary's T pieces: the global max, the sum of exponentials, "
+        "the target's logit",
+        ["No rank holds a whole row of logits: `logits` holds my Vl columns of each of the BT rows",
+         "(columns [lo, lo + Vl) of the vocabulary, the run's type X: read one with load(z[j])); only",
+         "the first `mine` of them are real, the rest pad V to a multiple of T and take part in nothing.",
+         "For every row i < BT, with the T ranks' columns together, fill the fp32 buffers:",
+         "  row_max[i] = M, the row's largest logit over all T ranks (maxes has room for T * a.R floats);",
+         "  sums[i]    = the sum of exp(z_j - M) over the row's real logits, on every rank;",
+         "  target[i]  = the logit of column targets_[i], which one rank holds, on every rank.",
+         "The code after the region takes loss = log(sums) + M - target, and the probabilities.",
+         "Hints: tp_ is my T ranks' communicator. tp_.all_gather(mine, all, n, DType::F32) puts rank r's",
+         "n floats at all + r * n; tp_.all_reduce(buf, n, DType::F32) sums them in rank order. The",
+         "exchanges carry a.R floats each (BT rounded up to a multiple of T). There is no max-reduce;",
+         "a max starts from float m = -INFINITY."],
+        wrong=[("takes each rank's own max (no all-gather)", "local-max",
+                [("tp_.all_gather(row_max, maxes, a.R, DType::F32);  // every rank's maxima\n"
+                  "for (int i = 0; i < BT; i++) {\nfloat m = -INFINITY;\n"
+                  "for (int r = 0; r < T_; r++) m = std::max(m, maxes[size_t(r) * a.R + i]);  // the global max M\n"
+                  "row_max[i] = m;\n}", "")], "All-gather the maxima"),
+               ("all-reduces the maxima (a sum, not a max)", "collective",
+                [("tp_.all_gather(row_max, maxes, a.R, DType::F32);  // every rank's maxima\n"
+                  "for (int i = 0; i < BT; i++) {\nfloat m = -INFINITY;\n"
+                  "for (int r = 0; r < T_; r++) m = std::max(m, maxes[size_t(r) * a.R + i]);  // the global max M\n"
+                  "row_max[i] = m;\n}", "tp_.all_reduce(row_max, a.R, DType::F32);")], "no max"),
+               ("never all-reduces the sums of exponentials", "sum",
+                [("tp_.all_reduce(sums, a.R, DType::F32);    // S\n", "")], "sum of exponentials"),
+               ("never all-reduces the target's logit", "target",
+                [("tp_.all_reduce(target, a.R, DType::F32);  // z_target", "")], "target's logit"),
+               ("counts the padding columns (loops to Vl, not mine)", "padding",
+                [("for (int j = 0; j < mine; j++) row_max[i]", "for (int j = 0; j < Vl; j++) row_max[i]"),
+                 ("for (int j = 0; j < mine; j++) sums[i]", "for (int j = 0; j < Vl; j++) sums[i]")], "padding"),
+               ("all-reduces the sums in the run's type", "dtype",
+                [("tp_.all_reduce(sums, a.R, DType::F32);", "tp_.all_reduce(sums, a.R, dt_);")], "DType::F32"),
+               ("only tensor rank 0 all-reduces the target's logits", "hang",
+                [("tp_.all_reduce(target, a.R, DType::F32);", "if (t_ == 0) tp_.all_reduce(target, a.R, DType::F32);")],
+                "only some ranks call")],
+        right=[("starts each row's max from rank 0's",
+                [("float m = -INFINITY;\nfor (int r = 0; r < T_; r++)", "float m = maxes[i];\nfor (int r = 1; r < T_; r++)")],
+                BITS),
+               ("writes the target with a conditional expression",
+                [("if (tj >= 0 && tj < mine) target[i] = load(z[tj]);",
+                  "target[i] = tj >= 0 && tj < mine ? float(load(z[tj])) : 0.0f;")], BITS)]),
+    # end tensor_vocab_loss
 ]
 
 

@@ -237,6 +237,7 @@ void TensorGPT::head_forward_t(const X* wte) {
   // f (identity: lnf is the same on every rank); my columns of the logits
   ops::matmul_forward<X>(logits, ACT(X, a.lnf), wte, nullptr, BT, C, Vl);
   float *row_max = ROWS(a.row_max), *maxes = ROWS(a.maxes), *sums = ROWS(a.sums), *target = ROWS(a.target);
+  // begin exercise: tensor_vocab_loss
   std::fill(row_max, row_max + a.R, -INFINITY);
   for (int i = 0; i < BT; i++)
     for (int j = 0; j < mine; j++) row_max[i] = std::max(row_max[i], load(logits[size_t(i) * Vl + j]));
@@ -256,6 +257,7 @@ void TensorGPT::head_forward_t(const X* wte) {
   }
   tp_.all_reduce(sums, a.R, DType::F32);    // S
   tp_.all_reduce(target, a.R, DType::F32);  // z_target
+  // end exercise: tensor_vocab_loss
   float* losses = ACT(float, a.losses);
   for (int i = 0; i < BT; i++) {
     losses[i] = std::log(sums[i]) + row_max[i] - target[i];

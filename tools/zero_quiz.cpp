@@ -17,6 +17,8 @@
 #include "model.h"          // GPTConfig, param_count_formula
 #include "runtime/rng.h"            // Rng: the same questions for the same seed
 #include "zero_formulas.h"  // expected_state_bytes, expected_comm_elems, expected_link_elems
+#include "tensor/formulas.h"  // tensor_param_formula, tensor_comm_elems: tensor parallelism's questions
+#include "tensor/tensor.h"    // tensor_layout, padded_vocab
 
 #ifndef __EMSCRIPTEN__
 #include <sodium.h>  // Ed25519 signatures and SHA-256 (libsodium): a course's certificates
@@ -85,6 +87,70 @@ std::string explain_states(Stage s, uint64_t psi, int N, DType dt) {
              (unsigned long long)b.total(), double(b.total()) / 1e9);
 }
 
+// ---- tensor parallelism's questions (docs/tensor.md; the answers from tensor/formulas.h) ----
+// Two kinds, on GPT-2's small, medium or large blocks (with GPT-2's vocabulary) split over T tensor
+// ranks, T a divisor of the heads among 2, 4 and 8: the elements one rank sends per optimizer step in
+// the activations' all-reduces, and one rank's bytes of parameters. The shape is named without the
+// "(L layers, width C, ...)" the model-state questions use: those the quiz's test recomputes as ZeRO's.
+template <class Pick>
+QuizQuestion tensor_question(Pick pick) {
+  const Shape& shape = kShapes[pick(3)];
+  GPTConfig c;
+  c.vocab = 50257, c.ctx = 1024, c.layers = shape.layers, c.dim = shape.dim, c.heads = shape.heads;
+  int Ts[3], n = 0;
+  for (int T : {2, 4, 8})
+    if (c.heads % T == 0) Ts[n++] = T;
+  const int T = Ts[pick(n)];
+  const std::string model = fmt("%s's %d blocks of width %d with %d heads (vocabulary 50257, context 1024, tied "
+                                "embedding)", shape.name, c.layers, c.dim, c.heads);
+  const Layout mine = tensor_layout(c, T, 1);
+  if (pick(2)) {  // the activations' all-reduces: 4 per block per micro-step, 2 more per micro-step
+    const int b = 1 << pick(3), s = 512 << pick(2), K = 1 + pick(4);
+    const TensorComm x = tensor_comm_elems(c, T, 1, mine, b, s, K);
+    const double m = double(x.all_reduce) / 1e6;
+    QuizQuestion q{fmt("Tensor parallelism (Megatron-LM) over T = %d ranks, one replica: %s, micro-batches of b x s = %d "
+                       "x %d tokens, %d micro-steps per optimizer step. Every block all-reduces its "
+                       "(b, s, C) activations 4 times per micro-step (g twice in the forward, f twice in the "
+                       "backward), and the embedding's g and the LM head's f add one each. An all-reduce of n "
+                       "elements over T ranks sends 2(T-1)n/T of them per rank. How many million elements does "
+                       "one tensor rank send per optimizer step in these all-reduces? (The loss's two all-reduces "
+                       "of one number per token are within the tolerance: count them or not.)",
+                       T, model.c_str(), b, s, K),
+                   m, 0.01, "M elements"};
+    q.explanation = fmt("Per micro-step (4L + 2) all-reduces of b s C = %d x %d x %d = %llu elements: (4 x %d + 2) x "
+                        "%llu = %llu elements, of which a rank sends 2(T-1)/T = %.4g; times K = %d micro-steps: %.6g "
+                        "M (the loss's two all-reduces add 2 x %llu elements per micro-step, within the tolerance). It grows with the tokens, not with the model's "
+                        "size: ZeRO-3 sends the model instead, 3Ψ(N-1)/N per step (notebooks/09_tensor.ipynb).",
+                        b, s, c.dim, (unsigned long long)(uint64_t(b) * s * c.dim), c.layers,
+                        (unsigned long long)(uint64_t(b) * s * c.dim),
+                        (unsigned long long)((4 * uint64_t(c.layers) + 2) * b * s * c.dim), 2.0 * (T - 1) / T, K, m,
+                        (unsigned long long)((uint64_t(b) * s + T - 1) / T * T));
+    return q;
+  }
+  // one rank's parameters: the matrices and the split biases 1/T, wte by vocabulary (padded to a
+  // multiple of T), the replicated parameters whole
+  const bool bf16 = pick(2);
+  const uint64_t Pt = tensor_param_formula(c, T), e = bf16 ? 2 : 4;
+  const double mb = double(e * Pt) / 1e6;
+  QuizQuestion q{fmt("Tensor parallelism (Megatron-LM) over T = %d ranks: %s, parameters in %s (%d bytes each). "
+                     "Each rank holds 1/T of every matrix (qkv and fc by columns, the two output projections by "
+                     "rows, with qkv's and fc's biases), the embedding's rows of 1/T of the vocabulary rounded up "
+                     "to a multiple of T, and the rest whole (wpe, the layer norms, the two output projections' "
+                     "biases). How many MB (10^6 bytes) of parameters does each tensor rank hold?",
+                     T, model.c_str(), bf16 ? "bf16" : "fp32", int(e)),
+                 mb, 0.01, "MB"};
+  const uint64_t C = c.dim, L = c.layers, V = padded_vocab(c.vocab, T);
+  q.explanation = fmt("V' = 50257 rounded up to a multiple of %d = %llu. Split: V'C + L(12C² + 7C) = %llu; whole: "
+                      "1024 C + 6LC + 2C = %llu. P_t = %llu / %d + %llu = %llu parameters, x %d bytes = %.6g MB: "
+                      "the split part shrinks with T, the replicated part does not.",
+                      T, (unsigned long long)V, (unsigned long long)(V * C + L * (12 * C * C + 7 * C)),
+                      (unsigned long long)(1024 * C + 6 * L * C + 2 * C),
+                      (unsigned long long)(V * C + L * (12 * C * C + 7 * C)), T,
+                      (unsigned long long)(1024 * C + 6 * L * C + 2 * C), (unsigned long long)Pt, int(e), mb);
+  return q;
+}
+// ---- end tensor parallelism's questions ----
+
 }  // namespace
 
 std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
@@ -98,6 +164,10 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
     const uint64_t psi = params_of(shape);
     const int N = worlds[pick(5)];
     const DType dt = pick(2) ? DType::BF16 : DType::F32;
+    if (i % 7 == 6) {  // tensor parallelism's (tensor_question above): every seventh question
+      q.push_back(tensor_question(pick));
+      continue;
+    }
     // ---- the FAQ's questions (docs/faq.md, notebooks/08_faq.ipynb): every sixth question, each with
     // its worked answer; the DeepSpeed figures are its estimator's and its knobs' (zero_estimate
     // --deepspeed-estimator, --config) ----

@@ -13,7 +13,8 @@
 // Question kinds: per-rank model-state bytes of a GPT-2-shaped model (vocabulary 50257, as GPT-2
 // has) for a stage, world size and precision; elements each rank sends per optimizer step with
 // gradient accumulation; offload's host bytes and host<->device traffic; the fewest ranks for a
-// stage to fit a device; the largest model a stage fits on N devices.
+// stage to fit a device; the largest model a stage fits on N devices. Every seventh question is tensor
+// parallelism's (tensor/formulas.h): the elements a tensor rank all-reduces per step, or its parameter bytes.
 #pragma once
 #include <cmath>  // NAN
 #include <cstdint>

@@ -122,6 +122,9 @@ const std::map<std::string, NoEffect> kNoEffect = {
                                                "tensor-parallel ranks; there are none here"}},
     {"pipeline.grad_partitioned", {Kind::Bool, "DeepSpeed splits the gradients sent between segments over the "
                                                "tensor-parallel ranks; there are none here"}},
+    {"tensor_parallel.tp_overlap_comm", {Kind::Bool, "DeepSpeed overlaps the tensor ranks' all-reduces with the "
+                                                     "computation; here each runs where the layer needs it, in rank "
+                                                     "order"}},
     {"activation_checkpointing.synchronize_checkpoint_boundary",
      {Kind::Bool, "DeepSpeed waits for the device at each checkpoint (for profiling); nothing to time apart here"}},
 };
@@ -133,7 +136,7 @@ const std::map<std::string, NoEffect> kNoEffect = {
 const std::map<std::string, std::set<std::string>> kKnownKeys = {
     {"", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
           "fp16", "bf16", "zero_optimization", "optimizer", "scheduler", "activation_checkpointing", "pipeline",
-          "compression_training", "communication_data_type"}},
+          "compression_training", "communication_data_type", "tensor_parallel"}},
     {"fp16", {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"}},
     {"bf16", {"enabled"}},
     {"zero_optimization", {"stage", "offload_optimizer", "offload_param", "cpu_offload", "zero_quantized_weights",
@@ -141,6 +144,7 @@ const std::map<std::string, std::set<std::string>> kKnownKeys = {
     {"zero_optimization.offload_param", {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"}},
     {"zero_optimization.offload_optimizer", {"device", "nvme_path"}},
     {"pipeline", {"stages", "partition", "activation_checkpoint_interval", "seed_layers"}},
+    {"tensor_parallel", {"autotp_size", "partition_config", "preset_model"}},  // DeepSpeed's AutoTP training
     {"optimizer", {"type", "params"}},
     {"optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "muon_lr", "adam_lr", "momentum"}},
     {"scheduler", {"type", "params"}},
@@ -567,7 +571,39 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
            "gradient, but in a pipeline a unit's gradient accumulates over micro-batches whose backwards arrive at "
            "different times, so it cannot be sharded away after each one, expected 0 or 1; set it to 1");
   if (pipeline && stage == 1) r.flag("--zero", "1", "zero_optimization.stage", "1");
-  const std::string want = pipeline ? "pipeline" : binary_for(stage, offload, param_offload, zeropp);
+  // begin tensor parallelism's section (build/bin/tensor, docs/tensor.md): DeepSpeed's AutoTP training
+  // names the tensor degree tensor_parallel.autotp_size (0, its default, is off; Megatron-DeepSpeed's
+  // launcher says --tensor-model-parallel-size): > 1 is --tensor T. The split is Megatron's, fixed by
+  // the model (qkv and fc by columns, the output projections by rows, the vocabulary by rows), so
+  // AutoTP's partition rules are refused. ZeRO-1 over the replicas is built, not 2 or 3, nor offload.
+  bool tensor = program == "tensor";
+  if (c.contains("tensor_parallel")) {
+    const json& t = c["tensor_parallel"];
+    const std::string k = "tensor_parallel.";
+    r.only(t, "tensor_parallel");
+    const long long T = t.contains("autotp_size") ? r.whole(t["autotp_size"], k + "autotp_size", 0, 1 << 16) : 0;
+    if (T > 1 && !tensor && !program.empty())
+      user_error("--config %s: a config for tensor parallelism over %lld ranks (tensor_parallel.autotp_size), and this "
+                 "is %s, expected build/bin/tensor; run build/bin/tensor with it", path.c_str(), T, program.c_str());
+    if (T > 1) tensor = true;  // (zero_estimate: the file's binary)
+    if (T >= 1 && program == "tensor") r.whole_flag("--tensor", t["autotp_size"], k + "autotp_size");
+    for (const char* key : {"partition_config", "preset_model"})
+      if (t.contains(key))
+        r.fail(k + key, "AutoTP's rules for which matrices split how; here the split is Megatron's, fixed by the "
+                        "model (qkv and fc by columns, the output projections by rows, the embedding by vocabulary), "
+                        "expected no such key; remove it");
+  }
+  if (tensor && (offload || param_offload || zeropp))
+    r.fail("zero_optimization", std::string(zeropp ? "ZeRO++'s keys" : "offload") + " with tensor parallelism, "
+           "expected neither: build/bin/tensor shards the optimizer state over its replicas (ZeRO-1) and no more; "
+           "remove them, or run without tensor_parallel");
+  if (tensor && stage >= 2)
+    r.fail("zero_optimization.stage", std::to_string(stage) + " with tensor parallelism: build/bin/tensor shards "
+           "only the optimizer state over its D replicas (ZeRO-1; DeepSpeed's AutoTP takes stage 2 too, not built "
+           "here), expected 0 or 1; set it to 1");
+  if (program == "tensor" && stage == 1) r.flag("--zero", "1", "zero_optimization.stage", "1");
+  // end tensor parallelism's section
+  const std::string want = pipeline ? "pipeline" : tensor ? "tensor" : binary_for(stage, offload, param_offload, zeropp);
   r.out.binary = want;
   if (!program.empty() && want != program)
     user_error("--config %s: a config for ZeRO stage %lld%s, and this is %s, expected build/bin/%s; run build/bin/%s "

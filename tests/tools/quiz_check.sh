@@ -37,8 +37,9 @@ out=$($est --quiz --seed 11 --count 20 --check "$tmp/off.txt" 2>&1); rc=$?
 res a_perturbed_answer_fails $? "(exit $rc: $(grep Q3 <<<"$out"))"
 
 # Every answer is graded: all twenty moved (by 5%, or by one for the exact counts) are twenty
-# lines "Q<n>  wrong", one per question, and a score of 0.
-awk '{ v = $2 * 1.05; if (v == $2 + 0 || $2 == int($2) && $2 < 2000) v = $2 + 1; print $1, v }' "$tmp/key.txt" >"$tmp/all_off.txt"
+# lines "Q<n>  wrong", one per question, and a score of 0. (An exact count is the key's "exactly";
+# a whole number with a tolerance, 160 B parameters within 1%, is moved by 5% as the others.)
+awk '{ v = $2 * 1.05; if (v == $2 + 0 || / exactly/) v = $2 + 1; print $1, v }' "$tmp/key.txt" >"$tmp/all_off.txt"
 out=$($est --quiz --seed 11 --count 20 --check "$tmp/all_off.txt" 2>&1); rc=$?
 graded=$(for n in $(seq 1 20); do grep -c "^Q$n  wrong" <<<"$out"; done | grep -c '^1$')
 [ $rc = 1 ] && [ "$graded" = 20 ] && grep -q 'score: 0 of 20 right' <<<"$out"

@@ -469,3 +469,50 @@ TEST(DsConfig, ErrorsNameTheKeyNotAFlagTheUserNeverTyped) {
   expect_one_line_error("stage0_ddp", write_config("no_scheduler", R"({"train_micro_batch_size_per_gpu": 2})"),
                         kRun + "--warmup 5 ", "--warmup 5: the learning rate is constant");
 }
+
+// begin tensor parallelism's config (docs/deepspeed_config.md): DeepSpeed's AutoTP training names the tensor
+// degree tensor_parallel.autotp_size; > 1 runs build/bin/tensor as --tensor T, with ZeRO-1 over the replicas
+// for stage 1 and train_batch_size counted over the data-parallel replicas (N / T), as DeepSpeed counts it.
+TEST(DsConfig, TensorParallelAutotpSizeIsTheTensorDegree) {
+  const std::string cfg = write_config("ds_autotp", R"({
+    "train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+    "bf16": {"enabled": true}, "zero_optimization": {"stage": 1},
+    "tensor_parallel": {"autotp_size": 2, "tp_overlap_comm": true}})");
+  RunResult r = run_trainer("tensor", 4, kRun + "--config " + cfg, "ds_autotp");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Json& t = r.report["tensor"];
+  EXPECT_EQ(t["tensor"].u(), 2u);    // autotp_size
+  EXPECT_EQ(t["replicas"].u(), 2u);  // 4 ranks / T: 2 x 2 x 2 = train_batch_size 8
+  EXPECT_EQ(t["zero"].u(), 1u);      // zero_optimization.stage 1
+  EXPECT_EQ(r.report["precision"].str, "bf16");
+  EXPECT_EQ(r.report["batch"].u(), 2u);
+  EXPECT_EQ(r.report["accum"].u(), 2u);
+  EXPECT_NE(r.output.find("note: --config " + cfg + ": tensor_parallel.tp_overlap_comm:"), std::string::npos) << r.output;
+  // autotp_size 1 (or 0, DeepSpeed's "off") is no tensor parallelism: stage0_ddp runs it
+  const std::string one = write_config("ds_autotp_one", R"({"train_micro_batch_size_per_gpu": 2,
+    "tensor_parallel": {"autotp_size": 1}})");
+  RunResult plain = run_trainer("stage0_ddp", 2, kRun + "--config " + one, "ds_autotp_one");
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  // what does not mean the same here: one line each, exit 2
+  expect_one_line_error("stage2", cfg, kRun, "expected build/bin/tensor; run build/bin/tensor with it");
+  const std::string two = write_config("ds_autotp_stage2", R"({"zero_optimization": {"stage": 2},
+    "tensor_parallel": {"autotp_size": 2}})");
+  expect_one_line_error("tensor", two, kRun + "--tensor 2", "zero_optimization.stage: 2 with tensor parallelism");
+  const std::string rules = write_config("ds_autotp_rules", R"({"tensor_parallel": {"autotp_size": 2,
+    "preset_model": "llama"}})");
+  expect_one_line_error("tensor", rules, kRun, "tensor_parallel.preset_model: AutoTP's rules");
+  const std::string parts = write_config("ds_autotp_parts", R"({"tensor_parallel": {"autotp_size": 2,
+    "partition_config": {"use_default_specs": false}}})");
+  expect_one_line_error("tensor", parts, kRun, "tensor_parallel.partition_config: AutoTP's rules");
+  const std::string text = write_config("ds_autotp_text", R"({"tensor_parallel": {"autotp_size": "two"}})");
+  expect_one_line_error("tensor", text, kRun, "tensor_parallel.autotp_size: got \"two\", expected a whole number");
+  const std::string off = write_config("ds_autotp_offload", R"({"zero_optimization": {"stage": 2,
+    "offload_optimizer": {"device": "cpu"}}, "tensor_parallel": {"autotp_size": 2}})");
+  expect_one_line_error("tensor", off, kRun, "offload with tensor parallelism");
+  const std::string inference = write_config("ds_autotp_tp", R"({"tensor_parallel": {"tp": {"tp_size": 2}}})");
+  expect_one_line_error("tensor", inference, kRun, "tensor_parallel.tp: unknown or unsupported key");
+  std::string out;
+  EXPECT_EQ(run_command(bin_dir() + "/zero_estimate --config " + cfg + " --preset tiny", &out), 2) << out;
+  EXPECT_NE(out.find("use zero_estimate --tensor for its table"), std::string::npos) << out;
+}
+// end tensor parallelism's config

@@ -249,7 +249,8 @@ const ZPP_IDS = ["zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"];
 const PP_IDS = ["pp-segments", "pp-schedule", "pp-partition", "pp-zero"];
 // Links made before the pipeline's "stages" were called segments: pp-stages stands for pp-segments.
 const FORM_ALIASES = { "pp-segments": "pp-stages" };
-const FORM_IDS = MAIN_IDS.concat(ZPP_IDS, PP_IDS);
+const TP_IDS = ["tp-mem", "tp-sp", "tp-zero"];
+const FORM_IDS = MAIN_IDS.concat(ZPP_IDS, PP_IDS, TP_IDS);
 function formState() {
   const p = new URLSearchParams();
   for (const id of FORM_IDS) p.set(id, $(id).type === "checkbox" ? ($(id).checked ? "1" : "") : $(id).value);
@@ -283,6 +284,7 @@ function update() {
   updateMain();
   updateZeropp();
   updatePipeline();
+  scheduleTensor();
 }
 function updateMain() {
   const status = $("status");
@@ -420,6 +422,112 @@ function updatePipeline() {
     status.className = "error";
     status.textContent = e.message;
   }
+  saveView();
+}
+
+// ---- tensor parallelism: zero_estimate --tensor T for the form's model and N, each T dividing N ----
+// Per T: a rank's bytes and the elements it sends per step, and the most blocks of the form's width
+// that fit the panel's device memory. A rank's total is affine in the blocks (the units other than the
+// blocks and the largest unit do not change with L), so two runs give the slope and two more confirm
+// the boundary, which is stepped to where the estimate's own totals put it; --layers stops at 1000.
+const MAX_LAYERS = 1000;
+// the form's model without --fit (the ladder's) and checkpointing (the tensor rung has none), with L
+// blocks when L is given
+function tensorModel(layers) {
+  let f = withoutFit(flagsFromForm()).filter((x) => x !== "--activation-checkpointing");
+  if (layers === undefined) return f;
+  const i = f.indexOf("--layers");
+  if (i >= 0) f = f.slice(0, i).concat(f.slice(i + 2));
+  return f.concat(["--layers", String(layers)]);
+}
+function tensorFlags(T, layers) {
+  const f = tensorModel(layers).concat(["--world", $("world").value.trim(), "--tensor", String(T)]);
+  if ($("tp-sp").checked && T > 1) f.push("--sequence-parallel");
+  if ($("tp-zero").value !== "0") f.push("--zero", $("tp-zero").value);
+  return f;
+}
+function memoryBytes(text) {  // "80GB", "24 GiB", "1e9": bytes as a BigInt, or null
+  const m = /^([0-9.]+(?:e[0-9]+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?$/.exec(text.trim().toLowerCase());
+  if (!m || !(parseFloat(m[1]) > 0)) return null;
+  const mult = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 1024, mib: 1048576, gib: 1073741824, tib: 1099511627776 };
+  return BigInt(Math.floor(parseFloat(m[1]) * mult[m[2] || "b"]));
+}
+function mostBlocks(T, budget) {  // [blocks, "or more" when --layers' limit fits too]
+  const total = (L) => big(estimateJson(tensorFlags(T, L)).estimates[0].total);
+  const t1 = total(1);
+  if (t1 > budget) return [0, false];
+  const slope = total(2) - t1;
+  let L = slope > 0n ? Number((budget - t1) / slope) + 1 : MAX_LAYERS;
+  L = Math.max(1, Math.min(L, MAX_LAYERS));
+  while (L > 1 && total(L) > budget) L--;
+  while (L < MAX_LAYERS && total(L + 1) <= budget) L++;
+  return [L, L === MAX_LAYERS];
+}
+let tensorPending = false;
+function scheduleTensor() {  // once for a burst of changes: the search runs a few dozen estimates
+  if (tensorPending) return;
+  tensorPending = true;
+  setTimeout(() => { tensorPending = false; updateTensor(); }, 0);
+}
+const TP_COLUMNS = [["params", "params"], ["grads", "grads"], ["optimizer", "optimizer"], ["activations", "activations"],
+                    ["total", "total"], ["comm_elems_per_step", "sent / step"], ["most_blocks", "most blocks"],
+                    ["most_params", "their Ψ"]];
+function updateTensor() {
+  const status = $("tp-status"), t = $("tp-table");
+  t.replaceChildren();
+  if (needsShape(status, "The tensor table")) return;
+  const budget = memoryBytes($("tp-mem").value);
+  if (budget === null) {
+    status.className = "error";
+    status.textContent = `Device memory "${$("tp-mem").value}" is not a size, expected a number with a unit, e.g. 80GB`;
+    saveView();
+    return;
+  }
+  const N = parseInt($("world").value, 10);
+  const skipped = [];
+  const head = el("tr", {}, el("th", { scope: "col" }, "T x D"));
+  for (const [, name] of TP_COLUMNS) head.append(el("th", { scope: "col" }, name));
+  const body = el("tbody");
+  let shown = 0, last = null;
+  for (let T = 1; N > 0 && T <= N; T++) {
+    if (N % T) continue;
+    let e;
+    try {
+      e = estimateJson(tensorFlags(T)).estimates[0];
+    } catch (err) {
+      if (T === 1) {  // the model or N itself: zero_estimate's line, no table
+        status.className = "error";
+        status.textContent = err.message;
+        saveView();
+        return;
+      }
+      skipped.push(`T = ${T}: ${err.message.replace(/^error: /, "")}`);
+      continue;
+    }
+    const [blocks, more] = mostBlocks(T, budget);
+    // their Ψ: the whole model's parameters at that many blocks
+    const psi = blocks ? estimateJson(tensorModel(blocks).concat(["--world", "1", "--stage", "stage0_ddp"])).num_params : 0;
+    const b = e.bytes;
+    const v = { params: b.params, grads: b.grads, optimizer: big(b.master) + big(b.adam_m) + big(b.adam_v),
+                activations: b.activations, total: e.total, comm_elems_per_step: e.comm_elems_per_step,
+                most_blocks: blocks, most_params: psi };
+    const tr = el("tr", {}, el("th", { scope: "row" }, `${T} x ${e.replicas}`));
+    for (const [key] of TP_COLUMNS) {
+      const text = key === "comm_elems_per_step" ? grouped(v[key]) : key === "most_blocks" ? String(v[key]) + (more ? " or more" : "")
+        : key === "most_params" ? grouped(v[key]) : fmtBytes(v[key]);
+      tr.append(el("td", { "data-key": key, "data-tensor": String(T), "data-value": String(v[key]),
+                           title: grouped(v[key]) + (key.startsWith("most") || key === "comm_elems_per_step" ? "" : " bytes") },
+                   text));
+    }
+    body.append(tr);
+    shown++;
+    last = T;
+  }
+  t.append(el("thead", {}, head), body);
+  status.className = "";
+  status.textContent = `N = ${N}, ${shown} tensor degrees; the most blocks of ${$("dim").value.trim() ? "width " + $("dim").value.trim() : "the preset's width"} ` +
+    `that fit ${$("tp-mem").value.trim()} per rank` + (skipped.length ? `. Not: ${skipped.join("; ")}` : "") +
+    ` — zero_estimate ${tensorFlags(last || 1).join(" ")}`;
   saveView();
 }
 
@@ -565,6 +673,7 @@ function start(factory) {
     for (const id of MAIN_IDS) $(id).addEventListener("change", () => { syncModel(); update(); });
     for (const id of ZPP_IDS) $(id).addEventListener("change", updateZeropp);
     for (const id of PP_IDS) $(id).addEventListener("change", updatePipeline);
+    for (const id of TP_IDS) $(id).addEventListener("change", updateTensor);
     // an address edited or pasted in the bar (the same page, another view): that view
     window.addEventListener("hashchange", () => {
       if (location.hash.includes("=")) { loadFormState(location.hash); syncModel(); update(); }
@@ -586,5 +695,5 @@ function start(factory) {
   });
 }
 const writeFile = (path, text) => wasm.FS.writeFile(path, text);
-window.nzExplorer = { zeroEstimate, estimateJson, update, paperCase, writeFile, showReport, showDeepSpeed };
+window.nzExplorer = { zeroEstimate, estimateJson, update, updateTensor, paperCase, writeFile, showReport, showDeepSpeed };
 start(createZeroEstimate);
