@@ -219,6 +219,11 @@ StageOptimizer::StageOptimizer(Trainer& run, std::vector<Slice> owned) : run_(ru
   const DType dt = run.dtype;
   run.hooks.state_formula = [&L, stage, dt](int r) { return muon_state_bytes(stage, L, dt, r); };
   const MuonShard d = stage == Stage::DDP ? MuonShard::Owners : mc.shard;
+  // the report's formula per rank: Muon's messages beyond the stage's, and its work space
+  run.hooks.optimizer_comm_elems = [&L, stage, d](int r) {
+    return muon_p2p_elems(stage, L, r, d) + muon_gather_elems(stage, L, d);
+  };
+  run.hooks.optimizer_work_bytes = [&L, d](int) { return muon_work_bytes(L, d); };
   std::ostringstream j;
   j << "{\"muon_lr\": " << mc.lr << ", \"adam_lr\": " << mc.adam_lr << ", \"momentum\": " << mc.momentum
     << ", \"ns_steps\": " << mc.ns_steps << ", \"shard\": \"" << muon_shard_name(d)
