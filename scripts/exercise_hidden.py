@@ -8,7 +8,7 @@ the student's grading seed (zero_estimate --grade-seed: SHA-256 of the course's 
 student's id, docs/certificates.md), so the outputs one student's trainer must match are no other's."""
 import hashlib
 
-from exercise_grader import Config, INFINITY_DISK, ZEROPP_FLAGS
+from exercise_grader import Config, INFINITY_DISK, MUON_FLAGS, ZEROPP_FLAGS
 
 HIDDEN = {
     "stage1": [Config(4, 2), Config(5, 1, "bf16"), Config(4, 2, "fp16")],
@@ -21,6 +21,10 @@ HIDDEN = {
                  Config(3, 7, "fp32", "--pipeline 3 --schedule 1f1b"),   # K > P
                  Config(4, 2, "fp16", "--pipeline 2 --schedule 1f1b")],
     "zeropp": [Config(4, 1, "bf16", ZEROPP_FLAGS + " --hpz 2"), Config(5, 1, "fp32", ZEROPP_FLAGS)],
+    # an exercise's own (its runs need flags of their own): Muon's boundary gather at 4 ranks (two cut
+    # matrices a block), 5 in fp16, and the whole-matrices design (its update is the learner's too)
+    "muon_boundary_gather": [Config(4, 1, "fp32", MUON_FLAGS), Config(5, 2, "fp16", MUON_FLAGS),
+                             Config(4, 1, "bf16", MUON_FLAGS + " --muon-shard whole-matrices")],
 }
 SEQS, BATCHES = (16, 24, 32), (1, 2)  # the tiny model's context is 32 or more; sizes no larger than the public runs'
 
@@ -36,5 +40,5 @@ def personal(cfg, seed, i):
 
 def hidden_for(ex, seed=None):
     """The hidden runs of an exercise; with a student's grading seed, that student's own."""
-    runs = HIDDEN.get(ex.stage, [])
+    runs = HIDDEN.get(ex.name, HIDDEN.get(ex.stage, []))
     return runs if seed is None else [personal(c, seed, i) for i, c in enumerate(runs)]
