@@ -397,6 +397,18 @@ TEST(MuonStages, ZeroEstimateNamesTheCutsAndTheLedgersBytes) {
   const std::string row = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
   printf("zero_estimate's stage1 row: %s (ledger: adam_v %s)\n", row.c_str(), range.c_str());
   EXPECT_NE(row.find(" " + range), std::string::npos) << row;
+  // its --json (the explorer's Muon panel): the same cuts and the ledger's lowest and highest adam_v
+  std::string js;
+  ASSERT_EQ(run_command(program_path("zero_estimate") + " --preset tiny --world 4 --optimizer muon --json 2>/dev/null",
+                        &js), 0) << js;
+  const Json m = Json::parse(js)["muon"][0];
+  EXPECT_EQ(m["world"].u(), 4u);
+  EXPECT_EQ(m["cut"].size(), 4u);
+  EXPECT_EQ(m["cut"][0]["name"].str, "block0.fc_w");
+  EXPECT_EQ(m["stages"][1]["stage"].str, "stage1");
+  EXPECT_EQ(m["stages"][1]["adam_v_muon_min"].u(), lo);
+  EXPECT_EQ(m["stages"][1]["adam_v_muon_max"].u(), hi);
+  EXPECT_EQ(m["stages"][1]["adam_v_adamw"].u(), m["stages"][1]["adam_m"].u());
 }
 
 // DeepSpeed's optimizer.type "Muon" (ds_config.cpp): its muon_lr and adam_lr become --muon-lr and
