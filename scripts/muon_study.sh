@@ -27,6 +27,7 @@ fi
 FLAGS="--preset small --seq 64 --batch 4 --steps $STEPS --lr 3e-3 --eval-every 0 --eval-windows 64 --quiet"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+cores=$(nproc --all)  # (before OMP_NUM_THREADS, which nproc reports instead)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one rank, one thread: the same speed on a shared machine
 start=$(date +%s)
 for s in $(seq 1 "$SEEDS"); do
@@ -39,7 +40,7 @@ for s in $(seq 1 "$SEEDS"); do
   done
 done
 echo "small, stage0_ddp on 1 rank, $STEPS steps of 4 x 64 tokens, --lr 3e-3, seeds 1..$SEEDS ($(date -u +%Y-%m-%d)," \
-     "$(nproc) cores): final validation loss (64 windows)"
+     "$cores cores, OMP_NUM_THREADS=$OMP_NUM_THREADS): final validation loss (64 windows)"
 echo
 echo "| optimizer | mean val loss | sd over seeds | per seed |"
 echo "|---|---|---|---|"
