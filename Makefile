@@ -182,7 +182,7 @@ TOOL_BINS  := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(filter-out tools/zero_quiz
 TEST_SRC   := $(wildcard tests/*/test_*.cpp)
 TEST_BINS  := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(TEST_SRC))))
 
-.PHONY: all tests extra deps run test diff clean explorer explore bench-adam bench bench-inference plots notebooks exercise exercise-key check \
+.PHONY: all tests extra deps run test diff clean explorer explore bench-adam bench muon-study bench-inference plots notebooks exercise exercise-key check \
         student-pack grade \
         print-build-flags gpu-bundle gpu-rehearsal arm64-check pristine-check two-nodes
 # `make` builds the programs; `make tests` the test programs and the deliberately broken trainers
@@ -291,6 +291,11 @@ bench-adam: all
 # where it imports)
 bench: all
 	@bash scripts/bench.sh
+
+# Muon against AdamW on small: final validation loss over seeds, paired by seed (docs/muon.md; minutes,
+# not part of make test). SEEDS=4 STEPS=300 by default.
+muon-study: all
+	@bash scripts/muon_study.sh $(SEEDS) $(STEPS)
 
 # inference: tokens/s against B for each weight placement (sharded on 2 ranks), ms per byte with and
 # without the KV cache, bytes moved per token (inference/generate.cpp --bench)

@@ -162,12 +162,14 @@ void Muon::matrix_step(int u, int k, const TensorSpec& ts, float* p32, float* m,
   };
   std::vector<CommRequest> sends;
   if (d == MuonShard::Owners && len < ts.numel) {  // owners: each sends its part to each other owner
+    // begin exercise: muon_boundary_gather
     for (int q = first; q <= last; q++)
       if (q != me) sends.push_back(comm_->send_start(X + at, len, DType::F32, q, tag));
     for (int q = first; q <= last; q++)
       if (q != me) comm_->recv(X + part(q).first, part(q).second, DType::F32, q, tag);
     for (CommRequest& r : sends) comm_->wait(r);  // before Newton–Schulz overwrites what they send
     sends.clear();
+    // end exercise: muon_boundary_gather
   }
   const int assignee = muon_assignee(L_, k);
   if (d == MuonShard::WholeMatrices) {  // whole matrices: the owners' parts of X to the assignee
@@ -196,9 +198,11 @@ void Muon::matrix_step(int u, int k, const TensorSpec& ts, float* p32, float* m,
   // end muon whole-matrices return
   if (len == 0) return;
   // my part of W = W (1 - lr wd) - lr 0.2 sqrt(max(rows, cols)) O   (Moonlight's RMS match)
+  // begin exercise: muon_boundary_gather
   if (ts.decay) ops::accumulate<float>(p32 + i, p32 + i, len, 1.0f - lr * cfg_.weight_decay, true);
   const float rms_match = 0.2f * std::sqrt(float(std::max(rows, cols)));
   ops::accumulate<float>(p32 + i, X + at, len, -lr * rms_match, false);
+  // end exercise: muon_boundary_gather
 }
 
 // ---- the stage's optimizer ----
@@ -219,6 +223,11 @@ StageOptimizer::StageOptimizer(Trainer& run, std::vector<Slice> owned) : run_(ru
   const DType dt = run.dtype;
   run.hooks.state_formula = [&L, stage, dt](int r) { return muon_state_bytes(stage, L, dt, r); };
   const MuonShard d = stage == Stage::DDP ? MuonShard::Owners : mc.shard;
+  // the report's formula per rank: Muon's messages beyond the stage's, and its work space
+  run.hooks.optimizer_comm_elems = [&L, stage, d](int r) {
+    return muon_p2p_elems(stage, L, r, d) + muon_gather_elems(stage, L, d);
+  };
+  run.hooks.optimizer_work_bytes = [&L, d](int) { return muon_work_bytes(L, d); };
   std::ostringstream j;
   j << "{\"muon_lr\": " << mc.lr << ", \"adam_lr\": " << mc.adam_lr << ", \"momentum\": " << mc.momentum
     << ", \"ns_steps\": " << mc.ns_steps << ", \"shard\": \"" << muon_shard_name(d)

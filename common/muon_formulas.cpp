@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "runtime/check.h"
+#include "runtime/json.h"  // JsonWriter: muon_estimate_json
 
 namespace nz {
 
@@ -199,6 +200,64 @@ std::string muon_estimate_text(const Layout& L, DType dt) {
            muon_ns_flops(Stage::DDP, L, 0, MuonShard::Owners) * 1e-9);
   o << line;
   return o.str();
+}
+
+std::string muon_estimate_json(const Layout& L, DType dt) {
+  const std::vector<MuonMatrix> mats = muon_matrices(L);
+  uint64_t muon_elems = 0;
+  for (const MuonMatrix& m : mats) muon_elems += m.end - m.begin;
+  JsonWriter j;
+  j.begin_object();
+  j.kv("world", L.world);
+  j.kv("matrices", uint64_t(mats.size()));
+  j.kv("muon_params", muon_elems);
+  j.key("cut");  // the matrices whose elements more than one rank's slice holds
+  j.begin_array();
+  for (const MuonMatrix& m : mats) {
+    if (!m.crosses()) continue;
+    j.begin_object();
+    j.kv("name", m.name), j.kv("rows", m.rows), j.kv("cols", m.cols);
+    j.kv("first_rank", m.first_rank), j.kv("last_rank", m.last_rank);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("stages");
+  j.begin_array();
+  for (Stage stage : {Stage::DDP, Stage::Z1, Stage::Z2, Stage::Z3}) {
+    const StateBytes a = expected_state_bytes(stage, L, dt);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int r = 0; r < L.world; r++) {
+      const uint64_t v = muon_state_bytes(stage, L, dt, r).adam_v;
+      lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    j.begin_object();
+    j.kv("stage", stage_name(stage));
+    j.kv("adam_m", a.adam_m);  // the same with either: Muon's momentum or AdamW's m, 4 bytes per owned element
+    j.kv("adam_v_adamw", a.adam_v);
+    j.kv("adam_v_muon_min", lo), j.kv("adam_v_muon_max", hi);
+    j.end_object();
+  }
+  j.end_array();
+  j.kv("ddp_ns_flops", muon_ns_flops(Stage::DDP, L, 0, MuonShard::Owners));
+  j.key("designs");  // stages 1-3
+  j.begin_array();
+  for (MuonShard d : {MuonShard::Owners, MuonShard::GatherAll, MuonShard::WholeMatrices}) {
+    uint64_t p_lo = UINT64_MAX, p_hi = 0, f_lo = UINT64_MAX, f_hi = 0;
+    for (int r = 0; r < L.world; r++) {
+      const uint64_t p = muon_p2p_elems(Stage::Z1, L, r, d), f = muon_ns_flops(Stage::Z1, L, r, d);
+      p_lo = std::min(p_lo, p), p_hi = std::max(p_hi, p), f_lo = std::min(f_lo, f), f_hi = std::max(f_hi, f);
+    }
+    j.begin_object();
+    j.kv("design", muon_shard_name(d));
+    j.kv("p2p_elems_min", p_lo), j.kv("p2p_elems_max", p_hi);
+    j.kv("gather_elems", muon_gather_elems(Stage::Z1, L, d));
+    j.kv("ns_flops_min", f_lo), j.kv("ns_flops_max", f_hi);
+    j.kv("work_bytes", muon_work_bytes(L, d));
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  return j.str();
 }
 
 }  // namespace nz

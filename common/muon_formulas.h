@@ -71,5 +71,9 @@ uint64_t ns_flops(int rows, int cols, int steps = 5);
 
 // "zero_estimate --optimizer muon": which matrices the slices cut, per rank memory and bytes sent.
 std::string muon_estimate_text(const Layout& L, DType dt);
+// The same as one JSON object (zero_estimate --optimizer muon --json, the explorer's Muon panel): the cut
+// matrices, per stage adam_m and adam_v with AdamW and with Muon (lowest and highest rank), per design the
+// elements sent, Newton–Schulz FLOPs (lowest and highest rank) and the work space.
+std::string muon_estimate_json(const Layout& L, DType dt);
 
 }  // namespace nz

@@ -253,25 +253,43 @@ std::string Trainer::write_report() {
     j.end_object();
   }
   j.end_array();
-  const StateBytes f = state_bytes(layout, dtype);  // the rung's (rung.h), or the stage's
-  j.key("formula");
-  j.begin_object();
-  for (Category c : {Category::Params, Category::Grads, Category::Master, Category::AdamM, Category::AdamV,
-                     Category::CommBuffers, Category::Gathered})
-    j.kv(category_name(c), f.of(c));
-  j.kv("activations",
-       expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing,
-                                 model->attention()));
-  // --qat's fake-quantized unit (device scratch; 0 without; the whole model's: a rank that holds some
-  // units only holds qat_bytes of those)
-  j.kv("qat", qat_bytes(layout, dtype, compression.qat));
-  j.kv("host", f.host);  // everything off the device; of it on disk (--offload-to or --offload-param disk):
-  const Location tier = args.state_on_disk() ? Location::Disk : Location::Host;
-  j.kv("disk", offload_state_bytes(stage, layout, dtype, tier).disk);
-  j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum));
-  j.kv("link_elems_per_step", expected_link_elems(stage, layout, args.accum));
-  j.kv("overflow_flag_elems_per_step", expected_overflow_flag_elems(layout, dtype));
-  j.end_object();
+  // The formulas of rank r: the stage's (or the rung's, rung.h), the same on every rank; with an
+  // optimizer whose state and messages differ per rank (Muon), rank r's own: its model state
+  // (state_formula), its messages beyond the stage's and its work space (optimizer_*).
+  const bool per_rank = bool(hooks.optimizer_comm_elems);
+  auto formula_of = [&](int r) {
+    const StateBytes f = per_rank ? hooks.state_formula(r) : state_bytes(layout, dtype);
+    j.begin_object();
+    for (Category c : {Category::Params, Category::Grads, Category::Master, Category::AdamM, Category::AdamV,
+                       Category::CommBuffers, Category::Gathered})
+      j.kv(category_name(c), f.of(c));
+    j.kv("activations",
+         expected_activation_bytes(args.cfg, args.batch, args.seq, dtype, args.activation_checkpointing,
+                                   model->attention()));
+    // --qat's fake-quantized unit (device scratch; 0 without; the whole model's: a rank that holds some
+    // units only holds qat_bytes of those)
+    j.kv("qat", qat_bytes(layout, dtype, compression.qat));
+    j.kv("host", f.host);  // everything off the device; of it on disk (--offload-to or --offload-param disk):
+    const Location tier = args.state_on_disk() ? Location::Disk : Location::Host;
+    j.kv("disk", offload_state_bytes(stage, layout, dtype, tier).disk);
+    const uint64_t extra = per_rank ? hooks.optimizer_comm_elems(r) : 0;
+    j.kv("comm_elems_per_step", expected_comm_elems(stage, layout, args.accum) + extra);
+    if (per_rank) {
+      j.kv("optimizer_comm_elems_per_step", extra);  // of comm_elems_per_step: the optimizer's own
+      j.kv("optimizer_work", hooks.optimizer_work_bytes(r));  // ledger: scratch, device
+    }
+    j.kv("link_elems_per_step", expected_link_elems(stage, layout, args.accum));
+    j.kv("overflow_flag_elems_per_step", expected_overflow_flag_elems(layout, dtype));
+    j.end_object();
+  };
+  j.key("formula");  // rank 0's, the rank whose ledger a reader compares first
+  formula_of(0);
+  if (per_rank) {
+    j.key("formula_ranks");
+    j.begin_array();
+    for (int r = 0; r < world(); r++) formula_of(r);
+    j.end_array();
+  }
   j.key("steps_log");
   j.begin_array();
   for (const StepRecord& s : steps_) {

@@ -53,6 +53,11 @@ struct RungHooks {
   // The model-state bytes per rank of layout L, where the rung holds more than its stage (the fits
   // check, --batch auto, the memory table, the report). Default: expected_state_bytes(stage).
   std::function<StateBytes(const Layout& L, DType dt)> model_state_bytes;
+  // An optimizer whose state and messages differ from rank to rank (Muon, common/muon.cpp): the
+  // elements rank r sends per step beyond the stage's collectives, and its work space (ledger:
+  // scratch, device). Set, the report's "formula" is rank 0's (state_formula(0) with these) and
+  // "formula_ranks" holds every rank's; empty: the stage's formula, the same on every rank.
+  std::function<uint64_t(int r)> optimizer_comm_elems, optimizer_work_bytes;
 };
 // A rung's set-up: called once the command line is read and the topology made, before anything is
 // sized; its own flag checks (a bad one is one line) and the hooks the set-up needs already.

@@ -120,6 +120,11 @@ ZEROPP_QUANTIZER_CONFIGS = [ZEROPP_CONFIGS[1], ZEROPP_CONFIGS[2]]
 TENSOR_THREE = "--tensor 3 --dim 48 --heads 3"
 TENSOR_CONFIGS = [Config(2, 1, "fp32", "--tensor 2"), Config(4, 1, "bf16", "--tensor 4"),
                   Config(4, 2, "fp16", "--tensor 2"), Config(3, 1, "fp32", TENSOR_THREE)]
+# Muon (--optimizer muon, the owners' design, stage2): 3 ranks cut attproj_w and fc_w of every block,
+# 2 ranks fc_w; bf16 rounds the parameters from the fp32 master the update writes; accumulation 2.
+# Its point-to-point messages are graded too (compare, p2p).
+MUON_FLAGS = "--optimizer muon"
+MUON_CONFIGS = [Config(3, 1, "fp32", MUON_FLAGS), Config(2, 1, "bf16", MUON_FLAGS), Config(2, 2, "fp32", MUON_FLAGS)]
 
 
 # the trainers whose all-gathers are prefetched: their overlap is graded (compare, "overlap")
@@ -747,8 +752,9 @@ def schedule_hints(data):
             f"the segments after it), at most K, then one forward before each backward"]
 
 
-def compare(ref, got, prefetch):
-    """Everything that differs, as (kind, message, data), in the order a learner should read it."""
+def compare(ref, got, prefetch, p2p=False):
+    """Everything that differs, as (kind, message, data), in the order a learner should read it.
+    p2p: the point-to-point messages are graded too (Muon's exchange)."""
     R, G = ref["report"], got["report"]
     diffs = []
     order = schedule_diff(R, G)  # the pipeline's lesson is the order: said first
@@ -780,7 +786,7 @@ def compare(ref, got, prefetch):
                 if a != b:
                     diffs.append(("memory", f"rank {rr['rank']}: {c} on the {loc} peaked at {b:,} bytes, "
                                             f"expected {a:,}", (c, loc, a, b)))
-        for op in OPS + ["all_to_all"]:
+        for op in OPS + ["all_to_all"] + (["p2p"] if p2p else []):
             a, b = rr["comm"].get(op), gr["comm"].get(op)
             if a is None or b is None:
                 continue
@@ -988,6 +994,36 @@ def tensor_hints(cfg, diffs, passed):
 # end tensor_vocab_loss's hints
 
 
+def muon_hints(diffs):
+    """Muon's boundary gather (muon_boundary_gather): what its messages, memory and numbers say."""
+    out = []
+    for kind, _, data in diffs:
+        if kind == "comm" and data[0] == "p2p" and data[4] < data[3]:
+            out.append("fewer elements sent point to point than the real exchange: Newton-Schulz needs the whole "
+                       "matrix, so every owner of a cut matrix must receive every other owner's part of X (and "
+                       "send its own, len elements, to each of them)")
+        elif kind == "comm" and data[0] == "p2p":
+            out.append("more elements sent point to point than the real exchange: each owner sends only its own "
+                       "part (X + at, len elements) to each other owner, once per step")
+        elif kind == "comm":
+            out.append(f"the exchange is point to point between the owners of the matrix, not a {data[0]} over "
+                       f"every rank")
+        elif kind == "memory" and data[0] == "adam_m" and data[3] > data[2]:
+            out.append("more momentum than the real Muon: the momentum is per element, so each rank keeps it for "
+                       "its own slice only (m_); the exchange sends X = G + mu B, whose parts each owner computes "
+                       "from its own momentum, so no rank needs the others' momentum")
+        elif kind == "memory":
+            out.append(f"{data[0]} differs from the real Muon's: the exchange needs no buffer of its own (X is "
+                       f"the work space's)")
+    if out:
+        return list(dict.fromkeys(out))
+    if any(d[0] in ("loss", "norm", "model") for d in diffs):
+        out.append("the messages and the memory are the real ones but the model is not: each owner's part of X "
+                   "must land at its own place in the matrix (X + part(q).first), and each element of W is "
+                   "updated once, by its one owner, from its own part of O (X + at)")
+    return out
+
+
 def hints(ex, cfg, diffs, passed, rounding_only, runs=None):
     """What the differences most likely mean; each hint follows from the lines printed above it."""
     n, accum = cfg.n, cfg.accum
@@ -999,6 +1035,8 @@ def hints(ex, cfg, diffs, passed, rounding_only, runs=None):
         return pipeline_hints(diffs)
     if ex.stage == "tensor":
         return tensor_hints(cfg, diffs, passed)
+    if ex.name == "muon_boundary_gather":
+        return muon_hints(diffs)
     comm = {d[2][0]: d[2] for d in diffs if d[0] == "comm"}
     for kind, _, data in diffs:
         if kind == "comm":
@@ -1220,7 +1258,8 @@ def _grade(ex, source, p, tag, hint_level, extra_configs=(), hints_shown=True, r
             return ("nan", f"step {i + 1}: the {what} is not a number (NaN or infinite), where the real "
                            f"{ex.stage}'s is {fmt(ref['report']['steps_log'][i]['loss' if what == 'loss' else 'grad_norm'])}",
                     nan_hint(ex), [])
-        diffs = compare(ref, got, prefetch=ex.stage in PREFETCH_STAGES and "--prefetch 0" not in cfg.extra)
+        diffs = compare(ref, got, prefetch=ex.stage in PREFETCH_STAGES and "--prefetch 0" not in cfg.extra,
+                        p2p=MUON_FLAGS in cfg.extra)
         if not diffs:
             return None
         numeric_only = all(d[0] in ("loss", "norm", "model") for d in diffs)

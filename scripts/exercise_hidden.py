@@ -8,7 +8,7 @@ the student's grading seed (zero_estimate --grade-seed: SHA-256 of the course's 
 student's id, docs/certificates.md), so the outputs one student's trainer must match are no other's."""
 import hashlib
 
-from exercise_grader import Config, INFINITY_DISK, TENSOR_THREE, ZEROPP_FLAGS
+from exercise_grader import Config, INFINITY_DISK, MUON_FLAGS, TENSOR_THREE, ZEROPP_FLAGS
 
 HIDDEN = {
     "stage1": [Config(4, 2), Config(5, 1, "bf16"), Config(4, 2, "fp16")],
@@ -25,6 +25,10 @@ HIDDEN = {
     # (the padded vocabulary); T = 2 x 2 in fp16 with accumulation 3
     "tensor": [Config(4, 1, "fp32", "--tensor 4 --sequence-parallel"), Config(6, 2, "bf16", TENSOR_THREE),
                Config(4, 3, "fp16", "--tensor 2")],
+    # an exercise's own (its runs need flags of their own): Muon's boundary gather at 4 ranks (two cut
+    # matrices a block), 5 in fp16, and the whole-matrices design (its update is the learner's too)
+    "muon_boundary_gather": [Config(4, 1, "fp32", MUON_FLAGS), Config(5, 2, "fp16", MUON_FLAGS),
+                             Config(4, 1, "bf16", MUON_FLAGS + " --muon-shard whole-matrices")],
 }
 SEQS, BATCHES = (16, 24, 32), (1, 2)  # the tiny model's context is 32 or more; sizes no larger than the public runs'
 
@@ -40,5 +44,5 @@ def personal(cfg, seed, i):
 
 def hidden_for(ex, seed=None):
     """The hidden runs of an exercise; with a student's grading seed, that student's own."""
-    runs = HIDDEN.get(ex.stage, [])
+    runs = HIDDEN.get(ex.name, HIDDEN.get(ex.stage, []))
     return runs if seed is None else [personal(c, seed, i) for i, c in enumerate(runs)]

@@ -555,6 +555,55 @@ EXERCISES = [
                 [("if (tj >= 0 && tj < mine) target[i] = load(z[tj]);",
                   "target[i] = tj >= 0 && tj < mine ? float(load(z[tj])) : 0.0f;")], BITS)]),
     # end tensor_vocab_loss
+    Exercise(
+        "muon_boundary_gather", "common/muon.cpp", "stage2",
+        "Muon under ZeRO: gather the parts of a matrix my slice's boundary cuts, then update only my part",
+        [["Newton-Schulz needs the WHOLE matrix, and ZeRO's slices cut matrices anywhere. Ranks",
+          "first..last own parts of matrix ts (rows x cols, row-major in X); this rank (me) owns elements",
+          "[at, at + len) of it, and X + at already holds its part of X = G + mu B (its own gradient",
+          "and momentum: X is per element). part(q) is rank q's part: {offset in the matrix, count}.",
+          "Make X whole on this rank: send my part to every other owner, and receive every other",
+          "owner's part into its place, point to point, fp32, with this matrix's `tag`.",
+          "Hints: comm_->send_start(ptr, n, DType::F32, to, tag) returns a CommRequest: keep it in",
+          "`sends` and comm_->wait it before Newton-Schulz overwrites X; comm_->recv(ptr, n, DType::F32,",
+          "from, tag). Only the owners get here: a collective over every rank would wait forever."],
+         ["X now holds O = NewtonSchulz5(X) of the whole matrix. Update my part of W only, elements",
+          "[i, i + len) of my slice (p32 + i), from my part of O (X + at): first W *= 1 - lr wd",
+          "where ts.decay, then W -= lr 0.2 sqrt(max(rows, cols)) O (Moonlight's RMS match). Every",
+          "element has one owner: it is updated once. The momentum stays my slice's only (m_).",
+          "Hint: ops::accumulate<float>(dst, src, n, scale, overwrite): dst = scale src, or += it;",
+          "cfg_.weight_decay."]],
+        exact=True, configs=grader.MUON_CONFIGS,
+        wrong=[("runs Newton-Schulz on its own part only (nothing exchanged)", "exchange",
+                "// (nothing: Newton-Schulz sees my part of X only)\n\n// ---- next part ----\n"
+                "if (ts.decay) ops::accumulate<float>(p32 + i, p32 + i, len, 1.0f - lr * cfg_.weight_decay, true);\n"
+                "const float rms_match = 0.2f * std::sqrt(float(std::max(rows, cols)));\n"
+                "ops::accumulate<float>(p32 + i, X + at, len, -lr * rms_match, false);", "whole matrix"),
+               ("applies its part of the update twice, as two owners updating the same elements would", "update",
+                [("ops::accumulate<float>(p32 + i, X + at, len, -lr * rms_match, false);",
+                  "ops::accumulate<float>(p32 + i, X + at, len, -lr * rms_match, false);\n"
+                  "ops::accumulate<float>(p32 + i, X + at, len, -lr * rms_match, false);  // (and the other owner's)")],
+                "updated once"),
+               ("keeps the momentum of the whole matrix on every owner", "memory",
+                [("sends.clear();", "sends.clear();\n"
+                  "static Buffer* whole[1024] = {};  // (the momentum of each whole matrix I own part of)\n"
+                  "if (!whole[tag - 7000]) whole[tag - 7000] = new Buffer(Category::AdamM, Location::Device, "
+                  "ts.numel * sizeof(float), \"momentum (whole matrix)\");")], "momentum"),
+               ("receives every owner's part at the start of the matrix", "placement",
+                [("comm_->recv(X + part(q).first,", "comm_->recv(X,")], "its own place")],
+        right=[("receives first, each send started before",
+                "std::vector<CommRequest> mine;\n"
+                "for (int q = first; q <= last; q++)\n"
+                "  if (q != me) mine.push_back(comm_->send_start(X + at, len, DType::F32, q, tag));\n"
+                "for (int q = first; q <= last; q++) {\n"
+                "  if (q == me) continue;\n"
+                "  const auto [offset, count] = part(q);\n"
+                "  comm_->recv(X + offset, count, DType::F32, q, tag);\n"
+                "}\n"
+                "for (CommRequest& r : mine) comm_->wait(r);\n\n// ---- next part ----\n"
+                "if (ts.decay) ops::accumulate<float>(p32 + i, p32 + i, len, 1.0f - lr * cfg_.weight_decay, true);\n"
+                "ops::accumulate<float>(p32 + i, X + at, len, -lr * (0.2f * std::sqrt(float(std::max(rows, cols)))), "
+                "false);", BITS)]),
 ]
 
 

@@ -231,7 +231,7 @@ void print_usage() {
          "                 across/INTER (no overlap, no latency: the model's limits are in docs/zeropp.md)\n"
          "  --optimizer muon   after the table, Muon's own (docs/muon.md): which hidden matrices the slices\n"
          "                 cut at each N, and per stage adam_v (AdamW elements only) and the elements sent\n"
-         "                 point to point (default adamw: the table alone)\n"
+         "                 point to point (default adamw: the table alone); with --json, a \"muon\" array\n"
          "  --accum K      micro-steps per optimizer step, for the elements sent per step (default 1):\n"
          "                 stage0, stage1 2(N-1)S whatever K; stage2, offload (K+1)(N-1)S; stage3, infinity\n"
          "                 3K(N-1)S\n"
@@ -1072,10 +1072,9 @@ int main(int argc, char** argv) {
                          seq, accum, checkpointing, attn, json);
     return 0;
   }
-  if (optimizer == "muon" && (raw || json || !ds_path.empty()))
-    user_error("--optimizer muon with %s: Muon's matrices need a model shape and print as text, expected --preset "
-               "(or --layers, --dim) without --json or --config; drop %s", raw ? "--params" : json ? "--json" : "--config",
-               raw ? "--params" : json ? "--json" : "--config");
+  if (optimizer == "muon" && (raw || !ds_path.empty()))
+    user_error("--optimizer muon with %s: Muon's matrices need a model shape, expected --preset (or --layers, --dim) "
+               "without --params or --config; drop %s", raw ? "--params" : "--config", raw ? "--params" : "--config");
   std::vector<Stage> stages;
   Stage one;
   if (stage_arg == "all") stages.assign(std::begin(kAllStages), std::end(kAllStages));
@@ -1164,6 +1163,12 @@ int main(int argc, char** argv) {
       j.end_object();
     }
     j.end_array();
+    if (optimizer == "muon") {  // Muon's own, one object per N (muon_formulas.h)
+      j.key("muon");
+      j.begin_array();
+      for (int N : worlds) j.raw(muon_estimate_json(make_layout(cfg, N), dt));
+      j.end_array();
+    }
     j.end_object();
     printf("%s\n", j.str().c_str());
     return 0;

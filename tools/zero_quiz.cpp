@@ -19,6 +19,7 @@
 #include "zero_formulas.h"  // expected_state_bytes, expected_comm_elems, expected_link_elems
 #include "tensor/formulas.h"  // tensor_param_formula, tensor_comm_elems: tensor parallelism's questions
 #include "tensor/tensor.h"    // tensor_layout, padded_vocab
+#include "muon_formulas.h"  // Muon's questions: muon_state_bytes, muon_gather_elems
 
 #ifndef __EMSCRIPTEN__
 #include <sodium.h>  // Ed25519 signatures and SHA-256 (libsodium): a course's certificates
@@ -151,6 +152,51 @@ QuizQuestion tensor_question(Pick pick) {
 }
 // ---- end tensor parallelism's questions ----
 
+// ---- Muon (docs/muon.md, common/muon_formulas.h): its optimizer state beside AdamW's, and the elements
+// gather-all sends; a GPT-2 shape, laid out as the trainers lay it out (the blocks' four hidden matrices
+// are Muon's: 12 C^2 elements a block) ----
+QuizQuestion muon_question(int kind, const Shape& shape, int N, DType dt) {
+  GPTConfig c;
+  c.vocab = 50257, c.ctx = 1024, c.layers = shape.layers, c.dim = shape.dim, c.heads = shape.heads;
+  const Layout L = make_layout(c, N);
+  const uint64_t C = uint64_t(shape.dim), M = 12 * C * C * uint64_t(shape.layers);
+  if (kind == 0) {  // optimizer state per rank, averaged over the ranks, stage1
+    uint64_t muon = 0, adamw = 0;
+    for (int r = 0; r < N; r++) {
+      const StateBytes m = muon_state_bytes(Stage::Z1, L, dt, r), a = expected_state_bytes(Stage::Z1, L, dt);
+      muon += m.adam_m + m.adam_v, adamw += a.adam_m + a.adam_v;
+    }
+    const double muon_gb = double(muon) / N / 1e9, adamw_gb = double(adamw) / N / 1e9;
+    QuizQuestion q{fmt("%s, stage1 on %d ranks, --optimizer muon: Muon (one fp32 momentum) for the blocks' four hidden "
+                       "matrices (qkv, attention projection, MLP up and down), AdamW (fp32 m and v) for the rest. How "
+                       "many GB (10^9 bytes) of optimizer state (momentum, m, v; no master, no params) does a rank "
+                       "hold, on average over the N ranks?", shape_text(shape).c_str(), N),
+                   muon_gb, 0.01, "GB"};
+    q.explanation = fmt("P = %llu (padded), S = P/N = %llu; the hidden matrices hold M = 12 C^2 x %d blocks = %llu "
+                        "elements. Every owned element has 4 bytes of momentum or m (4S); only the AdamW elements "
+                        "have v, 4 (S - M_r) on rank r, and the M_r add up to M over the ranks: on average "
+                        "(8P - 4M)/N = %.6g GB, against AdamW's 8S = %.6g GB (docs/muon.md).",
+                        (unsigned long long)L.padded_total, (unsigned long long)L.shard_total, shape.layers,
+                        (unsigned long long)M, muon_gb, adamw_gb);
+    return q;
+  }
+  // the elements each rank sends per step in gather-all's all-gathers of X, beyond the stage's own
+  const double m = double(muon_gather_elems(Stage::Z2, L, MuonShard::GatherAll)) / 1e6;
+  const uint64_t block = L.units[1].padded;
+  QuizQuestion q{fmt("%s, stage2 on %d ranks, --optimizer muon --muon-shard gather-all: each rank writes its part "
+                     "of X (the Muon update's input, fp32) of every hidden matrix into a block-sized buffer, and one "
+                     "all-gather per block gives every rank every matrix. Beyond stage2's own collectives, how many "
+                     "million elements does each rank send per optimizer step? (Each block is one unit of 12 C^2 + "
+                     "13 C elements, padded to a multiple of N; count a ring's (N-1)/N.)",
+                     shape_text(shape).c_str(), N), m, 0.01, "M elements"};
+  q.explanation = fmt("A block is 12 C^2 + 13 C = %llu elements, padded to %llu, a slice S_u = %llu; its all-gather "
+                      "sends (N - 1) S_u = %llu elements per rank, and there are %d blocks: %.6g M, whatever the "
+                      "slices cut (the owners' design sends only the cut matrices' parts, point to point).",
+                      (unsigned long long)L.units[1].numel, (unsigned long long)block,
+                      (unsigned long long)(block / N), (unsigned long long)((N - 1) * (block / N)), shape.layers, m);
+  return q;
+}
+
 }  // namespace
 
 std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
@@ -236,6 +282,10 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
                                    "with more GPUs (docs/faq.md, \"Memory per GPU is the same on 2 and on 4 GPUs\"; S "
                                    "= %.0f is what does).", live, (unsigned long long)psi, gb, S);
       }
+      continue;
+    }
+    if (i % 10 == 7) {  // Muon's questions (muon_question): every tenth, from the eighth
+      q.push_back(muon_question(pick(2), shape, N, dt));
       continue;
     }
     switch (i % 5) {

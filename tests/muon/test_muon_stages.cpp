@@ -258,6 +258,61 @@ TEST(MuonStages, DesignsSendAndHoldWhatTheFormulasSay) {
   }
 }
 
+// The report's formula with Muon (--log-json): "formula" is rank 0's and "formula_ranks" every rank's,
+// Muon's own: adam_m 4 bytes per owned element, adam_v 4 bytes per owned AdamW element only (both
+// written out here from the block's tensors), the work space each design holds (scratch) and the
+// elements each rank sends per step, the stage's collectives plus Muon's exchange. Each must be the
+// ledger and the comm ledger of that rank, for every stage and design (the same runs as above).
+TEST(MuonStages, ReportFormulaIsMuonsOnEveryRank) {
+  const int N = 4;
+  struct Case { const char* stage; std::string design; };
+  for (const Case& c : {Case{"stage0_ddp", ""}, Case{"stage1", ""}, Case{"stage2", ""}, Case{"stage3", ""},
+                        Case{"stage2", "gather-all"}, Case{"stage3", "whole-matrices"}}) {
+    SCOPED_TRACE(std::string(c.stage) + " " + c.design);
+    const RunResult& r = muon_run(c.stage, N, 1, "fp32", c.design);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const bool ddp = std::string(c.stage) == "stage0_ddp";
+    const uint64_t C = r.report["config"]["dim"].u();
+    const Sizes z = sizes_from_units(r.report, N);
+    const uint64_t owned = ddp ? z.P : z.S;
+    const std::vector<RankMuon> want = expected_per_rank(r.report, N, C, ddp);
+    ASSERT_TRUE(r.report.has("formula_ranks")) << "the report has no per-rank formula for Muon";
+    const Json& per_rank = r.report["formula_ranks"];
+    ASSERT_EQ(per_rank.size(), size_t(N));
+    for (const Json& rank : r.report["ranks"].arr) {
+      const int rk = int(rank["rank"].u());
+      const Json& f = per_rank[rk];
+      const Json& peak = rank["ledger"]["device"]["peak"];
+      EXPECT_EQ(f["adam_m"].u(), 4 * owned) << "rank " << rk;
+      EXPECT_EQ(f["adam_v"].u(), 4 * (owned - want[rk].muon)) << "rank " << rk << ": Muon has no second moment";
+      for (const char* cat : {"params", "grads", "master", "adam_m", "adam_v", "comm_buffers"})
+        EXPECT_EQ(f[cat].u(), peak[cat].u() + rank["ledger"]["host"]["peak"][cat].u()) << "rank " << rk << " " << cat;
+      EXPECT_LE(peak["gathered"].u(), f["gathered"].u()) << "rank " << rk;
+      EXPECT_EQ(f["optimizer_work"].u(), peak["scratch"].u()) << "rank " << rk << ": Muon's work space";
+      // Muon's own messages: its point-to-point (all of them but gather-all's all-gathers)
+      const uint64_t gather = r.report["muon"]["gather_elems_per_step"].u();
+      EXPECT_EQ(rank["comm"]["p2p"]["elems_sent"].u(), kSteps * (f["optimizer_comm_elems_per_step"].u() - gather))
+          << "rank " << rk;
+      if (c.design.empty()) {
+        EXPECT_EQ(f["optimizer_comm_elems_per_step"].u(), want[rk].p2p) << "rank " << rk;
+      }
+    }
+    // rank 0's steps, as its comm ledger counted them: the stage's collectives and Muon's exchange
+    for (const Json& step : r.report["steps_log"].arr)
+      EXPECT_EQ(step["comm_elems"].u(), r.report["formula"]["comm_elems_per_step"].u()) << "step " << step["step"].u();
+    for (const char* key : {"adam_v", "optimizer_work", "comm_elems_per_step", "optimizer_comm_elems_per_step"})
+      EXPECT_EQ(r.report["formula"][key].u(), per_rank[0][key].u()) << "formula is rank 0's: " << key;
+    EXPECT_LT(r.report["formula"]["adam_v"].u(), 4 * owned) << "AdamW's adam_v in a Muon run's formula";
+    if (!ddp) {
+      EXPECT_GT(per_rank[N - 1]["optimizer_comm_elems_per_step"].u(), 0u) << "nothing cut at N = 4?";
+    }
+  }
+  // AdamW's report keeps one formula for every rank
+  const RunResult& a = run("stage2", N, 1);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_FALSE(a.report.has("formula_ranks"));
+}
+
 // The tests of the tests: stage2 with a broken Muon (tests/muon/muon.mk), at N = 4 where the slices
 // cut fc_w and fcproj_w of every block, must fail to be stage0_ddp's with Muon.
 TEST(MuonStages, BrokenMuonCopiesAreCaught) {
@@ -342,6 +397,18 @@ TEST(MuonStages, ZeroEstimateNamesTheCutsAndTheLedgersBytes) {
   const std::string row = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
   printf("zero_estimate's stage1 row: %s (ledger: adam_v %s)\n", row.c_str(), range.c_str());
   EXPECT_NE(row.find(" " + range), std::string::npos) << row;
+  // its --json (the explorer's Muon panel): the same cuts and the ledger's lowest and highest adam_v
+  std::string js;
+  ASSERT_EQ(run_command(program_path("zero_estimate") + " --preset tiny --world 4 --optimizer muon --json 2>/dev/null",
+                        &js), 0) << js;
+  const Json m = Json::parse(js)["muon"][0];
+  EXPECT_EQ(m["world"].u(), 4u);
+  EXPECT_EQ(m["cut"].size(), 4u);
+  EXPECT_EQ(m["cut"][0]["name"].str, "block0.fc_w");
+  EXPECT_EQ(m["stages"][1]["stage"].str, "stage1");
+  EXPECT_EQ(m["stages"][1]["adam_v_muon_min"].u(), lo);
+  EXPECT_EQ(m["stages"][1]["adam_v_muon_max"].u(), hi);
+  EXPECT_EQ(m["stages"][1]["adam_v_adamw"].u(), m["stages"][1]["adam_m"].u());
 }
 
 // DeepSpeed's optimizer.type "Muon" (ds_config.cpp): its muon_lr and adam_lr become --muon-lr and

@@ -138,6 +138,29 @@ def pipeline_flags(c):
     return f
 
 
+def muon_flags(c):
+    f = native_flags(c)[:-2]  # Muon's object has no --stage (every stage in it), nor --fit (the page drops it)
+    if "--fit" in f:
+        i = f.index("--fit")
+        del f[i:i + 2]
+    return f + ["--optimizer", "muon"]
+
+
+def muon_expected(want):
+    """{(key, stage or design): value} of zero_estimate --optimizer muon --json's "muon" object, with the
+    page's two sums (optimizer state with AdamW, and with Muon on its highest rank)."""
+    m, out = want["muon"][0], {}
+    for st in m["stages"]:
+        for k in ("adam_m", "adam_v_adamw", "adam_v_muon_min", "adam_v_muon_max"):
+            out[(k, st["stage"])] = st[k]
+        out[("state_adamw", st["stage"])] = st["adam_m"] + st["adam_v_adamw"]
+        out[("state_muon_max", st["stage"])] = st["adam_m"] + st["adam_v_muon_max"]
+    for x in m["designs"]:
+        for k in ("p2p_elems_min", "p2p_elems_max", "gather_elems", "ns_flops_min", "ns_flops_max", "work_bytes"):
+            out[(k, x["design"])] = x[k]
+    return out
+
+
 def run_native(flags):
     return _native(tuple(flags))
 
@@ -164,9 +187,12 @@ for (const c of configs) {
   const zcells = [...document.querySelectorAll("#zpp-table td")].map((td) => [td.dataset.key, td.dataset.technique, td.dataset.value]);
   const pst = document.getElementById("pp-status");
   const pcells = [...document.querySelectorAll("#pp-table td[data-key]")].map((td) => [td.dataset.key, td.dataset.segment, td.dataset.value]);
+  const mst = document.getElementById("muon-status");
+  const mcells = [...document.querySelectorAll("#muon-table td, #muon-designs td")].map((td) => [td.dataset.key, td.dataset.who, td.dataset.value]);
   out.push({error: st.className === "error" ? st.textContent : "", cells: cells,
             zerror: zst.className === "error" ? zst.textContent : "", zcells: zcells, zneeds: zst.className === "needs",
-            perror: pst.className === "error" ? pst.textContent : "", pcells: pcells, pneeds: pst.className === "needs"});
+            perror: pst.className === "error" ? pst.textContent : "", pcells: pcells, pneeds: pst.className === "needs",
+            merror: mst.className === "error" ? mst.textContent : "", mcells: mcells, mneeds: mst.className === "needs"});
 }
 return out;
 """
@@ -186,11 +212,11 @@ def compare(browser, configs):
     # the accumulation table for one configuration in ten: each K is another run of the command line
     with_k = {i for i in range(len(configs)) if i % 10 == 0}
     run_native_all([native_flags(c) for c in configs] + [zeropp_flags(c) for c in configs] +
-                   [pipeline_flags(c) for c in configs] +
+                   [pipeline_flags(c) for c in configs] + [muon_flags(c) for c in configs] +
                    [native_flags(configs[i], accum=K) for i in with_k for K in (1, 2, 4, 8)])
     shown = browser.run(SET_AND_READ, [{k: c.get(k, DEFAULTS.get(k)) for k in FIELDS} for c in configs])
     values, diffs = 0, []
-    compare.zeropp_tables = compare.pipeline_tables = 0
+    compare.zeropp_tables = compare.pipeline_tables = compare.muon_tables = 0
     for i, (c, page) in enumerate(zip(configs, shown)):
         prc, pwant = run_native(pipeline_flags(c))
         compare.pipeline_tables += prc == 0
@@ -218,6 +244,22 @@ def compare(browser, configs):
                 values += 1
                 if pgot[key] != str(pexpect[key]):
                     diffs.append(f"{pipeline_flags(c)}: {key} page {pgot[key]}, zero_estimate {pexpect[key]}")
+        mrc, mwant = run_native(muon_flags(c))  # Muon beside AdamW (a shape only, as ZeRO++)
+        compare.muon_tables += mrc == 0
+        if shape_needed:
+            if not page["mneeds"] or page["mcells"] or page["merror"] or mrc == 0:
+                diffs.append(f"{muon_flags(c)}: the page shows no note that Muon's table needs a shape")
+        elif mrc != 0:
+            if page["merror"] != mwant:
+                diffs.append(f"{muon_flags(c)}: native '{mwant}', page '{page['merror']}'")
+        else:
+            mexpect, mgot = muon_expected(mwant), {(k, w): v for k, w, v in page["mcells"]}
+            if set(mgot) != set(mexpect):
+                diffs.append(f"{muon_flags(c)}: Muon cells {sorted(set(mgot) ^ set(mexpect))[:4]} on one side only")
+            for key in mexpect.keys() & mgot.keys():
+                values += 1
+                if mgot[key] != str(mexpect[key]):
+                    diffs.append(f"{muon_flags(c)}: {key} page {mgot[key]}, zero_estimate {mexpect[key]}")
         zrc, zwant = run_native(zeropp_flags(c))
         compare.zeropp_tables += zrc == 0
         if shape_needed:
@@ -329,7 +371,8 @@ def main(kind, count):
         errors = sum(1 for c in configs if run_native(native_flags(c))[0] != 0)
         res("numbers_equal_zero_estimate", not diffs and values > 0,
             f"({n} configurations, {n - errors} with numbers and {errors} with an error line, {compare.zeropp_tables} "
-            f"with a ZeRO++ table and {compare.pipeline_tables} with a pipeline table, {values} values compared "
+            f"with a ZeRO++ table, {compare.pipeline_tables} with a pipeline table and {compare.muon_tables} with "
+            f"Muon's, {values} values compared "
             f"in {time.time() - tc:.1f} s; {len(diffs)} differ{': ' + diffs[0] if diffs else ''})")
 
         # -- the chart: for every N and stage, a bar per device category holding zero_estimate's bytes,

@@ -31,6 +31,8 @@ FIXED = [
     ["--zeropp", "2", "--world", "4", "--preset", "tiny", "--json", "--network", "300,25", "--compute-ms", "10"],
     ["--pipeline", "2", "--world", "4", "--preset", "small", "--accum", "4", "--zero", "1"],
     ["--pipeline", "3", "--preset", "tiny", "--seq", "32", "--accum", "8", "--schedule", "gpipe", "--json"],
+    ["--preset", "small", "--world", "2,4,64", "--optimizer", "muon"],  # Muon's text and its --json (muon.md)
+    ["--preset", "tiny", "--world", "3", "--optimizer", "muon", "--json", "--precision", "bf16"],
     ["--quiz", "--seed", "7", "--count", "12"], ["--quiz", "--seed", "7", "--count", "12", "--key"],
     ["--stage", "bogus"], ["--params", "7.5B", "--preset", "small"], ["--preset", "nope"], ["--world", "0"],
     ["--verify", "nzquiz1 seed=1 count=2 answers=1,- score=0/2 code=00000000"], ["--verify", "garbage"],

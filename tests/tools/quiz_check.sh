@@ -373,6 +373,41 @@ out=$($est --verify "$doc_cert" --course-pub "$tmp/doc.pub" 2>&1); rc=$?
 [ $rc = 0 ] && [ -n "$doc_cert" ] && grep -qxF "   $out" "$doc"
 res the_docs_example_certificate_verifies_as_shown $? "(exit $rc: $out)"
 
+# ---- Muon's questions (tools/zero_quiz.cpp, muon_question): each answer recomputed here from the question
+# text alone, with the layout written out (one unit for the embedding and the positions, one per block of
+# 12 C^2 + 13 C, one for the final norm, each padded to a multiple of N; the hidden matrices 12 C^2 a block):
+# stage1's optimizer state per rank on average, (8P - 4M)/N bytes, and gather-all's all-gathers,
+# L (N - 1) S_block elements; each question's worked answer under a wrong answer ----
+for s in 1 2 3 4 5 6; do
+  $est --quiz --seed $s --count 30 >"$tmp/muon_q$s.txt" 2>&1
+  $est --quiz --seed $s --count 30 --key | grep '^Q[0-9]* ' >"$tmp/muon_k$s.txt"
+  seq 1 30 | awk '{ print "Q" $1 " 1" }' >"$tmp/muon_a$s.txt"
+  $est --quiz --seed $s --count 30 --check "$tmp/muon_a$s.txt" --explain >"$tmp/muon_e$s.txt" 2>&1
+done
+out=$(python3 - "$tmp" <<'EOF2'
+import re, sys
+tmp, seen, bad = sys.argv[1], 0, []
+for s in range(1, 7):
+    key = {int(l.split()[0][1:]): float(l.split()[1]) for l in open(f"{tmp}/muon_k{s}.txt")}
+    explained = open(f"{tmp}/muon_e{s}.txt").read()
+    for m in re.finditer(r"^Q(\d+)\. GPT-2 \w+ \((\d+) layers, width (\d+), .*?\), (stage1|stage2) on (\d+) ranks, "
+                         r"--optimizer muon", open(f"{tmp}/muon_q{s}.txt").read(), re.M):
+        n, layers, C, stage, N = int(m[1]), int(m[2]), int(m[3]), m[4], int(m[5])
+        pad = lambda x: (x + N - 1) // N * N
+        units = [50257 * C + 1024 * C] + [12 * C * C + 13 * C] * layers + [2 * C]
+        P, M = sum(pad(u) for u in units), 12 * C * C * layers
+        want = (8 * P - 4 * M) / N / 1e9 if stage == "stage1" else layers * (N - 1) * (pad(units[1]) // N) / 1e6
+        seen += 1
+        if abs(key[n] - want) > 1e-5 * want:
+            bad.append(f"seed {s} Q{n}: key {key[n]}, recomputed {want:.6g}")
+        if not re.search(rf"^Q{n}  wrong: .*\n    .*\(8P - 4M\)/N|^Q{n}  wrong: .*\n    A block is 12 C\^2", explained, re.M):
+            bad.append(f"seed {s} Q{n}: no worked answer under a wrong one")
+print(seen, "; ".join(bad))
+EOF2
+)
+[ "${out%% *}" -ge 6 ] && [ "$out" = "${out%% *} " ]
+res muon_questions_match_the_layout_recomputed_here $? "(${out%% *} Muon questions; ${out#* })"
+
 # ---- the explorer's certificate box, in each browser installed, against --verify word for word
 # (tests/tools/certificate_page_check.py: the browser's WebCrypto Ed25519) ----
 page=${NZ_EXPLORER_DIR:-$(dirname "$est")/../explorer}

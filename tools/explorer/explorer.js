@@ -285,6 +285,7 @@ function update() {
   updateZeropp();
   updatePipeline();
   scheduleTensor();
+  updateMuon();
 }
 function updateMain() {
   const status = $("status");
@@ -528,6 +529,69 @@ function updateTensor() {
   status.textContent = `N = ${N}, ${shown} tensor degrees; the most blocks of ${$("dim").value.trim() ? "width " + $("dim").value.trim() : "the preset's width"} ` +
     `that fit ${$("tp-mem").value.trim()} per rank` + (skipped.length ? `. Not: ${skipped.join("; ")}` : "") +
     ` — zero_estimate ${tensorFlags(last || 1).join(" ")}`;
+  saveView();
+}
+// ---- Muon beside AdamW: zero_estimate --optimizer muon --json for the form's model and N ----
+// (its "muon" object: per stage adam_m and adam_v with each optimizer, per design the elements sent and
+// the Newton-Schulz FLOPs, lowest and highest rank; the page adds adam_m and adam_v, nothing more)
+function muonFlags() {
+  return withoutFit(flagsFromForm()).concat(["--world", $("world").value.trim(), "--optimizer", "muon"]);
+}
+function muonCell(tr, key, who, v, kind) {
+  const shown = kind === "bytes" ? fmtBytes(v) : kind === "flops" ? (Number(v) / 1e9).toPrecision(4) + " GFLOP"
+                                                                   : grouped(v);
+  tr.append(el("td", { "data-key": key, "data-who": who, "data-value": String(v),
+                       title: grouped(v) + (kind === "bytes" ? " bytes" : kind === "flops" ? " FLOPs" : " elements") },
+               shown));
+}
+function updateMuon() {
+  const status = $("muon-status"), t = $("muon-table"), d = $("muon-designs");
+  t.replaceChildren();
+  d.replaceChildren();
+  if (needsShape(status, "Muon's table")) return;
+  try {
+    const m = estimateJson(muonFlags()).muon[0];
+    const head = el("tr", {}, el("th", { scope: "col" }, "bytes per rank"));
+    for (const name of ["adam_m (m, or Muon's momentum)", "adam_v AdamW", "adam_v Muon (lowest rank)",
+                        "adam_v Muon (highest rank)", "optimizer state AdamW", "optimizer state Muon (highest rank)"])
+      head.append(el("th", { scope: "col" }, name));
+    t.append(el("thead", {}, head));
+    const body = el("tbody");
+    for (const st of m.stages) {
+      const tr = el("tr", {}, el("th", { scope: "row" }, st.stage));
+      for (const k of ["adam_m", "adam_v_adamw", "adam_v_muon_min", "adam_v_muon_max"]) muonCell(tr, k, st.stage, st[k], "bytes");
+      muonCell(tr, "state_adamw", st.stage, big(st.adam_m) + big(st.adam_v_adamw), "bytes");
+      muonCell(tr, "state_muon_max", st.stage, big(st.adam_m) + big(st.adam_v_muon_max), "bytes");
+      body.append(tr);
+    }
+    t.append(body);
+    const dhead = el("tr", {}, el("th", { scope: "col" }, "stages 1-3, per rank per step"));
+    for (const name of ["p2p elements (lowest)", "p2p elements (highest)", "all-gathered elements", "Newton-Schulz (lowest)",
+                        "Newton-Schulz (highest)", "work space"])
+      dhead.append(el("th", { scope: "col" }, name));
+    d.append(el("thead", {}, dhead));
+    const dbody = el("tbody");
+    for (const x of m.designs) {
+      const tr = el("tr", {}, el("th", { scope: "row" }, "--muon-shard " + x.design));
+      muonCell(tr, "p2p_elems_min", x.design, x.p2p_elems_min, "elems");
+      muonCell(tr, "p2p_elems_max", x.design, x.p2p_elems_max, "elems");
+      muonCell(tr, "gather_elems", x.design, x.gather_elems, "elems");
+      muonCell(tr, "ns_flops_min", x.design, x.ns_flops_min, "flops");
+      muonCell(tr, "ns_flops_max", x.design, x.ns_flops_max, "flops");
+      muonCell(tr, "work_bytes", x.design, x.work_bytes, "bytes");
+      dbody.append(tr);
+    }
+    d.append(dbody);
+    status.className = "";
+    status.textContent = `${m.matrices} hidden matrices, ${grouped(m.muon_params)} parameters; at N = ${m.world} the ` +
+      `slices cut ${m.cut.length} of them` + (m.cut.length ? ` (${m.cut.slice(0, 4).map((c) => `${c.name} ranks ` +
+      `${c.first_rank}..${c.last_rank}`).join(", ")}${m.cut.length > 4 ? ", ..." : ""})` : "") +
+      `; stage0_ddp: Newton-Schulz ${(Number(m.ddp_ns_flops) / 1e9).toPrecision(4)} GFLOP on every rank — zero_estimate ` +
+      muonFlags().join(" ");
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
   saveView();
 }
 
