@@ -34,7 +34,17 @@ uint64_t tensor_param_formula(const GPTConfig& cfg, int T);
 // x0 and the block's grads of (b,s,C) hold bs/T rows; lnf's output is kept whole for the LM head
 // (and its bs/T rows apart); the backward adds two (b,s,C) buffers: a gathered layer norm (its
 // rows are gathered again in the backward instead of kept) and a partial before its scatter.
-uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp = false);
+// 3D (--pipeline): a segment's rank holds the terms above of its units [u0, u1) only, for `slots`
+// micro-batches (activation_slots: K for GPipe, min(P-p, K) for 1F1B): per slot its blocks' terms,
+// x0 if it holds the embedding or block 1, the (b,s,C) rows it receives (the previous block's output:
+// b s/T rows with sp) if it starts past block 1, lnf's and the head's terms on the last segment only,
+// the tokens and targets; once, the backward's grads of one block; the loss's scalars on the last.
+uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp = false, int u0 = 0,
+                                 int u1 = -1, int slots = 1);
+// 3D: the model state of a rank of the segment holding units [u0, u1): tensor_state_bytes's terms
+// over those units, P_s = Σ padded and U_s the largest; on the last segment (last) the LM head's copy
+// of my V'/T rows of wte and their gradient, e V'C/T each (as pipeline_stage_bytes, over my rows).
+StateBytes tensor3d_state_bytes(const Layout& mine, DType dt, int zero, int u0, int u1, bool last);
 
 // ---- elements one rank sends per step (the comm ledger's), K micro-steps of b x s ----
 //   all-reduce over the T tensor ranks, per micro-step: 4 per block (g twice forward, f twice
@@ -55,6 +65,11 @@ TensorComm tensor_comm_elems(const GPTConfig& cfg, int T, int D, const Layout& m
                              bool sp = false);
 
 // The report's "tensor" object: T, D, P_t, the formulas' numbers.
+struct TensorPlan;    // tensor.h
+struct PipelinePlan;  // pipeline/pipeline.h
+// 3D: T, P, D, the partition and schedule, rank 0's formulas.
+std::string tensor3d_report_json(const GPTConfig& cfg, const TensorPlan& plan, const PipelinePlan& pipe,
+                                 const Layout& mine, DType dt, int B, int S, int accum);
 std::string tensor_report_json(const GPTConfig& cfg, int T, int D, const Layout& mine, DType dt, int B, int S,
                                int accum, int zero, bool sp);
 

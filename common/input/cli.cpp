@@ -623,7 +623,8 @@ Args parse_args(int argc, char** argv, const char* program) {
   const std::pair<const char*, std::vector<std::string>> stage_flags[] = {
       {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
-      {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
+      {"--pipeline", {"pipeline", "tensor"}}, {"--schedule", {"pipeline", "tensor"}},
+      {"--partition", {"pipeline", "tensor"}},
       {"--zero", {"tensor", "pipeline"}}, {"--tensor", {"tensor"}}, {"--sequence-parallel", {"tensor"}},
       {"--sp", {"ulysses"}}, {"--sp-mode", {"ulysses"}},
       {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},

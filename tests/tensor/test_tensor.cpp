@@ -97,6 +97,73 @@ std::vector<Case> matrix() {
 
 }  // namespace
 
+// ---- 3D: --tensor T --pipeline P on N = P x D x T ranks (tensor/pipe3d.cpp) ----
+// The same truth: every step's loss and norm and the model file equal the reference bit for bit
+// (its norm added segment by segment, as the ranks add it). tiny has 4 units (embed, 2 blocks, lnf):
+// --partition 2 gives segment 0 the embedding and block 1, segment 1 block 2 and lnf; with P = 4
+// each unit is a segment of its own (segments of the embedding or lnf alone, a block alone).
+struct Case3D {
+  int T, P, D, K;
+  const char* precision;
+  const char* more = "";  // --zero 1, --sequence-parallel, --schedule gpipe
+};
+std::string flags_3d(const Case3D& c) {
+  const std::string fp16 = std::string(c.precision) == "fp16" ? "--loss-scale 1024 " : "";
+  const std::string partition = c.P == 2 ? "2" : c.P == 3 ? "1,3" : "1,2,3";
+  return kTiny + "--precision " + c.precision + " " + fp16 + tensor_flags(c.T, c.K) + "--pipeline " +
+         std::to_string(c.P) + " --partition " + partition + " " + c.more;
+}
+std::string name_3d(const Case3D& c) {
+  return std::to_string(c.T) + "x" + std::to_string(c.P) + "x" + std::to_string(c.D) + "/K" + std::to_string(c.K) +
+         "/" + c.precision + (strstr(c.more, "--zero") ? "/zero1" : "") + (strstr(c.more, "--sequence") ? "/sp" : "") +
+         (strstr(c.more, "gpipe") ? "/gpipe" : "");
+}
+
+void expect_3d_equal_to_reference(const Case3D& c) {
+  const std::string flags = flags_3d(c), what = name_3d(c);
+  const RunResult& r = run_cached("tensor", c.T * c.P * c.D, flags);
+  ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
+  if (std::string(c.precision) == "fp16")
+    for (const Json& s : r.report["steps_log"].arr) ASSERT_FALSE(s["skipped"].b) << what << ": a skipped step";
+  const tpref::Result ref = tpref::run(flags, c.T, c.D);
+  const std::vector<double> losses = step_values(r.report, "loss"), norms = step_values(r.report, "grad_norm");
+  const std::vector<float> params = model_params(r.model_path);
+  EXPECT_EQ(losses, ref.losses) << what << ": losses (max |diff| " << max_abs_diff(losses, ref.losses) << ")";
+  EXPECT_EQ(norms, ref.norms) << what << ": grad norms (max |diff| " << max_abs_diff(norms, ref.norms) << ")";
+  ASSERT_EQ(params.size(), ref.params.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < params.size(); i++) differ += memcmp(&params[i], &ref.params[i], 4) != 0;
+  EXPECT_EQ(differ, 0u) << what << ": parameters of the model file that differ from the reference's";
+}
+
+std::vector<Case3D> matrix_3d() {
+  if (getenv("NZ_TENSOR_FULL")) {
+    std::vector<Case3D> m;
+    for (const char* p : {"fp32", "bf16", "fp16"})
+      for (int K : {1, 3}) {
+        for (auto [T, P, D] : {std::tuple{2, 2, 1}, std::tuple{1, 2, 2}, std::tuple{2, 2, 2}, std::tuple{1, 4, 1},
+                               std::tuple{2, 4, 1}})
+          m.push_back({T, P, D, K, p});
+        m.push_back({2, 2, 1, K, p, "--schedule gpipe "});
+        m.push_back({2, 2, 2, K, p, "--zero 1 "});
+        m.push_back({2, 2, 1, K, p, kSequenceParallel});
+        m.push_back({2, 2, 2, K, p, "--sequence-parallel --zero 1 "});
+      }
+    return m;
+  }
+  return {{2, 2, 1, 1, "fp32"}, {2, 2, 1, 3, "fp32"}, {2, 2, 1, 3, "bf16"}, {1, 2, 2, 3, "fp32", "--zero 1 "},
+          {2, 2, 1, 3, "fp32", "--sequence-parallel --schedule gpipe "}, {2, 2, 1, 1, "fp16"}};
+}
+
+TEST(Tensor3D, EqualsTheSingleProcessReferenceBitForBit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<Case3D> cases = matrix_3d();
+  std::string list;
+  for (const Case3D& c : cases) expect_3d_equal_to_reference(c), list += " " + name_3d(c);
+  printf("%zu 3D runs (T x P x D / K / precision):%s — each bit for bit the reference, %.1f s\n", cases.size(),
+         list.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 TEST(Tensor, EqualsTheSingleProcessReferenceBitForBit) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Case> cases = matrix();
