@@ -338,4 +338,12 @@ TEST(Tensor, MutantsAreCaught) {
                                          : std::vector<const char*>{"f_no_all_reduce", "bias_summed_t_times",
                                                                     "local_max", "wrong_placement"});
   }
+  // 3D, 2 tensor ranks x 2 segments, sequence parallel: each tensor rank's activation rows go to
+  // the equal tensor rank of the next segment (the mutant sends them to the other one)
+  const std::string flags = flags_3d({2, 2, 1, 1, "fp32", kSequenceParallel});
+  const tpref::Result ref = tpref::run(flags, 2, 1);
+  const RunResult& good = run_cached("tensor", 4, flags);
+  ASSERT_EQ(good.exit_code, 0) << good.output;
+  EXPECT_EQ(step_values(good.report, "loss"), ref.losses) << "the real rung must pass the check its mutants fail";
+  expect_mutants_caught(flags, ref, {"wrong_peer_3d"});
 }
