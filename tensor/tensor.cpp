@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "input/cli.h"
+#include "pipeline/pipeline.h"  // make_pipeline_plan: 3D's partition
 #include "runtime/check.h"  // user_error
 
 namespace nz {
@@ -12,12 +13,14 @@ namespace nz {
 TensorPlan tensor_plan(const Args& a, int world, int rank) {
   const GPTConfig& c = a.cfg;
   const int T = a.tensor, P = a.pipeline;
-  if (P > 1 && world % (T * P) != 0)  // 3D: N = P x D x T
-    user_error("--tensor %d --pipeline %d on %d ranks: T x P = %d does not divide the ranks, expected N = P x D x T; "
-               "run a multiple of %d ranks, or a T and a P whose product divides %d", T, P, world, T * P, T * P, world);
   if (P > c.layers + 2)
     user_error("--pipeline %d: more segments than the model's %d units (embedding, %d blocks, final layernorm), "
                "expected at most %d; use fewer segments or more --layers", P, c.layers + 2, c.layers, c.layers + 2);
+  if (P > 1 && world % (T * P) != 0)  // 3D: N = P x D x T
+    user_error("--tensor %d --pipeline %d on %d ranks: T x P = %d does not divide the ranks, expected N = P x D x T; "
+               "run a multiple of %d ranks, or a T and a P whose product divides %d", T, P, world, T * P, T * P, world);
+  // 3D: the pipeline rung's checks of --partition and --schedule, over the N/T tensor groups (pipe3d.cpp)
+  if (P > 1) make_pipeline_plan(c, world / T, rank / T, P, a.schedule, a.partition, a.zero);
   if (world % T != 0)
     user_error("--tensor %d on %d ranks: T does not divide the ranks, expected N = D x T; run %d ranks, or a T "
                "that divides %d", T, world, (world / T + 1) * T, world);

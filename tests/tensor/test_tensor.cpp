@@ -164,6 +164,43 @@ TEST(Tensor3D, EqualsTheSingleProcessReferenceBitForBit) {
          list.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+// 3D: every rank's ledger = its segment's formula (tensor/formulas.h) to the byte, by category, and
+// zero_estimate --tensor T --pipeline P prints the same per segment. The runs are the equality
+// test's (cached): 1F1B keeps min(P - p, K) micro-batches on segment p, GPipe K.
+TEST(Tensor3D, LedgerEqualsTheFormulas) {
+  for (const Case3D& c : {Case3D{2, 2, 1, 3, "fp32"}, Case3D{1, 2, 2, 3, "fp32", "--zero 1 "},
+                          Case3D{2, 2, 1, 3, "fp32", "--sequence-parallel --schedule gpipe "}}) {
+    const RunResult& r = run_cached("tensor", c.T * c.P * c.D, flags_3d(c));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nz::GPTConfig cfg{256, 32, 2, 32, 4};  // tiny
+    const nz::Layout mine = nz::tensor_layout(cfg, c.T, c.D);
+    const bool zero = strstr(c.more, "--zero"), sp = strstr(c.more, "--sequence"), gpipe = strstr(c.more, "gpipe");
+    const int first_unit[] = {0, 2, 4};  // --partition 2
+    std::string est;
+    ASSERT_EQ(run_command(program_path("zero_estimate") + " --tensor " + std::to_string(c.T) + " --pipeline 2 --world " +
+                              std::to_string(c.T * c.P * c.D) + " --partition 2 --preset tiny --batch 2 --seq 32 --accum " +
+                              std::to_string(c.K) + (zero ? " --zero 1" : "") + (sp ? " --sequence-parallel" : "") +
+                              (gpipe ? " --schedule gpipe" : "") + " --json", &est), 0) << est;
+    const Json e = Json::parse(est)["estimates"];
+    for (const Json& rank : r.report["ranks"].arr) {
+      const int seg = int(rank["rank"].u()) / (c.T * c.D), slots = gpipe ? c.K : std::min(c.P - seg, c.K);
+      const nz::StateBytes s = nz::tensor3d_state_bytes(mine, nz::DType::F32, zero, first_unit[seg],
+                                                        first_unit[seg + 1], seg == c.P - 1);
+      const uint64_t acts = nz::tensor_activation_bytes(cfg, c.T, nz::DType::F32, 2, 32, sp, first_unit[seg],
+                                                        first_unit[seg + 1], slots);
+      const Json& peak = rank["ledger"]["device"]["peak"];
+      const std::string what = name_3d(c) + " rank " + std::to_string(rank["rank"].u());
+      EXPECT_EQ(peak["params"].u(), s.params) << what;
+      EXPECT_EQ(peak["grads"].u(), s.grads) << what;
+      EXPECT_EQ(peak["adam_m"].u(), s.adam_m) << what;
+      EXPECT_EQ(peak["adam_v"].u(), s.adam_v) << what;
+      EXPECT_EQ(peak["activations"].u(), acts) << what;
+      for (const char* k : {"params", "grads", "master", "adam_m", "adam_v", "activations"})
+        EXPECT_EQ(e[seg]["bytes"][k].u(), peak[k].u()) << what << ": zero_estimate --tensor --pipeline: " << k;
+    }
+  }
+}
+
 TEST(Tensor, EqualsTheSingleProcessReferenceBitForBit) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Case> cases = matrix();
@@ -296,6 +333,9 @@ TEST(Tensor, BadInputIsOneLineAndExitCode2) {
       {1, "tensor", "--sequence-parallel", "expected T > 1"},
       {2, "tensor", "--tensor 2 --batch auto --memory-budget 1MiB", "--batch auto with tensor"},
       {4, "tensor", "--tensor 4 --sequence-parallel --seq 30", "the positions do not split over 4 tensor ranks"},
+      {6, "tensor", "--tensor 2 --pipeline 2", "T x P = 4 does not divide the ranks"},
+      {5, "tensor", "--pipeline 5", "more segments than the model's 4 units"},
+      {4, "tensor", "--tensor 2 --pipeline 2 --partition 9", "unit 9 is past the last unit"},
   };
   for (const Bad& b : bad) {
     std::string out;
