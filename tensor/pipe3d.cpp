@@ -1,4 +1,4 @@
-// pipe3d.cpp — 3D parallelism: the tensor rung's step on one pipeline segment (--tensor T --pipeline P).
+// pipe3d.cpp — 3D parallelism: the tensor rung's step on one pipeline segment (--pipeline P).
 //
 // N = P x D x T ranks, T fastest, then D, then P (Megatron's order, tensor.h): rank r is tensor rank
 // t = r % T of replica d = r / T % D in segment p = r / (T D). The pipeline rung's plan decides the rest

@@ -366,7 +366,8 @@ void TensorGPT::backward_t(int u, const X* p, X* g) {
     // (g's backward is the identity: dx0 is the same on every rank; my rows take my tokens')
     const int Vl = int(t[0].numel / C), lo = t_ * Vl;
     const X* dx0 = all_rows(dx);
-    if (!head_part_in_g) ops::matmul_backward<X>(nullptr, g, nullptr, ACT(X, a.logits), ACT(X, a.lnf), nullptr, BT, C, Vl);
+    if (!head_part_in_g)
+      ops::matmul_backward<X>(nullptr, g, nullptr, ACT(X, a.logits), ACT(X, a.lnf), nullptr, BT, C, Vl);
     for (int i = 0; i < BT; i++) {
       const int tok = tokens_[i] - lo;
       if (tok < 0 || tok >= Vl) continue;

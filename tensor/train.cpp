@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
 
   // ---- the split: the matrices over T tensor ranks, the batch over D replicas (tensor.h) ----
   const TensorPlan plan = tensor_plan(run.args, comm.size(), comm.rank());
-  if (plan.segments > 1) return train_3d(run, plan);  // 3D: --pipeline P segments (tensor/pipe3d.cpp)
+  if (plan.segments > 1) return train_3d(run, plan);  // 3D: P pipeline segments (pipe3d.cpp)
   const int TP = plan.tensor, t = plan.t, d = plan.d;
   Comm tp(comm, d, t);        // my replica's T tensor ranks: the all-reduces of every layer
   Comm replicas(comm, t, d);  // tensor rank t of every replica: the data-parallel group

@@ -152,7 +152,8 @@ std::vector<Case3D> matrix_3d() {
     return m;
   }
   return {{2, 2, 1, 1, "fp32"}, {2, 2, 1, 3, "fp32"}, {2, 2, 1, 3, "bf16"}, {1, 2, 2, 3, "fp32", "--zero 1 "},
-          {2, 2, 1, 3, "fp32", "--sequence-parallel --schedule gpipe "}, {2, 2, 1, 1, "fp16"}};
+          {2, 2, 1, 3, "fp32", "--sequence-parallel --schedule gpipe "}, {2, 2, 1, 1, "fp16"},
+          {2, 2, 2, 3, "bf16", "--zero 1 "}};
 }
 
 TEST(Tensor3D, EqualsTheSingleProcessReferenceBitForBit) {
@@ -177,9 +178,9 @@ TEST(Tensor3D, LedgerEqualsTheFormulas) {
     const bool zero = strstr(c.more, "--zero"), sp = strstr(c.more, "--sequence"), gpipe = strstr(c.more, "gpipe");
     const int first_unit[] = {0, 2, 4};  // --partition 2
     std::string est;
-    ASSERT_EQ(run_command(program_path("zero_estimate") + " --tensor " + std::to_string(c.T) + " --pipeline 2 --world " +
-                              std::to_string(c.T * c.P * c.D) + " --partition 2 --preset tiny --batch 2 --seq 32 --accum " +
-                              std::to_string(c.K) + (zero ? " --zero 1" : "") + (sp ? " --sequence-parallel" : "") +
+    ASSERT_EQ(run_command(program_path("zero_estimate") + " --tensor " + std::to_string(c.T) +
+                              " --pipeline 2 --world " + std::to_string(c.T * c.P * c.D) +
+                              " --partition 2 --preset tiny --batch 2 --seq 32 --accum " + std::to_string(c.K) + (zero ? " --zero 1" : "") + (sp ? " --sequence-parallel" : "") +
                               (gpipe ? " --schedule gpipe" : "") + " --json", &est), 0) << est;
     const Json e = Json::parse(est)["estimates"];
     for (const Json& rank : r.report["ranks"].arr) {
