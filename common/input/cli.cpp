@@ -368,7 +368,7 @@ Args parse_args(int argc, char** argv, const char* program) {
                                 "time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
       {"--pipeline", "P", "pipeline: P stages, each a contiguous run of units; N/P data-parallel replicas "
-       "(default 1)", pos_int(&a.pipeline, 1 << 16)},
+       "(default 1); tensor: 3D, P segments of T tensor ranks, N/(T P) replicas", pos_int(&a.pipeline, 1 << 16)},
       {"--schedule", "S", "pipeline: 1f1b (default: one forward, one backward; at most P-s micro-batches in "
        "flight on stage s) or gpipe (all forwards, then all backwards)",
        [&](auto&, auto& v) { a.schedule = v; }},
