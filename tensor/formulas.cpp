@@ -72,6 +72,30 @@ StateBytes tensor3d_state_bytes(const Layout& mine, DType dt, int zero, int u0, 
   return b;
 }
 
+TensorComm tensor3d_comm_elems(const GPTConfig& c, int T, int D, const Layout& mine, int B, int S, int accum,
+                               bool sp, int u0, int u1, bool first, bool last) {
+  const uint64_t BT = uint64_t(B) * S, C = c.dim, R = (BT + T - 1) / T * T, K = accum;
+  const uint64_t blocks = std::max(0, std::min(u1, c.layers + 1) - std::max(u0, 1));
+  const uint64_t embed = u0 == 0, head = last;  // the embedding's g (and SP's gather back); lnf and the head
+  uint64_t Ps = 0;
+  for (int u = u0; u < u1; u++) Ps += mine.units[u].padded;
+  TensorComm x;
+  x.all_reduce = 2 * uint64_t(D - 1) * Ps / D;  // over the replicas, once per step (--zero 1: as many elements)
+  if (!sp) {
+    x.all_reduce += K * 2 * (T - 1) * ((4 * blocks + embed + head) * BT * C + head * 2 * R) / T;
+    x.all_gather = K * head * uint64_t(T - 1) * R;
+  } else {
+    const uint64_t slice = uint64_t(T - 1) * BT * C / T;
+    x.all_reduce += K * 2 * (T - 1) * (head * 2 * R + (2 * blocks + head) * 2 * C) / T;
+    x.all_gather = K * (head * uint64_t(T - 1) * R + (6 * blocks + embed + head) * slice);
+    x.reduce_scatter = K * (4 * blocks + embed + head) * slice;
+  }
+  const uint64_t boundary = sp ? BT * C / T : BT * C, wte_rows = uint64_t(padded_vocab(c.vocab, T)) / T * C;
+  x.point_to_point = K * (!last) * boundary + K * (!first) * boundary + (last ? K * wte_rows : 0) +
+                     (first ? wte_rows : 0);
+  return x;
+}
+
 std::string tensor3d_report_json(const GPTConfig& c, const TensorPlan& plan, const PipelinePlan& pipe,
                                  const Layout& mine, DType dt, int B, int S, int accum) {
   std::string units;
@@ -82,12 +106,14 @@ std::string tensor3d_report_json(const GPTConfig& c, const TensorPlan& plan, con
   snprintf(j, sizeof j,
            "{\"tensor\": %d, \"pipeline\": %d, \"replicas\": %d, \"zero\": %d, \"sequence_parallel\": %s, "
            "\"schedule\": \"%s\", \"first_unit\": [%s], \"padded_vocab\": %d, \"rank0_state_bytes\": %llu, "
-           "\"rank0_activation_bytes\": %llu}",
+           "\"rank0_activation_bytes\": %llu, \"rank0_comm_elems_per_step\": %llu}",
            plan.tensor, plan.segments, plan.replicas, plan.zero, plan.sp ? "true" : "false",
            schedule_name(pipe.schedule), units.c_str(), padded_vocab(c.vocab, plan.tensor),
            (unsigned long long)s.total(),
            (unsigned long long)tensor_activation_bytes(c, plan.tensor, dt, B, S, plan.sp, 0, pipe.first_unit[1],
-                                                       activation_slots(pipe.schedule, plan.segments, 0, accum)));
+                                                       activation_slots(pipe.schedule, plan.segments, 0, accum)),
+           (unsigned long long)tensor3d_comm_elems(c, plan.tensor, plan.replicas, mine, B, S, accum, plan.sp, 0,
+                                                   pipe.first_unit[1], true, last == 0).total());
   return j;
 }
 

@@ -59,10 +59,21 @@ StateBytes tensor3d_state_bytes(const Layout& mine, DType dt, int zero, int u0, 
 // norms' gradients, each rank's over its rows, are all-reduced: 2C per layer norm, 2L + 1 of them.
 struct TensorComm {
   uint64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0;
-  uint64_t total() const { return all_reduce + all_gather + reduce_scatter; }
+  uint64_t point_to_point = 0;  // 3D: to the neighbour segments
+  uint64_t total() const { return all_reduce + all_gather + reduce_scatter + point_to_point; }
 };
 TensorComm tensor_comm_elems(const GPTConfig& cfg, int T, int D, const Layout& mine, int B, int S, int accum,
                              bool sp = false);
+// 3D: a rank of the segment holding units [u0, u1) (first, last: the first and the last segment),
+// per step: the terms above for its units only (the embedding's g and its 4 per block, the head's f
+// and the loss's on the last segment; with sp each block's 4 reduce-scatters, 6 all-gathers, 2
+// all-reduces of 2C, the embedding's 1 reduce-scatter and 1 all-gather, lnf's 1 all-gather and
+// all-reduce of 2C, the head's 1 reduce-scatter), the all-reduce of its pieces P_s over the D
+// replicas, and point to point: K activations (b s C, with sp b s C/T) to the next segment unless
+// last, K of their gradients to the previous one unless first, K head gradients of wte's V'C/T rows
+// from the last segment to the first, and the first's V'C/T updated rows to the last once per step.
+TensorComm tensor3d_comm_elems(const GPTConfig& cfg, int T, int D, const Layout& mine, int B, int S, int accum,
+                               bool sp, int u0, int u1, bool first, bool last);
 
 // The report's "tensor" object: T, D, P_t, the formulas' numbers.
 struct TensorPlan;    // tensor.h

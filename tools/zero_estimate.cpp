@@ -585,16 +585,20 @@ void print_tensor3d_table(const GPTConfig& cfg, const std::string& preset, int N
            "%d x %d: per rank of each segment\n", preset.c_str(), dtype_name(dt), T, D, P, N,
            zero == 1 ? ", ZeRO-1 over the replicas" : "", sp ? ", sequence parallel" : "", schedule_name(plan.schedule),
            K, B, S);
-    printf("%-8s %-7s %5s %12s %12s %12s %12s %12s %12s %14s\n", "segment", "units", "slots", "params", "grads",
-           "master", "adam_m", "adam_v", "activations", "total");
+    printf("%-8s %-7s %5s %12s %12s %12s %12s %12s %12s %14s %14s\n", "segment", "units", "slots", "params", "grads",
+           "master", "adam_m", "adam_v", "activations", "total", "sent/step");
   }
   for (int s = 0; s < P; s++) {
     const int u0 = plan.first_unit[s], u1 = plan.first_unit[s + 1], slots = activation_slots(plan.schedule, P, s, K);
     const StateBytes b = tensor3d_state_bytes(L, dt, zero, u0, u1, s == P - 1);
     const uint64_t acts = tensor_activation_bytes(cfg, T, dt, B, S, sp, u0, u1, slots);
+    const TensorComm c = tensor3d_comm_elems(cfg, T, D, L, B, S, K, sp, u0, u1, s == 0, s == P - 1);
     if (json) {
       j.begin_object();
       j.kv("segment", s), j.kv("first_unit", u0), j.kv("end_unit", u1), j.kv("slots", slots);
+      j.kv("all_reduce_elems_per_step", c.all_reduce), j.kv("all_gather_elems_per_step", c.all_gather);
+      j.kv("reduce_scatter_elems_per_step", c.reduce_scatter), j.kv("point_to_point_elems_per_step", c.point_to_point);
+      j.kv("comm_elems_per_step", c.total());
       j.key("bytes");
       j.begin_object();
       j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
@@ -603,10 +607,11 @@ void print_tensor3d_table(const GPTConfig& cfg, const std::string& preset, int N
       j.kv("total", b.total() + acts);
       j.end_object();
     } else {
-      printf("%-8d %-7s %5d %12llu %12llu %12llu %12llu %12llu %12llu %14llu\n", s,
+      printf("%-8d %-7s %5d %12llu %12llu %12llu %12llu %12llu %12llu %14llu %14llu\n", s,
              (std::to_string(u0) + ".." + std::to_string(u1 - 1)).c_str(), slots, (unsigned long long)b.params,
              (unsigned long long)b.grads, (unsigned long long)b.master, (unsigned long long)b.adam_m,
-             (unsigned long long)b.adam_v, (unsigned long long)acts, (unsigned long long)(b.total() + acts));
+             (unsigned long long)b.adam_v, (unsigned long long)acts, (unsigned long long)(b.total() + acts),
+             (unsigned long long)c.total());
     }
   }
   if (json) {
@@ -615,7 +620,8 @@ void print_tensor3d_table(const GPTConfig& cfg, const std::string& preset, int N
     printf("%s\n", j.str().c_str());
   } else {
     printf("(the last segment also holds its copy of its tensor ranks' wte rows and their gradient: the tied LM head; "
-           "docs/tensor.md)\n");
+           "elements sent per step by one rank: its segment's tensor collectives, the activations and the tied wte "
+           "point to point, its pieces over the D replicas; docs/tensor.md)\n");
   }
 }
 

@@ -9,6 +9,8 @@
 // ZeRO-1 over the replicas, T = 2 x D = 2, fp32 with --accum 2 and bf16).
 // NZ_TENSOR_FULL=1 (make tensor-check) runs every T, D, K with T x D <= 4, T = 3, and --zero 1, in every
 // precision.
+// 3D (--tensor T --pipeline P, tensor/pipe3d.cpp): T x P x D runs equal the same reference (Tensor3D),
+// every rank's ledger and elements sent per step equal its segment's formulas.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -167,7 +169,10 @@ TEST(Tensor3D, EqualsTheSingleProcessReferenceBitForBit) {
 
 // 3D: every rank's ledger = its segment's formula (tensor/formulas.h) to the byte, by category, and
 // zero_estimate --tensor T --pipeline P prints the same per segment. The runs are the equality
-// test's (cached): 1F1B keeps min(P - p, K) micro-batches on segment p, GPipe K.
+// test's (cached): 1F1B keeps min(P - p, K) micro-batches on segment p, GPipe K. The elements sent
+// per step: rank 0's every step (the report's steps), and every rank's as the difference between
+// its run totals after 3 steps and after 2 (a second run, one step shorter: the same validation,
+// model file and first exchange of the tied rows).
 TEST(Tensor3D, LedgerEqualsTheFormulas) {
   for (const Case3D& c : {Case3D{2, 2, 1, 3, "fp32"}, Case3D{1, 2, 2, 3, "fp32", "--zero 1 "},
                           Case3D{2, 2, 1, 3, "fp32", "--sequence-parallel --schedule gpipe "}}) {
@@ -198,6 +203,29 @@ TEST(Tensor3D, LedgerEqualsTheFormulas) {
       EXPECT_EQ(peak["activations"].u(), acts) << what;
       for (const char* k : {"params", "grads", "master", "adam_m", "adam_v", "activations"})
         EXPECT_EQ(e[seg]["bytes"][k].u(), peak[k].u()) << what << ": zero_estimate --tensor --pipeline: " << k;
+    }
+    auto comm_of = [&](int seg) {
+      return nz::tensor3d_comm_elems(cfg, c.T, c.D, mine, 2, 32, c.K, sp, first_unit[seg], first_unit[seg + 1],
+                                     seg == 0, seg == c.P - 1);
+    };
+    for (const Json& step : r.report["steps_log"].arr)
+      EXPECT_EQ(step["comm_elems"].u(), comm_of(0).total()) << name_3d(c) << ": rank 0's elements sent per step";
+    const RunResult& shorter = run_cached("tensor", c.T * c.P * c.D, flags_3d(c) + " --steps 2");
+    ASSERT_EQ(shorter.exit_code, 0) << shorter.output;
+    for (size_t i = 0; i < r.report["ranks"].arr.size(); i++) {
+      const int rank = int(r.report["ranks"][i]["rank"].u()), seg = rank / (c.T * c.D);
+      const uint64_t step = r.report["ranks"][i]["comm"]["model_elems_sent"].u() -
+                            shorter.report["ranks"][i]["comm"]["model_elems_sent"].u();
+      EXPECT_EQ(step, comm_of(seg).total()) << name_3d(c) << " rank " << rank << ": elements sent in a step";
+      EXPECT_EQ(e[seg]["comm_elems_per_step"].u(), comm_of(seg).total()) << "zero_estimate: segment " << seg;
+    }
+    // by hand, the first case (T = 2, K = 3, b s C = 2048, R = 64, V'C/T = 4096): segment 0 all-reduces
+    // the embedding's g and block 1's four (2 x 1/2 of 2048 each), sends 3 activations and wte's rows;
+    // segment 1 block 2's four, the head's f, the loss's 2 of R, gathers R, sends 3 activation
+    // gradients and 3 head gradients
+    if (name_3d(c) == "2x2x1/K3/fp32") {
+      EXPECT_EQ(comm_of(0).total(), uint64_t(3 * 5 * 2048 + 3 * 2048 + 4096));
+      EXPECT_EQ(comm_of(1).total(), uint64_t(3 * (5 * 2048 + 128) + 3 * 64 + 3 * 2048 + 3 * 4096));
     }
   }
 }
