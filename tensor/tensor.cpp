@@ -58,8 +58,7 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
   p.segments = P;
   p.replicas = world / (T * P);
   p.t = rank % T;  // T fastest, then D, then P
-  p.d = rank / T % p.replicas;
-  p.p = rank / T / p.replicas;
+  p.d = rank / T % p.replicas, p.p = rank / T / p.replicas;
   p.zero = a.zero;
   p.sp = a.sequence_parallel;
   return p;

@@ -163,6 +163,12 @@ TEST(Tensor3D, EqualsTheSingleProcessReferenceBitForBit) {
   const std::vector<Case3D> cases = matrix_3d();
   std::string list;
   for (const Case3D& c : cases) expect_3d_equal_to_reference(c), list += " " + name_3d(c);
+  // validation runs through the segments (the loss on the last): the final model's validation loss
+  // is the one the same model gives without a pipeline (T = 2, the same bits; the reference has none)
+  const RunResult& flat = run_cached("tensor", 2, kTiny + "--precision fp32 " + tensor_flags(2, 1));
+  const RunResult& piped = run_cached("tensor", 4, flags_3d({2, 2, 1, 1, "fp32"}));
+  ASSERT_EQ(flat.exit_code, 0) << flat.output;
+  EXPECT_EQ(piped.report["final_val_loss"].d(), flat.report["final_val_loss"].d()) << "3D validation";
   printf("%zu 3D runs (T x P x D / K / precision):%s — each bit for bit the reference, %.1f s\n", cases.size(),
          list.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
@@ -415,4 +421,7 @@ TEST(Tensor, MutantsAreCaught) {
   ASSERT_EQ(good.exit_code, 0) << good.output;
   EXPECT_EQ(step_values(good.report, "loss"), ref.losses) << "the real rung must pass the check its mutants fail";
   expect_mutants_caught(flags, ref, {"wrong_peer_3d"});
+  // 3D with 2 replicas, 1 tensor rank x 2 segments: a placement the pipeline's plan disagrees with
+  const std::string flags_d2 = flags_3d({1, 2, 2, 1, "fp32"});
+  expect_mutants_caught(flags_d2, tpref::run(flags_d2, 1, 2), {"placement_3d_p_fastest"});
 }
