@@ -73,8 +73,8 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
   Buffer grads(Category::Grads, Location::Device, my_elems * e, "grads (summed over my micro-batches)");
   Buffer unit_grad(Category::Grads, Location::Device, my_max_unit * e, "grads (one unit, this micro-batch)");
   auto at = [&](int u) { return L.units[u].offset - base; };
-  auto P_ = [&](int u) { return elem_ptr(params, at(u), e); };
-  auto G = [&](int u) { return elem_ptr(grads, at(u), e); };
+  auto param = [&](int u) { return elem_ptr(params, at(u), e); };  // my pieces of unit u
+  auto grad = [&](int u) { return elem_ptr(grads, at(u), e); };    // their gradient
   auto numel = [&](int u) { return L.units[u].padded; };
   // ZeRO-1 over the replicas, as tensor/train.cpp: replica d keeps slice d of each of my units
   const bool zero1 = plan.zero == 1;
@@ -87,7 +87,7 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
   for (int u = u0; u < u1; u++) {  // the whole unit's initial values, my pieces copied out
     std::vector<char> unit(full.units[u].padded * e);
     run.init_params(u, full.full(u), unit.data(), Location::Host);
-    char* dst = static_cast<char*>(P_(u));
+    char* dst = static_cast<char*>(param(u));
     fill_zero(dst, numel(u) * e, Location::Device);
     for_each_run(full, L, u, TP, t, [&](size_t from, size_t local, size_t n) {
       copy_bytes(dst + local * e, Location::Device, unit.data() + from * e, Location::Host, n * e);
@@ -107,13 +107,13 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
   const void* head_weights = last ? head_wte.data() : nullptr;
   auto send_tied_weights = [&]() {
     if (first) {
-      CommRequest sent = comm.send_start(P_(EMBED), wte_elems, dt, last_rank, kTiedWeights);
+      CommRequest sent = comm.send_start(param(EMBED), wte_elems, dt, last_rank, kTiedWeights);
       comm.wait(sent);
     }
     if (last) comm.recv(head_wte.data(), wte_elems, dt, first_rank, kTiedWeights);
   };
   send_tied_weights();
-  set_3d_hooks(run, plan, pipe, L, model, tp, P_, head_weights);
+  set_3d_hooks(run, plan, pipe, L, model, tp, param, head_weights);  // validation, model file, formulas
 
   std::vector<CommRequest> output_sent(slots);  // each slot's output, to the next segment
   CommRequest grad_sent, head_grad_sent;
@@ -131,7 +131,7 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
         run.load_micro_batch(step, k);      // my replica's micro-batch k (tokens: first segment; targets: last)
         model.set_batch(run.batch_tokens(), run.batch_targets(), run.args.batch);
         if (!first) comm.recv(model.segment_input(), model.boundary_elems(), dt, prev, kActivation);
-        for (int u = u0; u < u1; u++) model.forward(u, P_(u));
+        for (int u = u0; u < u1; u++) model.forward(u, param(u));
         if (last) model.head_forward(head_weights);  // adds the batch loss to the step total
         else output_sent[k % slots] = comm.send_start(model.segment_output(), model.boundary_elems(), dt, next,
                                                       kActivation);
@@ -144,11 +144,11 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
       for (int u = u1 - 1; u >= u0; u--) {
         if (u == EMBED)  // the head's part of my wte rows' gradient, micro-batch k, from the last segment
           comm.recv(unit_grad.data(), wte_elems, dt, last_rank, kHeadGrad);
-        model.backward(u, P_(u), unit_grad.data());
-        accumulate_grads(dt, G(u), unit_grad.data(), numel(u), 1.0f, k == 0);
+        model.backward(u, param(u), unit_grad.data());
+        accumulate_grads(dt, grad(u), unit_grad.data(), numel(u), 1.0f, k == 0);
         if (k == K - 1) {  // complete on my segment: over my replicas once (ZeRO-1: my slice's sum)
-          if (zero1) replicas.reduce_scatter(G(u), my_G(u), owned(u).size(), dt);
-          else replicas.all_reduce(G(u), numel(u), dt);
+          if (zero1) replicas.reduce_scatter(grad(u), my_G(u), owned(u).size(), dt);
+          else replicas.all_reduce(grad(u), numel(u), dt);
           average_grads(dt, my_G(u), owned(u).size(), run.grad_average_scale());
         }
       }
@@ -173,7 +173,7 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
           const size_t lo = std::max<size_t>(ts.offset, owned(u).begin);
           const size_t hi = std::min<size_t>(ts.offset + ts.numel, owned(u).end);
           if (lo < hi && (t == 0 || !replicated_tensor(ts.name.c_str())))
-            NZ_DISPATCH_TRAIN_DTYPE(dt, sq += ops::sum_squares<T>((const T*)G(u) + lo, hi - lo));
+            NZ_DISPATCH_TRAIN_DTYPE(dt, sq += ops::sum_squares<T>((const T*)grad(u) + lo, hi - lo));
         }
     comm.sum_scalars(&sq, 1);
     const double norm = std::sqrt(sq) / run.loss_scale();
@@ -183,7 +183,7 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
     const float scale = clip_scale(norm, run.args.clip) / run.loss_scale();
     for (int u = u0; u < u1; u++) {
       adam.step(u, my_P(u), my_G(u), run.lr(), scale, run.adam_step());
-      if (zero1) replicas.all_gather(my_P(u), P_(u), owned(u).size(), dt);
+      if (zero1) replicas.all_gather(my_P(u), param(u), owned(u).size(), dt);
     }
     send_tied_weights();  // the updated rows back to the head's copy
     run.end_step(step, loss_sum, norm);
