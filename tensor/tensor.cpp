@@ -19,8 +19,9 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
   if (P > 1 && world % (T * P) != 0)  // 3D: N = P x D x T
     user_error("--tensor %d --pipeline %d on %d ranks: T x P = %d does not divide the ranks, expected N = P x D x T; "
                "run a multiple of %d ranks, or a T and a P whose product divides %d", T, P, world, T * P, T * P, world);
-  // 3D: the pipeline rung's checks of --partition and --schedule, over the N/T tensor groups (pipe3d.cpp)
-  if (P > 1) make_pipeline_plan(c, world / T, rank / T, P, a.schedule, a.partition, a.zero);
+  // 3D: the pipeline rung's checks of --partition and --schedule, over the N/T tensor groups (pipe3d.cpp);
+  // a --partition without --pipeline is refused there too (boundaries for one segment)
+  if (P > 1 || !a.partition.empty()) make_pipeline_plan(c, world / T, rank / T, P, a.schedule, a.partition, a.zero);
   if (world % T != 0)
     user_error("--tensor %d on %d ranks: T does not divide the ranks, expected N = D x T; run %d ranks, or a T "
                "that divides %d", T, world, (world / T + 1) * T, world);

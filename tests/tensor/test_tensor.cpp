@@ -371,6 +371,7 @@ TEST(Tensor, BadInputIsOneLineAndExitCode2) {
       {6, "tensor", "--tensor 2 --pipeline 2", "T x P = 4 does not divide the ranks"},
       {5, "tensor", "--pipeline 5", "more segments than the model's 4 units"},
       {4, "tensor", "--tensor 2 --pipeline 2 --partition 9", "unit 9 is past the last unit"},
+      {2, "tensor", "--tensor 2 --partition 2", "1 boundaries for --pipeline 1"},
   };
   for (const Bad& b : bad) {
     std::string out;
