@@ -102,8 +102,8 @@ std::vector<Case> matrix() {
 // ---- 3D: --tensor T --pipeline P on N = P x D x T ranks (tensor/pipe3d.cpp) ----
 // The same truth: every step's loss and norm and the model file equal the reference bit for bit
 // (its norm added segment by segment, as the ranks add it). tiny has 4 units (embed, 2 blocks, lnf):
-// --partition 2 gives segment 0 the embedding and block 1, segment 1 block 2 and lnf; with P = 4
-// each unit is a segment of its own (segments of the embedding or lnf alone, a block alone).
+// --partition 2 gives segment 0 the embedding and block 1, segment 1 block 2 and lnf; P = 3 (--partition
+// 1,3) the embedding alone, both blocks, lnf alone; with P = 4 each unit is a segment of its own.
 struct Case3D {
   int T, P, D, K;
   const char* precision;
@@ -143,8 +143,8 @@ std::vector<Case3D> matrix_3d() {
     std::vector<Case3D> m;
     for (const char* p : {"fp32", "bf16", "fp16"})
       for (int K : {1, 3}) {
-        for (auto [T, P, D] : {std::tuple{2, 2, 1}, std::tuple{1, 2, 2}, std::tuple{2, 2, 2}, std::tuple{1, 4, 1},
-                               std::tuple{2, 4, 1}})
+        for (auto [T, P, D] : {std::tuple{2, 2, 1}, std::tuple{1, 2, 2}, std::tuple{2, 2, 2}, std::tuple{2, 3, 1},
+                               std::tuple{1, 4, 1}, std::tuple{2, 4, 1}})
           m.push_back({T, P, D, K, p});
         m.push_back({2, 2, 1, K, p, "--schedule gpipe "});
         m.push_back({2, 2, 2, K, p, "--zero 1 "});
