@@ -34,7 +34,17 @@ uint64_t tensor_param_formula(const GPTConfig& cfg, int T);
 // x0 and the block's grads of (b,s,C) hold bs/T rows; lnf's output is kept whole for the LM head
 // (and its bs/T rows apart); the backward adds two (b,s,C) buffers: a gathered layer norm (its
 // rows are gathered again in the backward instead of kept) and a partial before its scatter.
-uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp = false);
+// 3D (--pipeline): a segment's rank holds the terms above of its units [u0, u1) only, for `slots`
+// micro-batches (activation_slots: K for GPipe, min(P-p, K) for 1F1B): per slot its blocks' terms,
+// x0 if it holds the embedding or block 1, the (b,s,C) rows it receives (the previous block's output:
+// b s/T rows with sp) if it starts past block 1, lnf's and the head's terms on the last segment only,
+// the tokens and targets; once, the backward's grads of one block; the loss's scalars on the last.
+uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp = false, int u0 = 0,
+                                 int u1 = -1, int slots = 1);
+// 3D: the model state of a rank of the segment holding units [u0, u1): tensor_state_bytes's terms
+// over those units, P_s = Σ padded and U_s the largest; on the last segment (last) the LM head's copy
+// of my V'/T rows of wte and their gradient, e V'C/T each (as pipeline_stage_bytes, over my rows).
+StateBytes tensor3d_state_bytes(const Layout& mine, DType dt, int zero, int u0, int u1, bool last);
 
 // ---- elements one rank sends per step (the comm ledger's), K micro-steps of b x s ----
 //   all-reduce over the T tensor ranks, per micro-step: 4 per block (g twice forward, f twice
@@ -49,12 +59,28 @@ uint64_t tensor_activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, i
 // norms' gradients, each rank's over its rows, are all-reduced: 2C per layer norm, 2L + 1 of them.
 struct TensorComm {
   uint64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0;
-  uint64_t total() const { return all_reduce + all_gather + reduce_scatter; }
+  uint64_t point_to_point = 0;  // 3D: to the neighbour segments
+  uint64_t total() const { return all_reduce + all_gather + reduce_scatter + point_to_point; }
 };
 TensorComm tensor_comm_elems(const GPTConfig& cfg, int T, int D, const Layout& mine, int B, int S, int accum,
                              bool sp = false);
+// 3D: a rank of the segment holding units [u0, u1) (first, last: the first and the last segment),
+// per step: the terms above for its units only (the embedding's g and its 4 per block, the head's f
+// and the loss's on the last segment; with sp each block's 4 reduce-scatters, 6 all-gathers, 2
+// all-reduces of 2C, the embedding's 1 reduce-scatter and 1 all-gather, lnf's 1 all-gather and
+// all-reduce of 2C, the head's 1 reduce-scatter), the all-reduce of its pieces P_s over the D
+// replicas, and point to point: K activations (b s C, with sp b s C/T) to the next segment unless
+// last, K of their gradients to the previous one unless first, K head gradients of wte's V'C/T rows
+// from the last segment to the first, and the first's V'C/T updated rows to the last once per step.
+TensorComm tensor3d_comm_elems(const GPTConfig& cfg, int T, int D, const Layout& mine, int B, int S, int accum,
+                               bool sp, int u0, int u1, bool first, bool last);
 
 // The report's "tensor" object: T, D, P_t, the formulas' numbers.
+struct TensorPlan;    // tensor.h
+struct PipelinePlan;  // pipeline/pipeline.h
+// 3D: T, P, D, the partition and schedule, rank 0's formulas.
+std::string tensor3d_report_json(const GPTConfig& cfg, const TensorPlan& plan, const PipelinePlan& pipe,
+                                 const Layout& mine, DType dt, int B, int S, int accum);
 std::string tensor_report_json(const GPTConfig& cfg, int T, int D, const Layout& mine, DType dt, int B, int S,
                                int accum, int zero, bool sp);
 

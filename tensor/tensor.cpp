@@ -5,13 +5,23 @@
 #include <cstring>
 
 #include "input/cli.h"
+#include "pipeline/pipeline.h"  // make_pipeline_plan: 3D's partition
 #include "runtime/check.h"  // user_error
 
 namespace nz {
 
 TensorPlan tensor_plan(const Args& a, int world, int rank) {
   const GPTConfig& c = a.cfg;
-  const int T = a.tensor;
+  const int T = a.tensor, P = a.pipeline;
+  if (P > c.layers + 2)
+    user_error("--pipeline %d: more segments than the model's %d units (embedding, %d blocks, final layernorm), "
+               "expected at most %d; use fewer segments or more --layers", P, c.layers + 2, c.layers, c.layers + 2);
+  if (P > 1 && world % (T * P) != 0)  // 3D: N = P x D x T
+    user_error("--tensor %d --pipeline %d on %d ranks: T x P = %d does not divide the ranks, expected N = P x D x T; "
+               "run a multiple of %d ranks, or a T and a P whose product divides %d", T, P, world, T * P, T * P, world);
+  // 3D: the pipeline rung's checks of --partition and --schedule, over the N/T tensor groups (pipe3d.cpp);
+  // a --partition without --pipeline is refused there too (boundaries for one segment)
+  if (P > 1 || !a.partition.empty()) make_pipeline_plan(c, world / T, rank / T, P, a.schedule, a.partition, a.zero);
   if (world % T != 0)
     user_error("--tensor %d on %d ranks: T does not divide the ranks, expected N = D x T; run %d ranks, or a T "
                "that divides %d", T, world, (world / T + 1) * T, world);
@@ -46,9 +56,10 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
     user_error("--device cuda: tensor runs on the CPU backend only (docs/tensor.md), expected --device cpu or auto");
   TensorPlan p;
   p.tensor = T;
-  p.replicas = world / T;
-  p.t = rank % T;
-  p.d = rank / T;
+  p.segments = P;
+  p.replicas = world / (T * P);
+  p.t = rank % T;  // T fastest, then D, then P
+  p.d = rank / T % p.replicas, p.p = rank / T / p.replicas;
   p.zero = a.zero;
   p.sp = a.sequence_parallel;
   return p;
@@ -69,10 +80,15 @@ std::string tensor_summary(const TensorPlan& p, const GPTConfig& c) {
   if (Vp != V)  // said once: the rows past V are zeros no token looks up, left out of the loss
     snprintf(pad, sizeof pad, " padded to %d (a multiple of T; the %d rows past %d are zeros: no token looks them "
              "up, the loss leaves them out)", Vp, Vp - V, V);
-  char line[512];
-  snprintf(line, sizeof line, "tensor: T = %d tensor ranks x D = %d replicas, T fastest (rank r: tensor rank r %% T "
-           "of replica r / T)%s%s | %d heads, %d MLP columns, %d vocabulary rows per tensor rank (vocabulary %d%s)",
-           p.tensor, p.replicas, p.zero ? ", ZeRO-1 over the replicas" : "",
+  char line[640], place[200];
+  if (p.segments > 1)
+    snprintf(place, sizeof place, " x P = %d pipeline segments, T fastest, then D, then P (rank r: tensor rank r %% T "
+             "of replica r / T %% D in segment r / (T D))", p.segments);
+  else
+    snprintf(place, sizeof place, ", T fastest (rank r: tensor rank r %% T of replica r / T)");
+  snprintf(line, sizeof line, "tensor: T = %d tensor ranks x D = %d replicas%s%s%s | %d heads, %d MLP columns, %d "
+           "vocabulary rows per tensor rank (vocabulary %d%s)",
+           p.tensor, p.replicas, place, p.zero ? ", ZeRO-1 over the replicas" : "",
            p.sp ? ", sequence parallel (each rank 1/T of the rows outside attention and the MLP)" : "",
            c.heads / p.tensor, 4 * c.dim / p.tensor, Vp / p.tensor, V, pad);
   return line;

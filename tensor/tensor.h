@@ -2,7 +2,9 @@
 //
 // N ranks = D replicas x T tensor ranks, T fastest: rank r is tensor rank t = r % T of replica
 // d = r / T, so a replica's T ranks are neighbours in rank order (inside one node on real machines,
-// where the all-reduces of every layer belong). Each tensor rank holds, of every unit:
+// where the all-reduces of every layer belong). 3D (--pipeline P): N = P x D x T, rank
+// r = p D T + d T + t; segment p of each replica holds a run of units (tensor/pipe3d.cpp).
+// Each tensor rank holds, of every unit (of its segment's, in 3D):
 //   embed   wte rows [t V', (t+1) V') of the vocabulary padded to V' T (see padded_vocab); wpe whole
 //   block   qkv_w, qkv_b: the q, k and v rows of heads [t H/T, (t+1) H/T)    (column-parallel)
 //           attproj_w: the columns of those heads; attproj_b whole            (row-parallel)
@@ -35,7 +37,9 @@ struct TensorPlan {
   int t = 0, d = 0;              // this rank's tensor rank and replica
   int zero = 0;                  // --zero 1: the optimizer state sharded over the D replicas (ZeRO-1)
   bool sp = false;               // --sequence-parallel (Megatron's, Korthikanti et al. 2022)
-  int rank_of(int tr, int dr) const { return dr * tensor + tr; }  // T fastest
+  int segments = 1, p = 0;       // 3D (--pipeline P): P pipeline segments, this rank's (tensor/pipe3d.cpp)
+  // T fastest, then D, then P (Megatron's order): rank = p D T + d T + t
+  int rank_of(int tr, int dr, int pr = 0) const { return (pr * replicas + dr) * tensor + tr; }
 };
 
 // The plan for `rank` of `world`; bad input (T not dividing the heads, 4C or N; a flag this rung
@@ -65,5 +69,13 @@ void for_each_run(const Layout& full, const Layout& local, int u, int T, int t,
 // P(u): my pieces of unit u.
 void set_tensor_hooks(Trainer& run, const TensorPlan& plan, const Layout& L, TensorGPT& model, Comm& tp,
                       std::function<void*(int u)> P);
+
+// 3D (--pipeline P > 1, tensor/pipe3d.cpp): the training loop of one pipeline segment's tensor rank,
+// called by tensor/train.cpp's main; and its hooks (validation through the segments, the model file
+// from each segment's replica 0, each rank's formulas). P(u): my pieces of unit u of my segment.
+struct PipelinePlan;  // pipeline/pipeline.h
+int train_3d(Trainer& run, const TensorPlan& plan);
+void set_3d_hooks(Trainer& run, const TensorPlan& plan, const PipelinePlan& pipe, const Layout& L, TensorGPT& model,
+                  Comm& tp, std::function<void*(int u)> P, const void* head_weights);
 
 }  // namespace nz

@@ -31,18 +31,28 @@ struct Acts {
   size_t lnf_mine, gath, full;  // SP: lnf's rows of mine; the gathered (b,s,C); the partial (b,s,C)
   size_t dx, dres, dtmp, dln, d4c, dqkv, grad_total = 0;
   size_t R, row_max, maxes, sums, target, rows_total = 0;  // the loss's per-row scalars, R rows (fp32)
-  Acts(const GPTConfig& c, int T, DType dt, int B, int S, bool sp) {
+  // u0, u1: the units this model runs (3D: a pipeline segment's, tensor/pipe3d.cpp; default all):
+  // a block's activations only for its own blocks, x0 only if it holds the embedding or takes x0 as
+  // its input, the input it receives (the previous block's res_out), the head's ends only on the
+  // segment that holds lnf. With every unit, the layout of a tensor rank without a pipeline.
+  Acts(const GPTConfig& c, int T, DType dt, int B, int S, bool sp, int u0 = 0, int u1 = -1) {
     const size_t BT = size_t(B) * S, C = c.dim, Cq = C / T, F = 4 * C / T, e = dtype_bytes(dt), a = 4;
     const size_t Rl = sp ? BT / T : BT;  // the residual stream's rows on this rank
     const size_t Vl = padded_vocab(c.vocab, T) / T, NHl = c.heads / T;
+    if (u1 < 0) u1 = c.layers + 2;
+    const bool head = u1 == c.layers + 2;  // the segment holds lnf, and so the LM head and the loss
     auto take = [](size_t& total, size_t bytes) {
       size_t off = total;
       total += (bytes + 63) / 64 * 64;
       return off;
     };
-    x0 = take(total, Rl * C * e);
-    layer.resize(c.layers);
-    for (Layer& l : layer) {
+    x0 = u0 <= 1 ? take(total, Rl * C * e) : 0;
+    layer.assign(c.layers, Layer{});
+    for (int i = 0; i < c.layers; i++) {
+      Layer& l = layer[i];
+      const int u = i + 1;
+      if (u + 1 == u0) l.res_out = take(total, Rl * C * e);  // my segment's input, received
+      if (u < u0 || u >= u1) continue;
       l.ln1 = take(total, Rl * C * e);
       l.ln1_mean = take(total, Rl * a);
       l.ln1_rstd = take(total, Rl * a);
@@ -57,12 +67,15 @@ struct Acts {
       l.fchg = take(total, BT * F * e);
       l.res_out = take(total, Rl * C * e);
     }
-    lnf = take(total, BT * C * e);
-    lnf_mine = sp ? take(total, Rl * C * e) : lnf;
-    lnf_mean = take(total, Rl * a);
-    lnf_rstd = take(total, Rl * a);
-    logits = take(total, BT * Vl * e);
-    losses = take(total, BT * a);
+    lnf = lnf_mine = lnf_mean = lnf_rstd = logits = losses = 0;
+    if (head) {
+      lnf = take(total, BT * C * e);
+      lnf_mine = sp ? take(total, Rl * C * e) : lnf;
+      lnf_mean = take(total, Rl * a);
+      lnf_rstd = take(total, Rl * a);
+      logits = take(total, BT * Vl * e);
+      losses = take(total, BT * a);
+    }
     dx = take(grad_total, Rl * C * e);
     dres = take(grad_total, Rl * C * e);
     dtmp = take(grad_total, Rl * C * e);
@@ -72,6 +85,8 @@ struct Acts {
     gath = sp ? take(grad_total, BT * C * e) : 0;
     full = sp ? take(grad_total, BT * C * e) : 0;
     R = (BT + T - 1) / T * T;  // a collective's elements are a multiple of the ranks (comm.h)
+    row_max = maxes = sums = target = 0;
+    if (!head) return;  // the loss's scalars: on the segment with the head only
     row_max = take(rows_total, R * a);
     maxes = take(rows_total, T * R * a);
     sums = take(rows_total, R * a);
@@ -88,24 +103,54 @@ void add_bias(X* y, const X* b, size_t N, size_t C) {
 
 }  // namespace
 
-uint64_t TensorGPT::activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp) {
-  const Acts a(cfg, T, dt, B, S, sp);
+uint64_t TensorGPT::activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp,
+                                     const TensorSegment& seg) {
+  const Acts a(cfg, T, dt, B, S, sp, seg.u0, seg.u1);
   const uint64_t tokens = 2 * ((uint64_t(B) * S * sizeof(int) + 63) / 64 * 64);
-  return a.total + a.grad_total + a.rows_total + tokens;
+  return seg.slots * (a.total + tokens) + a.grad_total + a.rows_total;
 }
 
-TensorGPT::TensorGPT(const Layout& L, int T, int t, Comm& tp, DType dt, int B, int S, bool sp)
-    : L_(L), T_(T), t_(t), tp_(tp), dt_(dt), B_(B), S_(S), sp_(sp) {
+TensorGPT::TensorGPT(const Layout& L, int T, int t, Comm& tp, DType dt, int B, int S, bool sp,
+                     const TensorSegment& seg)
+    : L_(L), T_(T), t_(t), tp_(tp), dt_(dt), B_(B), S_(S), sp_(sp), u0_(seg.u0),
+      u1_(seg.u1 < 0 ? L.num_units() : seg.u1), slots_(seg.slots) {
   NZ_CHECK(!sp || (size_t(S) % T == 0 && T > 1), "sequence parallelism: %d positions over %d ranks", S, T);
   NZ_CHECK(!flash_attention_in_force(L.cfg.dim, L.cfg.heads), "tensor: the CPU's attention keeps the probabilities");
-  const Acts a(L.cfg, T, dt, B, S, sp);
-  acts_ = Buffer(Category::Activations, Location::Device, a.total, "activations (my heads, my MLP columns)");
+  const Acts a(L.cfg, T, dt, B, S, sp, u0_, u1_);
+  slot_bytes_ = a.total;
+  acts_ = Buffer(Category::Activations, Location::Device, slots_ * a.total,
+                 "activations (my heads, my MLP columns)");
   grads_ = Buffer(Category::Activations, Location::Device, a.grad_total, "activation grads");
   rows_ = Buffer(Category::Activations, Location::Device, a.rows_total, "the loss's per-row max, sum, target");
-  const size_t tok = (size_t(B) * S * sizeof(int) + 63) / 64 * 64;
-  tok_ = Buffer(Category::Activations, Location::Device, 2 * tok, "tokens, targets");
-  tokens_ = tok_.as<int>();
-  targets_ = reinterpret_cast<int*>(static_cast<char*>(tok_.data()) + tok);
+  tok_bytes_ = (size_t(B) * S * sizeof(int) + 63) / 64 * 64;
+  tok_ = Buffer(Category::Activations, Location::Device, slots_ * 2 * tok_bytes_, "tokens, targets");
+  use_slot(0);
+}
+
+void TensorGPT::use_slot(int s) {
+  NZ_CHECK(s >= 0 && s < slots_, "activation slot %d of %d", s, slots_);
+  slot_ = s;
+  tokens_ = reinterpret_cast<int*>(static_cast<char*>(tok_.data()) + 2 * s * tok_bytes_);
+  targets_ = reinterpret_cast<int*>(static_cast<char*>(tok_.data()) + (2 * s + 1) * tok_bytes_);
+}
+
+size_t TensorGPT::boundary_elems() const {
+  const size_t rows = size_t(b_) * S_ / (sp_ ? T_ : 1);  // SP: my rows of the residual stream only
+  return rows * L_.cfg.dim;
+}
+void* TensorGPT::segment_input() {
+  const Acts a(L_.cfg, T_, dt_, B_, S_, sp_, u0_, u1_);
+  NZ_CHECK(u0_ >= 1, "the first segment takes the tokens, not an activation");
+  return static_cast<char*>(acts_.data()) + slot_ * slot_bytes_ + (u0_ == 1 ? a.x0 : a.layer[u0_ - 2].res_out);
+}
+void* TensorGPT::segment_output() {
+  const Acts a(L_.cfg, T_, dt_, B_, S_, sp_, u0_, u1_);
+  NZ_CHECK(u1_ < L_.num_units(), "the last segment ends in the loss, not an activation");
+  return static_cast<char*>(acts_.data()) + slot_ * slot_bytes_ + (u1_ == 1 ? a.x0 : a.layer[u1_ - 2].res_out);
+}
+void* TensorGPT::activation_grad() {
+  const Acts a(L_.cfg, T_, dt_, B_, S_, sp_, u0_, u1_);
+  return static_cast<char*>(grads_.data()) + a.dx;
 }
 
 void TensorGPT::set_batch(const int* tokens, const int* targets, int b) {
@@ -139,6 +184,16 @@ void TensorGPT::forward(int u, const void* p) {
 }
 void TensorGPT::head_forward(const void* p) { NZ_DISPATCH_TRAIN_DTYPE(dt_, head_forward_t<T>((const T*)p)); }
 void TensorGPT::head_backward(const void* p) { NZ_DISPATCH_TRAIN_DTYPE(dt_, head_backward_t<T>((const T*)p)); }
+// 3D, the last segment: the LM head's part of the tied wte's gradient, my rows (zeros first, as
+// backward(embed) starts it when it holds the head itself), for the first segment's backward(embed)
+void TensorGPT::head_weight_backward(void* g_wte) {
+  const Acts a(L_.cfg, T_, dt_, B_, S_, sp_, u0_, u1_);
+  const int C = L_.cfg.dim, Vl = padded_vocab(L_.cfg.vocab, T_) / T_;
+  fill_zero(g_wte, size_t(Vl) * C * dtype_bytes(dt_), Location::Device);
+  const char* slot = static_cast<const char*>(acts_.data()) + slot_ * slot_bytes_;
+  NZ_DISPATCH_TRAIN_DTYPE(dt_, ops::matmul_backward<T>(nullptr, (T*)g_wte, nullptr, (const T*)(slot + a.logits),
+                                                       (const T*)(slot + a.lnf), nullptr, b_ * S_, C, Vl));
+}
 void TensorGPT::backward(int u, const void* p, void* g) {
   NZ_DISPATCH_TRAIN_DTYPE(dt_, backward_t<T>(u, (const T*)p, (T*)g));
   heartbeat();
@@ -149,7 +204,7 @@ double TensorGPT::take_loss_sum() {
   return s;
 }
 
-#define ACT(X, off) reinterpret_cast<X*>(static_cast<char*>(acts_.data()) + (off))
+#define ACT(X, off) reinterpret_cast<X*>(static_cast<char*>(acts_.data()) + slot_ * slot_bytes_ + (off))
 #define GACT(X, off) reinterpret_cast<X*>(static_cast<char*>(grads_.data()) + (off))
 #define ROWS(off) reinterpret_cast<float*>(static_cast<char*>(rows_.data()) + (off))
 
@@ -160,7 +215,7 @@ void TensorGPT::forward_t(int u, const X* p) {
   const int C = c.dim, Cq = C / T_, F = 4 * C / T_, NHl = c.heads / T_, BT = b_ * S_;
   const int rows = sp_ ? BT / T_ : BT;  // the residual stream's rows here (SP: mine, from row0)
   const size_t n = size_t(rows) * C;
-  const Acts a(c, T_, dt_, B_, S_, sp_);
+  const Acts a(c, T_, dt_, B_, S_, sp_, u0_, u1_);
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
   X* full = sp_ ? GACT(X, a.full) : nullptr;  // SP: a partial product of every row, before its scatter
   X* gath = sp_ ? GACT(X, a.gath) : nullptr;  // SP: a layer norm's rows, gathered from every rank
@@ -231,7 +286,7 @@ template <class X>
 void TensorGPT::head_forward_t(const X* wte) {
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, BT = b_ * S_;
-  const Acts a(c, T_, dt_, B_, S_, sp_);
+  const Acts a(c, T_, dt_, B_, S_, sp_, u0_, u1_);
   const int Vl = padded_vocab(c.vocab, T_) / T_, lo = t_ * Vl, mine = std::max(0, std::min(Vl, c.vocab - lo));
   X* logits = ACT(X, a.logits);
   // f (identity: lnf is the same on every rank); my columns of the logits
@@ -273,7 +328,7 @@ template <class X>
 void TensorGPT::head_backward_t(const X* wte) {
   const GPTConfig& c = L_.cfg;
   const int C = c.dim, BT = b_ * S_;
-  const Acts a(c, T_, dt_, B_, S_, sp_);
+  const Acts a(c, T_, dt_, B_, S_, sp_, u0_, u1_);
   const int Vl = padded_vocab(c.vocab, T_) / T_, lo = t_ * Vl;
   X* d = ACT(X, a.logits);  // in place over the probabilities
   const float dl = loss_scale_ / BT;
@@ -296,9 +351,12 @@ void TensorGPT::backward_t(int u, const X* p, X* g) {
   const int C = c.dim, Cq = C / T_, F = 4 * C / T_, NHl = c.heads / T_, BT = b_ * S_;
   const int rows = sp_ ? BT / T_ : BT;  // the residual stream's rows here (SP: mine)
   const size_t n = size_t(rows) * C;
-  const Acts a(c, T_, dt_, B_, S_, sp_);
+  const Acts a(c, T_, dt_, B_, S_, sp_, u0_, u1_);
   const std::vector<TensorSpec>& t = L_.units[u].tensors;
-  fill_zero(g, L_.units[u].padded * sizeof(X), Location::Device);
+  // 3D with the head on another segment: g's wte rows hold the head's part already (received)
+  const bool head_part_in_g = u == L_.embed_unit() && u1_ < L_.num_units();
+  const size_t keep = head_part_in_g ? t[0].numel : 0;
+  fill_zero(g + keep, (L_.units[u].padded - keep) * sizeof(X), Location::Device);
   X* dx = GACT(X, a.dx);  // in: d loss / d (this unit's output), the same on every rank; out: d (its input)
   X* dtmp = GACT(X, a.dtmp);
   X* full = sp_ ? GACT(X, a.full) : nullptr;  // SP: every row's gradient (gathered, or to scatter)
@@ -310,7 +368,8 @@ void TensorGPT::backward_t(int u, const X* p, X* g) {
     // (g's backward is the identity: dx0 is the same on every rank; my rows take my tokens')
     const int Vl = int(t[0].numel / C), lo = t_ * Vl;
     const X* dx0 = all_rows(dx);
-    ops::matmul_backward<X>(nullptr, g, nullptr, ACT(X, a.logits), ACT(X, a.lnf), nullptr, BT, C, Vl);
+    if (!head_part_in_g)
+      ops::matmul_backward<X>(nullptr, g, nullptr, ACT(X, a.logits), ACT(X, a.lnf), nullptr, BT, C, Vl);
     for (int i = 0; i < BT; i++) {
       const int tok = tokens_[i] - lo;
       if (tok < 0 || tok >= Vl) continue;

@@ -24,13 +24,31 @@
 
 namespace nz {
 
+// 3D (tensor/pipe3d.cpp): the units [u0, u1) of one pipeline segment (u1 < 0: to the last), and
+// the activations of `slots` micro-batches (pipeline.h's activation_slots for the schedule).
+struct TensorSegment {
+  int u0 = 0, u1 = -1, slots = 1;
+};
+
 class TensorGPT {
  public:
   // L: this rank's layout (tensor_layout); tp: my replica's T tensor ranks; B x S the micro-batch.
   // sp: Megatron's sequence parallelism (--sequence-parallel): outside attention and the MLP each
   // rank keeps bs/T rows of the (b,s,C) activations; g becomes a reduce-scatter, f's all-reduce an
   // all-gather forward and a reduce-scatter backward (gather_rows, scatter_sum_rows).
-  TensorGPT(const Layout& L, int T, int t, Comm& tp, DType dt, int B, int S, bool sp = false);
+  TensorGPT(const Layout& L, int T, int t, Comm& tp, DType dt, int B, int S, bool sp = false,
+            const TensorSegment& seg = {});
+  // 3D: which micro-batch's activations (and tokens) the calls below use; set before set_batch
+  void use_slot(int s);
+  // 3D: the (b, s, C) rows that cross to the next segment (SP: my b s/T rows): where my segment's
+  // input is received, where its output is sent from, the gradient of either (one buffer, shared
+  // by the slots); their elements
+  void* segment_input();
+  void* segment_output();
+  void* activation_grad();
+  size_t boundary_elems() const;
+  // 3D, the last segment: the LM head's part of my wte rows' gradient, for the first segment
+  void head_weight_backward(void* g_wte);
   // tokens, targets: b x S ints on the host (b <= B: evaluation may run a short last batch)
   void set_batch(const int* tokens, const int* targets, int b);
   void set_loss_scale(float s) { loss_scale_ = s; }  // fp16 (loss_scale.h)
@@ -40,10 +58,12 @@ class TensorGPT {
   void head_forward(const void* p_embed);
   double take_loss_sum();
   void head_backward(const void* p_embed);  // d loss / d logits of my columns, and d lnf (summed: f)
-  // My piece of unit u's gradient into g (zeroed first); the embedding's adds the LM head's part.
+  // My piece of unit u's gradient into g (zeroed first); the embedding's adds the LM head's part
+  // (3D, the head on another segment: g holds that part already, received, and the lookup's is added).
   void backward(int u, const void* p, void* g);
   // Activation bytes this model allocates (ledger: activations), as the constructor lays them out.
-  static uint64_t activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp);
+  static uint64_t activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp,
+                                   const TensorSegment& seg = {});
 
  private:
   template <class X> void forward_t(int u, const X* p);
@@ -63,6 +83,8 @@ class TensorGPT {
   DType dt_;
   int B_, S_, b_ = 0;
   bool sp_;
+  int u0_, u1_, slots_, slot_ = 0;  // my units [u0, u1); the activation slots, the one in use
+  size_t slot_bytes_ = 0, tok_bytes_ = 0;
   float loss_scale_ = 1;
   double loss_total_ = 0;
   bool loss_fresh_ = true;

@@ -8,6 +8,7 @@
 //        gradient (f): 4 all-reduces of (b, s, C) per block and micro-batch (tensor/tp_model.h).
 //        As in stage0_ddp each rank sums its gradient over the K micro-steps and all-reduces it
 //        over its D replicas once per step; every rank then runs AdamW on its pieces.
+//        3D (--pipeline P): tensor/pipe3d.cpp runs this step on one of P pipeline segments.
 // Holds: 1/T of the matrices, all of the replicated parameters: params e P_t, grads e P_t + e U_t,
 //        Adam m + v 8 P_t (+ master 4 P_t) (tensor/formulas.h); activations of width C/T inside
 //        attention and the MLP, C at the layer norms and the residual stream.
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
 
   // ---- the split: the matrices over T tensor ranks, the batch over D replicas (tensor.h) ----
   const TensorPlan plan = tensor_plan(run.args, comm.size(), comm.rank());
+  if (plan.segments > 1) return train_3d(run, plan);  // 3D: P pipeline segments (pipe3d.cpp)
   const int TP = plan.tensor, t = plan.t, d = plan.d;
   Comm tp(comm, d, t);        // my replica's T tensor ranks: the all-reduces of every layer
   Comm replicas(comm, t, d);  // tensor rank t of every replica: the data-parallel group

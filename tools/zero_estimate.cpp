@@ -6,6 +6,7 @@
 //   build/bin/zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]]
 //                           [--precision P] [--accum K] [--json] [--network INTRA,INTER [--compute-ms C]]
 //   build/bin/zero_estimate --tensor T [--zero 1] [--sequence-parallel] [--preset NAME] [--world N[,N...]]
+//   build/bin/zero_estimate --tensor T --pipeline P [--schedule S] [--partition U,..] [--world N] (3D)
 //                           [--precision P] [--batch B] [--seq T] [--accum K] [--json]
 //   build/bin/zero_estimate --paper-table
 //   build/bin/zero_estimate --quiz [--seed S] [--count N] [--key | --check FILE [--explain] [--result]]
@@ -203,6 +204,7 @@ void print_usage() {
          "                     [--activation-checkpointing] [--attention gemm|flash] [--fit SIZE]\n"
          "       zero_estimate --zeropp G [--qw-block B] [--qg-block B] [--preset NAME] [--world N[,N...]] ...\n"
          "       zero_estimate --tensor T [--zero 1] [--sequence-parallel] [--preset NAME] [--world N[,N...]] ...\n"
+         "       zero_estimate --tensor T --pipeline P [--schedule S] [--partition U1,..] [--world N] ...  (3D)\n"
          "       zero_estimate --paper-table\n"
          "       zero_estimate --config DS.json [--preset NAME | --params PSI] [--world N[,N...]] ...\n"
          "       zero_estimate --deepspeed-estimator [--preset NAME | --params PSI [--largest-layer L]] [--world N[,N...]]\n"
@@ -549,6 +551,78 @@ void print_tensor_table(const GPTConfig& cfg, const std::string& preset, const s
   } else {
     printf("(elements sent per step: %s over the tensor ranks, the pieces' all-reduce over the D replicas; "
            "docs/tensor.md)\n", sp ? "reduce-scatters and all-gathers of b s C" : "4 all-reduces of b s C per block");
+  }
+}
+
+// --tensor T --pipeline P (3D, tensor/pipe3d.cpp): on N = P x D x T ranks, what one rank of each
+// pipeline segment holds (tensor/formulas.h: its pieces of its segment's units, its activation slots).
+void print_tensor3d_table(const GPTConfig& cfg, const std::string& preset, int N, int T, int P,
+                          const std::string& schedule, const std::string& partition, int zero, bool sp, DType dt,
+                          int B, int S, int K, bool json) {
+  if (cfg.heads % T != 0)
+    user_error("--tensor %d: the %d heads do not split over %d ranks, expected a T that divides the heads", T,
+               cfg.heads, T);
+  if (sp && (T == 1 || S % T != 0))
+    user_error("--sequence-parallel with --tensor %d and --seq %d: expected T > 1 dividing the sequence", T, S);
+  if (P > cfg.layers + 2)
+    user_error("--pipeline %d: more segments than the model's %d units, expected at most %d", P, cfg.layers + 2,
+               cfg.layers + 2);
+  if (N % (T * P) != 0)
+    user_error("--tensor %d --pipeline %d with --world %d: T x P does not divide the ranks, expected N = P x D x T, "
+               "e.g. --world %d", T, P, N, T * P);
+  const PipelinePlan plan = make_pipeline_plan(cfg, N / T, 0, P, schedule, partition, zero);
+  const int D = plan.replicas;
+  const Layout L = tensor_layout(cfg, T, D);
+  JsonWriter j;
+  if (json) {
+    j.begin_object();
+    j.kv("model", preset), j.kv("precision", dtype_name(dt)), j.kv("tensor", T), j.kv("pipeline", P);
+    j.kv("replicas", D), j.kv("world", N), j.kv("zero", zero), j.kv("sequence_parallel", sp);
+    j.kv("schedule", schedule_name(plan.schedule)), j.kv("batch", B), j.kv("seq", S), j.kv("accum", K);
+    j.key("estimates");
+    j.begin_array();
+  } else {
+    printf("%s, %s, 3D: T = %d x D = %d x P = %d (%d ranks; T fastest, then D, then P)%s%s, %s, %d micro-batches of "
+           "%d x %d: per rank of each segment\n", preset.c_str(), dtype_name(dt), T, D, P, N,
+           zero == 1 ? ", ZeRO-1 over the replicas" : "", sp ? ", sequence parallel" : "", schedule_name(plan.schedule),
+           K, B, S);
+    printf("%-8s %-7s %5s %12s %12s %12s %12s %12s %12s %14s %14s\n", "segment", "units", "slots", "params", "grads",
+           "master", "adam_m", "adam_v", "activations", "total", "sent/step");
+  }
+  for (int s = 0; s < P; s++) {
+    const int u0 = plan.first_unit[s], u1 = plan.first_unit[s + 1], slots = activation_slots(plan.schedule, P, s, K);
+    const StateBytes b = tensor3d_state_bytes(L, dt, zero, u0, u1, s == P - 1);
+    const uint64_t acts = tensor_activation_bytes(cfg, T, dt, B, S, sp, u0, u1, slots);
+    const TensorComm c = tensor3d_comm_elems(cfg, T, D, L, B, S, K, sp, u0, u1, s == 0, s == P - 1);
+    if (json) {
+      j.begin_object();
+      j.kv("segment", s), j.kv("first_unit", u0), j.kv("end_unit", u1), j.kv("slots", slots);
+      j.kv("all_reduce_elems_per_step", c.all_reduce), j.kv("all_gather_elems_per_step", c.all_gather);
+      j.kv("reduce_scatter_elems_per_step", c.reduce_scatter), j.kv("point_to_point_elems_per_step", c.point_to_point);
+      j.kv("comm_elems_per_step", c.total());
+      j.key("bytes");
+      j.begin_object();
+      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
+      j.kv("adam_v", b.adam_v), j.kv("activations", acts);
+      j.end_object();
+      j.kv("total", b.total() + acts);
+      j.end_object();
+    } else {
+      printf("%-8d %-7s %5d %12llu %12llu %12llu %12llu %12llu %12llu %14llu %14llu\n", s,
+             (std::to_string(u0) + ".." + std::to_string(u1 - 1)).c_str(), slots, (unsigned long long)b.params,
+             (unsigned long long)b.grads, (unsigned long long)b.master, (unsigned long long)b.adam_m,
+             (unsigned long long)b.adam_v, (unsigned long long)acts, (unsigned long long)(b.total() + acts),
+             (unsigned long long)c.total());
+    }
+  }
+  if (json) {
+    j.end_array();
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+  } else {
+    printf("(the last segment also holds its copy of its tensor ranks' wte rows and their gradient: the tied LM head; "
+           "elements sent per step by one rank: its segment's tensor collectives, the activations and the tied wte "
+           "point to point, its pieces over the D replicas; docs/tensor.md)\n");
   }
 }
 
@@ -1015,10 +1089,18 @@ int main(int argc, char** argv) {
   if (sequence_parallel && tensor == 0) user_error("--sequence-parallel goes with --tensor T; add --tensor");
   if (tensor > 0) {
     if (raw) user_error("--tensor needs a model shape (it splits the matrices); drop --params, use --preset");
-    for (const char* other : {"--zeropp", "--pipeline", "--fit", "--stage", "--config"})
+    for (const char* other : {"--zeropp", "--fit", "--stage", "--config"})
       if (typed.count(other))
         user_error("--tensor with %s: two tables, expected one; drop one of them", other);
     if (zero > 1) user_error("--zero %d with --tensor: expected 0 or 1 (ZeRO-1 over the replicas)", zero);
+    if (pipeline > 1) {  // 3D: one --world at a time (default T x P)
+      if (worlds.size() > 1)
+        user_error("--tensor %d --pipeline %d: one --world N at a time, expected N = P x D x T, e.g. --world %d", tensor,
+                   pipeline, tensor * pipeline);
+      print_tensor3d_table(cfg, preset, typed.count("--world") ? worlds[0] : tensor * pipeline, tensor, pipeline,
+                           schedule, partition, zero, sequence_parallel, dt, batch, seq, accum, json);
+      return 0;
+    }
     print_tensor_table(cfg, preset, worlds, tensor, zero, sequence_parallel, dt, batch, seq, accum, json);
     return 0;
   }

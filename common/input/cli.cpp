@@ -370,7 +370,8 @@ Args parse_args(int argc, char** argv, const char* program) {
                                 "time",
        [&](auto& f, auto& v) { a.offload_chunk = parse_int(f, v, 1, 1L << 40, "a positive whole number"); }},
       {"--pipeline", "P", "pipeline: P segments (DeepSpeed's pipeline stages), each a contiguous run of units; N/P "
-       "data-parallel replicas (default 1)", pos_int(&a.pipeline, 1 << 16)},
+       "data-parallel replicas (default 1); tensor: 3D, P segments of T tensor ranks, N/(T P) replicas",
+       pos_int(&a.pipeline, 1 << 16)},
       {"--schedule", "S", "pipeline: 1f1b (default: one forward, one backward; at most P-s micro-batches in "
        "flight on segment s) or gpipe (all forwards, then all backwards)",
        [&](auto&, auto& v) { a.schedule = v; }},
@@ -629,7 +630,8 @@ Args parse_args(int argc, char** argv, const char* program) {
   const std::pair<const char*, std::vector<std::string>> stage_flags[] = {
       {"--offload-to", {"offload"}}, {"--offload-param", {"infinity"}}, {"--offload-dir", {"offload", "infinity"}},
       {"--offload-chunk", {"offload", "infinity"}}, {"--prefetch", {"stage3", "infinity"}},
-      {"--pipeline", {"pipeline"}}, {"--schedule", {"pipeline"}}, {"--partition", {"pipeline"}},
+      {"--pipeline", {"pipeline", "tensor"}}, {"--schedule", {"pipeline", "tensor"}},
+      {"--partition", {"pipeline", "tensor"}},
       {"--zero", {"tensor", "pipeline"}}, {"--tensor", {"tensor"}}, {"--sequence-parallel", {"tensor"}},
       {"--sp", {"ulysses"}}, {"--sp-mode", {"ulysses"}},
       {"--qwz", {"zeropp"}}, {"--hpz", {"zeropp"}}, {"--qgz", {"zeropp"}}, {"--node-size", {"zeropp"}},

@@ -9,6 +9,8 @@
 // ZeRO-1 over the replicas, T = 2 x D = 2, fp32 with --accum 2 and bf16).
 // NZ_TENSOR_FULL=1 (make tensor-check) runs every T, D, K with T x D <= 4, T = 3, and --zero 1, in every
 // precision.
+// 3D (--tensor T --pipeline P, tensor/pipe3d.cpp): T x P x D runs equal the same reference (Tensor3D),
+// every rank's ledger and elements sent per step equal its segment's formulas.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -96,6 +98,143 @@ std::vector<Case> matrix() {
 }
 
 }  // namespace
+
+// ---- 3D: --tensor T --pipeline P on N = P x D x T ranks (tensor/pipe3d.cpp) ----
+// The same truth: every step's loss and norm and the model file equal the reference bit for bit
+// (its norm added segment by segment, as the ranks add it). tiny has 4 units (embed, 2 blocks, lnf):
+// --partition 2 gives segment 0 the embedding and block 1, segment 1 block 2 and lnf; P = 3 (--partition
+// 1,3) the embedding alone, both blocks, lnf alone; with P = 4 each unit is a segment of its own.
+struct Case3D {
+  int T, P, D, K;
+  const char* precision;
+  const char* more = "";  // --zero 1, --sequence-parallel, --schedule gpipe
+};
+std::string flags_3d(const Case3D& c) {
+  const std::string fp16 = std::string(c.precision) == "fp16" ? "--loss-scale 1024 " : "";
+  const std::string partition = c.P == 2 ? "2" : c.P == 3 ? "1,3" : "1,2,3";
+  return kTiny + "--precision " + c.precision + " " + fp16 + tensor_flags(c.T, c.K) + "--pipeline " +
+         std::to_string(c.P) + " --partition " + partition + " " + c.more;
+}
+std::string name_3d(const Case3D& c) {
+  return std::to_string(c.T) + "x" + std::to_string(c.P) + "x" + std::to_string(c.D) + "/K" + std::to_string(c.K) +
+         "/" + c.precision + (strstr(c.more, "--zero") ? "/zero1" : "") + (strstr(c.more, "--sequence") ? "/sp" : "") +
+         (strstr(c.more, "gpipe") ? "/gpipe" : "");
+}
+
+void expect_3d_equal_to_reference(const Case3D& c) {
+  const std::string flags = flags_3d(c), what = name_3d(c);
+  const RunResult& r = run_cached("tensor", c.T * c.P * c.D, flags);
+  ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
+  if (std::string(c.precision) == "fp16")
+    for (const Json& s : r.report["steps_log"].arr) ASSERT_FALSE(s["skipped"].b) << what << ": a skipped step";
+  const tpref::Result ref = tpref::run(flags, c.T, c.D);
+  const std::vector<double> losses = step_values(r.report, "loss"), norms = step_values(r.report, "grad_norm");
+  const std::vector<float> params = model_params(r.model_path);
+  EXPECT_EQ(losses, ref.losses) << what << ": losses (max |diff| " << max_abs_diff(losses, ref.losses) << ")";
+  EXPECT_EQ(norms, ref.norms) << what << ": grad norms (max |diff| " << max_abs_diff(norms, ref.norms) << ")";
+  ASSERT_EQ(params.size(), ref.params.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < params.size(); i++) differ += memcmp(&params[i], &ref.params[i], 4) != 0;
+  EXPECT_EQ(differ, 0u) << what << ": parameters of the model file that differ from the reference's";
+}
+
+std::vector<Case3D> matrix_3d() {
+  if (getenv("NZ_TENSOR_FULL")) {
+    std::vector<Case3D> m;
+    for (const char* p : {"fp32", "bf16", "fp16"})
+      for (int K : {1, 3}) {
+        for (auto [T, P, D] : {std::tuple{2, 2, 1}, std::tuple{1, 2, 2}, std::tuple{2, 2, 2}, std::tuple{2, 3, 1},
+                               std::tuple{1, 4, 1}, std::tuple{2, 4, 1}})
+          m.push_back({T, P, D, K, p});
+        m.push_back({2, 2, 1, K, p, "--schedule gpipe "});
+        m.push_back({2, 2, 2, K, p, "--zero 1 "});
+        m.push_back({2, 2, 1, K, p, kSequenceParallel});
+        m.push_back({2, 2, 2, K, p, "--sequence-parallel --zero 1 "});
+      }
+    return m;
+  }
+  return {{2, 2, 1, 1, "fp32"}, {2, 2, 1, 3, "fp32"}, {2, 2, 1, 3, "bf16"}, {1, 2, 2, 3, "fp32", "--zero 1 "},
+          {2, 2, 1, 3, "fp32", "--sequence-parallel --schedule gpipe "}, {2, 2, 1, 1, "fp16"},
+          {2, 2, 2, 3, "bf16", "--zero 1 "}};
+}
+
+TEST(Tensor3D, EqualsTheSingleProcessReferenceBitForBit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<Case3D> cases = matrix_3d();
+  std::string list;
+  for (const Case3D& c : cases) expect_3d_equal_to_reference(c), list += " " + name_3d(c);
+  // validation runs through the segments (the loss on the last): the final model's validation loss
+  // is the one the same model gives without a pipeline (T = 2, the same bits; the reference has none)
+  const RunResult& flat = run_cached("tensor", 2, kTiny + "--precision fp32 " + tensor_flags(2, 1));
+  const RunResult& piped = run_cached("tensor", 4, flags_3d({2, 2, 1, 1, "fp32"}));
+  ASSERT_EQ(flat.exit_code, 0) << flat.output;
+  EXPECT_EQ(piped.report["final_val_loss"].d(), flat.report["final_val_loss"].d()) << "3D validation";
+  printf("%zu 3D runs (T x P x D / K / precision):%s — each bit for bit the reference, %.1f s\n", cases.size(),
+         list.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// 3D: every rank's ledger = its segment's formula (tensor/formulas.h) to the byte, by category, and
+// zero_estimate --tensor T --pipeline P prints the same per segment. The runs are the equality
+// test's (cached): 1F1B keeps min(P - p, K) micro-batches on segment p, GPipe K. The elements sent
+// per step: rank 0's every step (the report's steps), and every rank's as the difference between
+// its run totals after 3 steps and after 2 (a second run, one step shorter: the same validation,
+// model file and first exchange of the tied rows).
+TEST(Tensor3D, LedgerEqualsTheFormulas) {
+  for (const Case3D& c : {Case3D{2, 2, 1, 3, "fp32"}, Case3D{1, 2, 2, 3, "fp32", "--zero 1 "},
+                          Case3D{2, 2, 1, 3, "fp32", "--sequence-parallel --schedule gpipe "}}) {
+    const RunResult& r = run_cached("tensor", c.T * c.P * c.D, flags_3d(c));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nz::GPTConfig cfg{256, 32, 2, 32, 4};  // tiny
+    const nz::Layout mine = nz::tensor_layout(cfg, c.T, c.D);
+    const bool zero = strstr(c.more, "--zero"), sp = strstr(c.more, "--sequence"), gpipe = strstr(c.more, "gpipe");
+    const int first_unit[] = {0, 2, 4};  // --partition 2
+    std::string est;
+    ASSERT_EQ(run_command(program_path("zero_estimate") + " --tensor " + std::to_string(c.T) +
+                              " --pipeline 2 --world " + std::to_string(c.T * c.P * c.D) +
+                              " --partition 2 --preset tiny --batch 2 --seq 32 --accum " + std::to_string(c.K) + (zero ? " --zero 1" : "") + (sp ? " --sequence-parallel" : "") +
+                              (gpipe ? " --schedule gpipe" : "") + " --json", &est), 0) << est;
+    const Json e = Json::parse(est)["estimates"];
+    for (const Json& rank : r.report["ranks"].arr) {
+      const int seg = int(rank["rank"].u()) / (c.T * c.D), slots = gpipe ? c.K : std::min(c.P - seg, c.K);
+      const nz::StateBytes s = nz::tensor3d_state_bytes(mine, nz::DType::F32, zero, first_unit[seg],
+                                                        first_unit[seg + 1], seg == c.P - 1);
+      const uint64_t acts = nz::tensor_activation_bytes(cfg, c.T, nz::DType::F32, 2, 32, sp, first_unit[seg],
+                                                        first_unit[seg + 1], slots);
+      const Json& peak = rank["ledger"]["device"]["peak"];
+      const std::string what = name_3d(c) + " rank " + std::to_string(rank["rank"].u());
+      EXPECT_EQ(peak["params"].u(), s.params) << what;
+      EXPECT_EQ(peak["grads"].u(), s.grads) << what;
+      EXPECT_EQ(peak["adam_m"].u(), s.adam_m) << what;
+      EXPECT_EQ(peak["adam_v"].u(), s.adam_v) << what;
+      EXPECT_EQ(peak["activations"].u(), acts) << what;
+      for (const char* k : {"params", "grads", "master", "adam_m", "adam_v", "activations"})
+        EXPECT_EQ(e[seg]["bytes"][k].u(), peak[k].u()) << what << ": zero_estimate --tensor --pipeline: " << k;
+    }
+    auto comm_of = [&](int seg) {
+      return nz::tensor3d_comm_elems(cfg, c.T, c.D, mine, 2, 32, c.K, sp, first_unit[seg], first_unit[seg + 1],
+                                     seg == 0, seg == c.P - 1);
+    };
+    for (const Json& step : r.report["steps_log"].arr)
+      EXPECT_EQ(step["comm_elems"].u(), comm_of(0).total()) << name_3d(c) << ": rank 0's elements sent per step";
+    const RunResult& shorter = run_cached("tensor", c.T * c.P * c.D, flags_3d(c) + " --steps 2");
+    ASSERT_EQ(shorter.exit_code, 0) << shorter.output;
+    for (size_t i = 0; i < r.report["ranks"].arr.size(); i++) {
+      const int rank = int(r.report["ranks"][i]["rank"].u()), seg = rank / (c.T * c.D);
+      const uint64_t step = r.report["ranks"][i]["comm"]["model_elems_sent"].u() -
+                            shorter.report["ranks"][i]["comm"]["model_elems_sent"].u();
+      EXPECT_EQ(step, comm_of(seg).total()) << name_3d(c) << " rank " << rank << ": elements sent in a step";
+      EXPECT_EQ(e[seg]["comm_elems_per_step"].u(), comm_of(seg).total()) << "zero_estimate: segment " << seg;
+    }
+    // by hand, the first case (T = 2, K = 3, b s C = 2048, R = 64, V'C/T = 4096): segment 0 all-reduces
+    // the embedding's g and block 1's four (2 x 1/2 of 2048 each), sends 3 activations and wte's rows;
+    // segment 1 block 2's four, the head's f, the loss's 2 of R, gathers R, sends 3 activation
+    // gradients and 3 head gradients
+    if (name_3d(c) == "2x2x1/K3/fp32") {
+      EXPECT_EQ(comm_of(0).total(), uint64_t(3 * 5 * 2048 + 3 * 2048 + 4096));
+      EXPECT_EQ(comm_of(1).total(), uint64_t(3 * (5 * 2048 + 128) + 3 * 64 + 3 * 2048 + 3 * 4096));
+    }
+  }
+}
 
 TEST(Tensor, EqualsTheSingleProcessReferenceBitForBit) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -229,6 +368,10 @@ TEST(Tensor, BadInputIsOneLineAndExitCode2) {
       {1, "tensor", "--sequence-parallel", "expected T > 1"},
       {2, "tensor", "--tensor 2 --batch auto --memory-budget 1MiB", "--batch auto with tensor"},
       {4, "tensor", "--tensor 4 --sequence-parallel --seq 30", "the positions do not split over 4 tensor ranks"},
+      {6, "tensor", "--tensor 2 --pipeline 2", "T x P = 4 does not divide the ranks"},
+      {5, "tensor", "--pipeline 5", "more segments than the model's 4 units"},
+      {4, "tensor", "--tensor 2 --pipeline 2 --partition 9", "unit 9 is past the last unit"},
+      {2, "tensor", "--tensor 2 --partition 2", "1 boundaries for --pipeline 1"},
   };
   for (const Bad& b : bad) {
     std::string out;
@@ -271,4 +414,15 @@ TEST(Tensor, MutantsAreCaught) {
                                          : std::vector<const char*>{"f_no_all_reduce", "bias_summed_t_times",
                                                                     "local_max", "wrong_placement"});
   }
+  // 3D, 2 tensor ranks x 2 segments, sequence parallel: each tensor rank's activation rows go to
+  // the equal tensor rank of the next segment (the mutant sends them to the other one)
+  const std::string flags = flags_3d({2, 2, 1, 1, "fp32", kSequenceParallel});
+  const tpref::Result ref = tpref::run(flags, 2, 1);
+  const RunResult& good = run_cached("tensor", 4, flags);
+  ASSERT_EQ(good.exit_code, 0) << good.output;
+  EXPECT_EQ(step_values(good.report, "loss"), ref.losses) << "the real rung must pass the check its mutants fail";
+  expect_mutants_caught(flags, ref, {"wrong_peer_3d"});
+  // 3D with 2 replicas, 1 tensor rank x 2 segments: a placement the pipeline's plan disagrees with
+  const std::string flags_d2 = flags_3d({1, 2, 2, 1, "fp32"});
+  expect_mutants_caught(flags_d2, tpref::run(flags_d2, 1, 2), {"placement_3d_p_fastest"});
 }

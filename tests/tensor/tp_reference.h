@@ -12,6 +12,11 @@
 // a replicated parameter's gradient is the one any rank computes (rank 0's here), never a sum over
 // ranks. D replicas: the data of replica d, their gradients summed in replica order, averaged.
 //
+// 3D (--tensor T --pipeline P, tensor/pipe3d.cpp) computes the same numbers: the segments run the
+// same pieces' products in the same order, the micro-batches' gradients are summed in ascending
+// order (pipeline.h), and the tied wte's gradient adds the LM head's part, then the lookup's, as
+// here. Only the norm's order differs: each rank adds over its segment's units (squared_norm).
+//
 // Shares with the rung only what is not the idea under test: the kernels (ops.h), the data loader,
 // the initialisation, the learning-rate schedule and AdamW (elementwise: a piece's update is the
 // whole parameter's update of those elements). The slicing, the sums over ranks, the loss over
@@ -30,6 +35,7 @@
 #include "kernels/ops.h"
 #include "layout.h"
 #include "lr_schedule.h"
+#include "runtime/check.h"  // NZ_CHECK
 #include "model.h"  // init_unit
 #include "optim.h"  // AdamW, accumulate_grads, average_grads, clip_scale
 
@@ -285,13 +291,20 @@ void micro_step(const Layout& L, int T, const std::vector<X>& W, const int* toke
 // --zero the replicas hold the same gradient and replica 0's ranks alone add theirs; with --zero 1
 // replica d adds the part of each tensor inside slice d of the unit. Then one sum over the ranks in
 // rank order: replica 0's tensor ranks 0..T-1, then replica 1's, ...
+// 3D (--pipeline P, first_unit: segment p holds units [first_unit[p], first_unit[p + 1])): each rank
+// adds over its segment's units only, and the rank order is segment 0's ranks (its replicas' tensor
+// ranks, as above), then segment 1's, ...
 template <class X>
-double squared_norm(const Layout& L, int T, int D, bool zero1, const std::vector<X>& g) {
+double squared_norm(const Layout& L, int T, int D, bool zero1, const std::vector<X>& g,
+                    const std::vector<int>& first_unit) {
   const GPTConfig& c = L.cfg;
   const size_t C = c.dim, Cq = C / T, F = 4 * C / T, V = c.vocab, Vl = (V + T - 1) / T;
-  std::vector<std::vector<double>> v(D, std::vector<double>(T, 0.0));  // v[d][t]
+  const int P = int(first_unit.size()) - 1;
+  std::vector<std::vector<std::vector<double>>> v(P, std::vector<std::vector<double>>(D, std::vector<double>(T, 0.0)));
   for (int t = 0; t < T; t++)
     for (int u = 0; u < L.num_units(); u++) {
+      int p = 0;  // the segment that holds unit u
+      while (u >= first_unit[p + 1]) p++;
       std::vector<X> unit;                         // rank t's pieces of unit u, end to end
       std::vector<std::pair<size_t, size_t>> at;  // each tensor's [begin, end) in it
       std::vector<bool> counts;                   // split, or replicated and t = 0
@@ -317,15 +330,32 @@ double squared_norm(const Layout& L, int T, int D, bool zero1, const std::vector
         const size_t b = zero1 ? d * slice : 0, e = zero1 ? (d + 1) * slice : unit.size();
         for (size_t i = 0; i < at.size(); i++) {
           const size_t lo = std::max(at[i].first, b), hi = std::min(at[i].second, e);
-          if (lo < hi && counts[i]) v[d][t] += ops::sum_squares<X>(unit.data() + lo, hi - lo);
+          if (lo < hi && counts[i]) v[p][d][t] += ops::sum_squares<X>(unit.data() + lo, hi - lo);
         }
       }
     }
-  double total = v[0][0];
-  for (int d = 0; d < D; d++)
-    for (int t = 0; t < T; t++)
-      if (d || t) total += v[d][t];
+  double total = v[0][0][0];
+  for (int p = 0; p < P; p++)
+    for (int d = 0; d < D; d++)
+      for (int t = 0; t < T; t++)
+        if (p || d || t) total += v[p][d][t];
   return total;
+}
+
+// The segments' first units from --pipeline and --partition (3D); one segment without --pipeline.
+inline std::vector<int> segments_of(const Args& a, int units) {
+  std::vector<int> first{0};
+  if (a.pipeline > 1) {
+    NZ_CHECK(!a.partition.empty(), "the reference needs --partition with --pipeline (the segments' first units)");
+    size_t at = 0;
+    while (at < a.partition.size()) {
+      const size_t comma = std::min(a.partition.find(',', at), a.partition.size());
+      first.push_back(std::stoi(a.partition.substr(at, comma - at)));
+      at = comma + 1;
+    }
+  }
+  first.push_back(units);
+  return first;
 }
 
 template <class X>
@@ -363,7 +393,7 @@ Result run_t(const Args& a, int T, int D) {
       }
     std::vector<X> G = rank_sum(Gd);  // the replicas, in replica order
     average_grads(dt, G.data(), n, 1.0f / float(D * K));
-    const double norm = std::sqrt(squared_norm(L, T, D, a.zero == 1, G)) / scale_S;
+    const double norm = std::sqrt(squared_norm(L, T, D, a.zero == 1, G, segments_of(a, L.num_units()))) / scale_S;
     double loss = loss_d[0];
     for (int d = 1; d < D; d++) loss += loss_d[d];
     r.losses.push_back(loss / (double(D) * K * B * S));
