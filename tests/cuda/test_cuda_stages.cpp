@@ -18,7 +18,8 @@
 //     equals stage0_ddp on one rank within the stage bound, its step-1 loss within the bound of two
 //     summation orders (with --kernels reference every token's loss is the same bits: the
 //     all-to-alls and the layout kernels move bits), and its ledger and comm counts are the CPU
-//     run's; --sp-mode ring with --device cuda is one line, exit 2;
+//     run's; --sp-mode ring and --attention flash with --device cuda are one line, exit 2, and the
+//     ring mode with --device auto runs on the CPU;
 //   - the GPU trains the CPU's model: stage0_ddp's losses agree within fp32 1e-3, bf16 5e-2 over
 //     the same steps (the kernels differ from the CPU's in summation order, fused multiply-adds
 //     and the device math library: cuda_common.cuh).
@@ -30,6 +31,7 @@
 #include <cmath>    // std::ldexp, std::fabs
 #include <cstdlib>  // getenv
 #include <map>
+#include <utility>  // std::pair
 
 #include "runtime/device.h"  // nz::cuda_rt::device_count
 #include "harness.h"
@@ -354,15 +356,24 @@ TEST_F(CudaStages, UlyssesEqualsStage0WithinTheBoundsAndCountsAsOnTheCpu) {
   EXPECT_LE(dl, cpu_gpu_loss_bound(prec));
 }
 
-// Ring attention's tiles are host loops (ulysses/ring.cpp): on the GPU it is refused in one line.
-TEST_F(CudaStages, UlyssesRingOnTheGpuIsOneLine) {
-  const RunResult r = run_trainer("ulysses", 2, kFlags + "--sp 2 --sp-mode ring --device cuda", "ring_cuda");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--sp-mode ring --device cuda: ring attention runs on the CPU backend only"), std::string::npos)
-      << r.output;
-  size_t lines = 0;
-  for (char ch : r.output) lines += ch == '\n';
-  EXPECT_EQ(lines, 1u) << r.output;
+// What ulysses does not run on the GPU: ring attention (its tiles are host loops, ulysses/ring.cpp)
+// and flash attention (sequence slices keep the probabilities). Each is one line and exit 2 with
+// --device cuda; with --device auto the ring mode runs on the CPU, a GPU visible or not.
+TEST_F(CudaStages, UlyssesRingAndFlashStayOffTheGpu) {
+  const std::pair<std::string, std::string> refused[] = {
+      {"--sp-mode ring --device cuda", "--sp-mode ring --device cuda: ring attention runs on the CPU backend only"},
+      {"--attention flash --device cuda", "--attention flash with ulysses on the GPU: not built"}};
+  for (const auto& [flags, says] : refused) {
+    const RunResult r = run_trainer("ulysses", 2, kFlags + "--sp 2 " + flags, "refused");
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << flags << ": " << r.output;
+    size_t lines = 0;
+    for (char ch : r.output) lines += ch == '\n';
+    EXPECT_EQ(lines, 1u) << flags << ": " << r.output;
+  }
+  const RunResult ring = run_trainer("ulysses", 2, kFlags + "--sp 2 --sp-mode ring --device auto --steps 1", "ring_auto");
+  ASSERT_EQ(ring.exit_code, 0) << ring.output;
+  EXPECT_EQ(ring.report["device"].str, "cpu");
 }
 
 TEST_F(CudaStages, GpuTrainsTheCpuModel) {
