@@ -56,7 +56,8 @@ class Comm {
   // A group of the parent's ranks: those that pass the same `color`, ranked by `key` (MPI_Comm_split;
   // collective over the parent). Its collectives run over the group only, still summing in the
   // group's rank order, and are counted in the parent's comm ledger. Always the MPI path (the
-  // pipeline's data-parallel groups, pipeline.h).
+  // pipeline's data-parallel groups, pipeline.h), but for all_to_all, which uses NCCL's sends and
+  // receives when the world does (ulysses' sequence groups).
   Comm(Comm& parent, int color, int key);
   ~Comm();
   Comm(const Comm&) = delete;
