@@ -29,7 +29,7 @@
 #   comm.np4.shared  4 ranks sharing the GPU (MPI path through pinned host buffers)
 #   stages     test_cuda_stages: every stage vs stage0_ddp on the GPU within the stated bound, and
 #              the ledger and comm counts vs the CPU run
-#   ulysses    test_cuda_stages' Ulysses tests: --sp 2 on 2 ranks (its all-to-alls on the device) vs
+#   ulysses    test_cuda_stages' Ulysses tests: --sp 2 on 2 ranks, --sp 4 on 4 (all-to-alls on the device) vs
 #              stage0_ddp on the GPU (the step-1 loss within two summation orders, the rest within the
 #              stage bound) and vs its CPU run (ledger and comm counts identical); ring refused
 #   memory.*   the gpt2 preset on 4 ranks sharing the GPU, 3 steps, per stage: the ledger matches its
@@ -485,7 +485,7 @@ else
   gtest_row comm.np4.shared 60 mpirun -np 4 tests/test_cuda_comm
   gtest_row stages 150 env NZ_BIN_DIR="$B/bin" tests/test_cuda_stages --gtest_filter='-CudaStages.Ulysses*'
   grep -h '^NZTABLE' "$log/stages.log" 2>/dev/null | sed 's/^NZTABLE /   /'
-  gtest_row ulysses 60 env NZ_BIN_DIR="$B/bin" tests/test_cuda_stages --gtest_filter='CudaStages.Ulysses*'
+  gtest_row ulysses 90 env NZ_BIN_DIR="$B/bin" tests/test_cuda_stages --gtest_filter='CudaStages.Ulysses*'
   grep -h '^NZTABLE' "$log/ulysses.log" 2>/dev/null | sed 's/^NZTABLE /   /'
 
   TOUR="--preset gpt2 --batch 2 --seq 128 --steps 3 --lr 3e-4 --eval-every 0 --eval-windows 4 --device cuda --quiet"
