@@ -397,6 +397,43 @@ void Comm::all_to_all_packed(void* buf, size_t bytes_each, uint64_t elems_each) 
   wait(r);
 }
 
+void Comm::all_to_all(void* buf, size_t elems_each, DType dt) {
+  if (!on_gpu()) return all_to_all_packed(buf, elems_each * dtype_bytes(dt), elems_each);
+  StepProfile::Scope profiled(StepProfile::Collectives);
+  const size_t each = elems_each * dtype_bytes(dt), all = each * size_;
+  NZ_CHECK(elems_each <= size_t(INT_MAX), "all_to_all: %zu elements per rank", elems_each);
+  check_span(buf, all, "all_to_all: the buffer (N parts)");
+  stats_->add(CommOp::AllToAll, to_each_peer(elems_each, each));
+  if (size_ == 1) return;  // my slot is already mine
+  char* slots = static_cast<char*>(buf);
+  if (nccl_ || !nccl_ranks_.empty()) {  // one GPU per rank: a send and a receive per peer, one group
+    if (nccl_recv_staging_.bytes() < all) {
+      nccl_recv_staging_.release();
+      nccl_recv_staging_ = Buffer(Category::Scratch, Location::Device, all, "nccl receive staging");
+    }
+    char* got = static_cast<char*>(nccl_recv_staging_.data());
+    nccl::group_start();
+    for (int j = 0; j < size_; j++) {
+      if (j == rank_) continue;
+      const int peer = nccl_ranks_.empty() ? j : nccl_ranks_[j];
+      nccl::send(slots + j * each, elems_each, dt, peer);  // slot j: for rank j
+      nccl::recv(got + j * each, elems_each, dt, peer);    // what rank j had for me
+    }
+    nccl::group_end();
+    nccl::join();  // the copies below, on the compute stream, see the receives
+    for (int j = 0; j < size_; j++)
+      if (j != rank_) copy_bytes(slots + j * each, Location::Device, got + j * each, Location::Device, each);
+    return;
+  }
+  // ranks sharing a GPU: through pinned host memory, MPI's all-to-all in place (synchronous copies)
+  void* host = staging(all);
+  copy_bytes(host, Location::Host, buf, Location::Device, all);
+  CommRequest r;
+  MPI_Ialltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, int(elems_each), mpi_type(dt), mpi_, &r.req);
+  wait(r);
+  copy_bytes(buf, Location::Device, host, Location::Host, all);
+}
+
 std::string Comm::gather_strings(const std::string& mine, const char* separator) {
   int len = int(mine.size());
   std::vector<int> lens(size_), offs(size_);

@@ -56,7 +56,8 @@ class Comm {
   // A group of the parent's ranks: those that pass the same `color`, ranked by `key` (MPI_Comm_split;
   // collective over the parent). Its collectives run over the group only, still summing in the
   // group's rank order, and are counted in the parent's comm ledger. Always the MPI path (the
-  // pipeline's data-parallel groups, pipeline.h).
+  // pipeline's data-parallel groups, pipeline.h), but for all_to_all, which uses NCCL's sends and
+  // receives when the world does (ulysses' sequence groups).
   Comm(Comm& parent, int color, int key);
   ~Comm();
   Comm(const Comm&) = delete;
@@ -156,11 +157,13 @@ class Comm {
   CommRequest all_gather_packed_start(const void* mine, void* out_all, size_t bytes_each, uint64_t elems_each);
   void all_to_all_packed(void* buf, size_t bytes_each, uint64_t elems_each);
 
-  // All-to-all of elements of a storage type, in place (ulysses/train.cpp's sequence slices): the
-  // same call as all_to_all_packed, with elems_each elements of dt in each rank's slot.
-  void all_to_all(void* buf, size_t elems_each, DType dt) {
-    all_to_all_packed(buf, elems_each * dtype_bytes(dt), elems_each);
-  }
+  // All-to-all of elements of a storage type, in place (ulysses/train.cpp's sequence slices): as
+  // all_to_all_packed, with elems_each elements of dt in each rank's slot (AllToAll in the ledger).
+  // On the CUDA backend, device memory, on any Comm (a group too): NCCL has no all-to-all, so with
+  // one GPU per rank it is one NCCL group of a send and a receive per peer (as DeepSpeed's is), the
+  // receives landing in a device buffer of the Comm's (NCCL cannot receive where it still sends
+  // from) and copied back; ranks sharing a GPU go through pinned host memory and MPI_Alltoall.
+  void all_to_all(void* buf, size_t elems_each, DType dt);
 
   const CommStats& stats() const { return *stats_; }
   // Offload's copies over the host<->device link: no collective, but the same ledger.
@@ -188,6 +191,9 @@ class Comm {
   std::vector<bool> send_staging_busy_;
   Buffer nccl_recv_staging_;  // NCCL receives into device memory only
   bool nccl_ = false;
+  // A group whose world runs NCCL: each of its ranks' rank in NCCL's one communicator (the world's),
+  // for the sends and receives of all_to_all (a group's other collectives stay on the MPI path).
+  std::vector<int> nccl_ranks_;
   bool one_rank_on_gpu_ = false;  // size 1 on CUDA: collectives stay on the device, no NCCL
   int gpus_in_use_ = 0, ranks_on_my_gpu_ = 1;
   MPI_Comm gpu_comm_ = MPI_COMM_NULL;  // the ranks sharing this rank's GPU

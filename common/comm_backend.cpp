@@ -95,6 +95,11 @@ Comm::Comm(Comm& parent, int color, int key)
   MPI_Group_translate_ranks(group, size_, mine.data(), parent_group, in_parent.data());
   node_of_.resize(size_);
   for (int r = 0; r < size_; r++) node_of_[r] = parent.node_of(in_parent[r]);
+  if (parent.nccl_ || !parent.nccl_ranks_.empty()) {  // NCCL's ranks of mine: the world's
+    nccl_ranks_.resize(size_);
+    for (int r = 0; r < size_; r++)
+      nccl_ranks_[r] = parent.nccl_ranks_.empty() ? in_parent[r] : parent.nccl_ranks_[in_parent[r]];
+  }
   MPI_Group_free(&group);
   MPI_Group_free(&parent_group);
 }

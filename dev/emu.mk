@@ -22,9 +22,9 @@ EMU_LIB      := $(EMU)/libnanozero_emu.a
 # MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
 EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS) $(MPI_LIBS)
 # the ladder, the pipeline (test_cuda_stages runs it on both paths) and infinity (its slices' copies to
-# and from the host, checked by the stream check: tests/cuda/emu_check.sh); zeropp, tensor and ulysses
-# run on the CPU only (stages.txt)
-EMU_STAGES   := $(foreach s,$(STAGES) pipeline infinity,$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
+# and from the host, checked by the stream check: tests/cuda/emu_check.sh) and ulysses (its all-to-alls
+# on device memory); zeropp and tensor run on the CPU only (stages.txt)
+EMU_STAGES   := $(foreach s,$(STAGES) pipeline infinity ulysses,$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
 # Broken copies of the flash attention kernels (dev/emu/flash_mutants.pl), each linked into the kernel
 # tests in place of the real ones: the catalogue of bugs the race check must catch.
 EMU_MUTANTS  := dq_no_syncwarp early_prefetch q_no_barrier
@@ -73,7 +73,7 @@ $(EMU)/obj/%.o: %.cpp
 # emulator's build takes the real build's object (-O3) instead of compiling it again at -O1. The
 # real object's dependency file says which: one header under CUDA_HOME, and it is compiled here.
 ifeq ($(CUDA),1)
-EMU_SHARED   := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(foreach s,$(STAGES) pipeline,$(EMU)/obj/$(s)/train.o)
+EMU_SHARED   := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(foreach s,$(STAGES) pipeline ulysses,$(EMU)/obj/$(s)/train.o)
 $(EMU_SHARED): $(EMU)/obj/%.o: %.cpp $(BUILD)/obj/%.o
 	@mkdir -p $(dir $@)
 	@if grep -q '$(CUDA_HOME)/' $(BUILD)/obj/$*.d; then echo "$(CXX) $(EMU_CXXFLAGS) -c $< -o $@"; \

@@ -5,8 +5,9 @@ namespace nz {
 
 class Trainer;  // trainer.h
 
-// --activation-checkpointing, --ckpt-dir/--resume, --qat and --device cuda: each one line
-// (exit 2), before anything is sized
+// --activation-checkpointing, --ckpt-dir/--resume, --qat, and on the GPU --sp-mode ring and
+// --attention flash: each one line (exit 2), before anything is sized. --sp-mode ring with
+// --device auto runs on the CPU.
 void refuse_unbuilt_flags(Trainer& run);
 
 }  // namespace nz

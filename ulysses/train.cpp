@@ -12,12 +12,15 @@
 //        probabilities B (NH/S) T^2 per block: 1/S of stage3's (ulysses/formulas.h).
 // Sends: stage3's 3K(N-1)S; per block and micro-step four all-to-alls in my replica's group
 //        of S ranks, 8 B (T/S) C (S-1)/S elements per rank.
-// Ring:  --sp-mode ring, the comparison: no all-to-all; keys and values go around (ring.h).
+// Ring:  --sp-mode ring, the comparison: no all-to-all; keys and values go around (ring.h). CPU only.
+// GPU:   --device cuda: the all-to-alls on device memory (NCCL's grouped sends and receives, comm.h),
+//        the layout changes around them as device kernels (kernels/swap_blocks.h); docs/gpu.md.
 // Docs:  docs/ulysses.md; README.md (the ladder); docs/stages.md.
 #include <cmath>      // std::sqrt
 #include <cstring>    // memcpy
 
 #include "kernels/ops.h"  // kernels on the run's backend
+#include "kernels/swap_blocks.h"  // the layout changes on the GPU
 #include "trainer.h"  // Trainer: args, model, data, logging, reports (all but the ZeRO idea)
 #include "ulysses/formulas.h"  // ulysses_activation_bytes
 #include "ulysses/hooks.h"  // refuse_unbuilt_flags
@@ -83,10 +86,18 @@ int main(int argc, char** argv) {
   // Head group j's columns of part p are [p C + j C/S, p C + (j + 1) C/S): slot j of the
   // exchange is what goes to rank j; after the all-to-all, slot j holds rank j's tokens
   // (positions j T/S on) of my heads.
+  // On the GPU the same moves run as device kernels, two block swaps each (kernels/swap_blocks.h).
+  const bool gpu = current_device() == Device::CUDA;
   auto tokens_to_heads = [&](const void* tokens, void* heads, int parts) {
     const int B = model.rows(), Ch = C / S;
     // bytes: a token's row in the heads' layout, and a slot (what one rank gets)
     const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;
+    if (gpu) {  // (B T/S parts, S, C/S) -> (S, B T/S parts, C/S): head group j of every row to slot j
+      ops::swap_blocks(exchange.data(), tokens, size_t(B) * Tl * parts, S, Ch * e);
+      group.all_to_all(exchange.data(), slot / e, dt);
+      ops::swap_blocks(heads, exchange.data(), S, B, Tl * row);  // (S, B, T/S) -> (B, S, T/S) rows
+      return;
+    }
     const char* tok = static_cast<const char*>(tokens);
     char* x = static_cast<char*>(exchange.data());
     for (int j = 0; j < S; j++)
@@ -106,6 +117,12 @@ int main(int argc, char** argv) {
   auto heads_to_tokens = [&](const void* heads, void* tokens, int parts) {
     const int B = model.rows(), Ch = C / S;
     const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;
+    if (gpu) {  // the two swaps of tokens_to_heads, undone in the other order
+      ops::swap_blocks(exchange.data(), heads, B, S, Tl * row);  // (B, S, T/S) -> (S, B, T/S) rows
+      group.all_to_all(exchange.data(), slot / e, dt);
+      ops::swap_blocks(tokens, exchange.data(), S, size_t(B) * Tl * parts, Ch * e);
+      return;
+    }
     const char* in = static_cast<const char*>(heads);
     char* x = static_cast<char*>(exchange.data());
     for (int j = 0; j < S; j++)  // to rank j: its tokens, of my heads

@@ -8,7 +8,9 @@
 //    its own, so there the bound is the one any summation order meets: for fp32,
 //    |got - rank-ordered| <= 2 (N-1) 2^-24 sum_q |c_q| per element; bf16 contributions are summed
 //    by NCCL in bf16 (a rounding per hop), so 2 N 2^-8 sum_q |c_q|;
-//  - gathers: exact on both paths (no arithmetic);
+//  - gathers: exact on both paths (no arithmetic); so is the all-to-all (ulysses' sequence slices:
+//    NCCL's grouped sends and receives, or MPI_Alltoall through pinned memory), on the world and on
+//    a group whose ranks are not the world's in order;
 //  - ordering: a gather started right after device work that writes its input sees that input,
 //    and device work queued after wait() sees its output (NCCL runs on its own stream);
 //  - the comm ledger counts exactly what the CPU path counts.
@@ -276,4 +278,55 @@ TEST_F(CudaComm, OneRankCollectivesAreDeviceCopies) {
     EXPECT_EQ(bout.get(), b) << n << " bf16 elements";
   }
   EXPECT_EQ(Ledger::get().peak(Category::Scratch, Location::Host), host_scratch) << "a collective staged through host memory";
+}
+
+// All-to-all in place (ulysses/train.cpp): before, slot j of rank r holds what r has for rank j; after,
+// slot q holds what rank q had for me. On the world, and on groups of two consecutive ranks ranked
+// in reverse (group rank 0 is the higher world rank: NCCL's peers are then not the group's ranks).
+// fp32 and bf16 (NCCL's bf16 type), a 1-element slot and an odd one; counted as AllToAll, (N-1) slots.
+float a2a_value(int from, int to, size_t i) { return float(from * 1000 + to * 10) + float(i % 7); }
+
+void expect_all_to_all(Comm& c, int world_rank, bool pairs, const char* what) {
+  const int N = c.size(), me = c.rank();
+  for (size_t each : {size_t(1), size_t(333)}) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      std::vector<float> mine(each * N);
+      for (int j = 0; j < N; j++)
+        for (size_t i = 0; i < each; i++) mine[j * each + i] = a2a_value(world_rank, j, i);
+      const size_t e = dtype_bytes(dt);
+      std::vector<char> bytes(mine.size() * e);
+      for (size_t k = 0; k < mine.size(); k++) {
+        if (dt == DType::F32) memcpy(&bytes[k * e], &mine[k], e);
+        else { const bf16 b = store<bf16>(mine[k]); memcpy(&bytes[k * e], &b, e); }
+      }
+      DeviceVec<char> buf(bytes);
+      const CommStats before = c.stats();
+      c.all_to_all(buf.p, each, dt);
+      const CommStats d = c.stats() - before;
+      EXPECT_EQ(d.op[int(CommOp::AllToAll)].calls, 1u) << what;
+      EXPECT_EQ(d.op[int(CommOp::AllToAll)].elems_sent, uint64_t(N - 1) * each) << what;
+      const std::vector<char> got = buf.get();
+      // the world rank of the group's rank q: consecutive pairs, ranked in reverse (or the world)
+      std::vector<int> world_of(N);
+      for (int q = 0; q < N; q++) world_of[q] = pairs ? world_rank + (me - q) : q;
+      size_t bad = 0;
+      for (int q = 0; q < N; q++)
+        for (size_t i = 0; i < each; i++) {
+          const float want = a2a_value(world_of[q], me, i);
+          const size_t k = q * each + i;
+          float g;
+          if (dt == DType::F32) memcpy(&g, &got[k * e], e);
+          else { bf16 b; memcpy(&b, &got[k * e], e); g = load(b); }
+          bad += g != (dt == DType::F32 ? want : load(store<bf16>(want)));
+        }
+      EXPECT_EQ(bad, 0u) << what << ": " << each << " elements per slot, " << dtype_name(dt);
+    }
+  }
+}
+
+TEST_F(CudaComm, AllToAllMovesEverySlotToItsRank) {
+  expect_all_to_all(comm(), comm().rank(), false, "world");
+  const int r = comm().rank();
+  Comm pairs(comm(), /*color*/ r / 2, /*key: reversed*/ -r);  // the last rank alone when N is odd
+  expect_all_to_all(pairs, r, true, "pairs ranked in reverse");
 }

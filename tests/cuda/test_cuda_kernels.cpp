@@ -12,6 +12,8 @@
 //  - CudaKernels/*.Fused*: the fused ops (residual + layer norm, bias + GELU and their backwards).
 //  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics),
 //    flash attention's tensor-core kernels included.
+//  - CudaSwapBlocks: ulysses' layout change (kernels/swap_blocks.h) bit for bit the CPU reference, in
+//    4-, 2- and 1-byte words, and the reference against the index formula it stands for.
 //  - CudaKernels/{bf16,fp16}.FlashAttentionLongSequence: the tensor-core flash kernels at T = 1024
 //    (many key and query tiles through the double buffers), head size 64 and 128, within the
 //    derived bound, and bit for bit on a second run.
@@ -41,6 +43,7 @@
 #include "kernels/dtype.h"              // nz::bf16, nz::load, nz::store
 #include "kernels/cuda/flash_attention.h"  // nz::cuda::flash_attention_uses_wmma (a header function)
 #include "kernels/kernels.h"            // nz::cpu::*, nz::cuda::*, nz::set_kernels
+#include "kernels/swap_blocks.h"        // nz::ref::swap_blocks, nz::cuda::swap_blocks (ulysses' layouts)
 #include "runtime/rng.h"                // nz::Rng
 
 #ifdef NZ_CUBLAS_DLOPEN
@@ -971,3 +974,45 @@ TEST_F(CudaCast, Fp16CastsBitwise) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// swap_blocks (ulysses' layout changes around its all-to-alls): data movement, so bit for bit.
+
+// The reference against the formula it stands for, element by element: out[j][i] = in[i][j].
+TEST(SwapBlocksReference, SwapsTheFirstTwoAxes) {
+  const size_t n0 = 5, n1 = 3, w = 7;  // blocks of 7 floats
+  std::vector<float> in(n0 * n1 * w), out(in.size(), -1.0f);
+  for (size_t k = 0; k < in.size(); k++) in[k] = float(k);
+  nz::ref::swap_blocks(out.data(), in.data(), n0, n1, w * sizeof(float));
+  for (size_t i = 0; i < n0; i++)
+    for (size_t j = 0; j < n1; j++)
+      for (size_t c = 0; c < w; c++) ASSERT_EQ(out[(j * n0 + i) * w + c], in[(i * n1 + j) * w + c]) << i << " " << j;
+}
+
+using CudaSwapBlocks = CudaTest;
+TEST_F(CudaSwapBlocks, EqualsTheCpuReferenceBitForBit) {
+  nz::Rng rng(142);
+  struct Shape {
+    size_t n0, n1, block, offset;  // offset: bytes past an aligned start, for the 2- and 1-byte words
+  };
+  const Shape shapes[] = {
+      {2 * 8 * 3, 2, 16 * 4, 0},  // ulysses' first swap: B T/S parts rows, S = 2 head groups of 16 fp32
+      {2, 2, 8 * 3 * 16 * 4, 0},  // its second: S slots of B = 2 sequences' T/S rows
+      {37, 3, 6, 2},              // a bf16 block of 3 elements (2-byte words)
+      {11, 4, 5, 1},              // odd bytes (1-byte words)
+      {1, 7, 12, 0}, {7, 1, 12, 0}};
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE("n0 " + std::to_string(sh.n0) + " n1 " + std::to_string(sh.n1) + " block " + std::to_string(sh.block));
+    const size_t bytes = sh.n0 * sh.n1 * sh.block;
+    std::vector<unsigned char> in(bytes + sh.offset);
+    for (unsigned char& b : in) b = static_cast<unsigned char>(rng.next());
+    std::vector<unsigned char> want(bytes + sh.offset, 0xFF);
+    nz::ref::swap_blocks(want.data() + sh.offset, in.data() + sh.offset, sh.n0, sh.n1, sh.block);
+    DeviceArray<unsigned char> d_in(in);
+    auto d_out = DeviceArray<unsigned char>::poisoned(bytes + sh.offset);
+#ifdef NZ_HAVE_CUDA
+    nz::cuda::swap_blocks(d_out.ptr() + sh.offset, d_in.ptr() + sh.offset, sh.n0, sh.n1, sh.block);
+#endif
+    expect_bitwise("swap_blocks", d_out.download(), want);
+  }
+}

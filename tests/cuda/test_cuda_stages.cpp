@@ -14,6 +14,13 @@
 //     --batch auto fits the batch by that formula;
 //   - the pipeline (P = 2, both schedules) equals stage0_ddp --accum 2 on one rank bit for bit on
 //     either path, and its ledger and comm counts are the CPU pipeline's;
+//   - ulysses (--sp 2 on 2 ranks, and --sp 4 on 4: one replica of S sequence slices, its all-to-alls
+//     on the device)
+//     equals stage0_ddp on one rank within the stage bound, its step-1 loss within the bound of two
+//     summation orders (with --kernels reference every token's loss is the same bits: the
+//     all-to-alls and the layout kernels move bits), and its ledger and comm counts are the CPU
+//     run's; --sp-mode ring and --attention flash with --device cuda are one line, exit 2, and the
+//     ring mode with --device auto runs on the CPU;
 //   - the GPU trains the CPU's model: stage0_ddp's losses agree within fp32 1e-3, bf16 5e-2 over
 //     the same steps (the kernels differ from the CPU's in summation order, fused multiply-adds
 //     and the device math library: cuda_common.cuh).
@@ -22,8 +29,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cmath>    // std::ldexp, std::fabs
 #include <cstdlib>  // getenv
 #include <map>
+#include <utility>  // std::pair
 
 #include "runtime/device.h"  // nz::cuda_rt::device_count
 #include "harness.h"
@@ -284,6 +293,98 @@ TEST_F(CudaStages, PipelineEqualsStage0BitForBitAndCountsAsOnTheCpu) {
       for (const char* k : {"comm_elems", "comm_bytes"}) EXPECT_EQ(gs[i][k].u(), cs[i][k].u()) << "step " << i + 1 << " " << k;
     EXPECT_GT(gs[size_t(0)]["comm_elems"].u(), 0u);  // the activations were counted at all
   }
+}
+
+// Ulysses on the GPU: S = 2 (and 4) slices of every sequence on S ranks (D = 1 replica), so the run
+// is stage0_ddp on one rank with every sequence cut in S: each rank runs its T/S tokens, the two
+// all-to-alls around attention exchange q, k, v and the output (and their gradients) on the device,
+// NCCL's grouped sends and receives with one GPU per rank, pinned host copies over MPI when the
+// ranks share one. With --kernels reference every kernel computes a token's outputs from its own
+// row (attention: from its own head over all T tokens) in a fixed order, so every token's loss is
+// the same bits as stage0_ddp's, and the step-1 loss is the same n = B T K token losses added in
+// double in two orders: within 2 gamma_{n-1} + 2u of each other, relative (tests/ulysses/
+// test_ulysses.cpp derives it). The weight gradients sum each slice's rows first: the later steps
+// and the model within the stage bound of a change of summation order. The memory ledger's model
+// state and activations, and the comm counts per step (the all-to-alls'), are the CPU run's.
+TEST_F(CudaStages, UlyssesEqualsStage0WithinTheBoundsAndCountsAsOnTheCpu) {
+  const std::string prec = "fp32", ref_kernels = " --kernels reference";
+  const RunResult& ddp = run("stage0_ddp", 1, prec, "cuda", ref_kernels);
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  // S = 4 (one head a rank) once: on the emulator's second pass (NZ_EMU_GPUS=2) its 4 ranks would
+  // share the 2 GPUs, the MPI path again
+  for (int S : {2, 4}) {
+    if (S == 4 && getenv("NZ_EMU_GPUS")) continue;
+    SCOPED_TRACE("S=" + std::to_string(S));
+    const std::string sp = " --sp " + std::to_string(S);
+    const RunResult& gpu = run("ulysses", S, prec, "cuda", ref_kernels + sp);
+    const RunResult& cpu = run("ulysses", S, prec, "cpu", ref_kernels + sp);
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+    ASSERT_EQ(gpu.report["device"].str, "cuda");
+    const Verdict v = compare_runs(ddp, gpu);
+    const Bound b = stage_bound(prec);
+    const double l0 = step_values(ddp.report, "loss")[0], l1 = step_values(gpu.report, "loss")[0];
+    const double n = 2.0 * (kQuick ? 16 : 32) * 2, u = std::ldexp(1.0, -53), g = (n - 1) * u / (1 - (n - 1) * u);
+    const double step1_bound = (2 * g + 2 * u) * std::max(l0, l1) * (1 + 4 * u);
+    printf("NZTABLE ulysses S=%d N=%d %s %-4s vs stage0_ddp on 1 rank (--kernels reference): step-1 |dloss| %.2g "
+           "(bound %.2g), max|dloss| %.2g max|dparam| %.2g (bound %.0e, %.0e)\n", S, S, prec.c_str(),
+           gpu.report["collectives"].str.c_str(), std::fabs(l0 - l1), step1_bound, v.loss_diff, v.param_diff, b.loss,
+           b.param);
+    EXPECT_LE(std::fabs(l0 - l1), step1_bound);
+    EXPECT_LE(v.loss_diff, b.loss);
+    EXPECT_LE(v.param_diff, b.param);
+    EXPECT_EQ(step_values(gpu.report, "loss").size(), step_values(ddp.report, "loss").size());
+    // the ledger and the comm counts: the CPU run's
+    int differ = 0;
+    for (int r = 0; r < S; r++) {
+      for (const char* loc : {"device", "host"})
+        for (const char* cat : kCategories) {
+          const uint64_t gb = gpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
+          const uint64_t cb = cpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
+          EXPECT_EQ(gb, cb) << "rank " << r << " " << loc << " " << cat;
+          differ += gb != cb;
+        }
+      const Json &ga = gpu.report["ranks"][size_t(r)]["comm"]["all_to_all"];
+      const Json &ca = cpu.report["ranks"][size_t(r)]["comm"]["all_to_all"];
+      EXPECT_GT(ga["calls"].u(), 0u) << "rank " << r;
+      for (const char* k : {"calls", "elems_sent", "bytes_sent", "bytes_recv"}) {
+        EXPECT_EQ(ga[k].u(), ca[k].u()) << "rank " << r << " all_to_all " << k;
+        differ += ga[k].u() != ca[k].u();
+      }
+    }
+    const Json &gs = gpu.report["steps_log"], &cs = cpu.report["steps_log"];
+    ASSERT_EQ(gs.size(), cs.size());
+    for (size_t i = 0; i < gs.size(); i++)
+      for (const char* k : {"comm_elems", "comm_bytes"}) {
+        EXPECT_EQ(gs[i][k].u(), cs[i][k].u()) << "step " << i + 1 << " " << k;
+        differ += gs[i][k].u() != cs[i][k].u();
+      }
+    const double dl = max_abs_diff(step_values(gpu.report, "loss"), step_values(cpu.report, "loss"));
+    printf("NZTABLE ulysses S=%d N=%d %s: ledger and comm counts %s; max|dloss| %.2g vs the CPU run (bound %.0e)\n",
+           S, S, prec.c_str(), differ ? "DIFFER from the CPU run's" : "identical to the CPU run's", dl,
+           cpu_gpu_loss_bound(prec));
+    EXPECT_LE(dl, cpu_gpu_loss_bound(prec));
+  }
+}
+
+// What ulysses does not run on the GPU: ring attention (its tiles are host loops, ulysses/ring.cpp)
+// and flash attention (sequence slices keep the probabilities). Each is one line and exit 2 with
+// --device cuda; with --device auto the ring mode runs on the CPU, a GPU visible or not.
+TEST_F(CudaStages, UlyssesRingAndFlashStayOffTheGpu) {
+  const std::pair<std::string, std::string> refused[] = {
+      {"--sp-mode ring --device cuda", "--sp-mode ring --device cuda: ring attention runs on the CPU backend only"},
+      {"--attention flash --device cuda", "--attention flash with ulysses on the GPU: not built"}};
+  for (const auto& [flags, says] : refused) {
+    const RunResult r = run_trainer("ulysses", 2, kFlags + "--sp 2 " + flags, "refused");
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << flags << ": " << r.output;
+    size_t lines = 0;
+    for (char ch : r.output) lines += ch == '\n';
+    EXPECT_EQ(lines, 1u) << flags << ": " << r.output;
+  }
+  const RunResult ring = run_trainer("ulysses", 2, kFlags + "--sp 2 --sp-mode ring --device auto --steps 1", "ring_auto");
+  ASSERT_EQ(ring.exit_code, 0) << ring.output;
+  EXPECT_EQ(ring.report["device"].str, "cpu");
 }
 
 TEST_F(CudaStages, GpuTrainsTheCpuModel) {
