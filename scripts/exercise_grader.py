@@ -114,6 +114,12 @@ ZEROPP_CONFIGS = [Config(3, 1, "fp32", ZEROPP_FLAGS + " --hpz 3"), Config(3, 1, 
 ZEROPP_QUANTIZER_CONFIGS = [ZEROPP_CONFIGS[1], ZEROPP_CONFIGS[2]]
 
 
+# ulysses (ulysses_all_to_all): the all-to-all's layout at S = 2 and 4, one replica (N = S) and two (N = 4,
+# S = 2, accumulation 3), and S = 4 in bf16 (2-byte elements: a size in floats runs past the exchange)
+ULYSSES_CONFIGS = [Config(2, 1, "fp32", "--sp 2"), Config(4, 1, "fp32", "--sp 4"),
+                   Config(4, 1, "bf16", "--sp 4"), Config(4, 3, "fp32", "--sp 2")]
+
+
 # the trainers whose all-gathers are prefetched: their overlap is graded (compare, "overlap")
 PREFETCH_STAGES = ("stage3", "infinity")
 
@@ -162,6 +168,10 @@ def _run_quiet(cmd):
 
 
 PREPARED_INCLUDES = '#include "kernels/ops.h"\n#include "trainer.h"\n'
+# a rung's own header that includes the library's headers goes in too: GCC's precompiled header
+# does not keep #pragma once for a header included again from outside it (ulysses/ring.h includes
+# comm.h: "multiple definition of enum class CommOp")
+PREPARED_INCLUDES += '#include "ulysses/ring.h"\n'
 
 
 _header_inputs = []
@@ -202,7 +212,7 @@ def prepared_objects():
     with _build_lock:
         os.makedirs(d, exist_ok=True)
         flags = f["CXX"] + " " + learner_cxxflags()
-        newest = max(os.path.getmtime(h) for h in prepared_header_inputs() + [SUPPORT_SRC])
+        newest = max(os.path.getmtime(h) for h in prepared_header_inputs() + [SUPPORT_SRC, header])
         fresh = (os.path.exists(stamp) and open(stamp).read() == flags and os.path.exists(gch)
                  and os.path.exists(support) and min(os.path.getmtime(gch), os.path.getmtime(support)) > newest)
         if not fresh:

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   // Head group j's columns of part p are [p C + j C/S, p C + (j + 1) C/S): slot j of the
   // exchange is what goes to rank j; after the all-to-all, slot j holds rank j's tokens
   // (positions j T/S on) of my heads.
+  // begin exercise: ulysses_all_to_all
   auto tokens_to_heads = [&](const void* tokens, void* heads, int parts) {
     const int B = model.rows(), Ch = C / S;
     // bytes: a token's row in the heads' layout, and a slot (what one rank gets)
@@ -121,6 +122,7 @@ int main(int argc, char** argv) {
             memcpy(tok + ((size_t(b) * Tl + t) * parts * C + p * C + j * Ch) * e,
                    x + j * slot + (size_t(b) * Tl + t) * row + p * Ch * e, Ch * e);
   };
+  // end exercise: ulysses_all_to_all
 
   // ring mode (--sp-mode ring): keys and values around the ring instead (ulysses/ring.h)
   std::unique_ptr<RingAttention> ring_attention;
