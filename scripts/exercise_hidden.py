@@ -21,6 +21,10 @@ HIDDEN = {
                  Config(3, 7, "fp32", "--pipeline 3 --schedule 1f1b"),   # K > P
                  Config(4, 2, "fp16", "--pipeline 2 --schedule 1f1b")],
     "zeropp": [Config(4, 1, "bf16", ZEROPP_FLAGS + " --hpz 2"), Config(5, 1, "fp32", ZEROPP_FLAGS)],
+    # ulysses: S = 2 on 4 ranks in fp16 with accumulation, S = 4 in bf16, S = 2 on 6 ranks
+    # (three replicas: the padded layout of 6); every seq the student's seed picks (16, 24, 32) divides by 4
+    "ulysses": [Config(4, 2, "fp16", "--sp 2"), Config(4, 1, "bf16", "--sp 4"),
+                Config(6, 1, "fp32", "--sp 2")],
 }
 SEQS, BATCHES = (16, 24, 32), (1, 2)  # the tiny model's context is 32 or more; sizes no larger than the public runs'
 
