@@ -2,7 +2,7 @@
 
 One file per notebook, on one shared part: core.py (running zero_estimate and the trainers, reading
 their reports, the exercises' self-check), memory.py (01), timeline_comm.py (02, 03), inference.py
-(04), pipeline.py (05), zeropp.py (06), compression.py (07). `import nzplots as nz` gives them all.
+(04), pipeline.py (05), zeropp.py (06), compression.py (07), ulysses.py (10). `import nzplots as nz` gives them all.
 
 Nothing here re-implements a formula: the formula lines come from `zero_estimate --json` (which
 calls common/zero_formulas.h), the measured points from the trainers' JSON reports (--log-json:
@@ -24,3 +24,4 @@ from .inference import *  # noqa: F401,F403
 from .pipeline import *  # noqa: F401,F403
 from .zeropp import *  # noqa: F401,F403
 from .compression import *  # noqa: F401,F403
+from .ulysses import *  # noqa: F401,F403
