@@ -17,6 +17,7 @@
 #include "model.h"          // GPTConfig, param_count_formula
 #include "runtime/rng.h"            // Rng: the same questions for the same seed
 #include "zero_formulas.h"  // expected_state_bytes, expected_comm_elems, expected_link_elems
+#include "ulysses/formulas.h"  // ulysses_all_to_all_elems_per_block, ulysses_largest_sp: ulysses' questions
 
 #ifndef __EMSCRIPTEN__
 #include <sodium.h>  // Ed25519 signatures and SHA-256 (libsodium): a course's certificates
@@ -83,6 +84,49 @@ std::string explain_states(Stage s, uint64_t psi, int N, DType dt) {
          part("Adam v", b.adam_v, opt_whole) +
          fmt("total %llu bytes = %.4g GB (P: the whole model, S: this rank's slice).",
              (unsigned long long)b.total(), double(b.total()) / 1e9);
+}
+
+// ---- ulysses' questions (ulysses/formulas.h, docs/ulysses.md, notebooks/10_ulysses.ipynb): every seventh
+// question (i = 6, 13, ...) but the FAQ's; two kinds, the all-to-all's elements and the largest S, each with its worked answer.
+// The shape is said as blocks and heads, not in the form the ladder's questions parse (tests/tools). ----
+QuizQuestion ulysses_question(Rng& rng, const Shape& shape) {
+  auto pick = [&](int n) { return int(rng.next() % uint64_t(n)); };
+  GPTConfig c;
+  c.vocab = 50257, c.ctx = 1024, c.layers = shape.layers, c.dim = shape.dim, c.heads = shape.heads;
+  const std::string model = fmt("%s's shape (%d blocks of width C = %d, %d heads)", shape.name, shape.layers,
+                                shape.dim, shape.heads);
+  if (pick(2) == 0) {  // the all-to-all's elements per block and rank
+    std::vector<int> splits;  // S that split the heads
+    for (int S = 2; S <= 8; S++)
+      if (c.heads % S == 0) splits.push_back(S);
+    const int S = splits[pick(int(splits.size()))], B = 1 + pick(2), T = S * 1024 * (1 + pick(8));
+    const uint64_t elems = ulysses_all_to_all_elems_per_block(c, B, T, S);
+    QuizQuestion q{fmt("DeepSpeed-Ulysses on %s, S = %d ranks per sequence, micro-batches of %d sequence%s of %d "
+                       "tokens, each rank holding T/S of every sequence. Around attention an all-to-all sends q, k "
+                       "and v to the ranks of their heads and another brings the output back; the backward does "
+                       "the same for their gradients. How many million elements leave each rank per block and "
+                       "micro-step, forward and backward (what stays on the rank not counted)?",
+                       model.c_str(), S, B, B > 1 ? "s" : "", T),
+                   double(elems) / 1e6, 0.01, "M elements"};
+    q.explanation = fmt("A rank holds T/S = %d tokens of each of the B = %d sequences. To each of the S - 1 = %d "
+                        "others it sends that rank's head group (C/S = %d columns) of q, k, v and the output (4 "
+                        "parts), and as many for their gradients: 8 B (T/S) C (S - 1)/S = %llu elements = %.6g M. "
+                        "When T grows with S this stays flat per rank; ring attention's k|v grow as S - 1.",
+                        T / S, B, S - 1, shape.dim / S, (unsigned long long)elems, double(elems) / 1e6);
+    return q;
+  }
+  const int worlds[] = {8, 16, 24, 32, 48, 64}, seqs[] = {2048, 3072, 4096, 6144, 10240};
+  const int N = worlds[pick(6)], T = seqs[pick(5)];
+  const int S = ulysses_largest_sp(c, N, T, false), ring = ulysses_largest_sp(c, N, T, true);
+  QuizQuestion q{fmt("DeepSpeed-Ulysses on %s, sequences of %d tokens, %d ranks in all (N/S replicas of S ranks "
+                     "per sequence): each of the S ranks of a sequence holds an equal slice of its tokens and "
+                     "attends with whole heads. What is the largest S it can use?", model.c_str(), T, N),
+                 double(S), 0.0, "ranks"};
+  q.explanation = fmt("S must divide the %d heads (each rank attends with NH/S whole heads), the %d ranks (whole "
+                      "groups of S) and the %d tokens (equal slices): the largest S dividing all three is %d. Ring "
+                      "attention has no head limit (S divides N, 2S the sequence): up to %d here.",
+                      shape.heads, N, T, S, ring);
+  return q;
 }
 
 }  // namespace
@@ -166,6 +210,10 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
                                    "with more GPUs (docs/faq.md, \"Memory per GPU is the same on 2 and on 4 GPUs\"; S "
                                    "= %.0f is what does).", live, (unsigned long long)psi, gb, S);
       }
+      continue;
+    }
+    if (i % 7 == 6) {  // ulysses' questions (ulysses_question; from the seventh on: a quiz of 5 is as it was)
+      q.push_back(ulysses_question(rng, shape));
       continue;
     }
     switch (i % 5) {

@@ -13,7 +13,9 @@
 // Question kinds: per-rank model-state bytes of a GPT-2-shaped model (vocabulary 50257, as GPT-2
 // has) for a stage, world size and precision; elements each rank sends per optimizer step with
 // gradient accumulation; offload's host bytes and host<->device traffic; the fewest ranks for a
-// stage to fit a device; the largest model a stage fits on N devices.
+// stage to fit a device; the largest model a stage fits on N devices. Every sixth question is one of the
+// FAQ's, and from the seventh on every seventh one Ulysses' (the all-to-all's elements per block and rank;
+// the largest S for a head count, ranks and sequence: ulysses/formulas.h).
 #pragma once
 #include <cmath>  // NAN
 #include <cstdint>
