@@ -417,6 +417,65 @@ void print_ulysses_table(const GPTConfig& cfg, int N, int S, DType dt, int B, in
          (unsigned long long)expected_comm_elems(Stage::Ulysses, L, K));
 }
 
+// ---- --sp S --fit SIZE: the longest sequence a device holds, stage3 alone against Ulysses and ring at S ----
+// Per rank: stage3's model states over N ranks (the model's wpe grown to the sequence: learned positions)
+// plus the activations, with and without activation checkpointing (ulysses/formulas.h,
+// ulysses_longest_seq; checkpointing is a formula there, not built for the rung). Ulysses needs S to
+// divide the heads: otherwise its rows say so, and the ring's still stand.
+constexpr int kFitMaxSeq = 1 << 22;  // 4M tokens: the search's bound (ALST's sequences are this long)
+
+void print_ulysses_fit(const GPTConfig& cfg, const std::string& preset, int N, int S, int B, DType dt,
+                       uint64_t budget, bool json) {
+  struct Row { const char* name; bool ckpt, ring, stage3, possible; SeqFit f; };
+  std::vector<Row> rows;
+  for (const bool ckpt : {false, true}) {
+    rows.push_back({"stage3", ckpt, false, true, true, {}});
+    rows.push_back({"ulysses", ckpt, false, false, cfg.heads % S == 0, {}});
+    rows.push_back({"ring", ckpt, true, false, true, {}});
+  }
+  for (Row& r : rows)
+    if (r.possible) r.f = ulysses_longest_seq(cfg, N, S, B, dt, budget, r.ckpt, r.ring, r.stage3, kFitMaxSeq);
+  if (json) {
+    JsonWriter j;
+    j.begin_object();
+    j.kv("sp", S), j.kv("world", N), j.kv("replicas", N / S), j.kv("batch", B), j.kv("precision", dtype_name(dt));
+    j.kv("heads", cfg.heads), j.kv("budget", budget), j.kv("max_seq", kFitMaxSeq);
+    j.key("fit");
+    j.begin_object();
+    for (const Row& r : rows) {
+      j.key(std::string(r.name) + (r.ckpt ? "_checkpointing" : ""));
+      if (!r.possible) {
+        j.raw("null");
+        continue;
+      }
+      j.begin_object();
+      j.kv("seq", r.f.seq), j.kv("state", r.f.state), j.kv("activations", r.f.activations);
+      j.end_object();
+    }
+    j.end_object();
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+    return;
+  }
+  printf("the longest sequence per rank in %s (%s): preset %s, %d ranks, S = %d, micro-batch %d, %s\n",
+         fmt_bytes(double(budget)).c_str(), "model states + activations", preset.c_str(), N, S, B, dtype_name(dt));
+  printf("%-30s %10s %14s %14s\n", "", "longest T", "model states", "activations");
+  for (const Row& r : rows) {
+    const std::string name = std::string(r.name) + (r.stage3 ? " alone" : ", S = " + std::to_string(S)) +
+                             (r.ckpt ? ", checkpointing" : "");
+    if (!r.possible)
+      printf("%-30s not possible: %d heads do not split over S = %d\n", name.c_str(), cfg.heads, S);
+    else if (r.f.seq == 0)
+      printf("%-30s %10s   (the model states and T = %d do not fit)\n", name.c_str(), "none",
+             r.stage3 ? 1 : r.ring ? 2 * S : S);
+    else
+      printf("%-30s %10d %14s %14s%s\n", name.c_str(), r.f.seq, fmt_bytes(double(r.f.state)).c_str(),
+             fmt_bytes(double(r.f.activations)).c_str(), r.f.seq == kFitMaxSeq ? "  (the search's bound)" : "");
+  }
+  printf("T: a multiple of S (ring: of 2S); wpe grows to T rows (learned positions); checkpointing keeps each "
+         "block's input and one block's internals (a formula: ulysses does not build it)\n");
+}
+
 // --zeropp G: per world size, stage3 and ZeRO++'s three techniques, alone and together.
 // --network INTRA,INTER (GB/s) and --compute-ms C: a time per step from the bytes, the simplest model
 // that says when ZeRO++ pays: each rank sends its inside-node bytes at INTRA and its across-node bytes
@@ -1041,6 +1100,21 @@ int main(int argc, char** argv) {
     user_error("--sp-mode without --sp: the mode of ulysses' table, expected --sp S with it; add --sp");
   if (sp > 0) {
     if (raw) user_error("--sp needs a model shape (its heads and layers); drop --params, use --preset");
+    if (fit_budget > 0) {  // --sp S --fit SIZE: the longest sequence, every design (print_ulysses_fit)
+      for (const char* other : {"--pipeline", "--stage", "--activation-checkpointing", "--attention", "--seq",
+                                "--sp-mode"})
+        if (typed.count(other))
+          user_error("--sp with --fit and %s: the fit finds the sequence, for stage3, Ulysses and ring, with and "
+                     "without checkpointing, expected no %s; drop it", other, other);
+      if (worlds.size() != 1)
+        user_error("--sp %d: one --world N at a time, expected N = S x replicas, e.g. --world %d", sp, sp);
+      const int N = worlds[0] > 1 ? worlds[0] : sp;
+      if (N % sp != 0)
+        user_error("--sp %d with --world %d: S must divide N (whole sequence groups), expected e.g. --world %d", sp, N,
+                   sp * std::max(1, N / sp));
+      print_ulysses_fit(cfg, preset, N, sp, batch, dt, fit_budget, json);
+      return 0;
+    }
     for (const char* other : {"--pipeline", "--fit", "--stage", "--activation-checkpointing", "--attention"})
       if (typed.count(other))
         user_error("--sp with %s: ulysses' table is stage3 with gemm attention and no checkpointing, expected no "
