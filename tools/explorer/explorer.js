@@ -247,7 +247,8 @@ const MAIN_IDS = ["model", "preset", "layers", "dim", "heads", "vocab", "params"
                   "seq", "accum", "ckpt", "attention", "fit", "scale"];
 const ZPP_IDS = ["zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"];
 const PP_IDS = ["pp-stages", "pp-schedule", "pp-partition", "pp-zero"];
-const FORM_IDS = MAIN_IDS.concat(ZPP_IDS, PP_IDS);
+const SP_IDS = ["sp-s", "sp-mem"];  // the long sequences' panel (updateSeqFit)
+const FORM_IDS = MAIN_IDS.concat(ZPP_IDS, PP_IDS, SP_IDS);
 function formState() {
   const p = new URLSearchParams();
   for (const id of FORM_IDS) p.set(id, $(id).type === "checkbox" ? ($(id).checked ? "1" : "") : $(id).value);
@@ -275,11 +276,12 @@ function saveView() {
   }, 0);
 }
 
-// The whole page again for the settings: the explorer, ZeRO++ and the pipeline (each reads the form).
+// The whole page again for the settings: the explorer, ZeRO++, the pipeline and long sequences (each reads the form).
 function update() {
   updateMain();
   updateZeropp();
   updatePipeline();
+  updateSeqFit();
 }
 function updateMain() {
   const status = $("status");
@@ -413,6 +415,54 @@ function updatePipeline() {
     status.className = "";
     status.textContent = `${p.stages} stages x ${p.replicas} replicas, ${p.schedule}, ${p.micro_batches} micro-batches: ` +
       `bubble (P-1)/(K+P-1) = ${Number(p.bubble).toFixed(3)} — zero_estimate ${pipelineFlags().join(" ")}`;
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
+  saveView();
+}
+
+// ---- long sequences: zero_estimate --sp S --fit SIZE, the longest sequence per rank (docs/ulysses.md) ----
+// The form's model, micro-batch, precision and N; no --seq (the fit finds it), no --fit of the ladder's table.
+function spFlags() {
+  const f = ["--preset", $("preset").value];
+  for (const k of ["layers", "dim", "heads", "vocab"]) if ($(k).value.trim()) f.push("--" + k, $(k).value.trim());
+  return f.concat(["--batch", $("batch").value, "--precision", $("precision").value, "--world", $("world").value.trim(),
+                   "--sp", $("sp-s").value.trim(), "--fit", $("sp-mem").value.trim()]);
+}
+const SP_DESIGNS = [["stage3", "stage3 alone"], ["ulysses", "Ulysses"], ["ring", "ring"]];
+function updateSeqFit() {
+  const status = $("sp-status"), t = $("sp-table");
+  t.replaceChildren();
+  if (needsShape(status, "The longest sequence")) return;
+  try {
+    const z = estimateJson(spFlags());
+    const head = el("tr", {}, el("th", { scope: "col" }, `S = ${z.sp}, ${fmtBytes(z.budget)} per rank`));
+    for (const ck of ["", " (checkpointing)"])
+      for (const name of ["longest T", "model states", "activations"]) head.append(el("th", { scope: "col" }, name + ck));
+    t.append(el("thead", {}, head));
+    const body = el("tbody");
+    for (const [key, name] of SP_DESIGNS) {
+      const tr = el("tr", {}, el("th", { scope: "row" }, name));
+      for (const ck of ["", "_checkpointing"]) {
+        const r = z.fit[key + ck];
+        if (r === null) {  // Ulysses with S not dividing the heads
+          tr.append(el("td", { colspan: "3", "data-key": "seq" + ck, "data-design": key, "data-value": "" },
+                       `not possible: ${z.heads} heads do not split over S = ${z.sp}`));
+          continue;
+        }
+        const cell = (k, v, text) => tr.append(el("td", { "data-key": k + ck, "data-design": key, "data-value": String(v),
+                                                          title: grouped(v) + (k === "seq" ? " tokens" : " bytes") }, text));
+        cell("seq", r.seq, r.seq ? grouped(r.seq) : "none fits");
+        cell("state", r.state, fmtBytes(r.state));
+        cell("activations", r.activations, fmtBytes(r.activations));
+      }
+      body.append(tr);
+    }
+    t.append(body);
+    status.className = "";
+    status.textContent = `${z.world} ranks = ${z.replicas} replicas x S = ${z.sp}, micro-batch ${z.batch}, ${z.precision}: ` +
+      `zero_estimate ${spFlags().join(" ")}`;
   } catch (e) {
     status.className = "error";
     status.textContent = e.message;
@@ -562,6 +612,7 @@ function start(factory) {
     for (const id of MAIN_IDS) $(id).addEventListener("change", () => { syncModel(); update(); });
     for (const id of ZPP_IDS) $(id).addEventListener("change", updateZeropp);
     for (const id of PP_IDS) $(id).addEventListener("change", updatePipeline);
+    for (const id of SP_IDS) $(id).addEventListener("change", updateSeqFit);
     // an address edited or pasted in the bar (the same page, another view): that view
     window.addEventListener("hashchange", () => {
       if (location.hash.includes("=")) { loadFormState(location.hash); syncModel(); update(); }
