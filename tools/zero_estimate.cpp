@@ -253,6 +253,9 @@ void print_usage() {
          "                 slices x N/S replicas, per rank stage3's model states over N, the activations of a\n"
          "                 slice of --seq (1/S of stage3's) and the all-to-all elements; --json: exact\n"
          "  --sp-mode ring with --sp S: ring attention's table instead (activations, k|v around the ring)\n"
+         "  --sp S --fit SIZE  the longest sequence per rank whose model states (stage3's over N, wpe grown to T)\n"
+         "                 and activations fit SIZE: stage3 alone, Ulysses and ring at S, with and without\n"
+         "                 checkpointing (a formula for ulysses); no --seq\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --config FILE  a DeepSpeed config: its stage, micro-batch, accumulation, precision and checkpointing\n"
          "                 (flags given here win), and the bytes its zero_optimization knobs (reduce_bucket_size,\n"
@@ -422,7 +425,7 @@ void print_ulysses_table(const GPTConfig& cfg, int N, int S, DType dt, int B, in
 // plus the activations, with and without activation checkpointing (ulysses/formulas.h,
 // ulysses_longest_seq; checkpointing is a formula there, not built for the rung). Ulysses needs S to
 // divide the heads: otherwise its rows say so, and the ring's still stand.
-constexpr int kFitMaxSeq = 1 << 22;  // 4M tokens: the search's bound (ALST's sequences are this long)
+constexpr int kFitMaxSeq = 1 << 20;  // 1M tokens: the search's bound, the longest --seq takes
 
 void print_ulysses_fit(const GPTConfig& cfg, const std::string& preset, int N, int S, int B, DType dt,
                        uint64_t budget, bool json) {
