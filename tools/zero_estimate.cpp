@@ -1000,9 +1000,10 @@ int main(int argc, char** argv) {
                                              {"--clip", "0"}, {"--warmup", "0"}, {"--warmup-min-lr", "0"},
                                              {"--pipeline", "1"}};
     const DsConfig ds = read_ds_config(ds_path, "", cl);
-    if (ds.binary == "zeropp" || ds.binary == "pipeline")
+    if (ds.binary == "zeropp" || ds.binary == "pipeline" || ds.binary == "ulysses")
       user_error("--config %s: a config for build/bin/%s, expected one for the ZeRO stages (0-3, offload); use "
-                 "zero_estimate --%s for its table", ds_path.c_str(), ds.binary.c_str(), ds.binary.c_str());
+                 "zero_estimate %s for its table", ds_path.c_str(), ds.binary.c_str(),
+                 ds.binary == "ulysses" ? "--sp S" : ("--" + ds.binary).c_str());
     for (const ConfigFlag& f : ds.flags) {
       if (typed.count(f.flag)) continue;  // the command line wins
       const std::string from = "--config " + ds_path + ": " + f.key;
