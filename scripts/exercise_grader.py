@@ -125,6 +125,10 @@ TENSOR_CONFIGS = [Config(2, 1, "fp32", "--tensor 2"), Config(4, 1, "bf16", "--te
 # Its point-to-point messages are graded too (compare, p2p).
 MUON_FLAGS = "--optimizer muon"
 MUON_CONFIGS = [Config(3, 1, "fp32", MUON_FLAGS), Config(2, 1, "bf16", MUON_FLAGS), Config(2, 2, "fp32", MUON_FLAGS)]
+# ulysses (ulysses_all_to_all): the all-to-all's layout at S = 2 and 4, one replica (N = S) and two (N = 4,
+# S = 2, accumulation 3), and S = 4 in bf16 (2-byte elements: a size in floats runs past the exchange)
+ULYSSES_CONFIGS = [Config(2, 1, "fp32", "--sp 2"), Config(4, 1, "fp32", "--sp 4"),
+                   Config(4, 1, "bf16", "--sp 4"), Config(4, 3, "fp32", "--sp 2")]
 
 
 # the trainers whose all-gathers are prefetched: their overlap is graded (compare, "overlap")
@@ -175,6 +179,10 @@ def _run_quiet(cmd):
 
 
 PREPARED_INCLUDES = '#include "kernels/ops.h"\n#include "trainer.h"\n'
+# a rung's own header that includes the library's headers goes in too: GCC's precompiled header
+# does not keep #pragma once for a header included again from outside it (ulysses/ring.h includes
+# comm.h: "multiple definition of enum class CommOp")
+PREPARED_INCLUDES += '#include "ulysses/ring.h"\n'
 
 
 _header_inputs = []
@@ -215,7 +223,7 @@ def prepared_objects():
     with _build_lock:
         os.makedirs(d, exist_ok=True)
         flags = f["CXX"] + " " + learner_cxxflags()
-        newest = max(os.path.getmtime(h) for h in prepared_header_inputs() + [SUPPORT_SRC])
+        newest = max(os.path.getmtime(h) for h in prepared_header_inputs() + [SUPPORT_SRC, header])
         fresh = (os.path.exists(stamp) and open(stamp).read() == flags and os.path.exists(gch)
                  and os.path.exists(support) and min(os.path.getmtime(gch), os.path.getmtime(support)) > newest)
         if not fresh:
@@ -1191,6 +1199,253 @@ def hints(ex, cfg, diffs, passed, rounding_only, runs=None):
     return unique
 
 
+# ---- ulysses_all_to_all: the learner's two lambdas alone, on numbered elements ----
+# A trainer whose all-to-all misplaces elements trains another model, and the losses cannot say which
+# element went where. So when a run's numbers differ, the grader lifts tokens_to_heads and
+# heads_to_tokens out of the learner's file (by their names) and runs them in LAYOUT_PROBE: S threads
+# play one sequence group, every element numbered by where it comes from, and the first element that
+# lands in the wrong place is named, with the rule it breaks. A file whose lambdas cannot be run
+# there (renamed, or using names the probe does not define) gets the layout's rule alone.
+
+LAYOUT_PROBE = r"""// the layout probe of ulysses_all_to_all (written by scripts/exercise_grader.py)
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+using namespace nz;
+
+namespace {
+struct Threads {  // S threads of one sequence group: a barrier, and where each one's exchange is
+  int S = 0, arrived = 0;
+  long round = 0;
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<char*> bufs;
+  std::atomic<bool> bad{false};
+  void barrier() {
+    std::unique_lock<std::mutex> lock(m);
+    const long mine = round;
+    if (++arrived == S) { arrived = 0; round++; cv.notify_all(); }
+    else cv.wait(lock, [&] { return round != mine; });
+  }
+};
+struct ProbeGroup {  // group.all_to_all as Comm's: in place, slot j to rank j, rank j's slot for me
+  Threads* th;
+  int rank;
+  size_t capacity;
+  void all_to_all(void* buf, size_t elems_each, DType dt) {
+    const size_t each = elems_each * dtype_bytes(dt);
+    if (each * th->S > capacity) th->bad = true;
+    th->bufs[rank] = static_cast<char*>(buf);
+    th->barrier();
+    std::vector<char> got(each * th->S);
+    if (!th->bad)
+      for (int j = 0; j < th->S; j++) memcpy(got.data() + j * each, th->bufs[j] + rank * each, each);
+    th->barrier();
+    if (!th->bad) memcpy(buf, got.data(), got.size());
+    th->barrier();
+  }
+};
+struct ProbeModel { int B; int rows() const { return B; } };
+struct ProbeExchange { std::vector<char> bytes; void* data() { return bytes.data(); } };
+
+void one_rank(Threads* th, int rank, int B, int T, int C, DType dt, int parts, bool forward,
+              const char* in, char* out) {
+  const int S = th->S, Tl = T / S;
+  const size_t e = dtype_bytes(dt);
+  ProbeModel model{B};
+  ProbeExchange exchange{std::vector<char>(size_t(B) * Tl * 3 * C * e)};
+  ProbeGroup group{th, rank, exchange.bytes.size()};
+  (void)T, (void)Tl, (void)C, (void)S, (void)e, (void)model, (void)group;
+@LEARNER@
+  if (forward) tokens_to_heads(in, out, parts);
+  else heads_to_tokens(in, out, parts);
+}
+
+unsigned get(const std::vector<char>& v, size_t i, size_t e) {
+  unsigned x = 0;
+  memcpy(&x, v.data() + i * e, e);
+  return x;
+}
+void put(std::vector<char>& v, size_t i, size_t e, unsigned x) { memcpy(v.data() + i * e, &x, e); }
+}  // namespace
+
+int main() {
+  const int B = 2, T = 8, C = 16;
+  struct Case { int S; DType dt; int parts; };
+  const Case cases[] = {{2, DType::F32, 3}, {2, DType::F32, 1}, {4, DType::F32, 3}, {4, DType::BF16, 3},
+                        {4, DType::BF16, 1}};
+  for (const Case& k : cases)
+    for (int forward = 1; forward >= 0; forward--) {
+      const int S = k.S, Tl = T / S, Ch = C / S, W = k.parts * C, Wh = k.parts * Ch;
+      const size_t e = dtype_bytes(k.dt), n = size_t(B) * Tl * W;  // elements per rank, either layout
+      std::vector<std::vector<char>> in(S, std::vector<char>(n * e)), out(S, std::vector<char>(n * e));
+      for (int r = 0; r < S; r++)  // every element numbered from 1 by its place (0: never written)
+        for (size_t i = 0; i < n; i++) put(in[r], i, e, unsigned(r * n + i + 1));
+      Threads th;
+      th.S = S;
+      th.bufs.assign(S, nullptr);
+      std::vector<std::thread> ranks;
+      for (int r = 0; r < S; r++)
+        ranks.emplace_back(one_rank, &th, r, B, T, C, k.dt, k.parts, forward == 1, in[r].data(), out[r].data());
+      for (auto& t : ranks) t.join();
+      const char* fn = forward ? "tokens_to_heads" : "heads_to_tokens";
+      if (th.bad) {
+        printf("overrun %s S %d e %zu parts %d\n", fn, S, e, k.parts);
+        return 0;
+      }
+      for (int r = 0; r < S; r++)
+        for (int b = 0; b < B; b++)
+          for (int row = 0; row < (forward ? T : Tl); row++)
+            for (int col = 0; col < (forward ? Wh : W); col++) {
+              unsigned want;
+              if (forward) {  // heads (B, T, parts x C/S) of rank r: token row of rank row / Tl, head group r
+                const int j = row / Tl, t = row % Tl, p = col / Ch, c = col % Ch;
+                want = unsigned(j * n + (size_t(b) * Tl + t) * W + p * C + r * Ch + c + 1);
+              } else {  // tokens (B, T/S, parts x C) of rank r: column p C + j C/S + c from rank j
+                const int p = col / C, j = (col % C) / Ch, c = col % Ch;
+                want = unsigned(j * n + (size_t(b) * T + r * Tl + row) * Wh + p * Ch + c + 1);
+              }
+              const size_t i = (size_t(b) * (forward ? T : Tl) + row) * (forward ? Wh : W) + col;
+              const unsigned got = get(out[r], i, e);
+              if (got != want) {
+                printf("mismatch %s S %d e %zu parts %d rank %d b %d row %d col %d got %u want %u\n", fn, S, e,
+                       k.parts, r, b, row, col, got, want);
+                return 0;
+              }
+            }
+    }
+  printf("ok\n");
+  return 0;
+}
+"""
+
+LAYOUT_RULE = ("the layout: slot j of the exchange carries my T/S tokens' columns of head group j, "
+               "[p C + j C/S, p C + (j + 1) C/S) of each part p; after the all-to-all slot j holds rank j's "
+               "tokens of my heads, rows j T/S .. (j + 1) T/S - 1 of each sequence; heads_to_tokens is the "
+               "exact inverse")
+
+
+def lambda_text(source_text, name):
+    """`auto NAME = [&](...) { ... };` from the learner's file, by brace matching; None if not there."""
+    m = re.search(r"auto\s+" + name + r"\s*=\s*\[", source_text)
+    if not m:
+        return None
+    i = source_text.find("{", m.end())
+    depth = 0
+    for k in range(i, len(source_text)):
+        depth += {"{": 1, "}": -1}.get(source_text[k], 0)
+        if depth == 0:
+            end = source_text.find(";", k)
+            return source_text[m.start():end + 1] if end >= 0 else None
+    return None
+
+
+def layout_place(kind, S, e, parts, n_rank, value):
+    """What a probe element's number says: (rank, sequence, token, column) of the tokens' layout
+    (tokens_to_heads' input) or (rank, sequence, row, column) of the heads' layout (heads_to_tokens')."""
+    B, T, C = 2, 8, 16
+    Tl, Ch = T // S, C // S
+    W = parts * C if kind == "tokens_to_heads" else parts * Ch
+    rows = Tl if kind == "tokens_to_heads" else T
+    v = value - 1
+    r, rest = divmod(v, n_rank)
+    b, rest = divmod(rest, rows * W)
+    t, col = divmod(rest, W)
+    return r, b, t, col
+
+
+def ulysses_layout_diagnosis(source_text, out_dir):
+    """(what the probe found, hint), or None when it could not run the learner's lambdas."""
+    parts = [lambda_text(source_text, n) for n in ("tokens_to_heads", "heads_to_tokens")]
+    if not all(parts):
+        return None
+    f = build_flags()
+    header, _ = prepared_objects()
+    src = os.path.join(out_dir, "layout_probe.cpp")
+    binary = os.path.join(out_dir, "layout_probe")
+    with open(src, "w") as h:
+        h.write(LAYOUT_PROBE.replace("@LEARNER@", "\n".join(parts)))
+    c = _run_quiet(f"{f['CXX']} {learner_cxxflags()} -include {header} -Winvalid-pch {src} {f['LIB']} "
+                   f"{f['LDLIBS']} -o {binary}")
+    if c.returncode != 0:
+        return None
+    try:
+        r = subprocess.run([binary], cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+    words = r.stdout.split()
+    if r.returncode != 0 or not words:
+        return None
+    if words[0] == "ok":
+        return ("your two all-to-alls alone, on numbered elements (S = 2 and 4, 4- and 2-byte elements, q|k|v "
+                "and the output), put every element where it belongs",
+                "the layout is right, yet the run differs: does your code depend on something the layout "
+                "alone does not show (a size fixed for one S, one dtype or one micro-batch)?")
+    kv = dict(zip(words[2::2], words[3::2]))
+    fn, S, e, parts = words[1], int(kv["S"]), int(kv["e"]), int(kv["parts"])
+    if words[0] == "overrun":
+        return (f"your {fn} alone (S = {S}, {e}-byte elements): its all-to-all exchanges more than the "
+                f"exchange buffer holds", "group.all_to_all(buf, elems_each, dt) takes elements per slot, "
+                f"S slots of B T/S tokens of parts C/S elements")
+    rank, b, row, col, got, want = (int(kv[k]) for k in ("rank", "b", "row", "col", "got", "want"))
+    B, T, C = 2, 8, 16
+    Tl, Ch = T // S, C // S
+    n_rank = B * Tl * parts * C
+    what = "q|k|v" if parts == 3 else "the output"
+    if fn == "tokens_to_heads":
+        where = (f"your tokens_to_heads alone, on numbered elements (S = {S}, {e}-byte elements, {what}): rank "
+                 f"{rank}'s heads' layout, sequence {b}, row {row} (position {row}), column {col}")
+        wr, _, wt, wc = layout_place(fn, S, e, parts, n_rank, want)
+        expected = f"rank {wr}'s token {wt}, column {wc}"
+        if got == 0:
+            found = "was never written"
+        elif not 0 < got <= S * n_rank:
+            found = f"holds a number no rank sent ({got})"
+        else:
+            gr, gb, gt, gc = layout_place(fn, S, e, parts, n_rank, got)
+            found = f"holds rank {gr}'s token {gt}, column {gc}" + (f" of sequence {gb}" if gb != b else "")
+        msg = f"{where} {found}, expected {expected}"
+        if got == 0 or not 0 < got <= S * n_rank:
+            hint = (f"every row of the heads' layout gets a token: rank j's T/S tokens go to rows j T/S .. (j + 1) "
+                    f"T/S - 1 of each sequence (the slice offset j T/S), so the T rows hold the whole sequence "
+                    f"in order" if row >= Tl else LAYOUT_RULE)
+        elif (gc % C) // Ch != rank:
+            hint = (f"rank {rank} attends with head group {rank}, but head group {(gc % C) // Ch}'s columns reached it: "
+                    f"slot j of the exchange must carry ALL my T/S tokens, only head group j's columns of each, "
+                    f"[p C + j C/S, p C + (j + 1) C/S): the all-to-all is a split by heads, not by tokens")
+        elif gc != wc:
+            hint = (f"the right head group, the wrong column: column p C/S + c of the heads' layout is column p C + "
+                    f"{rank} C/S + c of the token (part p = q, k or v, then the head group's C/S columns)")
+        elif (gr, gt) != (wr, wt):
+            hint = (f"rank {gr}'s token {gt} sits at position {row}, where rank {wr}'s token {wt} belongs: after the "
+                    f"exchange slot j holds rank j's tokens, which go to rows j T/S + t of each sequence (the "
+                    f"slice offset j T/S: the heads' layout is the whole sequence in order)")
+        else:
+            hint = LAYOUT_RULE
+    else:
+        where = (f"your heads_to_tokens alone, on numbered elements (S = {S}, {e}-byte elements, {what}): rank "
+                 f"{rank}'s token {row} of sequence {b}, column {col}")
+        wr, _, wrow, wc = layout_place(fn, S, e, parts, n_rank, want)
+        expected = f"rank {wr}'s heads' row {wrow}, column {wc}"
+        if got == 0:
+            found = "was never written"
+        elif not 0 < got <= S * n_rank:
+            found = f"holds a number no rank sent ({got})"
+        else:
+            gr, gb, grow, gc = layout_place(fn, S, e, parts, n_rank, got)
+            found = f"holds rank {gr}'s heads' row {grow}, column {gc}" + (f" of sequence {gb}" if gb != b else "")
+        msg = f"{where} {found}, expected {expected}"
+        hint = (f"heads_to_tokens must undo tokens_to_heads: slot j of the exchange gets rows j T/S .. (j + 1) T/S "
+                f"- 1 of my heads' layout (rank j's tokens, my heads); after the all-to-all slot j holds head "
+                f"group j of my tokens, which goes to columns p C + j C/S .. of each token: not the forward's "
+                f"packing again")
+    return msg, hint
+
+
 # ---- grading ----
 
 def grade(ex, source, quiet=False, tag=None, hint_level=1, extra_configs=(), hints_shown=True, reference=None):
@@ -1318,6 +1573,11 @@ def _grade(ex, source, p, tag, hint_level, extra_configs=(), hints_shown=True, r
             if ex.exact and rounding:
                 hs = [f"right in fp32; in {cfg.precision} the sums differ by rounding: add in acc_t<T> (fp32) "
                       f"and round to T once, at the end (store<T>)"]
+        elif ex.name == "ulysses_all_to_all":  # the numbers cannot say where an element went: the probe can
+            found = ulysses_layout_diagnosis(source_text, out_dir)
+            if found:
+                p("  - " + found[0])
+            hs = [found[1] if found else LAYOUT_RULE]
         else:
             hs = hints(ex, cfg, diffs, passed, rounding, runs=one(cfg))
         show_hints(hs)

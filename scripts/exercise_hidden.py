@@ -29,6 +29,10 @@ HIDDEN = {
     # matrices a block), 5 in fp16, and the whole-matrices design (its update is the learner's too)
     "muon_boundary_gather": [Config(4, 1, "fp32", MUON_FLAGS), Config(5, 2, "fp16", MUON_FLAGS),
                              Config(4, 1, "bf16", MUON_FLAGS + " --muon-shard whole-matrices")],
+    # ulysses: S = 2 on 4 ranks in fp16 with accumulation, S = 4 in bf16, S = 2 on 6 ranks
+    # (three replicas: the padded layout of 6); every seq the student's seed picks (16, 24, 32) divides by 4
+    "ulysses": [Config(4, 2, "fp16", "--sp 2"), Config(4, 1, "bf16", "--sp 4"),
+                Config(6, 1, "fp32", "--sp 2")],
 }
 SEQS, BATCHES = (16, 24, 32), (1, 2)  # the tiny model's context is 32 or more; sizes no larger than the public runs'
 

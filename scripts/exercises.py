@@ -604,6 +604,55 @@ EXERCISES = [
                 "if (ts.decay) ops::accumulate<float>(p32 + i, p32 + i, len, 1.0f - lr * cfg_.weight_decay, true);\n"
                 "ops::accumulate<float>(p32 + i, X + at, len, -lr * (0.2f * std::sqrt(float(std::max(rows, cols)))), "
                 "false);", BITS)]),
+    # ---- ulysses_all_to_all (ulysses/train.cpp): the all-to-all's index mapping, both ways ----
+    Exercise(
+        "ulysses_all_to_all", "ulysses/train.cpp", "ulysses",
+        "ulysses: the all-to-alls that turn my tokens with every head into every token of my heads, and back",
+        ["Define the two lambdas a block calls around attention (the layout is in the comment above):",
+         "  tokens_to_heads(tokens, heads, parts): `tokens` is (B, T/S, parts x C), my T/S tokens with",
+         "      every head; write `heads`, (B, T, parts x C/S): all T tokens of my NH/S heads (head group s,",
+         "      my slice). Fill slot j of `exchange` with what rank j gets: my tokens' columns of head",
+         "      group j, [p C + j C/S, p C + (j + 1) C/S) of each part p; exchange; then slot j holds",
+         "      rank j's tokens of my heads: they go to rows j T/S .. (j + 1) T/S - 1 of each sequence.",
+         "  heads_to_tokens(heads, tokens, parts): the inverse, (B, T, parts x C/S) back to (B, T/S, parts x C).",
+         "Hints: B = model.rows() sequences; C, S, T and Tl = T/S are defined above; exchange.data() holds",
+         "B T/S tokens of 3C elements; group.all_to_all(buf, elems_each, dt) sends slot j (elems_each",
+         "elements at j * elems_each) to rank j of my sequence group and receives its slot for me there,",
+         "in place. memcpy counts bytes: e = run.elem_bytes each.", PRECISION_TODO],
+        wrong=[("heads and tokens swapped: slot j gets a contiguous 1/S of my tokens with every head", "layout",
+                [("tok + ((size_t(b) * Tl + t) * parts * C + p * C + j * Ch) * e, Ch * e);",
+                  "tok + (size_t(b) * Tl * parts * C + j * Tl * row / e + (size_t(t) * parts + p) * Ch) * e, Ch * e);"),
+                 ("memcpy(tok + ((size_t(b) * Tl + t) * parts * C + p * C + j * Ch) * e,",
+                  "memcpy(tok + (size_t(b) * Tl * parts * C + j * Tl * row / e + (size_t(t) * parts + p) * Ch) * e,")],
+                "split by heads, not by tokens"),
+               ("rank j's tokens not offset by j T/S (every slot to the first T/S rows)", "offset",
+                [("memcpy(out + (size_t(b) * T + size_t(j) * Tl) * row,", "memcpy(out + size_t(b) * T * row,"),
+                 ("in + (size_t(b) * T + size_t(j) * Tl) * row,", "in + size_t(b) * T * row,")],
+                "the slice offset j T/S"),
+               ("the inverse packs and unpacks in the forward's layout", "inverse",
+                [("memcpy(x + j * slot + size_t(b) * Tl * row, in + (size_t(b) * T + size_t(j) * Tl) * row,\n"
+                  "Tl * row);",
+                  "for (int t = 0; t < Tl; t++)\nfor (int p = 0; p < parts; p++)\n"
+                  "memcpy(x + j * slot + (size_t(b) * Tl + t) * row + p * Ch * e,\n"
+                  "in + ((size_t(b) * Tl + t) * parts * C + p * C + j * Ch) * e, Ch * e);"),
+                 ("for (int t = 0; t < Tl; t++)\nfor (int p = 0; p < parts; p++)\n"
+                  "memcpy(tok + ((size_t(b) * Tl + t) * parts * C + p * C + j * Ch) * e,\n"
+                  "x + j * slot + (size_t(b) * Tl + t) * row + p * Ch * e, Ch * e);",
+                  "memcpy(tok + (size_t(b) * T + size_t(j) * Tl) * row, x + j * slot + size_t(b) * Tl * row,\n"
+                  "Tl * row);")],
+                "undo tokens_to_heads"),
+               ("sizes a row in floats", "bytes",
+                [("const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;\n"
+                  "const char* tok = static_cast<const char*>(tokens);",
+                  "const size_t row = size_t(parts) * Ch * sizeof(float), slot = size_t(B) * Tl * row;\n"
+                  "const char* tok = static_cast<const char*>(tokens);")], "in bf16")],
+        right=[("moves the received slots token by token",
+                [("memcpy(out + (size_t(b) * T + size_t(j) * Tl) * row, x + j * slot + size_t(b) * Tl * row,\n"
+                  "Tl * row);",
+                  "for (int t = 0; t < Tl; t++)\n"
+                  "memcpy(out + (size_t(b) * T + size_t(j) * Tl + t) * row, x + j * slot + (size_t(b) * Tl + t) * row, row);")],
+                BITS)],
+        exact=True, configs=grader.ULYSSES_CONFIGS),
 ]
 
 

@@ -256,6 +256,9 @@ void print_usage() {
          "                 slices x N/S replicas, per rank stage3's model states over N, the activations of a\n"
          "                 slice of --seq (1/S of stage3's) and the all-to-all elements; --json: exact\n"
          "  --sp-mode ring with --sp S: ring attention's table instead (activations, k|v around the ring)\n"
+         "  --sp S --fit SIZE  the longest sequence per rank whose model states (stage3's over N, wpe grown to T)\n"
+         "                 and activations fit SIZE: stage3 alone, Ulysses and ring at S, with and without\n"
+         "                 checkpointing (a formula for ulysses); no --seq\n"
          "  --json         one JSON object on stdout (exact bytes; scripts/plots.py reads it)\n"
          "  --config FILE  a DeepSpeed config: its stage, micro-batch, accumulation, precision and checkpointing\n"
          "                 (flags given here win), and the bytes its zero_optimization knobs (reduce_bucket_size,\n"
@@ -418,6 +421,65 @@ void print_ulysses_table(const GPTConfig& cfg, int N, int S, DType dt, int B, in
          "model states: stage3's %llu\n", (unsigned long long)per_block,
          fmt_bytes(double(per_block * dtype_bytes(dt))).c_str(), (unsigned long long)per_step,
          (unsigned long long)expected_comm_elems(Stage::Ulysses, L, K));
+}
+
+// ---- --sp S --fit SIZE: the longest sequence a device holds, stage3 alone against Ulysses and ring at S ----
+// Per rank: stage3's model states over N ranks (the model's wpe grown to the sequence: learned positions)
+// plus the activations, with and without activation checkpointing (ulysses/formulas.h,
+// ulysses_longest_seq; checkpointing is a formula there, not built for the rung). Ulysses needs S to
+// divide the heads: otherwise its rows say so, and the ring's still stand.
+constexpr int kFitMaxSeq = 1 << 20;  // 1M tokens: the search's bound, the longest --seq takes
+
+void print_ulysses_fit(const GPTConfig& cfg, const std::string& preset, int N, int S, int B, DType dt,
+                       uint64_t budget, bool json) {
+  struct Row { const char* name; bool ckpt, ring, stage3, possible; SeqFit f; };
+  std::vector<Row> rows;
+  for (const bool ckpt : {false, true}) {
+    rows.push_back({"stage3", ckpt, false, true, true, {}});
+    rows.push_back({"ulysses", ckpt, false, false, cfg.heads % S == 0, {}});
+    rows.push_back({"ring", ckpt, true, false, true, {}});
+  }
+  for (Row& r : rows)
+    if (r.possible) r.f = ulysses_longest_seq(cfg, N, S, B, dt, budget, r.ckpt, r.ring, r.stage3, kFitMaxSeq);
+  if (json) {
+    JsonWriter j;
+    j.begin_object();
+    j.kv("sp", S), j.kv("world", N), j.kv("replicas", N / S), j.kv("batch", B), j.kv("precision", dtype_name(dt));
+    j.kv("heads", cfg.heads), j.kv("budget", budget), j.kv("max_seq", kFitMaxSeq);
+    j.key("fit");
+    j.begin_object();
+    for (const Row& r : rows) {
+      j.key(std::string(r.name) + (r.ckpt ? "_checkpointing" : ""));
+      if (!r.possible) {
+        j.raw("null");
+        continue;
+      }
+      j.begin_object();
+      j.kv("seq", r.f.seq), j.kv("state", r.f.state), j.kv("activations", r.f.activations);
+      j.end_object();
+    }
+    j.end_object();
+    j.end_object();
+    printf("%s\n", j.str().c_str());
+    return;
+  }
+  printf("the longest sequence per rank in %s (%s): preset %s, %d ranks, S = %d, micro-batch %d, %s\n",
+         fmt_bytes(double(budget)).c_str(), "model states + activations", preset.c_str(), N, S, B, dtype_name(dt));
+  printf("%-30s %10s %14s %14s\n", "", "longest T", "model states", "activations");
+  for (const Row& r : rows) {
+    const std::string name = std::string(r.name) + (r.stage3 ? " alone" : ", S = " + std::to_string(S)) +
+                             (r.ckpt ? ", checkpointing" : "");
+    if (!r.possible)
+      printf("%-30s not possible: %d heads do not split over S = %d\n", name.c_str(), cfg.heads, S);
+    else if (r.f.seq == 0)
+      printf("%-30s %10s   (the model states and T = %d do not fit)\n", name.c_str(), "none",
+             r.stage3 ? 1 : r.ring ? 2 * S : S);
+    else
+      printf("%-30s %10d %14s %14s%s\n", name.c_str(), r.f.seq, fmt_bytes(double(r.f.state)).c_str(),
+             fmt_bytes(double(r.f.activations)).c_str(), r.f.seq == kFitMaxSeq ? "  (the search's bound)" : "");
+  }
+  printf("T: a multiple of S (ring: of 2S); wpe grows to T rows (learned positions); checkpointing keeps each "
+         "block's input and one block's internals (a formula: ulysses does not build it)\n");
 }
 
 // --zeropp G: per world size, stage3 and ZeRO++'s three techniques, alone and together.
@@ -1013,9 +1075,10 @@ int main(int argc, char** argv) {
                                              {"--clip", "0"}, {"--warmup", "0"}, {"--warmup-min-lr", "0"},
                                              {"--pipeline", "1"}};
     const DsConfig ds = read_ds_config(ds_path, "", cl);
-    if (ds.binary == "zeropp" || ds.binary == "pipeline" || ds.binary == "tensor")
+    if (ds.binary == "zeropp" || ds.binary == "pipeline" || ds.binary == "tensor" || ds.binary == "ulysses")
       user_error("--config %s: a config for build/bin/%s, expected one for the ZeRO stages (0-3, offload); use "
-                 "zero_estimate --%s for its table", ds_path.c_str(), ds.binary.c_str(), ds.binary.c_str());
+                 "zero_estimate %s for its table", ds_path.c_str(), ds.binary.c_str(),
+                 ds.binary == "ulysses" ? "--sp S" : ("--" + ds.binary).c_str());
     for (const ConfigFlag& f : ds.flags) {
       if (typed.count(f.flag)) continue;  // the command line wins
       const std::string from = "--config " + ds_path + ": " + f.key;
@@ -1124,6 +1187,21 @@ int main(int argc, char** argv) {
     user_error("--sp-mode without --sp: the mode of ulysses' table, expected --sp S with it; add --sp");
   if (sp > 0) {
     if (raw) user_error("--sp needs a model shape (its heads and layers); drop --params, use --preset");
+    if (fit_budget > 0) {  // --sp S --fit SIZE: the longest sequence, every design (print_ulysses_fit)
+      for (const char* other : {"--pipeline", "--stage", "--activation-checkpointing", "--attention", "--seq",
+                                "--sp-mode"})
+        if (typed.count(other))
+          user_error("--sp with --fit and %s: the fit finds the sequence, for stage3, Ulysses and ring, with and "
+                     "without checkpointing, expected no %s; drop it", other, other);
+      if (worlds.size() != 1)
+        user_error("--sp %d: one --world N at a time, expected N = S x replicas, e.g. --world %d", sp, sp);
+      const int N = worlds[0] > 1 ? worlds[0] : sp;
+      if (N % sp != 0)
+        user_error("--sp %d with --world %d: S must divide N (whole sequence groups), expected e.g. --world %d", sp, N,
+                   sp * std::max(1, N / sp));
+      print_ulysses_fit(cfg, preset, N, sp, batch, dt, fit_budget, json);
+      return 0;
+    }
     for (const char* other : {"--pipeline", "--fit", "--stage", "--activation-checkpointing", "--attention"})
       if (typed.count(other))
         user_error("--sp with %s: ulysses' table is stage3 with gemm attention and no checkpointing, expected no "

@@ -20,6 +20,7 @@
 #include "tensor/formulas.h"  // tensor_param_formula, tensor_comm_elems: tensor parallelism's questions
 #include "tensor/tensor.h"    // tensor_layout, padded_vocab
 #include "muon_formulas.h"  // Muon's questions: muon_state_bytes, muon_gather_elems
+#include "ulysses/formulas.h"  // ulysses_all_to_all_elems_per_block, ulysses_largest_sp: ulysses' questions
 
 #ifndef __EMSCRIPTEN__
 #include <sodium.h>  // Ed25519 signatures and SHA-256 (libsodium): a course's certificates
@@ -194,6 +195,47 @@ QuizQuestion muon_question(int kind, const Shape& shape, int N, DType dt) {
                       "slices cut (the owners' design sends only the cut matrices' parts, point to point).",
                       (unsigned long long)L.units[1].numel, (unsigned long long)block,
                       (unsigned long long)(block / N), (unsigned long long)((N - 1) * (block / N)), shape.layers, m);
+
+// ---- ulysses' questions (ulysses/formulas.h, docs/ulysses.md, notebooks/10_ulysses.ipynb): every seventh
+// question (i = 6, 13, ...) but the FAQ's; two kinds, the all-to-all's elements and the largest S, each with its worked answer.
+// The shape is said as blocks and heads, not in the form the ladder's questions parse (tests/tools). ----
+QuizQuestion ulysses_question(Rng& rng, const Shape& shape) {
+  auto pick = [&](int n) { return int(rng.next() % uint64_t(n)); };
+  GPTConfig c;
+  c.vocab = 50257, c.ctx = 1024, c.layers = shape.layers, c.dim = shape.dim, c.heads = shape.heads;
+  const std::string model = fmt("%s's shape (%d blocks of width C = %d, %d heads)", shape.name, shape.layers,
+                                shape.dim, shape.heads);
+  if (pick(2) == 0) {  // the all-to-all's elements per block and rank
+    std::vector<int> splits;  // S that split the heads
+    for (int S = 2; S <= 8; S++)
+      if (c.heads % S == 0) splits.push_back(S);
+    const int S = splits[pick(int(splits.size()))], B = 1 + pick(2), T = S * 1024 * (1 + pick(8));
+    const uint64_t elems = ulysses_all_to_all_elems_per_block(c, B, T, S);
+    QuizQuestion q{fmt("DeepSpeed-Ulysses on %s, S = %d ranks per sequence, micro-batches of %d sequence%s of %d "
+                       "tokens, each rank holding T/S of every sequence. Around attention an all-to-all sends q, k "
+                       "and v to the ranks of their heads and another brings the output back; the backward does "
+                       "the same for their gradients. How many million elements leave each rank per block and "
+                       "micro-step, forward and backward (what stays on the rank not counted)?",
+                       model.c_str(), S, B, B > 1 ? "s" : "", T),
+                   double(elems) / 1e6, 0.01, "M elements"};
+    q.explanation = fmt("A rank holds T/S = %d tokens of each of the B = %d sequences. To each of the S - 1 = %d "
+                        "others it sends that rank's head group (C/S = %d columns) of q, k, v and the output (4 "
+                        "parts), and as many for their gradients: 8 B (T/S) C (S - 1)/S = %llu elements = %.6g M. "
+                        "When T grows with S this stays flat per rank; ring attention's k|v grow as S - 1.",
+                        T / S, B, S - 1, shape.dim / S, (unsigned long long)elems, double(elems) / 1e6);
+    return q;
+  }
+  const int worlds[] = {8, 16, 24, 32, 48, 64}, seqs[] = {2048, 3072, 4096, 6144, 10240};
+  const int N = worlds[pick(6)], T = seqs[pick(5)];
+  const int S = ulysses_largest_sp(c, N, T, false), ring = ulysses_largest_sp(c, N, T, true);
+  QuizQuestion q{fmt("DeepSpeed-Ulysses on %s, sequences of %d tokens, %d ranks in all (N/S replicas of S ranks "
+                     "per sequence): each of the S ranks of a sequence holds an equal slice of its tokens and "
+                     "attends with whole heads. What is the largest S it can use?", model.c_str(), T, N),
+                 double(S), 0.0, "ranks"};
+  q.explanation = fmt("S must divide the %d heads (each rank attends with NH/S whole heads), the %d ranks (whole "
+                      "groups of S) and the %d tokens (equal slices): the largest S dividing all three is %d. Ring "
+                      "attention has no head limit (S divides N, 2S the sequence): up to %d here.",
+                      shape.heads, N, T, S, ring);
   return q;
 }
 
@@ -210,8 +252,13 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
     const uint64_t psi = params_of(shape);
     const int N = worlds[pick(5)];
     const DType dt = pick(2) ? DType::BF16 : DType::F32;
-    if (i % 7 == 6) {  // tensor parallelism's (tensor_question above): every seventh question
-      q.push_back(tensor_question(pick));
+    // ---- the rungs beside the ladder: every seventh question (i = 6, 13, 20, ...; a quiz of six or
+    // fewer has none), in turn tensor parallelism's, Ulysses' and Muon's ----
+    if (i % 7 == 6) {
+      const int rung = (i / 7) % 3;
+      if (rung == 0) q.push_back(tensor_question(pick));
+      else if (rung == 1) q.push_back(ulysses_question(rng, shape));
+      else q.push_back(muon_question(pick(2), shape, N, dt));
       continue;
     }
     // ---- the FAQ's questions (docs/faq.md, notebooks/08_faq.ipynb): every sixth question, each with
@@ -282,10 +329,6 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
                                    "with more GPUs (docs/faq.md, \"Memory per GPU is the same on 2 and on 4 GPUs\"; S "
                                    "= %.0f is what does).", live, (unsigned long long)psi, gb, S);
       }
-      continue;
-    }
-    if (i % 10 == 7) {  // Muon's questions (muon_question): every tenth, from the eighth
-      q.push_back(muon_question(pick(2), shape, N, dt));
       continue;
     }
     switch (i % 5) {

@@ -13,8 +13,11 @@
 // Question kinds: per-rank model-state bytes of a GPT-2-shaped model (vocabulary 50257, as GPT-2
 // has) for a stage, world size and precision; elements each rank sends per optimizer step with
 // gradient accumulation; offload's host bytes and host<->device traffic; the fewest ranks for a
-// stage to fit a device; the largest model a stage fits on N devices. Every seventh question is tensor
-// parallelism's (tensor/formulas.h): the elements a tensor rank all-reduces per step, or its parameter bytes.
+// stage to fit a device; the largest model a stage fits on N devices. Every sixth question is one of the
+// FAQ's, and every seventh (i = 6, 13, ...) one of the rungs beside the ladder's, in turn: tensor
+// parallelism's (tensor/formulas.h: the elements a tensor rank all-reduces per step, or its parameter
+// bytes), Ulysses' (ulysses/formulas.h: the all-to-all's elements per block and rank, or the largest S)
+// and Muon's (muon_formulas.h: stage1's optimizer state per rank, or gather-all's elements per step).
 #pragma once
 #include <cmath>  // NAN
 #include <cstdint>

@@ -1,6 +1,8 @@
 // formulas.cpp — ulysses' activations and all-to-all traffic, written out (formulas.h).
 #include "ulysses/formulas.h"
 
+#include "zero_formulas.h"  // expected_state_bytes, expected_activation_bytes: stage3's
+
 namespace nz {
 
 namespace {
@@ -57,6 +59,50 @@ uint64_t ring_p2p_elems_forward_per_block(const GPTConfig& c, int B, int T, int 
 uint64_t ring_p2p_elems_per_block(const GPTConfig& c, int B, int T, int S) {
   const uint64_t kv = 2 * uint64_t(B) * (T / S) * c.dim;  // k|v (or dk|dv) of my tokens
   return S == 1 ? 0 : kv * (S - 1) + (2 * kv * (S - 1) + kv);
+}
+
+// ---- what fits (zero_estimate --sp S --fit SIZE, the explorer's panel) ----
+
+int ulysses_largest_sp(const GPTConfig& c, int world, int T, bool ring) {
+  for (int S = world; S > 1; S--)
+    if (world % S == 0 && (ring ? T % (2 * S) == 0 : c.heads % S == 0 && T % S == 0)) return S;
+  return 1;
+}
+
+uint64_t ulysses_checkpointed_activation_bytes(const GPTConfig& c, int B, int T, int S, DType dt, bool ring) {
+  auto acts = [&](const GPTConfig& x) {
+    return ring ? ring_activation_bytes(x, B, T, S, dt) : ulysses_activation_bytes(x, B, T, S, dt);
+  };
+  GPTConfig fewer = c;
+  fewer.layers = c.layers - 1;
+  const uint64_t all = acts(c), per_block = all - acts(fewer);           // a block's internals and output
+  const uint64_t input = r(uint64_t(B) * (T / S) * c.dim * dtype_bytes(dt));  // what a checkpoint keeps
+  return all - uint64_t(c.layers - 1) * (per_block - input);
+}
+
+SeqFit ulysses_longest_seq(const GPTConfig& c, int world, int S, int B, DType dt, uint64_t budget,
+                           bool checkpointing, bool ring, bool stage3_alone, int max_T) {
+  const int step = stage3_alone ? 1 : ring ? 2 * S : S;  // the sequences the trainer splits evenly
+  auto peak = [&](int T) {
+    GPTConfig x = c;
+    if (T > x.ctx) x.ctx = T;  // learned positions: a row of wpe for every position
+    SeqFit f;
+    f.seq = T;
+    f.state = expected_state_bytes(stage3_alone ? Stage::Z3 : Stage::Ulysses, make_layout(x, world), dt).total();
+    f.activations = stage3_alone ? expected_activation_bytes(x, B, T, dt, checkpointing, Attention::Gemm)
+                    : checkpointing ? ulysses_checkpointed_activation_bytes(x, B, T, S, dt, ring)
+                    : ring ? ring_activation_bytes(x, B, T, S, dt) : ulysses_activation_bytes(x, B, T, S, dt);
+    return f;
+  };
+  auto fits = [&](int k) { const SeqFit f = peak(k * step); return f.state + f.activations <= budget; };
+  if (!fits(1)) return SeqFit{};
+  int lo = 1, hi = max_T / step;  // fits(lo); the answer is in [lo, hi] (the peak grows with T)
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return peak(lo * step);
 }
 
 }  // namespace nz

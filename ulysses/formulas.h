@@ -46,4 +46,23 @@ uint64_t ring_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DType 
 uint64_t ring_p2p_elems_forward_per_block(const GPTConfig& cfg, int B, int T, int S);
 uint64_t ring_p2p_elems_per_block(const GPTConfig& cfg, int B, int T, int S);
 
+// ---- what fits: the head count's limit on S, and the longest sequence a device holds ----
+// The largest S the trainer accepts on N ranks for sequences of T tokens: S divides NH (whole heads per
+// rank), N (whole sequence groups) and T (equal slices); ring mode: S divides N and 2S divides T (the
+// zig-zag's 2S chunks), whatever the heads.
+int ulysses_largest_sp(const GPTConfig& cfg, int world, int T, bool ring);
+// The activations with activation checkpointing, which this rung does not build (the recompute would
+// repeat the all-to-alls): a formula, as stage3's expected_activation_bytes(..., true) is. The L blocks
+// keep only their input, r(B (T/S) C e) each, and one block's internals are live at a time (its
+// recompute); the ends, the gradients, the tokens and the buffers are as without. Derived from the
+// formula above: one block's internals are what one more block adds, less its output.
+uint64_t ulysses_checkpointed_activation_bytes(const GPTConfig& cfg, int B, int T, int S, DType dt, bool ring);
+// The longest sequence T (a multiple of S; ring: of 2S) whose device peak per rank fits `budget` bytes:
+// stage3's model states over N ranks (the model's wpe grown to ctx = T when T is longer: its positions are
+// learned, one row each) plus the activations (with or without checkpointing), T at most max_T; 0 when
+// not even the shortest fits. S = 1 without ring: stage3 alone, its own activations (zero_formulas.h).
+struct SeqFit { int seq = 0; uint64_t state = 0, activations = 0; };
+SeqFit ulysses_longest_seq(const GPTConfig& cfg, int world, int S, int B, DType dt, uint64_t budget,
+                           bool checkpointing, bool ring, bool stage3_alone, int max_T);
+
 }  // namespace nz

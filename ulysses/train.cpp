@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
   // (positions j T/S on) of my heads.
   // On the GPU the same moves run as device kernels, two block swaps each (kernels/swap_blocks.h).
   const bool gpu = current_device() == Device::CUDA;
+  // begin exercise: ulysses_all_to_all
   auto tokens_to_heads = [&](const void* tokens, void* heads, int parts) {
     const int B = model.rows(), Ch = C / S;
     // bytes: a token's row in the heads' layout, and a slot (what one rank gets)
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
             memcpy(tok + ((size_t(b) * Tl + t) * parts * C + p * C + j * Ch) * e,
                    x + j * slot + (size_t(b) * Tl + t) * row + p * Ch * e, Ch * e);
   };
+  // end exercise: ulysses_all_to_all
 
   // ring mode (--sp-mode ring): keys and values around the ring instead (ulysses/ring.h)
   std::unique_ptr<RingAttention> ring_attention;

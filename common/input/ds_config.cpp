@@ -136,7 +136,8 @@ const std::map<std::string, NoEffect> kNoEffect = {
 const std::map<std::string, std::set<std::string>> kKnownKeys = {
     {"", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
           "fp16", "bf16", "zero_optimization", "optimizer", "scheduler", "activation_checkpointing", "pipeline",
-          "compression_training", "communication_data_type", "tensor_parallel"}},
+          "compression_training", "communication_data_type", "tensor_parallel",
+          "sequence_parallel_size"}},
     {"fp16", {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"}},
     {"bf16", {"enabled"}},
     {"zero_optimization", {"stage", "offload_optimizer", "offload_param", "cpu_offload", "zero_quantized_weights",
@@ -165,7 +166,8 @@ const std::map<std::string, std::set<std::string>> kKnownKeys = {
 const std::map<std::string, std::string> kAlsoResolvedBy = {{"--accum", "--global-batch"}};
 const std::map<std::string, const char*> kMeta = {{"--batch", "B"}, {"--accum", "K"}, {"--lr", "X"},
                                                    {"--weight-decay", "X"}, {"--clip", "X"}, {"--precision", "P"},
-                                                   {"--warmup", "N"}, {"--warmup-min-lr", "X"}, {"--pipeline", "P"}};
+                                                   {"--warmup", "N"}, {"--warmup-min-lr", "X"}, {"--pipeline", "P"},
+                                                   {"--sp", "S"}};
 
 // One config being read: its path (for the messages), the command line ("auto" takes its values
 // from there) and the flags it stands for.
@@ -603,12 +605,47 @@ DsConfig read_ds_config(const std::string& path, const std::string& program,
            "here), expected 0 or 1; set it to 1");
   if (program == "tensor" && stage == 1) r.flag("--zero", "1", "zero_optimization.stage", "1");
   // end tensor parallelism's section
-  const std::string want = pipeline ? "pipeline" : tensor ? "tensor" : binary_for(stage, offload, param_offload, zeropp);
+  // begin ulysses config: sequence_parallel_size (DeepSpeed's Ulysses, as ALST and the Hugging Face
+  // integration set it) is --sp S of build/bin/ulysses, where it means the same: S consecutive ranks
+  // split each sequence into S contiguous slices, attention between two all-to-alls over the heads, and
+  // ZeRO-3 shards the model states over all N ranks (DeepSpeed's sequence-and-data group). This rung is
+  // that with ZeRO-3 and nothing else: another stage, offload, ZeRO++ or a pipeline beside it is refused.
+  // A stage-3 config without the key runs ulysses too (its --sp from the command line).
+  bool ulysses = program == "ulysses" && stage == 3 && !offload && !param_offload && !zeropp && !pipeline;
+  if (c.contains("sequence_parallel_size")) {
+    const std::string key = "sequence_parallel_size";
+    const json& v = c[key];
+    if (is_auto(v) && program != "ulysses") {
+      r.note(key, "\"auto\": " + (program.empty() ? std::string("this table") : program) +
+                      " does not split the sequence: ignored");
+    } else if (!r.take_auto(v, key, "--sp")) {
+      const long long S = r.whole(v, key, 1, 1 << 16);
+      if (S > 1 || program == "ulysses") {
+        const char* beside = pipeline ? "a pipeline" : param_offload ? "offload_param" : offload ? "offload_optimizer"
+                             : zeropp ? "ZeRO++'s keys" : nullptr;
+        if (beside)
+          r.fail(key, std::to_string(S) + " beside " + beside + ": build/bin/ulysses splits the sequence with plain "
+                      "ZeRO-3 only, expected neither; remove one of them");
+        if (stage != 3)
+          r.fail(key, std::to_string(S) + " with zero_optimization.stage " + std::to_string(stage) + ": here sequence "
+                      "parallelism is build/bin/ulysses, which shards with ZeRO-3 over all ranks (as ALST runs it), "
+                      "expected stage 3; set zero_optimization.stage to 3");
+        ulysses = true;
+        r.whole_flag("--sp", v, key);
+      } else {
+        r.note(key, "1: no sequence parallelism, as here: ignored");
+      }
+    }
+  }
+  // end ulysses config
+  const std::string want = pipeline ? "pipeline" : tensor ? "tensor" : ulysses ? "ulysses"
+                                    : binary_for(stage, offload, param_offload, zeropp);
   r.out.binary = want;
   if (!program.empty() && want != program)
     user_error("--config %s: a config for ZeRO stage %lld%s, and this is %s, expected build/bin/%s; run build/bin/%s "
                "with it", path.c_str(), stage,
-               param_offload ? " with offload_param" : offload ? " with offload_optimizer" : zeropp ? " with ZeRO++'s keys" : "",
+               ulysses ? " with sequence_parallel_size" : param_offload ? " with offload_param" : offload
+               ? " with offload_optimizer" : zeropp ? " with ZeRO++'s keys" : "",
                program.c_str(), want.c_str(), want.c_str());
 
   // ---- the optimizer: AdamW (DeepSpeed's "Adam" is AdamW too, its adam_w_mode on by default) ----

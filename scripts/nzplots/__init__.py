@@ -2,8 +2,8 @@
 
 One file per notebook, on one shared part: core.py (running zero_estimate and the trainers, reading
 their reports, the exercises' self-check), memory.py (01), timeline_comm.py (02, 03), inference.py
-(04), pipeline.py (05), zeropp.py (06), compression.py (07), tensor.py (09). `import nzplots as nz` gives them all.
-(04), pipeline.py (05), zeropp.py (06), compression.py (07), muon.py (11). `import nzplots as nz` gives them all.
+(04), pipeline.py (05), zeropp.py (06), compression.py (07), tensor.py (09), ulysses.py (10), muon.py (11).
+`import nzplots as nz` gives them all.
 
 Nothing here re-implements a formula: the formula lines come from `zero_estimate --json` (which
 calls common/zero_formulas.h), the measured points from the trainers' JSON reports (--log-json:
@@ -27,3 +27,4 @@ from .zeropp import *  # noqa: F401,F403
 from .compression import *  # noqa: F401,F403
 from .tensor import *  # noqa: F401,F403
 from .muon import *  # noqa: F401,F403
+from .ulysses import *  # noqa: F401,F403

@@ -141,6 +141,38 @@ out=$($est --quiz --seed 11 --count 20 --check "$tmp/between.txt" 2>&1); rc=$?
 [ -n "$q" ] && [ $rc = 1 ] && grep -q "^$q  wrong" <<<"$out"
 res between_the_conventions_is_wrong $? "(exit $rc: $(grep "^$q " <<<"$out"))"
 
+# ulysses' questions (every seventh): the key against the formulas recomputed here from the question text
+# alone: the all-to-all's 8 B (T/S) C (S-1)/S elements per block and rank, and the largest S that divides
+# the heads, the ranks and the tokens (ulysses/train.cpp's three refusals); seed 11, 60 questions
+$est --quiz --seed 11 --count 60 >"$tmp/quiz60.txt" 2>&1
+$est --quiz --seed 11 --count 60 --key >"$tmp/key60.txt" 2>&1
+python3 - "$tmp/quiz60.txt" "$tmp/key60.txt" <<'PY'
+import re, sys
+qs = dict(re.findall(r"^Q(\d+)\. (.*)$", open(sys.argv[1]).read(), re.M))
+key = {k: float(v) for k, v in re.findall(r"^Q(\d+) (\S+)", open(sys.argv[2]).read(), re.M)}
+elems = largest = bad = 0
+for n, q in qs.items():
+    shape = re.search(r"DeepSpeed-Ulysses on .*?\((\d+) blocks of width C = (\d+), (\d+) heads\)", q)
+    if not shape:
+        continue
+    L, C, NH = map(int, shape.groups())
+    m = re.search(r"S = (\d+) ranks per sequence, micro-batches of (\d+) sequences? of (\d+) tokens", q)
+    if m:
+        S, B, T = map(int, m.groups())
+        want, elems = 8 * B * (T // S) * C * (S - 1) / S / 1e6, elems + 1
+        ok = abs(key.get(n, -1) - want) <= 1e-5 * want
+    else:
+        T, N = map(int, re.search(r"sequences of (\d+) tokens, (\d+) ranks in all", q).groups())
+        want, largest = max(S for S in range(1, N + 1) if NH % S == 0 and N % S == 0 and T % S == 0), largest + 1
+        ok = key.get(n) == want
+    if not ok:
+        bad += 1
+        print(f"  Q{n}: key {key.get(n)}, recomputed {want}")
+good = elems >= 2 and largest >= 2 and bad == 0
+print(f"NZRESULT {'PASS' if good else 'FAIL'} quiz.ulysses_answers_agree_with_their_formulas "
+      f"({elems} all-to-all questions, {largest} largest-S questions, {bad} differ)")
+PY
+
 # --explain: a worked answer (an indented line) under each wrong answer, none under a right one.
 out=$($est --quiz --seed 11 --count 20 --check "$tmp/all_off.txt" --explain 2>&1)
 explained=$(grep -c '^    [^ ]' <<<"$out")

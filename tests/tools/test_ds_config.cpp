@@ -516,3 +516,61 @@ TEST(DsConfig, TensorParallelAutotpSizeIsTheTensorDegree) {
   EXPECT_NE(out.find("use zero_estimate --tensor for its table"), std::string::npos) << out;
 }
 // end tensor parallelism's config
+
+// sequence_parallel_size (DeepSpeed's Ulysses, as ALST sets it) is ulysses' --sp S: a stage-3 config with
+// it trains what `--sp S` trains, bit for bit (every step's loss and norm, the saved model, the all-to-all
+// elements of the comm ledger; --sp 4 sends others); 1 on another rung, and "auto" there, are a note;
+// where it does not mean the same (another ZeRO stage, offload, ZeRO++, a pipeline, another binary, a
+// size out of range, "auto" with no --sp) one line, exit 2.
+TEST(DsConfig, SequenceParallelSizeIsUlyssesSp) {
+  const std::string flags = kRun + "--batch 2 ";
+  const std::string sp2 = write_config("sp2", R"({"zero_optimization": {"stage": 3}, "sequence_parallel_size": 2})");
+  // the same config without the key (a stage-3 config runs ulysses too), --sp on the command line
+  const std::string z3 = write_config("z3_plain", R"({"zero_optimization": {"stage": 3}})");
+  RunResult cfg = run_trainer("ulysses", 4, flags + "--config " + sp2, "sp_config");
+  RunResult cli = run_trainer("ulysses", 4, flags + "--config " + z3 + " --sp 2", "sp_flag");
+  RunResult four = run_trainer("ulysses", 4, flags + "--config " + z3 + " --sp 4", "sp_flag4");
+  ASSERT_EQ(cfg.exit_code, 0) << cfg.output;
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  EXPECT_EQ(step_values(cfg.report, "loss"), step_values(cli.report, "loss"));
+  EXPECT_EQ(step_values(cfg.report, "grad_norm"), step_values(cli.report, "grad_norm"));
+  EXPECT_TRUE(read_file(cfg.model_path) == read_file(cli.model_path)) << "the saved models differ";
+  auto a2a = [](const RunResult& r) { return r.report["ranks"][0]["comm"]["all_to_all"]["elems_sent"].u(); };
+  EXPECT_GT(a2a(cli), 0u);
+  EXPECT_EQ(a2a(cfg), a2a(cli));
+  EXPECT_NE(a2a(cfg), a2a(four));  // the key chose S = 2, not another split
+  EXPECT_NE(step_values(cfg.report, "grad_norm"), step_values(four.report, "grad_norm"));
+  // the command line wins: --sp 4 over the file's 2
+  RunResult over = run_trainer("ulysses", 4, flags + "--config " + sp2 + " --sp 4", "sp_override");
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_EQ(a2a(over), a2a(four));
+  EXPECT_EQ(step_values(over.report, "grad_norm"), step_values(four.report, "grad_norm"));
+  // 1 and "auto" on another rung: a note, the run as without the key
+  for (const char* v : {"1", "\"auto\""}) {
+    RunResult one = run_trainer("stage3", 2, kRun + "--config " +
+                                write_config("sp_one", std::string(R"({"zero_optimization": {"stage": 3}, )") +
+                                             R"("sequence_parallel_size": )" + v + "}"), "sp_one");
+    ASSERT_EQ(one.exit_code, 0) << v << ": " << one.output;
+    EXPECT_NE(one.output.find("note: --config "), std::string::npos) << one.output;
+    EXPECT_NE(one.output.find("sequence_parallel_size"), std::string::npos) << one.output;
+  }
+  // where it does not mean the same: one line, exit 2, naming the key
+  expect_one_line_error("ulysses", write_config("sp_z2", R"({"zero_optimization": {"stage": 2},
+                          "sequence_parallel_size": 2})"), kRun, "sequence_parallel_size: 2 with zero_optimization.stage 2");
+  expect_one_line_error("ulysses", write_config("sp_offload", R"({"zero_optimization": {"stage": 3, "offload_param":
+                          {"device": "cpu"}}, "sequence_parallel_size": 2})"), kRun,
+                        "sequence_parallel_size: 2 beside offload_param");
+  expect_one_line_error("ulysses", write_config("sp_zeropp", R"({"zero_optimization": {"stage": 3,
+                          "zero_quantized_weights": true}, "sequence_parallel_size": 2})"), kRun,
+                        "sequence_parallel_size: 2 beside ZeRO++'s keys");
+  expect_one_line_error("stage3", sp2, kRun, "with sequence_parallel_size, and this is stage3, expected build/bin/ulysses");
+  expect_one_line_error("ulysses", write_config("sp_zero", R"({"zero_optimization": {"stage": 3},
+                          "sequence_parallel_size": 0})"), kRun, "sequence_parallel_size: 0: out of range");
+  expect_one_line_error("ulysses", write_config("sp_auto", R"({"zero_optimization": {"stage": 3},
+                          "sequence_parallel_size": "auto"})"), kRun, "add --sp S");
+  std::string out;
+  EXPECT_EQ(run_command(bin_dir() + "/zero_estimate --config " + sp2, &out), 2) << out;
+  EXPECT_NE(out.find("a config for build/bin/ulysses, expected one for the ZeRO stages"), std::string::npos) << out;
+  EXPECT_NE(out.find("zero_estimate --sp S"), std::string::npos) << out;
+}

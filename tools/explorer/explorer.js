@@ -250,7 +250,8 @@ const PP_IDS = ["pp-segments", "pp-schedule", "pp-partition", "pp-zero"];
 // Links made before the pipeline's "stages" were called segments: pp-stages stands for pp-segments.
 const FORM_ALIASES = { "pp-segments": "pp-stages" };
 const TP_IDS = ["tp-mem", "tp-sp", "tp-zero"];
-const FORM_IDS = MAIN_IDS.concat(ZPP_IDS, PP_IDS, TP_IDS);
+const SP_IDS = ["sp-s", "sp-mem"];  // the long sequences' panel (updateSeqFit)
+const FORM_IDS = MAIN_IDS.concat(ZPP_IDS, PP_IDS, TP_IDS, SP_IDS);
 function formState() {
   const p = new URLSearchParams();
   for (const id of FORM_IDS) p.set(id, $(id).type === "checkbox" ? ($(id).checked ? "1" : "") : $(id).value);
@@ -279,13 +280,14 @@ function saveView() {
   }, 0);
 }
 
-// The whole page again for the settings: the explorer, ZeRO++ and the pipeline (each reads the form).
+// The whole page again for the settings: the explorer, ZeRO++, the pipeline and long sequences (each reads the form).
 function update() {
   updateMain();
   updateZeropp();
   updatePipeline();
   scheduleTensor();
   updateMuon();
+  updateSeqFit();
 }
 function updateMain() {
   const status = $("status");
@@ -594,6 +596,53 @@ function updateMuon() {
   }
   saveView();
 }
+// ---- long sequences: zero_estimate --sp S --fit SIZE, the longest sequence per rank (docs/ulysses.md) ----
+// The form's model, micro-batch, precision and N; no --seq (the fit finds it), no --fit of the ladder's table.
+function spFlags() {
+  const f = ["--preset", $("preset").value];
+  for (const k of ["layers", "dim", "heads", "vocab"]) if ($(k).value.trim()) f.push("--" + k, $(k).value.trim());
+  return f.concat(["--batch", $("batch").value, "--precision", $("precision").value, "--world", $("world").value.trim(),
+                   "--sp", $("sp-s").value.trim(), "--fit", $("sp-mem").value.trim()]);
+}
+const SP_DESIGNS = [["stage3", "stage3 alone"], ["ulysses", "Ulysses"], ["ring", "ring"]];
+function updateSeqFit() {
+  const status = $("sp-status"), t = $("sp-table");
+  t.replaceChildren();
+  if (needsShape(status, "The longest sequence")) return;
+  try {
+    const z = estimateJson(spFlags());
+    const head = el("tr", {}, el("th", { scope: "col" }, `S = ${z.sp}, ${fmtBytes(z.budget)} per rank`));
+    for (const ck of ["", " (checkpointing)"])
+      for (const name of ["longest T", "model states", "activations"]) head.append(el("th", { scope: "col" }, name + ck));
+    t.append(el("thead", {}, head));
+    const body = el("tbody");
+    for (const [key, name] of SP_DESIGNS) {
+      const tr = el("tr", {}, el("th", { scope: "row" }, name));
+      for (const ck of ["", "_checkpointing"]) {
+        const r = z.fit[key + ck];
+        if (r === null) {  // Ulysses with S not dividing the heads
+          tr.append(el("td", { colspan: "3", "data-key": "seq" + ck, "data-design": key, "data-value": "" },
+                       `not possible: ${z.heads} heads do not split over S = ${z.sp}`));
+          continue;
+        }
+        const cell = (k, v, text) => tr.append(el("td", { "data-key": k + ck, "data-design": key, "data-value": String(v),
+                                                          title: grouped(v) + (k === "seq" ? " tokens" : " bytes") }, text));
+        cell("seq", r.seq, r.seq ? grouped(r.seq) : "none fits");
+        cell("state", r.state, fmtBytes(r.state));
+        cell("activations", r.activations, fmtBytes(r.activations));
+      }
+      body.append(tr);
+    }
+    t.append(body);
+    status.className = "";
+    status.textContent = `${z.world} ranks = ${z.replicas} replicas x S = ${z.sp}, micro-batch ${z.batch}, ${z.precision}: ` +
+      `zero_estimate ${spFlags().join(" ")}`;
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
+  saveView();
+}
 
 // ---- a measured run: a trainer's --log-json report, its ledger beside the formula ----
 // The formula is zero_estimate's for the run's own settings (stage, world, model, precision, batch,
@@ -738,6 +787,7 @@ function start(factory) {
     for (const id of ZPP_IDS) $(id).addEventListener("change", updateZeropp);
     for (const id of PP_IDS) $(id).addEventListener("change", updatePipeline);
     for (const id of TP_IDS) $(id).addEventListener("change", updateTensor);
+    for (const id of SP_IDS) $(id).addEventListener("change", updateSeqFit);
     // an address edited or pasted in the bar (the same page, another view): that view
     window.addEventListener("hashchange", () => {
       if (location.hash.includes("=")) { loadFormState(location.hash); syncModel(); update(); }
