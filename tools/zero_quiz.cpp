@@ -195,9 +195,11 @@ QuizQuestion muon_question(int kind, const Shape& shape, int N, DType dt) {
                       "slices cut (the owners' design sends only the cut matrices' parts, point to point).",
                       (unsigned long long)L.units[1].numel, (unsigned long long)block,
                       (unsigned long long)(block / N), (unsigned long long)((N - 1) * (block / N)), shape.layers, m);
+  return q;
+}
 
-// ---- ulysses' questions (ulysses/formulas.h, docs/ulysses.md, notebooks/10_ulysses.ipynb): every seventh
-// question (i = 6, 13, ...) but the FAQ's; two kinds, the all-to-all's elements and the largest S, each with its worked answer.
+// ---- ulysses' questions (ulysses/formulas.h, docs/ulysses.md, notebooks/10_ulysses.ipynb): every third
+// of the rungs' questions (zero_quiz.h); two kinds, the all-to-all's elements and the largest S, each with its worked answer.
 // The shape is said as blocks and heads, not in the form the ladder's questions parse (tests/tools). ----
 QuizQuestion ulysses_question(Rng& rng, const Shape& shape) {
   auto pick = [&](int n) { return int(rng.next() % uint64_t(n)); };
