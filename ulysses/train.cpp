@@ -12,9 +12,9 @@
 //        probabilities B (NH/S) T^2 per block: 1/S of stage3's (ulysses/formulas.h).
 // Sends: stage3's 3K(N-1)S; per block and micro-step four all-to-alls in my replica's group
 //        of S ranks, 8 B (T/S) C (S-1)/S elements per rank.
-// Ring:  --sp-mode ring, the comparison: no all-to-all; keys and values go around (ring.h). CPU only.
-// GPU:   --device cuda: the all-to-alls on device memory (NCCL's grouped sends and receives, comm.h),
-//        the layout changes around them as device kernels (kernels/swap_blocks.h); docs/gpu.md.
+// Ring:  --sp-mode ring, the comparison: keys and values go around (ring.h); CPU only.
+// GPU:   --device cuda: the all-to-alls on device memory (NCCL's grouped sends and receives,
+//        comm.h), the layout changes as device kernels (kernels/swap_blocks.h); docs/gpu.md.
 // Docs:  docs/ulysses.md; README.md (the ladder); docs/stages.md.
 #include <cmath>      // std::sqrt
 #include <cstring>    // memcpy
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     const int B = model.rows(), Ch = C / S;
     // bytes: a token's row in the heads' layout, and a slot (what one rank gets)
     const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;
-    if (gpu) {  // (B T/S parts, S, C/S) -> (S, B T/S parts, C/S): head group j of every row to slot j
+    if (gpu) {  // (B T/S parts, S, C/S) -> (S, B T/S parts, C/S): head group j to slot j
       ops::swap_blocks(exchange.data(), tokens, size_t(B) * Tl * parts, S, Ch * e);
       group.all_to_all(exchange.data(), slot / e, dt);
       ops::swap_blocks(heads, exchange.data(), S, B, Tl * row);  // (S, B, T/S) -> (B, S, T/S) rows
