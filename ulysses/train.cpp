@@ -86,19 +86,11 @@ int main(int argc, char** argv) {
   // Head group j's columns of part p are [p C + j C/S, p C + (j + 1) C/S): slot j of the
   // exchange is what goes to rank j; after the all-to-all, slot j holds rank j's tokens
   // (positions j T/S on) of my heads.
-  // On the GPU the same moves run as device kernels, two block swaps each (kernels/swap_blocks.h).
-  const bool gpu = current_device() == Device::CUDA;
   // begin exercise: ulysses_all_to_all
   auto tokens_to_heads = [&](const void* tokens, void* heads, int parts) {
     const int B = model.rows(), Ch = C / S;
     // bytes: a token's row in the heads' layout, and a slot (what one rank gets)
     const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;
-    if (gpu) {  // (B T/S parts, S, C/S) -> (S, B T/S parts, C/S): head group j to slot j
-      ops::swap_blocks(exchange.data(), tokens, size_t(B) * Tl * parts, S, Ch * e);
-      group.all_to_all(exchange.data(), slot / e, dt);
-      ops::swap_blocks(heads, exchange.data(), S, B, Tl * row);  // (S, B, T/S) -> (B, S, T/S) rows
-      return;
-    }
     const char* tok = static_cast<const char*>(tokens);
     char* x = static_cast<char*>(exchange.data());
     for (int j = 0; j < S; j++)
@@ -118,12 +110,6 @@ int main(int argc, char** argv) {
   auto heads_to_tokens = [&](const void* heads, void* tokens, int parts) {
     const int B = model.rows(), Ch = C / S;
     const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;
-    if (gpu) {  // the two swaps of tokens_to_heads, undone in the other order
-      ops::swap_blocks(exchange.data(), heads, B, S, Tl * row);  // (B, S, T/S) -> (S, B, T/S) rows
-      group.all_to_all(exchange.data(), slot / e, dt);
-      ops::swap_blocks(tokens, exchange.data(), S, size_t(B) * Tl * parts, Ch * e);
-      return;
-    }
     const char* in = static_cast<const char*>(heads);
     char* x = static_cast<char*>(exchange.data());
     for (int j = 0; j < S; j++)  // to rank j: its tokens, of my heads
@@ -140,6 +126,26 @@ int main(int argc, char** argv) {
                    x + j * slot + (size_t(b) * Tl + t) * row + p * Ch * e, Ch * e);
   };
   // end exercise: ulysses_all_to_all
+  // On the GPU the same moves, as device kernels: two block swaps around each all-to-all
+  // (kernels/swap_blocks.h). The loops above are the CPU's, and the lesson.
+  const bool gpu = current_device() == Device::CUDA;
+  auto to_heads = [&](const void* tokens, void* heads, int parts) {
+    if (!gpu) return tokens_to_heads(tokens, heads, parts);
+    const int B = model.rows(), Ch = C / S;
+    const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;
+    // (B T/S parts, S, C/S) -> (S, B T/S parts, C/S): head group j of every row to slot j
+    ops::swap_blocks(exchange.data(), tokens, size_t(B) * Tl * parts, S, Ch * e);
+    group.all_to_all(exchange.data(), slot / e, dt);
+    ops::swap_blocks(heads, exchange.data(), S, B, Tl * row);  // (S, B, T/S) -> (B, S, T/S) rows
+  };
+  auto to_tokens = [&](const void* heads, void* tokens, int parts) {  // the same, undone
+    if (!gpu) return heads_to_tokens(heads, tokens, parts);
+    const int B = model.rows(), Ch = C / S;
+    const size_t row = size_t(parts) * Ch * e, slot = size_t(B) * Tl * row;
+    ops::swap_blocks(exchange.data(), heads, B, S, Tl * row);  // (B, S, T/S) -> (S, B, T/S) rows
+    group.all_to_all(exchange.data(), slot / e, dt);
+    ops::swap_blocks(tokens, exchange.data(), S, size_t(B) * Tl * parts, Ch * e);
+  };
 
   // ring mode (--sp-mode ring): keys and values around the ring instead (ulysses/ring.h)
   std::unique_ptr<RingAttention> ring_attention;
@@ -154,9 +160,9 @@ int main(int argc, char** argv) {
       model.attention_output(u, p);
       return;
     }
-    tokens_to_heads(a.qkv, a.qkv_heads, 3);   // all-to-all: all T tokens, my NH/S heads
+    to_heads(a.qkv, a.qkv_heads, 3);          // all-to-all: all T tokens, my NH/S heads
     model.attention(u, T);  // exact, per head, sequences of T tokens: causal in global positions
-    heads_to_tokens(a.out_heads, a.out, 1);   // all-to-all: back to my tokens, all heads
+    to_tokens(a.out_heads, a.out, 1);         // all-to-all: back to my tokens, all heads
     model.attention_output(u, p);             // the projection and the MLP: per token
   };
   auto block_backward = [&](int u, const void* p, void* g) {
@@ -167,9 +173,9 @@ int main(int argc, char** argv) {
       model.attention_input_backward(u, p, g);
       return;
     }
-    tokens_to_heads(a.grad_out, a.grad_out_heads, 1);  // all-to-all: d out of all T, my heads
+    to_heads(a.grad_out, a.grad_out_heads, 1);         // all-to-all: d out of all T, my heads
     model.attention_backward(u, T);  // the same sequences of T tokens: causal in global positions
-    heads_to_tokens(a.grad_qkv_heads, a.grad_qkv, 3);  // all-to-all: d q k v back to my tokens
+    to_tokens(a.grad_qkv_heads, a.grad_qkv, 3);        // all-to-all: d q k v back to my tokens
     model.attention_input_backward(u, p, g);           // qkv, ln1: my tokens' part of the gradient
   };
   auto is_block = [&](int u) { return u != EMBED && u != LNF; };
