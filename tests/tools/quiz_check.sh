@@ -420,7 +420,8 @@ out2=$($est --quiz --student carol --course-pub $e1/course.pub --check $e1/answe
 res edition1_answers_file_is_graded_against_edition1 $? "(exit $rc, $rc2: $(diff <(echo "$out") $e1/check_carol.txt | head -3) $out2)"
 # the edition is signed: an edition-1 certificate renamed nzcert2 (whose first answers would grade 4 of
 # 14 in edition 2) and alice's edition-2 certificate renamed nzcert1 are refused by the signature; a
-# result line's edition is under its check code; an edition never made is one line, exit 2
+# result line's edition is under its check code; an edition never made, and --quiz-edition beside
+# --verify (which reads the line's own), are one line, exit 2
 e1cert=$(cat $e1/certificate_carol.txt)
 out=$($est --verify "${e1cert/nzcert1/nzcert2}" --course-pub $e1/course.pub 2>&1); rc=$?
 out2=$($est --verify "${cert/nzcert2/nzcert1}" --course-pub "$keys/course.pub" 2>&1); rc2=$?
@@ -428,11 +429,13 @@ e1line=$(cat $e1/result_line.txt)
 out3=$($est --verify "${e1line/nzquiz1/nzquiz2}" 2>&1); rc3=$?
 out4=$($est --verify "${e1cert/nzcert1/nzcert3}" --course-pub $e1/course.pub 2>&1); rc4=$?
 out5=$($est --quiz --quiz-edition 3 2>&1); rc5=$?
-[ $rc = 1 ] && [ $rc2 = 1 ] && grep -q '^not verified: the signature does not match' <<<"$out" &&
+out6=$($est --verify "$e1line" --quiz-edition 1 2>&1); rc6=$?
+[ $rc6 = 2 ] && [ "$(wc -l <<<"$out6")" = 1 ] && grep -q 'reads the edition from the line' <<<"$out6" || rc6=x
+[ $rc = 1 ] && [ $rc2 = 1 ] && [ $rc6 = 2 ] && grep -q '^not verified: the signature does not match' <<<"$out" &&
   grep -q '^not verified: the signature does not match' <<<"$out2" && [ -n "$cert" ] &&
   [ $rc3 = 1 ] && grep -q '^not verified: the check code' <<<"$out3" &&
   [ $rc4 = 2 ] && [ "$(wc -l <<<"$out4")" = 1 ] && [ $rc5 = 2 ] && [ "$(wc -l <<<"$out5")" = 1 ]
-res an_edited_edition_is_refused $? "(exit $rc, $rc2, $rc3, $rc4, $rc5: $out | $out2 | $out3 | $out4 | $out5)"
+res an_edited_edition_is_refused $? "(exit $rc, $rc2, $rc3, $rc4, $rc5, $rc6: $out | $out2 | $out3 | $out4 | $out5 | $out6)"
 # an instructor prints the old quiz for a student: its first line says edition 1, and its key is
 # edition 1's key of the student's seed
 out=$(cq --student carol --course-pub $e1/course.pub --count 14 --quiz-edition 1 2>&1)
