@@ -780,14 +780,16 @@ static AnswersHeader read_header(const char* flag, const std::string& path, cons
     std::vector<std::string> f;
     AnswersHeader h;
     h.edition = edition_of(line.substr(0, line.find(' ')), answers_magic);
-    if (h.edition && split_fields(line, answers_magic(h.edition), {"student", "seed", "count"}, &f) && valid_student_id(f[0]) &&
+    if (h.edition && split_fields(line, answers_magic(h.edition), {"student", "seed", "count"}, &f) &&
+        valid_student_id(f[0]) &&
         parse_whole(f[1], 1u << 30, &h.seed) && h.seed >= 1 && parse_whole(f[2], 1000, &h.count) && h.count >= 1) {
       h.student = f[0];
       return h;
     }
     break;  // the first line that is not blank or a comment is not the header
   }
-  user_error("%s %s: no first line `nzquiz-answers2 student=ID seed=S count=C` (nzquiz-answers for edition 1); a course's answers file begins "
+  user_error("%s %s: no first line `nzquiz-answers2 student=ID seed=S count=C` (nzquiz-answers for edition 1); "
+             "a course's answers file begins "
              "with the line its quiz printed (zero_estimate --quiz --student ID --course-pub FILE)", flag, path.c_str());
 }
 
@@ -998,7 +1000,8 @@ static std::string join(const std::vector<std::string>& v) {
 static std::string sign_certificate(const CourseGrade& g, const CourseKey& k) {
   std::vector<std::string> n;
   for (int a : g.attempts) n.push_back(std::to_string(a));
-  const std::string body = cert_magic(g.h.edition) + fmt(" student=%s seed=%llu count=%d date=%s first=", g.h.student.c_str(),
+  const std::string body = cert_magic(g.h.edition) +
+                           fmt(" student=%s seed=%llu count=%d date=%s first=", g.h.student.c_str(),
                                (unsigned long long)g.h.seed, int(g.h.count), utc_now().c_str()) +
                            join(g.first) + " attempts=" + join(n) +
                            fmt(" score=%d/%d key=%s", first_right(g), int(g.h.count), k.id().c_str());

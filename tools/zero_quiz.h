@@ -13,10 +13,10 @@
 // Question kinds: per-rank model-state bytes of a GPT-2-shaped model (vocabulary 50257, as GPT-2
 // has) for a stage, world size and precision; elements each rank sends per optimizer step with
 // gradient accumulation; offload's host bytes and host<->device traffic; the fewest ranks for a
-// stage to fit a device; the largest model a stage fits on N devices. Every sixth question is one of the
-// FAQ's, and from edition 2 on (below) every seventh (i = 6, 13, ...) one of the rungs beside the ladder's, in turn: tensor
-// parallelism's (tensor/formulas.h: the elements a tensor rank all-reduces per step, or its parameter
-// bytes), Ulysses' (ulysses/formulas.h: the all-to-all's elements per block and rank, or the largest S)
+// stage to fit a device; the largest model a stage fits on N devices. Every sixth question is one of
+// the FAQ's, and from edition 2 on (below) every seventh (i = 6, 13, ...) one of the rungs beside the
+// ladder's, in turn: tensor parallelism's (tensor/formulas.h: the elements a tensor rank
+// all-reduces per step, or its parameter bytes), Ulysses' (ulysses/formulas.h: the all-to-all's elements per block and rank, or the largest S)
 // and Muon's (muon_formulas.h: stage1's optimizer state per rank, or gather-all's elements per step).
 #pragma once
 #include <cmath>  // NAN
@@ -64,8 +64,8 @@ int check_quiz(uint64_t seed, int count, const std::string& path, bool explain =
                int edition = kQuizEdition);
 
 // The result line of a graded quiz: `nzquiz2 seed=S count=C answers=A1,A2,... score=R/C code=XXXXXXXX`
-// (`nzquiz1` in edition 1: the magic names the edition), the answers as given (`-` for none) and a check code over all of it (FNV-1a, 32 bits). The code
-// catches a line edited by hand or garbled on the way; it is a checksum, not a signature: anyone with
+// (`nzquiz1` in edition 1: the magic names the edition), the answers as given (`-` for none) and a
+// check code over all of it (FNV-1a, 32 bits). The code catches a line edited by hand or garbled on the way; it is a checksum, not a signature: anyone with
 // zero_estimate can make one, and --verify grades the answers again rather than trusting the score.
 std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::string>& answers, int right,
                              int edition = kQuizEdition);
@@ -85,8 +85,8 @@ void print_quiz_key(uint64_t seed, int count, int edition = kQuizEdition);
 // The instructor makes an Ed25519 key pair once (make course-keys: DIR/course.key, mode 0600, and
 // DIR/course.pub); each student answers the quiz of a seed derived from their id and the course's
 // public key, in a file whose first line names them and the quiz's edition (`nzquiz-answers2
-// student=ID seed=S count=C`; `nzquiz-answers ...` is an edition-1 quiz's) and where every answer line is an attempt, the first one to each question the one graded. The
-// instructor signs what a student sends (--sign, with the private key, which students never hold);
+// student=ID seed=S count=C`; `nzquiz-answers ...` is an edition-1 quiz's) and where every answer
+// line is an attempt, the first one to each question the one graded. The instructor signs what a student sends (--sign, with the private key, which students never hold);
 // --verify checks the certificate with the public key alone. Signatures are libsodium's: in the
 // WebAssembly page (no libsodium) these functions say so (one line, exit 2).
 
@@ -120,8 +120,8 @@ int run_course_quiz(const CourseQuiz& c);
 // id), big-endian) mod 2^30, inside --seed's range, so `--quiz --seed S` gives the same questions.
 uint64_t student_seed(const unsigned char public_key[32], const std::string& student);
 
-// --verify of an nzcert1 or nzcert2 line (the edition of its quiz, inside the signed text): the signature with the course's public key, the seed against the
-// student's, the first answers graded again against the score. Returns 0 verified, 1 not.
+// --verify of an nzcert1 or nzcert2 line (the edition of its quiz, inside the signed text): the
+// signature with the course's public key, the seed against the student's, the first answers graded again against the score. Returns 0 verified, 1 not.
 int verify_certificate(const std::string& line, const std::string& course_pub);
 
 // ---- a course's graded exercises: the hidden runs' seed and the signed grade record ----
