@@ -277,6 +277,8 @@ void print_usage() {
          "                 question's unit); exit 0 when all are right, 1 otherwise\n"
          "  --explain      with --check: the worked answer under each wrong one\n"
          "  --result       with --check: a result line to paste for an instructor (seed, answers, score, check code)\n"
+         "  --quiz-edition E  with --quiz: the questions of an older edition (1), as lines nzquiz1/nzcert1 name\n"
+         "                 them; the default is the newest (2) (docs/certificates.md, \"Editions\")\n"
          "  --verify LINE  check a result line: its code, and its answers graded again (exit 0 when it holds);\n"
          "                 a course's certificate with --course-pub FILE: its signature, seed and score\n"
          "  a course's quiz (docs/certificates.md):\n"
@@ -965,6 +967,7 @@ int main(int argc, char** argv) {
     else if (a == "--vocab") vocab = parse_pos(a, v, 1 << 24);
     else if (a == "--seed") quiz_seed = uint64_t(parse_pos(a, v, 1 << 30)), seed_given = true;
     else if (a == "--count") quiz_count = parse_pos(a, v, 1000);
+    else if (a == "--quiz-edition") course.edition = parse_pos(a, v, kQuizEditions);  // zero_quiz.h's editions
     else if (a == "--check") check_file = v;
     else if (a == "--verify") verify_line = v, verify = true;
     else if (a == "--student") course.student = v;
@@ -1022,6 +1025,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!course.grade_seed_of.empty() || !course.grade_line.empty()) return run_course_grade(course);
+  if (course.edition && (verify || !quiz))
+    user_error("--quiz-edition goes with --quiz (it prints or grades an old edition's quiz); --verify reads the "
+               "edition from the line itself");
   if (verify) return verify_quiz_result(verify_line, course.course_pub) == 0 ? 0 : 1;
   if (paper) {
     print_paper_table();
@@ -1042,16 +1048,18 @@ int main(int argc, char** argv) {
     return run_course_quiz(course);
   }
   if (quiz) {
-    if (!check_file.empty()) return check_quiz(quiz_seed, quiz_count, check_file, explain, result) == 0 ? 0 : 1;
+    const int edition = course.edition ? course.edition : kQuizEdition;
+    if (!check_file.empty())
+      return check_quiz(quiz_seed, quiz_count, check_file, explain, result, edition) == 0 ? 0 : 1;
     if (key) {
-      print_quiz_key(quiz_seed, quiz_count);
+      print_quiz_key(quiz_seed, quiz_count, edition);
       return 0;
     }
     // the questions only: the key is the instructor's (--key), never printed beside them
-    const std::vector<QuizQuestion> q = make_quiz(quiz_seed, quiz_count);
-    printf("ZeRO quiz (--seed %llu --count %d): answer in each question's unit, one line each, e.g. `Q1 12.5`,\n"
-           "then grade with: zero_estimate --quiz --seed %llu --count %d --check answers.txt\n\n",
-           (unsigned long long)quiz_seed, quiz_count, (unsigned long long)quiz_seed, quiz_count);
+    const std::vector<QuizQuestion> q = make_quiz(quiz_seed, quiz_count, edition);
+    const std::string flags = quiz_flags(quiz_seed, quiz_count, edition);
+    printf("ZeRO quiz (%s): answer in each question's unit, one line each, e.g. `Q1 12.5`,\n"
+           "then grade with: zero_estimate --quiz %s --check answers.txt\n\n", flags.c_str(), flags.c_str());
     for (size_t i = 0; i < q.size(); i++) printf("Q%zu. %s\n\n", i + 1, q[i].text.c_str());
     return 0;
   }

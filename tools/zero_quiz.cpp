@@ -243,7 +243,8 @@ QuizQuestion ulysses_question(Rng& rng, const Shape& shape) {
 
 }  // namespace
 
-std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
+std::vector<QuizQuestion> make_quiz(uint64_t seed, int count, int edition) {
+  NZ_CHECK(edition >= 1 && edition <= kQuizEditions, "make_quiz: no quiz edition %d", edition);
   Rng rng(seed, 0x717a);  // its own stream
   auto pick = [&](int n) { return int(rng.next() % uint64_t(n)); };
   const int worlds[] = {4, 8, 16, 32, 64};
@@ -255,8 +256,8 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count) {
     const int N = worlds[pick(5)];
     const DType dt = pick(2) ? DType::BF16 : DType::F32;
     // ---- the rungs beside the ladder: every seventh question (i = 6, 13, 20, ...; a quiz of six or
-    // fewer has none), in turn tensor parallelism's, Ulysses' and Muon's ----
-    if (i % 7 == 6) {
+    // fewer has none), in turn tensor parallelism's, Ulysses' and Muon's; edition 1 has none ----
+    if (edition >= 2 && i % 7 == 6) {
       const int rung = (i / 7) % 3;
       if (rung == 0) q.push_back(tensor_question(pick));
       else if (rung == 1) q.push_back(ulysses_question(rng, shape));
@@ -517,6 +518,19 @@ static std::string read_small_file(const char* flag, const std::string& path, si
   return text;
 }
 
+// ---- the editions' magics (zero_quiz.h): edition 1's are those of the lines made before editions were named ----
+static std::string result_magic(int edition) { return fmt("nzquiz%d", edition); }
+static std::string cert_magic(int edition) { return fmt("nzcert%d", edition); }
+static std::string answers_magic(int edition) {
+  return edition == 1 ? "nzquiz-answers" : fmt("nzquiz-answers%d", edition);
+}
+// The edition whose magic `word` is (1 .. kQuizEditions); 0 when it is none of them.
+static int edition_of(const std::string& word, std::string (*magic)(int)) {
+  for (int e = 1; e <= kQuizEditions; e++)
+    if (word == magic(e)) return e;
+  return 0;
+}
+
 // An answers file holds far less than this (a line per attempt); anything longer is not one.
 constexpr size_t kAnswersLimit = 1 << 20;
 
@@ -535,7 +549,7 @@ static std::vector<std::vector<std::string>> read_answers(const char* flag, cons
     if (size_t h = line.find('#'); h != std::string::npos) line.resize(h);
     std::istringstream ls(line);
     std::string label, value;
-    if (!(ls >> label) || label == "nzquiz-answers") continue;  // blank, or the course's first line
+    if (!(ls >> label) || edition_of(label, answers_magic)) continue;  // blank, or the course's first line
     if (!(ls >> value)) user_error("%s %s, line %d: \"%s\" is not an answer; expected `Q<n> <number>`", flag,
                                    path.c_str(), lineno, line.c_str());
     if (label[0] == 'Q' || label[0] == 'q') label = label.substr(1);
@@ -573,14 +587,19 @@ static bool print_verdict(size_t i, const QuizQuestion& qi, double v, bool expla
   return exact || paper;
 }
 
+std::string quiz_flags(uint64_t seed, int count, int edition) {
+  return fmt("--seed %llu --count %d", (unsigned long long)seed, count) +
+         (edition == kQuizEdition ? "" : fmt(" --quiz-edition %d", edition));
+}
+
 static double answer_value(const std::string& text) { return text == "-" ? NAN : strtod(text.c_str(), nullptr); }
 
-int check_quiz(uint64_t seed, int count, const std::string& path, bool explain, bool result) {
+int check_quiz(uint64_t seed, int count, const std::string& path, bool explain, bool result, int edition) {
   const std::string text = read_small_file("--check", path, kAnswersLimit, "a file of answers, one `Q<n> <number>` a line");
   if (text.find("nzquiz-answers") != std::string::npos)
     user_error("--check %s: a course's answers file (its line nzquiz-answers); grade it with --student ID "
                "--course-pub FILE, not --seed", path.c_str());
-  const std::vector<QuizQuestion> q = make_quiz(seed, count);
+  const std::vector<QuizQuestion> q = make_quiz(seed, count, edition);
   const auto attempts = read_answers("--check", path, text, q.size(), fmt("--seed %llu --count %d", (unsigned long long)seed, count));
   std::vector<std::string> given_text(q.size(), "-");  // self-study: the latest answer to each question counts
   for (size_t i = 0; i < q.size(); i++)
@@ -589,7 +608,7 @@ int check_quiz(uint64_t seed, int count, const std::string& path, bool explain, 
   for (size_t i = 0; i < q.size(); i++) wrong += !print_verdict(i, q[i], answer_value(given_text[i]), explain);
   printf("score: %zu of %zu right\n", q.size() - wrong, q.size());
   if (result) {
-    printf("result: %s\n", quiz_result_line(seed, count, given_text, int(q.size()) - wrong).c_str());
+    printf("result: %s\n", quiz_result_line(seed, count, given_text, int(q.size()) - wrong, edition).c_str());
     printf("(self-study: the result line's code is a checksum, not a signature; anyone can make one. A course's "
            "certificate is signed by its instructor: docs/certificates.md)\n");
   }
@@ -602,8 +621,9 @@ static uint32_t fnv1a(const std::string& s) {
   return h;
 }
 
-std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::string>& answers, int right) {
-  std::string line = fmt("nzquiz1 seed=%llu count=%d answers=", (unsigned long long)seed, count);
+std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::string>& answers, int right,
+                             int edition) {
+  std::string line = result_magic(edition) + fmt(" seed=%llu count=%d answers=", (unsigned long long)seed, count);
   for (size_t i = 0; i < answers.size(); i++) line += (i ? "," : "") + answers[i];
   line += fmt(" score=%d/%d", right, count);
   return line + fmt(" code=%08x", fnv1a(line));
@@ -611,7 +631,7 @@ std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::st
 
 // A line's space-separated fields `name=value`, checked against the names expected in order; false
 // when the line has other fields, fewer, more, or in another order.
-static bool split_fields(const std::string& line, const char* magic, const std::vector<std::string>& names,
+static bool split_fields(const std::string& line, const std::string& magic, const std::vector<std::string>& names,
                          std::vector<std::string>* values) {
   std::istringstream ss(line);
   std::string tok;
@@ -663,20 +683,22 @@ int verify_quiz_result(const std::string& text, const std::string& course_pub) {
   if (line.rfind("result: ", 0) == 0) line = line.substr(8);  // as --check --result prints it
   if (line.rfind("certificate: ", 0) == 0) line = line.substr(13);  // as --sign prints it
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  if (line.rfind("nzcert1 ", 0) == 0) return verify_certificate(line, course_pub);
+  const std::string word = line.substr(0, line.find(' '));
+  if (edition_of(word, cert_magic)) return verify_certificate(line, course_pub);
   if (line.rfind("nzgrade1 ", 0) == 0) return verify_grade_record(line, course_pub);
   std::vector<std::string> f;
   uint64_t seed = 0, count = 0, right = 0, of = 0;
-  const bool parsed = line.size() < 20000 &&
-                      split_fields(line, "nzquiz1", {"seed", "count", "answers", "score", "code"}, &f) &&
+  const int edition = edition_of(word, result_magic);
+  const bool parsed = line.size() < 20000 && edition &&
+                      split_fields(line, word, {"seed", "count", "answers", "score", "code"}, &f) &&
                       f[3].find('/') != std::string::npos &&
                       parse_whole(f[1], 1000, &count) && count >= 1 &&
                       parse_whole(f[3].substr(0, f[3].find('/')), count, &right) &&
                       parse_whole(f[3].substr(f[3].find('/') + 1), 1000, &of) && of == count &&
                       f[4].size() == 8 && f[4].find_first_not_of("0123456789abcdef") == std::string::npos;
   if (!parsed)
-    user_error("--verify \"%.80s\": not a quiz result line, expected `nzquiz1 seed=S count=C answers=A1,A2,... "
-               "score=R/C code=XXXXXXXX`; paste the whole line the quiz printed", line.c_str());
+    user_error("--verify \"%.80s\": not a quiz result line, expected `nzquiz2 seed=S count=C answers=A1,A2,... "
+               "score=R/C code=XXXXXXXX` (nzquiz1 for edition 1); paste the whole line the quiz printed", line.c_str());
   if (!parse_whole(f[0], 1u << 30, &seed) || seed < 1)
     user_error("--verify: seed=%.40s is not a quiz's seed, expected a whole number from 1 to %u as --seed takes it; "
                "paste the whole line the quiz printed", f[0].c_str(), 1u << 30);
@@ -690,7 +712,7 @@ int verify_quiz_result(const std::string& text, const std::string& course_pub) {
            "again\n");
     return 1;
   }
-  const std::vector<QuizQuestion> q = make_quiz(seed, int(count));
+  const std::vector<QuizQuestion> q = make_quiz(seed, int(count), edition);
   int regraded = 0;
   for (size_t i = 0; i < count; i++) {
     if (!answer_field_ok(given[i]))
@@ -699,17 +721,17 @@ int verify_quiz_result(const std::string& text, const std::string& course_pub) {
     regraded += right_either(q[i], answer_value(given[i]));
   }
   if (regraded != int(right)) {
-    printf("not verified: the line says %d of %d right, its answers grade %d of %d (--seed %llu --count %d)\n",
-           int(right), int(count), regraded, int(count), (unsigned long long)seed, int(count));
+    printf("not verified: the line says %d of %d right, its answers grade %d of %d (%s)\n", int(right), int(count),
+           regraded, int(count), quiz_flags(seed, int(count), edition).c_str());
     return 1;
   }
-  printf("verified: --seed %llu --count %d, %d of %d right (a self-study line: its code is a checksum, not a "
-         "signature)\n", (unsigned long long)seed, int(count), int(right), int(count));
+  printf("verified: %s, %d of %d right (a self-study line: its code is a checksum, not a signature)\n",
+         quiz_flags(seed, int(count), edition).c_str(), int(right), int(count));
   return 0;
 }
 
-void print_quiz_key(uint64_t seed, int count) {
-  const std::vector<QuizQuestion> q = make_quiz(seed, count);
+void print_quiz_key(uint64_t seed, int count, int edition) {
+  const std::vector<QuizQuestion> q = make_quiz(seed, count, edition);
   printf("ZeRO quiz answer key (--seed %llu --count %d), for the instructor: a file of these lines scores 100%%\n",
          (unsigned long long)seed, count);
   for (size_t i = 0; i < q.size(); i++) {
@@ -740,10 +762,12 @@ static void check_student_id(const char* flag, const std::string& id) {
                "or digit (no spaces, no / or \\); e.g. %s alice.smith", flag, id.c_str(), flag);
 }
 
-// The first line of a student's answers file, `nzquiz-answers student=ID seed=S count=C`.
+// The first line of a student's answers file, `nzquiz-answers2 student=ID seed=S count=C` (edition 2;
+// `nzquiz-answers ...` an edition-1 quiz's).
 struct AnswersHeader {
   std::string student;
   uint64_t seed = 0, count = 0;
+  int edition = 0;
 };
 
 static AnswersHeader read_header(const char* flag, const std::string& path, const std::string& text) {
@@ -755,14 +779,17 @@ static AnswersHeader read_header(const char* flag, const std::string& path, cons
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     std::vector<std::string> f;
     AnswersHeader h;
-    if (split_fields(line, "nzquiz-answers", {"student", "seed", "count"}, &f) && valid_student_id(f[0]) &&
+    h.edition = edition_of(line.substr(0, line.find(' ')), answers_magic);
+    if (h.edition && split_fields(line, answers_magic(h.edition), {"student", "seed", "count"}, &f) &&
+        valid_student_id(f[0]) &&
         parse_whole(f[1], 1u << 30, &h.seed) && h.seed >= 1 && parse_whole(f[2], 1000, &h.count) && h.count >= 1) {
       h.student = f[0];
       return h;
     }
     break;  // the first line that is not blank or a comment is not the header
   }
-  user_error("%s %s: no first line `nzquiz-answers student=ID seed=S count=C`; a course's answers file begins "
+  user_error("%s %s: no first line `nzquiz-answers2 student=ID seed=S count=C` (nzquiz-answers for edition 1); "
+             "a course's answers file begins "
              "with the line its quiz printed (zero_estimate --quiz --student ID --course-pub FILE)", flag, path.c_str());
 }
 
@@ -910,7 +937,7 @@ struct CourseGrade {
 // Reads and grades a student's answers file against the quiz of their seed; the file's first line
 // must name `student` (when given) and that student's seed. Prints the verdicts when `print`.
 static CourseGrade grade_course_answers(const char* flag, const std::string& path, const CourseKey& k,
-                                        const std::string& student, bool print, bool explain) {
+                                        const std::string& student, bool print, bool explain, int edition) {
   const std::string text = read_small_file(flag, path, kAnswersLimit, "a student's answers file");
   CourseGrade g;
   g.h = read_header(flag, path, text);
@@ -922,7 +949,12 @@ static CourseGrade grade_course_answers(const char* flag, const std::string& pat
     user_error("%s %s: answers to the quiz of seed %llu, but student %s's quiz is seed %llu with this course's key "
                "%s (another student's quiz, or another course's); answer your own quiz", flag, path.c_str(),
                (unsigned long long)g.h.seed, g.h.student.c_str(), (unsigned long long)own, k.id().c_str());
-  g.q = make_quiz(g.h.seed, int(g.h.count));
+  // the file's first line names its quiz's edition; --quiz-edition, when given, must agree
+  if (edition != 0 && edition != g.h.edition)
+    user_error("%s %s: answers to an edition-%d quiz (its first line %s), not to --quiz-edition %d; drop "
+               "--quiz-edition: the file's first line says which quiz it answers", flag, path.c_str(), g.h.edition,
+               answers_magic(g.h.edition).c_str(), edition);
+  g.q = make_quiz(g.h.seed, int(g.h.count), g.h.edition);
   const auto attempts = read_answers(flag, path, text, g.q.size(),
                                      fmt("student %s, --count %d", g.h.student.c_str(), int(g.h.count)));
   for (size_t i = 0; i < g.q.size(); i++) {
@@ -962,12 +994,14 @@ static std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// The certificate: `nzcert1 student=ID seed=S count=C date=D first=A1,... attempts=N1,... score=R/C
-// key=K sig=SIG`, SIG the Ed25519 signature of everything before " sig=".
+// The certificate: `nzcert2 student=ID seed=S count=C date=D first=A1,... attempts=N1,... score=R/C
+// key=K sig=SIG` (nzcert1 for an edition-1 quiz), SIG the Ed25519 signature of everything before
+// " sig=", the magic and so the edition included.
 static std::string sign_certificate(const CourseGrade& g, const CourseKey& k) {
   std::vector<std::string> n;
   for (int a : g.attempts) n.push_back(std::to_string(a));
-  const std::string body = fmt("nzcert1 student=%s seed=%llu count=%d date=%s first=", g.h.student.c_str(),
+  const std::string body = cert_magic(g.h.edition) +
+                           fmt(" student=%s seed=%llu count=%d date=%s first=", g.h.student.c_str(),
                                (unsigned long long)g.h.seed, int(g.h.count), utc_now().c_str()) +
                            join(g.first) + " attempts=" + join(n) +
                            fmt(" score=%d/%d key=%s", first_right(g), int(g.h.count), k.id().c_str());
@@ -979,10 +1013,12 @@ static std::string sign_certificate(const CourseGrade& g, const CourseKey& k) {
 int verify_certificate(const std::string& line, const std::string& course_pub) {
   sodium_ready();
   std::vector<std::string> f;
-  const char* shape = "`nzcert1 student=ID seed=S count=C date=D first=A1,... attempts=N1,... score=R/C key=K "
-                      "sig=SIG`";
-  if (line.size() > 100000 ||
-      !split_fields(line, "nzcert1", {"student", "seed", "count", "date", "first", "attempts", "score", "key", "sig"},
+  const char* shape = "`nzcert2 student=ID seed=S count=C date=D first=A1,... attempts=N1,... score=R/C key=K "
+                      "sig=SIG` (nzcert1 for edition 1)";
+  const std::string word = line.substr(0, line.find(' '));
+  const int edition = edition_of(word, cert_magic);
+  if (line.size() > 100000 || !edition ||
+      !split_fields(line, word, {"student", "seed", "count", "date", "first", "attempts", "score", "key", "sig"},
                     &f))
     user_error("--verify \"%.60s...\": not a certificate, expected %s; paste the whole line", line.c_str(), shape);
   if (course_pub.empty())
@@ -1031,7 +1067,7 @@ int verify_certificate(const std::string& line, const std::string& course_pub) {
            (unsigned long long)seed, f[0].c_str(), (unsigned long long)own);
     return 1;
   }
-  const std::vector<QuizQuestion> q = make_quiz(seed, int(count));
+  const std::vector<QuizQuestion> q = make_quiz(seed, int(count), edition);
   int regraded = 0, tries = 0;
   for (size_t i = 0; i < count; i++) {
     regraded += right_either(q[i], answer_value(first[i]));
@@ -1043,8 +1079,8 @@ int verify_certificate(const std::string& line, const std::string& course_pub) {
     return 1;
   }
   printf("verified: student %s, %d of %d right at the first attempt (%d attempts in all), signed %s with course "
-         "key %s (seed %llu)\n", f[0].c_str(), int(right), int(count), tries, f[3].c_str(), k.id().c_str(),
-         (unsigned long long)seed);
+         "key %s (seed %llu%s)\n", f[0].c_str(), int(right), int(count), tries, f[3].c_str(), k.id().c_str(),
+         (unsigned long long)seed, edition == kQuizEdition ? "" : fmt(", quiz edition %d", edition).c_str());
   return 0;
 }
 
@@ -1064,7 +1100,7 @@ int run_course_quiz(const CourseQuiz& c) {
     check_student_id("--student", c.student);
     sodium_ready();
     CourseKey k = read_signing_key(c.signing_key);
-    const CourseGrade g = grade_course_answers("--sign", c.sign_file, k, c.student, false, false);
+    const CourseGrade g = grade_course_answers("--sign", c.sign_file, k, c.student, false, false, c.edition);
     printf("certificate: %s\n", sign_certificate(g, k).c_str());
     sodium_memzero(k.sk, sizeof k.sk);
     return 0;
@@ -1075,7 +1111,7 @@ int run_course_quiz(const CourseQuiz& c) {
   const CourseKey k = read_public_key(c.course_pub);
   if (!c.check_file.empty()) {
     if (!c.student.empty()) check_student_id("--student", c.student);
-    const CourseGrade g = grade_course_answers("--check", c.check_file, k, c.student, true, c.explain);
+    const CourseGrade g = grade_course_answers("--check", c.check_file, k, c.student, true, c.explain, c.edition);
     int tries = 0;
     for (int a : g.attempts) tries += a;
     printf("score: %d of %d right at the first attempt (%d attempts in all; the first answer to each question is "
@@ -1087,18 +1123,20 @@ int run_course_quiz(const CourseQuiz& c) {
   if (c.student.empty()) user_error("a course's quiz is a student's own: add --student ID");
   check_student_id("--student", c.student);
   const uint64_t seed = student_seed(k.pk, c.student);
+  const int edition = c.edition ? c.edition : kQuizEdition;
   if (c.key) {
-    print_quiz_key(seed, c.count);
+    print_quiz_key(seed, c.count, edition);
     return 0;
   }
-  const std::vector<QuizQuestion> q = make_quiz(seed, c.count);
+  const std::vector<QuizQuestion> q = make_quiz(seed, c.count, edition);
+  // the first line names the edition, so the file is graded against these questions after an update
   printf("ZeRO quiz of student %s (course key %s: seed %llu, --count %d). Answer in a file whose first line is\n"
-         "  nzquiz-answers student=%s seed=%llu count=%d\n"
+         "  %s student=%s seed=%llu count=%d\n"
          "then one line per answer in each question's unit, e.g. `Q1 12.5`. Every line is an attempt and the first "
          "answer to each question is the one graded: to try again, add a line, never change one. Check with\n"
          "  zero_estimate --quiz --student %s --course-pub %s --check answers.txt\n\n",
-         c.student.c_str(), k.id().c_str(), (unsigned long long)seed, c.count, c.student.c_str(),
-         (unsigned long long)seed, c.count, c.student.c_str(), c.course_pub.c_str());
+         c.student.c_str(), k.id().c_str(), (unsigned long long)seed, c.count, answers_magic(edition).c_str(),
+         c.student.c_str(), (unsigned long long)seed, c.count, c.student.c_str(), c.course_pub.c_str());
   for (size_t i = 0; i < q.size(); i++) printf("Q%zu. %s\n\n", i + 1, q[i].text.c_str());
   return 0;
 }

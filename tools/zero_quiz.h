@@ -13,10 +13,10 @@
 // Question kinds: per-rank model-state bytes of a GPT-2-shaped model (vocabulary 50257, as GPT-2
 // has) for a stage, world size and precision; elements each rank sends per optimizer step with
 // gradient accumulation; offload's host bytes and host<->device traffic; the fewest ranks for a
-// stage to fit a device; the largest model a stage fits on N devices. Every sixth question is one of the
-// FAQ's, and every seventh (i = 6, 13, ...) one of the rungs beside the ladder's, in turn: tensor
-// parallelism's (tensor/formulas.h: the elements a tensor rank all-reduces per step, or its parameter
-// bytes), Ulysses' (ulysses/formulas.h: the all-to-all's elements per block and rank, or the largest S)
+// stage to fit a device; the largest model a stage fits on N devices. Every sixth question is one of
+// the FAQ's, and from edition 2 on (below) every seventh (i = 6, 13, ...) one of the rungs beside the
+// ladder's, in turn: tensor parallelism's (tensor/formulas.h: the elements a tensor rank
+// all-reduces per step, or its parameter bytes), Ulysses' (ulysses/formulas.h: the all-to-all's elements per block and rank, or the largest S)
 // and Muon's (muon_formulas.h: stage1's optimizer state per rank, or gather-all's elements per step).
 #pragma once
 #include <cmath>  // NAN
@@ -39,7 +39,19 @@ struct QuizQuestion {
   std::string explanation = "";  // the worked answer, shown under a wrong one (--check --explain)
 };
 
-std::vector<QuizQuestion> make_quiz(uint64_t seed, int count);
+// ---- editions: what a seed's questions are ----
+// A seed's questions change when the quiz gains a kind of question, and a result line, an answers file
+// or a certificate of the old questions must still be graded against them, so every one names its
+// edition: edition 1 (the ladder's and the FAQ's questions) is what the lines without a number say
+// (`nzquiz1`, `nzcert1`, `nzquiz-answers`), edition 2 (every seventh question one of the rungs', below)
+// what `nzquiz2`, `nzcert2` and `nzquiz-answers2` say. What is made now is kQuizEdition's;
+// --quiz-edition 1 prints and grades the old quiz. Never change an edition's questions: add one.
+constexpr int kQuizEdition = 2;   // the edition made now
+constexpr int kQuizEditions = 2;  // editions 1 .. kQuizEditions are graded
+
+std::vector<QuizQuestion> make_quiz(uint64_t seed, int count, int edition = kQuizEdition);
+// The flags that print a quiz again: `--seed S --count C`, and ` --quiz-edition E` for an old edition.
+std::string quiz_flags(uint64_t seed, int count, int edition);
 
 // Grades the answers in `path` (one per line: `Q<n> <number>` or `<n> <number>`; `#` comments and
 // blank lines ignored) against the quiz of (seed, count). Prints one line per question and the
@@ -48,15 +60,18 @@ std::vector<QuizQuestion> make_quiz(uint64_t seed, int count);
 // two conventions says which one it matched.
 // explain: under each wrong answer, its worked explanation (indented lines). result: after the
 // score, the result line a learner pastes for an instructor (quiz_result_line).
-int check_quiz(uint64_t seed, int count, const std::string& path, bool explain = false, bool result = false);
+int check_quiz(uint64_t seed, int count, const std::string& path, bool explain = false, bool result = false,
+               int edition = kQuizEdition);
 
-// The result line of a graded quiz: `nzquiz1 seed=S count=C answers=A1,A2,... score=R/C code=XXXXXXXX`,
-// the answers as given (`-` for none) and a check code over all of it (FNV-1a, 32 bits). The code
-// catches a line edited by hand or garbled on the way; it is a checksum, not a signature: anyone with
+// The result line of a graded quiz: `nzquiz2 seed=S count=C answers=A1,A2,... score=R/C code=XXXXXXXX`
+// (`nzquiz1` in edition 1: the magic names the edition), the answers as given (`-` for none) and a
+// check code over all of it (FNV-1a, 32 bits). The code catches a line edited by hand or garbled on the way; it is a checksum, not a signature: anyone with
 // zero_estimate can make one, and --verify grades the answers again rather than trusting the score.
-std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::string>& answers, int right);
-// zero_estimate --verify LINE [--course-pub FILE]: a self-study result line (nzquiz1) has its code
-// checked and its answers graded again; a course's certificate (nzcert1) is checked with the course's
+std::string quiz_result_line(uint64_t seed, int count, const std::vector<std::string>& answers, int right,
+                             int edition = kQuizEdition);
+// zero_estimate --verify LINE [--course-pub FILE]: a self-study result line (nzquiz1, nzquiz2) has its
+// code checked and its answers graded again against its edition's quiz; a course's certificate (nzcert1,
+// nzcert2) is checked with the course's
 // public key (verify_certificate). Prints one line; returns 0 when the line holds, 1 when it does
 // not. A line that is neither, or a field out of its range (a seed that is not a whole number from 1
 // to 2^30, as --seed takes it), is a user error (one line, exit 2).
@@ -64,14 +79,14 @@ int verify_quiz_result(const std::string& line, const std::string& course_pub = 
 
 // The answer key of (seed, count), for the instructor: one line `Q<n> <answer>   # unit, tolerance`
 // per question (a file of them scores 100%), the paper's answer beside the exact one where they differ.
-void print_quiz_key(uint64_t seed, int count);
+void print_quiz_key(uint64_t seed, int count, int edition = kQuizEdition);
 
 // ---- a course's quiz and its signed certificate (docs/certificates.md) ----
 // The instructor makes an Ed25519 key pair once (make course-keys: DIR/course.key, mode 0600, and
 // DIR/course.pub); each student answers the quiz of a seed derived from their id and the course's
-// public key, in a file whose first line names them (`nzquiz-answers student=ID seed=S count=C`)
-// and where every answer line is an attempt, the first one to each question the one graded. The
-// instructor signs what a student sends (--sign, with the private key, which students never hold);
+// public key, in a file whose first line names them and the quiz's edition (`nzquiz-answers2
+// student=ID seed=S count=C`; `nzquiz-answers ...` is an edition-1 quiz's) and where every answer
+// line is an attempt, the first one to each question the one graded. The instructor signs what a student sends (--sign, with the private key, which students never hold);
 // --verify checks the certificate with the public key alone. Signatures are libsodium's: in the
 // WebAssembly page (no libsodium) these functions say so (one line, exit 2).
 
@@ -93,6 +108,7 @@ struct CourseQuiz {
   std::string check_file;   // --check FILE: the student's own grading, first attempts counted
   bool key = false, explain = false, result = false, seed_given = false;
   int count = 10;
+  int edition = 0;            // --quiz-edition E; 0: not given (kQuizEdition, or the answers file's own)
   std::string grade_seed_of;  // --grade-seed ID: the seed of a student's hidden grading runs
   std::string grade_line;     // --sign-grade LINE: a student's exercise verdicts, to sign
 };
@@ -104,8 +120,8 @@ int run_course_quiz(const CourseQuiz& c);
 // id), big-endian) mod 2^30, inside --seed's range, so `--quiz --seed S` gives the same questions.
 uint64_t student_seed(const unsigned char public_key[32], const std::string& student);
 
-// --verify of an nzcert1 line: the signature with the course's public key, the seed against the
-// student's, the first answers graded again against the score. Returns 0 verified, 1 not.
+// --verify of an nzcert1 or nzcert2 line (the edition of its quiz, inside the signed text): the
+// signature with the course's public key, the seed against the student's, the first answers graded again against the score. Returns 0 verified, 1 not.
 int verify_certificate(const std::string& line, const std::string& course_pub);
 
 // ---- a course's graded exercises: the hidden runs' seed and the signed grade record ----

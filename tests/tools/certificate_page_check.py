@@ -5,7 +5,8 @@ A course's key pair and a certificate are made here with the native zero_estimat
 with tests/tools/ed25519_ref.py (an Ed25519 apart from libsodium and from the browsers' WebCrypto).
 For each line the page's verdict, checked with the browser's WebCrypto Ed25519 and SHA-256 and
 zero_estimate's grading in the page, must be the command line's, word for word: the real
-certificate verified; an edited score, an edited answer, another student's id, another key's
+certificate verified, and an edition-1 certificate as issued (tests/tools/quiz_edition1/); an edited
+edition, an edited score, an edited answer, another student's id, another key's
 signature (under its own key id or this course's), a replayed seed and an unearned score (both signed
 with the course's own key), and the course's certificate under another course's key, each not
 verified; a line that is not a certificate refused. And the check can fail: a copy of the page whose
@@ -43,6 +44,11 @@ def signed(body, seed):
     return body + " sig=" + ed25519_ref.sign(seed, body.encode()).hex()
 
 
+edition1_dir = os.path.join(here, "quiz_edition1")
+edition1_cert = open(os.path.join(edition1_dir, "certificate_carol.txt")).read().strip()
+edition1_pub = os.path.join(edition1_dir, "course.pub")
+
+
 def cases(tmp):
     """(name, certificate line, public key file) for each case."""
     keys, other = os.path.join(tmp, "keys"), os.path.join(tmp, "other")
@@ -62,12 +68,12 @@ def cases(tmp):
     right = quiz_key("--seed", alice)
     answers = os.path.join(tmp, "alice.txt")
     with open(answers, "w") as f:
-        f.write(f"nzquiz-answers student=alice seed={alice} count=10\n")
+        f.write(f"nzquiz-answers2 student=alice seed={alice} count=10\n")
         for i, a in enumerate(right):
             f.write(f"Q{i + 1} {float(a) * 1.5:.6g}\nQ{i + 1} {a}\n" if i == 2 else f"Q{i + 1} {a}\n")
     rc, out, err = run("--quiz", "--sign", answers, "--student", "alice", "--signing-key", os.path.join(keys, "course.key"))
     cert = out.removeprefix("certificate: ")
-    if rc or not cert.startswith("nzcert1 "):
+    if rc or not cert.startswith("nzcert2 "):
         raise RuntimeError(f"--sign: exit {rc}: {err}")
     body = cert[:cert.rindex(" sig=")]
     first = body.split(" first=")[1].split()[0].split(",")
@@ -87,6 +93,10 @@ def cases(tmp):
         ("an_unearned_score_signed_by_the_course_key", signed(field(body, "score", "10/10"), sk_seed), pub_file),
         ("under_another_courses_key", cert, os.path.join(other, "course.pub")),
         ("not_a_certificate", "nzcert1 student=alice seed=-1", pub_file),
+        # an edition-1 certificate as issued (tests/tools/quiz_edition1/), graded against edition 1; and
+        # alice's renamed to edition 1, whose signature no longer holds
+        ("the_edition1_certificate", edition1_cert, edition1_pub),
+        ("an_edited_edition", cert.replace("nzcert2 ", "nzcert1 ", 1), pub_file),
     ], pub
 
 
@@ -121,9 +131,11 @@ def main(kind, all_cases, directory, label="certificate_verdicts_are_zero_estima
             rc, out, err = run("--verify", line, "--course-pub", pub_file)
             seen += 1
             if rc == 0:
-                ok = text == out and cls == "right" and verdict == "verified" and name == "the_certificate"
+                ok = (text == out and cls == "right" and verdict == "verified" and
+                      name in ("the_certificate", "the_edition1_certificate"))
             elif rc == 1:
-                ok = text == out and cls == "wrong" and verdict == "not" and name != "the_certificate"
+                ok = (text == out and cls == "wrong" and verdict == "not" and
+                      name not in ("the_certificate", "the_edition1_certificate"))
             else:
                 ok = verdict == "error" and cls == "wrong" and name == "not_a_certificate"
             if not ok:

@@ -288,7 +288,7 @@ alice=$(seed_of alice); bob=$(seed_of bob)
 cq --student alice >"$tmp/alice_quiz.txt" 2>&1
 cq --student alice --key | grep '^Q[0-9]* ' | awk '{ print $1, $2 }' >"$tmp/alice_key.txt"
 $est --quiz --seed "$alice" --count 10 --key | grep '^Q[0-9]* ' | awk '{ print $1, $2 }' >"$tmp/alice_seed_key.txt"
-grep -qx "  nzquiz-answers student=alice seed=$alice count=10" "$tmp/alice_quiz.txt" && [ "$alice" != "$bob" ] &&
+grep -qx "  nzquiz-answers2 student=alice seed=$alice count=10" "$tmp/alice_quiz.txt" && [ "$alice" != "$bob" ] &&
   [ "$(wc -l <"$tmp/alice_key.txt")" = 10 ] && cmp -s "$tmp/alice_key.txt" "$tmp/alice_seed_key.txt"
 res a_students_seed_is_sha256_of_key_and_id $? "(alice $alice, bob $bob: $(head -2 "$tmp/alice_quiz.txt" | tail -1))"
 
@@ -296,7 +296,7 @@ res a_students_seed_is_sha256_of_key_and_id $? "(alice $alice, bob $bob: $(head 
 # same); every other answer right at once. The first attempt counts: 9 of 10, Q3 tried twice.
 q3_right=$(awk '$1 == "Q3" { print $2 }' "$tmp/alice_key.txt")
 q3_wrong=$(awk -v v="$q3_right" 'BEGIN { print v * 1.5 }')
-{ echo "nzquiz-answers student=alice seed=$alice count=10"; grep -v '^Q3 ' "$tmp/alice_key.txt"; echo "Q3 $q3_wrong"; } >"$tmp/alice.txt"
+{ echo "nzquiz-answers2 student=alice seed=$alice count=10"; grep -v '^Q3 ' "$tmp/alice_key.txt"; echo "Q3 $q3_wrong"; } >"$tmp/alice.txt"
 expected=$(cq --check "$tmp/alice.txt" 2>&1 | sed -n 's/^Q3  wrong: .*, expected \([0-9.e+-]*\) within.*/\1/p')
 echo "Q3 $expected" >>"$tmp/alice.txt"
 out=$(cq --check "$tmp/alice.txt" 2>&1); rc=$?
@@ -309,7 +309,7 @@ day0=$(date -u +%Y-%m-%d)
 cert=$($est --quiz --sign "$tmp/alice.txt" --student alice --signing-key "$keys/course.key" 2>&1 | sed -n 's/^certificate: //p')
 body=${cert% sig=*}; sig=${cert##* sig=}
 day1=$(date -u +%Y-%m-%d)  # the signing day: $day0, or $day1 if it was signed as midnight passed
-want="nzcert1 student=alice seed=$alice count=10 date=\($day0\|$day1\)T[0-9:]*Z first=[^ ]* attempts=1,1,2,1,1,1,1,1,1,1 score=9/10 key=${pub:0:16}"
+want="nzcert2 student=alice seed=$alice count=10 date=\($day0\|$day1\)T[0-9:]*Z first=[^ ]* attempts=1,1,2,1,1,1,1,1,1,1 score=9/10 key=${pub:0:16}"
 first3=$(sed 's/.* first=//; s/ .*//' <<<"$body" | cut -d, -f3)
 [ -n "$cert" ] && grep -qx "$want" <<<"$body" && [ "$first3" = "$q3_wrong" ] && ed verify "$pub" "$sig" "$body" &&
   [ "$(sum "$tmp/alice.txt")" = "$answers_sum" ]
@@ -353,8 +353,8 @@ res certificate_without_public_key_is_one_line_exit_2 $? "(exit $rc: $out)"
 
 # Signing refuses answers that are not the named student's own: bob's file, or alice's file
 # answering bob's quiz (a replayed seed), one line, exit 2, no certificate.
-{ echo "nzquiz-answers student=bob seed=$bob count=10"; cat "$tmp/alice_key.txt"; } >"$tmp/bob.txt"
-{ echo "nzquiz-answers student=alice seed=$bob count=10"; cat "$tmp/alice_key.txt"; } >"$tmp/replay.txt"
+{ echo "nzquiz-answers2 student=bob seed=$bob count=10"; cat "$tmp/alice_key.txt"; } >"$tmp/bob.txt"
+{ echo "nzquiz-answers2 student=alice seed=$bob count=10"; cat "$tmp/alice_key.txt"; } >"$tmp/replay.txt"
 bad=""
 for f in bob replay; do
   out=$($est --quiz --sign "$tmp/$f.txt" --student alice --signing-key "$keys/course.key" 2>&1); rc=$?
@@ -397,10 +397,57 @@ check_bad "result in a course" "drop --result" cq --check "$tmp/alice.txt" --res
 [ -z "$bad" ] && [ $damaged_ok = 0 ] && [ "$(sum "$keys"/* "$tmp/alice.txt")" = "$before" ]
 res bad_ids_and_keys_are_one_line_exit_2 $? "($bad)"
 
+# ---- editions (zero_quiz.h, docs/certificates.md "Editions"): tests/tools/quiz_edition1/ holds what the
+# quiz made before the rungs' questions (edition 1; its README says how): a course's public key, a
+# certificate, a student's answers file with the grading printed then, a self-study result line and an
+# answer key. They verify and grade as they did; edition 2's lines and files name their edition, and an
+# edited edition is refused like any other edited field. ----
+e1=tests/tools/quiz_edition1
+out=$($est --quiz --seed 2026 --count 20 --key --quiz-edition 1 2>&1); rc=$?
+[ $rc = 0 ] && [ "$out" = "$(cat $e1/key_seed2026_count20.txt)" ] &&
+  ! cmp -s <($est --quiz --seed 2026 --count 20 --key) $e1/key_seed2026_count20.txt
+res edition1_key_is_the_key_printed_before_editions $? "(exit $rc: $(diff <(echo "$out") $e1/key_seed2026_count20.txt | head -3))"
+out=$($est --verify "$(cat $e1/certificate_carol.txt)" --course-pub $e1/course.pub 2>&1); rc=$?
+[ $rc = 0 ] && grep -qx 'verified: student carol, 13 of 14 right at the first attempt (15 attempts in all), signed .* (seed 515235003, quiz edition 1)' <<<"$out"
+res edition1_certificate_still_verifies $? "(exit $rc: $out)"
+out=$($est --verify "$(cat $e1/result_line.txt)" 2>&1); rc=$?
+[ $rc = 0 ] && [ "$out" = "verified: --seed 2026 --count 14 --quiz-edition 1, 13 of 14 right (a self-study line: its code is a checksum, not a signature)" ]
+res edition1_result_line_still_verifies $? "(exit $rc: $out)"
+out=$($est --quiz --student carol --course-pub $e1/course.pub --check $e1/answers_carol.txt 2>&1); rc=$?
+out2=$($est --quiz --student carol --course-pub $e1/course.pub --check $e1/answers_carol.txt --quiz-edition 2 2>&1); rc2=$?
+[ $rc = 1 ] && [ "$out" = "$(cat $e1/check_carol.txt)" ] && [ $rc2 = 2 ] && [ "$(wc -l <<<"$out2")" = 1 ] &&
+  grep -q 'answers to an edition-1 quiz' <<<"$out2"
+res edition1_answers_file_is_graded_against_edition1 $? "(exit $rc, $rc2: $(diff <(echo "$out") $e1/check_carol.txt | head -3) $out2)"
+# the edition is signed: an edition-1 certificate renamed nzcert2 (whose first answers would grade 4 of
+# 14 in edition 2) and alice's edition-2 certificate renamed nzcert1 are refused by the signature; a
+# result line's edition is under its check code; an edition never made, and --quiz-edition beside
+# --verify (which reads the line's own), are one line, exit 2
+e1cert=$(cat $e1/certificate_carol.txt)
+out=$($est --verify "${e1cert/nzcert1/nzcert2}" --course-pub $e1/course.pub 2>&1); rc=$?
+out2=$($est --verify "${cert/nzcert2/nzcert1}" --course-pub "$keys/course.pub" 2>&1); rc2=$?
+e1line=$(cat $e1/result_line.txt)
+out3=$($est --verify "${e1line/nzquiz1/nzquiz2}" 2>&1); rc3=$?
+out4=$($est --verify "${e1cert/nzcert1/nzcert3}" --course-pub $e1/course.pub 2>&1); rc4=$?
+out5=$($est --quiz --quiz-edition 3 2>&1); rc5=$?
+out6=$($est --verify "$e1line" --quiz-edition 1 2>&1); rc6=$?
+[ $rc6 = 2 ] && [ "$(wc -l <<<"$out6")" = 1 ] && grep -q 'reads the edition from the line' <<<"$out6" || rc6=x
+[ $rc = 1 ] && [ $rc2 = 1 ] && [ $rc6 = 2 ] && grep -q '^not verified: the signature does not match' <<<"$out" &&
+  grep -q '^not verified: the signature does not match' <<<"$out2" && [ -n "$cert" ] &&
+  [ $rc3 = 1 ] && grep -q '^not verified: the check code' <<<"$out3" &&
+  [ $rc4 = 2 ] && [ "$(wc -l <<<"$out4")" = 1 ] && [ $rc5 = 2 ] && [ "$(wc -l <<<"$out5")" = 1 ]
+res an_edited_edition_is_refused $? "(exit $rc, $rc2, $rc3, $rc4, $rc5, $rc6: $out | $out2 | $out3 | $out4 | $out5 | $out6)"
+# an instructor prints the old quiz for a student: its first line says edition 1, and its key is
+# edition 1's key of the student's seed
+out=$(cq --student carol --course-pub $e1/course.pub --count 14 --quiz-edition 1 2>&1)
+$est --quiz --seed 515235003 --count 14 --key --quiz-edition 1 >"$tmp/carol_seed_key.txt"
+grep -qx '  nzquiz-answers student=carol seed=515235003 count=14' <<<"$out" &&
+  cmp -s <(cq --student carol --course-pub $e1/course.pub --count 14 --quiz-edition 1 --key) "$tmp/carol_seed_key.txt"
+res course_quiz_edition1_names_its_edition $? "($(sed -n 2p <<<"$out"))"
+
 # docs/certificates.md's example: its certificate verifies with its course.pub line, in the words shown there
 doc=docs/certificates.md
 grep -o 'nzcourse-pub1 [0-9a-f]*' "$doc" | head -1 >"$tmp/doc.pub"
-doc_cert=$(grep -o 'certificate: nzcert1 .*' "$doc" | head -1)
+doc_cert=$(grep -o 'certificate: nzcert[0-9] .*' "$doc" | head -1)
 out=$($est --verify "$doc_cert" --course-pub "$tmp/doc.pub" 2>&1); rc=$?
 [ $rc = 0 ] && [ -n "$doc_cert" ] && grep -qxF "   $out" "$doc"
 res the_docs_example_certificate_verifies_as_shown $? "(exit $rc: $out)"
