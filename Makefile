@@ -254,7 +254,23 @@ $(BUILD)/bin/%: $(BUILD)/obj/inference/%.o $(LIB)
 # the tests include their shared pieces by name ("harness.h"): tests/lib/. They are compiled at -O0:
 # what they check runs in the library and the trainers (built at -O3), and a first `make test`
 # compiles the suites in about a third of the time -O3 takes (test_kernels: 8.7 CPU-s at -O1, 5.0 at -O0).
-$(BUILD)/obj/tests/%.o: CXXFLAGS := $(filter-out -O3,$(CXXFLAGS)) -O0 -Itests/lib
+TEST_CXXFLAGS := $(filter-out -O3,$(CXXFLAGS)) -O0 -Itests/lib
+$(BUILD)/obj/tests/%.o: CXXFLAGS := $(TEST_CXXFLAGS)
+# The test programs' objects start from a precompiled header (tests/lib/precompiled.h: GoogleTest,
+# the harness, the library headers most of them include), compiled once with their flags, instead
+# of parsing them again for each test (the 35 test objects: 80 -> 61 CPU-s; test_ddp 2.1 -> 1.1).
+# The same code either way (each object's functions compared). The copy in $(BUILD) keeps the .gch
+# beside the header GCC is told to include; it is compiled with the tests' flags spelled out (a
+# prerequisite would otherwise inherit the object's, -include of itself among them).
+TEST_OBJ   := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/lib/gtest_mpi_main.o
+TEST_PCH   := $(BUILD)/obj/tests/lib/precompiled.h
+$(TEST_PCH): tests/lib/precompiled.h
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(TEST_PCH).gch: $(TEST_PCH) $(CONFIG_FILE)
+	$(CXX) $(TEST_CXXFLAGS) -x c++-header -c $< -o $@
+$(TEST_OBJ): $(TEST_PCH).gch
+$(TEST_OBJ): CXXFLAGS += -include $(TEST_PCH) -Winvalid-pch
 # The deliberately broken trainers (tests/*/*.mk) too: each is a trainer file, or one library file,
 # with a line changed, run on tiny models. -O0 changes no bit of what they compute (-ffp-contract=off:
 # no fused multiply-add at any level, and no level reorders a floating-point sum) and about halves

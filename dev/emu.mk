@@ -68,12 +68,15 @@ $(EMU)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
-# Where the real build has the CUDA backend too (CUDA=1: the same -DNZ_HAVE_CUDA), a library or
-# trainer object that includes no header of the CUDA toolkit is the same code in both builds: the
-# emulator's build takes the real build's object (-O3) instead of compiling it again at -O1. The
-# real object's dependency file says which: one header under CUDA_HOME, and it is compiled here.
+# Where the real build has the CUDA backend too (CUDA=1: the same -DNZ_HAVE_CUDA), a library,
+# trainer or test object that includes no header of the CUDA toolkit is the same code in both builds:
+# the emulator's build takes the real build's object (the library's -O3, the tests' -O0: test code
+# drives the kernels and compares, at any level the same bits) instead of compiling it again at -O1.
+# The real object's dependency file says which: one header under CUDA_HOME, and it is compiled here.
 ifeq ($(CUDA),1)
-EMU_SHARED   := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(foreach s,$(STAGES) pipeline ulysses,$(EMU)/obj/$(s)/train.o)
+EMU_SHARED   := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(foreach s,$(STAGES) pipeline infinity ulysses,$(EMU)/obj/$(s)/train.o) \
+                $(patsubst %.cpp,$(EMU)/obj/%.o,$(wildcard tests/cuda/test_cuda_*.cpp tests/zeropp/test_cuda_*.cpp) \
+                  tests/lib/gtest_mpi_main.cpp)
 $(EMU_SHARED): $(EMU)/obj/%.o: %.cpp $(BUILD)/obj/%.o
 	@mkdir -p $(dir $@)
 	@if grep -q '$(CUDA_HOME)/' $(BUILD)/obj/$*.d; then echo "$(CXX) $(EMU_CXXFLAGS) -c $< -o $@"; \

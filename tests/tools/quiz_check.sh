@@ -143,9 +143,9 @@ res between_the_conventions_is_wrong $? "(exit $rc: $(grep "^$q " <<<"$out"))"
 
 # ulysses' questions (every seventh): the key against the formulas recomputed here from the question text
 # alone: the all-to-all's 8 B (T/S) C (S-1)/S elements per block and rank, and the largest S that divides
-# the heads, the ranks and the tokens (ulysses/train.cpp's three refusals); seed 11, 60 questions
-$est --quiz --seed 11 --count 60 >"$tmp/quiz60.txt" 2>&1
-$est --quiz --seed 11 --count 60 --key >"$tmp/key60.txt" 2>&1
+# the heads, the ranks and the tokens (ulysses/train.cpp's three refusals); seed 11, 150 questions
+$est --quiz --seed 11 --count 150 >"$tmp/quiz60.txt" 2>&1
+$est --quiz --seed 11 --count 150 --key >"$tmp/key60.txt" 2>&1
 python3 - "$tmp/quiz60.txt" "$tmp/key60.txt" <<'PY'
 import re, sys
 qs = dict(re.findall(r"^Q(\d+)\. (.*)$", open(sys.argv[1]).read(), re.M))
