@@ -17,7 +17,7 @@
 #include "runtime/check.h"  // NZ_CHECK (elem_ptr)
 #include "input/cli.h"
 #include "comm.h"
-#include "compression/compression.h"  // Compression: --qat and --prune-mask, on any rung
+#include "compression_setup.h"  // Compression: --qat and --prune-mask, on any rung
 #include "input/data.h"
 #include "io/held_params.h"  // HeldParams: what checkpoints read where a rung holds no params buffer
 #include "ledger.h"
@@ -55,7 +55,7 @@ class Trainer {
   // checkpoints').
   AdamWConfig adamw;
   LrScheduleConfig lr_schedule;
-  Compression compression;  // --qat, --prune-mask: what the model computes with, any rung (compression.h)
+  Compression compression;  // --qat, --prune-mask: what the model computes with, any rung (compression_setup.h)
   Layout layout;
   DType dtype;
   size_t elem_bytes;  // of the storage type

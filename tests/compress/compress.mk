@@ -28,7 +28,7 @@ QAT_MUTANT_FILE_backward_exact := common/model.cpp
 QAT_MUTANT_SED_backward_exact := s|^  p = qat_view(u, p, L_\.units\[u\]\.numel);  // q(w), as in the forward$$|  // (the exact weights)|
 QAT_MUTANT_FILE_per_unit_scale := common/compression/qat.cpp
 QAT_MUTANT_SED_per_unit_scale := s/const BlockQuant bq{q\.bits, q\.block};/const BlockQuant bq{q.bits, n};/
-QAT_MUTANT_FILE_skip_ignored := common/compression/compression.cpp
+QAT_MUTANT_FILE_skip_ignored := common/compression_setup.cpp
 QAT_MUTANT_SED_skip_ignored := s/size_t(args\.qat_block), args\.qat_skip_embed};/size_t(args.qat_block), false};/
 
 QAT_MUTANT_BINS := $(QAT_MUTANTS:%=$(BUILD)/mutants/bin/mutant_qat_%)

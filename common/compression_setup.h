@@ -1,4 +1,4 @@
-// compression.h — the compression a run trains with, on any rung: --qat (the model computes with
+// compression_setup.h — the compression a run trains with, on any rung: --qat (the model computes with
 // fake-quantized weights, qat.h) and --prune-mask (a pruned model fine-tuned under its mask,
 // prune.h). The Trainer holds one and calls it where a run changes; no rung sees it.
 #pragma once

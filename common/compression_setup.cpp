@@ -1,5 +1,5 @@
-// compression.cpp — --qat's and --prune-mask's set-up for the Trainer (compression.h).
-#include "compression/compression.h"
+// compression_setup.cpp — --qat's and --prune-mask's set-up for the Trainer (compression_setup.h).
+#include "compression_setup.h"
 
 #include <algorithm>  // std::copy
 #include <cstdio>
