@@ -292,6 +292,18 @@ void print_usage() {
          preset_names());
 }
 
+// One rung's estimate as JSON: a rank's model-state bytes by category, its communication buffers and
+// gathered units where the rung has them (ulysses: stage3's), and its activations.
+void json_bytes(JsonWriter& j, const StateBytes& b, uint64_t acts, bool buffers) {
+  j.key("bytes");
+  j.begin_object();
+  j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
+  j.kv("adam_v", b.adam_v);
+  if (buffers) j.kv("comm_buffers", b.comm_buffers), j.kv("gathered", b.gathered_peak);
+  j.kv("activations", acts);
+  j.end_object();
+}
+
 // --pipeline P: the per-segment table of pipeline/train.cpp on N ranks (P segments x N/P replicas),
 // as its memory table prints it: each segment's units, model states and activation slots.
 void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string& schedule,
@@ -312,11 +324,7 @@ void print_pipeline_table(const GPTConfig& cfg, int N, int P, const std::string&
       const uint64_t acts = pipeline_activation_bytes(cfg, B, T, dt, ckpt, attn, plan, s, K);
       j.begin_object();
       j.kv("segment", s), j.kv("first_unit", plan.first_unit[s]), j.kv("last_unit", plan.first_unit[s + 1] - 1);
-      j.key("bytes");
-      j.begin_object();
-      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
-      j.kv("adam_v", b.adam_v), j.kv("activations", acts);
-      j.end_object();
+      json_bytes(j, b, acts, false);
       j.kv("slots", activation_slots(plan.schedule, P, s, K));
       j.kv("total", b.total() + acts);
       j.end_object();
@@ -360,12 +368,7 @@ void print_ulysses_table(const GPTConfig& cfg, int N, int S, DType dt, int B, in
       j.begin_object();
       j.kv("sp", S), j.kv("sp_mode", "ring"), j.kv("replicas", N / S), j.kv("world", N), j.kv("batch", B);
       j.kv("seq", T), j.kv("accum", K), j.kv("precision", dtype_name(dt));
-      j.key("bytes");
-      j.begin_object();
-      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
-      j.kv("adam_v", b.adam_v), j.kv("comm_buffers", b.comm_buffers), j.kv("gathered", b.gathered_peak);
-      j.kv("activations", acts);
-      j.end_object();
+      json_bytes(j, b, acts, true);
       j.kv("ulysses_activations", ulysses_activation_bytes(cfg, B, T, S, dt));
       j.kv("p2p_elems_forward_per_block", fwd), j.kv("p2p_elems_per_block", per_block);
       j.kv("p2p_elems_per_step", per_step);
@@ -394,12 +397,7 @@ void print_ulysses_table(const GPTConfig& cfg, int N, int S, DType dt, int B, in
     j.begin_object();
     j.kv("sp", S), j.kv("replicas", N / S), j.kv("world", N), j.kv("batch", B), j.kv("seq", T);
     j.kv("accum", K), j.kv("precision", dtype_name(dt));
-    j.key("bytes");
-    j.begin_object();
-    j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
-    j.kv("adam_v", b.adam_v), j.kv("comm_buffers", b.comm_buffers), j.kv("gathered", b.gathered_peak);
-    j.kv("activations", acts);
-    j.end_object();
+    json_bytes(j, b, acts, true);
     j.kv("stage3_activations", stage3_acts);
     j.kv("scores_per_block", ulysses_scores_bytes(cfg, B, T, S, dt));
     j.kv("all_to_all_elems_per_block", per_block), j.kv("all_to_all_elems_per_step", per_step);
@@ -592,11 +590,7 @@ void print_tensor_table(const GPTConfig& cfg, const std::string& preset, const s
     if (json) {
       j.begin_object();
       j.kv("world", N), j.kv("replicas", D), j.kv("params_per_rank", uint64_t(L.num_params));
-      j.key("bytes");
-      j.begin_object();
-      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
-      j.kv("adam_v", b.adam_v), j.kv("activations", acts);
-      j.end_object();
+      json_bytes(j, b, acts, false);
       j.kv("total", b.total() + acts);
       j.kv("all_reduce_elems_per_step", c.all_reduce), j.kv("all_gather_elems_per_step", c.all_gather);
       j.kv("reduce_scatter_elems_per_step", c.reduce_scatter), j.kv("comm_elems_per_step", c.total());
@@ -664,11 +658,7 @@ void print_tensor3d_table(const GPTConfig& cfg, const std::string& preset, int N
       j.kv("all_reduce_elems_per_step", c.all_reduce), j.kv("all_gather_elems_per_step", c.all_gather);
       j.kv("reduce_scatter_elems_per_step", c.reduce_scatter), j.kv("point_to_point_elems_per_step", c.point_to_point);
       j.kv("comm_elems_per_step", c.total());
-      j.key("bytes");
-      j.begin_object();
-      j.kv("params", b.params), j.kv("grads", b.grads), j.kv("master", b.master), j.kv("adam_m", b.adam_m);
-      j.kv("adam_v", b.adam_v), j.kv("activations", acts);
-      j.end_object();
+      json_bytes(j, b, acts, false);
       j.kv("total", b.total() + acts);
       j.end_object();
     } else {
@@ -1164,6 +1154,9 @@ int main(int argc, char** argv) {
       if (typed.count(other))
         user_error("--tensor with %s: two tables, expected one; drop one of them", other);
     if (zero > 1) user_error("--zero %d with --tensor: expected 0 or 1 (ZeRO-1 over the replicas)", zero);
+    if (checkpointing)  // the tensor rung refuses it too: its table would count what no run holds
+      user_error("--tensor with --activation-checkpointing: the tensor rung does not build checkpointing "
+                 "(docs/tensor.md), expected no --activation-checkpointing; drop it");
     if (pipeline > 1) {  // 3D: one --world at a time (default T x P)
       if (worlds.size() > 1)
         user_error("--tensor %d --pipeline %d: one --world N at a time, expected N = P x D x T, e.g. --world %d", tensor,

@@ -48,6 +48,18 @@ struct Case {
 const char* kThreeHeads = "--dim 48 --heads 3 ";
 const char* kSequenceParallel = "--sequence-parallel ";
 
+// Every step's loss and norm and every parameter of the model file, bit for bit, against the reference.
+void expect_equals_reference(const RunResult& r, const tpref::Result& ref, const std::string& what) {
+  const std::vector<double> losses = step_values(r.report, "loss"), norms = step_values(r.report, "grad_norm");
+  const std::vector<float> params = model_params(r.model_path);
+  EXPECT_EQ(losses, ref.losses) << what << ": losses (max |diff| " << max_abs_diff(losses, ref.losses) << ")";
+  EXPECT_EQ(norms, ref.norms) << what << ": grad norms (max |diff| " << max_abs_diff(norms, ref.norms) << ")";
+  ASSERT_EQ(params.size(), ref.params.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < params.size(); i++) differ += memcmp(&params[i], &ref.params[i], 4) != 0;
+  EXPECT_EQ(differ, 0u) << what << ": parameters of the model file that differ from the reference's";
+}
+
 // The run equals the reference: every step's loss and norm, every parameter, to the bit.
 void expect_equal_to_reference(const Case& c) {
   // fp16: a scale of 1024 that no step of these runs overflows at (65536 does with --accum 2 and 3:
@@ -61,17 +73,9 @@ void expect_equal_to_reference(const Case& c) {
       ASSERT_FALSE(s["skipped"].b) << "fp16 run skipped a step: the reference does not model that";
       ASSERT_EQ(s["loss_scale"].d(), r.report["steps_log"][0]["loss_scale"].d());
     }
-  const tpref::Result ref = tpref::run(flags, c.T, c.D);
-  const std::vector<double> losses = step_values(r.report, "loss"), norms = step_values(r.report, "grad_norm");
-  const std::vector<float> params = model_params(r.model_path);
   const std::string what = "T=" + std::to_string(c.T) + " D=" + std::to_string(c.D) + " K=" +
                            std::to_string(c.K) + " " + c.precision;
-  EXPECT_EQ(losses, ref.losses) << what << ": losses (max |diff| " << max_abs_diff(losses, ref.losses) << ")";
-  EXPECT_EQ(norms, ref.norms) << what << ": grad norms (max |diff| " << max_abs_diff(norms, ref.norms) << ")";
-  ASSERT_EQ(params.size(), ref.params.size()) << what;
-  size_t differ = 0;
-  for (size_t i = 0; i < params.size(); i++) differ += memcmp(&params[i], &ref.params[i], 4) != 0;
-  EXPECT_EQ(differ, 0u) << what << ": parameters of the model file that differ from the reference's";
+  expect_equals_reference(r, tpref::run(flags, c.T, c.D), what);
 }
 
 std::vector<Case> matrix() {
@@ -125,17 +129,10 @@ void expect_3d_equal_to_reference(const Case3D& c) {
   const std::string flags = flags_3d(c), what = name_3d(c);
   const RunResult& r = run_cached("tensor", c.T * c.P * c.D, flags);
   ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
-  if (std::string(c.precision) == "fp16")
+  if (std::string(c.precision) == "fp16") {
     for (const Json& s : r.report["steps_log"].arr) ASSERT_FALSE(s["skipped"].b) << what << ": a skipped step";
-  const tpref::Result ref = tpref::run(flags, c.T, c.D);
-  const std::vector<double> losses = step_values(r.report, "loss"), norms = step_values(r.report, "grad_norm");
-  const std::vector<float> params = model_params(r.model_path);
-  EXPECT_EQ(losses, ref.losses) << what << ": losses (max |diff| " << max_abs_diff(losses, ref.losses) << ")";
-  EXPECT_EQ(norms, ref.norms) << what << ": grad norms (max |diff| " << max_abs_diff(norms, ref.norms) << ")";
-  ASSERT_EQ(params.size(), ref.params.size()) << what;
-  size_t differ = 0;
-  for (size_t i = 0; i < params.size(); i++) differ += memcmp(&params[i], &ref.params[i], 4) != 0;
-  EXPECT_EQ(differ, 0u) << what << ": parameters of the model file that differ from the reference's";
+  }
+  expect_equals_reference(r, tpref::run(flags, c.T, c.D), what);
 }
 
 std::vector<Case3D> matrix_3d() {

@@ -152,6 +152,7 @@ expect_error estimate_fit_bad_size "--fit 1QB: expected a size in bytes" $bindir
 expect_error estimate_fit_raw "--fit needs a model shape" $bindir/zero_estimate --params 7B --fit 80GB
 expect_error estimate_zeropp_pipeline "--zeropp with --pipeline" $bindir/zero_estimate --preset tiny --zeropp 2 --pipeline 2 --world 4
 expect_error estimate_zeropp_fit "--fit with --zeropp" $bindir/zero_estimate --preset tiny --zeropp 2 --fit 1GB --world 4
+expect_error estimate_tensor_checkpointing "--tensor with --activation-checkpointing" $bindir/zero_estimate --preset tiny --tensor 2 --activation-checkpointing
 expect_error checkpointing_with_value "--activation-checkpointing takes no value" $bin $tiny --activation-checkpointing=yes
 expect_error equals_bad_value "--steps abc" $bin $tiny --steps=abc
 out=$(mpirun -np 1 $bin --preset tiny --seq 16 --quiet --eval-windows 2 --steps=2 --batch=2 2>&1)

@@ -163,6 +163,32 @@ TEST(Ulysses, Stage0DdpBitForBitAtOneSliceAndTheLossWithinItsBound) {
 
 // ---- memory and bytes: the ledger is the formula ----
 
+// Every rank's peak activations = `formula` and its `op` messages = `run_elems` over the run; every
+// step's elements = stage3's collectives over all N ranks plus `step`; and zero_estimate --sp S (with
+// `mode`) prints the same bytes by category and the same elements, allocating nothing.
+void expect_run_and_estimate(const RunResult& r, const nz::GPTConfig& cfg, int S, int K, uint64_t formula,
+                             const char* op, uint64_t run_elems, uint64_t step, const std::string& mode,
+                             const char* est_key) {
+  for (const Json& rank : r.report["ranks"].arr) {
+    EXPECT_EQ(rank["ledger"]["device"]["peak"]["activations"].u(), formula) << "S=" << S;
+    const Json& m = rank["comm"][op];
+    EXPECT_EQ(m["elems_sent"].u(), run_elems) << "S=" << S << " rank " << rank["rank"].u();
+    EXPECT_EQ(m["bytes_sent"].u(), 4 * run_elems) << "S=" << S;
+  }
+  const nz::Layout L = nz::make_layout(cfg, kRanks);
+  for (const Json& st : r.report["steps_log"].arr)
+    EXPECT_EQ(st["comm_elems"].u(), nz::expected_comm_elems(nz::Stage::Ulysses, L, K) + step) << "S=" << S;
+  std::string out;
+  ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --world 4 --seq 32 --batch 2 --json --accum " +
+                            std::to_string(K) + mode + " --sp " + std::to_string(S), &out), 0) << out;
+  const Json est = Json::parse(out);
+  const Json& peak = r.report["ranks"].arr[0]["ledger"]["device"]["peak"];
+  for (const char* c : {"params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "activations"})
+    EXPECT_EQ(est["bytes"][c].u(), peak[c].u()) << "zero_estimate --sp " << S << mode << ": " << c;
+  EXPECT_EQ(est[est_key].u(), step) << "S=" << S;
+  EXPECT_EQ(est["model_state_elems_per_step"].u() + step, r.report["steps_log"].arr[0]["comm_elems"].u());
+}
+
 TEST(Ulysses, LedgerHoldsTheFormulas) {
   nz::GPTConfig cfg;
   ASSERT_TRUE(nz::preset_config("tiny", &cfg));
@@ -186,26 +212,7 @@ TEST(Ulysses, LedgerHoldsTheFormulas) {
     // the run: 2 steps, then the validation's forward (half a block's: q, k, v and the output)
     const uint64_t a2a_run = 2 * a2a_step + cfg.layers * per_block / 2;
     ASSERT_EQ(r.report["ranks"].size(), size_t(kRanks));
-    for (const Json& rank : r.report["ranks"].arr) {
-      EXPECT_EQ(rank["ledger"]["device"]["peak"]["activations"].u(), formula) << "S=" << S;
-      const Json& a2a = rank["comm"]["all_to_all"];
-      EXPECT_EQ(a2a["elems_sent"].u(), a2a_run) << "S=" << S << " rank " << rank["rank"].u();
-      EXPECT_EQ(a2a["bytes_sent"].u(), 4 * a2a_run) << "S=" << S;
-    }
-    // every step: stage3's collectives over all N ranks, and the all-to-alls
-    const nz::Layout L = nz::make_layout(cfg, kRanks);
-    for (const Json& s : r.report["steps_log"].arr)
-      EXPECT_EQ(s["comm_elems"].u(), nz::expected_comm_elems(nz::Stage::Ulysses, L, K) + a2a_step) << "S=" << S;
-    // zero_estimate --sp S prints the same bytes and elements, allocating nothing
-    std::string out;
-    ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --world 4 --seq 32 --batch 2 --json --accum " +
-                              std::to_string(K) + " --sp " + std::to_string(S), &out), 0) << out;
-    const Json est = Json::parse(out);
-    const Json& peak = r.report["ranks"].arr[0]["ledger"]["device"]["peak"];
-    for (const char* c : {"params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "activations"})
-      EXPECT_EQ(est["bytes"][c].u(), peak[c].u()) << "zero_estimate --sp " << S << ": " << c;
-    EXPECT_EQ(est["all_to_all_elems_per_step"].u(), a2a_step) << "S=" << S;
-    EXPECT_EQ(est["model_state_elems_per_step"].u() + a2a_step, r.report["steps_log"].arr[0]["comm_elems"].u());
+    expect_run_and_estimate(r, cfg, S, K, formula, "all_to_all", a2a_run, a2a_step, "", "all_to_all_elems_per_step");
     if (S == 1) acts_at_1 = formula;
     else EXPECT_EQ(formula * S, acts_at_1) << "activations per rank fall as 1/S at S=" << S;
     printf("S=%d: activations %llu bytes per rank (ledger = formula), all-to-all %llu elements per block and "
@@ -240,25 +247,7 @@ TEST(Ulysses, RingLedgerHoldsTheFormulas) {
     EXPECT_EQ(per_block, S == 1 ? 0 : uint64_t(6 * S - 4) * B * Tl * C);
     const uint64_t step = uint64_t(K) * cfg.layers * per_block;
     const uint64_t run_elems = 2 * step + cfg.layers * fwd;  // 2 steps, then the validation's forward
-    for (const Json& rank : r.report["ranks"].arr) {
-      EXPECT_EQ(rank["ledger"]["device"]["peak"]["activations"].u(), formula) << "S=" << S;
-      const Json& p2p = rank["comm"]["p2p"];
-      EXPECT_EQ(p2p["elems_sent"].u(), run_elems) << "S=" << S << " rank " << rank["rank"].u();
-      EXPECT_EQ(p2p["bytes_sent"].u(), 4 * run_elems) << "S=" << S;
-    }
-    const nz::Layout L = nz::make_layout(cfg, kRanks);
-    for (const Json& st : r.report["steps_log"].arr)
-      EXPECT_EQ(st["comm_elems"].u(), nz::expected_comm_elems(nz::Stage::Ulysses, L, K) + step) << "S=" << S;
-    // zero_estimate --sp S --sp-mode ring prints the same bytes and elements
-    std::string out;
-    ASSERT_EQ(run_command(bin_dir() + "/zero_estimate --preset tiny --world 4 --seq 32 --batch 2 --json --accum " +
-                              std::to_string(K) + " --sp-mode ring --sp " + std::to_string(S), &out), 0) << out;
-    const Json est = Json::parse(out);
-    const Json& peak = r.report["ranks"].arr[0]["ledger"]["device"]["peak"];
-    for (const char* c : {"params", "grads", "master", "adam_m", "adam_v", "comm_buffers", "activations"})
-      EXPECT_EQ(est["bytes"][c].u(), peak[c].u()) << "zero_estimate --sp " << S << " --sp-mode ring: " << c;
-    EXPECT_EQ(est["p2p_elems_per_step"].u(), step) << "S=" << S;
-    EXPECT_EQ(est["model_state_elems_per_step"].u() + step, r.report["steps_log"].arr[0]["comm_elems"].u());
+    expect_run_and_estimate(r, cfg, S, K, formula, "p2p", run_elems, step, " --sp-mode ring", "p2p_elems_per_step");
     printf("ring S=%d: activations %llu bytes per rank (ledger = formula; ulysses %llu), k|v around the ring "
            "%llu elements per block forward, %llu forward + backward, per micro-step and rank\n", S,
            (unsigned long long)formula, (unsigned long long)nz::ulysses_activation_bytes(cfg, B, T, S, nz::DType::F32),
