@@ -72,15 +72,18 @@ $(EMU)/obj/%.o: %.cpp
 # trainer or test object that includes no header of the CUDA toolkit is the same code in both builds:
 # the emulator's build takes the real build's object (the library's -O3, the tests' -O0: test code
 # drives the kernels and compares, at any level the same bits) instead of compiling it again at -O1.
-# The real object's dependency file says which: one header under CUDA_HOME, and it is compiled here.
+# The real object's dependency files say which (dev/emu/uses_toolkit.sh: a header under CUDA_HOME, or
+# a file of the project that includes one the emulator stands in for), and that one is compiled here.
+# A test object's are its own and the precompiled header's, which it is compiled with (Makefile TEST_PCH).
 ifeq ($(CUDA),1)
 EMU_SHARED   := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(foreach s,$(STAGES) pipeline infinity ulysses,$(EMU)/obj/$(s)/train.o) \
                 $(patsubst %.cpp,$(EMU)/obj/%.o,$(wildcard tests/cuda/test_cuda_*.cpp tests/zeropp/test_cuda_*.cpp) \
                   tests/lib/gtest_mpi_main.cpp)
-$(EMU_SHARED): $(EMU)/obj/%.o: %.cpp $(BUILD)/obj/%.o
+$(EMU_SHARED): $(EMU)/obj/%.o: %.cpp $(BUILD)/obj/%.o dev/emu/uses_toolkit.sh
 	@mkdir -p $(dir $@)
-	@if grep -q '$(CUDA_HOME)/' $(BUILD)/obj/$*.d; then echo "$(CXX) $(EMU_CXXFLAGS) -c $< -o $@"; \
-	  $(CXX) $(EMU_CXXFLAGS) -c $< -o $@; else cp $(BUILD)/obj/$*.o $@; fi
+	@rc=0; bash dev/emu/uses_toolkit.sh '$(CUDA_HOME)' $(BUILD)/obj/$*.d $(if $(filter tests/%,$*),$(TEST_PCH).d) || rc=$$?; \
+	  case $$rc in 0) echo "$(CXX) $(EMU_CXXFLAGS) -c $< -o $@"; $(CXX) $(EMU_CXXFLAGS) -c $< -o $@;; \
+	    1) cp $(BUILD)/obj/$*.o $@;; *) exit $$rc;; esac
 endif
 
 $(EMU_LIB): $(EMU_OBJ)

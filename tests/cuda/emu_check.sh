@@ -50,6 +50,31 @@ if ! make -j"$(nproc)" BUILD="$BUILD" emu >"$log/build.log" 2>&1; then
   exit 1
 fi
 
+# 0. the objects the emulator's build takes from the real build (dev/emu.mk: those that include no
+# header of the CUDA toolkit) call nothing of it: no cuda*/cublas*/nccl* symbol left to link. And
+# dev/emu/uses_toolkit.sh sees every object that does call it without the toolkit's paths too, as
+# where its headers lie in a system folder (/usr/local/include, which -MMD leaves out of the .d files).
+if [ -d "$BUILD/obj/common" ]; then
+  copied=0 compiled=0 bad=""
+  while read -r e; do
+    rel=${e#"$EMU"/obj/}; real=$BUILD/obj/$rel
+    [ -f "$real" ] && [ -f "${real%.o}.d" ] || continue
+    calls=$(nm -u "$real" 2>/dev/null | grep -cE ' (cuda|cublas|nccl)[A-Z]')
+    pch=""; case $rel in tests/*) pch=$BUILD/obj/tests/lib/precompiled.h.d;; esac
+    if cmp -s "$e" "$real"; then
+      copied=$((copied + 1)); [ "$calls" = 0 ] || bad+=" $rel(copied, calls the toolkit)"
+    else compiled=$((compiled + 1)); fi
+    if [ "$calls" != 0 ] && ! bash dev/emu/uses_toolkit.sh "" "${real%.o}.d" $pch; then
+      bad+=" $rel(not seen without the toolkit's paths)"
+    fi
+  done < <(find "$EMU/obj" -name '*.o' -not -path "$EMU/obj/gen/*")
+  if [ -z "$bad" ] && [ $copied -gt 0 ]; then
+    echo "NZRESULT PASS emu.reuse.toolkit_callers_compiled ($copied objects taken from the real build, $compiled compiled again)"
+  else
+    echo "NZRESULT FAIL emu.reuse.toolkit_callers_compiled ($copied taken, $compiled compiled;${bad:- none taken})"
+  fi
+fi
+
 # 1. the emulator's own tests: "ok:" and exit 0, or stopped with the expected message
 selftest() {  # case, expected message (empty: the case must succeed)
   local out="$log/selftest_$1.log" rc=0
