@@ -821,18 +821,19 @@ return out;""")
     typed(browser, "pp-segments", "4")
     pick(browser, "pp-schedule", "gpipe")
     pick(browser, "pp-zero", "1")
+    pick(browser, "tp-schedule", "gpipe")
     pick(browser, "scale", "log")
     view = ("return [location.hash, document.getElementById('permalink').href === location.href, "
             "arguments[0].map((id) => { const e = document.getElementById(id); return !e ? null : e.type === 'checkbox' ? e.checked : e.value; }),"
             "arguments[1].map((id) => document.getElementById(id).innerHTML)]")
-    ids = FIELDS + ["scale"]
+    ids = FIELDS + ["scale", "tp-schedule"]
     outs = ["status", "cmdline", "table", "zpp-status", "zpp-table", "pp-status", "pp-table", "chart"]
     before = browser.run(view, ids, outs)
     browser.refresh()
     browser.wait_for("return document.body.dataset.ready === '1'", timeout=60)
     after = browser.run(view, ids, outs)
     wanted = ["preset=gpt2", "world=32", "zpp-node=4", "zpp-net=300%2C25", "pp-segments=4", "pp-schedule=gpipe",
-              "pp-zero=1", "scale=log"]
+              "pp-zero=1", "tp-schedule=gpipe", "scale=log"]
     missing = [w for w in wanted if w not in before[0]]
     res("the_address_bar_is_the_view_and_a_reload_shows_it_again",
         not missing and before[1] and before == after and "<td" in before[3][4] and "<td" in before[3][6],
@@ -844,10 +845,25 @@ return out;""")
                       "document.getElementById('pp-status').textContent, location.hash]")
     res("an_old_link_with_pp_stages_sets_the_segments", old[0] == "3" and old[1].startswith("3 segments x 2 replicas")
         and "pp-segments=3" in old[2], f"(P box {old[0]!r}, status {old[1][:60]!r}, address {old[2][:80]!r})")
+    # a link made before the tensor panel had the pipeline dimension (no tp-schedule): its settings, 1F1B,
+    # and every (T, P) of small on 8 ranks (4 heads, 7 units)
+    fresh(browser, url.split("#")[0] + "#model=shape&preset=small&world=8&tp-mem=64MB&tp-sp=&tp-zero=1")
+    browser.wait_for("return document.querySelector('#tp-table td') !== null && location.hash.includes('tp-schedule')",
+                     timeout=30)
+    old = browser.run("return [document.getElementById('tp-schedule').value, document.getElementById('tp-zero').value, "
+                      "[...new Set([...document.querySelectorAll('#tp-table td[data-key]')].map((td) => "
+                      "td.dataset.tensor + 'x' + td.dataset.pipeline))], location.hash]")
+    configs = ["1x1", "1x2", "1x4", "2x1", "2x2", "2x4", "4x1", "4x2"]
+    res("an_old_link_without_tp_schedule_shows_every_t_x_p", old[:2] == ["1f1b", "1"] and old[2] == configs and
+        "tp-schedule=1f1b" in old[3] and "tp-mem=64MB" in old[3],
+        f"(schedule {old[0]!r}, ZeRO {old[1]!r}, configurations {old[2]}, address {old[3][:90]!r})")
 
 
-# ---- the tensor panel (docs/explorer.md): each T's row against zero_estimate --tensor T, and the most
-# blocks that fit checked at the boundary by the command line itself (L fits, L + 1 does not) ----
+# ---- the tensor panel (docs/explorer.md): each (T, P, D) with T x P x D = N that the model allows (T
+# dividing the heads, P at most the model's units: the rules, written here), its row against zero_estimate
+# --tensor T [--pipeline P] (in 3D the segment whose rank holds the most), the most blocks that fit checked
+# at the boundary by the command line itself (L fits, L + 1 does not), and each refused configuration
+# named in the status with zero_estimate's own line ----
 TENSOR_READ = """
 const c = arguments[0];
 for (const [k, v] of Object.entries(c)) {
@@ -857,57 +873,114 @@ for (const [k, v] of Object.entries(c)) {
 window.nzExplorer.updateTensor();
 const st = document.getElementById("tp-status");
 return [st.className, st.textContent,
-        [...document.querySelectorAll("#tp-table td[data-key]")].map((td) => [td.dataset.key, td.dataset.tensor, td.dataset.value])];
+        [...document.querySelectorAll("#tp-table td[data-key]")].map((td) => [td.dataset.key, td.dataset.tensor,
+                                                                              td.dataset.pipeline, td.dataset.value])];
 """
-TENSOR_CASES = [  # (form, native model flags, the panel's extra flags, memory in bytes, tensor degrees expected)
+TENSOR_CASES = [  # (form, native model flags, the panel's extra flags, memory in bytes, the model's heads and layers)
     ({"model": "shape", "preset": "small", "layers": "", "dim": "", "heads": "", "vocab": "", "batch": 4, "seq": "",
       "accum": 1, "precision": "bf16", "attention": "gemm", "ckpt": False, "fit": "", "world": 8,
-      "tp-mem": "64MB", "tp-sp": False, "tp-zero": "0"},
+      "tp-mem": "64MB", "tp-sp": False, "tp-zero": "0", "tp-schedule": "1f1b"},
      ["--preset", "small", "--batch", "4", "--attention", "gemm", "--precision", "bf16", "--accum", "1"], [],
-     64_000_000, [1, 2, 4]),
+     64_000_000, (4, 5)),
     ({"model": "shape", "preset": "gpt2", "layers": "", "dim": "1024", "heads": "16", "vocab": "", "batch": 2,
       "seq": "256", "accum": 2, "precision": "fp16", "attention": "gemm", "ckpt": True, "fit": "24GB", "world": 16,
-      "tp-mem": "40GiB", "tp-sp": True, "tp-zero": "1"},
+      "tp-mem": "40GiB", "tp-sp": True, "tp-zero": "1", "tp-schedule": "gpipe"},
      ["--preset", "gpt2", "--dim", "1024", "--heads", "16", "--batch", "2", "--seq", "256", "--attention", "gemm",
-      "--precision", "fp16", "--accum", "2"], ["--sequence-parallel", "--zero", "1"], 40 * 2**30, [1, 2, 4, 8, 16]),
+      "--precision", "fp16", "--accum", "2"], ["--sequence-parallel", "--zero", "1"], 40 * 2**30, (16, 12)),
+    ({"model": "shape", "preset": "tiny", "layers": "", "dim": "", "heads": "", "vocab": "", "batch": 2, "seq": "",
+      "accum": 4, "precision": "fp32", "attention": "gemm", "ckpt": False, "fit": "", "world": 32,
+      "tp-mem": "8MB", "tp-sp": False, "tp-zero": "1", "tp-schedule": "1f1b"},
+     ["--preset", "tiny", "--batch", "2", "--attention", "gemm", "--precision", "fp32", "--accum", "4"],
+     ["--zero", "1"], 8_000_000, (4, 2)),
 ]
 
 
-def tensor_panel_checks(browser):
-    bad, rows = [], 0
-    for form, model, extra, budget, degrees in TENSOR_CASES:
-        cls, text, cells = browser.run(TENSOR_READ, form)
-        got = {(k, int(t)): v for k, t, v in cells}
-        if cls == "error" or sorted({t for _, t in got}) != degrees:
-            bad.append(f"{form['preset']} N={form['world']}: status '{text[:80]}', rows {sorted({t for _, t in got})}")
-            continue
-        for T in degrees:
-            rows += 1
-            flags = model + ["--world", str(form["world"]), "--tensor", str(T)] + (extra if T > 1 else extra[1:])
-            rc, want = run_native(flags)
-            e = want["estimates"][0]
-            b = e["bytes"]
-            expect = {"params": b["params"], "grads": b["grads"], "optimizer": b["master"] + b["adam_m"] + b["adam_v"],
-                      "activations": b["activations"], "total": e["total"], "comm_elems_per_step": e["comm_elems_per_step"]}
-            for k, v in expect.items():
-                if got.get((k, T)) != str(v):
-                    bad.append(f"{flags}: {k} page {got.get((k, T))}, zero_estimate {v}")
-            L = int(got[("most_blocks", T)])
+def tensor_native(form, model, extra, T, P):
+    """zero_estimate's flags for (T, P), written here from the case, and the rank the row shows: the one
+    row with P = 1, in 3D the segment whose total is the largest (the first of equals)"""
+    flags = model + ["--world", str(form["world"]), "--tensor", str(T)]
+    if P > 1:
+        flags += ["--pipeline", str(P), "--schedule", form["tp-schedule"]]
+    flags += extra if T > 1 else [x for x in extra if x != "--sequence-parallel"]
+    rc, want = run_native(flags)
+    if rc != 0:
+        return flags, rc, want, None
+    return flags, rc, want, max(want["estimates"], key=lambda e: e["total"])  # max keeps the first of equals
 
-            def total(layers):
-                r, w = run_native(flags + ["--layers", str(layers)])
-                return w["estimates"][0]["total"] if r == 0 else None
+
+def tensor_refusals(form, model, extra, heads, layers, text):
+    """Each configuration the model does not allow, named in the status line as the page says it: per T its
+    first refused P with zero_estimate's line, the larger P refused with the same line (their P in it) listed
+    with it; a T that does not divide the heads once, as T = T"""
+    bad, N = [], form["world"]
+    for T in (t for t in range(1, N + 1) if N % t == 0):
+        if heads % T:
+            flags, rc, msg, _ = tensor_native(form, model, extra, T, 1)
+            want = [f"T = {T}: {str(msg).removeprefix('error: ')}"]
+            if rc == 0:
+                bad.append(f"{flags}: ran, but {heads} heads do not split over {T}")
+        else:
+            fails = []
+            for P in (p for p in range(2, N // T + 1) if (N // T) % p == 0 and p > layers + 2):
+                flags, rc, msg, _ = tensor_native(form, model, extra, T, P)
+                if rc == 0:
+                    bad.append(f"{flags}: ran, but {P} segments are more than the {layers + 2} units")
+                fails.append((P, str(msg).removeprefix("error: ")))
+            if not fails:
+                continue
+            P0, m0 = fails[0]
+            alike = [P for P, m in fails[1:] if m.replace(f"--pipeline {P}:", f"--pipeline {P0}:") == m0]
+            want = [f"T x P = {T} x {P0}" + (f" (also P = {', '.join(map(str, alike))}, alike)" if alike else "") +
+                    f": {m0}"] + [f"T x P = {T} x {P}: {m}" for P, m in fails[1:] if P not in alike]
+        bad += [f"N={N}: the status does not say '{w[:90]}'" for w in want if w not in text]
+    return bad
+
+
+def tensor_panel_checks(browser):
+    bad, rows, refused = [], 0, 0
+    for form, model, extra, budget, (heads, layers) in TENSOR_CASES:
+        cls, text, cells = browser.run(TENSOR_READ, form)
+        got = {(k, int(t), int(p)): v for k, t, p, v in cells}
+        N = form["world"]
+        expect_configs = sorted((T, P) for T in range(1, N + 1) if N % T == 0 and heads % T == 0
+                                for P in range(1, N // T + 1) if (N // T) % P == 0 and P <= layers + 2)
+        shown = sorted({(t, p) for _, t, p in got})
+        if cls == "error" or shown != expect_configs:
+            bad.append(f"{form['preset']} N={N}: status '{text[:80]}', configurations {shown}, expected {expect_configs}")
+            continue
+        before = len(bad)
+        bad += tensor_refusals(form, model, extra, heads, layers, text)
+        refused += "Not: " in text and len(bad) == before
+        for T, P in expect_configs:
+            rows += 1
+            flags, rc, want, e = tensor_native(form, model, extra, T, P)
+            if rc != 0:
+                bad.append(f"{flags}: zero_estimate refused it: {want}")
+                continue
+            b = e["bytes"]
+            expect = {"segment": "" if P == 1 else e["segment"], "params": b["params"], "grads": b["grads"],
+                      "optimizer": b["master"] + b["adam_m"] + b["adam_v"], "activations": b["activations"],
+                      "total": e["total"], "comm_elems_per_step": e["comm_elems_per_step"]}
+            for k, v in expect.items():
+                if got.get((k, T, P)) != str(v):
+                    bad.append(f"{flags}: {k} page {got.get((k, T, P))}, zero_estimate {v}")
+            L = int(got[("most_blocks", T, P)])
+
+            def total(blocks):
+                r, w = run_native(flags + ["--layers", str(blocks)])
+                return max(x["total"] for x in w["estimates"]) if r == 0 else None
             if not (L >= 1 and total(L) <= budget and (L == 1000 or total(L + 1) > budget)):
                 bad.append(f"{flags}: most blocks {L}, but {L} blocks total {total(L)} and {L + 1} total "
                            f"{total(L + 1)} for {budget} bytes")
             _, whole = run_native(model + ["--layers", str(L), "--world", "1", "--stage", "stage0_ddp"])
-            if got[("most_params", T)] != str(whole["num_params"]):
-                bad.append(f"{flags}: Ψ at {L} blocks page {got[('most_params', T)]}, zero_estimate {whole['num_params']}")
+            if got[("most_params", T, P)] != str(whole["num_params"]):
+                bad.append(f"{flags}: Ψ at {L} blocks page {got[('most_params', T, P)]}, zero_estimate {whole['num_params']}")
     cls, text, cells = browser.run(TENSOR_READ, {"tp-mem": "eighty"})
     if cls != "error" or "not a size" not in text or cells:
         bad.append(f"a device memory of 'eighty': '{cls}' '{text[:80]}', {len(cells)} cells")
-    res("tensor_panel_is_zero_estimates", not bad and rows > 0,
-        f"({rows} tensor degrees of {len(TENSOR_CASES)} models; {len(bad)} differ{': ' + bad[0] if bad else ''})")
+    res("tensor_panel_is_zero_estimates", not bad and rows > 0 and refused == len(TENSOR_CASES),
+        f"({rows} configurations T x P x D of {len(TENSOR_CASES)} models, {refused} with the refused ones named; "
+        f"{len(bad)} differ{': ' + bad[0] if bad else ''})")
 
 
 # WCAG 2 contrast of each visible element's own text against the first opaque background behind it.

@@ -249,7 +249,7 @@ const ZPP_IDS = ["zpp-node", "zpp-qw", "zpp-qg", "zpp-net", "zpp-ms"];
 const PP_IDS = ["pp-segments", "pp-schedule", "pp-partition", "pp-zero"];
 // Links made before the pipeline's "stages" were called segments: pp-stages stands for pp-segments.
 const FORM_ALIASES = { "pp-segments": "pp-stages" };
-const TP_IDS = ["tp-mem", "tp-sp", "tp-zero"];
+const TP_IDS = ["tp-mem", "tp-sp", "tp-zero", "tp-schedule"];  // a link from before tp-schedule: 1F1B
 const SP_IDS = ["sp-s", "sp-mem"];  // the long sequences' panel (updateSeqFit)
 const FORM_IDS = MAIN_IDS.concat(ZPP_IDS, PP_IDS, TP_IDS, SP_IDS);
 function formState() {
@@ -428,11 +428,15 @@ function updatePipeline() {
   saveView();
 }
 
-// ---- tensor parallelism: zero_estimate --tensor T for the form's model and N, each T dividing N ----
-// Per T: a rank's bytes and the elements it sends per step, and the most blocks of the form's width
-// that fit the panel's device memory. A rank's total is affine in the blocks (the units other than the
-// blocks and the largest unit do not change with L), so two runs give the slope and two more confirm
-// the boundary, which is stepped to where the estimate's own totals put it; --layers stops at 1000.
+// ---- tensor parallelism and 3D: zero_estimate --tensor T [--pipeline P] for the form's model and N ----
+// Every (T, P, D) with T x P x D = N: P = 1 is `--tensor T` (T x D, every rank alike), P > 1 is
+// `--tensor T --pipeline P` (3D: P segments of D replicas of T tensor ranks), which zero_estimate judges
+// (a T that does not divide the heads, a P past the model's units: its own line, named in the status).
+// Per configuration: a rank's bytes and the elements it sends per step, in 3D the rank of the segment
+// that holds the most (the one that must fit), and the most blocks of the form's width that fit the
+// panel's device memory. That rank's total grows with the blocks (by a block's bytes, in 3D by about one
+// every P blocks), so two runs P blocks apart give the slope and two more confirm the boundary, which is
+// stepped to where the estimate's own totals put it; --layers stops at 1000.
 const MAX_LAYERS = 1000;
 // the form's model without --fit (the ladder's) and checkpointing (the tensor rung has none), with L
 // blocks when L is given
@@ -443,11 +447,19 @@ function tensorModel(layers) {
   if (i >= 0) f = f.slice(0, i).concat(f.slice(i + 2));
   return f.concat(["--layers", String(layers)]);
 }
-function tensorFlags(T, layers) {
+function tensorFlags(T, layers, P = 1) {
   const f = tensorModel(layers).concat(["--world", $("world").value.trim(), "--tensor", String(T)]);
+  if (P > 1) f.push("--pipeline", String(P), "--schedule", $("tp-schedule").value);
   if ($("tp-sp").checked && T > 1) f.push("--sequence-parallel");
   if ($("tp-zero").value !== "0") f.push("--zero", $("tp-zero").value);
   return f;
+}
+// The rank a configuration is judged by: with P = 1 its one row; in 3D the segment whose rank holds the
+// most bytes (the first of equals)
+function fullestRank(est) {
+  let most = est.estimates[0];
+  for (const e of est.estimates) if (big(e.total) > big(most.total)) most = e;
+  return most;
 }
 function memoryBytes(text) {  // "80GB", "24 GiB", "1e9": bytes as a BigInt, or null
   const m = /^([0-9.]+(?:e[0-9]+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?$/.exec(text.trim().toLowerCase());
@@ -455,14 +467,15 @@ function memoryBytes(text) {  // "80GB", "24 GiB", "1e9": bytes as a BigInt, or 
   const mult = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 1024, mib: 1048576, gib: 1073741824, tib: 1099511627776 };
   return BigInt(Math.floor(parseFloat(m[1]) * mult[m[2] || "b"]));
 }
-function mostBlocks(T, budget) {  // [blocks, "or more" when --layers' limit fits too]
-  const total = (L) => big(estimateJson(tensorFlags(T, L)).estimates[0].total);
-  const t1 = total(1);
+function mostBlocks(T, P, budget) {  // [blocks, "or more" when --layers' limit fits too]
+  const total = (L) => big(fullestRank(estimateJson(tensorFlags(T, L, P))).total);
+  const first = Math.max(1, P - 2);  // P segments need P units: the embedding, the blocks, the final norm
+  const t1 = total(first);
   if (t1 > budget) return [0, false];
-  const slope = total(2) - t1;
-  let L = slope > 0n ? Number((budget - t1) / slope) + 1 : MAX_LAYERS;
-  L = Math.max(1, Math.min(L, MAX_LAYERS));
-  while (L > 1 && total(L) > budget) L--;
+  const slope = (total(first + P) - t1) / big(P);
+  let L = slope > 0n ? first + Number((budget - t1) / slope) : MAX_LAYERS;
+  L = Math.max(first, Math.min(L, MAX_LAYERS));
+  while (L > first && total(L) > budget) L--;
   while (L < MAX_LAYERS && total(L + 1) <= budget) L++;
   return [L, L === MAX_LAYERS];
 }
@@ -472,9 +485,43 @@ function scheduleTensor() {  // once for a burst of changes: the search runs a f
   tensorPending = true;
   setTimeout(() => { tensorPending = false; updateTensor(); }, 0);
 }
-const TP_COLUMNS = [["params", "params"], ["grads", "grads"], ["optimizer", "optimizer"], ["activations", "activations"],
-                    ["total", "total"], ["comm_elems_per_step", "sent / step"], ["most_blocks", "most blocks"],
-                    ["most_params", "their Ψ"]];
+const TP_COLUMNS = [["segment", "rank of"], ["params", "params"], ["grads", "grads"], ["optimizer", "optimizer"],
+                    ["activations", "activations"], ["total", "total"], ["comm_elems_per_step", "sent / step"],
+                    ["most_blocks", "most blocks"], ["most_params", "their Ψ"]];
+// A configuration's row: the fullest rank's bytes and elements, the most blocks that fit and their Ψ.
+function tensorRow(T, P, est, budget) {
+  const e = fullestRank(est);
+  const D = P === 1 ? e.replicas : est.replicas;
+  const [blocks, more] = mostBlocks(T, P, budget);
+  // their Ψ: the whole model's parameters at that many blocks
+  const psi = blocks ? estimateJson(tensorModel(blocks).concat(["--world", "1", "--stage", "stage0_ddp"])).num_params : 0;
+  const b = e.bytes;
+  const v = { segment: P === 1 ? "" : e.segment, params: b.params, grads: b.grads,
+              optimizer: big(b.master) + big(b.adam_m) + big(b.adam_v), activations: b.activations, total: e.total,
+              comm_elems_per_step: e.comm_elems_per_step, most_blocks: blocks, most_params: psi };
+  const tr = el("tr", {}, el("th", { scope: "row" }, `${T} x ${P} x ${D}`));
+  for (const [key] of TP_COLUMNS) {
+    const text = key === "segment" ? (P === 1 ? "every rank" : `segment ${v[key]} of ${P}`)
+      : key === "comm_elems_per_step" ? grouped(v[key]) : key === "most_blocks" ? String(v[key]) + (more ? " or more" : "")
+      : key === "most_params" ? grouped(v[key]) : fmtBytes(v[key]);
+    const title = key === "segment" ? (P === 1 ? "T x D: every rank holds the same" : `units ${e.first_unit}..${e.end_unit - 1}, ` +
+                                       `${e.slots} micro-batches' activations: the segment whose rank holds the most`)
+      : grouped(v[key]) + (key.startsWith("most") || key === "comm_elems_per_step" ? "" : " bytes");
+    tr.append(el("td", { "data-key": key, "data-tensor": String(T), "data-pipeline": String(P), "data-value": String(v[key]),
+                         title: title }, text));
+  }
+  return tr;
+}
+// What a configuration zero_estimate refuses is, in the status line: per T, its first refused P with
+// zero_estimate's line, and the larger P refused with the same line (their own P in it)
+function refusedLine(T, fails) {
+  const [P0, msg] = fails[0];
+  const alike = fails.slice(1).filter(([P, m]) => m.split(`--pipeline ${P}:`).join(`--pipeline ${P0}:`) === msg);
+  const other = fails.slice(1).filter((f) => !alike.includes(f));
+  const one = (P, m, more) => (P === 1 ? `T = ${T}` : `T x P = ${T} x ${P}`) + more + ": " + m.replace(/^error: /, "");
+  return [one(P0, msg, alike.length ? ` (also P = ${alike.map(([P]) => P).join(", ")}, alike)` : "")]
+    .concat(other.map(([P, m]) => one(P, m, "")));
+}
 function updateTensor() {
   const status = $("tp-status"), t = $("tp-table");
   t.replaceChildren();
@@ -488,49 +535,41 @@ function updateTensor() {
   }
   const N = parseInt($("world").value, 10);
   const skipped = [];
-  const head = el("tr", {}, el("th", { scope: "col" }, "T x D"));
+  const head = el("tr", {}, el("th", { scope: "col" }, "T x P x D"));
   for (const [, name] of TP_COLUMNS) head.append(el("th", { scope: "col" }, name));
   const body = el("tbody");
-  let shown = 0, last = null;
+  let shown = 0, last = [1, 1];
   for (let T = 1; N > 0 && T <= N; T++) {
     if (N % T) continue;
-    let e;
-    try {
-      e = estimateJson(tensorFlags(T)).estimates[0];
-    } catch (err) {
-      if (T === 1) {  // the model or N itself: zero_estimate's line, no table
-        status.className = "error";
-        status.textContent = err.message;
-        saveView();
-        return;
+    const fails = [];  // [P, zero_estimate's line] of each P it refuses with this T
+    for (let P = 1; P <= N / T; P++) {
+      if ((N / T) % P) continue;
+      let est;
+      try {
+        est = estimateJson(tensorFlags(T, undefined, P));
+      } catch (err) {
+        if (T === 1 && P === 1) {  // the model or N itself: zero_estimate's line, no table
+          status.className = "error";
+          status.textContent = err.message;
+          saveView();
+          return;
+        }
+        fails.push([P, err.message]);
+        if (P === 1) break;  // the T itself (the heads, the sequence): no P with it either
+        continue;
       }
-      skipped.push(`T = ${T}: ${err.message.replace(/^error: /, "")}`);
-      continue;
+      body.append(tensorRow(T, P, est, budget));
+      shown++;
+      last = [T, P];
     }
-    const [blocks, more] = mostBlocks(T, budget);
-    // their Ψ: the whole model's parameters at that many blocks
-    const psi = blocks ? estimateJson(tensorModel(blocks).concat(["--world", "1", "--stage", "stage0_ddp"])).num_params : 0;
-    const b = e.bytes;
-    const v = { params: b.params, grads: b.grads, optimizer: big(b.master) + big(b.adam_m) + big(b.adam_v),
-                activations: b.activations, total: e.total, comm_elems_per_step: e.comm_elems_per_step,
-                most_blocks: blocks, most_params: psi };
-    const tr = el("tr", {}, el("th", { scope: "row" }, `${T} x ${e.replicas}`));
-    for (const [key] of TP_COLUMNS) {
-      const text = key === "comm_elems_per_step" ? grouped(v[key]) : key === "most_blocks" ? String(v[key]) + (more ? " or more" : "")
-        : key === "most_params" ? grouped(v[key]) : fmtBytes(v[key]);
-      tr.append(el("td", { "data-key": key, "data-tensor": String(T), "data-value": String(v[key]),
-                           title: grouped(v[key]) + (key.startsWith("most") || key === "comm_elems_per_step" ? "" : " bytes") },
-                   text));
-    }
-    body.append(tr);
-    shown++;
-    last = T;
+    if (fails.length) skipped.push(...refusedLine(T, fails));
   }
   t.append(el("thead", {}, head), body);
   status.className = "";
-  status.textContent = `N = ${N}, ${shown} tensor degrees; the most blocks of ${$("dim").value.trim() ? "width " + $("dim").value.trim() : "the preset's width"} ` +
+  status.textContent = `N = ${N}, ${shown} configurations T x P x D (with P > 1 the rank of the segment that holds the ` +
+    `most); the most blocks of ${$("dim").value.trim() ? "width " + $("dim").value.trim() : "the preset's width"} ` +
     `that fit ${$("tp-mem").value.trim()} per rank` + (skipped.length ? `. Not: ${skipped.join("; ")}` : "") +
-    ` — zero_estimate ${tensorFlags(last || 1).join(" ")}`;
+    ` — zero_estimate ${tensorFlags(last[0], undefined, last[1]).join(" ")}`;
   saveView();
 }
 // ---- Muon beside AdamW: zero_estimate --optimizer muon --json for the form's model and N ----
