@@ -556,6 +556,19 @@ void print_zeropp_table(const GPTConfig& cfg, const std::string& preset, const s
 }
 
 
+// The columns both tensor tables end with (--tensor T, and with --pipeline P): a rank's bytes by category,
+// its total and the elements it sends per step, after the columns that say which rank it is.
+void print_tensor_columns_head() {
+  printf(" %12s %12s %12s %12s %12s %12s %14s %14s\n", "params", "grads", "master", "adam_m", "adam_v", "activations",
+         "total", "sent/step");
+}
+void print_tensor_columns(const StateBytes& b, uint64_t acts, const TensorComm& c) {
+  printf(" %12llu %12llu %12llu %12llu %12llu %12llu %14llu %14llu\n", (unsigned long long)b.params,
+         (unsigned long long)b.grads, (unsigned long long)b.master, (unsigned long long)b.adam_m,
+         (unsigned long long)b.adam_v, (unsigned long long)acts, (unsigned long long)(b.total() + acts),
+         (unsigned long long)c.total());
+}
+
 // --tensor T: per world size N = D x T, what one tensor rank of tensor/train.cpp holds and sends
 // (tensor/formulas.h): its pieces' model state, its activations, the elements it sends per step.
 void print_tensor_table(const GPTConfig& cfg, const std::string& preset, const std::vector<int>& worlds, int T,
@@ -576,8 +589,8 @@ void print_tensor_table(const GPTConfig& cfg, const std::string& preset, const s
     printf("%s, %s, tensor parallel T = %d%s%s, micro-batch %d x %d, accum %d: per rank\n", preset.c_str(),
            dtype_name(dt), T, zero == 1 ? ", ZeRO-1 over the replicas" : "", sp ? ", sequence parallel" : "", B, S,
            K);
-    printf("%-6s %4s %12s %12s %12s %12s %12s %12s %14s %14s\n", "N", "D", "params", "grads", "master", "adam_m",
-           "adam_v", "activations", "total", "sent/step");
+    printf("%-6s %4s", "N", "D");
+    print_tensor_columns_head();
   }
   for (int N : worlds) {
     if (N % T != 0)
@@ -596,10 +609,8 @@ void print_tensor_table(const GPTConfig& cfg, const std::string& preset, const s
       j.kv("reduce_scatter_elems_per_step", c.reduce_scatter), j.kv("comm_elems_per_step", c.total());
       j.end_object();
     } else {
-      printf("%-6d %4d %12llu %12llu %12llu %12llu %12llu %12llu %14llu %14llu\n", N, D, (unsigned long long)b.params,
-             (unsigned long long)b.grads, (unsigned long long)b.master, (unsigned long long)b.adam_m,
-             (unsigned long long)b.adam_v, (unsigned long long)acts, (unsigned long long)(b.total() + acts),
-             (unsigned long long)c.total());
+      printf("%-6d %4d", N, D);
+      print_tensor_columns(b, acts, c);
     }
   }
   if (json) {
@@ -644,8 +655,8 @@ void print_tensor3d_table(const GPTConfig& cfg, const std::string& preset, int N
            "%d x %d: per rank of each segment\n", preset.c_str(), dtype_name(dt), T, D, P, N,
            zero == 1 ? ", ZeRO-1 over the replicas" : "", sp ? ", sequence parallel" : "", schedule_name(plan.schedule),
            K, B, S);
-    printf("%-8s %-7s %5s %12s %12s %12s %12s %12s %12s %14s %14s\n", "segment", "units", "slots", "params", "grads",
-           "master", "adam_m", "adam_v", "activations", "total", "sent/step");
+    printf("%-8s %-7s %5s", "segment", "units", "slots");
+    print_tensor_columns_head();
   }
   for (int s = 0; s < P; s++) {
     const int u0 = plan.first_unit[s], u1 = plan.first_unit[s + 1], slots = activation_slots(plan.schedule, P, s, K);
@@ -662,11 +673,8 @@ void print_tensor3d_table(const GPTConfig& cfg, const std::string& preset, int N
       j.kv("total", b.total() + acts);
       j.end_object();
     } else {
-      printf("%-8d %-7s %5d %12llu %12llu %12llu %12llu %12llu %12llu %14llu %14llu\n", s,
-             (std::to_string(u0) + ".." + std::to_string(u1 - 1)).c_str(), slots, (unsigned long long)b.params,
-             (unsigned long long)b.grads, (unsigned long long)b.master, (unsigned long long)b.adam_m,
-             (unsigned long long)b.adam_v, (unsigned long long)acts, (unsigned long long)(b.total() + acts),
-             (unsigned long long)c.total());
+      printf("%-8d %-7s %5d", s, (std::to_string(u0) + ".." + std::to_string(u1 - 1)).c_str(), slots);
+      print_tensor_columns(b, acts, c);
     }
   }
   if (json) {
