@@ -1358,6 +1358,24 @@ def layout_place(kind, S, e, parts, n_rank, value):
     return r, b, t, col
 
 
+def layout_element(fn, rank, row, col):
+    """An element of the layout that fn reads, as the verdicts name it: a rank's token (tokens_to_heads
+    reads the tokens' layout) or a rank's heads' row (heads_to_tokens reads the heads' layout)."""
+    what = "token" if fn == "tokens_to_heads" else "heads' row"
+    return f"rank {rank}'s {what} {row}, column {col}"
+
+
+def layout_found(fn, S, e, parts, n_rank, b, got):
+    """What the probe found where another element belongs, in words (the same for both directions), and
+    where it came from: (rank, sequence, row, column) of the layout fn reads, or None when no rank sent it."""
+    if got == 0:
+        return "was never written", None
+    if not 0 < got <= S * n_rank:
+        return f"holds a number no rank sent ({got})", None
+    gr, gb, grow, gc = came = layout_place(fn, S, e, parts, n_rank, got)
+    return f"holds {layout_element(fn, gr, grow, gc)}" + (f" of sequence {gb}" if gb != b else ""), came
+
+
 def ulysses_layout_diagnosis(source_text, out_dir):
     """(what the probe found, hint), or None when it could not run the learner's lambdas."""
     parts = [lambda_text(source_text, n) for n in ("tokens_to_heads", "heads_to_tokens")]
@@ -1396,20 +1414,14 @@ def ulysses_layout_diagnosis(source_text, out_dir):
     Tl, Ch = T // S, C // S
     n_rank = B * Tl * parts * C
     what = "q|k|v" if parts == 3 else "the output"
+    where_in = f"alone, on numbered elements (S = {S}, {e}-byte elements, {what}): rank {rank}'s"
+    wr, _, wrow, wc = layout_place(fn, S, e, parts, n_rank, want)
+    expected = layout_element(fn, wr, wrow, wc)
+    found, came = layout_found(fn, S, e, parts, n_rank, b, got)
     if fn == "tokens_to_heads":
-        where = (f"your tokens_to_heads alone, on numbered elements (S = {S}, {e}-byte elements, {what}): rank "
-                 f"{rank}'s heads' layout, sequence {b}, row {row} (position {row}), column {col}")
-        wr, _, wt, wc = layout_place(fn, S, e, parts, n_rank, want)
-        expected = f"rank {wr}'s token {wt}, column {wc}"
-        if got == 0:
-            found = "was never written"
-        elif not 0 < got <= S * n_rank:
-            found = f"holds a number no rank sent ({got})"
-        else:
-            gr, gb, gt, gc = layout_place(fn, S, e, parts, n_rank, got)
-            found = f"holds rank {gr}'s token {gt}, column {gc}" + (f" of sequence {gb}" if gb != b else "")
-        msg = f"{where} {found}, expected {expected}"
-        if got == 0 or not 0 < got <= S * n_rank:
+        where = f"your tokens_to_heads {where_in} heads' layout, sequence {b}, row {row} (position {row}), column {col}"
+        gr, _, gt, gc = came if came else (None,) * 4
+        if came is None:
             hint = (f"every row of the heads' layout gets a token: rank j's T/S tokens go to rows j T/S .. (j + 1) "
                     f"T/S - 1 of each sequence (the slice offset j T/S), so the T rows hold the whole sequence "
                     f"in order" if row >= Tl else LAYOUT_RULE)
@@ -1420,30 +1432,19 @@ def ulysses_layout_diagnosis(source_text, out_dir):
         elif gc != wc:
             hint = (f"the right head group, the wrong column: column p C/S + c of the heads' layout is column p C + "
                     f"{rank} C/S + c of the token (part p = q, k or v, then the head group's C/S columns)")
-        elif (gr, gt) != (wr, wt):
-            hint = (f"rank {gr}'s token {gt} sits at position {row}, where rank {wr}'s token {wt} belongs: after the "
+        elif (gr, gt) != (wr, wrow):
+            hint = (f"rank {gr}'s token {gt} sits at position {row}, where rank {wr}'s token {wrow} belongs: after the "
                     f"exchange slot j holds rank j's tokens, which go to rows j T/S + t of each sequence (the "
                     f"slice offset j T/S: the heads' layout is the whole sequence in order)")
         else:
             hint = LAYOUT_RULE
     else:
-        where = (f"your heads_to_tokens alone, on numbered elements (S = {S}, {e}-byte elements, {what}): rank "
-                 f"{rank}'s token {row} of sequence {b}, column {col}")
-        wr, _, wrow, wc = layout_place(fn, S, e, parts, n_rank, want)
-        expected = f"rank {wr}'s heads' row {wrow}, column {wc}"
-        if got == 0:
-            found = "was never written"
-        elif not 0 < got <= S * n_rank:
-            found = f"holds a number no rank sent ({got})"
-        else:
-            gr, gb, grow, gc = layout_place(fn, S, e, parts, n_rank, got)
-            found = f"holds rank {gr}'s heads' row {grow}, column {gc}" + (f" of sequence {gb}" if gb != b else "")
-        msg = f"{where} {found}, expected {expected}"
+        where = f"your heads_to_tokens {where_in} token {row} of sequence {b}, column {col}"
         hint = (f"heads_to_tokens must undo tokens_to_heads: slot j of the exchange gets rows j T/S .. (j + 1) T/S "
                 f"- 1 of my heads' layout (rank j's tokens, my heads); after the all-to-all slot j holds head "
                 f"group j of my tokens, which goes to columns p C + j C/S .. of each token: not the forward's "
                 f"packing again")
-    return msg, hint
+    return f"{where} {found}, expected {expected}", hint
 
 
 # ---- grading ----
