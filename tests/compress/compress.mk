@@ -42,7 +42,7 @@ $(BUILD)/mutants/mutant_qat_$(1).cpp: $(QAT_MUTANT_FILE_$(1)) tests/compress/com
 endef
 $(foreach m,$(QAT_MUTANTS),$(eval $(call QAT_MUTANT_SRC_RULE,$(m))))
 
-$(QAT_MUTANTS:%=$(BUILD)/obj/mutants/mutant_qat_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
+$(QAT_MUTANTS:%=$(BUILD)/obj/mutants/mutant_qat_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp $(MUTANT_GCH)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 

@@ -36,7 +36,7 @@ define prune_mutant
 $(BUILD)/mutants/mutant_prune_$(1).cpp: $(PRUNE_MUTANT_FILE_$(1)) tests/compress/prune_mutants.mk tests/lib/make_mutant.sh
 	@mkdir -p $$(dir $$@)
 	@bash tests/lib/make_mutant.sh tests/compress/prune_mutants.mk mutant_prune_$(1) $(PRUNE_MUTANT_LINES) $$< $$@ $$(PRUNE_MUTANT_SED_$(1))
-$(BUILD)/obj/mutants/mutant_prune_$(1).o: $(BUILD)/mutants/mutant_prune_$(1).cpp
+$(BUILD)/obj/mutants/mutant_prune_$(1).o: $(BUILD)/mutants/mutant_prune_$(1).cpp $(MUTANT_GCH)
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) -I$$(dir $(PRUNE_MUTANT_FILE_$(1))) -c $$< -o $$@
 $(BUILD)/mutants/bin/mutant_prune_$(1): $(BUILD)/obj/$(PRUNE_MUTANT_STAGE_$(1))/train.o \

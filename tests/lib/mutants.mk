@@ -15,7 +15,7 @@ $$($(1)_MUTANTS:%=$$(BUILD)/mutants/mutant_$(2)_%.cpp): $$(BUILD)/mutants/mutant
 	@mkdir -p $$(dir $$@)
 	@bash tests/lib/make_mutant.sh $(4) mutant_$(2)_$$* $$($(1)_MUTANT_LINES_$$*) $$< $$@ $$($(1)_MUTANT_SED_$$*)
 
-$$($(1)_MUTANTS:%=$$(BUILD)/obj/mutants/mutant_$(2)_%.o): $$(BUILD)/obj/mutants/%.o: $$(BUILD)/mutants/%.cpp
+$$($(1)_MUTANTS:%=$$(BUILD)/obj/mutants/mutant_$(2)_%.o): $$(BUILD)/obj/mutants/%.o: $$(BUILD)/mutants/%.cpp $$(MUTANT_GCH)
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) -c $$< -o $$@
 

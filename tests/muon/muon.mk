@@ -45,7 +45,7 @@ $(BUILD)/mutants/mutant_muon_$(1).cpp: $(MUON_MUTANT_FILE_$(1)) tests/muon/muon.
 endef
 $(foreach m,$(MUON_MUTANTS),$(eval $(call MUON_MUTANT_SRC_RULE,$(m))))
 
-$(MUON_MUTANTS:%=$(BUILD)/obj/mutants/mutant_muon_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
+$(MUON_MUTANTS:%=$(BUILD)/obj/mutants/mutant_muon_%.o): $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp $(MUTANT_GCH)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 

@@ -33,7 +33,7 @@ define PIPELINE_MUTANT_RULES
 $(call pipeline_mutant_src,$(1)): $(PIPELINE_MUTANT_FILE_$(1)) tests/pipeline/mutants.mk tests/lib/make_mutant.sh
 	@mkdir -p $$(dir $$@)
 	@bash tests/lib/make_mutant.sh tests/pipeline/mutants.mk mutant_pipeline_$(1) 1 $$< $$@ -e '$$(PIPELINE_MUTANT_SED_$(1))'
-$(BUILD)/obj/mutants/$(notdir $(basename $(call pipeline_mutant_src,$(1)))).o: $(call pipeline_mutant_src,$(1))
+$(BUILD)/obj/mutants/$(notdir $(basename $(call pipeline_mutant_src,$(1)))).o: $(call pipeline_mutant_src,$(1)) $(MUTANT_GCH)
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) -Ipipeline -c $$< -o $$@
 $(BUILD)/mutants/bin/mutant_pipeline_$(1): $(BUILD)/obj/mutants/$(notdir $(basename $(call pipeline_mutant_src,$(1)))).o \

@@ -53,7 +53,7 @@ define TENSOR_MUTANT_RULES
 $(call tensor_mutant_src,$(1)): $(TENSOR_MUTANT_FILE_$(1)) tests/tensor/mutants.mk tests/lib/make_mutant.sh
 	@mkdir -p $$(dir $$@)
 	@bash tests/lib/make_mutant.sh tests/tensor/mutants.mk mutant_tensor_$(1) 1 $$< $$@ -e '$$(TENSOR_MUTANT_SED_$(1))'
-$(BUILD)/obj/mutants/$(notdir $(basename $(call tensor_mutant_src,$(1)))).o: $(call tensor_mutant_src,$(1))
+$(BUILD)/obj/mutants/$(notdir $(basename $(call tensor_mutant_src,$(1)))).o: $(call tensor_mutant_src,$(1)) $(MUTANT_GCH)
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(CXXFLAGS) -Itensor -c $$< -o $$@
 $(BUILD)/mutants/bin/mutant_tensor_$(1): $(BUILD)/obj/mutants/$(notdir $(basename $(call tensor_mutant_src,$(1)))).o \

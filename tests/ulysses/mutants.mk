@@ -59,7 +59,7 @@ $(ULYSSES_RING_MUTANTS:%=$(BUILD)/mutants/mutant_ulysses_%_ring.cpp): \
 	@bash tests/lib/make_mutant.sh tests/ulysses/mutants.mk mutant_ulysses_$* \
 	  $(ULYSSES_MUTANT_LINES_$*) $< $@ $(ULYSSES_MUTANT_SED_$*)
 $(ULYSSES_RING_MUTANTS:%=$(BUILD)/obj/mutants/mutant_ulysses_%_ring.o): \
-    $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp
+    $(BUILD)/obj/mutants/%.o: $(BUILD)/mutants/%.cpp $(MUTANT_GCH)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 $(ULYSSES_RING_MUTANT_BINS): $(BUILD)/mutants/bin/mutant_ulysses_%: \
