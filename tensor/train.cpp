@@ -28,7 +28,7 @@ using namespace nz;
 
 int main(int argc, char** argv) {
   // my replica (the data); the Trainer's model only holds the batch: TensorGPT below computes
-  Trainer run(argc, argv, Stage::Tensor, tensor_topology);
+  Trainer run(argc, argv, Stage::Tensor, tensor_topology, tensor_set_up);
   const DType dt = run.dtype;
   const size_t e = run.elem_bytes;
   const int EMBED = 0;
