@@ -10,12 +10,6 @@
 
 namespace nz {
 
-void tensor_set_up(Trainer& run) {
-  // 3D and sequence parallelism run on the CPU backend only (tensor_plan refuses --device cuda for
-  // them): --device auto takes the CPU, even where a GPU is visible
-  if (run.args.pipeline > 1 || run.args.sequence_parallel) run.args.device = "cpu";
-}
-
 Slice owned_part(const Layout& L, const TensorPlan& p, int u) { return p.zero == 1 ? L.shard(u, p.d) : L.full(u); }
 
 std::vector<Slice> owned_parts(const Layout& L, const TensorPlan& p, int u0, int u1) {

@@ -53,13 +53,9 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
   if (a.batch_auto)
     user_error("--batch auto with tensor: the fit is sized by the whole model's formulas, not a tensor rank's, "
                "expected a --batch; zero_estimate --tensor T --batch B prints a rank's bytes");
-  // The GPU runs plain tensor parallelism (--tensor T over D replicas); 3D and sequence parallelism
-  // stay on the CPU backend (--device auto takes the CPU for them: tensor_set_up, hooks.cpp)
-  if (a.device == "cuda" && (P > 1 || a.sequence_parallel))
-    user_error("--device cuda with %s: tensor runs it on the CPU backend only (docs/tensor.md), expected --device "
-               "cpu or auto; or plain --tensor T on the GPU", P > 1 ? "--pipeline" : "--sequence-parallel");
+  // The GPU runs every layout (T x D, 3D, sequence parallel) but flash attention's kernels
   const bool gpu = a.device == "cuda" || (a.device == "auto" && cuda_rt::compiled() && cuda_rt::device_count() > 0);
-  if (gpu && P == 1 && !a.sequence_parallel && a.attention == "flash")
+  if (gpu && a.attention == "flash")
     user_error("--attention flash with tensor on the GPU: not built (each rank keeps its heads' attention "
                "probabilities, tensor/formulas.h), expected --attention gemm; drop the flag");
   TensorPlan p;

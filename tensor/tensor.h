@@ -44,8 +44,6 @@ struct TensorPlan {
   int rank_of(int tr, int dr, int pr = 0) const { return (pr * replicas + dr) * tensor + tr; }
 };
 
-// The Trainer's set-up hook (hooks.cpp): 3D and --sequence-parallel with --device auto on the CPU.
-void tensor_set_up(Trainer& run);
 // The plan for `rank` of `world`; bad input (T not dividing the heads, 4C or N; a flag this rung
 // does not build) is one line and exit 2 (check.h, user_error).
 TensorPlan tensor_plan(const Args& a, int world, int rank);

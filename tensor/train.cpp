@@ -14,8 +14,8 @@
 //        attention and the MLP, C at the layer norms and the residual stream.
 // Sends: per block and micro-step 4 all-reduces of b s C over the T tensor ranks; per step one
 //        all-reduce of my pieces over my D replicas, 2(D-1) P_t / D elements per rank.
-// GPU:   --device cuda (plain --tensor T): the vocabulary's lookup and loss as device kernels
-//        (kernel_table.inc: vocab_*), the groups' collectives on device memory; docs/gpu.md.
+// GPU:   --device cuda: the vocabulary's lookup and loss as device kernels (kernel_table.inc:
+//        vocab_*), the groups' collectives on device memory; docs/gpu.md.
 // Docs:  docs/tensor.md; README.md (the ladder); docs/stages.md.
 #include <algorithm>  // std::max, std::min
 #include <cmath>      // std::sqrt
@@ -30,7 +30,7 @@ using namespace nz;
 
 int main(int argc, char** argv) {
   // my replica (the data); the Trainer's model only holds the batch: TensorGPT below computes
-  Trainer run(argc, argv, Stage::Tensor, tensor_topology, tensor_set_up);
+  Trainer run(argc, argv, Stage::Tensor, tensor_topology);
   const DType dt = run.dtype;
   const size_t e = run.elem_bytes;
   const int EMBED = 0;

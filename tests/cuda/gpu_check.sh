@@ -33,8 +33,8 @@
 #              stage0_ddp on the GPU (the step-1 loss within two summation orders, the rest within the
 #              stage bound) and vs its CPU run (ledger and comm counts identical); ring refused
 #   tensor     test_cuda_stages' tensor tests: --tensor 2 on 2 ranks vs stage0_ddp on the GPU (within the
-#              tensor suite's derived bound) and vs its CPU run (ledger and comm counts identical); 3D,
-#              --sequence-parallel and --attention flash refused on the GPU
+#              tensor suite's derived bound) and vs its CPU run, and 3D with --sequence-parallel on 4 vs
+#              its CPU run (ledger and comm counts identical); --attention flash refused on the GPU
 #   memory.*   the gpt2 preset on 4 ranks sharing the GPU, 3 steps, per stage: the ledger matches its
 #              formulas; the ledger's peak beside cudaMemGetInfo and the device memory report
 #   sanitizer.* compute-sanitizer's racecheck, synccheck, initcheck and memcheck, one row each, right

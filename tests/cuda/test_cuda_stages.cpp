@@ -22,8 +22,9 @@
 //     run's; --sp-mode ring and --attention flash with --device cuda are one line, exit 2, and the
 //     ring mode with --device auto runs on the CPU;
 //   - tensor (--tensor 2 on 2 ranks) equals stage0_ddp on one rank within the tensor suite's derived
-//     bound, and its CPU run within the CPU-vs-GPU bound below, with its ledger and comm counts; 3D,
-//     --sequence-parallel and --attention flash with --device cuda are one line, exit 2;
+//     bound, and its CPU run (and 3D with sequence parallelism's, on 4 ranks) within the CPU-vs-GPU
+//     bound below, with its ledger and comm counts; --attention flash with --device cuda is one line,
+//     exit 2;
 //   - the GPU trains the CPU's model: stage0_ddp's losses agree within fp32 1e-3, bf16 5e-2 over
 //     the same steps (the kernels differ from the CPU's in summation order, fused multiply-adds
 //     and the device math library: cuda_common.cuh).
@@ -390,22 +391,22 @@ TEST_F(CudaStages, UlyssesRingAndFlashStayOffTheGpu) {
   EXPECT_EQ(ring.report["device"].str, "cpu");
 }
 
-// The tensor rung on the GPU: T = 2 tensor ranks on 2 ranks (D = 1), its pieces' products, the
-// vocabulary's lookup and the cross-entropy's per-row numbers as device kernels, the all-reduces of its
-// tensor group on device memory (a group's collectives: the MPI path through pinned host copies, in
-// rank order, comm.h). What must hold:
-//   - against stage0_ddp on one rank on the GPU (fp32): every step's loss and norm within the tensor
-//     suite's derived relative bound (tests/tensor/test_tensor.cpp, Stage0DdpWithinTheDerivedBound):
-//     (4L + 2) γ_V (1 + s lr 0.5 √Ψ) at step s, u = 2^-24, the row-parallel sums' change of order;
-//   - against its own CPU run (fp32, bf16): the losses within the CPU-vs-GPU bound above (the kernels
-//     differ in summation order, fused multiply-adds and the device math library), and the memory
-//     ledger's model state and activations and the comm counts (every collective, every step) the
-//     CPU run's exactly.
+// The tensor rung on the GPU: its pieces' products, the vocabulary's lookup and the cross-entropy's
+// per-row numbers as device kernels, the all-reduces of its groups on device memory (a group's
+// collectives: the MPI path through pinned host copies, in rank order, comm.h). What must hold:
+//   - T = 2 on 2 ranks (D = 1) against stage0_ddp on one rank on the GPU (fp32): every step's loss and
+//     norm within the tensor suite's derived relative bound (tests/tensor/test_tensor.cpp,
+//     Stage0DdpWithinTheDerivedBound): (4L + 2) γ_V (1 + s lr 0.5 √Ψ) at step s, u = 2^-24, the
+//     row-parallel sums' change of order;
+//   - against its own CPU run, that one in fp32, and 3D with sequence parallelism in bf16 (T = 2,
+//     P = 2 on 4 ranks: the segments' sends, the rows' reduce-scatters and all-gathers): the losses
+//     within the CPU-vs-GPU bound above (the kernels differ in summation order, fused multiply-adds
+//     and the device math library), and the memory ledger's model state and activations and the comm
+//     counts (every collective and the sends, every step) the CPU run's exactly.
 TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
-  const std::string tp = " --tensor 2";
   {
     const RunResult& ddp = run("stage0_ddp", 1, "fp32", "cuda");
-    const RunResult& gpu = run("tensor", 2, "fp32", "cuda", tp);
+    const RunResult& gpu = run("tensor", 2, "fp32", "cuda", " --tensor 2");
     ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
     ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
     ASSERT_EQ(gpu.report["device"].str, "cuda");
@@ -427,19 +428,22 @@ TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
     printf("NZTABLE tensor T=2 N=2 fp32 %-4s vs stage0_ddp on 1 rank: largest relative |dloss|, |dnorm| %.3g of "
            "the derived bound\n", gpu.report["collectives"].str.c_str(), worst);
   }
-  for (const std::string prec : {"fp32", "bf16"}) {
-    // bf16 once: on the emulator's second pass (NZ_EMU_GPUS=2) the group's collectives take the same
-    // MPI path as on one shared GPU, and its fp32 run shows that already
-    if (prec == "bf16" && getenv("NZ_EMU_GPUS")) continue;
-    SCOPED_TRACE(prec);
-    const RunResult& gpu = run("tensor", 2, prec, "cuda", tp);
-    const RunResult& cpu = run("tensor", 2, prec, "cpu", tp);
+  struct Case {
+    std::string prec, flags;
+    int N;
+  };
+  for (const Case& k : {Case{"fp32", " --tensor 2", 2}, Case{"bf16", " --tensor 2 --pipeline 2 --sequence-parallel", 4}}) {
+    // 3D once: on the emulator's second pass (NZ_EMU_GPUS=2) its 4 ranks would share the 2 GPUs
+    if (k.N == 4 && getenv("NZ_EMU_GPUS")) continue;
+    SCOPED_TRACE(k.prec + k.flags);
+    const RunResult& gpu = run("tensor", k.N, k.prec, "cuda", k.flags);
+    const RunResult& cpu = run("tensor", k.N, k.prec, "cpu", k.flags);
     ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
     ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
     ASSERT_EQ(gpu.report["device"].str, "cuda");
     ASSERT_EQ(cpu.report["device"].str, "cpu");
     int differ = 0;
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < k.N; r++) {
       for (const char* loc : {"device", "host"})
         for (const char* cat : kCategories) {
           const uint64_t gb = gpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
@@ -447,11 +451,11 @@ TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
           EXPECT_EQ(gb, cb) << "rank " << r << " " << loc << " " << cat;
           differ += gb != cb;
         }
-      for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"}) {
+      for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "p2p"}) {
         const Json &g = gpu.report["ranks"][size_t(r)]["comm"][op], &c = cpu.report["ranks"][size_t(r)]["comm"][op];
-        for (const char* k : {"calls", "elems_sent", "bytes_sent", "bytes_recv"}) {
-          EXPECT_EQ(g[k].u(), c[k].u()) << "rank " << r << " " << op << " " << k;
-          differ += g[k].u() != c[k].u();
+        for (const char* key : {"calls", "elems_sent", "bytes_sent", "bytes_recv"}) {
+          EXPECT_EQ(g[key].u(), c[key].u()) << "rank " << r << " " << op << " " << key;
+          differ += g[key].u() != c[key].u();
         }
       }
       EXPECT_GT(gpu.report["ranks"][size_t(r)]["comm"]["all_reduce"]["calls"].u(), 0u) << "rank " << r;
@@ -459,38 +463,27 @@ TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
     const Json &gs = gpu.report["steps_log"], &cs = cpu.report["steps_log"];
     ASSERT_EQ(gs.size(), cs.size());
     for (size_t i = 0; i < gs.size(); i++)
-      for (const char* k : {"comm_elems", "comm_bytes"}) {
-        EXPECT_EQ(gs[i][k].u(), cs[i][k].u()) << "step " << i + 1 << " " << k;
-        differ += gs[i][k].u() != cs[i][k].u();
+      for (const char* key : {"comm_elems", "comm_bytes"}) {
+        EXPECT_EQ(gs[i][key].u(), cs[i][key].u()) << "step " << i + 1 << " " << key;
+        differ += gs[i][key].u() != cs[i][key].u();
       }
     const double dl = max_abs_diff(step_values(gpu.report, "loss"), step_values(cpu.report, "loss"));
-    printf("NZTABLE tensor T=2 N=2 %s: ledger and comm counts %s; max|dloss| %.2g vs the CPU run (bound %.0e)\n",
-           prec.c_str(), differ ? "DIFFER from the CPU run's" : "identical to the CPU run's", dl,
-           cpu_gpu_loss_bound(prec));
-    EXPECT_LE(dl, cpu_gpu_loss_bound(prec));
+    printf("NZTABLE tensor%s N=%d %s: ledger and comm counts %s; max|dloss| %.2g vs the CPU run (bound %.0e)\n",
+           k.flags.c_str(), k.N, k.prec.c_str(), differ ? "DIFFER from the CPU run's" : "identical to the CPU run's",
+           dl, cpu_gpu_loss_bound(k.prec));
+    EXPECT_LE(dl, cpu_gpu_loss_bound(k.prec));
   }
 }
 
-// What tensor does not run on the GPU: 3D (--pipeline) and --sequence-parallel stay on the CPU backend,
-// and --attention flash is not built there (each rank keeps its heads' probabilities). Each is one line
-// and exit 2 with --device cuda; with --device auto, --sequence-parallel runs on the CPU.
-TEST_F(CudaStages, TensorThreeDAndSequenceParallelStayOffTheGpu) {
-  const std::pair<std::string, std::string> refused[] = {
-      {"--tensor 1 --pipeline 2 --device cuda", "--device cuda with --pipeline: tensor runs it on the CPU backend only"},
-      {"--tensor 2 --sequence-parallel --device cuda",
-       "--device cuda with --sequence-parallel: tensor runs it on the CPU backend only"},
-      {"--tensor 2 --attention flash --device cuda", "--attention flash with tensor on the GPU: not built"}};
-  for (const auto& [flags, says] : refused) {
-    const RunResult r = run_trainer("tensor", 2, kFlags + flags, "refused");
-    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
-    EXPECT_NE(r.output.find(says), std::string::npos) << flags << ": " << r.output;
-    size_t lines = 0;
-    for (char ch : r.output) lines += ch == '\n';
-    EXPECT_EQ(lines, 1u) << flags << ": " << r.output;
-  }
-  const RunResult sp = run_trainer("tensor", 2, kFlags + "--tensor 2 --sequence-parallel --device auto --steps 1", "sp_auto");
-  ASSERT_EQ(sp.exit_code, 0) << sp.output;
-  EXPECT_EQ(sp.report["device"].str, "cpu");
+// What tensor does not run on the GPU: --attention flash (each rank keeps its heads' attention
+// probabilities): one line and exit 2 with --device cuda.
+TEST_F(CudaStages, TensorFlashAttentionStaysOffTheGpu) {
+  const RunResult r = run_trainer("tensor", 2, kFlags + "--tensor 2 --attention flash --device cuda", "refused");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--attention flash with tensor on the GPU: not built"), std::string::npos) << r.output;
+  size_t lines = 0;
+  for (char ch : r.output) lines += ch == '\n';
+  EXPECT_EQ(lines, 1u) << r.output;
 }
 
 TEST_F(CudaStages, GpuTrainsTheCpuModel) {
