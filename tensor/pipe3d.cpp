@@ -208,7 +208,10 @@ void set_3d_hooks(Trainer& run, const TensorPlan& plan, const PipelinePlan& pipe
   const Layout& full = run.layout;
   auto gathered = std::make_shared<std::vector<char>>(L.max_unit_padded * T * e);
   auto whole = std::make_shared<std::vector<char>>(full.max_unit_padded * e);
-  run.unit_access = UnitAccess{[&comm, &tp, &L, &full, plan, pipe, P, dt, e, gathered, whole](int u) -> const void* {
+  auto outgoing = std::make_shared<Buffer>();  // the GPU: a device copy of the unit to send (NCCL sends device
+                                               // memory only)
+  run.unit_access = UnitAccess{[&comm, &tp, &L, &full, plan, pipe, P, dt, e, gathered, whole,
+                                outgoing](int u) -> const void* {
     const int owner = pipe.segment_of_unit(u), T = plan.tensor;
     const size_t n_full = full.units[u].padded;
     if (plan.p == owner && plan.d == 0) {
@@ -219,7 +222,14 @@ void set_3d_hooks(Trainer& run, const TensorPlan& plan, const PipelinePlan& pipe
           memcpy(whole->data() + at * e, gathered->data() + (r * n + local) * e, count * e);
         });
       if (plan.t == 0 && comm.rank() != 0) {
-        CommRequest sent = comm.send_start(whole->data(), n_full, dt, 0, kModelFile);
+        const void* from = whole->data();
+        if (current_device() == Device::CUDA) {
+          if (outgoing->bytes() == 0)
+            *outgoing = Buffer(Category::Scratch, Location::Device, whole->size(), "a model file unit, to rank 0");
+          copy_bytes(outgoing->data(), Location::Device, whole->data(), Location::Host, n_full * e);
+          from = outgoing->data();
+        }
+        CommRequest sent = comm.send_start(from, n_full, dt, 0, kModelFile);
         comm.wait(sent);
       }
       return whole->data();
