@@ -428,7 +428,7 @@ clean:
 BUNDLE_BUILD := $(BUILD)/gpu-bundle-build
 BUNDLE_ARCH  ?= 90
 BUNDLE_TESTS := test_cuda_kernels test_cuda_comm test_cuda_stages test_cuda_inference test_cuda_quantize
-BUNDLE_BINS  := $(foreach s,$(STAGES) pipeline ulysses,$(if $(wildcard $(s)/train.cpp),$(BUNDLE_BUILD)/bin/$(s))) \
+BUNDLE_BINS  := $(foreach s,$(STAGES) pipeline ulysses tensor,$(if $(wildcard $(s)/train.cpp),$(BUNDLE_BUILD)/bin/$(s))) \
                 $(addprefix $(BUNDLE_BUILD)/tests/,$(BUNDLE_TESTS))
 gpu-bundle:
 	@test "$(CUDA)" = 1 || { echo "make gpu-bundle: nvcc not found (CUDA=0); expected the CUDA toolkit on PATH: install it or set NVCC"; exit 2; }

@@ -22,9 +22,10 @@ EMU_LIB      := $(EMU)/libnanozero_emu.a
 # MPI where the compiler is not mpicxx (a cross-build: Makefile MPI_LIBS)
 EMU_LIBS     := -lpthread $(BLAS_LIBS) $(DNNL_LIBS) $(MPI_LIBS)
 # the ladder, the pipeline (test_cuda_stages runs it on both paths) and infinity (its slices' copies to
-# and from the host, checked by the stream check: tests/cuda/emu_check.sh) and ulysses (its all-to-alls
-# on device memory); zeropp and tensor run on the CPU only (stages.txt)
-EMU_STAGES   := $(foreach s,$(STAGES) pipeline infinity ulysses,$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
+# and from the host, checked by the stream check: tests/cuda/emu_check.sh), ulysses (its all-to-alls
+# on device memory) and tensor (its vocabulary kernels, the all-reduces of its tensor groups); zeropp
+# runs on the CPU only (stages.txt)
+EMU_STAGES   := $(foreach s,$(STAGES) pipeline infinity ulysses tensor,$(if $(wildcard $(s)/train.cpp),$(EMU)/bin/$(s)))
 # Broken copies of the flash attention kernels (dev/emu/flash_mutants.pl), each linked into the kernel
 # tests in place of the real ones: the catalogue of bugs the race check must catch.
 EMU_MUTANTS  := dq_no_syncwarp early_prefetch q_no_barrier
@@ -76,7 +77,7 @@ $(EMU)/obj/%.o: %.cpp
 # a file of the project that includes one the emulator stands in for), and that one is compiled here.
 # A test object's are its own and the precompiled header's, which it is compiled with (Makefile TEST_PCH).
 ifeq ($(CUDA),1)
-EMU_SHARED   := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(foreach s,$(STAGES) pipeline infinity ulysses,$(EMU)/obj/$(s)/train.o) \
+EMU_SHARED   := $(COMMON_SRC:%.cpp=$(EMU)/obj/%.o) $(foreach s,$(STAGES) pipeline infinity ulysses tensor,$(EMU)/obj/$(s)/train.o) \
                 $(patsubst %.cpp,$(EMU)/obj/%.o,$(wildcard tests/cuda/test_cuda_*.cpp tests/zeropp/test_cuda_*.cpp) \
                   tests/lib/gtest_mpi_main.cpp)
 $(EMU_SHARED): $(EMU)/obj/%.o: %.cpp $(BUILD)/obj/%.o dev/emu/uses_toolkit.sh

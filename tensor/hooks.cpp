@@ -10,6 +10,31 @@
 
 namespace nz {
 
+Slice owned_part(const Layout& L, const TensorPlan& p, int u) { return p.zero == 1 ? L.shard(u, p.d) : L.full(u); }
+
+std::vector<Slice> owned_parts(const Layout& L, const TensorPlan& p, int u0, int u1) {
+  std::vector<Slice> mine(L.num_units(), Slice{0, 0});  // units outside [u0, u1): none (3D)
+  for (int u = u0; u < u1; u++) mine[u] = owned_part(L, p, u);
+  return mine;
+}
+
+void init_my_pieces(Trainer& run, const Layout& L, const TensorPlan& plan, int u0, int u1,
+                    const std::function<void*(int u)>& param, AdamW& adam) {
+  const Layout& full = run.layout;  // the whole model's units
+  const size_t e = run.elem_bytes;
+  for (int u = u0; u < u1; u++) {
+    // the whole unit's initial values (as every rung draws them), my pieces copied out
+    std::vector<char> unit(full.units[u].padded * e);
+    run.init_params(u, full.full(u), unit.data(), Location::Host);
+    char* mine = static_cast<char*>(param(u));
+    fill_zero(mine, L.units[u].padded * e, Location::Device);
+    for_each_run(full, L, u, plan.tensor, plan.t, [&](size_t at, size_t local, size_t n) {
+      copy_bytes(mine + local * e, Location::Device, unit.data() + at * e, Location::Host, n * e);
+    });
+    adam.init_master(u, mine + owned_part(L, plan, u).begin * e);
+  }
+}
+
 void set_tensor_hooks(Trainer& run, const TensorPlan& plan, const Layout& L, TensorGPT& model, Comm& tp,
                       std::function<void*(int u)> P) {
   const DType dt = run.dtype;

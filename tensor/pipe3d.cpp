@@ -58,7 +58,6 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
   Comm replicas(comm, p * TP + t, d);   // tensor rank t of segment p in every replica: the data-parallel group
   const int peer_t = t;                 // the tensor rank I exchange activations with in the neighbour segments
   const int prev = plan.rank_of(peer_t, d, p - 1), next = plan.rank_of(peer_t, d, p + 1);
-  const Layout& full = run.layout;
   const Layout L = tensor_layout(run.args.cfg, TP, D);  // my pieces of every unit (of mine: [u0, u1))
   const int slots = activation_slots(pipe.schedule, P, p, K);
   TensorGPT model(L, TP, t, tp, dt, run.args.batch, run.args.seq, plan.sp, TensorSegment{u0, u1, slots});
@@ -78,22 +77,11 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
   auto numel = [&](int u) { return L.units[u].padded; };
   // ZeRO-1 over the replicas, as tensor/train.cpp: replica d keeps slice d of each of my units
   const bool zero1 = plan.zero == 1;
-  auto owned = [&](int u) { return zero1 ? L.shard(u, d) : L.full(u); };
+  auto owned = [&](int u) { return owned_part(L, plan, u); };
   auto my_P = [&](int u) { return elem_ptr(params, at(u) + owned(u).begin, e); };
   auto my_G = [&](int u) { return elem_ptr(grads, at(u) + owned(u).begin, e); };
-  std::vector<Slice> mine(L.num_units(), Slice{0, 0});
-  for (int u = u0; u < u1; u++) mine[u] = owned(u);
-  AdamW adam(L, mine, dt, run.adamw);
-  for (int u = u0; u < u1; u++) {  // the whole unit's initial values, my pieces copied out
-    std::vector<char> unit(full.units[u].padded * e);
-    run.init_params(u, full.full(u), unit.data(), Location::Host);
-    char* dst = static_cast<char*>(param(u));
-    fill_zero(dst, numel(u) * e, Location::Device);
-    for_each_run(full, L, u, TP, t, [&](size_t from, size_t local, size_t n) {
-      copy_bytes(dst + local * e, Location::Device, unit.data() + from * e, Location::Host, n * e);
-    });
-    adam.init_master(u, my_P(u));
-  }
+  AdamW adam(L, owned_parts(L, plan, u0, u1), dt, run.adamw);
+  init_my_pieces(run, L, plan, u0, u1, param, adam);  // the whole units' initial values, my pieces copied out
 
   // ---- the tied wte crosses the pipeline (as pipeline/train.cpp): my vocabulary rows, tensor rank
   // t of the first segment to tensor rank t of the last ----
@@ -220,7 +208,10 @@ void set_3d_hooks(Trainer& run, const TensorPlan& plan, const PipelinePlan& pipe
   const Layout& full = run.layout;
   auto gathered = std::make_shared<std::vector<char>>(L.max_unit_padded * T * e);
   auto whole = std::make_shared<std::vector<char>>(full.max_unit_padded * e);
-  run.unit_access = UnitAccess{[&comm, &tp, &L, &full, plan, pipe, P, dt, e, gathered, whole](int u) -> const void* {
+  auto outgoing = std::make_shared<Buffer>();  // the GPU: a device copy of the unit to send (NCCL sends device
+                                               // memory only)
+  run.unit_access = UnitAccess{[&comm, &tp, &L, &full, plan, pipe, P, dt, e, gathered, whole,
+                                outgoing](int u) -> const void* {
     const int owner = pipe.segment_of_unit(u), T = plan.tensor;
     const size_t n_full = full.units[u].padded;
     if (plan.p == owner && plan.d == 0) {
@@ -231,7 +222,14 @@ void set_3d_hooks(Trainer& run, const TensorPlan& plan, const PipelinePlan& pipe
           memcpy(whole->data() + at * e, gathered->data() + (r * n + local) * e, count * e);
         });
       if (plan.t == 0 && comm.rank() != 0) {
-        CommRequest sent = comm.send_start(whole->data(), n_full, dt, 0, kModelFile);
+        const void* from = whole->data();
+        if (current_device() == Device::CUDA) {
+          if (outgoing->bytes() == 0)
+            *outgoing = Buffer(Category::Scratch, Location::Device, whole->size(), "a model file unit, to rank 0");
+          copy_bytes(outgoing->data(), Location::Device, whole->data(), Location::Host, n_full * e);
+          from = outgoing->data();
+        }
+        CommRequest sent = comm.send_start(from, n_full, dt, 0, kModelFile);
         comm.wait(sent);
       }
       return whole->data();

@@ -7,6 +7,7 @@
 #include "input/cli.h"
 #include "pipeline/pipeline.h"  // make_pipeline_plan: 3D's partition
 #include "runtime/check.h"  // user_error
+#include "runtime/device.h"  // cuda_rt: is there a GPU for --device auto
 
 namespace nz {
 
@@ -52,8 +53,11 @@ TensorPlan tensor_plan(const Args& a, int world, int rank) {
   if (a.batch_auto)
     user_error("--batch auto with tensor: the fit is sized by the whole model's formulas, not a tensor rank's, "
                "expected a --batch; zero_estimate --tensor T --batch B prints a rank's bytes");
-  if (a.device == "cuda")
-    user_error("--device cuda: tensor runs on the CPU backend only (docs/tensor.md), expected --device cpu or auto");
+  // The GPU runs every layout (T x D, 3D, sequence parallel) but flash attention's kernels
+  const bool gpu = a.device == "cuda" || (a.device == "auto" && cuda_rt::compiled() && cuda_rt::device_count() > 0);
+  if (gpu && a.attention == "flash")
+    user_error("--attention flash with tensor on the GPU: not built (each rank keeps its heads' attention "
+               "probabilities, tensor/formulas.h), expected --attention gemm; drop the flag");
   TensorPlan p;
   p.tensor = T;
   p.segments = P;

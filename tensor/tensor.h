@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "layout.h"
 #include "rung.h"  // Topology
@@ -31,6 +32,7 @@ struct Args;  // input/cli.h
 class Trainer;    // trainer.h
 class TensorGPT;  // tensor/tp_model.h
 class Comm;       // comm.h
+class AdamW;      // optim.h
 
 struct TensorPlan {
   int tensor = 1, replicas = 1;  // T, D
@@ -63,6 +65,18 @@ Layout tensor_layout(const GPTConfig& cfg, int T, int D);
 // offsets counted from the unit's first element in the full layout (make_layout) and in the rank's.
 void for_each_run(const Layout& full, const Layout& local, int u, int T, int t,
                   const std::function<void(size_t full_at, size_t local_at, size_t n)>& fn);
+
+// ZeRO-1 over the replicas (--zero 1): the part of unit u's pieces whose optimizer state my replica
+// keeps (slice d of the unit, as stage1 on D ranks); without it the whole unit.
+Slice owned_part(const Layout& L, const TensorPlan& p, int u);
+// The start-up of units [u0, u1) (tensor/train.cpp: all of them; 3D: my segment's, pipe3d.cpp): each
+// whole unit's initial values, drawn as every rung draws them, my pieces copied out into param(u) on
+// the device (the unit's padding zeros), and AdamW's master copy of the part I own (owned_part).
+// AdamW: made for owned_parts(L, plan, u0, u1). In hooks.cpp (it needs the Trainer; the explorer
+// links tensor.cpp alone).
+std::vector<Slice> owned_parts(const Layout& L, const TensorPlan& p, int u0, int u1);
+void init_my_pieces(Trainer& run, const Layout& L, const TensorPlan& plan, int u0, int u1,
+                    const std::function<void*(int u)>& param, AdamW& adam);
 
 // What the Trainer asks of a tensor rank besides training (hooks.cpp): validation's forward on my
 // pieces, the model file (each unit's pieces gathered over my tensor ranks), the memory formulas.

@@ -94,13 +94,6 @@ struct Acts {
   }
 };
 
-// y (N, C) += the replicated bias b, once, after the ranks' partial products are summed
-template <class X>
-void add_bias(X* y, const X* b, size_t N, size_t C) {
-  for (size_t i = 0; i < N; i++)
-    for (size_t c = 0; c < C; c++) y[i * C + c] = store<X>(load(y[i * C + c]) + load(b[c]));
-}
-
 }  // namespace
 
 uint64_t TensorGPT::activation_bytes(const GPTConfig& cfg, int T, DType dt, int B, int S, bool sp,
@@ -124,6 +117,8 @@ TensorGPT::TensorGPT(const Layout& L, int T, int t, Comm& tp, DType dt, int B, i
   rows_ = Buffer(Category::Activations, Location::Device, a.rows_total, "the loss's per-row max, sum, target");
   tok_bytes_ = (size_t(B) * S * sizeof(int) + 63) / 64 * 64;
   tok_ = Buffer(Category::Activations, Location::Device, slots_ * 2 * tok_bytes_, "tokens, targets");
+  // the loss's scalars past the batch's rows travel in the collectives too: defined, never used
+  fill_zero(rows_.data(), a.rows_total, Location::Device);
   use_slot(0);
 }
 
@@ -156,8 +151,8 @@ void* TensorGPT::activation_grad() {
 void TensorGPT::set_batch(const int* tokens, const int* targets, int b) {
   NZ_CHECK(b >= 1 && b <= B_, "batch of %d rows, model allocated for %d", b, B_);
   b_ = b;
-  std::copy(tokens, tokens + size_t(b) * S_, tokens_);
-  std::copy(targets, targets + size_t(b) * S_, targets_);
+  copy_bytes(tokens_, Location::Device, tokens, Location::Host, size_t(b) * S_ * sizeof(int));
+  copy_bytes(targets_, Location::Device, targets, Location::Host, size_t(b) * S_ * sizeof(int));
 }
 
 // ---- the two conjugate operators (Megatron-LM, section 3) ----
@@ -199,7 +194,8 @@ void TensorGPT::backward(int u, const void* p, void* g) {
   heartbeat();
 }
 double TensorGPT::take_loss_sum() {
-  const double s = loss_fresh_ ? 0.0 : loss_total_;
+  double s = 0.0;  // (no head_forward since the last call: 0)
+  if (!loss_fresh_) copy_bytes(&s, Location::Host, loss_total_.data(), Location::Device, sizeof(double));
   loss_fresh_ = true;
   return s;
 }
@@ -227,17 +223,17 @@ void TensorGPT::forward_t(int u, const X* p) {
     const int Vl = int(t[0].numel / C), lo = t_ * Vl;
     X* x0 = ACT(X, a.x0);
     X* part = sp_ ? full : x0;
-    for (int i = 0; i < BT; i++) {
-      const int tok = tokens_[i] - lo;
-      for (int k = 0; k < C; k++)
-        part[size_t(i) * C + k] = tok >= 0 && tok < Vl ? wte[size_t(tok) * C + k] : store<X>(0.0f);
-    }
+    ops::vocab_embedding_forward<X>(part, tokens_, wte, lo, Vl, BT, C);
     if (sp_) scatter_sum_rows(part, x0, n);  // SP: g, my rows of the sum
     else g_forward(x0, n);
+    // my rows are positions row0, row0 + 1, ... of consecutive sequences: wpe's rows added as a bias
+    // over each run of them
     const int row0 = sp_ ? t_ * rows : 0;
-    for (int i = 0; i < rows; i++)
-      for (int k = 0; k < C; k++)
-        x0[size_t(i) * C + k] = store<X>(load(x0[size_t(i) * C + k]) + load(wpe[size_t((row0 + i) % S_) * C + k]));
+    for (int i = 0; i < rows;) {
+      const int pos = (row0 + i) % S_, run = std::min(rows - i, S_ - pos);
+      ops::add_bias<X>(x0 + size_t(i) * C, wpe + size_t(pos) * C, 1, run * C);
+      i += run;
+    }
     return;
   }
   const X* x = ACT(X, u == 1 ? a.x0 : a.layer[u - 2].res_out);  // my input: the previous unit's output
@@ -261,7 +257,7 @@ void TensorGPT::forward_t(int u, const X* p) {
   ops::matmul_forward<X>(sp_ ? full : res_att, ACT(X, s.atty), W(ATTPW), nullptr, BT, Cq, C);
   if (sp_) scatter_sum_rows(full, res_att, n);  // SP: g, my rows of the sum
   else g_forward(res_att, n);
-  add_bias(res_att, W(ATTPB), rows, C);
+  ops::add_bias<X>(res_att, W(ATTPB), rows, C);
   ops::residual_layernorm_forward<X>(res_att, ACT(X, s.ln2), ACT(A, s.ln2_mean), ACT(A, s.ln2_rstd), x, res_att,
                                      W(LN2W), W(LN2B), rows, C);
   // the MLP: f (identity); fc column-parallel (my 4C/T columns, GELU on them alone); fcproj
@@ -272,7 +268,7 @@ void TensorGPT::forward_t(int u, const X* p) {
   ops::matmul_forward<X>(sp_ ? full : res_out, ACT(X, s.fchg), W(FCPW), nullptr, BT, F, C);
   if (sp_) scatter_sum_rows(full, res_out, n);  // SP: g, my rows of the sum
   else g_forward(res_out, n);
-  add_bias(res_out, W(FCPB), rows, C);
+  ops::add_bias<X>(res_out, W(FCPB), rows, C);
   ops::residual_forward<X>(res_out, res_att, res_out, n);
 }
 
@@ -292,6 +288,14 @@ void TensorGPT::head_forward_t(const X* wte) {
   // f (identity: lnf is the same on every rank); my columns of the logits
   ops::matmul_forward<X>(logits, ACT(X, a.lnf), wte, nullptr, BT, C, Vl);
   float *row_max = ROWS(a.row_max), *maxes = ROWS(a.maxes), *sums = ROWS(a.sums), *target = ROWS(a.target);
+  if (current_device() == Device::CUDA) {  // the region's three numbers per row, by device kernels
+    ops::vocab_xent_max<X>(row_max, logits, BT, mine, Vl);
+    tp_.all_gather(row_max, maxes, a.R, DType::F32);
+    ops::vocab_xent_sums<X>(row_max, sums, target, maxes, T_, int(a.R), logits, targets_, lo, BT, mine, Vl);
+    tp_.all_reduce(sums, a.R, DType::F32);
+    tp_.all_reduce(target, a.R, DType::F32);
+    return loss_from_sums<X>(logits, row_max, sums, target, BT, mine, Vl, a.losses);
+  }
   // begin exercise: tensor_vocab_loss
   std::fill(row_max, row_max + a.R, -INFINITY);
   for (int i = 0; i < BT; i++)
@@ -313,14 +317,17 @@ void TensorGPT::head_forward_t(const X* wte) {
   tp_.all_reduce(sums, a.R, DType::F32);    // S
   tp_.all_reduce(target, a.R, DType::F32);  // z_target
   // end exercise: tensor_vocab_loss
-  float* losses = ACT(float, a.losses);
-  for (int i = 0; i < BT; i++) {
-    losses[i] = std::log(sums[i]) + row_max[i] - target[i];
-    // the probabilities of my columns overwrite the logits (the backward's dlogits, in place)
-    X* z = logits + size_t(i) * Vl;
-    for (int j = 0; j < Vl; j++) z[j] = store<X>(j < mine ? std::exp(load(z[j]) - row_max[i]) / sums[i] : 0.0f);
-  }
-  ops::add_sum_to<float>(&loss_total_, losses, size_t(BT), loss_fresh_);
+  loss_from_sums<X>(logits, row_max, sums, target, BT, mine, Vl, a.losses);
+}
+
+// Each row's loss, log S + M - z_target, and the probabilities of my columns over the logits (the
+// backward's dlogits, in place); the batch's losses added to the step's total
+template <class X>
+void TensorGPT::loss_from_sums(X* logits, const float* row_max, const float* sums, const float* target, int BT,
+                               int mine, int Vl, size_t losses_at) {
+  float* losses = ACT(float, losses_at);
+  ops::vocab_xent_finish<X>(losses, logits, row_max, sums, target, BT, mine, Vl);
+  ops::add_sum_to<float>(static_cast<double*>(loss_total_.data()), losses, size_t(BT), loss_fresh_);
   loss_fresh_ = false;
 }
 
@@ -331,12 +338,7 @@ void TensorGPT::head_backward_t(const X* wte) {
   const Acts a(c, T_, dt_, B_, S_, sp_, u0_, u1_);
   const int Vl = padded_vocab(c.vocab, T_) / T_, lo = t_ * Vl;
   X* d = ACT(X, a.logits);  // in place over the probabilities
-  const float dl = loss_scale_ / BT;
-  for (int i = 0; i < BT; i++)
-    for (int j = 0; j < Vl; j++) {
-      const float indicator = targets_[i] - lo == j ? 1.0f : 0.0f;
-      d[size_t(i) * Vl + j] = store<X>((load(d[size_t(i) * Vl + j]) - indicator) * dl);
-    }
+  ops::vocab_xent_backward<X>(d, targets_, lo, loss_scale_ / BT, BT, Vl);  // (p - onehot) dloss
   // d lnf: my columns' part, then f sums the T parts (SP: my rows of the sum)
   X* dx = GACT(X, a.dx);
   ops::matmul_backward<X>(sp_ ? GACT(X, a.full) : dx, nullptr, nullptr, d, ACT(X, a.lnf), wte, BT, C, Vl);
@@ -370,20 +372,10 @@ void TensorGPT::backward_t(int u, const X* p, X* g) {
     const X* dx0 = all_rows(dx);
     if (!head_part_in_g)
       ops::matmul_backward<X>(nullptr, g, nullptr, ACT(X, a.logits), ACT(X, a.lnf), nullptr, BT, C, Vl);
-    for (int i = 0; i < BT; i++) {
-      const int tok = tokens_[i] - lo;
-      if (tok < 0 || tok >= Vl) continue;
-      X* row = g + size_t(tok) * C;
-      for (int k = 0; k < C; k++) row[k] = store<X>(load(row[k]) + load(dx0[size_t(i) * C + k]));
-    }
-    // wpe is replicated: every rank adds the same dx0, and its gradient is complete here
-    X* dwpe = g + t[1].offset;
-    for (int s = 0; s < S_; s++)
-      for (int k = 0; k < C; k++) {
-        A sum = 0;
-        for (int b = 0; b < b_; b++) sum += load(dx0[(size_t(b) * S_ + s) * C + k]);
-        dwpe[size_t(s) * C + k] = store<X>(load(dwpe[size_t(s) * C + k]) + sum);
-      }
+    ops::vocab_embedding_backward<X>(g, dx0, tokens_, lo, Vl, BT, C);
+    // wpe is replicated: every rank adds the same dx0, and its gradient is complete here (the
+    // ladder's embedding backward, its position part alone)
+    ops::embedding_backward<X>(nullptr, g + t[1].offset, dx0, tokens_, b_, S_, C);
     return;
   }
   const X* x = ACT(X, u == 1 ? a.x0 : a.layer[u - 2].res_out);

@@ -13,7 +13,8 @@
 //
 // Sums over ranks add the contributions in rank order (comm.h), so a single process that adds the
 // same partial products in the same order gets the same bits (tests/tensor/tp_reference.h).
-// The CPU backend only (the lookup and the loss are host loops).
+// Every op runs on the run's backend (kernels/ops.h): on the GPU the vocabulary's lookup, the
+// biases and the cross-entropy's per-row numbers are device kernels too (kernel_table.inc, vocab_*).
 #pragma once
 #include <vector>
 
@@ -70,6 +71,9 @@ class TensorGPT {
   template <class X> void head_forward_t(const X* wte);
   template <class X> void head_backward_t(const X* wte);
   template <class X> void backward_t(int u, const X* p, X* g);
+  template <class X>
+  void loss_from_sums(X* logits, const float* row_max, const float* sums, const float* target, int BT, int mine,
+                      int Vl, size_t losses_at);
   void g_forward(void* partial_sum, size_t n);  // g: all-reduce forward
   void f_backward(void* grad_sum, size_t n);    // f: all-reduce backward
   // sequence parallelism's pair: every rank's rows to every rank (all-gather: ḡ forward, g
@@ -86,7 +90,7 @@ class TensorGPT {
   int u0_, u1_, slots_, slot_ = 0;  // my units [u0, u1); the activation slots, the one in use
   size_t slot_bytes_ = 0, tok_bytes_ = 0;
   float loss_scale_ = 1;
-  double loss_total_ = 0;
+  RawBlock loss_total_{sizeof(double), Location::Device};  // the step's loss sum, where the losses are
   bool loss_fresh_ = true;
   Buffer acts_, grads_, rows_;  // saved activations; one block's activation grads; the loss's per-row scalars
   Buffer tok_;                  // the batch's tokens and targets

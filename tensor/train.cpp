@@ -14,6 +14,8 @@
 //        attention and the MLP, C at the layer norms and the residual stream.
 // Sends: per block and micro-step 4 all-reduces of b s C over the T tensor ranks; per step one
 //        all-reduce of my pieces over my D replicas, 2(D-1) P_t / D elements per rank.
+// GPU:   --device cuda: the vocabulary's lookup and loss as device kernels (kernel_table.inc:
+//        vocab_*), the groups' collectives on device memory; docs/gpu.md.
 // Docs:  docs/tensor.md; README.md (the ladder); docs/stages.md.
 #include <algorithm>  // std::max, std::min
 #include <cmath>      // std::sqrt
@@ -40,7 +42,6 @@ int main(int argc, char** argv) {
   const int TP = plan.tensor, t = plan.t, d = plan.d;
   Comm tp(comm, d, t);        // my replica's T tensor ranks: the all-reduces of every layer
   Comm replicas(comm, t, d);  // tensor rank t of every replica: the data-parallel group
-  const Layout& full = run.layout;  // the whole model's units (the model file)
   const Layout L = tensor_layout(run.args.cfg, TP, plan.replicas);  // my pieces, padded for D
   TensorGPT model(L, TP, t, tp, dt, run.args.batch, run.args.seq, plan.sp);
   if (comm.rank() == 0 && !run.args.quiet) printf("%s\n", tensor_summary(plan, L.cfg).c_str());
@@ -58,24 +59,12 @@ int main(int argc, char** argv) {
   // ---- ZeRO-1 over the replicas (--zero 1): tensor rank t's D replicas share the optimizer state
   // of its pieces, replica d keeping slice d of every unit, as stage1 on D ranks ----
   const bool zero1 = plan.zero == 1;
-  auto owned = [&](int u) { return zero1 ? L.shard(u, d) : L.full(u); };  // the optimizer's part
+  auto owned = [&](int u) { return owned_part(L, plan, u); };  // the optimizer's part (tensor.h)
   auto my_P = [&](int u) { return elem_ptr(params, L.units[u].offset + owned(u).begin, e); };
   auto my_G = [&](int u) { return elem_ptr(grads, L.units[u].offset + owned(u).begin, e); };
-  std::vector<Slice> mine(L.num_units());
-  for (int u = 0; u < L.num_units(); u++) mine[u] = owned(u);
   // end ZeRO-1
-  AdamW adam(L, mine, dt, run.adamw);  // m, v for my pieces' elements (--zero 1: my slice of them)
-  for (int u = 0; u < L.num_units(); u++) {
-    // the whole unit's initial values (as every rung draws them), my pieces copied out
-    std::vector<char> unit(full.units[u].padded * e);
-    run.init_params(u, full.full(u), unit.data(), Location::Host);
-    char* mine = static_cast<char*>(P(u));
-    fill_zero(mine, numel(u) * e, Location::Device);
-    for_each_run(full, L, u, TP, t, [&](size_t at, size_t local, size_t n) {
-      copy_bytes(mine + local * e, Location::Device, unit.data() + at * e, Location::Host, n * e);
-    });
-    adam.init_master(u, my_P(u));
-  }
+  AdamW adam(L, owned_parts(L, plan, 0, L.num_units()), dt, run.adamw);  // m, v of my pieces
+  init_my_pieces(run, L, plan, 0, L.num_units(), P, adam);  // initial values: my pieces copied out
 
   // validation, the model file and the memory table's formulas: over my pieces (hooks.cpp)
   set_tensor_hooks(run, plan, L, model, tp, P);

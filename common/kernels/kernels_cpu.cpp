@@ -255,13 +255,13 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int 
   for (int c0 = 0; c0 < C; c0 += kChannelBlock) {
     const int c1 = std::min(c0 + kChannelBlock, C);
     // token embedding: one += per occurrence, in (b,t) order (in bf16, one rounding per occurrence)
-    for (size_t bt = 0; bt < size_t(B) * Tn; bt++) {
+    for (size_t bt = 0; dwte && bt < size_t(B) * Tn; bt++) {
       T* dw = dwte + size_t(tokens[bt]) * C;
       const T* d = dout + bt * C;
       for (int c = c0; c < c1; c++) dw[c] = store<T>(load(dw[c]) + load(d[c]));
     }
     // position embedding: sum the B contributions first, then add to the gradient once
-    for (int t = 0; t < Tn; t++) {
+    for (int t = 0; dwpe && t < Tn; t++) {
       A sum[kChannelBlock] = {};
       for (int b = 0; b < B; b++) {
         const T* d = dout + (size_t(b) * Tn + t) * C;
@@ -271,6 +271,21 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int 
       for (int c = c0; c < c1; c++) dw[c] = store<T>(load(dw[c]) + sum[c - c0]);
     }
   }
+}
+
+// The tensor rung's vocabulary pieces and bias: one pass over the data each, the reference's loops
+// (kernels_ref.cpp) are fast enough
+template <class T>
+void vocab_embedding_forward(T* out, const int* tokens, const T* wte, int lo, int V, int N, int C) {
+  ref::vocab_embedding_forward(out, tokens, wte, lo, V, N, C);
+}
+template <class T>
+void vocab_embedding_backward(T* dwte, const T* dout, const int* tokens, int lo, int V, int N, int C) {
+  ref::vocab_embedding_backward(dwte, dout, tokens, lo, V, N, C);
+}
+template <class T>
+void add_bias(T* y, const T* b, int N, int C) {
+  ref::add_bias(y, b, N, C);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -770,6 +785,26 @@ void softmax_xent_backward(T* dlogits, const T* probs, const int* targets, float
       d[j] = store<T>((load(p[j]) - indicator) * dl);
     }
   }
+}
+
+// The vocabulary-parallel cross-entropy (tensor/tp_model.cpp): the reference's row loops
+template <class T>
+void vocab_xent_max(float* row_max, const T* logits, int N, int V, int ld) {
+  ref::vocab_xent_max(row_max, logits, N, V, ld);
+}
+template <class T>
+void vocab_xent_sums(float* row_max, float* sums, float* target, const float* maxes, int T_, int R, const T* logits,
+                     const int* targets, int lo, int N, int V, int ld) {
+  ref::vocab_xent_sums(row_max, sums, target, maxes, T_, R, logits, targets, lo, N, V, ld);
+}
+template <class T>
+void vocab_xent_finish(float* losses, T* logits, const float* row_max, const float* sums, const float* target, int N,
+                       int V, int ld) {
+  ref::vocab_xent_finish(losses, logits, row_max, sums, target, N, V, ld);
+}
+template <class T>
+void vocab_xent_backward(T* d, const int* targets, int lo, float dloss, int N, int ld) {
+  ref::vocab_xent_backward(d, targets, lo, dloss, N, ld);
 }
 
 // ---------------------------------------------------------------------------------------------

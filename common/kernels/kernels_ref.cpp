@@ -52,18 +52,47 @@ void embedding_forward(T* out, const int* tokens, const T* wte, const T* wpe, in
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int B, int Tn, int C) {
   using A = acc_t<T>;
-  for (int b = 0; b < B; b++)
+  for (int b = 0; b < B && dwte; b++)
     for (int t = 0; t < Tn; t++)
       for (int c = 0; c < C; c++) {
         T& g = dwte[size_t(tokens[b * Tn + t]) * C + c];
         g = store<T>(load(g) + load(dout[(size_t(b) * Tn + t) * C + c]));
       }
-  for (int t = 0; t < Tn; t++)
+  for (int t = 0; t < Tn && dwpe; t++)
     for (int c = 0; c < C; c++) {
       A sum = A(0);
       for (int b = 0; b < B; b++) sum += load(dout[(size_t(b) * Tn + t) * C + c]);
       dwpe[size_t(t) * C + c] = store<T>(load(dwpe[size_t(t) * C + c]) + sum);
     }
+}
+
+// The tensor rung's vocabulary pieces: this rank holds rows [lo, lo + V) of wte. The lookup gives
+// the tokens it holds and zeros for the others (the ranks' rows are then summed: exactly one is not
+// zero); the gradient goes back only to the rows it holds.
+template <class T>
+void vocab_embedding_forward(T* out, const int* tokens, const T* wte, int lo, int V, int N, int C) {
+  for (int i = 0; i < N; i++) {
+    const int tok = tokens[i] - lo;
+    for (int k = 0; k < C; k++)
+      out[size_t(i) * C + k] = tok >= 0 && tok < V ? wte[size_t(tok) * C + k] : store<T>(acc_t<T>(0));
+  }
+}
+
+template <class T>
+void vocab_embedding_backward(T* dwte, const T* dout, const int* tokens, int lo, int V, int N, int C) {
+  for (int i = 0; i < N; i++) {
+    const int tok = tokens[i] - lo;
+    if (tok < 0 || tok >= V) continue;
+    T* row = dwte + size_t(tok) * C;
+    for (int k = 0; k < C; k++) row[k] = store<T>(load(row[k]) + load(dout[size_t(i) * C + k]));
+  }
+}
+
+// y (N,C) += b (C), one rounding per element
+template <class T>
+void add_bias(T* y, const T* b, int N, int C) {
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < C; c++) y[size_t(i) * C + c] = store<T>(load(y[size_t(i) * C + c]) + load(b[c]));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -428,6 +457,53 @@ void softmax_xent_backward(T* dlogits, const T* probs, const int* targets, float
       dlogits[size_t(i) * V + j] = store<T>((load(probs[size_t(i) * V + j]) - indicator) * A(dloss));
     }
   }
+}
+
+// The vocabulary-parallel cross-entropy (tensor/tp_model.cpp, head_forward_t): the three numbers of
+// each row the T ranks combine (the global max, the sum of exponentials, the target's logit), then
+// the loss and the probabilities of my columns. Only the V real columns of the ld count.
+template <class T>
+void vocab_xent_max(float* row_max, const T* logits, int N, int V, int ld) {
+  for (int i = 0; i < N; i++) {
+    float m = -INFINITY;
+    for (int j = 0; j < V; j++) m = std::max(m, float(load(logits[size_t(i) * ld + j])));
+    row_max[i] = m;
+  }
+}
+
+template <class T>
+void vocab_xent_sums(float* row_max, float* sums, float* target, const float* maxes, int T_, int R, const T* logits,
+                     const int* targets, int lo, int N, int V, int ld) {
+  for (int i = 0; i < N; i++) {
+    float m = -INFINITY;
+    for (int r = 0; r < T_; r++) m = std::max(m, maxes[size_t(r) * R + i]);  // the global max M
+    row_max[i] = m;
+    const T* z = logits + size_t(i) * ld;
+    float s = 0.0f;
+    for (int j = 0; j < V; j++) s += std::exp(load(z[j]) - m);
+    sums[i] = s;
+    const int tj = targets[i] - lo;
+    target[i] = tj >= 0 && tj < V ? float(load(z[tj])) : 0.0f;
+  }
+}
+
+template <class T>
+void vocab_xent_finish(float* losses, T* logits, const float* row_max, const float* sums, const float* target, int N,
+                       int V, int ld) {
+  for (int i = 0; i < N; i++) {
+    losses[i] = std::log(sums[i]) + row_max[i] - target[i];
+    T* z = logits + size_t(i) * ld;
+    for (int j = 0; j < ld; j++) z[j] = store<T>(j < V ? std::exp(load(z[j]) - row_max[i]) / sums[i] : 0.0f);
+  }
+}
+
+template <class T>
+void vocab_xent_backward(T* d, const int* targets, int lo, float dloss, int N, int ld) {
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < ld; j++) {
+      const float indicator = targets[i] - lo == j ? 1.0f : 0.0f;
+      d[size_t(i) * ld + j] = store<T>((load(d[size_t(i) * ld + j]) - indicator) * dloss);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@
 #      rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI), under the stream check
 #      (NZ_EMU_CHECK=stream: the comm stream's events order every collective, 0 findings);
 #   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp (ulysses
-#      --sp 2 too, and against its CPU run), and the
+#      --sp 2 and tensor --tensor 2 too, and against their CPU runs; tensor's 3D with sequence
+#      parallelism against its CPU run), and the
 #      ledger and comm counts against the CPU run (NZ_TEST_QUICK: 2 steps of 16 tokens), and
 #      --attention flash's activations (the log-sum-exp formula) and --batch auto, once with
 #      one emulated GPU (2 ranks share it: MPI path) and once with two (NCCL path); the runs the
@@ -34,7 +35,8 @@
 #      check on; the flash attention mutants (dev/emu/flash_mutants.pl) reported by the race check;
 #      the trainers' stream mutants (dev/emu/stream_mutants.pl) reported by the stream check and
 #      training the same losses without it; every trainer with --device cuda under every check
-#      (stream order included; ulysses at S = 2 on NCCL and S = 4 on one shared GPU), 0 findings;
+#      (stream order included; ulysses at S = 2 on NCCL and S = 4 on one shared GPU; tensor at T = 2 with --sequence-parallel),
+#      0 findings;
 #   9. make emu-check: a clean program (its own exit status, ARGS as words), a broken one (the
 #      finding, non-zero), and bad input (no CU, a missing file, a compile error, a hang).
 # Prints NZRESULT lines (tests/run_all.sh); about 3 CPU-minutes after the build.
@@ -146,7 +148,7 @@ gtest comm_np3_nccl 120 "${comm[@]}" NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test
 gtest stages_1gpu 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 "$EMU/tests/test_cuda_stages"
 gtest stages_2gpus 600 env NZ_BIN_DIR="$EMU/bin" NZ_TEST_QUICK=1 NZ_EMU_GPUS=2 "$EMU/tests/test_cuda_stages"
 [ "$NZ_RUN_CACHE" = "$log/runs" ] && rm -rf "$NZ_RUN_CACHE"  # its model files; the logs stay
-for l in stages_1gpu stages_2gpus; do grep -E '^NZTABLE (stage .* N=2 |ulysses )' "$log/$l.log" | sed "s/^NZTABLE /  $l: /"; done
+for l in stages_1gpu stages_2gpus; do grep -E '^NZTABLE (stage .* N=2 |ulysses |tensor )' "$log/$l.log" | sed "s/^NZTABLE /  $l: /"; done
 
 # 5. flash attention in a whole training run: stage0_ddp --attention flash against --attention gemm,
 #    every step's loss within the bound test_cuda_stages grants a change of summation order
@@ -326,6 +328,19 @@ for u in 2:2 4:1; do
     echo "NZRESULT FAIL emu.stage_checked.ulysses_sp$S (exit $rc, $(grep -c '^emu-check:' "$out") finding lines; see $out)"
   fi
 done
+# tensor (--tensor 2 --sequence-parallel: the vocabulary's kernels, the tensor group's all-reduces,
+# reduce-scatters and all-gathers on device memory), every check on: 2 ranks and 2 emulated GPUs, bf16,
+# the gemm attention (flash is refused for this rung on the GPU), 2 steps, no finding. (Its numbers against stage0_ddp and its CPU run: test_cuda_stages.)
+out="$log/stage_checked_tensor.log" rc=0
+NZ_EMU_GPUS=2 NZ_EMU_CHECK=all timeout -k 5 300 mpirun -np 2 "$EMU/bin/tensor" --device cuda --tensor 2 --sequence-parallel --preset tiny \
+  --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2 --precision bf16 >"$out" 2>&1 || rc=$?
+if [ $rc = 0 ] && ! grep -q '^emu-check:' "$out" && [ "$(grep -c '^step ' "$out")" = 2 ] &&
+   [ "$(grep -c '0 findings' "$out")" = 2 ]; then
+  echo "NZRESULT PASS emu.stage_checked.tensor_t2_sp (2 ranks, one GPU each, every check on: $(grep -o '[0-9]* loads and stores' \
+        "$out" | awk '{n += $1} END {print n}') loads and stores checked, 0 findings)"
+else
+  echo "NZRESULT FAIL emu.stage_checked.tensor_t2_sp (exit $rc, $(grep -c '^emu-check:' "$out") finding lines; see $out)"
+fi
 # and on the MPI path (2 ranks sharing one emulated GPU: pinned staging buffers, synchronous copies),
 # stage3, offload and infinity under the stream check
 for s in stage3 offload infinity; do

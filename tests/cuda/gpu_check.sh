@@ -32,6 +32,9 @@
 #   ulysses    test_cuda_stages' Ulysses tests: --sp 2 on 2 ranks, --sp 4 on 4 (all-to-alls on the device) vs
 #              stage0_ddp on the GPU (the step-1 loss within two summation orders, the rest within the
 #              stage bound) and vs its CPU run (ledger and comm counts identical); ring refused
+#   tensor     test_cuda_stages' tensor tests: --tensor 2 on 2 ranks vs stage0_ddp on the GPU (within the
+#              tensor suite's derived bound) and vs its CPU run, and 3D with --sequence-parallel on 4 vs
+#              its CPU run (ledger and comm counts identical); --attention flash refused on the GPU
 #   memory.*   the gpt2 preset on 4 ranks sharing the GPU, 3 steps, per stage: the ledger matches its
 #              formulas; the ledger's peak beside cudaMemGetInfo and the device memory report
 #   sanitizer.* compute-sanitizer's racecheck, synccheck, initcheck and memcheck, one row each, right
@@ -274,9 +277,9 @@ SANITIZER_TOOLS=(racecheck synccheck initcheck memcheck)
 SANITIZER_TESTS="CudaKernels/bf16.FlashAttention:CudaKernels/bf16.LayerNorm:CudaKernels/bf16.ColumnSumsOverManyRows:CudaKernels/bf16.SoftmaxXent"
 GPU_ROWS=(device speed.stage0_ddp speed.stage3 speed.stage0_ddp.flash kernels
           "${SANITIZER_TOOLS[@]/#/sanitizer.}" inference quantize
-          comm.np1.local comm.np1.nccl comm.np1.mpi comm.np4.shared stages ulysses
+          comm.np1.local comm.np1.nccl comm.np1.mpi comm.np4.shared stages ulysses tensor
           memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload)
-LAUNCHER_ROWS=(comm.np4.shared stages ulysses memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload)
+LAUNCHER_ROWS=(comm.np4.shared stages ulysses tensor memory.stage0_ddp memory.stage1 memory.stage2 memory.stage3 memory.offload)
 
 # ---- where the bundle is: beside this script, or built from the repository ----
 if [ -f "$here/bundle_env.sh" ]; then
@@ -483,10 +486,12 @@ elif ! has_row PASS mpirun; then
   skip_rest "the launcher's preflight failed" "${LAUNCHER_ROWS[@]}"
 else
   gtest_row comm.np4.shared 60 mpirun -np 4 tests/test_cuda_comm
-  gtest_row stages 150 env NZ_BIN_DIR="$B/bin" tests/test_cuda_stages --gtest_filter='-CudaStages.Ulysses*'
+  gtest_row stages 150 env NZ_BIN_DIR="$B/bin" tests/test_cuda_stages --gtest_filter='-CudaStages.Ulysses*:CudaStages.Tensor*'
   grep -h '^NZTABLE' "$log/stages.log" 2>/dev/null | sed 's/^NZTABLE /   /'
   gtest_row ulysses 90 env NZ_BIN_DIR="$B/bin" tests/test_cuda_stages --gtest_filter='CudaStages.Ulysses*'
   grep -h '^NZTABLE' "$log/ulysses.log" 2>/dev/null | sed 's/^NZTABLE /   /'
+  gtest_row tensor 90 env NZ_BIN_DIR="$B/bin" tests/test_cuda_stages --gtest_filter='CudaStages.Tensor*'
+  grep -h '^NZTABLE' "$log/tensor.log" 2>/dev/null | sed 's/^NZTABLE /   /'
 
   TOUR="--preset gpt2 --batch 2 --seq 128 --steps 3 --lr 3e-4 --eval-every 0 --eval-windows 4 --device cuda --quiet"
   jsons=()

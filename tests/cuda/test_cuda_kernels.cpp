@@ -12,6 +12,10 @@
 //  - CudaKernels/*.Fused*: the fused ops (residual + layer norm, bias + GELU and their backwards).
 //  - CudaKernels/*.RunToRunBitwise: running a kernel twice gives the same bits (no float atomics),
 //    flash attention's tensor-core kernels included.
+//  - CudaKernels/*.Vocabulary*: the tensor rung's vocabulary pieces (the lookup of the rows a rank holds,
+//    its gradient, the bias add, the ladder's embedding backward with its position part alone) bit for
+//    bit; the vocabulary-parallel cross-entropy's kernels bit for bit where they take a max or move one
+//    value, within the fp32 tolerance where they add exponentials.
 //  - CudaSwapBlocks: ulysses' layout change (kernels/swap_blocks.h) bit for bit the CPU reference, in
 //    4-, 2- and 1-byte words, and the reference against the index formula it stands for.
 //  - CudaKernels/{bf16,fp16}.FlashAttentionLongSequence: the tensor-core flash kernels at T = 1024
@@ -274,6 +278,114 @@ TYPED_TEST(CudaKernels, Embedding) {
   expect_close("embedding out", d_out.download(), out, tol<T>());
   expect_close("embedding dwte (+=)", d_dwte.download(), dwte, tol<T>());
   expect_close("embedding dwpe (+=)", d_dwpe.download(), dwpe, tol<T>());
+}
+
+// The tensor rung's vocabulary pieces (tensor/tp_model.cpp): this rank holds wte rows [lo, lo + V).
+// The lookup and its gradient move or add one value per element in token order, the bias adds one:
+// the CPU's bits. The ladder's embedding_backward with no dwte (the tensor rung's position part):
+// the same dwpe as with it.
+TYPED_TEST(CudaKernels, VocabularyPieceEmbeddingAndBias) {
+  using T = TypeParam;
+  nz::Rng rng(131);
+  const int BT = kB * kT, lo = 100, V = 90;
+  std::vector<int> tokens = random_ints(rng, BT, kV);  // some in [lo, lo + V), most not
+  tokens[3] = tokens[7] = tokens[BT - 1] = lo + 5;     // a repeated token of mine: its gradients add in order
+  tokens[4] = lo, tokens[8] = lo + V - 1, tokens[9] = lo + V, tokens[10] = lo - 1;  // the edges
+  const auto wte = random_array<T>(rng, size_t(V) * kC), dout = random_array<T>(rng, size_t(BT) * kC);
+  const auto dwte0 = random_array<T>(rng, size_t(V) * kC), y0 = random_array<T>(rng, size_t(BT) * kC);
+  const auto bias = random_array<T>(rng, kC), dwpe0 = random_array<T>(rng, size_t(kT) * kC);
+
+  auto out = poisoned<T>(size_t(BT) * kC);
+  auto dwte = dwte0, y = y0, dwpe = dwpe0;
+  cpu::vocab_embedding_forward(out.data(), tokens.data(), wte.data(), lo, V, BT, kC);
+  cpu::vocab_embedding_backward(dwte.data(), dout.data(), tokens.data(), lo, V, BT, kC);
+  cpu::add_bias(y.data(), bias.data(), BT, kC);
+  cpu::embedding_backward<T>(nullptr, dwpe.data(), dout.data(), tokens.data(), kB, kT, kC);
+  // the reference's own truth: a token of mine is its row, another's zeros; the bias added once
+  for (int i : {3, 4, 8, 9, 10}) {
+    const bool mine = tokens[i] >= lo && tokens[i] < lo + V;
+    for (int c = 0; c < kC; c++)
+      ASSERT_EQ(as_double(out[size_t(i) * kC + c]), mine ? as_double(wte[size_t(tokens[i] - lo) * kC + c]) : 0.0);
+  }
+  EXPECT_EQ(as_double(y[kC + 2]), as_double(nz::store<T>(nz::load(y0[kC + 2]) + nz::load(bias[2]))));
+  auto dwpe_full = dwpe0;
+  auto dwte_scratch = random_array<T>(rng, size_t(kV) * kC);
+  cpu::embedding_backward(dwte_scratch.data(), dwpe_full.data(), dout.data(), tokens.data(), kB, kT, kC);
+  expect_bitwise("embedding_backward dwpe alone = with dwte", dwpe, dwpe_full);
+
+  DeviceArray<int> d_tokens(tokens);
+  DeviceArray<T> d_wte(wte), d_dout(dout), d_dwte(dwte0), d_y(y0), d_bias(bias), d_dwpe(dwpe0);
+  auto d_out = DeviceArray<T>::poisoned(out.size());
+  gpu::vocab_embedding_forward(d_out.ptr(), d_tokens.ptr(), d_wte.ptr(), lo, V, BT, kC);
+  gpu::vocab_embedding_backward(d_dwte.ptr(), d_dout.ptr(), d_tokens.ptr(), lo, V, BT, kC);
+  gpu::add_bias(d_y.ptr(), d_bias.ptr(), BT, kC);
+  gpu::embedding_backward<T>(nullptr, d_dwpe.ptr(), d_dout.ptr(), d_tokens.ptr(), kB, kT, kC);
+  expect_bitwise("vocab_embedding_forward", d_out.download(), out);
+  expect_bitwise("vocab_embedding_backward (+=)", d_dwte.download(), dwte);
+  expect_bitwise("add_bias", d_y.download(), y);
+  expect_bitwise("embedding_backward, dwpe alone (+=)", d_dwpe.download(), dwpe);
+}
+
+// The vocabulary-parallel cross-entropy's kernels, one rank of two: my ld = 90 columns of each row,
+// the first V = 83 real. The max is exact in any order, the target's logit and the backward are one
+// value each: the CPU's bits. The sum of exponentials adds in the block's order and the device's expf
+// (cuda_common.cuh): within the fp32 tolerance, and so are the losses and probabilities made from it.
+TYPED_TEST(CudaKernels, VocabularyParallelCrossEntropy) {
+  using T = TypeParam;
+  nz::Rng rng(137);
+  const int BT = kB * kT, R = BT + 1, ld = 90, V = 83, lo = 100;  // R: BT rounded up to the 2 ranks
+  auto logits = random_array<T>(rng, size_t(BT) * ld, -4.0f, 4.0f);
+  for (int i = 0; i < BT; i++)  // padding columns hold what the matmul left there: large, never counted
+    for (int j = V; j < ld; j++) logits[size_t(i) * ld + j] = nz::store<T>(50.0f);
+  std::vector<int> targets = random_ints(rng, BT, 300);
+  targets[0] = lo, targets[1] = lo + V - 1, targets[2] = lo - 1;  // my first and last column, another's
+  // every rank's maxima: mine in row 0 (from the kernel), the other rank's in row 1
+  std::vector<float> maxes(2 * size_t(R), 0.0f), other = random_array<float>(rng, R, -4.0f, 6.0f);
+  std::vector<float> row_max(R, 0.0f), sums(R, 0.0f), target(R, 0.0f), losses(BT);
+  cpu::vocab_xent_max(row_max.data(), logits.data(), BT, V, ld);
+  for (int i = 0; i < BT; i++) {
+    float m = -INFINITY;
+    for (int j = 0; j < V; j++) m = std::max(m, float(nz::load(logits[size_t(i) * ld + j])));
+    ASSERT_EQ(row_max[i], m) << "row " << i;  // the reference against its definition
+  }
+  std::copy(row_max.begin(), row_max.end(), maxes.begin());
+  std::copy(other.begin(), other.end(), maxes.begin() + R);
+  cpu::vocab_xent_sums(row_max.data(), sums.data(), target.data(), maxes.data(), 2, R, logits.data(), targets.data(),
+                       lo, BT, V, ld);
+  EXPECT_EQ(target[0], float(nz::load(logits[0])));
+  EXPECT_EQ(target[1], float(nz::load(logits[ld + V - 1])));
+  EXPECT_EQ(target[2], 0.0f);
+  auto probs = logits;
+  cpu::vocab_xent_finish(losses.data(), probs.data(), row_max.data(), sums.data(), target.data(), BT, V, ld);
+  auto dlogits = probs;
+  const float dloss = 1.0f / BT;
+  cpu::vocab_xent_backward(dlogits.data(), targets.data(), lo, dloss, BT, ld);
+
+  DeviceArray<T> d_logits(logits);
+  DeviceArray<int> d_targets(targets);
+  DeviceArray<float> d_maxes(maxes);
+  auto d_row_max = DeviceArray<float>::poisoned(R), d_sums = DeviceArray<float>::poisoned(R);
+  auto d_target = DeviceArray<float>::poisoned(R), d_losses = DeviceArray<float>::poisoned(BT);
+  gpu::vocab_xent_max(d_row_max.ptr(), d_logits.ptr(), BT, V, ld);
+  auto first = [BT](std::vector<float> v) { v.resize(BT); return v; };
+  const std::vector<float> my_max(maxes.begin(), maxes.begin() + R);  // the CPU's, before the sums overwrote it
+  expect_bitwise("vocab_xent_max", first(d_row_max.download()), first(my_max));
+  gpu::vocab_xent_sums(d_row_max.ptr(), d_sums.ptr(), d_target.ptr(), d_maxes.ptr(), 2, R, d_logits.ptr(),
+                       d_targets.ptr(), lo, BT, V, ld);
+  expect_bitwise("vocab_xent_sums: the global max", first(d_row_max.download()), first(row_max));
+  expect_bitwise("vocab_xent_sums: the target's logit", first(d_target.download()), first(target));
+  expect_close("vocab_xent_sums: the sum of exponentials", first(d_sums.download()), first(sums), tol<float>());
+  DeviceArray<float> d_cpu_sums(sums);  // the finish from the CPU's sums: its own arithmetic alone
+  gpu::vocab_xent_finish(d_losses.ptr(), d_logits.ptr(), d_row_max.ptr(), d_cpu_sums.ptr(), d_target.ptr(), BT, V,
+                         ld);
+  expect_close("vocab_xent_finish losses", d_losses.download(), losses, tol<float>());
+  const auto gpu_probs = d_logits.download();
+  expect_close("vocab_xent_finish probabilities", gpu_probs, probs, tol<T>());
+  for (int i = 0; i < BT; i++)
+    for (int j = V; j < ld; j++) ASSERT_EQ(as_double(gpu_probs[size_t(i) * ld + j]), 0.0) << "padding column " << j;
+  DeviceArray<T> d_d(probs);  // the backward from the CPU's probabilities
+  gpu::vocab_xent_backward(d_d.ptr(), d_targets.ptr(), lo, dloss, BT, ld);
+  expect_bitwise("vocab_xent_backward", d_d.download(), dlogits);
 }
 
 // ---------------------------------------------------------------------------------------------

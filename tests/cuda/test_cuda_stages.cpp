@@ -21,6 +21,10 @@
 //     all-to-alls and the layout kernels move bits), and its ledger and comm counts are the CPU
 //     run's; --sp-mode ring and --attention flash with --device cuda are one line, exit 2, and the
 //     ring mode with --device auto runs on the CPU;
+//   - tensor (--tensor 2 on 2 ranks) equals stage0_ddp on one rank within the tensor suite's derived
+//     bound, and its CPU run (and 3D with sequence parallelism's, on 4 ranks) within the CPU-vs-GPU
+//     bound below, with its ledger and comm counts; --attention flash with --device cuda is one line,
+//     exit 2;
 //   - the GPU trains the CPU's model: stage0_ddp's losses agree within fp32 1e-3, bf16 5e-2 over
 //     the same steps (the kernels differ from the CPU's in summation order, fused multiply-adds
 //     and the device math library: cuda_common.cuh).
@@ -385,6 +389,107 @@ TEST_F(CudaStages, UlyssesRingAndFlashStayOffTheGpu) {
   const RunResult ring = run_trainer("ulysses", 2, kFlags + "--sp 2 --sp-mode ring --device auto --steps 1", "ring_auto");
   ASSERT_EQ(ring.exit_code, 0) << ring.output;
   EXPECT_EQ(ring.report["device"].str, "cpu");
+}
+
+// The tensor rung on the GPU: its pieces' products, the vocabulary's lookup and the cross-entropy's
+// per-row numbers as device kernels, the all-reduces of its groups on device memory (a group's
+// collectives: the MPI path through pinned host copies, in rank order, comm.h). What must hold:
+//   - T = 2 on 2 ranks (D = 1) against stage0_ddp on one rank on the GPU (fp32): every step's loss and
+//     norm within the tensor suite's derived relative bound (tests/tensor/test_tensor.cpp,
+//     Stage0DdpWithinTheDerivedBound): (4L + 2) γ_V (1 + s lr 0.5 √Ψ) at step s, u = 2^-24, the
+//     row-parallel sums' change of order;
+//   - against its own CPU run, that one in fp32, and 3D with sequence parallelism in bf16 (T = 2,
+//     P = 2 on 4 ranks: the segments' sends, the rows' reduce-scatters and all-gathers; and P = 2 on
+//     2 ranks with a GPU each: the sends and the model file on NCCL): the losses
+//     within the CPU-vs-GPU bound above (the kernels differ in summation order, fused multiply-adds
+//     and the device math library), and the memory ledger's model state and activations and the comm
+//     counts (every collective and the sends, every step) the CPU run's exactly.
+TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
+  {
+    const RunResult& ddp = run("stage0_ddp", 1, "fp32", "cuda");
+    const RunResult& gpu = run("tensor", 2, "fp32", "cuda", " --tensor 2");
+    ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+    ASSERT_EQ(gpu.report["device"].str, "cuda");
+    nz::GPTConfig c;
+    ASSERT_TRUE(nz::preset_config("tiny", &c));
+    const double u = std::ldexp(1.0, -24), n = c.vocab, gamma = n * u / (1 - n * u), terms = 4 * c.layers + 2;
+    const double psi = double(nz::param_count_formula(c)), lr = 3e-3;
+    const std::vector<double> l0 = step_values(ddp.report, "loss"), l = step_values(gpu.report, "loss");
+    const std::vector<double> n0 = step_values(ddp.report, "grad_norm"), nn = step_values(gpu.report, "grad_norm");
+    ASSERT_EQ(l.size(), l0.size());
+    double worst = 0;
+    for (size_t s = 0; s < l.size(); s++) {
+      const double bound = terms * gamma * (1 + double(s) * lr * 0.5 * std::sqrt(psi));
+      const double dl = std::fabs(l[s] - l0[s]) / l0[s], dn = std::fabs(nn[s] - n0[s]) / n0[s];
+      worst = std::max({worst, dl / bound, dn / bound});
+      EXPECT_LE(dl, bound) << "step " << s + 1 << ": loss " << l[s] << " vs stage0_ddp " << l0[s];
+      EXPECT_LE(dn, bound) << "step " << s + 1 << ": norm " << nn[s] << " vs stage0_ddp " << n0[s];
+    }
+    printf("NZTABLE tensor T=2 N=2 fp32 %-4s vs stage0_ddp on 1 rank: largest relative |dloss|, |dnorm| %.3g of "
+           "the derived bound\n", gpu.report["collectives"].str.c_str(), worst);
+  }
+  struct Case {
+    std::string prec, flags;
+    int N;
+  };
+  const bool gpu_each = getenv("NZ_EMU_GPUS") || nz::cuda_rt::device_count() >= 2;  // 2 ranks: NCCL
+  for (const Case& k : {Case{"fp32", " --tensor 2", 2}, Case{"bf16", " --tensor 2 --pipeline 2 --sequence-parallel", 4},
+                        Case{"bf16", " --pipeline 2", 2}}) {
+    // 3D with sequence parallelism on one GPU (on the emulator's second pass, NZ_EMU_GPUS=2, its 4 ranks
+    // would share the 2 GPUs: the same path); 3D's sends and its model file on NCCL where 2 ranks
+    // have a GPU each
+    if (k.N == 4 && getenv("NZ_EMU_GPUS")) continue;
+    if (k.flags == " --pipeline 2" && !gpu_each) continue;
+    SCOPED_TRACE(k.prec + k.flags);
+    const RunResult& gpu = run("tensor", k.N, k.prec, "cuda", k.flags);
+    const RunResult& cpu = run("tensor", k.N, k.prec, "cpu", k.flags);
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+    ASSERT_EQ(gpu.report["device"].str, "cuda");
+    ASSERT_EQ(cpu.report["device"].str, "cpu");
+    int differ = 0;
+    for (int r = 0; r < k.N; r++) {
+      for (const char* loc : {"device", "host"})
+        for (const char* cat : kCategories) {
+          const uint64_t gb = gpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
+          const uint64_t cb = cpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
+          EXPECT_EQ(gb, cb) << "rank " << r << " " << loc << " " << cat;
+          differ += gb != cb;
+        }
+      for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "p2p"}) {
+        const Json &g = gpu.report["ranks"][size_t(r)]["comm"][op], &c = cpu.report["ranks"][size_t(r)]["comm"][op];
+        for (const char* key : {"calls", "elems_sent", "bytes_sent", "bytes_recv"}) {
+          EXPECT_EQ(g[key].u(), c[key].u()) << "rank " << r << " " << op << " " << key;
+          differ += g[key].u() != c[key].u();
+        }
+      }
+      EXPECT_GT(gpu.report["ranks"][size_t(r)]["comm"]["all_reduce"]["calls"].u(), 0u) << "rank " << r;
+    }
+    const Json &gs = gpu.report["steps_log"], &cs = cpu.report["steps_log"];
+    ASSERT_EQ(gs.size(), cs.size());
+    for (size_t i = 0; i < gs.size(); i++)
+      for (const char* key : {"comm_elems", "comm_bytes"}) {
+        EXPECT_EQ(gs[i][key].u(), cs[i][key].u()) << "step " << i + 1 << " " << key;
+        differ += gs[i][key].u() != cs[i][key].u();
+      }
+    const double dl = max_abs_diff(step_values(gpu.report, "loss"), step_values(cpu.report, "loss"));
+    printf("NZTABLE tensor%s N=%d %s: ledger and comm counts %s; max|dloss| %.2g vs the CPU run (bound %.0e)\n",
+           k.flags.c_str(), k.N, k.prec.c_str(), differ ? "DIFFER from the CPU run's" : "identical to the CPU run's",
+           dl, cpu_gpu_loss_bound(k.prec));
+    EXPECT_LE(dl, cpu_gpu_loss_bound(k.prec));
+  }
+}
+
+// What tensor does not run on the GPU: --attention flash (each rank keeps its heads' attention
+// probabilities): one line and exit 2 with --device cuda.
+TEST_F(CudaStages, TensorFlashAttentionStaysOffTheGpu) {
+  const RunResult r = run_trainer("tensor", 2, kFlags + "--tensor 2 --attention flash --device cuda", "refused");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--attention flash with tensor on the GPU: not built"), std::string::npos) << r.output;
+  size_t lines = 0;
+  for (char ch : r.output) lines += ch == '\n';
+  EXPECT_EQ(lines, 1u) << r.output;
 }
 
 TEST_F(CudaStages, GpuTrainsTheCpuModel) {

@@ -369,6 +369,8 @@ TEST(Tensor, BadInputIsOneLineAndExitCode2) {
       {5, "tensor", "--pipeline 5", "more segments than the model's 4 units"},
       {4, "tensor", "--tensor 2 --pipeline 2 --partition 9", "unit 9 is past the last unit"},
       {2, "tensor", "--tensor 2 --partition 2", "1 boundaries for --pipeline 1"},
+      // what the GPU does not run (the rest does: tests/cuda/test_cuda_stages.cpp)
+      {2, "tensor", "--tensor 2 --attention flash --device cuda", "--attention flash with tensor on the GPU: not built"},
   };
   for (const Bad& b : bad) {
     std::string out;

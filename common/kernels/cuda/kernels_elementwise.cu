@@ -61,6 +61,40 @@ __global__ void embedding_backward_wpe_kernel(T* dwpe, const T* dout, int B, int
   }
 }
 
+// ---- the tensor rung's vocabulary pieces: wte holds rows [lo, lo + V) of the vocabulary ----
+// out (N,C) = wte[tokens[i] - lo] for the tokens this rank holds, zeros for the others
+template <class T>
+__global__ void vocab_embedding_forward_kernel(T* out, const int* tokens, const T* wte, int lo, int V, int C,
+                                               size_t total) {
+  NZ_GRID_STRIDE_LOOP(i, total) {
+    const int tok = tokens[i / C] - lo, c = int(i % C);
+    out[i] = tok >= 0 && tok < V ? wte[size_t(tok) * C + c] : store<T>(0.0f);
+  }
+}
+
+// dwte[tokens[i] - lo] += dout[i] for the tokens this rank holds: embedding_backward_wte_kernel's
+// ownership (thread (c, bucket) owns channel c of the rows with row % buckets == bucket and walks
+// every token in order), so each element gets its contributions in token order, as on the CPU
+template <class T>
+__global__ void vocab_embedding_backward_kernel(T* dwte, const T* dout, const int* tokens, int lo, int V, int N,
+                                                int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int bucket = blockIdx.y;
+  if (c >= C) return;
+  for (int i = 0; i < N; i++) {
+    const int row = tokens[i] - lo;
+    if (row < 0 || row >= V || row % kTokenBuckets != bucket) continue;
+    T* dst = dwte + size_t(row) * C + c;
+    *dst = store<T>(load(*dst) + load(dout[size_t(i) * C + c]));
+  }
+}
+
+// y (N,C) += b (C)
+template <class T>
+__global__ void add_bias_kernel(T* y, const T* b, int C, size_t total) {
+  NZ_GRID_STRIDE_LOOP(i, total) y[i] = store<T>(load(y[i]) + load(b[i % C]));
+}
+
 // ---- GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ----
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
@@ -188,6 +222,31 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int 
     embedding_backward_wpe_kernel<T><<<grid_for(size_t(Tn) * C, kBlock), kBlock>>>(dwpe, dout, B, Tn, C);
     NZ_CUDA_CHECK_LAUNCH();
   }
+}
+
+template <class T>
+void vocab_embedding_forward(T* out, const int* tokens, const T* wte, int lo, int V, int N, int C) {
+  const size_t total = size_t(N) * C;
+  if (total == 0) return;
+  vocab_embedding_forward_kernel<T><<<grid_for(total, kBlock), kBlock>>>(out, tokens, wte, lo, V, C, total);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void vocab_embedding_backward(T* dwte, const T* dout, const int* tokens, int lo, int V, int N, int C) {
+  if (size_t(N) * C == 0) return;
+  const int block = 128;
+  const dim3 grid(unsigned(ceil_div(C, block)), kTokenBuckets);
+  vocab_embedding_backward_kernel<T><<<grid, block>>>(dwte, dout, tokens, lo, V, N, C);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void add_bias(T* y, const T* b, int N, int C) {
+  const size_t total = size_t(N) * C;
+  if (total == 0) return;
+  add_bias_kernel<T><<<grid_for(total, kBlock), kBlock>>>(y, b, C, total);
+  NZ_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>

@@ -48,6 +48,53 @@ __global__ void softmax_xent_backward_kernel(T* dlogits, const T* probs, const i
   }
 }
 
+// ---- the vocabulary-parallel cross-entropy (tensor/tp_model.cpp): logits (N,ld), the first V columns
+// of each row real. One block per row, as softmax_xent_forward_kernel: the max is exact in any order
+// (the CPU's bits); the sum of exponentials is the block's fixed tree, not the CPU's serial order ----
+template <class T>
+__global__ void vocab_xent_max_kernel(float* row_max, const T* logits, int V, int ld) {
+  const T* z = logits + size_t(blockIdx.x) * ld;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, load(z[j]));
+  m = block_max(m);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = m;
+}
+
+template <class T>
+__global__ void vocab_xent_sums_kernel(float* row_max, float* sums, float* target, const float* maxes, int T_,
+                                       int R, const T* logits, const int* targets, int lo, int V, int ld) {
+  const size_t i = blockIdx.x;
+  float M = -INFINITY;  // the global max: every thread takes it over the T ranks' maxima
+  for (int r = 0; r < T_; r++) M = fmaxf(M, maxes[size_t(r) * R + i]);
+  const T* z = logits + i * ld;
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(load(z[j]) - M);
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    const int tj = targets[i] - lo;
+    row_max[i] = M, sums[i] = s, target[i] = tj >= 0 && tj < V ? load(z[tj]) : 0.0f;
+  }
+}
+
+template <class T>
+__global__ void vocab_xent_finish_kernel(float* losses, T* logits, const float* row_max, const float* sums,
+                                         const float* target, int V, int ld) {
+  const size_t i = blockIdx.x;
+  const float M = row_max[i], S = sums[i];
+  T* z = logits + i * ld;
+  for (int j = threadIdx.x; j < ld; j += blockDim.x) z[j] = store<T>(j < V ? expf(load(z[j]) - M) / S : 0.0f);
+  if (threadIdx.x == 0) losses[i] = logf(S) + M - target[i];
+}
+
+// d (N,ld) = (p - onehot(targets - lo)) * dloss, in place: a target another rank holds matches no column
+template <class T>
+__global__ void vocab_xent_backward_kernel(T* d, const int* targets, int lo, float dloss, int ld, size_t total) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    const float indicator = targets[i / ld] - lo == int(i % ld) ? 1.0f : 0.0f;
+    d[i] = store<T>((load(d[i]) - indicator) * dloss);
+  }
+}
+
 // ---- sum of squares, in double, deterministically ----
 // Pass 1: a FIXED grid (kSumBlocks x kSumThreads, whatever n is) — thread j adds x[j],
 // x[j + 65536], ... in order, then each block sums its threads in a fixed tree.
@@ -102,6 +149,37 @@ void softmax_xent_backward(T* dlogits, const T* probs, const int* targets, float
   const size_t total = size_t(BT) * V;
   if (total == 0) return;
   softmax_xent_backward_kernel<T><<<grid_for(total, 256), 256>>>(dlogits, probs, targets, dloss, V, total);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void vocab_xent_max(float* row_max, const T* logits, int N, int V, int ld) {
+  if (N == 0) return;
+  vocab_xent_max_kernel<T><<<N, kSoftmaxBlock>>>(row_max, logits, V, ld);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void vocab_xent_sums(float* row_max, float* sums, float* target, const float* maxes, int T_, int R, const T* logits,
+                     const int* targets, int lo, int N, int V, int ld) {
+  if (N == 0) return;
+  vocab_xent_sums_kernel<T><<<N, kSoftmaxBlock>>>(row_max, sums, target, maxes, T_, R, logits, targets, lo, V, ld);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void vocab_xent_finish(float* losses, T* logits, const float* row_max, const float* sums, const float* target, int N,
+                       int V, int ld) {
+  if (N == 0) return;
+  vocab_xent_finish_kernel<T><<<N, kSoftmaxBlock>>>(losses, logits, row_max, sums, target, V, ld);
+  NZ_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void vocab_xent_backward(T* d, const int* targets, int lo, float dloss, int N, int ld) {
+  const size_t total = size_t(N) * ld;
+  if (total == 0) return;
+  vocab_xent_backward_kernel<T><<<grid_for(total, 256), 256>>>(d, targets, lo, dloss, ld, total);
   NZ_CUDA_CHECK_LAUNCH();
 }
 
