@@ -1,5 +1,6 @@
 // comm.cpp — the collectives: rank-ordered sums over MPI, each call counted in the comm ledger;
-// on GPUs with one GPU per rank, the model-state ones are handed to NCCL (cuda/comm_nccl.cu).
+// on GPUs with one GPU per rank, the model-state ones are handed to NCCL (cuda/comm_nccl.cu), on
+// the Comm's own NCCL communicator (the world's, or a group's).
 // Which path runs is decided once, in comm_backend.cpp.
 #include "comm.h"
 
@@ -28,6 +29,24 @@ static MPI_Datatype mpi_type(DType dt) {
 }
 
 static bool on_gpu() { return current_device() == Device::CUDA; }
+
+// Device memory: a buffer the ledger knows as on the device, when the run is on the GPU. Anything
+// else (the model file's host copy of a unit) is host, which NCCL cannot send from or write to.
+static bool on_device(const void* p) {
+  if (!on_gpu()) return false;
+  const BufferExtent* ext = Ledger::get().buffer_at(p);
+  return ext && ext->loc == Location::Device;
+}
+
+// NCCL's device buffer for what arrives where NCCL cannot write (host memory, or a slot it still
+// sends from), grown to the largest use.
+void* Comm::nccl_staging(size_t bytes) {
+  if (nccl_recv_staging_.bytes() < bytes) {
+    nccl_recv_staging_.release();
+    nccl_recv_staging_ = Buffer(Category::Scratch, Location::Device, bytes, "nccl receive staging");
+  }
+  return nccl_recv_staging_.data();
+}
 
 // The activity log (ledger.h): an all-gather into `out` started or waited for, named by its buffer.
 static void note_gather(const char* what, const void* out) {
@@ -65,7 +84,7 @@ void Comm::reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType
     return;
   }
   if (nccl_) {  // one GPU per rank: NCCL sums on the GPUs, in its own order
-    nccl::reduce_scatter(full, out_shard, shard_elems, dt);
+    nccl::reduce_scatter(nccl_, full, out_shard, shard_elems, dt);
     nccl::join();
     return;
   }
@@ -112,8 +131,15 @@ CommRequest Comm::all_gather_start(const void* shard, void* out_full, size_t sha
     if (shard != own_slice) copy_bytes(own_slice, Location::Device, shard, Location::Device, shard_bytes);
     return r;
   }
+  if (nccl_ && !on_device(out_full)) {  // into host memory (the model file): through a device copy
+    void* gathered = nccl_staging(shard_bytes * size_);
+    nccl::all_gather(nccl_, shard, gathered, shard_elems, dt);
+    nccl::join();  // the copy below, on the compute stream, sees the gather
+    copy_bytes(out_full, Location::Host, gathered, Location::Device, shard_bytes * size_);
+    return r;
+  }
   if (nccl_) {  // queued on the comm stream; wait() makes the compute stream wait for it
-    nccl::all_gather(shard, out_full, shard_elems, dt);
+    nccl::all_gather(nccl_, shard, out_full, shard_elems, dt);
     r.on_comm_stream = true;
     return r;
   }
@@ -178,7 +204,7 @@ void Comm::all_reduce(void* buf, size_t elems, DType dt) {
   if (nccl_ || one_rank_on_gpu_) {  // NCCL's own all-reduce; booked as the two halves would be
     stats_->add(CommOp::AllReduce, to_each_peer(2 * uint64_t(shard), 2 * uint64_t(shard_bytes)));
     if (one_rank_on_gpu_) return;  // in place over one rank: the sum is already there
-    nccl::all_reduce(buf, elems, dt);
+    nccl::all_reduce(nccl_, buf, elems, dt);
     nccl::join();
     return;
   }
@@ -292,14 +318,6 @@ void Comm::exit_quietly(int code) const {
   exit(code);
 }
 
-// Device memory, for the point-to-point calls: a buffer the ledger knows as on the device, when
-// the run is on the GPU. Anything else (the model file's host copy of a unit on rank 0) is host.
-static bool on_device(const void* p) {
-  if (!on_gpu()) return false;
-  const BufferExtent* ext = Ledger::get().buffer_at(p);
-  return ext && ext->loc == Location::Device;
-}
-
 CommRequest Comm::send_start(const void* buf, size_t elems, DType dt, int to, int tag) {
   StepProfile::Scope profiled(StepProfile::Collectives);
   const size_t bytes = elems * dtype_bytes(dt);
@@ -335,9 +353,9 @@ CommRequest Comm::send_start(const void* buf, size_t elems, DType dt, int to, in
 // for them (the received data is there for the kernels queued next, the sent buffers free again).
 void Comm::issue_held_sends(void* recv_buf, size_t elems, DType dt, int from) {
   nccl::group_start();
-  for (const HeldSend& h : held_sends_) nccl::send(h.buf, h.elems, h.dt, h.to);
-  if (recv_buf) nccl::recv(recv_buf, elems, dt, from);
-  nccl::group_end();
+  for (const HeldSend& h : held_sends_) nccl::send(nccl_, h.buf, h.elems, h.dt, h.to);
+  if (recv_buf) nccl::recv(nccl_, recv_buf, elems, dt, from);
+  nccl::group_end(nccl_);
   held_sends_.clear();
   nccl::join();
 }
@@ -352,12 +370,9 @@ void Comm::recv(void* buf, size_t elems, DType dt, int from, int tag) {
       issue_held_sends(buf, elems, dt, from);
       return;
     }
-    if (nccl_recv_staging_.bytes() < bytes) {
-      nccl_recv_staging_.release();
-      nccl_recv_staging_ = Buffer(Category::Scratch, Location::Device, bytes, "nccl receive staging");
-    }
-    issue_held_sends(nccl_recv_staging_.data(), elems, dt, from);
-    copy_bytes(buf, Location::Host, nccl_recv_staging_.data(), Location::Device, bytes);
+    void* got = nccl_staging(bytes);
+    issue_held_sends(got, elems, dt, from);
+    copy_bytes(buf, Location::Host, got, Location::Device, bytes);
     return;
   }
   const bool staged = on_device(buf);  // ranks sharing a GPU: through the pinned staging buffer
@@ -406,20 +421,15 @@ void Comm::all_to_all(void* buf, size_t elems_each, DType dt) {
   stats_->add(CommOp::AllToAll, to_each_peer(elems_each, each));
   if (size_ == 1) return;  // my slot is already mine
   char* slots = static_cast<char*>(buf);
-  if (nccl_ || !nccl_ranks_.empty()) {  // one GPU per rank: a send and a receive per peer, one group
-    if (nccl_recv_staging_.bytes() < all) {
-      nccl_recv_staging_.release();
-      nccl_recv_staging_ = Buffer(Category::Scratch, Location::Device, all, "nccl receive staging");
-    }
-    char* got = static_cast<char*>(nccl_recv_staging_.data());
+  if (nccl_) {  // one GPU per rank: a send and a receive per peer, one group
+    char* got = static_cast<char*>(nccl_staging(all));
     nccl::group_start();
     for (int j = 0; j < size_; j++) {
       if (j == rank_) continue;
-      const int peer = nccl_ranks_.empty() ? j : nccl_ranks_[j];
-      nccl::send(slots + j * each, elems_each, dt, peer);  // slot j: for rank j
-      nccl::recv(got + j * each, elems_each, dt, peer);    // what rank j had for me
+      nccl::send(nccl_, slots + j * each, elems_each, dt, j);  // slot j: for rank j
+      nccl::recv(nccl_, got + j * each, elems_each, dt, j);    // what rank j had for me
     }
-    nccl::group_end();
+    nccl::group_end(nccl_);
     nccl::join();  // the copies below, on the compute stream, see the receives
     for (int j = 0; j < size_; j++)
       if (j != rank_) copy_bytes(slots + j * each, Location::Device, got + j * each, Location::Device, each);

@@ -12,8 +12,9 @@
 //
 // On the CUDA backend (use_device_backend): one rank alone makes no NCCL call and no host round
 // trip (a sum over one rank is the value itself: a device copy when out of place). When every rank has its own GPU the buffers stay on
-// the GPU and NCCL moves them (cuda/comm_nccl.h) — NCCL does not add in rank order, so there the
-// stages agree with stage0_ddp within a tolerance, not bit for bit. When ranks share a GPU (4 ranks
+// the GPU and NCCL moves them (cuda/comm_nccl.h), a group's on an NCCL communicator of its own —
+// NCCL does not add in rank order, so there the stages agree with stage0_ddp within a tolerance,
+// not bit for bit. When ranks share a GPU (4 ranks
 // on one GPU) the MPI path above runs unchanged on copies in pinned host memory, and stays bitwise.
 // The comm ledger counts the same elements on either path.
 //
@@ -36,6 +37,10 @@
 
 namespace nz {
 
+namespace nccl {
+struct Communicator;  // one NCCL communicator (kernels/cuda/comm_nccl.h)
+}
+
 // A non-blocking collective in flight (stage3's prefetch): an MPI request, or an NCCL call queued
 // on the comm stream.
 struct CommRequest {
@@ -55,10 +60,12 @@ class Comm {
   Comm(int* argc, char*** argv);
   // A group of the parent's ranks: those that pass the same `color`, ranked by `key` (MPI_Comm_split;
   // collective over the parent). Its collectives run over the group only, still summing in the
-  // group's rank order, and are counted in the parent's comm ledger. Always the MPI path (the
-  // pipeline's data-parallel groups, pipeline.h), but for all_to_all, which uses NCCL's sends and
-  // receives when the world does (ulysses' sequence groups).
-  Comm(Comm& parent, int color, int key);
+  // group's rank order on the MPI path, and are counted in the parent's comm ledger. When the
+  // parent runs on NCCL (one GPU per rank), the group gets an NCCL communicator of its own, split
+  // off the parent's (ncclCommSplit, the same colors and keys), and its collectives and sends run
+  // on NCCL as the world's do; otherwise the group takes the parent's path. `name` says which group
+  // in NCCL's messages (a collective that never completes: "all-reduce #12 on the tensor group").
+  Comm(Comm& parent, int color, int key, const char* name = "group");
   ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -81,9 +88,10 @@ class Comm {
   // Call once the device is chosen (select_device). On CUDA, when no two ranks share a GPU,
   // switches the model-state collectives to NCCL (rank 0's unique id broadcast over MPI);
   // otherwise they stay on MPI, staged through pinned host memory. NZ_COMM=mpi forces the MPI
-  // path. A no-op on the CPU. Collective: every rank calls it.
+  // path. A no-op on the CPU. Collective: every rank calls it, before any group is made (a group
+  // takes its parent's path when it is made).
   void use_device_backend();
-  bool uses_nccl() const { return nccl_; }
+  bool uses_nccl() const { return nccl_ != nullptr; }
   // One rank on the CUDA backend: every collective is a device copy (out of place) or nothing.
   bool one_rank_on_gpu() const { return one_rank_on_gpu_; }
   int gpus_in_use() const { return gpus_in_use_; }           // distinct GPUs over all ranks (0: CPU)
@@ -99,6 +107,8 @@ class Comm {
   // this rank's own slice of `full`.
   void reduce_scatter(void* full, void* out_shard, size_t shard_elems, DType dt);
   // out_full = concatenation of every rank's shard. `shard` may be this rank's slice of out_full.
+  // On NCCL, out_full may be host memory (the model file's pieces, gathered over a tensor group):
+  // NCCL gathers into a device buffer of the Comm's, copied to out_full before the call returns.
   void all_gather(const void* shard, void* out_full, size_t shard_elems, DType dt);
   CommRequest all_gather_start(const void* shard, void* out_full, size_t shard_elems, DType dt);
   void wait(CommRequest& r);
@@ -190,10 +200,8 @@ class Comm {
   std::vector<Buffer> send_staging_;
   std::vector<bool> send_staging_busy_;
   Buffer nccl_recv_staging_;  // NCCL receives into device memory only
-  bool nccl_ = false;
-  // A group whose world runs NCCL: each of its ranks' rank in NCCL's one communicator (the world's),
-  // for the sends and receives of all_to_all (a group's other collectives stay on the MPI path).
-  std::vector<int> nccl_ranks_;
+  void* nccl_staging(size_t bytes);  // nccl_recv_staging_, grown to `bytes`
+  nccl::Communicator* nccl_ = nullptr;  // this Comm's NCCL communicator; null: not on NCCL
   bool one_rank_on_gpu_ = false;  // size 1 on CUDA: collectives stay on the device, no NCCL
   int gpus_in_use_ = 0, ranks_on_my_gpu_ = 1;
   MPI_Comm gpu_comm_ = MPI_COMM_NULL;  // the ranks sharing this rank's GPU

@@ -80,7 +80,7 @@ Comm::Comm(int* argc, char*** argv) {
   oversubscribed_ = local_size_ > int(std::thread::hardware_concurrency());
 }
 
-Comm::Comm(Comm& parent, int color, int key)
+Comm::Comm(Comm& parent, int color, int key, const char* name)
     : local_rank_(parent.local_rank_), local_size_(parent.local_size_), oversubscribed_(parent.oversubscribed_),
       stats_(parent.stats_) {
   MPI_Comm_split(parent.mpi_, color, key, &mpi_);
@@ -95,13 +95,12 @@ Comm::Comm(Comm& parent, int color, int key)
   MPI_Group_translate_ranks(group, size_, mine.data(), parent_group, in_parent.data());
   node_of_.resize(size_);
   for (int r = 0; r < size_; r++) node_of_[r] = parent.node_of(in_parent[r]);
-  if (parent.nccl_ || !parent.nccl_ranks_.empty()) {  // NCCL's ranks of mine: the world's
-    nccl_ranks_.resize(size_);
-    for (int r = 0; r < size_; r++)
-      nccl_ranks_[r] = parent.nccl_ranks_.empty() ? in_parent[r] : parent.nccl_ranks_[in_parent[r]];
-  }
   MPI_Group_free(&group);
   MPI_Group_free(&parent_group);
+  // One GPU per rank (the parent on NCCL): an NCCL communicator of the group's own, split off the
+  // parent's as the MPI one was, so its NCCL ranks are its MPI ranks. Ranks sharing a GPU: none,
+  // the group's collectives take the MPI path through pinned host memory, as the parent's do.
+  if (parent.nccl_) nccl_ = nccl::split(parent.nccl_, color, key, name);
 }
 
 void Comm::set_node_size(int G) {
@@ -128,6 +127,7 @@ uint64_t Comm::peers_across_nodes() const {
 
 Comm::~Comm() {
   if (mpi_ != MPI_COMM_WORLD) {  // a group: MPI itself belongs to the parent
+    nccl::destroy(nccl_);  // after the group's collectives (a no-op without NCCL)
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin) MPI_Comm_free(&mpi_);
@@ -136,7 +136,7 @@ Comm::~Comm() {
   staging_.release();
   send_staging_.clear();
   nccl_recv_staging_.release();
-  if (nccl_) nccl::finalize();
+  nccl::destroy(nccl_);
   int fin = 0;
   MPI_Finalized(&fin);
   if (gpu_comm_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&gpu_comm_);
@@ -175,12 +175,11 @@ void Comm::use_device_backend() {
   one_rank_on_gpu_ = size_ == 1 && force.empty();
   if (one_rank_on_gpu_) return;
   // NCCL needs one GPU per rank (it refuses two ranks on one GPU); sharing ranks take the MPI path.
-  nccl_ = all_own && nccl::compiled() && force != "mpi";
-  if (!nccl_) return;
+  if (!all_own || !nccl::compiled() || force == "mpi") return;
   char id[nccl::kUniqueIdBytes] = {};
   if (rank_ == 0) nccl::unique_id(id);
   MPI_Bcast(id, int(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD);  // NCCL is bootstrapped over MPI
-  nccl::init(id, size_, rank_);
+  nccl_ = nccl::init(id, size_, rank_);
   set_before_host_wait(nccl::wait_joined);  // a failed peer ends the host's next wait with a name
 }
 
@@ -210,15 +209,16 @@ namespace nccl {
 bool compiled() { return false; }
 void gpu_bus_id(char*) { no_nccl(); }
 void unique_id(char*) { no_nccl(); }
-void init(const char*, int, int) { no_nccl(); }
-void finalize() {}
-void reduce_scatter(const void*, void*, size_t, DType) { no_nccl(); }
-void all_gather(const void*, void*, size_t, DType) { no_nccl(); }
-void all_reduce(void*, size_t, DType) { no_nccl(); }
-void send(const void*, size_t, DType, int) { no_nccl(); }
-void recv(void*, size_t, DType, int) { no_nccl(); }
+Communicator* init(const char*, int, int) { no_nccl(); }
+Communicator* split(Communicator*, int, int, const char*) { no_nccl(); }
+void destroy(Communicator*) {}
+void reduce_scatter(Communicator*, const void*, void*, size_t, DType) { no_nccl(); }
+void all_gather(Communicator*, const void*, void*, size_t, DType) { no_nccl(); }
+void all_reduce(Communicator*, void*, size_t, DType) { no_nccl(); }
+void send(Communicator*, const void*, size_t, DType, int) { no_nccl(); }
+void recv(Communicator*, void*, size_t, DType, int) { no_nccl(); }
 void group_start() { no_nccl(); }
-void group_end() { no_nccl(); }
+void group_end(Communicator*) { no_nccl(); }
 void wait_joined() {}
 void join() {}
 }  // namespace nccl

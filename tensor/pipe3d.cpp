@@ -54,8 +54,10 @@ int train_3d(Trainer& run, const TensorPlan& plan) {
   const PipelinePlan pipe = segment_plan(run.args, plan, comm.size(), comm.rank());
   const int u0 = pipe.first(), u1 = pipe.end();  // my segment's units: [u0, u1)
   const bool first = p == 0, last = p == P - 1;
-  Comm tp(comm, p * D + d, t);          // my segment's T tensor ranks in my replica: every layer's all-reduces
-  Comm replicas(comm, p * TP + t, d);   // tensor rank t of segment p in every replica: the data-parallel group
+  // my segment's T tensor ranks in my replica: every layer's all-reduces
+  Comm tp(comm, p * D + d, t, "tensor group");
+  // tensor rank t of segment p in every replica: the data-parallel group
+  Comm replicas(comm, p * TP + t, d, "data-parallel group");
   const int peer_t = t;                 // the tensor rank I exchange activations with in the neighbour segments
   const int prev = plan.rank_of(peer_t, d, p - 1), next = plan.rank_of(peer_t, d, p + 1);
   const Layout L = tensor_layout(run.args.cfg, TP, D);  // my pieces of every unit (of mine: [u0, u1))

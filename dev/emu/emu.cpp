@@ -1208,6 +1208,18 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   return ncclInProgress;
 }
 
+// The new communicator's MPI one is split off the parent's; non-blocking as ncclCommInitRankConfig.
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  nccl_called("ncclCommSplit");
+  if (!comm || color < 0 || !config || (config->blocking != 0 && config->blocking != 1)) return ncclInvalidArgument;
+  *newcomm = new nz_emu_nccl{MPI_COMM_NULL, 0, 0};
+  MPI_Comm_split(comm->comm, color, key, &(*newcomm)->comm);
+  MPI_Comm_rank((*newcomm)->comm, &(*newcomm)->rank);
+  MPI_Comm_size((*newcomm)->comm, &(*newcomm)->size);
+  (*newcomm)->init_unpolled = config->blocking == 0;
+  return config->blocking ? ncclSuccess : ncclInProgress;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclInvalidArgument;
   if (comm->comm != MPI_COMM_NULL) MPI_Comm_free(&comm->comm);

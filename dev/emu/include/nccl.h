@@ -2,7 +2,8 @@
 // (dev/emu/emu.cpp). Sums run along a ring as NCCL's do: the chunk that ends on rank r is summed
 // starting from rank r+1, so the result is NOT the rank-ordered sum of the MPI path, and bf16 is
 // rounded after every addition. ncclCommInitRank checks that every rank passed the same unique id
-// (the MPI broadcast of the bootstrap worked). ncclSend / ncclRecv are synchronous as NCCL's are
+// (the MPI broadcast of the bootstrap worked); ncclCommSplit is MPI_Comm_split of its parent's ranks
+// (the same colors and keys). ncclSend / ncclRecv are synchronous as NCCL's are
 // (a send completes only once its receive is posted: MPI_Issend), and match in issue order between
 // two ranks (no tags); inside ncclGroupStart .. ncclGroupEnd they run together at ncclGroupEnd, so a
 // program that NCCL would deadlock deadlocks here too. NZ_EMU_NO_NCCL=1 makes any NCCL call fatal
@@ -32,6 +33,8 @@ struct ncclConfig_t {
 };
 #define NCCL_CONFIG_INITIALIZER {1}
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config);
+// The ranks of comm passing the same color, ranked by key (ties: by rank in comm), as MPI_Comm_split.
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
