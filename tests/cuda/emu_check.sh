@@ -12,8 +12,9 @@
 #      build/emu/tests/test_cuda_inference: the KV-cached decode step against the CPU decoder;
 #      build/emu/tests/test_cuda_quantize: ZeRO++'s block quantizer against the CPU's, bit for bit;
 #   3. build/emu/tests/test_cuda_comm: one rank (device copies, and any NCCL call fatal:
-#      NZ_EMU_NO_NCCL), ranks sharing one GPU (the MPI path through pinned buffers) and one GPU per
-#      rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over MPI), under the stream check
+#      NZ_EMU_NO_NCCL), ranks sharing one GPU (the MPI path through pinned buffers, a group's too:
+#      no NCCL call either) and one GPU per rank (NZ_EMU_GPUS: the NCCL path, NCCL emulated over
+#      MPI, a group on a communicator of its own), under the stream check
 #      (NZ_EMU_CHECK=stream: the comm stream's events order every collective, 0 findings);
 #   4. build/emu/tests/test_cuda_stages: every stage with --device cuda against stage0_ddp (ulysses
 #      --sp 2 and tensor --tensor 2 too, and against their CPU runs; tensor's 3D with sequence
@@ -25,8 +26,9 @@
 #      (the run cache, NZ_RUN_CACHE: test_cuda_stages.cpp, run_cached_any_gpus);
 #   5. stage0_ddp trained with --attention flash against --attention gemm, fp32 and bf16 (head size 8:
 #      the CUDA-core kernels), and bf16 with --heads 2 (head size 16: the tensor-core kernels);
-#   6. a stuck NCCL collective (a failed peer, or silence) ends the run naming the collective, and so
-#      does a communicator creation that never completes (NZ_NCCL_INIT_TIMEOUT);
+#   6. a stuck NCCL collective (a failed peer, or silence) ends the run naming the collective (the
+#      world's, and a group's: tensor's), and so does a communicator creation that never completes
+#      (NZ_NCCL_INIT_TIMEOUT);
 #   7. a one-rank trainer on --device cuda, started without mpirun: no NCCL call (NZ_EMU_NO_NCCL=1),
 #      NZ_PROFILE=1's line and JSON from CUDA events, the same losses without it, and the JSON's
 #      gpu_memory against the ledger (tests/lib/check_profile.py).
@@ -140,7 +142,7 @@ comm=(env NZ_EMU_CHECK=stream NZ_TEST_QUICK=1)
 gtest comm_np1_local 120 "${comm[@]}" NZ_EMU_NO_NCCL=1 mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np1_mpi 120 "${comm[@]}" NZ_COMM=mpi mpirun -np 1 "$EMU/tests/test_cuda_comm"
 gtest comm_np1_nccl 120 "${comm[@]}" NZ_COMM=nccl mpirun -np 1 "$EMU/tests/test_cuda_comm"
-gtest comm_np2_shared 120 "${comm[@]}" mpirun -np 2 "$EMU/tests/test_cuda_comm"
+gtest comm_np2_shared 120 "${comm[@]}" NZ_EMU_NO_NCCL=1 mpirun -np 2 "$EMU/tests/test_cuda_comm"
 gtest comm_np2_nccl 120 "${comm[@]}" NZ_EMU_GPUS=2 mpirun -np 2 "$EMU/tests/test_cuda_comm"
 gtest comm_np3_nccl 120 "${comm[@]}" NZ_EMU_GPUS=3 mpirun -np 3 "$EMU/tests/test_cuda_comm"
 # the run cache the two stages runs share: tests/run_all.sh's, or one of this check's own
@@ -189,6 +191,17 @@ for m in error hang; do
     echo "NZRESULT FAIL emu.nccl_stuck.$m (exit $rc, expected a non-zero exit naming the collective with '$want'; see $log/nccl_stuck_$m.log)"
   fi
 done
+# and on a group's communicator (tensor --tensor 2: its tensor and data-parallel groups'): the
+# collective named with its group
+rc=0
+NZ_EMU_GPUS=2 NZ_EMU_NCCL_STUCK=hang NZ_NCCL_TIMEOUT=1 timeout -k 5 60 mpirun -np 2 "$EMU/bin/tensor" --device cuda \
+  --tensor 2 --preset tiny --seq 16 --batch 2 --steps 2 --eval-every 0 --eval-windows 2 >"$log/nccl_stuck_group.log" 2>&1 || rc=$?
+named='NCCL [a-z-]* #[0-9]* on the \(tensor\|data-parallel\) group ([0-9]* fp32 elements) has not completed after 1 s'
+if [ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 137 ] && grep -q "$named" "$log/nccl_stuck_group.log"; then
+  echo "NZRESULT PASS emu.nccl_stuck.group (exit $rc: $(grep -o "$named" "$log/nccl_stuck_group.log" | head -1))"
+else
+  echo "NZRESULT FAIL emu.nccl_stuck.group (exit $rc, expected a non-zero exit naming a group's collective; see $log/nccl_stuck_group.log)"
+fi
 # 6b. NZ_EMU_NCCL_STUCK=init: ncclCommInitRankConfig (non-blocking) never completes; the run must end
 #     within NZ_NCCL_INIT_TIMEOUT with the line that names the creation.
 rc=0

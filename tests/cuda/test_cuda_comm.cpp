@@ -13,7 +13,8 @@
 //    a group whose ranks are not the world's in order;
 //  - ordering: a gather started right after device work that writes its input sees that input,
 //    and device work queued after wait() sees its output (NCCL runs on its own stream);
-//  - the comm ledger counts exactly what the CPU path counts.
+//  - the comm ledger counts exactly what the CPU path counts;
+//  - a group's collectives take the world's path: NCCL on a communicator of its own, or MPI.
 // Without a visible GPU every test skips (the binary also runs, skipping, in `make test`).
 #include <gtest/gtest.h>
 
@@ -60,14 +61,16 @@ class CudaComm : public ::testing::Test {
   }
 };
 
-// n elements of T on the GPU, freed on scope exit.
+// n elements of T on the GPU, freed on scope exit. A ledger Buffer, as the trainers' device memory
+// is: Comm tells device memory from host memory by the ledger (comm.cpp, on_device).
 template <class T>
 struct DeviceVec {
   size_t n;
+  Buffer buf;
   T* p;
-  explicit DeviceVec(size_t n_) : n(n_), p(static_cast<T*>(cuda_rt::malloc_device(n_ * sizeof(T)))) {}
+  explicit DeviceVec(size_t n_)
+      : n(n_), buf(Category::Scratch, Location::Device, n_ * sizeof(T), "test buffer"), p(buf.as<T>()) {}
   explicit DeviceVec(const std::vector<T>& h) : DeviceVec(h.size()) { cuda_rt::memcpy_any(p, h.data(), n * sizeof(T)); }
-  ~DeviceVec() { cuda_rt::free_device(p); }
   std::vector<T> get() const {
     std::vector<T> h(n);
     cuda_rt::memcpy_any(h.data(), p, n * sizeof(T));
@@ -84,17 +87,25 @@ std::vector<float> contribution(int r, size_t n, uint64_t seed) {
   return x;
 }
 
-// The rank-ordered fp32 sum, and sum_q |c_q| (the scale of the summation-order bound).
-void rank_ordered(int N, size_t n, uint64_t seed, std::vector<float>* sum, std::vector<double>* abs_sum) {
-  *sum = contribution(0, n, seed);
+// The fp32 sum of the contributions of world ranks `ranks`, in that order, and sum_q |c_q| (the
+// scale of the summation-order bound).
+void ordered_sum(const std::vector<int>& ranks, size_t n, uint64_t seed, std::vector<float>* sum,
+                 std::vector<double>* abs_sum) {
+  *sum = contribution(ranks[0], n, seed);
   abs_sum->assign(n, 0.0);
-  for (int q = 0; q < N; q++) {
-    std::vector<float> c = contribution(q, n, seed);
+  for (size_t q = 0; q < ranks.size(); q++) {
+    std::vector<float> c = contribution(ranks[q], n, seed);
     for (size_t i = 0; i < n; i++) {
       if (q > 0) (*sum)[i] += c[i];
       (*abs_sum)[i] += std::fabs(double(c[i]));
     }
   }
+}
+// The rank-ordered sum over the world: ranks 0, 1, ..., N-1.
+void rank_ordered(int N, size_t n, uint64_t seed, std::vector<float>* sum, std::vector<double>* abs_sum) {
+  std::vector<int> ranks(N);
+  for (int q = 0; q < N; q++) ranks[q] = q;
+  ordered_sum(ranks, n, seed, sum, abs_sum);
 }
 
 // Bitwise on the MPI path; within 2 (N-1) 2^-24 sum|c| on NCCL. Returns the number of bad elements.
@@ -329,4 +340,54 @@ TEST_F(CudaComm, AllToAllMovesEverySlotToItsRank) {
   const int r = comm().rank();
   Comm pairs(comm(), /*color*/ r / 2, /*key: reversed*/ -r);  // the last rank alone when N is odd
   expect_all_to_all(pairs, r, true, "pairs ranked in reverse");
+}
+
+// A group's collectives (the tensor rung's tensor and data-parallel groups, tensor/train.cpp) take
+// the world's path: where every rank has its own GPU, NCCL, on an NCCL communicator of the group's
+// own, with nothing staged through host memory (the MPI path's pinned staging buffer, host scratch
+// in the ledger, is never made); where ranks share a GPU, the MPI path (on the emulator, run under
+// NZ_EMU_NO_NCCL=1: no NCCL call). On pairs of consecutive ranks ranked in reverse (group rank 0 is
+// the higher world rank; the last rank alone when N is odd) the results are the MPI path's: the
+// sums are the group's rank-ordered sums (bitwise on MPI, within the summation-order bound on
+// NCCL), the gathers come in the group's rank order, into device memory and into host memory (the
+// model file's pieces), and a pair's sends and receives arrive, both ranks sending first.
+TEST_F(CudaComm, GroupCollectivesTakeTheWorldsPath) {
+  const int r = comm().rank();
+  const uint64_t host_scratch = Ledger::get().peak(Category::Scratch, Location::Host);
+  Comm pairs(comm(), /*color*/ r / 2, /*key: reversed*/ -r, "pair group");
+  const int N = pairs.size(), me = pairs.rank();
+  EXPECT_EQ(pairs.uses_nccl(), comm().uses_nccl()) << "a group's path differs from the world's";
+  std::vector<int> world_of(N);  // the world rank of the group's rank q
+  for (int q = 0; q < N; q++) world_of[q] = r + (me - q);
+  for (size_t shard : {size_t(7), size_t(1001)}) {
+    const size_t n = shard * N;
+    std::vector<float> want;
+    std::vector<double> abs_sum;
+    ordered_sum(world_of, n, 3 + shard, &want, &abs_sum);
+    DeviceVec<float> reduced(contribution(r, n, 3 + shard));
+    pairs.all_reduce(reduced.p, n, DType::F32);
+    EXPECT_EQ(count_outside(reduced.get().data(), want.data(), abs_sum.data(), n, N), 0u) << "all-reduce, " << shard;
+    DeviceVec<float> full(contribution(r, n, 3 + shard)), mine(shard);
+    pairs.reduce_scatter(full.p, mine.p, shard, DType::F32);
+    EXPECT_EQ(count_outside(mine.get().data(), want.data() + me * shard, abs_sum.data() + me * shard, shard, N), 0u)
+        << "reduce-scatter, " << shard;
+    // every rank's world rank, gathered into device memory and into host memory
+    DeviceVec<float> ids(std::vector<float>(shard, float(r))), gathered(n);
+    std::vector<float> on_host(n, -1.0f), want_ids(n);
+    for (size_t k = 0; k < n; k++) want_ids[k] = float(world_of[k / shard]);
+    pairs.all_gather(ids.p, gathered.p, shard, DType::F32);
+    pairs.all_gather(ids.p, on_host.data(), shard, DType::F32);
+    EXPECT_EQ(gathered.get(), want_ids) << "all-gather into device memory, " << shard;
+    EXPECT_EQ(on_host, want_ids) << "all-gather into host memory, " << shard;
+  }
+  if (N == 2) {  // both send first, then receive (on NCCL: each send issued with the receive, comm.h)
+    DeviceVec<float> out(std::vector<float>(5, float(r))), in(5);
+    CommRequest sent = pairs.send_start(out.p, 5, DType::F32, 1 - me, /*tag*/ 7);
+    pairs.recv(in.p, 5, DType::F32, 1 - me, 7);
+    pairs.wait(sent);
+    EXPECT_EQ(in.get(), std::vector<float>(5, float(world_of[1 - me]))) << "a pair's send and receive";
+  }
+  if (comm().uses_nccl())
+    EXPECT_EQ(Ledger::get().peak(Category::Scratch, Location::Host), host_scratch)
+        << "a group's collective went through host memory on the NCCL path";
 }

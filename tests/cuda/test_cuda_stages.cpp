@@ -393,17 +393,28 @@ TEST_F(CudaStages, UlyssesRingAndFlashStayOffTheGpu) {
 
 // The tensor rung on the GPU: its pieces' products, the vocabulary's lookup and the cross-entropy's
 // per-row numbers as device kernels, the all-reduces of its groups on device memory (a group's
-// collectives: the MPI path through pinned host copies, in rank order, comm.h). What must hold:
+// collectives take the world's path, comm.h: with a GPU a rank, NCCL on a communicator of the
+// group's own; ranks sharing a GPU, MPI through pinned host copies, in rank order). What must hold:
 //   - T = 2 on 2 ranks (D = 1) against stage0_ddp on one rank on the GPU (fp32): every step's loss and
 //     norm within the tensor suite's derived relative bound (tests/tensor/test_tensor.cpp,
 //     Stage0DdpWithinTheDerivedBound): (4L + 2) γ_V (1 + s lr 0.5 √Ψ) at step s, u = 2^-24, the
 //     row-parallel sums' change of order;
 //   - against its own CPU run, that one in fp32, and 3D with sequence parallelism in bf16 (T = 2,
-//     P = 2 on 4 ranks: the segments' sends, the rows' reduce-scatters and all-gathers; and P = 2 on
-//     2 ranks with a GPU each: the sends and the model file on NCCL): the losses
+//     P = 2 on 4 ranks: the segments' sends, the rows' reduce-scatters and all-gathers, on one GPU
+//     and, on the emulator's second pass, with a GPU each; and P = 2 on 2 ranks with a GPU each: the
+//     sends and the model file on NCCL): the losses
 //     within the CPU-vs-GPU bound above (the kernels differ in summation order, fused multiply-adds
 //     and the device math library), and the memory ledger's model state and activations and the comm
-//     counts (every collective and the sends, every step) the CPU run's exactly.
+//     counts (every collective and the sends, every step) the CPU run's exactly;
+//   - on NCCL, nothing goes through host memory: no rank's ledger holds host scratch (the MPI path's
+//     pinned staging buffer), so the tensor and data-parallel groups ran on NCCL too.
+static void expect_nothing_through_host_memory_on_nccl(const RunResult& gpu) {
+  if (gpu.report["collectives"].str != "nccl") return;
+  for (size_t r = 0; r < gpu.report["ranks"].size(); r++)
+    EXPECT_EQ(gpu.report["ranks"][r]["ledger"]["host"]["peak"]["scratch"].u(), 0u)
+        << "rank " << r << ": a collective went through host memory on the NCCL path";
+}
+
 TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
   {
     const RunResult& ddp = run("stage0_ddp", 1, "fp32", "cuda");
@@ -411,6 +422,7 @@ TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
     ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
     ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
     ASSERT_EQ(gpu.report["device"].str, "cuda");
+    expect_nothing_through_host_memory_on_nccl(gpu);
     nz::GPTConfig c;
     ASSERT_TRUE(nz::preset_config("tiny", &c));
     const double u = std::ldexp(1.0, -24), n = c.vocab, gamma = n * u / (1 - n * u), terms = 4 * c.layers + 2;
@@ -436,18 +448,23 @@ TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
   const bool gpu_each = getenv("NZ_EMU_GPUS") || nz::cuda_rt::device_count() >= 2;  // 2 ranks: NCCL
   for (const Case& k : {Case{"fp32", " --tensor 2", 2}, Case{"bf16", " --tensor 2 --pipeline 2 --sequence-parallel", 4},
                         Case{"bf16", " --pipeline 2", 2}}) {
-    // 3D with sequence parallelism on one GPU (on the emulator's second pass, NZ_EMU_GPUS=2, its 4 ranks
-    // would share the 2 GPUs: the same path); 3D's sends and its model file on NCCL where 2 ranks
+    // 3D with sequence parallelism: on the emulator's first pass its 4 ranks share one GPU (the MPI
+    // path), on the second (NZ_EMU_GPUS set) each has one of 4 (NCCL: the tensor and data-parallel
+    // groups on communicators of their own); 3D's sends and its model file on NCCL where 2 ranks
     // have a GPU each
-    if (k.N == 4 && getenv("NZ_EMU_GPUS")) continue;
     if (k.flags == " --pipeline 2" && !gpu_each) continue;
     SCOPED_TRACE(k.prec + k.flags);
+    const char* emu_gpus = getenv("NZ_EMU_GPUS");
+    const std::string saved = emu_gpus ? emu_gpus : "";
+    if (k.N == 4 && emu_gpus) setenv("NZ_EMU_GPUS", "4", 1);
     const RunResult& gpu = run("tensor", k.N, k.prec, "cuda", k.flags);
+    if (k.N == 4 && emu_gpus) setenv("NZ_EMU_GPUS", saved.c_str(), 1);
     const RunResult& cpu = run("tensor", k.N, k.prec, "cpu", k.flags);
     ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
     ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
     ASSERT_EQ(gpu.report["device"].str, "cuda");
     ASSERT_EQ(cpu.report["device"].str, "cpu");
+    expect_nothing_through_host_memory_on_nccl(gpu);
     int differ = 0;
     for (int r = 0; r < k.N; r++) {
       for (const char* loc : {"device", "host"})
@@ -474,8 +491,8 @@ TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
         differ += gs[i][key].u() != cs[i][key].u();
       }
     const double dl = max_abs_diff(step_values(gpu.report, "loss"), step_values(cpu.report, "loss"));
-    printf("NZTABLE tensor%s N=%d %s: ledger and comm counts %s; max|dloss| %.2g vs the CPU run (bound %.0e)\n",
-           k.flags.c_str(), k.N, k.prec.c_str(), differ ? "DIFFER from the CPU run's" : "identical to the CPU run's",
+    printf("NZTABLE tensor%s N=%d %s %-4s: ledger and comm counts %s; max|dloss| %.2g vs the CPU run (bound %.0e)\n",
+           k.flags.c_str(), k.N, k.prec.c_str(), gpu.report["collectives"].str.c_str(), differ ? "DIFFER from the CPU run's" : "identical to the CPU run's",
            dl, cpu_gpu_loss_bound(k.prec));
     EXPECT_LE(dl, cpu_gpu_loss_bound(k.prec));
   }
