@@ -34,7 +34,7 @@ TENSOR_MUTANT_SED_local_max := s/m = std::max(m, maxes\[size_t(r) \* a\.R + i\])
 TENSOR_MUTANT_FILE_sp_ln_not_summed := tensor/tp_model.cpp
 TENSOR_MUTANT_SED_sp_ln_not_summed := s/if (sp_) tp_\.all_reduce(G(LN1W), 2 \* size_t(C), dt_), tp_\.all_reduce(G(LN2W), 2 \* size_t(C), dt_);/(void)0;/
 TENSOR_MUTANT_FILE_wrong_placement := tensor/train.cpp
-TENSOR_MUTANT_SED_wrong_placement := s/Comm tp(comm, d, t);/Comm tp(comm, t, d);/
+TENSOR_MUTANT_SED_wrong_placement := s/Comm tp(comm, d, t, "tensor group");/Comm tp(comm, t, d, "tensor group");/
 TENSOR_MUTANT_FILE_placement_3d_p_fastest := tensor/tensor.cpp
 TENSOR_MUTANT_SED_placement_3d_p_fastest := s/p\.d = rank \/ T % p\.replicas, p\.p = rank \/ T \/ p\.replicas;/p.p = rank \/ T % P, p.d = rank \/ T \/ P;/
 TENSOR_MUTANT_FILE_wrong_peer_3d := tensor/pipe3d.cpp
