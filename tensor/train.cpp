@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   const TensorPlan plan = tensor_plan(run.args, comm.size(), comm.rank());
   if (plan.segments > 1) return train_3d(run, plan);  // 3D: P pipeline segments (pipe3d.cpp)
   const int TP = plan.tensor, t = plan.t, d = plan.d;
-  Comm tp(comm, d, t, "tensor group");               // my replica's T tensor ranks: every layer's all-reduces
+  Comm tp(comm, d, t, "tensor group");  // my replica's T tensor ranks: every layer's all-reduces
   Comm replicas(comm, t, d, "data-parallel group");  // tensor rank t of every replica
   const Layout L = tensor_layout(run.args.cfg, TP, plan.replicas);  // my pieces, padded for D
   TensorGPT model(L, TP, t, tp, dt, run.args.batch, run.args.seq, plan.sp);
