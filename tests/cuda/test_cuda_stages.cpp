@@ -40,6 +40,7 @@
 
 #include "runtime/device.h"  // nz::cuda_rt::device_count
 #include "harness.h"
+#include "tensor_bound.h"  // expect_tensor_within_ddp_bound
 #include "model.h"          // nz::preset_config
 #include "zero_formulas.h"  // nz::expected_activation_bytes
 
@@ -299,6 +300,20 @@ TEST_F(CudaStages, PipelineEqualsStage0BitForBitAndCountsAsOnTheCpu) {
   }
 }
 
+// Every step's comm_elems and comm_bytes in the GPU run's log equal the CPU run's (the same
+// collectives, whatever moves them); returns how many differ.
+static int step_comm_differences(const RunResult& gpu, const RunResult& cpu) {
+  const Json &gs = gpu.report["steps_log"], &cs = cpu.report["steps_log"];
+  EXPECT_EQ(gs.size(), cs.size());
+  int differ = 0;
+  for (size_t i = 0; i < std::min(gs.size(), cs.size()); i++)
+    for (const char* k : {"comm_elems", "comm_bytes"}) {
+      EXPECT_EQ(gs[i][k].u(), cs[i][k].u()) << "step " << i + 1 << " " << k;
+      differ += gs[i][k].u() != cs[i][k].u();
+    }
+  return differ;
+}
+
 // Ulysses on the GPU: S = 2 (and 4) slices of every sequence on S ranks (D = 1 replica), so the run
 // is stage0_ddp on one rank with every sequence cut in S: each rank runs its T/S tokens, the two
 // all-to-alls around attention exchange q, k, v and the output (and their gradients) on the device,
@@ -356,13 +371,7 @@ TEST_F(CudaStages, UlyssesEqualsStage0WithinTheBoundsAndCountsAsOnTheCpu) {
         differ += ga[k].u() != ca[k].u();
       }
     }
-    const Json &gs = gpu.report["steps_log"], &cs = cpu.report["steps_log"];
-    ASSERT_EQ(gs.size(), cs.size());
-    for (size_t i = 0; i < gs.size(); i++)
-      for (const char* k : {"comm_elems", "comm_bytes"}) {
-        EXPECT_EQ(gs[i][k].u(), cs[i][k].u()) << "step " << i + 1 << " " << k;
-        differ += gs[i][k].u() != cs[i][k].u();
-      }
+    differ += step_comm_differences(gpu, cpu);
     const double dl = max_abs_diff(step_values(gpu.report, "loss"), step_values(cpu.report, "loss"));
     printf("NZTABLE ulysses S=%d N=%d %s: ledger and comm counts %s; max|dloss| %.2g vs the CPU run (bound %.0e)\n",
            S, S, prec.c_str(), differ ? "DIFFER from the CPU run's" : "identical to the CPU run's", dl,
@@ -425,19 +434,7 @@ TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
     expect_nothing_through_host_memory_on_nccl(gpu);
     nz::GPTConfig c;
     ASSERT_TRUE(nz::preset_config("tiny", &c));
-    const double u = std::ldexp(1.0, -24), n = c.vocab, gamma = n * u / (1 - n * u), terms = 4 * c.layers + 2;
-    const double psi = double(nz::param_count_formula(c)), lr = 3e-3;
-    const std::vector<double> l0 = step_values(ddp.report, "loss"), l = step_values(gpu.report, "loss");
-    const std::vector<double> n0 = step_values(ddp.report, "grad_norm"), nn = step_values(gpu.report, "grad_norm");
-    ASSERT_EQ(l.size(), l0.size());
-    double worst = 0;
-    for (size_t s = 0; s < l.size(); s++) {
-      const double bound = terms * gamma * (1 + double(s) * lr * 0.5 * std::sqrt(psi));
-      const double dl = std::fabs(l[s] - l0[s]) / l0[s], dn = std::fabs(nn[s] - n0[s]) / n0[s];
-      worst = std::max({worst, dl / bound, dn / bound});
-      EXPECT_LE(dl, bound) << "step " << s + 1 << ": loss " << l[s] << " vs stage0_ddp " << l0[s];
-      EXPECT_LE(dn, bound) << "step " << s + 1 << ": norm " << nn[s] << " vs stage0_ddp " << n0[s];
-    }
+    const double worst = expect_tensor_within_ddp_bound(c, ddp.report, gpu.report, "tensor T=2 (GPU)");
     printf("NZTABLE tensor T=2 N=2 fp32 %-4s vs stage0_ddp on 1 rank: largest relative |dloss|, |dnorm| %.3g of "
            "the derived bound\n", gpu.report["collectives"].str.c_str(), worst);
   }
@@ -483,13 +480,7 @@ TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
       }
       EXPECT_GT(gpu.report["ranks"][size_t(r)]["comm"]["all_reduce"]["calls"].u(), 0u) << "rank " << r;
     }
-    const Json &gs = gpu.report["steps_log"], &cs = cpu.report["steps_log"];
-    ASSERT_EQ(gs.size(), cs.size());
-    for (size_t i = 0; i < gs.size(); i++)
-      for (const char* key : {"comm_elems", "comm_bytes"}) {
-        EXPECT_EQ(gs[i][key].u(), cs[i][key].u()) << "step " << i + 1 << " " << key;
-        differ += gs[i][key].u() != cs[i][key].u();
-      }
+    differ += step_comm_differences(gpu, cpu);
     const double dl = max_abs_diff(step_values(gpu.report, "loss"), step_values(cpu.report, "loss"));
     printf("NZTABLE tensor%s N=%d %s %-4s: ledger and comm counts %s; max|dloss| %.2g vs the CPU run (bound %.0e)\n",
            k.flags.c_str(), k.N, k.prec.c_str(), gpu.report["collectives"].str.c_str(), differ ? "DIFFER from the CPU run's" : "identical to the CPU run's",

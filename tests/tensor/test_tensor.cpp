@@ -18,6 +18,7 @@
 #include <cstring>  // strstr
 
 #include "harness.h"
+#include "tensor_bound.h"  // tensor_ddp_bound, expect_tensor_within_ddp_bound
 #include "tensor/formulas.h"  // tensor_state_bytes, tensor_activation_bytes, tensor_comm_elems
 #include "tensor/tensor.h"    // tensor_layout, padded_vocab
 #include "tp_reference.h"
@@ -270,28 +271,16 @@ TEST(Tensor, EqualsTheSingleProcessReferenceBitForBit) {
 // outside it is a bug (the mutants are orders of magnitude outside).
 TEST(Tensor, Stage0DdpWithinTheDerivedBound) {
   const nz::GPTConfig c{256, 32, 2, 32, 4};  // tiny
-  const double u = std::ldexp(1.0, -24), n = c.vocab, gamma = n * u / (1 - n * u), terms = 4 * c.layers + 2;
-  const double psi = double(nz::param_count_formula(c)), lr = 3e-3;
   const RunResult& ref = run_cached("stage0_ddp", 1, kTiny);
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
-  const std::vector<double> l0 = step_values(ref.report, "loss"), n0 = step_values(ref.report, "grad_norm");
   for (int T : {1, 2, 4}) {
     const RunResult& r = run_cached("tensor", T, kTiny + tensor_flags(T, 1));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::vector<double> l = step_values(r.report, "loss"), nn = step_values(r.report, "grad_norm");
-    ASSERT_EQ(l.size(), l0.size());
-    double worst = 0;
-    for (size_t s = 0; s < l.size(); s++) {
-      const double bound = terms * gamma * (1 + double(s) * lr * 0.5 * std::sqrt(psi));
-      const double dl = std::fabs(l[s] - l0[s]) / l0[s], dn = std::fabs(nn[s] - n0[s]) / n0[s];
-      worst = std::max({worst, dl / bound, dn / bound});
-      EXPECT_LE(dl, bound) << "T=" << T << " step " << s + 1 << ": loss " << l[s] << " vs stage0_ddp " << l0[s];
-      EXPECT_LE(dn, bound) << "T=" << T << " step " << s + 1 << ": norm " << nn[s] << " vs stage0_ddp " << n0[s];
-    }
+    double worst = expect_tensor_within_ddp_bound(c, ref.report, r.report, "T=" + std::to_string(T));
     // validation (the rung's own forward over its pieces, the loss counted once per replica): the
     // final model's, within the bound of the step after the last
     const double v0 = ref.report["final_val_loss"].d(), v = r.report["final_val_loss"].d();
-    const double vbound = terms * gamma * (1 + double(l.size()) * lr * 0.5 * std::sqrt(psi));
+    const double vbound = tensor_ddp_bound(c, step_values(r.report, "loss").size());
     EXPECT_LE(std::fabs(v - v0) / v0, vbound) << "T=" << T << ": validation loss " << v << " vs stage0_ddp " << v0;
     worst = std::max(worst, std::fabs(v - v0) / v0 / vbound);
     printf("T=%d vs stage0_ddp: largest relative difference %.3g of the bound (loss, norm, 3 steps; validation)\n", T,
