@@ -300,6 +300,20 @@ TEST_F(CudaStages, PipelineEqualsStage0BitForBitAndCountsAsOnTheCpu) {
   }
 }
 
+// Rank r's peak bytes per category, on the device and the host, in the GPU run's ledger equal the
+// CPU run's; returns how many differ.
+static int ledger_differences(const RunResult& gpu, const RunResult& cpu, int r) {
+  int differ = 0;
+  for (const char* loc : {"device", "host"})
+    for (const char* cat : kCategories) {
+      const uint64_t gb = gpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
+      const uint64_t cb = cpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
+      EXPECT_EQ(gb, cb) << "rank " << r << " " << loc << " " << cat;
+      differ += gb != cb;
+    }
+  return differ;
+}
+
 // Every step's comm_elems and comm_bytes in the GPU run's log equal the CPU run's (the same
 // collectives, whatever moves them); returns how many differ.
 static int step_comm_differences(const RunResult& gpu, const RunResult& cpu) {
@@ -356,13 +370,7 @@ TEST_F(CudaStages, UlyssesEqualsStage0WithinTheBoundsAndCountsAsOnTheCpu) {
     // the ledger and the comm counts: the CPU run's
     int differ = 0;
     for (int r = 0; r < S; r++) {
-      for (const char* loc : {"device", "host"})
-        for (const char* cat : kCategories) {
-          const uint64_t gb = gpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
-          const uint64_t cb = cpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
-          EXPECT_EQ(gb, cb) << "rank " << r << " " << loc << " " << cat;
-          differ += gb != cb;
-        }
+      differ += ledger_differences(gpu, cpu, r);
       const Json &ga = gpu.report["ranks"][size_t(r)]["comm"]["all_to_all"];
       const Json &ca = cpu.report["ranks"][size_t(r)]["comm"]["all_to_all"];
       EXPECT_GT(ga["calls"].u(), 0u) << "rank " << r;
@@ -464,13 +472,7 @@ TEST_F(CudaStages, TensorEqualsStage0WithinTheBoundAndCountsAsOnTheCpu) {
     expect_nothing_through_host_memory_on_nccl(gpu);
     int differ = 0;
     for (int r = 0; r < k.N; r++) {
-      for (const char* loc : {"device", "host"})
-        for (const char* cat : kCategories) {
-          const uint64_t gb = gpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
-          const uint64_t cb = cpu.report["ranks"][size_t(r)]["ledger"][loc]["peak"][cat].u();
-          EXPECT_EQ(gb, cb) << "rank " << r << " " << loc << " " << cat;
-          differ += gb != cb;
-        }
+      differ += ledger_differences(gpu, cpu, r);
       for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "p2p"}) {
         const Json &g = gpu.report["ranks"][size_t(r)]["comm"][op], &c = cpu.report["ranks"][size_t(r)]["comm"][op];
         for (const char* key : {"calls", "elems_sent", "bytes_sent", "bytes_recv"}) {
