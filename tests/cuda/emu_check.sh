@@ -58,7 +58,11 @@ fi
 # header of the CUDA toolkit) call nothing of it: no cuda*/cublas*/nccl* symbol left to link. And
 # dev/emu/uses_toolkit.sh sees every object that does call it without the toolkit's paths too, as
 # where its headers lie in a system folder (/usr/local/include, which -MMD leaves out of the .d files).
-if [ -d "$BUILD/obj/common" ]; then
+# (A build without the CUDA toolkit, CUDA=0 in its configuration: the emulator's build compiles every
+# object itself and takes none, so there is nothing to check.)
+if ! grep -q ' CUDA=1 ' "$BUILD/config.flags" 2>/dev/null; then
+  echo "NZRESULT SKIP emu.reuse.toolkit_callers_compiled (a build without the CUDA toolkit: the emulator's build takes no object from it)"
+elif [ -d "$BUILD/obj/common" ]; then
   copied=0 compiled=0 bad=""
   while read -r e; do
     rel=${e#"$EMU"/obj/}; real=$BUILD/obj/$rel
